@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * buf.h - growable byte buffers with a hard maximum.
+ *
+ * Like curl's dynbuf, every buffer carries the largest size it may ever
+ * reach, so a hostile length read from the network or a manifest can never
+ * make it allocate without bound: growing past @max fails with -EFBIG.
+ */
+#ifndef DCR_BUF_H
+#define DCR_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dcr_buf {
+	uint8_t *data;
+	size_t len;  /* bytes in use */
+	size_t cap;  /* bytes allocated */
+	size_t max;  /* never grow beyond this */
+};
+
+/** Initialise an empty buffer that may grow to @max bytes. No allocation. */
+void dcr_buf_init(struct dcr_buf *b, size_t max);
+/** Release memory; the buffer may be re-used after dcr_buf_init. NULL ok. */
+void dcr_buf_free(struct dcr_buf *b);
+/** Make room for at least @need bytes in total. 0, -ENOMEM or -EFBIG. */
+int dcr_buf_reserve(struct dcr_buf *b, size_t need);
+/** Append @n bytes. 0, -ENOMEM or -EFBIG. */
+int dcr_buf_append(struct dcr_buf *b, const void *p, size_t n);
+/** Append one byte. */
+int dcr_buf_putc(struct dcr_buf *b, uint8_t c);
+/** Append an unsigned LEB128 varint. */
+int dcr_buf_put_varint(struct dcr_buf *b, uint64_t v);
+/** Empty the buffer without freeing it. */
+static inline void dcr_buf_reset(struct dcr_buf *b) { b->len = 0; }
+
+/**
+ * struct dcr_rd - bounded reader over untrusted bytes.
+ * Every getter fails with -EBADMSG instead of reading past @end.
+ */
+struct dcr_rd {
+	const uint8_t *p;
+	const uint8_t *end;
+};
+
+static inline void dcr_rd_init(struct dcr_rd *r, const void *p, size_t n)
+{
+	r->p = (const uint8_t *)p;
+	r->end = r->p + n;
+}
+static inline size_t dcr_rd_left(const struct dcr_rd *r)
+{
+	return (size_t)(r->end - r->p);
+}
+/** Read a LEB128 varint of at most 10 bytes. 0 or -EBADMSG. */
+int dcr_rd_varint(struct dcr_rd *r, uint64_t *v);
+/** Read a varint that must be <= @max. 0 or -EBADMSG. */
+int dcr_rd_varint_max(struct dcr_rd *r, uint64_t max, uint64_t *v);
+/** Read one byte. */
+int dcr_rd_u8(struct dcr_rd *r, uint8_t *v);
+/** Point @out at the next @n bytes and skip them (no copy). */
+int dcr_rd_bytes(struct dcr_rd *r, size_t n, const uint8_t **out);
+
+#endif /* DCR_BUF_H */

@@ -1,0 +1,773 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * commit.c - turn a directory tree into a new version (see commit.h).
+ *
+ * Pipeline: the calling thread walks the tree, then reads every regular
+ * file once, sequentially, chunk by chunk, feeding the whole-file SHA-256
+ * (and the optional stage copy) as it goes, and queues each chunk. Worker
+ * threads hash the chunk, compare the hash with the parent's (equal: no
+ * frame at all), otherwise read the parent's chunk from parent_dir, verify
+ * it, encode a delta or full frame and append it to the open pack. A pack
+ * that reaches its target size is sealed, named by its SHA-256 and
+ * uploaded by the worker that sealed it, so uploads overlap encoding.
+ * When every pack is stored, the manifest is published with a conditional
+ * put; nothing a reader can see exists before that put.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "commit.h"
+#include "common.h"
+#include "frame.h"
+#include "hash.h"
+#include "manifest.h"
+
+#define PACK_MAGIC "DCRPACK1"
+#define PACK_HDR_LEN 8
+#define PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
+#define PUBLISH_TRIES 1000
+#define MAX_JOBS 256
+
+/* ------------------------------------------------------------- scan */
+
+struct scan {
+	const char *root;
+	struct dcr_file *files;
+	uint32_t n, cap;
+};
+
+static int scan_add(struct scan *s, const char *rel, const struct stat *sb)
+{
+	if (s->n == UINT32_MAX - 1)
+		return DCR_ERR(-EFBIG);
+	if (s->n == s->cap) {
+		uint32_t cap = s->cap ? s->cap * 2 : 64;
+		struct dcr_file *f = realloc(s->files, cap * sizeof(*f));
+		if (!f)
+			return DCR_ERR(-ENOMEM);
+		s->files = f;
+		s->cap = cap;
+	}
+	struct dcr_file *f = &s->files[s->n];
+	memset(f, 0, sizeof(*f));
+	if (!(f->path = strdup(rel)))
+		return DCR_ERR(-ENOMEM);
+	s->n++;
+	f->type = S_ISDIR(sb->st_mode) ? DCR_FT_DIR : DCR_FT_REG;
+	f->mode = sb->st_mode & 07777;
+	f->size = S_ISREG(sb->st_mode) ? (uint64_t)sb->st_size : 0;
+	f->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+	f->base = DCR_NO_BASE;
+	return 0;
+}
+
+static const char *ftype_name(mode_t m)
+{
+	if (S_ISLNK(m))
+		return "a symbolic link";
+	if (S_ISCHR(m) || S_ISBLK(m))
+		return "a device";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISSOCK(m))
+		return "a socket";
+	return "not a regular file or directory";
+}
+
+static int scan_dir(struct scan *s, const char *rel)
+{
+	char path[PATH_MAX];
+	int ret = 0;
+
+	snprintf(path, sizeof(path), "%s%s%s", s->root, *rel ? "/" : "", rel);
+	DIR *d = opendir(path);
+	if (!d) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: %s", path, dcr_strerror(ret));
+		return ret;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char child[PATH_MAX];
+		int n = snprintf(child, sizeof(child), "%s%s%s", rel,
+				 *rel ? "/" : "", de->d_name);
+		if (n < 0 || (size_t)n >= sizeof(child) ||
+		    !dcr_path_valid(child, (size_t)n)) {
+			dcr_err("%s/%s: path too long or not representable",
+				path, de->d_name);
+			ret = DCR_ERR(-ENAMETOOLONG);
+			break;
+		}
+		struct stat sb;
+		if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+			ret = DCR_ERR(-errno);
+			dcr_err("%s/%s: %s", path, de->d_name, dcr_strerror(ret));
+			break;
+		}
+		if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) {
+			dcr_err("%s/%s is %s; only regular files and directories can be committed",
+				path, de->d_name, ftype_name(sb.st_mode));
+			ret = DCR_ERR(-EINVAL);
+			break;
+		}
+		if ((ret = scan_add(s, child, &sb)))
+			break;
+		if (S_ISDIR(sb.st_mode) && (ret = scan_dir(s, child)))
+			break;
+	}
+	closedir(d);
+	return ret;
+}
+
+static int cmp_files(const void *a, const void *b)
+{
+	return strcmp(((const struct dcr_file *)a)->path,
+		      ((const struct dcr_file *)b)->path);
+}
+
+/* ----------------------------------------------------------- pipeline */
+
+struct job {
+	uint32_t fidx;
+	uint64_t cidx;
+	uint32_t len;
+	uint8_t *buf;
+};
+
+struct fstate {
+	int parent_fd;   /* -1 if no base */
+	uint32_t pending;/* queued chunks not yet finished */
+	bool read_done;
+};
+
+struct pack {
+	struct dcr_buf data;
+	uint32_t idx;
+};
+
+struct pipe {
+	struct dcr_store *st;
+	const struct dcr_commit_opts *o;
+	struct dcr_manifest *m;
+	const struct dcr_manifest *pm;
+	uint32_t cs;
+	uint64_t pack_target;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond_job;  /* a job was queued or the queue closed */
+	pthread_cond_t cond_free; /* a buffer came back */
+	struct job *queue;        /* ring of capacity nbufs */
+	size_t qhead, qlen;
+	uint8_t **free_bufs;
+	size_t nfree, nbufs;
+	bool closed;
+	int err;                  /* first error; stops everything */
+	struct fstate *fs;
+
+	pthread_mutex_t pack_lock;
+	struct pack *cur;
+	uint64_t bytes_packed;
+	uint32_t packs_cap;
+	uint32_t uploads_running;
+	pthread_cond_t cond_uploads;
+
+	uint64_t same, delta, full;
+};
+
+static void set_err(struct pipe *p, int err)
+{
+	pthread_mutex_lock(&p->lock);
+	if (!p->err)
+		p->err = err;
+	pthread_cond_broadcast(&p->cond_job);
+	pthread_cond_broadcast(&p->cond_free);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static int get_err(struct pipe *p)
+{
+	pthread_mutex_lock(&p->lock);
+	int e = p->err;
+	pthread_mutex_unlock(&p->lock);
+	return e;
+}
+
+/* Name, upload and free a sealed pack. Called without pack_lock. */
+static int upload_pack(struct pipe *p, struct pack *pk)
+{
+	uint8_t h[DCR_HASH_LEN];
+	char key[80];
+
+	dcr_sha256(pk->data.data, pk->data.len, h);
+	dcr_pack_key(h, key, sizeof(key));
+	int ret = dcr_store_put(p->st, key, pk->data.data, pk->data.len, 0);
+	pthread_mutex_lock(&p->pack_lock);
+	memcpy(p->m->packs[pk->idx], h, DCR_HASH_LEN);
+	if (!ret)
+		p->bytes_packed += pk->data.len;
+	p->uploads_running--;
+	pthread_cond_broadcast(&p->cond_uploads);
+	pthread_mutex_unlock(&p->pack_lock);
+	dcr_buf_free(&pk->data);
+	free(pk);
+	return ret;
+}
+
+/* Append one encoded frame to the open pack; may seal and upload it. */
+static int pack_frame(struct pipe *p, const struct dcr_buf *frame,
+		      struct dcr_chunk_ref *ref)
+{
+	struct pack *sealed = NULL;
+	int ret = 0;
+
+	pthread_mutex_lock(&p->pack_lock);
+	if (!p->cur) {
+		if (p->m->npacks == p->packs_cap) {
+			uint32_t cap = p->packs_cap ? p->packs_cap * 2 : 16;
+			void *np = realloc(p->m->packs, (size_t)cap * DCR_HASH_LEN);
+			if (!np) {
+				ret = DCR_ERR(-ENOMEM);
+				goto err_unlock;
+			}
+			p->m->packs = np;
+			p->packs_cap = cap;
+		}
+		struct pack *pk = calloc(1, sizeof(*pk));
+		if (!pk) {
+			ret = DCR_ERR(-ENOMEM);
+			goto err_unlock;
+		}
+		dcr_buf_init(&pk->data, SIZE_MAX);
+		if ((ret = dcr_buf_reserve(&pk->data, p->pack_target + DCR_CHUNK_MAX)) ||
+		    (ret = dcr_buf_append(&pk->data, PACK_MAGIC, PACK_HDR_LEN))) {
+			dcr_buf_free(&pk->data);
+			free(pk);
+			goto err_unlock;
+		}
+		pk->idx = p->m->npacks++;
+		p->cur = pk;
+	}
+	ref->pack = p->cur->idx;
+	ref->off = p->cur->data.len;
+	ref->len = (uint32_t)frame->len;
+	ret = dcr_buf_append(&p->cur->data, frame->data, frame->len);
+	if (ret)
+		goto err_unlock;
+	if (p->cur->data.len >= p->pack_target) {
+		sealed = p->cur;
+		p->cur = NULL;
+		p->uploads_running++;
+	}
+err_unlock:
+	pthread_mutex_unlock(&p->pack_lock);
+	if (sealed)
+		ret = upload_pack(p, sealed);
+	return ret;
+}
+
+static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t r = pread(fd, (uint8_t *)buf + done, len - done,
+				  (off_t)(off + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return DCR_ERR(-errno);
+		}
+		if (r == 0)
+			return DCR_ERR(-ENODATA);
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+struct worker {
+	struct pipe *p;
+	struct dcr_codec *codec;
+	uint8_t *pbuf;          /* parent chunk */
+	struct dcr_buf frame;
+	pthread_t tid;
+};
+
+static int encode_job(struct worker *w, const struct job *j)
+{
+	struct pipe *p = w->p;
+	struct dcr_file *f = &p->m->files[j->fidx];
+	struct dcr_chunk_ref *ref = &f->chunks[j->cidx];
+	int fd, ret, kind;
+
+	dcr_sha256(j->buf, j->len, ref->hash);
+	const void *base = NULL;
+	if (f->base != DCR_NO_BASE) {
+		const struct dcr_chunk_ref *pref = &p->pm->files[f->base].chunks[j->cidx];
+		if (dcr_hash_eq(pref->hash, ref->hash)) {
+			ref->kind = DCR_CK_SAME;
+			__atomic_add_fetch(&p->same, 1, __ATOMIC_RELAXED);
+			return 0;
+		}
+		pthread_mutex_lock(&p->lock);
+		fd = p->fs[j->fidx].parent_fd;
+		pthread_mutex_unlock(&p->lock);
+		ret = pread_full(fd, w->pbuf, j->len, j->cidx * (uint64_t)p->cs);
+		uint8_t h[DCR_HASH_LEN];
+		if (!ret)
+			dcr_sha256(w->pbuf, j->len, h);
+		if (ret || !dcr_hash_eq(h, pref->hash)) {
+			dcr_warn("parent copy of %s (chunk %" PRIu64 ") in %s does not match version %" PRIu64,
+				 f->path, j->cidx, p->o->parent_dir, p->m->parent);
+			return DCR_ERR(-ESTALE);
+		}
+		base = w->pbuf;
+	}
+	dcr_buf_reset(&w->frame);
+	ret = dcr_frame_encode(w->codec, j->buf, base, j->len, &w->frame, &kind);
+	if (ret)
+		return ret;
+	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
+	__atomic_add_fetch(kind == DCR_FRAME_DELTA ? &p->delta : &p->full, 1,
+			   __ATOMIC_RELAXED);
+	return pack_frame(p, &w->frame, ref);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct pipe *p = w->p;
+
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		while (!p->qlen && !p->closed && !p->err)
+			pthread_cond_wait(&p->cond_job, &p->lock);
+		if (p->err || (!p->qlen && p->closed)) {
+			pthread_mutex_unlock(&p->lock);
+			return NULL;
+		}
+		struct job j = p->queue[p->qhead];
+		p->qhead = (p->qhead + 1) % p->nbufs;
+		p->qlen--;
+		pthread_mutex_unlock(&p->lock);
+
+		int ret = encode_job(w, &j);
+
+		pthread_mutex_lock(&p->lock);
+		p->free_bufs[p->nfree++] = j.buf;
+		struct fstate *fs = &p->fs[j.fidx];
+		if (--fs->pending == 0 && fs->read_done && fs->parent_fd >= 0) {
+			close(fs->parent_fd);
+			fs->parent_fd = -1;
+		}
+		pthread_cond_signal(&p->cond_free);
+		pthread_mutex_unlock(&p->lock);
+		if (ret) {
+			set_err(p, ret);
+			return NULL;
+		}
+	}
+}
+
+/* Wait for a free buffer; NULL if the pipeline failed. */
+static uint8_t *take_buf(struct pipe *p)
+{
+	uint8_t *b = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->nfree && !p->err)
+		pthread_cond_wait(&p->cond_free, &p->lock);
+	if (!p->err)
+		b = p->free_bufs[--p->nfree];
+	pthread_mutex_unlock(&p->lock);
+	return b;
+}
+
+static void queue_job(struct pipe *p, const struct job *j)
+{
+	pthread_mutex_lock(&p->lock);
+	p->queue[(p->qhead + p->qlen) % p->nbufs] = *j;
+	p->qlen++;
+	p->fs[j->fidx].pending++;
+	pthread_cond_signal(&p->cond_job);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void report(struct pipe *p, struct dcr_commit_progress *pr,
+		   int64_t *last, bool force)
+{
+	if (!p->o->progress)
+		return;
+	int64_t now = dcr_mono_ns();
+	if (!force && now - *last < 200000000)
+		return;
+	*last = now;
+	pthread_mutex_lock(&p->pack_lock);
+	pr->bytes_uploaded = p->bytes_packed;
+	pthread_mutex_unlock(&p->pack_lock);
+	p->o->progress(p->o->progress_arg, pr);
+}
+
+static int open_at_root(const char *root, const char *rel, int flags, mode_t mode)
+{
+	char path[PATH_MAX];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", root, rel) >= sizeof(path))
+		return DCR_ERR(-ENAMETOOLONG);
+	int fd = open(path, flags | O_CLOEXEC, mode);
+	return fd < 0 ? DCR_ERR(-errno) : fd;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t *b = buf;
+
+	while (len) {
+		ssize_t w = write(fd, b, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return DCR_ERR(-errno);
+		}
+		b += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Read one file sequentially and queue its chunks. */
+static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
+		     struct dcr_sha256_ctx *sha, struct dcr_commit_progress *pr,
+		     int64_t *last)
+{
+	struct dcr_file *f = &p->m->files[fi];
+	int ret = 0, sfd = -1;
+
+	int fd = open_at_root(dir, f->path, O_RDONLY, 0);
+	if (fd < 0) {
+		dcr_err("%s/%s: %s", dir, f->path, dcr_strerror(fd));
+		return fd;
+	}
+	if (p->o->stage_dir) {
+		sfd = open_at_root(p->o->stage_dir, f->path,
+				   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (sfd < 0) {
+			ret = sfd;
+			dcr_err("%s/%s: %s", p->o->stage_dir, f->path, dcr_strerror(ret));
+			goto err_close;
+		}
+	}
+	if (f->base != DCR_NO_BASE) {
+		int pfd = open_at_root(p->o->parent_dir, f->path, O_RDONLY, 0);
+		if (pfd < 0) {
+			dcr_warn("%s/%s: %s", p->o->parent_dir, f->path, dcr_strerror(pfd));
+			ret = DCR_ERR(-ESTALE);
+			goto err_close;
+		}
+		p->fs[fi].parent_fd = pfd;
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	dcr_sha256_reset(sha);
+	for (uint64_t c = 0; c < f->nchunks; c++) {
+		struct job j = { .fidx = fi, .cidx = c,
+				 .len = dcr_chunk_len(f->size, p->cs, c) };
+		if (!(j.buf = take_buf(p))) {
+			ret = get_err(p);
+			goto err_close;
+		}
+		ret = pread_full(fd, j.buf, j.len, c * (uint64_t)p->cs);
+		if (ret) {
+			if (ret == -ENODATA)
+				dcr_err("%s/%s changed while it was being committed", dir, f->path);
+			else
+				dcr_err("%s/%s: %s", dir, f->path, dcr_strerror(ret));
+			pthread_mutex_lock(&p->lock);
+			p->free_bufs[p->nfree++] = j.buf;
+			pthread_mutex_unlock(&p->lock);
+			goto err_close;
+		}
+		dcr_sha256_update(sha, j.buf, j.len);
+		if (sfd >= 0 && (ret = write_full(sfd, j.buf, j.len))) {
+			dcr_err("%s/%s: %s", p->o->stage_dir, f->path, dcr_strerror(ret));
+			pthread_mutex_lock(&p->lock);
+			p->free_bufs[p->nfree++] = j.buf;
+			pthread_mutex_unlock(&p->lock);
+			goto err_close;
+		}
+		queue_job(p, &j);
+		pr->bytes_done += j.len;
+		report(p, pr, last, false);
+	}
+	dcr_sha256_final(sha, f->sha256);
+	/* A file that grew while being read would be silently truncated. */
+	struct stat sb;
+	if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size != f->size) {
+		dcr_err("%s/%s changed while it was being committed", dir, f->path);
+		ret = DCR_ERR(-EAGAIN);
+	}
+err_close:
+	pthread_mutex_lock(&p->lock);
+	p->fs[fi].read_done = true;
+	if (p->fs[fi].pending == 0 && p->fs[fi].parent_fd >= 0) {
+		close(p->fs[fi].parent_fd);
+		p->fs[fi].parent_fd = -1;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (sfd >= 0 && close(sfd) < 0 && !ret)
+		ret = DCR_ERR(-errno);
+	close(fd);
+	return ret;
+}
+
+/* Publish the manifest as the next free version number. */
+static int publish(struct pipe *p, uint64_t *version, uint64_t *mlen)
+{
+	struct dcr_buf enc;
+	char key[64];
+	uint64_t latest;
+	int ret = dcr_store_latest(p->st, &latest);
+
+	if (ret)
+		return ret;
+	dcr_buf_init(&enc, SIZE_MAX);
+	uint64_t v = DCR_MAX(latest, p->m->parent) + 1;
+	for (int tries = 0; tries < PUBLISH_TRIES; tries++, v++) {
+		p->m->version = v;
+		dcr_buf_reset(&enc);
+		if ((ret = dcr_manifest_encode(p->m, &enc)))
+			break;
+		dcr_version_key(v, key, sizeof(key));
+		ret = dcr_store_put(p->st, key, enc.data, enc.len, DCR_PUT_IF_ABSENT);
+		if (ret != -EEXIST)
+			break;
+		dcr_info("version %" PRIu64 " was taken by another commit; trying %" PRIu64,
+			 v, v + 1);
+	}
+	if (!ret) {
+		*version = v;
+		*mlen = enc.len;
+	}
+	dcr_buf_free(&enc);
+	return ret;
+}
+
+static int make_stage_dirs(const struct dcr_manifest *m, const char *stage)
+{
+	char path[PATH_MAX];
+
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		if (m->files[i].type != DCR_FT_DIR)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", stage, m->files[i].path);
+		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+			int ret = DCR_ERR(-errno);
+			dcr_err("%s: %s", path, dcr_strerror(ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+int dcr_commit(struct dcr_store *st, const char *dir,
+	       const struct dcr_commit_opts *o, struct dcr_commit_result *res)
+{
+	struct dcr_manifest m = { 0 };
+	struct scan s = { .root = dir };
+	struct stat sb;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	if (stat(dir, &sb) < 0) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: %s", dir, dcr_strerror(ret));
+		return ret;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		dcr_err("%s: not a directory", dir);
+		return DCR_ERR(-ENOTDIR);
+	}
+	const struct dcr_manifest *pm = o->parent ? o->parent_manifest : NULL;
+	if (o->parent && (!pm || pm->version != o->parent || !o->parent_dir)) {
+		dcr_err("internal: parent %" PRIu64 " given without its manifest or tree", o->parent);
+		return DCR_ERR(-EINVAL);
+	}
+	uint32_t cs = o->chunk_size ? o->chunk_size : pm ? pm->chunk_size : DCR_CHUNK_DEFAULT;
+	if (!dcr_chunk_size_valid(cs)) {
+		dcr_err("invalid chunk size %" PRIu32 " (a power of two from 4 KiB to 64 MiB)", cs);
+		return DCR_ERR(-EINVAL);
+	}
+	bool can_delta = pm && !o->full && cs == pm->chunk_size;
+	if (pm && !o->full && cs != pm->chunk_size)
+		dcr_warn("chunk size differs from version %" PRIu64 "'s; committing full frames",
+			 o->parent);
+
+	/* Scan first, so a bad entry fails before anything is uploaded. */
+	ret = scan_dir(&s, "");
+	m.files = s.files;
+	m.nfiles = s.n;
+	if (ret)
+		goto err_free_manifest;
+	qsort(m.files, m.nfiles, sizeof(*m.files), cmp_files);
+	m.parent = o->parent;
+	m.chunk_size = cs;
+	m.ctime_ns = dcr_now_ns();
+	m.version = o->parent + 1; /* provisional, set at publish */
+
+	struct dcr_commit_progress pr = { .phase = "encode" };
+	for (uint32_t i = 0; i < m.nfiles; i++) {
+		struct dcr_file *f = &m.files[i];
+		if (f->type == DCR_FT_DIR) {
+			res->dirs++;
+			continue;
+		}
+		res->files++;
+		pr.bytes_total += f->size;
+		f->nchunks = dcr_chunk_count(f->size, cs);
+		if (f->nchunks && !(f->chunks = calloc(f->nchunks, sizeof(*f->chunks)))) {
+			ret = DCR_ERR(-ENOMEM);
+			goto err_free_manifest;
+		}
+		if (can_delta) {
+			int64_t b = dcr_manifest_find(pm, f->path);
+			if (b >= 0 && pm->files[b].type == DCR_FT_REG &&
+			    pm->files[b].size == f->size)
+				f->base = (uint32_t)b;
+		}
+	}
+	if (o->stage_dir && (ret = make_stage_dirs(&m, o->stage_dir)))
+		goto err_free_manifest;
+
+	int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	jobs = DCR_MAX(1, DCR_MIN(jobs, MAX_JOBS));
+	struct pipe p = {
+		.st = st, .o = o, .m = &m, .pm = pm, .cs = cs,
+		.pack_target = o->pack_target ? o->pack_target : PACK_TARGET_DEFAULT,
+		.nbufs = (size_t)jobs * 2 + 2,
+	};
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_mutex_init(&p.pack_lock, NULL);
+	pthread_cond_init(&p.cond_job, NULL);
+	pthread_cond_init(&p.cond_free, NULL);
+	pthread_cond_init(&p.cond_uploads, NULL);
+	struct worker *ws = calloc((size_t)jobs, sizeof(*ws));
+	p.queue = calloc(p.nbufs, sizeof(*p.queue));
+	p.free_bufs = calloc(p.nbufs, sizeof(*p.free_bufs));
+	p.fs = calloc(m.nfiles ? m.nfiles : 1, sizeof(*p.fs));
+	struct dcr_sha256_ctx *sha = dcr_sha256_new();
+	int started = 0;
+	if (!ws || !p.queue || !p.free_bufs || !p.fs || !sha) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free_pipe;
+	}
+	for (uint32_t i = 0; i < m.nfiles; i++)
+		p.fs[i].parent_fd = -1;
+	for (size_t i = 0; i < p.nbufs; i++) {
+		if (!(p.free_bufs[i] = malloc(cs))) {
+			ret = DCR_ERR(-ENOMEM);
+			goto err_free_pipe;
+		}
+		p.nfree++;
+	}
+	for (int i = 0; i < jobs; i++) {
+		ws[i].p = &p;
+		dcr_buf_init(&ws[i].frame, SIZE_MAX);
+		ws[i].codec = dcr_codec_new(o->zstd_level);
+		ws[i].pbuf = malloc(cs);
+		if (!ws[i].codec || !ws[i].pbuf) {
+			ret = DCR_ERR(-ENOMEM);
+			goto err_stop_workers;
+		}
+		if ((ret = -pthread_create(&ws[i].tid, NULL, worker_main, &ws[i])))
+			goto err_stop_workers;
+		started++;
+	}
+
+	int64_t last = 0;
+	report(&p, &pr, &last, true);
+	for (uint32_t i = 0; i < m.nfiles && !ret; i++) {
+		if (m.files[i].type != DCR_FT_REG)
+			continue;
+		ret = feed_file(&p, i, dir, sha, &pr, &last);
+		res->bytes_in += m.files[i].size;
+	}
+	if (ret)
+		set_err(&p, ret);
+
+err_stop_workers:
+	pthread_mutex_lock(&p.lock);
+	p.closed = true;
+	pthread_cond_broadcast(&p.cond_job);
+	pthread_mutex_unlock(&p.lock);
+	for (int i = 0; i < started; i++)
+		pthread_join(ws[i].tid, NULL);
+	/* After a failure, jobs may still sit in the queue holding buffers. */
+	for (; p.qlen; p.qlen--, p.qhead = (p.qhead + 1) % p.nbufs)
+		p.free_bufs[p.nfree++] = p.queue[p.qhead].buf;
+	if (!ret)
+		ret = get_err(&p);
+	/* Seal the last pack and wait for every upload. */
+	if (!ret && p.cur) {
+		struct pack *pk = p.cur;
+		p.cur = NULL;
+		p.uploads_running++;
+		ret = upload_pack(&p, pk);
+	}
+	pthread_mutex_lock(&p.pack_lock);
+	while (p.uploads_running)
+		pthread_cond_wait(&p.cond_uploads, &p.pack_lock);
+	pthread_mutex_unlock(&p.pack_lock);
+	if (p.cur) {
+		dcr_buf_free(&p.cur->data);
+		free(p.cur);
+		p.cur = NULL;
+	}
+	if (!ret) {
+		pr.phase = "publish";
+		report(&p, &pr, &last, true);
+		ret = publish(&p, &res->version, &res->manifest_len);
+	}
+	if (!ret) {
+		res->bytes_packed = p.bytes_packed;
+		res->packs = m.npacks;
+		res->chunks_same = p.same;
+		res->chunks_delta = p.delta;
+		res->chunks_full = p.full;
+	}
+err_free_pipe:
+	for (int i = 0; ws && i < jobs; i++) {
+		dcr_codec_free(ws[i].codec);
+		free(ws[i].pbuf);
+		dcr_buf_free(&ws[i].frame);
+	}
+	for (size_t i = 0; p.free_bufs && i < p.nfree; i++)
+		free(p.free_bufs[i]);
+	for (uint32_t i = 0; p.fs && i < m.nfiles; i++)
+		if (p.fs[i].parent_fd >= 0)
+			close(p.fs[i].parent_fd);
+	dcr_sha256_free(sha);
+	free(p.fs);
+	free(p.free_bufs);
+	free(p.queue);
+	free(ws);
+	pthread_mutex_destroy(&p.lock);
+	pthread_mutex_destroy(&p.pack_lock);
+	pthread_cond_destroy(&p.cond_job);
+	pthread_cond_destroy(&p.cond_free);
+	pthread_cond_destroy(&p.cond_uploads);
+err_free_manifest:
+	dcr_manifest_free(&m);
+	return ret;
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * commit.h - the commit pipeline (DESIGN.md section 7).
+ *
+ * dcr_commit reads a directory tree once, splits every regular file into
+ * fixed chunks, encodes each chunk that differs from the parent's as a
+ * delta (or full) frame on @jobs threads, packs frames into immutable
+ * content-addressed packs, uploads them, and publishes the manifest with
+ * a conditional put. A crash at any point leaves the store with the old
+ * latest intact or the complete new version; orphan packs are garbage.
+ */
+#ifndef DCR_COMMIT_H
+#define DCR_COMMIT_H
+
+#include <stdint.h>
+
+#include "manifest.h"
+#include "objstore.h"
+
+struct dcr_commit_progress {
+	uint64_t bytes_done;   /* source bytes read and encoded */
+	uint64_t bytes_total;  /* source bytes to read */
+	uint64_t bytes_uploaded; /* pack bytes uploaded so far */
+	const char *phase;     /* "scan", "encode", "publish" */
+};
+
+struct dcr_commit_opts {
+	/*
+	 * The parent version and its manifest; 0/NULL for a first version.
+	 * Chunks equal to the parent's cost only a manifest entry.
+	 */
+	uint64_t parent;
+	const struct dcr_manifest *parent_manifest;
+	/*
+	 * A directory holding the parent version's tree, materialized (the
+	 * committer's own cache). Every parent chunk used as a delta base is
+	 * verified against parent_manifest; a mismatch fails with -ESTALE so
+	 * the caller can rebuild the directory from the store and retry.
+	 * Required when parent != 0.
+	 */
+	const char *parent_dir;
+	/*
+	 * If non-NULL, the committed tree is also written below this
+	 * (existing, empty) directory, so it can serve as the next commit's
+	 * parent_dir.
+	 */
+	const char *stage_dir;
+	int full;            /* encode every chunk as a full frame (anchor) */
+	uint32_t chunk_size; /* 0: the parent's, else DCR_CHUNK_DEFAULT */
+	int jobs;            /* encoder threads; 0 = number of CPUs */
+	int zstd_level;      /* 0 = default */
+	uint64_t pack_target;/* pack size to aim for; 0 = 64 MiB */
+	/* Called from the calling thread now and then; may be NULL. */
+	void (*progress)(void *arg, const struct dcr_commit_progress *p);
+	void *progress_arg;
+};
+
+struct dcr_commit_result {
+	uint64_t version;      /* the published version number */
+	uint64_t files;        /* regular files */
+	uint64_t dirs;
+	uint64_t bytes_in;     /* bytes of regular files read */
+	uint64_t bytes_packed; /* bytes of packs uploaded */
+	uint64_t manifest_len; /* bytes of the encoded manifest */
+	uint64_t chunks_same, chunks_delta, chunks_full;
+	uint32_t packs;
+};
+
+/**
+ * dcr_commit - commit the tree under @dir to @st as a new version whose
+ * parent is opts->parent. Regular files and directories are committed;
+ * a symlink, device, FIFO or socket fails the commit (-EINVAL, with a
+ * message naming it) before anything is uploaded. The version number is
+ * the store's latest + 1; if another committer wins that number the
+ * manifest is re-encoded with the next one (the parent stays).
+ * Returns 0 and fills @res, or -errno with a message logged; on failure
+ * nothing is published.
+ */
+int dcr_commit(struct dcr_store *st, const char *dir,
+	       const struct dcr_commit_opts *opts,
+	       struct dcr_commit_result *res);
+
+#endif /* DCR_COMMIT_H */

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static const char *log_prog = "dcrfs";
+static enum dcr_log_level log_level = DCR_LOG_INFO;
+static dcr_log_sink_fn log_sink;
+
+void dcr_log_set_prog(const char *prog) { log_prog = prog; }
+void dcr_log_set_level(enum dcr_log_level lvl) { log_level = lvl; }
+void dcr_log_set_sink(dcr_log_sink_fn fn) { log_sink = fn; }
+enum dcr_log_level dcr_log_get_level(void) { return log_level; }
+
+static const char *const level_names[] = {
+	[DCR_LOG_ERR] = "error",
+	[DCR_LOG_WARN] = "warning",
+	[DCR_LOG_INFO] = "info",
+	[DCR_LOG_DEBUG] = "debug",
+};
+
+void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap)
+{
+	char msg[1024];
+
+	if (lvl > log_level)
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (log_sink) {
+		log_sink(lvl, msg);
+		return;
+	}
+	char line[1200];
+	int n = snprintf(line, sizeof(line), "%s: %s: %s\n", log_prog,
+			 level_names[lvl], msg);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line)) {
+		n = sizeof(line) - 1;
+		line[n - 1] = '\n';
+	}
+	/* One write(2) per line so concurrent threads never interleave. */
+	ssize_t w DCR_UNUSED = write(STDERR_FILENO, line, (size_t)n);
+}
+
+void dcr_log(enum dcr_log_level lvl, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	dcr_vlog(lvl, fmt, ap);
+	va_end(ap);
+}
+
+#ifdef DCR_TRACE_ERRORS
+int dcr_trace_err(int e, const char *file, int line)
+{
+	dcr_debug("error %d (%s) born at %s:%d", e, dcr_strerror(e), file,
+		  line);
+	return e;
+}
+#endif
+
+const char *dcr_strerror(int neg_errno)
+{
+	static __thread char buf[128];
+	int e = neg_errno < 0 ? -neg_errno : neg_errno;
+
+	/* GNU strerror_r may return a static string instead of filling buf. */
+	return strerror_r(e, buf, sizeof(buf));
+}
+
+int64_t dcr_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t dcr_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int dcr_parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (*end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int dcr_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned shift = 0;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	switch (toupper((unsigned char)*end)) {
+	case 0:
+		break;
+	case 'K': shift = 10; end++; break;
+	case 'M': shift = 20; end++; break;
+	case 'G': shift = 30; end++; break;
+	case 'T': shift = 40; end++; break;
+	case 'B': break;
+	default:
+		return -EINVAL;
+	}
+	if (shift && (*end == 'i' || *end == 'I'))
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+char *dcr_format_size(uint64_t bytes, char *buf, size_t cap)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)bytes;
+	size_t u = 0;
+
+	while (v >= 1024 && u + 1 < DCR_ARRAY_SIZE(units)) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, cap, "%.1f %s", v, units[u]);
+	return buf;
+}

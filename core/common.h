@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * common.h - definitions every dcrfs module shares: error conventions,
+ * logging, small helpers.
+ *
+ * Error convention (borrowed from erofs-utils): every function that can
+ * fail returns 0 (or a non-negative count) on success and -errno on
+ * failure, through every layer, so the FUSE layer replies with
+ * fuse_reply_err(req, -ret). Library codes (zstd, SQLite, curl, HTTP)
+ * are translated to errno once, where they are born, and their own
+ * message is logged once there.
+ */
+#ifndef DCR_COMMON_H
+#define DCR_COMMON_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DCR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define DCR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DCR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DCR_DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+
+#if defined(__GNUC__)
+#define DCR_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define DCR_UNUSED __attribute__((unused))
+#define DCR_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DCR_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define DCR_PRINTF(f, a)
+#define DCR_UNUSED
+#define DCR_LIKELY(x) (x)
+#define DCR_UNLIKELY(x) (x)
+#endif
+
+/** Log levels, most severe first. */
+enum dcr_log_level {
+	DCR_LOG_ERR = 0,
+	DCR_LOG_WARN = 1,
+	DCR_LOG_INFO = 2,
+	DCR_LOG_DEBUG = 3,
+};
+
+/**
+ * dcr_log_sink - where log lines go.
+ *
+ * The default sink writes "prog: level: message\n" to stderr. The FUSE
+ * daemon installs a syslog sink once it has detached. Thread-safe: each
+ * line is written with a single write(2).
+ */
+typedef void (*dcr_log_sink_fn)(enum dcr_log_level lvl, const char *msg);
+
+/** Set the program name used as the log prefix (not copied). */
+void dcr_log_set_prog(const char *prog);
+/** Messages above @lvl are dropped. Default: DCR_LOG_INFO. */
+void dcr_log_set_level(enum dcr_log_level lvl);
+/** Replace the sink; NULL restores the stderr sink. */
+void dcr_log_set_sink(dcr_log_sink_fn fn);
+/** Current level, to skip building expensive debug messages. */
+enum dcr_log_level dcr_log_get_level(void);
+
+/** Emit one log line (no trailing newline needed). */
+void dcr_log(enum dcr_log_level lvl, const char *fmt, ...) DCR_PRINTF(2, 3);
+void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap);
+
+#define dcr_err(...) dcr_log(DCR_LOG_ERR, __VA_ARGS__)
+#define dcr_warn(...) dcr_log(DCR_LOG_WARN, __VA_ARGS__)
+#define dcr_info(...) dcr_log(DCR_LOG_INFO, __VA_ARGS__)
+#define dcr_debug(...)                                                 \
+	do {                                                           \
+		if (dcr_log_get_level() >= DCR_LOG_DEBUG)              \
+			dcr_log(DCR_LOG_DEBUG, __VA_ARGS__);           \
+	} while (0)
+
+/*
+ * DCR_ERR(e) - return value for a failure born here. In debug builds
+ * (DCR_TRACE_ERRORS defined) it logs file:line where the error was born,
+ * like zstd's RETURN_ERROR_IF; otherwise it is just (e).
+ */
+#ifdef DCR_TRACE_ERRORS
+int dcr_trace_err(int e, const char *file, int line);
+#define DCR_ERR(e) dcr_trace_err((e), __FILE__, __LINE__)
+#else
+#define DCR_ERR(e) (e)
+#endif
+
+/** strerror for a negative errno, thread-safe. */
+const char *dcr_strerror(int neg_errno);
+
+/** Current CLOCK_REALTIME in nanoseconds. */
+int64_t dcr_now_ns(void);
+/** CLOCK_MONOTONIC in nanoseconds. */
+int64_t dcr_mono_ns(void);
+
+/* Little-endian fixed-width loads and stores (formats are little-endian). */
+static inline void dcr_put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void dcr_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void dcr_put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t dcr_get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t dcr_get_le32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+static inline uint64_t dcr_get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+/**
+ * dcr_parse_size - parse "123", "64K", "1M", "2G", "1T" (binary units,
+ * optional trailing "iB"/"B") into bytes. Returns 0 or -EINVAL/-ERANGE.
+ */
+int dcr_parse_size(const char *s, uint64_t *out);
+
+/** Parse a non-negative decimal integer that must fit in uint64_t. */
+int dcr_parse_u64(const char *s, uint64_t *out);
+
+/**
+ * dcr_format_size - human-readable size ("1.5 GiB") into @buf of @cap
+ * bytes; returns @buf.
+ */
+char *dcr_format_size(uint64_t bytes, char *buf, size_t cap);
+
+#endif /* DCR_COMMON_H */

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "common.h"
+#include "hash.h"
+
+struct dcr_sha256_ctx {
+	EVP_MD_CTX *md;
+};
+
+void dcr_sha256(const void *data, size_t len, uint8_t out[DCR_HASH_LEN])
+{
+	unsigned int n = DCR_HASH_LEN;
+
+	/* EVP_Digest picks the SHA-NI/AVX implementation when present. */
+	if (!EVP_Digest(data, len, out, &n, EVP_sha256(), NULL))
+		abort(); /* only fails on allocation failure inside OpenSSL */
+}
+
+struct dcr_sha256_ctx *dcr_sha256_new(void)
+{
+	struct dcr_sha256_ctx *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->md = EVP_MD_CTX_new();
+	if (!c->md || !EVP_DigestInit_ex(c->md, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(c->md);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void dcr_sha256_reset(struct dcr_sha256_ctx *c)
+{
+	EVP_DigestInit_ex(c->md, EVP_sha256(), NULL);
+}
+
+void dcr_sha256_update(struct dcr_sha256_ctx *c, const void *data, size_t len)
+{
+	EVP_DigestUpdate(c->md, data, len);
+}
+
+void dcr_sha256_final(struct dcr_sha256_ctx *c, uint8_t out[DCR_HASH_LEN])
+{
+	unsigned int n = DCR_HASH_LEN;
+
+	EVP_DigestFinal_ex(c->md, out, &n);
+}
+
+void dcr_sha256_free(struct dcr_sha256_ctx *c)
+{
+	if (!c)
+		return;
+	EVP_MD_CTX_free(c->md);
+	free(c);
+}
+
+void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (int i = 0; i < DCR_HASH_LEN; i++) {
+		hex[2 * i] = digits[h[i] >> 4];
+		hex[2 * i + 1] = digits[h[i] & 15];
+	}
+	hex[DCR_HASH_HEX_LEN] = 0;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int dcr_hash_unhex(const char *hex, uint8_t h[DCR_HASH_LEN])
+{
+	for (int i = 0; i < DCR_HASH_LEN; i++) {
+		int hi = hexval(hex[2 * i]);
+		int lo = hi < 0 ? -1 : hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		h[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return hex[DCR_HASH_HEX_LEN] ? -EINVAL : 0;
+}
+
+bool dcr_hash_eq(const uint8_t a[DCR_HASH_LEN], const uint8_t b[DCR_HASH_LEN])
+{
+	return memcmp(a, b, DCR_HASH_LEN) == 0;
+}

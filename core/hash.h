@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hash.h - SHA-256 (OpenSSL EVP) for files, chunks, packs and manifests.
+ */
+#ifndef DCR_HASH_H
+#define DCR_HASH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DCR_HASH_LEN 32
+#define DCR_HASH_HEX_LEN 64
+
+/** One-shot SHA-256 of @len bytes into @out. Thread-safe. */
+void dcr_sha256(const void *data, size_t len, uint8_t out[DCR_HASH_LEN]);
+
+/** Streaming SHA-256; opaque, allocate with dcr_sha256_new. */
+struct dcr_sha256_ctx;
+
+/** Create a context, initialised. NULL on allocation failure. */
+struct dcr_sha256_ctx *dcr_sha256_new(void);
+/** Restart the context for a new message. */
+void dcr_sha256_reset(struct dcr_sha256_ctx *c);
+void dcr_sha256_update(struct dcr_sha256_ctx *c, const void *data, size_t len);
+/** Finish into @out; call dcr_sha256_reset before re-use. */
+void dcr_sha256_final(struct dcr_sha256_ctx *c, uint8_t out[DCR_HASH_LEN]);
+/** Free; NULL is accepted. */
+void dcr_sha256_free(struct dcr_sha256_ctx *c);
+
+/** Lower-case hex of a hash into @hex (DCR_HASH_HEX_LEN + 1 bytes, NUL-terminated). */
+void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1]);
+/** Parse 64 hex digits; 0 or -EINVAL. */
+int dcr_hash_unhex(const char *hex, uint8_t h[DCR_HASH_LEN]);
+/** Constant-time-enough comparison; true if equal. */
+bool dcr_hash_eq(const uint8_t a[DCR_HASH_LEN], const uint8_t b[DCR_HASH_LEN]);
+
+#endif /* DCR_HASH_H */

@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * manifest.c - encode, decode and validate version manifests.
+ *
+ * Body (before zstd), all integers LEB128 varints unless noted:
+ *
+ *   version, parent, zigzag(ctime_ns), chunk_size
+ *   npacks, npacks x 32-byte pack hash
+ *   nfiles, then per file, in path order:
+ *     path length, path bytes, type (u8), mode, size, zigzag(mtime_ns)
+ *     regular files only:
+ *       sha256 (32 bytes), base + 1 (0 = no base)
+ *       per chunk (count derived from size and chunk_size):
+ *         kind (u8); unless SAME: pack index, offset, length;
+ *         chunk hash (32 bytes)
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zstd.h>
+
+#include "chunk.h"
+#include "common.h"
+#include "frame.h"
+#include "manifest.h"
+
+static const uint8_t man_magic[8] = { 'D', 'C', 'R', 'M', 'A', 'N', 'I', 'F' };
+#define MAN_HDR_LEN 32
+/* Smallest encoded chunk entry (SAME: kind + hash) and file entry. */
+#define MIN_CHUNK_ENC (1 + DCR_HASH_LEN)
+#define MIN_FILE_ENC 6
+/* Decompressed/compressed ratio beyond which a body is refused. */
+#define MAX_BODY_RATIO 64
+
+static uint64_t zigzag(int64_t v)
+{
+	return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+static int64_t unzigzag(uint64_t v)
+{
+	return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+}
+
+void dcr_manifest_free(struct dcr_manifest *m)
+{
+	if (!m)
+		return;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		free(m->files[i].path);
+		free(m->files[i].chunks);
+	}
+	free(m->files);
+	free(m->packs);
+	memset(m, 0, sizeof(*m));
+}
+
+int dcr_path_valid(const char *path, size_t len)
+{
+	if (len == 0 || len > DCR_PATH_MAX || path[0] == '/' ||
+	    path[len - 1] == '/')
+		return 0;
+	if (memchr(path, 0, len))
+		return 0;
+	const char *p = path, *end = path + len;
+	while (p < end) {
+		const char *slash = memchr(p, '/', (size_t)(end - p));
+		const char *ce = slash ? slash : end;
+		size_t cl = (size_t)(ce - p);
+		if (cl == 0 || (cl == 1 && p[0] == '.') ||
+		    (cl == 2 && p[0] == '.' && p[1] == '.') || cl > 255)
+			return 0;
+		p = ce + 1;
+	}
+	return 1;
+}
+
+int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path)
+{
+	uint32_t lo = 0, hi = m->nfiles;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(m->files[mid].path, path);
+		if (c == 0)
+			return mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+static int parent_dir_listed(const struct dcr_manifest *m, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		return 1;
+	size_t n = (size_t)(slash - path);
+	char tmp[DCR_PATH_MAX + 1];
+	memcpy(tmp, path, n);
+	tmp[n] = 0;
+	int64_t i = dcr_manifest_find(m, tmp);
+	return i >= 0 && m->files[i].type == DCR_FT_DIR;
+}
+
+int dcr_manifest_validate(const struct dcr_manifest *m)
+{
+	if (m->version == 0 || m->parent >= m->version ||
+	    !dcr_chunk_size_valid(m->chunk_size))
+		return DCR_ERR(-EBADMSG);
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		if (!f->path || !dcr_path_valid(f->path, strlen(f->path)))
+			return DCR_ERR(-EBADMSG);
+		if (i > 0 && strcmp(m->files[i - 1].path, f->path) >= 0)
+			return DCR_ERR(-EBADMSG);
+		if (!parent_dir_listed(m, f->path))
+			return DCR_ERR(-EBADMSG);
+		if (f->mode & ~07777u)
+			return DCR_ERR(-EBADMSG);
+		if (f->type == DCR_FT_DIR) {
+			if (f->size || f->nchunks || f->base != DCR_NO_BASE)
+				return DCR_ERR(-EBADMSG);
+			continue;
+		}
+		if (f->type != DCR_FT_REG ||
+		    f->nchunks != dcr_chunk_count(f->size, m->chunk_size))
+			return DCR_ERR(-EBADMSG);
+		for (uint64_t c = 0; c < f->nchunks; c++) {
+			const struct dcr_chunk_ref *r = &f->chunks[c];
+			switch (r->kind) {
+			case DCR_CK_SAME:
+				if (f->base == DCR_NO_BASE || !m->parent)
+					return DCR_ERR(-EBADMSG);
+				break;
+			case DCR_CK_DELTA:
+				if (f->base == DCR_NO_BASE || !m->parent)
+					return DCR_ERR(-EBADMSG);
+				/* fallthrough */
+			case DCR_CK_FULL:
+				if (r->pack >= m->npacks ||
+				    r->len < DCR_FRAME_HDR_LEN ||
+				    r->len > DCR_FRAME_HDR_LEN + DCR_CHUNK_MAX + (DCR_CHUNK_MAX >> 4) ||
+				    r->off > UINT64_MAX - r->len)
+					return DCR_ERR(-EBADMSG);
+				break;
+			default:
+				return DCR_ERR(-EBADMSG);
+			}
+		}
+	}
+	return 0;
+}
+
+int dcr_manifest_check_parent(const struct dcr_manifest *m,
+			      const struct dcr_manifest *p)
+{
+	if (m->parent != p->version || m->chunk_size != p->chunk_size)
+		return DCR_ERR(-EBADMSG);
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		if (f->base == DCR_NO_BASE)
+			continue;
+		if (f->base >= p->nfiles)
+			return DCR_ERR(-EBADMSG);
+		const struct dcr_file *b = &p->files[f->base];
+		if (b->type != DCR_FT_REG || b->size != f->size)
+			return DCR_ERR(-EBADMSG);
+		for (uint64_t c = 0; c < f->nchunks; c++)
+			if (f->chunks[c].kind == DCR_CK_SAME &&
+			    !dcr_hash_eq(f->chunks[c].hash, b->chunks[c].hash))
+				return DCR_ERR(-EBADMSG);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ encode */
+
+#define TRY(expr)                     \
+	do {                          \
+		int ret_ = (expr);    \
+		if (ret_)             \
+			return ret_;  \
+	} while (0)
+
+static int encode_body(const struct dcr_manifest *m, struct dcr_buf *b)
+{
+	TRY(dcr_buf_put_varint(b, m->version));
+	TRY(dcr_buf_put_varint(b, m->parent));
+	TRY(dcr_buf_put_varint(b, zigzag(m->ctime_ns)));
+	TRY(dcr_buf_put_varint(b, m->chunk_size));
+	TRY(dcr_buf_put_varint(b, m->npacks));
+	for (uint32_t i = 0; i < m->npacks; i++)
+		TRY(dcr_buf_append(b, m->packs[i], DCR_HASH_LEN));
+	TRY(dcr_buf_put_varint(b, m->nfiles));
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		size_t pl = strlen(f->path);
+		TRY(dcr_buf_put_varint(b, pl));
+		TRY(dcr_buf_append(b, f->path, pl));
+		TRY(dcr_buf_putc(b, f->type));
+		TRY(dcr_buf_put_varint(b, f->mode));
+		TRY(dcr_buf_put_varint(b, f->size));
+		TRY(dcr_buf_put_varint(b, zigzag(f->mtime_ns)));
+		if (f->type != DCR_FT_REG)
+			continue;
+		TRY(dcr_buf_append(b, f->sha256, DCR_HASH_LEN));
+		TRY(dcr_buf_put_varint(b, f->base == DCR_NO_BASE ? 0 : (uint64_t)f->base + 1));
+		for (uint64_t c = 0; c < f->nchunks; c++) {
+			const struct dcr_chunk_ref *r = &f->chunks[c];
+			TRY(dcr_buf_putc(b, r->kind));
+			if (r->kind != DCR_CK_SAME) {
+				TRY(dcr_buf_put_varint(b, r->pack));
+				TRY(dcr_buf_put_varint(b, r->off));
+				TRY(dcr_buf_put_varint(b, r->len));
+			}
+			TRY(dcr_buf_append(b, r->hash, DCR_HASH_LEN));
+		}
+	}
+	return 0;
+}
+
+int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out)
+{
+	struct dcr_buf body;
+	int ret = dcr_manifest_validate(m);
+
+	if (ret)
+		return DCR_ERR(-EINVAL);
+	dcr_buf_init(&body, DCR_MANIFEST_BODY_MAX);
+	ret = encode_body(m, &body);
+	if (ret)
+		goto err_free_body;
+	size_t bound = ZSTD_compressBound(body.len);
+	size_t start = out->len;
+	ret = dcr_buf_reserve(out, start + MAN_HDR_LEN + bound + DCR_HASH_LEN);
+	if (ret)
+		goto err_free_body;
+	uint8_t *h = out->data + start;
+	size_t clen = ZSTD_compress(h + MAN_HDR_LEN, bound, body.data, body.len, 3);
+	if (ZSTD_isError(clen)) {
+		dcr_err("zstd: %s", ZSTD_getErrorName(clen));
+		ret = DCR_ERR(-EIO);
+		goto err_free_body;
+	}
+	memcpy(h, man_magic, 8);
+	dcr_put_le32(h + 8, DCR_MANIFEST_FORMAT);
+	dcr_put_le32(h + 12, 0);
+	dcr_put_le64(h + 16, body.len);
+	dcr_put_le64(h + 24, clen);
+	dcr_sha256(h, MAN_HDR_LEN + clen, h + MAN_HDR_LEN + clen);
+	out->len = start + MAN_HDR_LEN + clen + DCR_HASH_LEN;
+	ret = 0;
+err_free_body:
+	dcr_buf_free(&body);
+	return ret;
+}
+
+/* ------------------------------------------------------------ decode */
+
+static int decode_file(struct dcr_rd *r, const struct dcr_manifest *m,
+		       struct dcr_file *f)
+{
+	uint64_t pl, mode, size, mt, base;
+	const uint8_t *p;
+	uint8_t type;
+
+	TRY(dcr_rd_varint_max(r, DCR_PATH_MAX, &pl));
+	TRY(dcr_rd_bytes(r, pl, &p));
+	if (!dcr_path_valid((const char *)p, pl))
+		return DCR_ERR(-EBADMSG);
+	if (!(f->path = malloc(pl + 1)))
+		return DCR_ERR(-ENOMEM);
+	memcpy(f->path, p, pl);
+	f->path[pl] = 0;
+	TRY(dcr_rd_u8(r, &type));
+	TRY(dcr_rd_varint_max(r, 07777, &mode));
+	TRY(dcr_rd_varint(r, &size));
+	TRY(dcr_rd_varint(r, &mt));
+	f->type = type;
+	f->mode = (uint32_t)mode;
+	f->size = size;
+	f->mtime_ns = unzigzag(mt);
+	f->base = DCR_NO_BASE;
+	if (type == DCR_FT_DIR)
+		return size ? DCR_ERR(-EBADMSG) : 0;
+	if (type != DCR_FT_REG)
+		return DCR_ERR(-EBADMSG);
+	TRY(dcr_rd_bytes(r, DCR_HASH_LEN, &p));
+	memcpy(f->sha256, p, DCR_HASH_LEN);
+	TRY(dcr_rd_varint_max(r, UINT32_MAX, &base));
+	f->base = base ? (uint32_t)(base - 1) : DCR_NO_BASE;
+	uint64_t n = dcr_chunk_count(size, m->chunk_size);
+	/* Bound the allocation by the bytes actually present. */
+	if (n > dcr_rd_left(r) / MIN_CHUNK_ENC)
+		return DCR_ERR(-EBADMSG);
+	f->nchunks = n;
+	if (n && !(f->chunks = calloc(n, sizeof(*f->chunks))))
+		return DCR_ERR(-ENOMEM);
+	for (uint64_t c = 0; c < n; c++) {
+		struct dcr_chunk_ref *cr = &f->chunks[c];
+		uint64_t pack, off, len;
+		TRY(dcr_rd_u8(r, &cr->kind));
+		if (cr->kind > DCR_CK_DELTA)
+			return DCR_ERR(-EBADMSG);
+		if (cr->kind != DCR_CK_SAME) {
+			TRY(dcr_rd_varint_max(r, UINT32_MAX, &pack));
+			TRY(dcr_rd_varint(r, &off));
+			TRY(dcr_rd_varint_max(r, UINT32_MAX, &len));
+			cr->pack = (uint32_t)pack;
+			cr->off = off;
+			cr->len = (uint32_t)len;
+		}
+		TRY(dcr_rd_bytes(r, DCR_HASH_LEN, &p));
+		memcpy(cr->hash, p, DCR_HASH_LEN);
+	}
+	return 0;
+}
+
+static int decode_body(struct dcr_rd *r, struct dcr_manifest *m)
+{
+	uint64_t v, cs, n;
+	const uint8_t *p;
+
+	TRY(dcr_rd_varint(r, &m->version));
+	TRY(dcr_rd_varint(r, &m->parent));
+	TRY(dcr_rd_varint(r, &v));
+	m->ctime_ns = unzigzag(v);
+	TRY(dcr_rd_varint_max(r, DCR_CHUNK_MAX, &cs));
+	if (!dcr_chunk_size_valid(cs))
+		return DCR_ERR(-EBADMSG);
+	m->chunk_size = (uint32_t)cs;
+	TRY(dcr_rd_varint_max(r, dcr_rd_left(r) / DCR_HASH_LEN, &n));
+	m->npacks = (uint32_t)n;
+	if (n) {
+		TRY(dcr_rd_bytes(r, n * DCR_HASH_LEN, &p));
+		if (!(m->packs = malloc(n * DCR_HASH_LEN)))
+			return DCR_ERR(-ENOMEM);
+		memcpy(m->packs, p, n * DCR_HASH_LEN);
+	}
+	TRY(dcr_rd_varint_max(r, DCR_MIN(dcr_rd_left(r) / MIN_FILE_ENC, UINT32_MAX - 1), &n));
+	if (n && !(m->files = calloc(n, sizeof(*m->files))))
+		return DCR_ERR(-ENOMEM);
+	for (uint64_t i = 0; i < n; i++) {
+		m->nfiles = (uint32_t)i + 1; /* so free() sees what was built */
+		TRY(decode_file(r, m, &m->files[i]));
+	}
+	return dcr_rd_left(r) ? DCR_ERR(-EBADMSG) : 0;
+}
+
+int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
+{
+	const uint8_t *h = data;
+	uint8_t sum[DCR_HASH_LEN];
+	int ret;
+
+	memset(m, 0, sizeof(*m));
+	if (n < MAN_HDR_LEN + DCR_HASH_LEN || memcmp(h, man_magic, 8) != 0 ||
+	    dcr_get_le32(h + 8) != DCR_MANIFEST_FORMAT ||
+	    dcr_get_le32(h + 12) != 0)
+		return DCR_ERR(-EBADMSG);
+	uint64_t blen = dcr_get_le64(h + 16);
+	uint64_t clen = dcr_get_le64(h + 24);
+	if (clen != n - MAN_HDR_LEN - DCR_HASH_LEN || blen > DCR_MANIFEST_BODY_MAX ||
+	    blen > clen * MAX_BODY_RATIO + 65536)
+		return DCR_ERR(-EBADMSG);
+	dcr_sha256(h, MAN_HDR_LEN + clen, sum);
+	if (!dcr_hash_eq(sum, h + MAN_HDR_LEN + clen))
+		return DCR_ERR(-EBADMSG);
+	uint8_t *body = malloc(blen ? blen : 1);
+	if (!body)
+		return DCR_ERR(-ENOMEM);
+	size_t got = ZSTD_decompress(body, blen, h + MAN_HDR_LEN, clen);
+	if (ZSTD_isError(got) || got != blen) {
+		ret = DCR_ERR(-EBADMSG);
+		goto err_free_body;
+	}
+	struct dcr_rd r;
+	dcr_rd_init(&r, body, blen);
+	ret = decode_body(&r, m);
+	if (!ret)
+		ret = dcr_manifest_validate(m);
+	if (ret == -EINVAL)
+		ret = -EBADMSG;
+err_free_body:
+	free(body);
+	if (ret)
+		dcr_manifest_free(m);
+	return ret;
+}
+
+/* -------------------------------------------------------------- keys */
+
+void dcr_version_key(uint64_t v, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "versions/%010" PRIu64, v);
+}
+
+void dcr_pack_key(const uint8_t h[DCR_HASH_LEN], char *buf, size_t cap)
+{
+	char hex[DCR_HASH_HEX_LEN + 1];
+
+	dcr_hash_hex(h, hex);
+	snprintf(buf, cap, "packs/%s", hex);
+}
+
+int dcr_version_from_key(const char *key, uint64_t *v)
+{
+	if (!strncmp(key, "versions/", 9))
+		key += 9;
+	if (strlen(key) != 10)
+		return -EINVAL;
+	for (int i = 0; i < 10; i++)
+		if (key[i] < '0' || key[i] > '9')
+			return -EINVAL;
+	int ret = dcr_parse_u64(key, v);
+	if (ret)
+		return ret;
+	return *v ? 0 : -EINVAL;
+}

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * manifest.h - the immutable description of one version.
+ *
+ * A manifest names every directory and regular file of the version, and
+ * for every chunk of every file how to materialize it: no frame (the
+ * chunk equals the same chunk of the parent), a full frame, or a delta
+ * frame against the parent's chunk, each with the SHA-256 of the
+ * materialized chunk so every chunk is verified when it is built.
+ *
+ * On-store encoding (little-endian, see manifest.c for the body):
+ *
+ *   0   8  magic "DCRMANIF"
+ *   8   4  format version (1)
+ *   12  4  flags (0)
+ *   16  8  body length after decompression (bounded)
+ *   24  8  compressed body length
+ *   32  n  zstd-compressed body
+ *   32+n 32 SHA-256 of bytes [0, 32+n)
+ *
+ * Decoding bounds every length and count against the bytes present and
+ * validates every path (relative, no "." or ".." components, no empty
+ * components, no NUL, sorted and unique, parents listed before
+ * children).
+ */
+#ifndef DCR_MANIFEST_H
+#define DCR_MANIFEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "hash.h"
+
+#define DCR_MANIFEST_FORMAT 1
+#define DCR_NO_BASE UINT32_MAX
+#define DCR_PATH_MAX 4096
+/** Largest decoded manifest body accepted (hostile-length guard). */
+#define DCR_MANIFEST_BODY_MAX ((uint64_t)4 << 30)
+
+enum dcr_ftype {
+	DCR_FT_REG = 1,
+	DCR_FT_DIR = 2,
+};
+
+enum dcr_chunk_kind {
+	DCR_CK_SAME = 0,  /* equal to the parent's chunk; no frame */
+	DCR_CK_FULL = 1,  /* full frame */
+	DCR_CK_DELTA = 2, /* XOR delta frame against the parent's chunk */
+};
+
+/** Where one chunk's frame lives and what it must hash to. */
+struct dcr_chunk_ref {
+	uint8_t kind;       /* enum dcr_chunk_kind */
+	uint32_t pack;      /* index into dcr_manifest.packs (not for SAME) */
+	uint32_t len;       /* frame length in bytes (not for SAME) */
+	uint64_t off;       /* frame offset in the pack (not for SAME) */
+	uint8_t hash[DCR_HASH_LEN]; /* SHA-256 of the materialized chunk */
+};
+
+struct dcr_file {
+	char *path;        /* relative, '/'-separated, NUL-terminated */
+	uint8_t type;      /* enum dcr_ftype */
+	uint32_t mode;     /* permission bits only (07777) */
+	uint64_t size;     /* bytes; 0 for directories */
+	int64_t mtime_ns;  /* of the source file when committed */
+	uint8_t sha256[DCR_HASH_LEN]; /* of the whole file (zero for dirs) */
+	/*
+	 * Index of the same path in the parent manifest, DCR_NO_BASE if none.
+	 * SAME and DELTA chunks refer to chunk i of that file, which must have
+	 * the same length.
+	 */
+	uint32_t base;
+	uint64_t nchunks;  /* dcr_chunk_count(size, chunk_size) */
+	struct dcr_chunk_ref *chunks;
+};
+
+struct dcr_manifest {
+	uint64_t version;   /* >= 1 */
+	uint64_t parent;    /* 0 = no parent */
+	int64_t ctime_ns;   /* commit time */
+	uint32_t chunk_size;
+	uint32_t npacks;
+	uint8_t (*packs)[DCR_HASH_LEN]; /* pack names (SHA-256 of the pack) */
+	uint32_t nfiles;
+	struct dcr_file *files; /* sorted by path (bytewise), unique */
+};
+
+/** Free everything a decoded or built manifest owns (not @m itself). NULL ok. */
+void dcr_manifest_free(struct dcr_manifest *m);
+
+/**
+ * dcr_manifest_encode - serialise @m into @out (appended).
+ * The manifest must be valid (see dcr_manifest_validate). 0 or -errno.
+ */
+int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out);
+
+/**
+ * dcr_manifest_decode - parse untrusted bytes into @m.
+ * On failure returns -EBADMSG (malformed, bad checksum, invalid paths or
+ * references) or -ENOMEM, and @m is left zeroed.
+ */
+int dcr_manifest_decode(const void *p, size_t n, struct dcr_manifest *m);
+
+/**
+ * dcr_manifest_validate - check internal consistency: chunk size,
+ * sorted unique valid paths, parent directories present, chunk counts,
+ * pack indices in range, kinds valid, SAME/DELTA only with a base.
+ * 0 or -EBADMSG.
+ */
+int dcr_manifest_validate(const struct dcr_manifest *m);
+
+/**
+ * dcr_manifest_check_parent - check that @m's base references are
+ * consistent with its parent @p (the base file exists and has the same
+ * size whenever a chunk is SAME or DELTA). 0 or -EBADMSG.
+ */
+int dcr_manifest_check_parent(const struct dcr_manifest *m,
+			      const struct dcr_manifest *p);
+
+/** Binary search for @path; returns the index or -1. */
+int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path);
+
+/**
+ * dcr_path_valid - true if @path (length @len) is a valid relative path:
+ * non-empty, no leading or trailing '/', no empty, "." or ".."
+ * components, no NUL, at most DCR_PATH_MAX bytes.
+ */
+int dcr_path_valid(const char *path, size_t len);
+
+/** Object key of version @v's manifest: "versions/%010llu". */
+void dcr_version_key(uint64_t v, char *buf, size_t cap);
+/** Object key of a pack: "packs/<64 hex>". */
+void dcr_pack_key(const uint8_t h[DCR_HASH_LEN], char *buf, size_t cap);
+/** Parse "versions/NNNNNNNNNN" (the prefix-stripped name also accepted). */
+int dcr_version_from_key(const char *key, uint64_t *v);
+
+#endif /* DCR_MANIFEST_H */

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * objstore.h - the object-store interface every backend fills.
+ *
+ * Like sqlite3_io_methods or erofs_vfops: a backend defines a static const
+ * struct dcr_store_ops with designated initializers, embeds struct
+ * dcr_store as the first member of its own state, and callers go through
+ * the dcr_store_* wrappers below. core/ only sees this interface; the
+ * backends (local directory, S3) live in store/.
+ *
+ * Keys are '/'-separated names relative to the store's root or prefix
+ * ("versions/0000000001", "packs/<sha256>", "tags/<name>").
+ *
+ * Every op may be called from several threads at once on the same store.
+ * Every op returns 0 (or a count) on success and -errno on failure:
+ * -ENOENT for a missing object, -EEXIST for a conditional put that lost,
+ * -EACCES for refused credentials, -EIO for anything else the backend
+ * could not do after its own retries (it logs the reason once, naming
+ * the object).
+ */
+#ifndef DCR_OBJSTORE_H
+#define DCR_OBJSTORE_H
+
+#include <stdint.h>
+
+#include "buf.h"
+
+/** Read to the end of the object. */
+#define DCR_GET_ALL UINT64_MAX
+
+enum dcr_put_flags {
+	DCR_PUT_IF_ABSENT = 1 << 0, /* fail with -EEXIST if the key exists */
+};
+
+struct dcr_store;
+
+/**
+ * dcr_list_fn - called once per key by list, in ascending key order for
+ * the directory backend (unordered backends must say so). Return 0 to go
+ * on, non-zero to stop the listing (list then returns that value).
+ */
+typedef int (*dcr_list_fn)(const char *key, uint64_t size, void *arg);
+
+struct dcr_store_ops {
+	const char *name; /* "dir", "s3" */
+	/**
+	 * get - append bytes [off, off+len) of @key to @out (len may be
+	 * DCR_GET_ALL). A range that runs past the end returns what exists;
+	 * an offset past the end returns no bytes. -ENOENT if absent;
+	 * -EFBIG if @out's maximum would be exceeded.
+	 */
+	int (*get)(struct dcr_store *st, const char *key, uint64_t off,
+		   uint64_t len, struct dcr_buf *out);
+	/**
+	 * put - store @len bytes under @key atomically: readers see the old
+	 * object (or none) or the whole new one, never a part. With
+	 * DCR_PUT_IF_ABSENT, fails with -EEXIST if @key exists, and of two
+	 * racing puts exactly one wins.
+	 */
+	int (*put)(struct dcr_store *st, const char *key, const void *data,
+		   uint64_t len, int flags);
+	/** head - size of @key into @size. -ENOENT if absent. */
+	int (*head)(struct dcr_store *st, const char *key, uint64_t *size);
+	/** list - every key starting with @prefix. */
+	int (*list)(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
+		    void *arg);
+	/** del - remove @key; -ENOENT if absent. */
+	int (*del)(struct dcr_store *st, const char *key);
+	/** close - free the store; no op may run concurrently. */
+	void (*close)(struct dcr_store *st);
+};
+
+struct dcr_store {
+	const struct dcr_store_ops *ops;
+	char *url; /* canonical URL, for messages (no secrets) */
+};
+
+static inline int dcr_store_get(struct dcr_store *st, const char *key,
+				uint64_t off, uint64_t len, struct dcr_buf *out)
+{
+	return st->ops->get(st, key, off, len, out);
+}
+static inline int dcr_store_put(struct dcr_store *st, const char *key,
+				const void *data, uint64_t len, int flags)
+{
+	return st->ops->put(st, key, data, len, flags);
+}
+static inline int dcr_store_head(struct dcr_store *st, const char *key,
+				 uint64_t *size)
+{
+	return st->ops->head(st, key, size);
+}
+static inline int dcr_store_list(struct dcr_store *st, const char *prefix,
+				 dcr_list_fn fn, void *arg)
+{
+	return st->ops->list(st, prefix, fn, arg);
+}
+static inline int dcr_store_del(struct dcr_store *st, const char *key)
+{
+	return st->ops->del(st, key);
+}
+/** Close and free @st; NULL accepted. */
+static inline void dcr_store_close(struct dcr_store *st)
+{
+	if (st)
+		st->ops->close(st);
+}
+
+/**
+ * dcr_store_latest - the highest version number whose manifest exists
+ * (0 if none) into @v. Lists "versions/".
+ */
+int dcr_store_latest(struct dcr_store *st, uint64_t *v);
+
+/**
+ * dcr_store_get_manifest - fetch and decode version @v's manifest.
+ * -ENOENT if it does not exist, -EBADMSG if corrupt (logged, naming the
+ * key), and checks that the decoded version number equals @v.
+ */
+struct dcr_manifest;
+int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
+			   struct dcr_manifest *m);
+
+/**
+ * dcr_store_get_tag / dcr_store_put_tag - tags/<name> holds a version
+ * number in decimal. Names: [A-Za-z0-9._-], 1..128 bytes, not starting
+ * with '.'. -EINVAL for a bad name.
+ */
+int dcr_store_get_tag(struct dcr_store *st, const char *name, uint64_t *v);
+int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v);
+int dcr_tag_name_valid(const char *name);
+
+#endif /* DCR_OBJSTORE_H */

@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dirstore.c - the local-directory object store (see dirstore.h).
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "dirstore.h"
+
+#define TMP_DIR ".tmp"
+
+struct dcr_dir_store {
+	struct dcr_store base; /* must be first */
+	char *root;
+	int root_fd;
+};
+
+static struct dcr_dir_store *to_dir(struct dcr_store *st)
+{
+	return (struct dcr_dir_store *)st;
+}
+
+/* Keys are relative paths without empty, "." or ".." components. */
+static int key_valid(const char *key)
+{
+	if (!*key || key[0] == '/' || key[0] == '.')
+		return 0;
+	for (const char *p = key; *p;) {
+		const char *e = strchrnul(p, '/');
+		size_t n = (size_t)(e - p);
+		if (n == 0 || (p[0] == '.' && (n == 1 || (n == 2 && p[1] == '.'))))
+			return 0;
+		p = *e ? e + 1 : e;
+	}
+	return 1;
+}
+
+static int dir_get(struct dcr_store *st, const char *key, uint64_t off,
+		   uint64_t len, struct dcr_buf *out)
+{
+	struct dcr_dir_store *d = to_dir(st);
+	struct stat sb;
+	int ret = 0;
+
+	if (!key_valid(key))
+		return DCR_ERR(-EINVAL);
+	int fd = openat(d->root_fd, key, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return DCR_ERR(-errno);
+	if (fstat(fd, &sb) < 0) {
+		ret = DCR_ERR(-errno);
+		goto err_close;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		ret = DCR_ERR(-EISDIR);
+		goto err_close;
+	}
+	uint64_t size = (uint64_t)sb.st_size;
+	if (off >= size)
+		goto err_close;
+	uint64_t n = DCR_MIN(len, size - off);
+	if (n > SIZE_MAX - out->len) {
+		ret = DCR_ERR(-EFBIG);
+		goto err_close;
+	}
+	ret = dcr_buf_reserve(out, out->len + n);
+	if (ret)
+		goto err_close;
+	uint64_t done = 0;
+	while (done < n) {
+		ssize_t r = pread(fd, out->data + out->len + done, n - done,
+				  (off_t)(off + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = DCR_ERR(-errno);
+			dcr_err("%s: read %s: %s", st->url, key, dcr_strerror(ret));
+			goto err_close;
+		}
+		if (r == 0)
+			break; /* shrank under us: return what exists */
+		done += (uint64_t)r;
+	}
+	out->len += done;
+err_close:
+	close(fd);
+	return ret;
+}
+
+/* mkdir -p for the directories of @key below the root. */
+static int make_parents(int root_fd, const char *key)
+{
+	char path[PATH_MAX];
+	size_t n = strlen(key);
+
+	if (n >= sizeof(path))
+		return DCR_ERR(-ENAMETOOLONG);
+	memcpy(path, key, n + 1);
+	for (char *p = path; (p = strchr(p, '/')); p++) {
+		*p = 0;
+		if (mkdirat(root_fd, path, 0755) < 0 && errno != EEXIST)
+			return DCR_ERR(-errno);
+		*p = '/';
+	}
+	return 0;
+}
+
+static int write_all(int fd, const uint8_t *p, uint64_t len)
+{
+	while (len) {
+		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return DCR_ERR(-errno);
+		}
+		p += w;
+		len -= (uint64_t)w;
+	}
+	return 0;
+}
+
+static int fsync_dir_of(int root_fd, const char *key)
+{
+	char path[PATH_MAX];
+	const char *slash = strrchr(key, '/');
+	int fd;
+
+	if (slash) {
+		size_t n = (size_t)(slash - key);
+		memcpy(path, key, n);
+		path[n] = 0;
+		fd = openat(root_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	} else {
+		fd = openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return DCR_ERR(-errno);
+	int ret = fsync(fd) < 0 ? DCR_ERR(-errno) : 0;
+	close(fd);
+	return ret;
+}
+
+static int dir_put(struct dcr_store *st, const char *key, const void *data,
+		   uint64_t len, int flags)
+{
+	struct dcr_dir_store *d = to_dir(st);
+	char tmp[PATH_MAX];
+	int ret;
+
+	if (!key_valid(key))
+		return DCR_ERR(-EINVAL);
+	ret = make_parents(d->root_fd, key);
+	if (ret)
+		goto err_log;
+	snprintf(tmp, sizeof(tmp), "%s/%s/put.XXXXXX", d->root, TMP_DIR);
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		ret = DCR_ERR(-errno);
+		goto err_log;
+	}
+	ret = write_all(fd, data, len);
+	if (!ret && fchmod(fd, 0644) < 0)
+		ret = DCR_ERR(-errno);
+	if (!ret && fsync(fd) < 0)
+		ret = DCR_ERR(-errno);
+	if (close(fd) < 0 && !ret)
+		ret = DCR_ERR(-errno);
+	if (ret)
+		goto err_unlink;
+	if (flags & DCR_PUT_IF_ABSENT) {
+		/* link() never replaces: of two racing puts exactly one wins. */
+		if (linkat(AT_FDCWD, tmp, d->root_fd, key, 0) < 0) {
+			ret = DCR_ERR(-errno);
+			unlink(tmp);
+			if (ret == -EEXIST)
+				return ret;
+			goto err_log;
+		}
+		unlink(tmp);
+	} else if (renameat(AT_FDCWD, tmp, d->root_fd, key) < 0) {
+		ret = DCR_ERR(-errno);
+		goto err_unlink;
+	}
+	ret = fsync_dir_of(d->root_fd, key);
+	if (ret)
+		goto err_log;
+	return 0;
+
+err_unlink:
+	unlink(tmp);
+err_log:
+	dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
+	return ret;
+}
+
+static int dir_head(struct dcr_store *st, const char *key, uint64_t *size)
+{
+	struct stat sb;
+
+	if (!key_valid(key))
+		return DCR_ERR(-EINVAL);
+	if (fstatat(to_dir(st)->root_fd, key, &sb, 0) < 0)
+		return DCR_ERR(-errno);
+	if (!S_ISREG(sb.st_mode))
+		return DCR_ERR(-ENOENT);
+	*size = (uint64_t)sb.st_size;
+	return 0;
+}
+
+struct key_list {
+	char **keys;
+	uint64_t *sizes;
+	size_t n, cap;
+};
+
+static int key_list_add(struct key_list *l, const char *key, uint64_t size)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		char **k = realloc(l->keys, cap * sizeof(*k));
+		if (!k)
+			return DCR_ERR(-ENOMEM);
+		l->keys = k;
+		uint64_t *s = realloc(l->sizes, cap * sizeof(*s));
+		if (!s)
+			return DCR_ERR(-ENOMEM);
+		l->sizes = s;
+		l->cap = cap;
+	}
+	if (!(l->keys[l->n] = strdup(key)))
+		return DCR_ERR(-ENOMEM);
+	l->sizes[l->n++] = size;
+	return 0;
+}
+
+/* Collect every object below directory @rel (relative to root). */
+static int walk(int root_fd, const char *rel, const char *prefix,
+		struct key_list *l)
+{
+	int fd = openat(root_fd, *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : DCR_ERR(-errno);
+	DIR *dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return DCR_ERR(-errno);
+	}
+	int ret = 0;
+	struct dirent *de;
+	while ((de = readdir(dir))) {
+		if (de->d_name[0] == '.')
+			continue; /* ., .., .tmp and temporaries */
+		char key[PATH_MAX];
+		int n = snprintf(key, sizeof(key), "%s%s%s", rel, *rel ? "/" : "",
+				 de->d_name);
+		if (n < 0 || (size_t)n >= sizeof(key))
+			continue;
+		struct stat sb;
+		if (fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		size_t kl = (size_t)n, pl = strlen(prefix);
+		if (S_ISDIR(sb.st_mode)) {
+			/* Descend only where keys could still match the prefix. */
+			if (strncmp(key, prefix, DCR_MIN(kl, pl)) == 0 &&
+			    (ret = walk(root_fd, key, prefix, l)))
+				break;
+		} else if (S_ISREG(sb.st_mode) && !strncmp(key, prefix, pl)) {
+			if ((ret = key_list_add(l, key, (uint64_t)sb.st_size)))
+				break;
+		}
+	}
+	closedir(dir);
+	return ret;
+}
+
+static int cmp_idx_keys(const void *a, const void *b, void *arg)
+{
+	char **keys = arg;
+	return strcmp(keys[*(const size_t *)a], keys[*(const size_t *)b]);
+}
+
+static int dir_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
+		    void *arg)
+{
+	struct dcr_dir_store *d = to_dir(st);
+	struct key_list l = { 0 };
+	char rel[PATH_MAX];
+	int ret;
+
+	/* Start the walk at the deepest directory named by the prefix. */
+	const char *slash = strrchr(prefix, '/');
+	size_t rl = slash ? (size_t)(slash - prefix) : 0;
+	if (rl >= sizeof(rel))
+		return DCR_ERR(-ENAMETOOLONG);
+	memcpy(rel, prefix, rl);
+	rel[rl] = 0;
+	if (rl && !key_valid(rel))
+		return DCR_ERR(-EINVAL);
+	ret = walk(d->root_fd, rel, prefix, &l);
+	if (ret) {
+		dcr_err("%s: cannot list %s: %s", st->url, prefix, dcr_strerror(ret));
+		goto err_free;
+	}
+	size_t *idx = malloc((l.n ? l.n : 1) * sizeof(*idx));
+	if (!idx) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free;
+	}
+	for (size_t i = 0; i < l.n; i++)
+		idx[i] = i;
+	qsort_r(idx, l.n, sizeof(*idx), cmp_idx_keys, l.keys);
+	for (size_t i = 0; i < l.n && !ret; i++)
+		ret = fn(l.keys[idx[i]], l.sizes[idx[i]], arg);
+	free(idx);
+err_free:
+	for (size_t i = 0; i < l.n; i++)
+		free(l.keys[i]);
+	free(l.keys);
+	free(l.sizes);
+	return ret;
+}
+
+static int dir_del(struct dcr_store *st, const char *key)
+{
+	if (!key_valid(key))
+		return DCR_ERR(-EINVAL);
+	if (unlinkat(to_dir(st)->root_fd, key, 0) < 0)
+		return DCR_ERR(-errno);
+	return 0;
+}
+
+static void dir_close(struct dcr_store *st)
+{
+	struct dcr_dir_store *d = to_dir(st);
+
+	close(d->root_fd);
+	free(d->root);
+	free(d->base.url);
+	free(d);
+}
+
+static const struct dcr_store_ops dir_ops = {
+	.name = "dir",
+	.get = dir_get,
+	.put = dir_put,
+	.head = dir_head,
+	.list = dir_list,
+	.del = dir_del,
+	.close = dir_close,
+};
+
+static int mkdir_p(const char *path)
+{
+	char tmp[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n >= sizeof(tmp))
+		return DCR_ERR(-ENAMETOOLONG);
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+			return DCR_ERR(-errno);
+		*p = '/';
+	}
+	if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+		return DCR_ERR(-errno);
+	return 0;
+}
+
+int dcr_dir_open(const char *path, int create, struct dcr_store **out)
+{
+	struct stat sb;
+	int ret;
+
+	if (create && (ret = mkdir_p(path))) {
+		dcr_err("%s: cannot create store directory: %s", path, dcr_strerror(ret));
+		return ret;
+	}
+	if (stat(path, &sb) < 0) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: cannot open store: %s", path, dcr_strerror(ret));
+		return ret;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		dcr_err("%s: store is not a directory", path);
+		return DCR_ERR(-ENOTDIR);
+	}
+	struct dcr_dir_store *d = calloc(1, sizeof(*d));
+	if (!d)
+		return DCR_ERR(-ENOMEM);
+	d->root = realpath(path, NULL);
+	if (!d->root) {
+		ret = DCR_ERR(-errno);
+		goto err_free;
+	}
+	d->root_fd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (d->root_fd < 0) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: cannot open store: %s", path, dcr_strerror(ret));
+		goto err_free_root;
+	}
+	if (mkdirat(d->root_fd, TMP_DIR, 0755) < 0 && errno != EEXIST &&
+	    errno != EROFS && errno != EACCES) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: cannot create %s: %s", path, TMP_DIR, dcr_strerror(ret));
+		goto err_close;
+	}
+	size_t ul = strlen(d->root) + 8;
+	if (!(d->base.url = malloc(ul))) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_close;
+	}
+	snprintf(d->base.url, ul, "file://%s", d->root);
+	d->base.ops = &dir_ops;
+	*out = &d->base;
+	return 0;
+
+err_close:
+	close(d->root_fd);
+err_free_root:
+	free(d->root);
+err_free:
+	free(d);
+	return ret;
+}

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reader.h - the read path (DESIGN.md section 6): versions, their trees,
+ * and bytes materialized lazily from a local chunk cache plus frames
+ * fetched from the store, verified bit-exactly.
+ *
+ * A reader owns a SQLite catalog and a chunk cache in @cache_dir; both
+ * survive a restart. All functions are thread-safe unless noted.
+ */
+#ifndef DCR_READER_H
+#define DCR_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "objstore.h"
+
+struct dcr_reader;
+
+struct dcr_reader_opts {
+	const char *cache_dir;  /* required; created (mode 0700) if absent */
+	uint64_t cache_size;    /* byte budget for cached chunks; 0 = default */
+	int fetch_threads;      /* parallel fetches; 0 = default */
+};
+
+#define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
+
+/** One directory or regular file of a version, as the filesystem shows it. */
+struct dcr_entry {
+	const char *path;   /* relative path ("a/b/c"); "" for the root */
+	const char *name;   /* last component; "" for the root */
+	uint32_t parent;    /* index of the parent directory entry (root: 0) */
+	uint8_t type;       /* DCR_FT_REG or DCR_FT_DIR (manifest.h) */
+	uint32_t mode;      /* permission bits */
+	uint64_t size;
+	int64_t mtime_ns;
+	uint32_t first_child; /* dirs: index of first child or UINT32_MAX */
+	uint32_t next_sibling;/* next entry in the same dir or UINT32_MAX */
+};
+
+/**
+ * A version's tree. Entry 0 is the root directory; the others follow in
+ * path order. Immutable and valid until dcr_reader_close.
+ */
+struct dcr_version_info {
+	uint64_t version;
+	uint64_t parent;
+	int64_t ctime_ns;
+	uint32_t chunk_size;
+	uint32_t nentries;
+	const struct dcr_entry *entries;
+};
+
+struct dcr_tag {
+	char *name;
+	uint64_t version;
+};
+
+/**
+ * dcr_reader_open - open (or create) the catalog and cache in
+ * opts->cache_dir for @st. The reader does not own @st; it must outlive
+ * the reader. Does not contact the store: call dcr_reader_refresh.
+ */
+int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
+		    struct dcr_reader **out);
+
+/** Close and free; NULL accepted. No other call may be running. */
+void dcr_reader_close(struct dcr_reader *r);
+
+/**
+ * dcr_reader_refresh - look for versions published since the last call
+ * (and on the first call, all of them) and for tag changes; fetch, verify
+ * and index new manifests. *@latest (may be NULL) receives the newest
+ * version (0 if the store is empty). A corrupt manifest is logged once,
+ * naming its key, and that version is left out; refresh still succeeds.
+ * Returns 0 or -errno if the store could not be listed.
+ */
+int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest);
+
+/** Newest version known after the last refresh (0 = none). */
+uint64_t dcr_reader_latest(struct dcr_reader *r);
+
+/**
+ * dcr_reader_versions - snapshot of the known version numbers, ascending,
+ * into a malloc'ed array the caller frees. 0 or -ENOMEM.
+ */
+int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n);
+
+/** dcr_reader_version - version @v's tree; -ENOENT if unknown. */
+int dcr_reader_version(struct dcr_reader *r, uint64_t v,
+		       const struct dcr_version_info **out);
+
+/** dcr_reader_tags - snapshot of the tags; free with dcr_reader_tags_free. */
+int dcr_reader_tags(struct dcr_reader *r, struct dcr_tag **tags, size_t *n);
+void dcr_reader_tags_free(struct dcr_tag *tags, size_t n);
+
+/**
+ * dcr_reader_read - read [off, off+len) of entry @idx of version @v into
+ * @dst. Returns the number of bytes read (short only at end of file, 0 at
+ * or past it) or -errno: -ENOENT unknown version/entry, -EISDIR for a
+ * directory, -EIO when a needed object is missing or corrupt or a chunk
+ * fails verification (logged once, naming the object). Never returns
+ * unverified bytes.
+ */
+ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			uint64_t off, void *dst, size_t len);
+
+#endif /* DCR_READER_H */

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store.c - pick the backend for a store URL.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "common.h"
+#include "dirstore.h"
+#include "store.h"
+
+int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
+		   int flags, struct dcr_store **out)
+{
+	if (!url || !*url) {
+		dcr_err("no store given");
+		return DCR_ERR(-EINVAL);
+	}
+	if (!strncmp(url, "file://", 7)) {
+		const char *path = url + 7;
+		if (path[0] != '/') {
+			dcr_err("%s: a file:// URL needs an absolute path (file:///path)", url);
+			return DCR_ERR(-EINVAL);
+		}
+		return dcr_dir_open(path, flags & DCR_OPEN_CREATE, out);
+	}
+	if (!strncmp(url, "s3://", 5)) {
+		dcr_err("%s: S3 stores are not supported by this build yet", url);
+		return DCR_ERR(-EPROTONOSUPPORT);
+	}
+	const char *colon = strstr(url, "://");
+	if (colon) {
+		dcr_err("%s: unknown store scheme (use a path, file:///path or s3://bucket/prefix)", url);
+		return DCR_ERR(-EPROTONOSUPPORT);
+	}
+	return dcr_dir_open(url, flags & DCR_OPEN_CREATE, out);
+}

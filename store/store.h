@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store.h - open an object store by URL.
+ *
+ *   /abs/or/relative/path     local directory (the embedded default)
+ *   file:///abs/path          local directory
+ *   s3://bucket/prefix        S3 API (not yet built: -EPROTONOSUPPORT)
+ */
+#ifndef DCR_STORE_H
+#define DCR_STORE_H
+
+#include "objstore.h"
+
+/** Settings a backend may need beyond the URL (S3 endpoint, creds, ...). */
+struct dcr_store_cfg {
+	const char *endpoint;    /* S3: http(s)://host:port */
+	const char *region;
+	const char *profile;
+	const char *credentials; /* path of an AWS credentials file */
+	int path_style;          /* S3: -1 = default, 0 = virtual, 1 = path */
+	const char *ca_bundle;
+};
+
+enum dcr_open_flags {
+	DCR_OPEN_CREATE = 1 << 0, /* create a local store directory if absent */
+};
+
+/**
+ * dcr_store_open - open the store named by @url. @cfg may be NULL.
+ * Returns 0 and *@out, or -errno with one clear message logged
+ * (-EINVAL bad URL, -ENOENT missing store without DCR_OPEN_CREATE,
+ * -ENOTDIR, -EACCES, -EPROTONOSUPPORT for an unknown scheme).
+ */
+int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
+		   int flags, struct dcr_store **out);
+
+#endif /* DCR_STORE_H */

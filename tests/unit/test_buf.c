@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for core/buf.c: bounded growth and the untrusted-byte reader. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "buf.h"
+#include "common.h"
+
+static void test_append_and_max(void **state)
+{
+	struct dcr_buf b;
+
+	dcr_buf_init(&b, 10);
+	assert_int_equal(dcr_buf_append(&b, "hello", 5), 0);
+	assert_int_equal(dcr_buf_append(&b, "world", 5), 0);
+	assert_int_equal(b.len, 10);
+	assert_memory_equal(b.data, "helloworld", 10);
+	/* Growing past the maximum fails and leaves the buffer intact. */
+	assert_int_equal(dcr_buf_append(&b, "!", 1), -EFBIG);
+	assert_int_equal(b.len, 10);
+	assert_int_equal(dcr_buf_reserve(&b, (size_t)1 << 40), -EFBIG);
+	dcr_buf_free(&b);
+	dcr_buf_free(NULL);
+}
+
+static void test_varint_roundtrip(void **state)
+{
+	static const uint64_t vals[] = { 0, 1, 127, 128, 300, 16383, 16384,
+					 UINT32_MAX, (uint64_t)1 << 56, UINT64_MAX };
+	struct dcr_buf b;
+	struct dcr_rd r;
+
+	dcr_buf_init(&b, 1024);
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(vals); i++)
+		assert_int_equal(dcr_buf_put_varint(&b, vals[i]), 0);
+	dcr_rd_init(&r, b.data, b.len);
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(vals); i++) {
+		uint64_t v;
+		assert_int_equal(dcr_rd_varint(&r, &v), 0);
+		assert_true(v == vals[i]);
+	}
+	assert_int_equal(dcr_rd_left(&r), 0);
+	uint64_t v;
+	assert_int_equal(dcr_rd_varint(&r, &v), -EBADMSG);
+	dcr_buf_free(&b);
+}
+
+static void test_varint_hostile(void **state)
+{
+	/* Truncated: continuation bit set on the last byte. */
+	static const uint8_t trunc[] = { 0x80, 0x80 };
+	/* Eleven bytes, and a tenth byte that overflows 64 bits. */
+	static const uint8_t too_long[11] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+					      0xff, 0xff, 0xff, 0xff, 0x01 };
+	static const uint8_t overflow[10] = { 0xff, 0xff, 0xff, 0xff, 0xff,
+					      0xff, 0xff, 0xff, 0xff, 0x02 };
+	struct dcr_rd r;
+	uint64_t v;
+
+	dcr_rd_init(&r, trunc, sizeof(trunc));
+	assert_int_equal(dcr_rd_varint(&r, &v), -EBADMSG);
+	dcr_rd_init(&r, too_long, sizeof(too_long));
+	assert_int_equal(dcr_rd_varint(&r, &v), -EBADMSG);
+	dcr_rd_init(&r, overflow, sizeof(overflow));
+	assert_int_equal(dcr_rd_varint(&r, &v), -EBADMSG);
+
+	static const uint8_t big[] = { 0xac, 0x02 }; /* 300 */
+	dcr_rd_init(&r, big, sizeof(big));
+	assert_int_equal(dcr_rd_varint_max(&r, 299, &v), -EBADMSG);
+
+	const uint8_t *p;
+	dcr_rd_init(&r, big, sizeof(big));
+	assert_int_equal(dcr_rd_bytes(&r, 3, &p), -EBADMSG);
+	assert_int_equal(dcr_rd_bytes(&r, 2, &p), 0);
+	uint8_t c;
+	assert_int_equal(dcr_rd_u8(&r, &c), -EBADMSG);
+}
+
+static void test_parse_size(void **state)
+{
+	uint64_t v;
+
+	assert_int_equal(dcr_parse_size("0", &v), 0);
+	assert_true(v == 0);
+	assert_int_equal(dcr_parse_size("4096", &v), 0);
+	assert_true(v == 4096);
+	assert_int_equal(dcr_parse_size("64K", &v), 0);
+	assert_true(v == 65536);
+	assert_int_equal(dcr_parse_size("1MiB", &v), 0);
+	assert_true(v == 1048576);
+	assert_int_equal(dcr_parse_size("10G", &v), 0);
+	assert_true(v == (uint64_t)10 << 30);
+	assert_int_equal(dcr_parse_size("2t", &v), 0);
+	assert_true(v == (uint64_t)2 << 40);
+	assert_int_equal(dcr_parse_size("", &v), -EINVAL);
+	assert_int_equal(dcr_parse_size("-1", &v), -EINVAL);
+	assert_int_equal(dcr_parse_size("1X", &v), -EINVAL);
+	assert_int_equal(dcr_parse_size("1MM", &v), -EINVAL);
+	assert_int_equal(dcr_parse_size("99999999999T", &v), -ERANGE);
+	assert_int_equal(dcr_parse_u64("12a", &v), -EINVAL);
+	assert_int_equal(dcr_parse_u64("18446744073709551616", &v), -ERANGE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_append_and_max),
+		cmocka_unit_test(test_varint_roundtrip),
+		cmocka_unit_test(test_varint_hostile),
+		cmocka_unit_test(test_parse_size),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

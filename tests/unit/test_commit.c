@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests for core/commit.c over a real directory store. Versions are
+ * checked by an independent, deliberately naive materializer written here
+ * (walk the manifest chain, apply frames, compare with the source tree).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "chunk.h"
+#include "commit.h"
+#include "common.h"
+#include "dirstore.h"
+#include "frame.h"
+#include "hash.h"
+#include "manifest.h"
+
+#define CS 4096u
+
+struct fx {
+	char root[64];
+	char src[96], par[96], stage[96];
+	struct dcr_store *st;
+	struct dcr_manifest man[16]; /* decoded versions, by number */
+	uint64_t nver;
+};
+
+static void sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	assert_int_equal(system(cmd), 0);
+}
+
+static void write_file(const char *dir, const char *rel, const uint8_t *p, size_t n)
+{
+	char path[256];
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(p, 1, n, f), n);
+	fclose(f);
+}
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	snprintf(f->root, sizeof(f->root), "/tmp/dcr-commit-XXXXXX");
+	if (!mkdtemp(f->root))
+		return -1;
+	snprintf(f->src, sizeof(f->src), "%s/src", f->root);
+	snprintf(f->par, sizeof(f->par), "%s/parent", f->root);
+	snprintf(f->stage, sizeof(f->stage), "%s/stage", f->root);
+	char store[128];
+	snprintf(store, sizeof(store), "%s/store", f->root);
+	mkdir(f->src, 0755);
+	if (dcr_dir_open(store, 1, &f->st))
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	for (int i = 0; i < 16; i++)
+		dcr_manifest_free(&f->man[i]);
+	dcr_store_close(f->st);
+	sh("rm -rf '%s'", f->root);
+	free(f);
+	return 0;
+}
+
+/* Materialize chunk @c of file @fi of version @v the slow, obvious way. */
+static void oracle_chunk(struct fx *f, uint64_t v, uint32_t fi, uint64_t c,
+			 uint8_t *dst, struct dcr_codec *codec)
+{
+	const struct dcr_manifest *m = &f->man[v];
+	const struct dcr_file *file = &m->files[fi];
+	const struct dcr_chunk_ref *r = &file->chunks[c];
+	uint32_t len = dcr_chunk_len(file->size, m->chunk_size, c);
+
+	if (r->kind != DCR_CK_FULL)
+		oracle_chunk(f, m->parent, file->base, c, dst, codec);
+	if (r->kind != DCR_CK_SAME) {
+		char key[80];
+		struct dcr_buf b;
+		dcr_pack_key(m->packs[r->pack], key, sizeof(key));
+		dcr_buf_init(&b, 1 << 26);
+		assert_int_equal(dcr_store_get(f->st, key, r->off, r->len, &b), 0);
+		assert_int_equal(b.len, r->len);
+		assert_int_equal(dcr_frame_apply(codec, b.data, b.len, dst, len), 0);
+		dcr_buf_free(&b);
+	}
+	uint8_t h[DCR_HASH_LEN];
+	dcr_sha256(dst, len, h);
+	assert_memory_equal(h, r->hash, DCR_HASH_LEN);
+}
+
+/* Every file of version @v must equal the file in @dir byte for byte. */
+static void verify(struct fx *f, uint64_t v, const char *dir)
+{
+	struct dcr_codec *codec = dcr_codec_new(0);
+	const struct dcr_manifest *m = &f->man[v];
+	uint8_t *buf = malloc(DCR_CHUNK_MAX);
+
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *file = &m->files[i];
+		char path[256];
+		struct stat sb;
+		snprintf(path, sizeof(path), "%s/%s", dir, file->path);
+		assert_int_equal(lstat(path, &sb), 0);
+		if (file->type == DCR_FT_DIR) {
+			assert_true(S_ISDIR(sb.st_mode));
+			continue;
+		}
+		assert_true((uint64_t)sb.st_size == file->size);
+		int fd = open(path, O_RDONLY);
+		uint8_t *want = malloc(file->size + 1);
+		assert_int_equal(pread(fd, want, file->size, 0), (ssize_t)file->size);
+		close(fd);
+		uint8_t h[DCR_HASH_LEN];
+		dcr_sha256(want, file->size, h);
+		assert_memory_equal(h, file->sha256, DCR_HASH_LEN);
+		for (uint64_t c = 0; c < file->nchunks; c++) {
+			uint32_t len = dcr_chunk_len(file->size, m->chunk_size, c);
+			oracle_chunk(f, v, i, c, buf, codec);
+			assert_memory_equal(buf, want + c * m->chunk_size, len);
+		}
+		free(want);
+	}
+	free(buf);
+	dcr_codec_free(codec);
+}
+
+static uint64_t commit(struct fx *f, int full, struct dcr_commit_result *res)
+{
+	struct dcr_commit_result r;
+	uint64_t parent = f->nver;
+	struct dcr_commit_opts o = {
+		.parent = parent,
+		.parent_manifest = parent ? &f->man[parent] : NULL,
+		.parent_dir = f->par,
+		.stage_dir = f->stage,
+		.full = full,
+		.chunk_size = CS,
+		.jobs = 3,
+		.pack_target = 3 * CS, /* many packs, to exercise sealing */
+	};
+	sh("rm -rf '%s' && mkdir -p '%s'", f->stage, f->stage);
+	assert_int_equal(dcr_commit(f->st, f->src, &o, res ? res : &r), 0);
+	uint64_t v = (res ? res : &r)->version;
+	assert_true(v == parent + 1);
+	assert_int_equal(dcr_store_get_manifest(f->st, v, &f->man[v]), 0);
+	if (parent)
+		assert_int_equal(dcr_manifest_check_parent(&f->man[v], &f->man[parent]), 0);
+	/* The stage becomes the next parent tree, as dcrfs-commit does. */
+	sh("rm -rf '%s' && mv '%s' '%s'", f->par, f->stage, f->par);
+	f->nver = v;
+	verify(f, v, f->src);
+	return v;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		p[i] = (uint8_t)(x >> 24);
+	}
+}
+
+static void test_chain(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_commit_result res;
+	size_t big = 10 * CS + 123;
+	uint8_t *a = malloc(big), *b = malloc(3 * CS);
+
+	/* v1: nested dirs, an empty file, a file of exactly one chunk. */
+	sh("mkdir -p '%s/sub/deeper' '%s/emptydir'", f->src, f->src);
+	fill(a, big, 1);
+	write_file(f->src, "model.bin", a, big);
+	fill(b, CS, 2);
+	write_file(f->src, "sub/one_chunk", b, CS);
+	write_file(f->src, "sub/deeper/empty", b, 0);
+	write_file(f->src, "small", (const uint8_t *)"tiny", 4);
+	commit(f, 0, &res);
+	assert_true(res.chunks_full == 10 + 1 + 1 + 1);
+	assert_true(res.chunks_same == 0 && res.chunks_delta == 0);
+	assert_true(res.files == 4 && res.dirs == 3);
+
+	/* v2: identical tree: no frames at all. */
+	commit(f, 0, &res);
+	assert_true(res.chunks_same == 13 && res.chunks_delta == 0 && res.chunks_full == 0);
+	assert_true(res.packs == 0 && res.bytes_packed == 0);
+
+	/* v3: sparse changes in two chunks, including the short last one. */
+	a[5 * CS + 7] ^= 1;
+	a[big - 1] ^= 0x80;
+	write_file(f->src, "model.bin", a, big);
+	commit(f, 0, &res);
+	assert_true(res.chunks_delta == 2 && res.chunks_same == 11);
+
+	/* v4: resized file (full), removed file, added file. */
+	fill(b, 3 * CS, 3);
+	write_file(f->src, "sub/one_chunk", b, 3 * CS);
+	sh("rm '%s/small'", f->src);
+	write_file(f->src, "added", b, 100);
+	commit(f, 0, &res);
+	assert_true(res.chunks_full == 3 + 1);
+
+	/* v5: every byte of the big file changed (full frames win or deltas; both verify). */
+	fill(a, big, 9);
+	write_file(f->src, "model.bin", a, big);
+	commit(f, 0, &res);
+	assert_true(res.chunks_same == 4 && res.chunks_delta + res.chunks_full == 11);
+
+	/* v6: --full makes an anchor: every chunk full even if unchanged. */
+	commit(f, 1, &res);
+	assert_true(res.chunks_same == 0 && res.chunks_delta == 0 && res.chunks_full == 15);
+
+	/* Old versions still materialize, every chunk verified by its hash. */
+	assert_int_equal(dcr_manifest_find(&f->man[1], "small"), 2);
+	struct dcr_codec *codec = dcr_codec_new(0);
+	uint8_t *buf = malloc(CS);
+	for (uint64_t v = 1; v <= f->nver; v++)
+		for (uint32_t i = 0; i < f->man[v].nfiles; i++)
+			for (uint64_t c = 0; c < f->man[v].files[i].nchunks; c++)
+				oracle_chunk(f, v, i, c, buf, codec);
+	free(buf);
+	dcr_codec_free(codec);
+	free(a);
+	free(b);
+}
+
+static void test_rejects_special_files(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_commit_result res;
+	struct dcr_commit_opts o = { .chunk_size = CS };
+	uint64_t latest;
+
+	write_file(f->src, "ok", (const uint8_t *)"x", 1);
+	sh("ln -s ok '%s/link'", f->src);
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), -EINVAL);
+	sh("rm '%s/link' && mkfifo '%s/fifo'", f->src, f->src);
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), -EINVAL);
+	/* Nothing was published. */
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 0);
+	char missing[128];
+	snprintf(missing, sizeof(missing), "%s/nope", f->root);
+	assert_int_equal(dcr_commit(f->st, missing, &o, &res), -ENOENT);
+}
+
+static void test_stale_parent_tree(void **state)
+{
+	struct fx *f = *state;
+	uint8_t *a = malloc(4 * CS);
+
+	fill(a, 4 * CS, 5);
+	write_file(f->src, "w", a, 4 * CS);
+	commit(f, 0, NULL);
+	/* Corrupt the committer's copy of the parent, then change the source. */
+	a[0] ^= 1;
+	write_file(f->par, "w", a, 4 * CS);
+	a[1] ^= 1;
+	write_file(f->src, "w", a, 4 * CS);
+	struct dcr_commit_result res;
+	struct dcr_commit_opts o = {
+		.parent = 1, .parent_manifest = &f->man[1], .parent_dir = f->par,
+		.chunk_size = CS,
+	};
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), -ESTALE);
+	uint64_t latest;
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 1);
+	free(a);
+}
+
+static void test_lost_race_takes_next_number(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_commit_result res;
+
+	write_file(f->src, "w", (const uint8_t *)"abc", 3);
+	commit(f, 0, NULL);
+	/* Another committer publishes 2 with the same parent meanwhile. */
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000002", "x", 1, DCR_PUT_IF_ABSENT), 0);
+	write_file(f->src, "w", (const uint8_t *)"abd", 3);
+	struct dcr_commit_opts o = {
+		.parent = 1, .parent_manifest = &f->man[1], .parent_dir = f->par,
+		.chunk_size = CS,
+	};
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), 0);
+	assert_true(res.version == 3);
+	struct dcr_manifest m;
+	assert_int_equal(dcr_store_get_manifest(f->st, 3, &m), 0);
+	assert_true(m.parent == 1);
+	dcr_manifest_free(&m);
+}
+
+int main(void)
+{
+	dcr_log_set_level(DCR_LOG_ERR);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_chain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rejects_special_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stale_parent_tree, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lost_race_takes_next_number, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for store/dirstore.c and the store helpers in core/objstore.c. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "dirstore.h"
+#include "manifest.h"
+#include "store.h"
+
+struct fx {
+	char root[64];
+	struct dcr_store *st;
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	snprintf(f->root, sizeof(f->root), "/tmp/dcr-dirstore-XXXXXX");
+	if (!mkdtemp(f->root))
+		return -1;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/store/nested", f->root);
+	if (dcr_dir_open(path, 1, &f->st))
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	char cmd[128];
+	dcr_store_close(f->st);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->root);
+	if (system(cmd) != 0)
+		return -1;
+	free(f);
+	return 0;
+}
+
+static void test_put_get_head_del(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_buf b;
+	uint64_t size;
+
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_store_get(f->st, "packs/x", 0, DCR_GET_ALL, &b), -ENOENT);
+	assert_int_equal(dcr_store_head(f->st, "packs/x", &size), -ENOENT);
+	assert_int_equal(dcr_store_put(f->st, "packs/x", "0123456789", 10, 0), 0);
+	assert_int_equal(dcr_store_head(f->st, "packs/x", &size), 0);
+	assert_true(size == 10);
+	assert_int_equal(dcr_store_get(f->st, "packs/x", 0, DCR_GET_ALL, &b), 0);
+	assert_int_equal(b.len, 10);
+	dcr_buf_reset(&b);
+	assert_int_equal(dcr_store_get(f->st, "packs/x", 3, 4, &b), 0);
+	assert_int_equal(b.len, 4);
+	assert_memory_equal(b.data, "3456", 4);
+	/* A range past the end returns what exists; past the end, nothing. */
+	dcr_buf_reset(&b);
+	assert_int_equal(dcr_store_get(f->st, "packs/x", 8, 100, &b), 0);
+	assert_int_equal(b.len, 2);
+	dcr_buf_reset(&b);
+	assert_int_equal(dcr_store_get(f->st, "packs/x", 50, 1, &b), 0);
+	assert_int_equal(b.len, 0);
+	/* The buffer's maximum bounds what a get may allocate. */
+	struct dcr_buf small;
+	dcr_buf_init(&small, 4);
+	assert_int_equal(dcr_store_get(f->st, "packs/x", 0, DCR_GET_ALL, &small), -EFBIG);
+	dcr_buf_free(&small);
+	/* Plain put replaces. */
+	assert_int_equal(dcr_store_put(f->st, "packs/x", "abc", 3, 0), 0);
+	dcr_buf_reset(&b);
+	assert_int_equal(dcr_store_get(f->st, "packs/x", 0, DCR_GET_ALL, &b), 0);
+	assert_int_equal(b.len, 3);
+	assert_int_equal(dcr_store_del(f->st, "packs/x"), 0);
+	assert_int_equal(dcr_store_del(f->st, "packs/x"), -ENOENT);
+	dcr_buf_free(&b);
+}
+
+static void test_if_absent(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_buf b;
+
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000001", "one", 3, DCR_PUT_IF_ABSENT), 0);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000001", "two", 3, DCR_PUT_IF_ABSENT), -EEXIST);
+	assert_int_equal(dcr_store_get(f->st, "versions/0000000001", 0, DCR_GET_ALL, &b), 0);
+	assert_memory_equal(b.data, "one", 3);
+	dcr_buf_free(&b);
+}
+
+struct racer {
+	struct dcr_store *st;
+	int id;
+	int won;
+};
+
+static void *race(void *arg)
+{
+	struct racer *r = arg;
+	char body[16];
+	snprintf(body, sizeof(body), "racer %d", r->id);
+	r->won = dcr_store_put(r->st, "versions/0000000009", body, strlen(body),
+			       DCR_PUT_IF_ABSENT) == 0;
+	return NULL;
+}
+
+static void test_if_absent_race(void **state)
+{
+	struct fx *f = *state;
+	pthread_t t[8];
+	struct racer r[8];
+	int winners = 0;
+
+	for (int i = 0; i < 8; i++) {
+		r[i] = (struct racer){ .st = f->st, .id = i };
+		pthread_create(&t[i], NULL, race, &r[i]);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		winners += r[i].won;
+	}
+	assert_int_equal(winners, 1);
+}
+
+static int collect(const char *key, uint64_t size, void *arg)
+{
+	char *out = arg;
+	strcat(out, key);
+	strcat(out, ";");
+	return 0;
+}
+
+static int stop_at_two(const char *key, uint64_t size, void *arg)
+{
+	return ++*(int *)arg == 2 ? 42 : 0;
+}
+
+static void test_list_and_latest(void **state)
+{
+	struct fx *f = *state;
+	char out[512] = "";
+	uint64_t latest;
+
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 0);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000002", "b", 1, 0), 0);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000010", "c", 1, 0), 0);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000001", "a", 1, 0), 0);
+	assert_int_equal(dcr_store_put(f->st, "packs/aa", "p", 1, 0), 0);
+	assert_int_equal(dcr_store_list(f->st, "versions/", collect, out), 0);
+	assert_string_equal(out, "versions/0000000001;versions/0000000002;versions/0000000010;");
+	out[0] = 0;
+	assert_int_equal(dcr_store_list(f->st, "versions/00000000", collect, out), 0);
+	assert_string_equal(out, "versions/0000000001;versions/0000000002;versions/0000000010;");
+	int n = 0;
+	assert_int_equal(dcr_store_list(f->st, "", stop_at_two, &n), 42);
+	out[0] = 0;
+	assert_int_equal(dcr_store_list(f->st, "tags/", collect, out), 0);
+	assert_string_equal(out, "");
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 10);
+}
+
+static void test_bad_keys_and_tags(void **state)
+{
+	struct fx *f = *state;
+	uint64_t v;
+
+	assert_int_equal(dcr_store_put(f->st, "../escape", "x", 1, 0), -EINVAL);
+	assert_int_equal(dcr_store_put(f->st, "/abs", "x", 1, 0), -EINVAL);
+	assert_int_equal(dcr_store_put(f->st, "a/../../b", "x", 1, 0), -EINVAL);
+	assert_int_equal(dcr_store_get_tag(f->st, "stable", &v), -ENOENT);
+	assert_int_equal(dcr_store_put_tag(f->st, "stable", 7), 0);
+	assert_int_equal(dcr_store_get_tag(f->st, "stable", &v), 0);
+	assert_true(v == 7);
+	assert_int_equal(dcr_store_put_tag(f->st, "../x", 7), -EINVAL);
+	assert_int_equal(dcr_store_put(f->st, "tags/junk", "not a number", 12, 0), 0);
+	assert_int_equal(dcr_store_get_tag(f->st, "junk", &v), -EBADMSG);
+}
+
+static void test_open_errors(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_store *st;
+	char path[160];
+
+	snprintf(path, sizeof(path), "%s/missing", f->root);
+	assert_int_equal(dcr_store_open(path, NULL, 0, &st), -ENOENT);
+	assert_int_equal(dcr_store_open("s3x://foo", NULL, 0, &st), -EPROTONOSUPPORT);
+	assert_int_equal(dcr_store_open("file://relative", NULL, 0, &st), -EINVAL);
+	snprintf(path, sizeof(path), "%s/afile", f->root);
+	FILE *fp = fopen(path, "w");
+	fclose(fp);
+	assert_int_equal(dcr_store_open(path, NULL, 0, &st), -ENOTDIR);
+	snprintf(path, sizeof(path), "file://%s/store/nested", f->root);
+	assert_int_equal(dcr_store_open(path, NULL, 0, &st), 0);
+	assert_non_null(strstr(st->url, "file:///"));
+	dcr_store_close(st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_put_get_head_del, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_if_absent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_if_absent_race, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_and_latest, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_keys_and_tags, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for core/manifest.c: round trip, validation, hostile input. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "chunk.h"
+#include "frame.h"
+#include "manifest.h"
+
+static void set_file(struct dcr_file *f, const char *path, int type,
+		     uint64_t size, uint32_t cs, uint32_t base)
+{
+	memset(f, 0, sizeof(*f));
+	f->path = strdup(path);
+	f->type = (uint8_t)type;
+	f->mode = type == DCR_FT_DIR ? 0755 : 0644;
+	f->size = size;
+	f->mtime_ns = -5 + (int64_t)size; /* negative mtimes must survive */
+	f->base = base;
+	if (type == DCR_FT_DIR)
+		return;
+	f->nchunks = dcr_chunk_count(size, cs);
+	f->chunks = calloc(f->nchunks ? f->nchunks : 1, sizeof(*f->chunks));
+	for (uint64_t i = 0; i < f->nchunks; i++) {
+		struct dcr_chunk_ref *r = &f->chunks[i];
+		r->kind = base == DCR_NO_BASE ? DCR_CK_FULL : (uint8_t)(i % 3);
+		if (r->kind != DCR_CK_SAME) {
+			r->pack = (uint32_t)(i % 2);
+			r->off = 8 + i * 1000;
+			r->len = 100 + (uint32_t)i;
+		}
+		memset(r->hash, (int)(i + 1), DCR_HASH_LEN);
+		f->sha256[i % DCR_HASH_LEN] = (uint8_t)i;
+	}
+}
+
+/* A version 3 with parent 2: dirs, a nested file, an empty file. */
+static void build(struct dcr_manifest *m)
+{
+	uint32_t cs = 4096;
+
+	memset(m, 0, sizeof(*m));
+	m->version = 3;
+	m->parent = 2;
+	m->ctime_ns = 1700000000123456789;
+	m->chunk_size = cs;
+	m->npacks = 2;
+	m->packs = calloc(2, DCR_HASH_LEN);
+	m->packs[1][0] = 0xee;
+	m->nfiles = 5;
+	m->files = calloc(5, sizeof(*m->files));
+	set_file(&m->files[0], "a", DCR_FT_DIR, 0, cs, DCR_NO_BASE);
+	set_file(&m->files[1], "a/b", DCR_FT_DIR, 0, cs, DCR_NO_BASE);
+	set_file(&m->files[2], "a/b/model.safetensors", DCR_FT_REG, 3 * 4096 + 17, cs, 2);
+	set_file(&m->files[3], "empty", DCR_FT_REG, 0, cs, DCR_NO_BASE);
+	set_file(&m->files[4], "z", DCR_FT_REG, 4096, cs, DCR_NO_BASE);
+}
+
+static void assert_same(const struct dcr_manifest *a, const struct dcr_manifest *b)
+{
+	assert_true(a->version == b->version);
+	assert_true(a->parent == b->parent);
+	assert_true(a->ctime_ns == b->ctime_ns);
+	assert_int_equal(a->chunk_size, b->chunk_size);
+	assert_int_equal(a->npacks, b->npacks);
+	assert_memory_equal(a->packs, b->packs, (size_t)a->npacks * DCR_HASH_LEN);
+	assert_int_equal(a->nfiles, b->nfiles);
+	for (uint32_t i = 0; i < a->nfiles; i++) {
+		const struct dcr_file *x = &a->files[i], *y = &b->files[i];
+		assert_string_equal(x->path, y->path);
+		assert_int_equal(x->type, y->type);
+		assert_int_equal(x->mode, y->mode);
+		assert_true(x->size == y->size);
+		assert_true(x->mtime_ns == y->mtime_ns);
+		assert_int_equal(x->base, y->base);
+		assert_true(x->nchunks == y->nchunks);
+		if (x->type == DCR_FT_REG)
+			assert_memory_equal(x->sha256, y->sha256, DCR_HASH_LEN);
+		for (uint64_t c = 0; c < x->nchunks; c++) {
+			assert_int_equal(x->chunks[c].kind, y->chunks[c].kind);
+			assert_memory_equal(x->chunks[c].hash, y->chunks[c].hash, DCR_HASH_LEN);
+			if (x->chunks[c].kind != DCR_CK_SAME) {
+				assert_int_equal(x->chunks[c].pack, y->chunks[c].pack);
+				assert_true(x->chunks[c].off == y->chunks[c].off);
+				assert_int_equal(x->chunks[c].len, y->chunks[c].len);
+			}
+		}
+	}
+}
+
+static void test_roundtrip(void **state)
+{
+	struct dcr_manifest m, d;
+	struct dcr_buf b;
+
+	build(&m);
+	assert_int_equal(dcr_manifest_validate(&m), 0);
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
+	assert_int_equal(dcr_manifest_decode(b.data, b.len, &d), 0);
+	assert_same(&m, &d);
+	assert_int_equal(dcr_manifest_find(&d, "a/b/model.safetensors"), 2);
+	assert_int_equal(dcr_manifest_find(&d, "empty"), 3);
+	assert_int_equal(dcr_manifest_find(&d, "nope"), -1);
+	dcr_manifest_free(&d);
+	dcr_manifest_free(&m);
+	dcr_buf_free(&b);
+}
+
+static void test_empty_version(void **state)
+{
+	struct dcr_manifest m = { .version = 1, .chunk_size = DCR_CHUNK_DEFAULT }, d;
+	struct dcr_buf b;
+
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
+	assert_int_equal(dcr_manifest_decode(b.data, b.len, &d), 0);
+	assert_int_equal(d.nfiles, 0);
+	dcr_manifest_free(&d);
+	dcr_buf_free(&b);
+}
+
+static void test_validate_rejects(void **state)
+{
+	struct dcr_manifest m;
+
+	build(&m);
+	/* Unsorted paths. */
+	char *tmp = m.files[3].path;
+	m.files[3].path = m.files[4].path;
+	m.files[4].path = tmp;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.files[4].path = m.files[3].path;
+	m.files[3].path = tmp;
+	/* Missing parent directory. */
+	m.files[1].type = DCR_FT_REG;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.files[1].type = DCR_FT_DIR;
+	/* Pack index out of range. */
+	m.files[2].chunks[1].pack = 7;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.files[2].chunks[1].pack = 1;
+	/* SAME without a base. */
+	m.files[2].base = DCR_NO_BASE;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.files[2].base = 2;
+	/* Chunk size not a power of two. */
+	m.chunk_size = 5000;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.chunk_size = 4096;
+	/* Parent not older than the version. */
+	m.parent = 3;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.parent = 2;
+	assert_int_equal(dcr_manifest_validate(&m), 0);
+	dcr_manifest_free(&m);
+}
+
+static void test_paths(void **state)
+{
+	static const char *const bad[] = { "", "/abs", "a/", "a//b", ".", "..",
+					   "a/../b", "a/./b", "./a", "a/.." };
+	static const char *const good[] = { "a", "a/b", ".hidden", "a/..b", "x.y/z" };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_false(dcr_path_valid(bad[i], strlen(bad[i])));
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		assert_true(dcr_path_valid(good[i], strlen(good[i])));
+	assert_false(dcr_path_valid("a\0b", 3));
+}
+
+static void test_hostile_bytes(void **state)
+{
+	struct dcr_manifest m, d;
+	struct dcr_buf b;
+
+	build(&m);
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
+	uint8_t *bad = malloc(b.len);
+	/* Any single flipped byte is caught (checksum over header and body). */
+	for (size_t i = 0; i < b.len; i++) {
+		memcpy(bad, b.data, b.len);
+		bad[i] ^= 0x01;
+		assert_int_equal(dcr_manifest_decode(bad, b.len, &d), -EBADMSG);
+	}
+	/* Every truncation is rejected. */
+	for (size_t n = 0; n < b.len; n++)
+		assert_int_equal(dcr_manifest_decode(b.data, n, &d), -EBADMSG);
+	free(bad);
+	dcr_manifest_free(&m);
+	dcr_buf_free(&b);
+}
+
+static void test_check_parent(void **state)
+{
+	struct dcr_manifest m, p;
+
+	build(&m);
+	build(&p);
+	p.version = 2;
+	p.parent = 1;
+	/* The parent's file 2 has the same size and SAME chunks' hashes. */
+	assert_int_equal(dcr_manifest_check_parent(&m, &p), 0);
+	p.files[2].chunks[0].hash[0] ^= 1; /* chunk 0 is SAME in m */
+	assert_int_equal(dcr_manifest_check_parent(&m, &p), -EBADMSG);
+	p.files[2].chunks[0].hash[0] ^= 1;
+	p.files[2].size++;
+	assert_int_equal(dcr_manifest_check_parent(&m, &p), -EBADMSG);
+	p.files[2].size--;
+	m.files[2].base = 40;
+	assert_int_equal(dcr_manifest_check_parent(&m, &p), -EBADMSG);
+	dcr_manifest_free(&m);
+	dcr_manifest_free(&p);
+}
+
+static void test_keys(void **state)
+{
+	char k[64];
+	uint64_t v;
+
+	dcr_version_key(42, k, sizeof(k));
+	assert_string_equal(k, "versions/0000000042");
+	assert_int_equal(dcr_version_from_key(k, &v), 0);
+	assert_true(v == 42);
+	assert_int_equal(dcr_version_from_key("versions/42", &v), -EINVAL);
+	assert_int_equal(dcr_version_from_key("versions/0000000000", &v), -EINVAL);
+	assert_int_equal(dcr_version_from_key("versions/00000000x1", &v), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_empty_version),
+		cmocka_unit_test(test_validate_rejects),
+		cmocka_unit_test(test_paths),
+		cmocka_unit_test(test_hostile_bytes),
+		cmocka_unit_test(test_check_parent),
+		cmocka_unit_test(test_keys),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
