@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs.h - internal declarations shared by the dcrfs FUSE daemon
+ * (fs/main.c: options, mounting, daemonizing; fs/ops.c: the low-level
+ * operations and the background poll and prefetch threads).
+ *
+ * Only fs/ includes <fuse_lowlevel.h> (DESIGN.md section 3).
+ *
+ * Inode numbers are computed, never allocated, so lookups need no table
+ * and forget has nothing to free:
+ *
+ *   1                         the root directory
+ *   2                         /latest (symlink to "vN")
+ *   3                         /tags
+ *   0x100 + k                 /tags/<name>, k = slot of the name in the
+ *                             tag-name table (assigned on first sight,
+ *                             never reused while mounted)
+ *   (v << 32) | (idx + 2)     entry idx of version v's tree (idx 0 is
+ *                             the version directory /vN itself);
+ *                             1 <= v <= 0xffffffff
+ *
+ * The version-tree numbers depend only on the manifest, so they are the
+ * same after a remount.
+ */
+#ifndef DCRFS_FS_H
+#define DCRFS_FS_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 312
+#endif
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <fuse_lowlevel.h>
+
+#include "objstore.h"
+#include "reader.h"
+
+#define DCRFS_INO_ROOT ((fuse_ino_t)1)
+#define DCRFS_INO_LATEST ((fuse_ino_t)2)
+#define DCRFS_INO_TAGS ((fuse_ino_t)3)
+#define DCRFS_INO_TAG_BASE ((fuse_ino_t)0x100)
+#define DCRFS_VERSION_MAX UINT64_C(0xffffffff)
+#define DCRFS_IDX_MAX UINT32_C(0xfffffffd)
+
+/** Cache lifetimes, in seconds. Version trees are immutable. */
+#define DCRFS_TTL_IMMUTABLE 86400.0
+#define DCRFS_TTL_MUTABLE 1.0
+
+/** Largest read request served (the kernel sends at most 1 MiB). */
+#define DCRFS_READ_MAX (1u << 20)
+
+/** Inode number of entry @idx of version @v. */
+static inline fuse_ino_t dcrfs_ino_make(uint64_t v, uint32_t idx)
+{
+	return (fuse_ino_t)((v << 32) | ((uint64_t)idx + 2));
+}
+
+/**
+ * dcrfs_ino_split - decode a version-tree inode into its version and
+ * entry index. Returns 1 for a version-tree inode, 0 for any other.
+ */
+static inline int dcrfs_ino_split(fuse_ino_t ino, uint64_t *v, uint32_t *idx)
+{
+	uint64_t hi = (uint64_t)ino >> 32;
+	uint32_t lo = (uint32_t)ino;
+
+	if (hi == 0 || lo < 2)
+		return 0;
+	*v = hi;
+	*idx = lo - 2;
+	return 1;
+}
+
+/** What a mount does when a new version appears. */
+enum dcrfs_prefetch {
+	DCRFS_PREFETCH_NONE = 0,
+	DCRFS_PREFETCH_LATEST = 1, /* read all of the newest version */
+};
+
+/**
+ * struct dcrfs - the state of one mount, the session's userdata.
+ * Filled by main.c before the session loop starts; the option fields
+ * are read-only afterwards. Locks protect the rest as noted.
+ */
+struct dcrfs {
+	struct dcr_store *st;
+	struct dcr_reader *r;
+	struct fuse_session *se;
+	const char *mountpoint;
+
+	/* options */
+	unsigned int poll_s;           /* 0: no periodic refresh */
+	enum dcrfs_prefetch prefetch;
+	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
+	unsigned int max_read;         /* -o max_read=N, 0 if not given */
+
+	uid_t uid;                     /* owner shown for every inode */
+	gid_t gid;
+	int64_t mount_ns;              /* mtime of the root of an empty store */
+
+	/* refresh_lock: serialises refreshes, rate-limits lookup misses */
+	pthread_mutex_t refresh_lock;
+	int64_t last_refresh_ns;
+
+	/* tag_lock: tag-name table, slot k <-> inode DCRFS_INO_TAG_BASE + k */
+	pthread_mutex_t tag_lock;
+	char **tag_names;
+	size_t ntag_names;
+	size_t tag_names_cap;
+
+	/* bg_lock/bg_cond: background threads */
+	pthread_mutex_t bg_lock;
+	pthread_cond_t bg_cond;        /* CLOCK_MONOTONIC */
+	int bg_stop;
+	int bg_kick;                   /* watcher: look at latest now */
+	uint64_t shown_latest;         /* latest the kernel was told about */
+	uint64_t prefetch_want;        /* newest version to prefetch */
+	uint64_t prefetch_done;        /* last version fully prefetched */
+	pthread_t watcher;
+	pthread_t prefetcher;
+	int watcher_running;
+	int prefetcher_running;
+};
+
+/** The low-level operations table (fs/ops.c). */
+extern const struct fuse_lowlevel_ops dcrfs_ll_ops;
+
+/**
+ * dcrfs_init_state - initialise the locks and counters of @fs (zeroed
+ * by the caller, options already set). 0 or -errno.
+ */
+int dcrfs_init_state(struct dcrfs *fs);
+
+/** Destroy what dcrfs_init_state created and free the tag table. */
+void dcrfs_free_state(struct dcrfs *fs);
+
+/**
+ * dcrfs_bg_start - start the watcher thread (polls the store every
+ * poll_s seconds, tells the kernel when latest moves, raises the bdi
+ * readahead once the mount answers) and, with prefetch=latest, the
+ * prefetch thread. Call after the session is mounted, with SIGINT,
+ * SIGTERM and SIGHUP blocked so the threads inherit the mask.
+ * 0 or -errno (nothing left running on failure).
+ */
+int dcrfs_bg_start(struct dcrfs *fs);
+
+/**
+ * dcrfs_bg_stop - stop and join the background threads. Safe to call
+ * when they were never started. Must run before the session is
+ * destroyed (the watcher sends notifications through it).
+ */
+void dcrfs_bg_stop(struct dcrfs *fs);
+
+#endif /* DCRFS_FS_H */

@@ -1,0 +1,873 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * main.c - the dcrfs daemon: command line and mount options, opening the
+ * store and the reader, mounting, detaching, the session loop, shutdown.
+ *
+ *   dcrfs STORE MOUNTPOINT [-f] [-d] [-s] [-o opt[,opt...]]
+ *
+ * Order of events, so that every error a user can cause is reported on
+ * stderr with a non-zero exit status before the daemon detaches:
+ *
+ *   1. parse the arguments; dcrfs's own -o options are taken out, the
+ *      options of mount(8) that mean nothing to a FUSE daemon are
+ *      dropped, the rest is left to libfuse, which rejects what it does
+ *      not know (fuse_session_new);
+ *   2. fork (unless -f): the parent waits on a pipe and exits with 0 only
+ *      once the child reports the mount is in place;
+ *   3. the child opens the store, the reader and the catalog, lists the
+ *      versions and mounts; then it redirects stdio to /dev/null, logs to
+ *      syslog, reports success and starts the background threads;
+ *   4. multithreaded session loop until umount or SIGINT/SIGTERM/SIGHUP;
+ *   5. stop the background threads, unmount if still mounted, close the
+ *      reader and the store.
+ *
+ * Forking before anything starts a thread keeps the reader's threads
+ * (and SQLite's, libcurl's) out of fork's way.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "store.h"
+#include "fs.h"
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
+
+#define PROG "dcrfs"
+#define POLL_DEFAULT 5
+#define POLL_MAX (7 * 86400)
+#define READAHEAD_DEFAULT ((uint64_t)1 << 20)
+#define READAHEAD_MAX ((uint64_t)1 << 30)
+#define MAX_THREADS_DEFAULT 64
+
+struct opts {
+	/* dcrfs's own -o options, as given */
+	char *cache_dir;
+	char *cache_size;
+	char *poll;
+	char *prefetch;
+	char *readahead;
+	char *endpoint;
+	char *region;
+	char *profile;
+	char *credentials;
+	char *ca_bundle;
+	int path_style;
+	/* session loop */
+	int foreground;
+	int debug;
+	int singlethread;
+	int clone_fd;
+	unsigned int max_threads;
+	unsigned int max_idle_threads;
+	unsigned int max_read;     /* also passed on to libfuse */
+	/* the rest of the command line */
+	int help;
+	int version;
+	char *store;
+	char *mountpoint;
+	int has_fsname;
+	int has_subtype;
+};
+
+enum {
+	KEY_HELP,
+	KEY_VERSION,
+	KEY_FOREGROUND,
+	KEY_SINGLE,
+	KEY_DEBUG,
+	KEY_FSNAME,
+	KEY_SUBTYPE,
+};
+
+#define OPT(t, field, v) { t, offsetof(struct opts, field), v }
+
+static const struct fuse_opt opt_spec[] = {
+	OPT("cache_dir=%s", cache_dir, 0),
+	OPT("cache_size=%s", cache_size, 0),
+	OPT("poll=%s", poll, 0),
+	OPT("prefetch=%s", prefetch, 0),
+	OPT("readahead=%s", readahead, 0),
+	OPT("endpoint=%s", endpoint, 0),
+	OPT("region=%s", region, 0),
+	OPT("profile=%s", profile, 0),
+	OPT("credentials=%s", credentials, 0),
+	OPT("ca_bundle=%s", ca_bundle, 0),
+	OPT("path_style", path_style, 1),
+	OPT("nopath_style", path_style, 0),
+	OPT("clone_fd", clone_fd, 1),
+	OPT("max_threads=%u", max_threads, 0),
+	OPT("max_idle_threads=%u", max_idle_threads, 0),
+	/* libfuse insists that init() repeats max_read: note and keep it */
+	OPT("max_read=%u", max_read, 0),
+	FUSE_OPT_KEY("max_read=", FUSE_OPT_KEY_KEEP),
+
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+	FUSE_OPT_KEY("-s", KEY_SINGLE),
+	FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("--debug", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
+	FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
+
+	/*
+	 * Options for mount(8), fstab and mount.fuse3 that mean nothing to
+	 * the daemon. "rw" and "ro" are dropped too: the mount is always
+	 * read-only. (x-* is matched by prefix in opt_proc.)
+	 */
+	FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("nouser", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("owner", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("group", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("rw", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("ro", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("user=", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("comment=", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("nobootwait", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_END
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: " PROG " STORE MOUNTPOINT [-f] [-d] [-s] [-o opt[,opt...]]\n"
+"\n"
+"Mount the versions in STORE (a directory, file:///path or s3://bucket/prefix)\n"
+"read-only on MOUNTPOINT: /latest, /v1 ... /vN, /tags/NAME.\n"
+"\n"
+"general options:\n"
+"    -h, --help             print this help and exit\n"
+"    -V, --version          print the version and exit\n"
+"    -f                     stay in the foreground\n"
+"    -d, -o debug           FUSE debug output (implies -f)\n"
+"    -s                     single-threaded session loop\n"
+"\n"
+"dcrfs options:\n"
+"    -o cache_dir=DIR       chunk cache and catalog (default /var/cache/dcrfs\n"
+"                           for root, else ${XDG_CACHE_HOME:-~/.cache}/dcrfs)\n"
+"    -o cache_size=SIZE     cache budget, e.g. 50G (default 10G)\n"
+"    -o poll=SECONDS        look for new versions this often (default %d,\n"
+"                           0 = only when a missing vN is looked up)\n"
+"    -o prefetch=none|latest  read each new latest version in the\n"
+"                           background so it is cached (default none)\n"
+"    -o readahead=SIZE      kernel readahead of the mount (default 1M,\n"
+"                           0 = kernel default; needs root)\n"
+"    -o max_threads=N       session worker threads (default %d)\n"
+"    -o max_idle_threads=N  idle worker threads kept\n"
+"    -o clone_fd            one /dev/fuse descriptor per thread\n"
+"\n"
+"S3 options (no secrets: use credentials files or AWS_* variables):\n"
+"    -o endpoint=URL  -o region=NAME  -o profile=NAME\n"
+"    -o credentials=FILE  -o ca_bundle=FILE  -o path_style|nopath_style\n"
+"\n"
+"Ignored (for fstab and mount(8)): _netdev, auto, noauto, nofail, user,\n"
+"nouser, users, owner, group, defaults, rw, ro, user=*, comment=*, x-*.\n"
+"Mounts are always ro,nosuid,nodev,default_permissions.\n"
+"\n"
+"FUSE options (-o allow_other, allow_root, max_read=N, fsname=NAME, ...):\n",
+		POLL_DEFAULT, MAX_THREADS_DEFAULT);
+}
+
+/* Names of options that would carry a secret; refused without echo. */
+static int secretish(const char *arg)
+{
+	static const char *const words[] = {
+		"secret", "password", "passwd", "token", "access_key",
+		"session_key", "private_key",
+	};
+	char name[64];
+	size_t n = strcspn(arg, "=");
+
+	if (n >= sizeof(name))
+		n = sizeof(name) - 1;
+	for (size_t i = 0; i < n; i++)
+		name[i] = (char)(arg[i] >= 'A' && arg[i] <= 'Z' ?
+				 arg[i] - 'A' + 'a' : arg[i]);
+	name[n] = '\0';
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(words); i++)
+		if (strstr(name, words[i]))
+			return 1;
+	return 0;
+}
+
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct opts *o = data;
+
+	switch (key) {
+	case KEY_HELP:
+		o->help = 1;
+		return 0;
+	case KEY_VERSION:
+		o->version = 1;
+		return 0;
+	case KEY_FOREGROUND:
+		o->foreground = 1;
+		return 0;
+	case KEY_SINGLE:
+		o->singlethread = 1;
+		return 0;
+	case KEY_DEBUG:
+		o->debug = 1;
+		o->foreground = 1;
+		return 1; /* libfuse wants it too */
+	case KEY_FSNAME:
+		o->has_fsname = 1;
+		return 1;
+	case KEY_SUBTYPE:
+		o->has_subtype = 1;
+		return 1;
+	case FUSE_OPT_KEY_NONOPT:
+		if (!o->store) {
+			o->store = strdup(arg);
+			return o->store ? 0 : -1;
+		}
+		if (!o->mountpoint) {
+			o->mountpoint = strdup(arg);
+			return o->mountpoint ? 0 : -1;
+		}
+		fprintf(stderr, PROG ": unexpected argument '%s'\n", arg);
+		return -1;
+	case FUSE_OPT_KEY_OPT:
+		if (strncmp(arg, "x-", 2) == 0)
+			return 0;
+		if (secretish(arg)) {
+			char name[64];
+			size_t n = DCR_MIN(strcspn(arg, "="), sizeof(name) - 1);
+
+			memcpy(name, arg, n);
+			name[n] = '\0';
+			fprintf(stderr, PROG ": option '%s' refused: secrets do "
+				"not belong on the command line; use "
+				"credentials=FILE, profile=NAME or the AWS_* "
+				"environment variables\n", name);
+			return -1;
+		}
+		if (arg[0] == '-') {
+			fprintf(stderr, PROG ": unknown option '%s'\n", arg);
+			return -1;
+		}
+		return 1; /* a FUSE or kernel mount option */
+	default:
+		return 1;
+	}
+}
+
+/* ------------------------------------------------------------- helpers */
+
+/* Create @path and its missing parents (mode 0700). 0 or -errno. */
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1; ; p++) {
+		if (*p == '/' || *p == '\0') {
+			char c = *p;
+
+			*p = '\0';
+			if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+				return -errno;
+			*p = c;
+			if (c == '\0')
+				break;
+		}
+	}
+	return 0;
+}
+
+/* "@a/@b" in a new string (NULL on allocation failure). */
+static char *join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *s = malloc(la + 1 + lb + 1);
+
+	if (s) {
+		memcpy(s, a, la);
+		s[la] = '/';
+		memcpy(s + la + 1, b, lb + 1);
+	}
+	return s;
+}
+
+/* The default cache directory (see usage), malloc'ed, or NULL. */
+static char *default_cache_dir(void)
+{
+	const char *xdg, *home;
+
+	if (geteuid() == 0)
+		return strdup("/var/cache/dcrfs");
+	xdg = getenv("XDG_CACHE_HOME");
+	if (xdg && xdg[0] == '/')
+		return join(xdg, "dcrfs");
+	home = getenv("HOME");
+	if (home && home[0] == '/')
+		return join(home, ".cache/dcrfs");
+	fprintf(stderr, PROG ": cannot tell where the cache goes (HOME is "
+		"not set); use -o cache_dir=DIR\n");
+	return NULL;
+}
+
+/* @path made absolute against the current directory, malloc'ed. */
+static char *absolute(const char *path)
+{
+	char cwd[PATH_MAX];
+
+	if (path[0] == '/')
+		return strdup(path);
+	if (!getcwd(cwd, sizeof(cwd)))
+		return NULL;
+	return join(cwd, path);
+}
+
+static int has_scheme(const char *s)
+{
+	const char *p = strstr(s, "://");
+
+	if (!p || p == s)
+		return 0;
+	for (const char *q = s; q < p; q++)
+		if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
+		      (*q >= '0' && *q <= '9') || *q == '+' || *q == '-' ||
+		      *q == '.'))
+			return 0;
+	return 1;
+}
+
+/* Undo the octal escapes of /proc/self/mountinfo (\040 etc.) in place. */
+static void unescape_mountinfo(char *s)
+{
+	char *w = s;
+
+	for (char *r = s; *r; ) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' &&
+		    r[2] >= '0' && r[2] <= '7' && r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 +
+				      (r[3] - '0'));
+			r += 4;
+		} else {
+			*w++ = *r++;
+		}
+	}
+	*w = '\0';
+}
+
+/*
+ * Raise the readahead of the mount's bdi to @kb KiB. The kernel caps
+ * FUSE readahead (and mmap fault-around reads) at the bdi's
+ * read_ahead_kb, 128 KiB by default, whatever max_readahead says.
+ * Needs root; failures are only logged at debug level.
+ */
+static void set_readahead(const char *mountpoint, unsigned int kb)
+{
+	unsigned int maj = 0, min = 0;
+	int found = 0;
+	char *line = NULL;
+	size_t cap = 0;
+	char path[64];
+	FILE *f;
+
+	if (kb == 0)
+		return;
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned int a, b;
+		char mnt[PATH_MAX + 1];
+		char *sep = strstr(line, " - ");
+
+		if (!sep || strncmp(sep + 3, "fuse", 4) != 0)
+			continue;
+		if (sscanf(line, "%*u %*u %u:%u %*s %4096s", &a, &b, mnt) != 3)
+			continue;
+		unescape_mountinfo(mnt);
+		if (strcmp(mnt, mountpoint) == 0) {
+			maj = a;
+			min = b;
+			found = 1; /* keep going: the last one is on top */
+		}
+	}
+	free(line);
+	fclose(f);
+	if (!found)
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
+		 maj, min);
+	f = fopen(path, "we");
+	if (!f) {
+		dcr_debug("cannot set %s: %s", path, strerror(errno));
+		return;
+	}
+	fprintf(f, "%u\n", kb);
+	if (fclose(f) != 0)
+		dcr_debug("cannot set %s: %s", path, strerror(errno));
+}
+
+static void syslog_sink(enum dcr_log_level lvl, const char *msg)
+{
+	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO,
+				    LOG_DEBUG };
+
+	syslog(prio[lvl <= DCR_LOG_DEBUG ? lvl : DCR_LOG_DEBUG], "%s", msg);
+}
+
+/* libfuse's own messages, once detached, go where dcrfs's go. */
+__attribute__((format(printf, 2, 0)))
+static void fuse_log_forward(enum fuse_log_level level, const char *fmt,
+			     va_list ap)
+{
+	char buf[1024];
+	size_t n;
+	enum dcr_log_level lvl;
+
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	n = strlen(buf);
+	while (n && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	if (level <= FUSE_LOG_ERR)
+		lvl = DCR_LOG_ERR;
+	else if (level == FUSE_LOG_WARNING)
+		lvl = DCR_LOG_WARN;
+	else if (level <= FUSE_LOG_INFO)
+		lvl = DCR_LOG_INFO;
+	else
+		lvl = DCR_LOG_DEBUG;
+	dcr_log(lvl, "%s", buf);
+}
+
+/*
+ * Fork; the parent waits until the child reports through the pipe and
+ * exits 0 once it did, or with the child's status if it died first.
+ * Returns the write end of the pipe in the child, -1 on failure.
+ */
+static int detach_begin(void)
+{
+	int fds[2];
+	pid_t pid;
+	char c;
+	ssize_t n;
+	int status;
+
+	/* Close-on-exec: fusermount3, if libfuse runs it, must not keep it. */
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		fprintf(stderr, PROG ": pipe: %s\n", strerror(errno));
+		return -1;
+	}
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	if (pid > 0) {
+		close(fds[1]);
+		do
+			n = read(fds[0], &c, 1);
+		while (n < 0 && errno == EINTR);
+		if (n == 1 && c == 0)
+			_exit(0);
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		_exit(WIFEXITED(status) && WEXITSTATUS(status) ?
+		      WEXITSTATUS(status) : 1);
+	}
+	close(fds[0]);
+	if (setsid() < 0)
+		dcr_debug("setsid: %s", strerror(errno));
+	return fds[1];
+}
+
+/* In the child, once mounted: leave the terminal and release the parent. */
+static void detach_finish(int fd)
+{
+	int null = open("/dev/null", O_RDWR);
+	char c = 0;
+
+	if (chdir("/") < 0)
+		dcr_debug("chdir /: %s", strerror(errno));
+	openlog(PROG, LOG_PID, LOG_DAEMON);
+	dcr_log_set_sink(syslog_sink);
+	fuse_set_log_func(fuse_log_forward);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		if (null > STDERR_FILENO)
+			close(null);
+	}
+	if (write(fd, &c, 1) != 1)
+		dcr_warn("could not report readiness to the parent process");
+	close(fd);
+}
+
+/* ----------------------------------------------------------------- main */
+
+/* Validate dcrfs's own options into @fs, @cfg and @ropts. 0 or -1. */
+static int check_opts(struct opts *o, struct dcrfs *fs,
+		      struct dcr_store_cfg *cfg, struct dcr_reader_opts *ropts)
+{
+	uint64_t x;
+
+	ropts->cache_size = DCR_CACHE_SIZE_DEFAULT;
+	if (o->cache_size && (dcr_parse_size(o->cache_size, &x) < 0 ||
+			      x == 0)) {
+		fprintf(stderr, PROG ": bad cache_size '%s' (e.g. 512M, 50G)\n",
+			o->cache_size);
+		return -1;
+	}
+	if (o->cache_size)
+		ropts->cache_size = x;
+
+	fs->poll_s = POLL_DEFAULT;
+	if (o->poll) {
+		if (dcr_parse_u64(o->poll, &x) < 0 || x > POLL_MAX) {
+			fprintf(stderr, PROG ": bad poll '%s' (seconds, 0 to "
+				"%d)\n", o->poll, POLL_MAX);
+			return -1;
+		}
+		fs->poll_s = (unsigned int)x;
+	}
+
+	fs->prefetch = DCRFS_PREFETCH_NONE;
+	if (o->prefetch) {
+		if (strcmp(o->prefetch, "latest") == 0) {
+			fs->prefetch = DCRFS_PREFETCH_LATEST;
+		} else if (strcmp(o->prefetch, "none") != 0) {
+			fprintf(stderr, PROG ": bad prefetch '%s' (none or "
+				"latest)\n", o->prefetch);
+			return -1;
+		}
+	}
+
+	x = READAHEAD_DEFAULT;
+	if (o->readahead && (dcr_parse_size(o->readahead, &x) < 0 ||
+			     x > READAHEAD_MAX)) {
+		fprintf(stderr, PROG ": bad readahead '%s' (0 to 1G)\n",
+			o->readahead);
+		return -1;
+	}
+	fs->read_ahead_kb = (unsigned int)DCR_DIV_ROUND_UP(x, 1024);
+	fs->max_read = o->max_read;
+
+	cfg->endpoint = o->endpoint;
+	cfg->region = o->region;
+	cfg->profile = o->profile;
+	cfg->credentials = o->credentials;
+	cfg->ca_bundle = o->ca_bundle;
+	cfg->path_style = o->path_style;
+	return 0;
+}
+
+/* The arguments libfuse gets: ours first, the user's, the forced ones. */
+static int build_fuse_args(struct fuse_args *args, const struct opts *o,
+			   const char *store)
+{
+	char *head = NULL;
+	int ret = 0;
+
+	if (!o->has_fsname) {
+		char *fsname = malloc(strlen(store) + 8);
+
+		if (!fsname)
+			return -1;
+		sprintf(fsname, "fsname=%s", store);
+		ret = fuse_opt_add_opt_escaped(&head, fsname);
+		free(fsname);
+	}
+	if (ret == 0 && !o->has_subtype)
+		ret = fuse_opt_add_opt(&head, "subtype=" PROG);
+	if (ret == 0)
+		ret = fuse_opt_add_opt(&head, "default_permissions");
+	if (ret == 0)
+		ret = fuse_opt_insert_arg(args, 1, "-o");
+	if (ret == 0)
+		ret = fuse_opt_insert_arg(args, 2, head);
+	if (ret == 0)
+		ret = fuse_opt_add_arg(args, "-o");
+	if (ret == 0)
+		ret = fuse_opt_add_arg(args, "ro,nosuid,nodev");
+	free(head);
+	return ret;
+}
+
+static void free_opts(struct opts *o)
+{
+	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll,
+			  &o->prefetch, &o->readahead, &o->endpoint,
+			  &o->region, &o->profile, &o->credentials,
+			  &o->ca_bundle, &o->store, &o->mountpoint };
+
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(strs); i++) {
+		free(*strs[i]);
+		*strs[i] = NULL;
+	}
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct opts o;
+	struct dcrfs fs;
+	struct dcr_store_cfg cfg;
+	struct dcr_reader_opts ropts;
+	struct fuse_loop_config *lcfg = NULL;
+	char *store = NULL, *mountpoint = NULL, *cache_dir = NULL;
+	sigset_t sigs, oldsigs;
+	uint64_t latest = 0;
+	int ready_fd = -1;
+	int exit_code = 1;
+	int ret;
+
+	dcr_log_set_prog(PROG);
+	memset(&o, 0, sizeof(o));
+	memset(&fs, 0, sizeof(fs));
+	memset(&cfg, 0, sizeof(cfg));
+	memset(&ropts, 0, sizeof(ropts));
+	o.path_style = -1;
+
+	if (fuse_opt_parse(&args, &o, opt_spec, opt_proc) < 0) {
+		fprintf(stderr, "Try '" PROG " --help' for more "
+			"information.\n");
+		goto out_args;
+	}
+	if (o.help) {
+		usage(stdout);
+		fuse_lowlevel_help();
+		exit_code = 0;
+		goto out_args;
+	}
+	if (o.version) {
+		printf(PROG " %s\nFUSE library version %s\n", PACKAGE_VERSION,
+		       fuse_pkgversion());
+		fflush(stdout);
+		fuse_lowlevel_version();
+		exit_code = 0;
+		goto out_args;
+	}
+	if (!o.store || !o.mountpoint || !o.store[0] || !o.mountpoint[0]) {
+		fprintf(stderr, PROG ": %s\nusage: " PROG " STORE MOUNTPOINT "
+			"[-f] [-d] [-o opt[,opt...]]\nTry '" PROG " --help' "
+			"for more information.\n", !o.store || !o.store[0] ?
+			"missing STORE" : "missing MOUNTPOINT");
+		goto out_args;
+	}
+	if (o.debug)
+		dcr_log_set_level(DCR_LOG_DEBUG);
+	if (check_opts(&o, &fs, &cfg, &ropts) < 0)
+		goto out_args;
+
+	/* Paths are resolved now: the daemon runs in "/". */
+	if (strncmp(o.mountpoint, "/dev/fd/", 8) == 0) {
+		mountpoint = strdup(o.mountpoint);
+	} else {
+		struct stat sb;
+
+		mountpoint = realpath(o.mountpoint, NULL);
+		if (mountpoint && stat(mountpoint, &sb) == 0 &&
+		    !S_ISDIR(sb.st_mode))
+			errno = ENOTDIR;
+		else if (mountpoint)
+			errno = 0;
+		if (!mountpoint || errno) {
+			fprintf(stderr, PROG ": bad mount point '%s': %s\n",
+				o.mountpoint, strerror(errno));
+			goto out_args;
+		}
+	}
+	if (has_scheme(o.store)) {
+		store = strdup(o.store);
+	} else {
+		store = realpath(o.store, NULL);
+		if (!store) {
+			fprintf(stderr, PROG ": store '%s': %s\n", o.store,
+				strerror(errno));
+			goto out_args;
+		}
+	}
+	cache_dir = o.cache_dir ? absolute(o.cache_dir) : default_cache_dir();
+	if (!mountpoint || !store || !cache_dir) {
+		if (o.cache_dir && !cache_dir)
+			fprintf(stderr, PROG ": cache_dir '%s': %s\n",
+				o.cache_dir, strerror(errno));
+		goto out_args;
+	}
+	ropts.cache_dir = cache_dir;
+
+	/*
+	 * fuse_opt_parse left in @args what libfuse must see: argv[0], -d,
+	 * and every -o option that is not dcrfs's own or ignored.
+	 */
+	if (build_fuse_args(&args, &o, store) < 0)
+		goto out_args;
+
+	fs.mountpoint = mountpoint;
+	fs.uid = getuid();
+	fs.gid = getgid();
+	fs.mount_ns = dcr_now_ns();
+	ret = dcrfs_init_state(&fs);
+	if (ret < 0) {
+		fprintf(stderr, PROG ": %s\n", dcr_strerror(ret));
+		goto out_args;
+	}
+
+	/* Rejects unknown options, with libfuse's message. */
+	fs.se = fuse_session_new(&args, &dcrfs_ll_ops, sizeof(dcrfs_ll_ops),
+				 &fs);
+	if (!fs.se) {
+		fprintf(stderr, PROG ": invalid mount options; see "
+			PROG " --help\n");
+		goto out_state;
+	}
+
+	if (!o.foreground) {
+		ready_fd = detach_begin();
+		if (ready_fd < 0)
+			goto out_session;
+	}
+
+	/* Threads started from here on must not take the exit signals. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGQUIT);
+	pthread_sigmask(SIG_BLOCK, &sigs, &oldsigs);
+	if (fuse_set_signal_handlers(fs.se) < 0) {
+		fprintf(stderr, PROG ": cannot install signal handlers\n");
+		goto out_session;
+	}
+
+	ret = dcr_store_open(store, &cfg, 0, &fs.st);
+	if (ret < 0) {
+		dcr_err("cannot open store %s: %s", store, dcr_strerror(ret));
+		goto out_signals;
+	}
+	ret = mkdir_p(cache_dir);
+	if (ret < 0) {
+		dcr_err("cannot create cache directory %s: %s", cache_dir,
+			dcr_strerror(ret));
+		goto out_store;
+	}
+	ret = dcr_reader_open(fs.st, &ropts, &fs.r);
+	if (ret < 0) {
+		dcr_err("cannot open the cache in %s: %s", cache_dir,
+			dcr_strerror(ret));
+		goto out_store;
+	}
+	ret = dcr_reader_refresh(fs.r, &latest);
+	if (ret < 0) {
+		dcr_err("cannot list the versions in %s: %s", store,
+			dcr_strerror(ret));
+		goto out_reader;
+	}
+	if (fuse_session_mount(fs.se, mountpoint) != 0) {
+		dcr_err("cannot mount on %s", mountpoint);
+		goto out_reader;
+	}
+	set_readahead(mountpoint, fs.read_ahead_kb);
+
+	/* From here on, messages go to syslog unless -f. */
+	if (ready_fd >= 0) {
+		detach_finish(ready_fd);
+		ready_fd = -1;
+	}
+	ret = dcrfs_bg_start(&fs);
+	if (ret < 0) {
+		dcr_err("cannot start background threads: %s",
+			dcr_strerror(ret));
+		goto out_unmount;
+	}
+	if (latest)
+		dcr_info("mounted %s on %s, latest v%" PRIu64, store,
+			 mountpoint, latest);
+	else
+		dcr_info("mounted %s on %s, no versions yet", store,
+			 mountpoint);
+
+	pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
+	if (o.singlethread) {
+		ret = fuse_session_loop(fs.se);
+	} else {
+		lcfg = fuse_loop_cfg_create();
+		if (!lcfg) {
+			dcr_err("%s", dcr_strerror(-ENOMEM));
+			ret = -ENOMEM;
+		} else {
+			fuse_loop_cfg_set_clone_fd(lcfg, (unsigned)o.clone_fd);
+			fuse_loop_cfg_set_max_threads(lcfg, o.max_threads ?
+						      o.max_threads :
+						      MAX_THREADS_DEFAULT);
+			if (o.max_idle_threads)
+				fuse_loop_cfg_set_idle_threads(
+					lcfg, o.max_idle_threads);
+			ret = fuse_session_loop_mt(fs.se, lcfg);
+			fuse_loop_cfg_destroy(lcfg);
+		}
+	}
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	if (ret < 0)
+		dcr_err("session loop failed: %s", dcr_strerror(ret));
+	else
+		dcr_info("unmounting %s", mountpoint);
+	exit_code = ret < 0 ? 1 : 0;
+
+	dcrfs_bg_stop(&fs);
+out_unmount:
+	fuse_session_unmount(fs.se);
+out_reader:
+	dcr_reader_close(fs.r);
+out_store:
+	dcr_store_close(fs.st);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	fuse_session_destroy(fs.se);
+out_state:
+	dcrfs_free_state(&fs);
+out_args:
+	if (ready_fd >= 0)
+		close(ready_fd); /* the parent sees EOF and our exit status */
+	fuse_opt_free_args(&args);
+	free_opts(&o);
+	free(store);
+	free(mountpoint);
+	free(cache_dir);
+	return exit_code;
+}

@@ -1,0 +1,1572 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops.c - the FUSE low-level operations of dcrfs and its background
+ * threads (store polling, kernel cache invalidation, prefetch).
+ *
+ * The tree (DESIGN.md section 8):
+ *
+ *   /latest         symlink -> "vN", the newest version; absent while
+ *                   the store holds no version
+ *   /vN/...         version N's committed tree, immutable
+ *   /tags/NAME      symlink -> "../vN"
+ *
+ * Version trees never change, so their entries and attributes are cached
+ * by the kernel for a day and their pages are kept across opens
+ * (keep_cache); the root, /latest and /tags are cached for a second and
+ * invalidated explicitly when the watcher sees latest move.
+ *
+ * Every operation that would modify the tree fails with EROFS.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "manifest.h"
+#include "fs.h"
+
+#define NO_ENTRY UINT32_MAX
+/* A lookup miss of a future "vN" refreshes at most this often. */
+#define LOOKUP_REFRESH_MIN_NS (250 * 1000 * 1000LL)
+#define NAME_MAX_SHOWN 255
+
+static struct dcrfs *fs_of(fuse_req_t req)
+{
+	return (struct dcrfs *)fuse_req_userdata(req);
+}
+
+/* ------------------------------------------------------------ attributes */
+
+static void ns_to_ts(int64_t ns, struct timespec *ts)
+{
+	int64_t s = ns / 1000000000LL;
+	int64_t r = ns % 1000000000LL;
+
+	if (r < 0) {
+		r += 1000000000LL;
+		s--;
+	}
+	ts->tv_sec = (time_t)s;
+	ts->tv_nsec = (long)r;
+}
+
+static void stat_common(const struct dcrfs *fs, struct stat *st,
+			fuse_ino_t ino, mode_t mode, nlink_t nlink,
+			int64_t mtime_ns)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = mode;
+	st->st_nlink = nlink;
+	st->st_uid = fs->uid;
+	st->st_gid = fs->gid;
+	st->st_blksize = 4096;
+	ns_to_ts(mtime_ns, &st->st_mtim);
+	st->st_atim = st->st_mtim;
+	st->st_ctim = st->st_mtim;
+}
+
+/* Permission bits shown for a manifest mode: read-only, no set-id. */
+static mode_t shown_perm(uint32_t mode)
+{
+	return (mode_t)(mode & 07777 & ~(mode_t)(0222 | S_ISUID | S_ISGID));
+}
+
+static int version_get(struct dcrfs *fs, uint64_t v,
+		       const struct dcr_version_info **vi)
+{
+	if (v == 0 || v > DCRFS_VERSION_MAX)
+		return -ENOENT;
+	return dcr_reader_version(fs->r, v, vi);
+}
+
+/* Entry @idx of @vi, or NULL if out of range. */
+static const struct dcr_entry *entry_get(const struct dcr_version_info *vi,
+					 uint32_t idx)
+{
+	if (idx >= vi->nentries || idx > DCRFS_IDX_MAX)
+		return NULL;
+	return &vi->entries[idx];
+}
+
+static void entry_stat(const struct dcrfs *fs,
+		       const struct dcr_version_info *vi, uint32_t idx,
+		       struct stat *st)
+{
+	const struct dcr_entry *e = &vi->entries[idx];
+	fuse_ino_t ino = dcrfs_ino_make(vi->version, idx);
+
+	if (e->type == DCR_FT_DIR) {
+		nlink_t nlink = 2;
+		mode_t perm = idx == 0 ? 0555 : shown_perm(e->mode);
+
+		for (uint32_t c = e->first_child; c < vi->nentries;
+		     c = vi->entries[c].next_sibling)
+			if (vi->entries[c].type == DCR_FT_DIR)
+				nlink++;
+		stat_common(fs, st, ino, S_IFDIR | perm, nlink,
+			    idx == 0 ? vi->ctime_ns : e->mtime_ns);
+		st->st_size = 4096;
+		st->st_blocks = 8;
+	} else {
+		stat_common(fs, st, ino, S_IFREG | shown_perm(e->mode), 1,
+			    e->mtime_ns);
+		st->st_size = (off_t)e->size;
+		st->st_blocks = (blkcnt_t)DCR_DIV_ROUND_UP(e->size, 512);
+		st->st_blksize = vi->chunk_size ? (blksize_t)vi->chunk_size
+						: 4096;
+	}
+}
+
+/* Commit time of the newest version, or the mount time if none. */
+static int64_t latest_ctime(struct dcrfs *fs, uint64_t latest)
+{
+	const struct dcr_version_info *vi;
+
+	if (latest && version_get(fs, latest, &vi) == 0)
+		return vi->ctime_ns;
+	return fs->mount_ns;
+}
+
+static int root_stat(struct dcrfs *fs, struct stat *st)
+{
+	uint64_t *vs = NULL;
+	size_t n = 0;
+	int ret = dcr_reader_versions(fs->r, &vs, &n);
+
+	if (ret < 0)
+		return ret;
+	stat_common(fs, st, DCRFS_INO_ROOT, S_IFDIR | 0555,
+		    (nlink_t)(3 + n),
+		    latest_ctime(fs, n ? vs[n - 1] : 0));
+	st->st_size = 4096;
+	st->st_blocks = 8;
+	free(vs);
+	return 0;
+}
+
+static void tags_stat(struct dcrfs *fs, struct stat *st)
+{
+	stat_common(fs, st, DCRFS_INO_TAGS, S_IFDIR | 0555, 2,
+		    latest_ctime(fs, dcr_reader_latest(fs->r)));
+	st->st_size = 4096;
+	st->st_blocks = 8;
+}
+
+static void symlink_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
+			 const char *target, uint64_t v)
+{
+	stat_common(fs, st, ino, S_IFLNK | 0777, 1, latest_ctime(fs, v));
+	st->st_size = (off_t)strlen(target);
+}
+
+static int latest_stat(struct dcrfs *fs, struct stat *st)
+{
+	uint64_t latest = dcr_reader_latest(fs->r);
+	char target[32];
+
+	if (latest == 0)
+		return -ENOENT;
+	snprintf(target, sizeof(target), "v%" PRIu64, latest);
+	symlink_stat(fs, st, DCRFS_INO_LATEST, target, latest);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ tags */
+
+/* Slot of tag @name in the tag-name table, added if new. 0 or -errno. */
+static int tag_slot(struct dcrfs *fs, const char *name, size_t *slot)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&fs->tag_lock);
+	for (size_t i = 0; i < fs->ntag_names; i++) {
+		if (strcmp(fs->tag_names[i], name) == 0) {
+			*slot = i;
+			goto out;
+		}
+	}
+	if (fs->ntag_names >= UINT32_MAX - DCRFS_INO_TAG_BASE) {
+		ret = -ENOSPC;
+		goto out;
+	}
+	if (fs->ntag_names == fs->tag_names_cap) {
+		size_t cap = fs->tag_names_cap ? 2 * fs->tag_names_cap : 16;
+		char **p = realloc(fs->tag_names, cap * sizeof(*p));
+
+		if (!p) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		fs->tag_names = p;
+		fs->tag_names_cap = cap;
+	}
+	fs->tag_names[fs->ntag_names] = strdup(name);
+	if (!fs->tag_names[fs->ntag_names]) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	*slot = fs->ntag_names++;
+out:
+	pthread_mutex_unlock(&fs->tag_lock);
+	return ret;
+}
+
+/* Name of the tag inode @ino into @buf. 0 or -ENOENT. */
+static int tag_name_of(struct dcrfs *fs, fuse_ino_t ino, char *buf,
+		       size_t cap)
+{
+	int ret = -ENOENT;
+
+	if (ino < DCRFS_INO_TAG_BASE || ino > UINT32_MAX)
+		return -ENOENT;
+	pthread_mutex_lock(&fs->tag_lock);
+	if (ino - DCRFS_INO_TAG_BASE < fs->ntag_names) {
+		const char *name = fs->tag_names[ino - DCRFS_INO_TAG_BASE];
+
+		if (strlen(name) < cap) {
+			strcpy(buf, name);
+			ret = 0;
+		}
+	}
+	pthread_mutex_unlock(&fs->tag_lock);
+	return ret;
+}
+
+/* Version tag @name points at now. 0 or -errno (-ENOENT if no such tag). */
+static int tag_version(struct dcrfs *fs, const char *name, uint64_t *v)
+{
+	struct dcr_tag *tags = NULL;
+	size_t n = 0;
+	int ret = dcr_reader_tags(fs->r, &tags, &n);
+
+	if (ret < 0)
+		return ret;
+	ret = -ENOENT;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(tags[i].name, name) == 0) {
+			*v = tags[i].version;
+			ret = 0;
+			break;
+		}
+	}
+	dcr_reader_tags_free(tags, n);
+	return ret;
+}
+
+static int tag_stat(struct dcrfs *fs, fuse_ino_t ino, const char *name,
+		    struct stat *st)
+{
+	char target[40];
+	uint64_t v;
+	int ret = tag_version(fs, name, &v);
+
+	if (ret < 0)
+		return ret;
+	snprintf(target, sizeof(target), "../v%" PRIu64, v);
+	symlink_stat(fs, st, ino, target, v);
+	return 0;
+}
+
+/* ------------------------------------------------------------- refresh */
+
+static void watcher_kick(struct dcrfs *fs)
+{
+	pthread_mutex_lock(&fs->bg_lock);
+	fs->bg_kick = 1;
+	pthread_cond_broadcast(&fs->bg_cond);
+	pthread_mutex_unlock(&fs->bg_lock);
+}
+
+/*
+ * Look for new versions and tags. Unless @force, does nothing if the
+ * last refresh is less than LOOKUP_REFRESH_MIN_NS old (lookup misses of
+ * future versions must not hammer the store). Logs a failing store once
+ * per failure streak, not once per poll.
+ */
+static int fs_refresh(struct dcrfs *fs, int force)
+{
+	static int failing;
+	uint64_t latest = 0;
+	int ret = 0;
+
+	pthread_mutex_lock(&fs->refresh_lock);
+	if (!force && fs->last_refresh_ns &&
+	    dcr_mono_ns() - fs->last_refresh_ns < LOOKUP_REFRESH_MIN_NS)
+		goto out;
+	ret = dcr_reader_refresh(fs->r, &latest);
+	fs->last_refresh_ns = dcr_mono_ns();
+	if (ret < 0 && !failing) {
+		dcr_warn("refreshing versions from the store failed: %s "
+			 "(will retry)", dcr_strerror(ret));
+		failing = 1;
+	} else if (ret == 0 && failing) {
+		dcr_info("store reachable again");
+		failing = 0;
+	}
+out:
+	pthread_mutex_unlock(&fs->refresh_lock);
+	if (ret == 0 && !force)
+		watcher_kick(fs);
+	return ret;
+}
+
+/* ---------------------------------------------------------------- lookup */
+
+static void reply_entry(fuse_req_t req, const struct stat *st, double ttl)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.ino = st->st_ino;
+	e.attr = *st;
+	e.attr_timeout = ttl;
+	e.entry_timeout = ttl;
+	fuse_reply_entry(req, &e);
+}
+
+/* Parse "vN" (N decimal, no leading zero, 1..DCRFS_VERSION_MAX). */
+static int parse_version_name(const char *name, uint64_t *v)
+{
+	uint64_t x = 0;
+	const char *p = name + 1;
+
+	if (name[0] != 'v' || *p < '1' || *p > '9')
+		return 0;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return 0;
+		x = x * 10 + (uint64_t)(*p - '0');
+		if (x > DCRFS_VERSION_MAX)
+			return 0;
+	}
+	*v = x;
+	return 1;
+}
+
+static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
+{
+	const struct dcr_version_info *vi;
+	struct stat st;
+	uint64_t v;
+	int ret;
+
+	if (strcmp(name, "latest") == 0) {
+		ret = latest_stat(fs, &st);
+		if (ret < 0)
+			goto err;
+		reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+		return;
+	}
+	if (strcmp(name, "tags") == 0) {
+		tags_stat(fs, &st);
+		reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+		return;
+	}
+	if (!parse_version_name(name, &v)) {
+		ret = -ENOENT;
+		goto err;
+	}
+	ret = version_get(fs, v, &vi);
+	if (ret == -ENOENT && v > dcr_reader_latest(fs->r) &&
+	    fs_refresh(fs, 0) == 0)
+		ret = version_get(fs, v, &vi);
+	if (ret < 0)
+		goto err;
+	entry_stat(fs, vi, 0, &st);
+	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE);
+	return;
+err:
+	fuse_reply_err(req, -ret);
+}
+
+static void tags_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
+{
+	struct stat st;
+	size_t slot;
+	uint64_t v;
+	int ret = tag_version(fs, name, &v);
+
+	if (ret == 0)
+		ret = tag_slot(fs, name, &slot);
+	if (ret == 0)
+		ret = tag_stat(fs, DCRFS_INO_TAG_BASE + slot, name, &st);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+}
+
+/*
+ * Index of the child @name of directory @dir in @vi, or NO_ENTRY.
+ * Entries after the root are sorted by path, so a binary search on the
+ * joined path finds it; a linear walk of the children backs it up in
+ * case a reader ever orders them differently (a miss is cached by the
+ * kernel, so the walk runs once per name).
+ */
+static uint32_t find_child(const struct dcr_version_info *vi, uint32_t dir,
+			   const char *name)
+{
+	const struct dcr_entry *d = &vi->entries[dir];
+	char path[DCR_PATH_MAX + 2];
+	size_t dl = strlen(d->path), nl = strlen(name);
+	uint32_t lo = 1, hi = vi->nentries;
+
+	if (dl + 1 + nl + 1 > sizeof(path))
+		return NO_ENTRY;
+	if (dl) {
+		memcpy(path, d->path, dl);
+		path[dl++] = '/';
+	}
+	memcpy(path + dl, name, nl + 1);
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(vi->entries[mid].path, path);
+
+		if (c == 0) {
+			if (vi->entries[mid].parent == dir)
+				return mid;
+			break;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (uint32_t c = d->first_child; c < vi->nentries;
+	     c = vi->entries[c].next_sibling)
+		if (strcmp(vi->entries[c].name, name) == 0)
+			return c;
+	return NO_ENTRY;
+}
+
+static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
+			   uint32_t dir, const char *name)
+{
+	const struct dcr_version_info *vi;
+	const struct dcr_entry *d;
+	struct fuse_entry_param e;
+	struct stat st;
+	uint32_t c;
+	int ret = version_get(fs, v, &vi);
+
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	d = entry_get(vi, dir);
+	if (!d) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (d->type != DCR_FT_DIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	c = find_child(vi, dir, name);
+	if (c == NO_ENTRY || c > DCRFS_IDX_MAX) {
+		/* Immutable: let the kernel cache the miss too. */
+		memset(&e, 0, sizeof(e));
+		e.ino = 0;
+		e.entry_timeout = DCRFS_TTL_IMMUTABLE;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	entry_stat(fs, vi, c, &st);
+	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE);
+}
+
+static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
+			    const char *name)
+{
+	struct dcrfs *fs = fs_of(req);
+	uint64_t v;
+	uint32_t idx;
+
+	if (parent == DCRFS_INO_ROOT)
+		root_lookup(req, fs, name);
+	else if (parent == DCRFS_INO_TAGS)
+		tags_lookup(req, fs, name);
+	else if (dcrfs_ino_split(parent, &v, &idx))
+		version_lookup(req, fs, v, idx, name);
+	else
+		fuse_reply_err(req, ENOTDIR);
+}
+
+/* Inode numbers are computed: there is nothing to forget. */
+static void dcrfs_ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	fuse_reply_none(req);
+}
+
+static void dcrfs_ll_forget_multi(fuse_req_t req, size_t count,
+				  struct fuse_forget_data *forgets)
+{
+	fuse_reply_none(req);
+}
+
+/* --------------------------------------------------------------- getattr */
+
+/* Attributes of any inode and how long the kernel may cache them. */
+static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
+		    double *ttl)
+{
+	const struct dcr_version_info *vi;
+	char name[256];
+	uint64_t v;
+	uint32_t idx;
+	int ret;
+
+	*ttl = DCRFS_TTL_MUTABLE;
+	if (ino == DCRFS_INO_ROOT)
+		return root_stat(fs, st);
+	if (ino == DCRFS_INO_LATEST)
+		return latest_stat(fs, st);
+	if (ino == DCRFS_INO_TAGS) {
+		tags_stat(fs, st);
+		return 0;
+	}
+	if (dcrfs_ino_split(ino, &v, &idx)) {
+		ret = version_get(fs, v, &vi);
+		if (ret < 0)
+			return ret;
+		if (!entry_get(vi, idx))
+			return -ENOENT;
+		entry_stat(fs, vi, idx, st);
+		*ttl = DCRFS_TTL_IMMUTABLE;
+		return 0;
+	}
+	ret = tag_name_of(fs, ino, name, sizeof(name));
+	if (ret < 0)
+		return ret;
+	return tag_stat(fs, ino, name, st);
+}
+
+static void dcrfs_ll_getattr(fuse_req_t req, fuse_ino_t ino,
+			     struct fuse_file_info *fi)
+{
+	struct stat st;
+	double ttl;
+	int ret = ino_stat(fs_of(req), ino, &st, &ttl);
+
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &st, ttl);
+}
+
+static void dcrfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct dcrfs *fs = fs_of(req);
+	char target[40];
+	char name[256];
+	uint64_t v;
+	int ret;
+
+	if (ino == DCRFS_INO_LATEST) {
+		v = dcr_reader_latest(fs->r);
+		if (v == 0) {
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		snprintf(target, sizeof(target), "v%" PRIu64, v);
+		fuse_reply_readlink(req, target);
+		return;
+	}
+	ret = tag_name_of(fs, ino, name, sizeof(name));
+	if (ret == 0)
+		ret = tag_version(fs, name, &v);
+	if (ret < 0) {
+		/* Not a symlink at all, or a tag that went away. */
+		fuse_reply_err(req, ino < DCRFS_INO_TAG_BASE ||
+				    ino > UINT32_MAX ? EINVAL : -ret);
+		return;
+	}
+	snprintf(target, sizeof(target), "../v%" PRIu64, v);
+	fuse_reply_readlink(req, target);
+}
+
+/* ------------------------------------------------------------ directories */
+
+struct dirbuf {
+	fuse_req_t req;
+	char *p;
+	size_t size;
+	size_t pos;
+	int plus;
+};
+
+/* Append one entry; 1 if it did not fit (the listing stops there). */
+static int dirbuf_add(struct dirbuf *db, const char *name,
+		      const struct stat *st, double ttl, off_t next)
+{
+	size_t left = db->size - db->pos;
+	size_t n;
+
+	if (db->plus) {
+		struct fuse_entry_param e;
+
+		memset(&e, 0, sizeof(e));
+		e.ino = st->st_ino;
+		e.attr = *st;
+		e.attr_timeout = ttl;
+		e.entry_timeout = ttl;
+		n = fuse_add_direntry_plus(db->req, db->p + db->pos, left,
+					   name, &e, next);
+	} else {
+		n = fuse_add_direntry(db->req, db->p + db->pos, left, name,
+				      st, next);
+	}
+	if (n > left)
+		return 1;
+	db->pos += n;
+	return 0;
+}
+
+/*
+ * Root offsets: 1 after ".", 2 after "..", 3 after "latest", 4 after
+ * "tags", v + 4 after "vN". They stay valid while versions are added.
+ */
+static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
+{
+	const struct dcr_version_info *vi;
+	uint64_t *vs = NULL;
+	size_t n = 0;
+	struct stat st;
+	int ret = dcr_reader_versions(fs->r, &vs, &n);
+
+	if (ret < 0)
+		return ret;
+	ret = root_stat(fs, &st);
+	if (ret < 0)
+		goto out;
+	if (off < 1 && dirbuf_add(db, ".", &st, DCRFS_TTL_MUTABLE, 1))
+		goto out;
+	if (off < 2 && dirbuf_add(db, "..", &st, DCRFS_TTL_MUTABLE, 2))
+		goto out;
+	if (off < 3 && latest_stat(fs, &st) == 0 &&
+	    dirbuf_add(db, "latest", &st, DCRFS_TTL_MUTABLE, 3))
+		goto out;
+	if (off < 4) {
+		tags_stat(fs, &st);
+		if (dirbuf_add(db, "tags", &st, DCRFS_TTL_MUTABLE, 4))
+			goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char name[32];
+		uint64_t v = vs[i];
+
+		if (v > DCRFS_VERSION_MAX)
+			break;
+		if ((off_t)(v + 4) <= off)
+			continue;
+		if (version_get(fs, v, &vi) < 0)
+			continue;
+		snprintf(name, sizeof(name), "v%" PRIu64, v);
+		entry_stat(fs, vi, 0, &st);
+		if (dirbuf_add(db, name, &st, DCRFS_TTL_IMMUTABLE,
+			       (off_t)(v + 4)))
+			break;
+	}
+out:
+	free(vs);
+	return ret;
+}
+
+struct tag_ent {
+	size_t slot;
+	uint64_t version;
+	const char *name;
+};
+
+static int tag_ent_cmp(const void *a, const void *b)
+{
+	const struct tag_ent *x = a, *y = b;
+
+	return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Tags offsets: 1 ".", 2 "..", slot + 3 after the tag in that slot. */
+static int tags_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
+{
+	struct dcr_tag *tags = NULL;
+	struct tag_ent *ents = NULL;
+	size_t n = 0;
+	struct stat st;
+	int ret = dcr_reader_tags(fs->r, &tags, &n);
+
+	if (ret < 0)
+		return ret;
+	if (n) {
+		ents = calloc(n, sizeof(*ents));
+		if (!ents) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		ret = tag_slot(fs, tags[i].name, &ents[i].slot);
+		if (ret < 0)
+			goto out;
+		ents[i].version = tags[i].version;
+		ents[i].name = tags[i].name;
+	}
+	if (n)
+		qsort(ents, n, sizeof(*ents), tag_ent_cmp);
+
+	tags_stat(fs, &st);
+	if (off < 1 && dirbuf_add(db, ".", &st, DCRFS_TTL_MUTABLE, 1))
+		goto out;
+	if (off < 2) {
+		if (root_stat(fs, &st) < 0)
+			tags_stat(fs, &st);
+		if (dirbuf_add(db, "..", &st, DCRFS_TTL_MUTABLE, 2))
+			goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char target[40];
+		off_t next = (off_t)(ents[i].slot + 3);
+
+		if (next <= off)
+			continue;
+		snprintf(target, sizeof(target), "../v%" PRIu64,
+			 ents[i].version);
+		symlink_stat(fs, &st, DCRFS_INO_TAG_BASE + ents[i].slot,
+			     target, ents[i].version);
+		if (dirbuf_add(db, ents[i].name, &st, DCRFS_TTL_MUTABLE, next))
+			break;
+	}
+out:
+	free(ents);
+	dcr_reader_tags_free(tags, n);
+	return ret;
+}
+
+/*
+ * Version directory offsets: 1 ".", 2 "..", c + 3 after child entry c;
+ * the listing resumes at entries[c].next_sibling, in O(1).
+ */
+static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
+			   uint32_t dir, off_t off)
+{
+	const struct dcr_version_info *vi;
+	const struct dcr_entry *d;
+	struct stat st;
+	uint32_t c;
+	int ret = version_get(fs, v, &vi);
+
+	if (ret < 0)
+		return ret;
+	d = entry_get(vi, dir);
+	if (!d)
+		return -ENOENT;
+	if (d->type != DCR_FT_DIR)
+		return -ENOTDIR;
+
+	entry_stat(fs, vi, dir, &st);
+	if (off < 1 && dirbuf_add(db, ".", &st, DCRFS_TTL_IMMUTABLE, 1))
+		return 0;
+	if (off < 2) {
+		if (dir == 0) {
+			if (root_stat(fs, &st) < 0)
+				entry_stat(fs, vi, dir, &st);
+		} else {
+			entry_stat(fs, vi, d->parent, &st);
+		}
+		if (dirbuf_add(db, "..", &st, DCRFS_TTL_IMMUTABLE, 2))
+			return 0;
+	}
+	if (off <= 2) {
+		c = d->first_child;
+	} else {
+		uint64_t prev = (uint64_t)off - 3;
+
+		if (prev >= vi->nentries || vi->entries[prev].parent != dir)
+			return -EINVAL;
+		c = vi->entries[prev].next_sibling;
+	}
+	for (; c < vi->nentries && c <= DCRFS_IDX_MAX;
+	     c = vi->entries[c].next_sibling) {
+		entry_stat(fs, vi, c, &st);
+		if (dirbuf_add(db, vi->entries[c].name, &st,
+			       DCRFS_TTL_IMMUTABLE, (off_t)c + 3))
+			break;
+	}
+	return 0;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+		       off_t off, int plus)
+{
+	struct dcrfs *fs = fs_of(req);
+	struct dirbuf db;
+	uint64_t v;
+	uint32_t idx;
+	int ret;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	memset(&db, 0, sizeof(db));
+	db.req = req;
+	db.size = DCR_MIN(size, (size_t)1 << 20);
+	db.plus = plus;
+	db.p = malloc(db.size ? db.size : 1);
+	if (!db.p) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (ino == DCRFS_INO_ROOT)
+		ret = root_readdir(&db, fs, off);
+	else if (ino == DCRFS_INO_TAGS)
+		ret = tags_readdir(&db, fs, off);
+	else if (dcrfs_ino_split(ino, &v, &idx))
+		ret = version_readdir(&db, fs, v, idx, off);
+	else
+		ret = -ENOTDIR;
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_buf(req, db.p, db.pos);
+	free(db.p);
+}
+
+static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
+			     struct fuse_file_info *fi)
+{
+	struct dcrfs *fs = fs_of(req);
+	const struct dcr_version_info *vi;
+	const struct dcr_entry *e;
+	uint64_t v;
+	uint32_t idx;
+	int ret;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS) {
+		fuse_reply_open(req, fi);
+		return;
+	}
+	if (!dcrfs_ino_split(ino, &v, &idx)) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	ret = version_get(fs, v, &vi);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	e = entry_get(vi, idx);
+	if (!e) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (e->type != DCR_FT_DIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	/* Immutable: the kernel may keep the listing. */
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void dcrfs_ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+			     off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, 0);
+}
+
+static void dcrfs_ll_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+				 off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, 1);
+}
+
+static void dcrfs_ll_releasedir(fuse_req_t req, fuse_ino_t ino,
+				struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+/* ------------------------------------------------------------------ files */
+
+static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	struct dcrfs *fs = fs_of(req);
+	const struct dcr_version_info *vi;
+	const struct dcr_entry *e;
+	uint64_t v;
+	uint32_t idx;
+	int ret;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (!dcrfs_ino_split(ino, &v, &idx)) {
+		fuse_reply_err(req, ino == DCRFS_INO_ROOT ||
+				    ino == DCRFS_INO_TAGS ? EISDIR : ELOOP);
+		return;
+	}
+	ret = version_get(fs, v, &vi);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	e = entry_get(vi, idx);
+	if (!e) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (e->type != DCR_FT_REG) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	/* Immutable: pages survive close and reopen; never direct_io. */
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	fi->direct_io = 0;
+	fuse_reply_open(req, fi);
+}
+
+/* Per-thread read buffer, grown on demand, freed when the thread ends. */
+struct rbuf {
+	void *p;
+	size_t cap;
+};
+
+static pthread_key_t rbuf_key;
+static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
+static int rbuf_key_ok;
+
+static void rbuf_free(void *arg)
+{
+	struct rbuf *b = arg;
+
+	if (b) {
+		free(b->p);
+		free(b);
+	}
+}
+
+static void rbuf_key_init(void)
+{
+	rbuf_key_ok = pthread_key_create(&rbuf_key, rbuf_free) == 0;
+}
+
+/* A buffer of at least @size bytes owned by this thread, or NULL. */
+static void *rbuf_get(size_t size)
+{
+	struct rbuf *b;
+
+	pthread_once(&rbuf_once, rbuf_key_init);
+	if (!rbuf_key_ok)
+		return NULL;
+	b = pthread_getspecific(rbuf_key);
+	if (!b) {
+		b = calloc(1, sizeof(*b));
+		if (!b)
+			return NULL;
+		if (pthread_setspecific(rbuf_key, b) != 0) {
+			free(b);
+			return NULL;
+		}
+	}
+	if (b->cap < size) {
+		size_t cap = DCR_MAX(size, (size_t)DCRFS_READ_MAX);
+		void *p = malloc(cap);
+
+		if (!p)
+			return NULL;
+		free(b->p);
+		b->p = p;
+		b->cap = cap;
+	}
+	return b->p;
+}
+
+static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
+			  off_t off, struct fuse_file_info *fi)
+{
+	struct dcrfs *fs = fs_of(req);
+	uint64_t v;
+	uint32_t idx;
+	ssize_t n;
+	void *buf;
+
+	if (!dcrfs_ino_split(ino, &v, &idx)) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (size == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	buf = rbuf_get(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = dcr_reader_read(fs->r, v, idx, (uint64_t)off, buf, size);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
+			     struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void dcrfs_ll_flush(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void dcrfs_ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+			   struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+/* ------------------------------------------------------------ filesystem */
+
+static void dcrfs_ll_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct dcrfs *fs = fs_of(req);
+	const struct dcr_version_info *vi;
+	uint64_t latest = dcr_reader_latest(fs->r);
+	uint64_t bytes = 0, files = 0;
+	struct statvfs sv;
+
+	if (latest && version_get(fs, latest, &vi) == 0) {
+		for (uint32_t i = 0; i < vi->nentries; i++)
+			if (vi->entries[i].type == DCR_FT_REG)
+				bytes += vi->entries[i].size;
+		files = vi->nentries;
+	}
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_blocks = (fsblkcnt_t)DCR_DIV_ROUND_UP(bytes, 4096);
+	sv.f_files = (fsfilcnt_t)files;
+	sv.f_namemax = NAME_MAX_SHOWN;
+	sv.f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void dcrfs_ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+}
+
+static void dcrfs_ll_getxattr(fuse_req_t req, fuse_ino_t ino,
+			      const char *name, size_t size)
+{
+	fuse_reply_err(req, ENODATA);
+}
+
+static void dcrfs_ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, 0);
+	else
+		fuse_reply_buf(req, NULL, 0);
+}
+
+/* ------------------------------------------------------ read-only refusals */
+
+static void dcrfs_ll_setattr(fuse_req_t req, fuse_ino_t ino,
+			     struct stat *attr, int to_set,
+			     struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_mknod(fuse_req_t req, fuse_ino_t parent,
+			   const char *name, mode_t mode, dev_t rdev)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_mkdir(fuse_req_t req, fuse_ino_t parent,
+			   const char *name, mode_t mode)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_unlink(fuse_req_t req, fuse_ino_t parent,
+			    const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_rmdir(fuse_req_t req, fuse_ino_t parent,
+			   const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_symlink(fuse_req_t req, const char *link,
+			     fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_rename(fuse_req_t req, fuse_ino_t parent,
+			    const char *name, fuse_ino_t newparent,
+			    const char *newname, unsigned int flags)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_link(fuse_req_t req, fuse_ino_t ino,
+			  fuse_ino_t newparent, const char *newname)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+			   size_t size, off_t off, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_create(fuse_req_t req, fuse_ino_t parent,
+			    const char *name, mode_t mode,
+			    struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_setxattr(fuse_req_t req, fuse_ino_t ino,
+			      const char *name, const char *value,
+			      size_t size, int flags)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_removexattr(fuse_req_t req, fuse_ino_t ino,
+				 const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void dcrfs_ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
+			       off_t offset, off_t length,
+			       struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+/* ------------------------------------------------------------ session */
+
+static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
+{
+	const struct dcrfs *fs = userdata;
+
+	/* libfuse fails the session unless this repeats -o max_read. */
+	if (fs->max_read)
+		conn->max_read = fs->max_read;
+	/*
+	 * The kernel takes the minimum of this and the bdi's read_ahead_kb,
+	 * which main.c raises right after mounting.
+	 */
+	conn->max_readahead = DCR_MAX(conn->max_readahead, DCRFS_READ_MAX);
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* Version files never change; keep_cache says so per open. */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	/* /latest moves: its target must not be cached. */
+	conn->want &= ~FUSE_CAP_CACHE_SYMLINKS;
+}
+
+const struct fuse_lowlevel_ops dcrfs_ll_ops = {
+	.init = dcrfs_ll_init,
+	.lookup = dcrfs_ll_lookup,
+	.forget = dcrfs_ll_forget,
+	.forget_multi = dcrfs_ll_forget_multi,
+	.getattr = dcrfs_ll_getattr,
+	.setattr = dcrfs_ll_setattr,
+	.readlink = dcrfs_ll_readlink,
+	.mknod = dcrfs_ll_mknod,
+	.mkdir = dcrfs_ll_mkdir,
+	.unlink = dcrfs_ll_unlink,
+	.rmdir = dcrfs_ll_rmdir,
+	.symlink = dcrfs_ll_symlink,
+	.rename = dcrfs_ll_rename,
+	.link = dcrfs_ll_link,
+	.open = dcrfs_ll_open,
+	.read = dcrfs_ll_read,
+	.write = dcrfs_ll_write,
+	.flush = dcrfs_ll_flush,
+	.release = dcrfs_ll_release,
+	.fsync = dcrfs_ll_fsync,
+	.opendir = dcrfs_ll_opendir,
+	.readdir = dcrfs_ll_readdir,
+	.readdirplus = dcrfs_ll_readdirplus,
+	.releasedir = dcrfs_ll_releasedir,
+	.statfs = dcrfs_ll_statfs,
+	.setxattr = dcrfs_ll_setxattr,
+	.getxattr = dcrfs_ll_getxattr,
+	.listxattr = dcrfs_ll_listxattr,
+	.removexattr = dcrfs_ll_removexattr,
+	.access = dcrfs_ll_access,
+	.create = dcrfs_ll_create,
+	.fallocate = dcrfs_ll_fallocate,
+};
+
+/* ------------------------------------------------------- background work */
+
+/* FNV-1a over the tag snapshot, to notice any change cheaply. */
+static uint64_t tags_fingerprint(struct dcrfs *fs, int *ok)
+{
+	struct dcr_tag *tags = NULL;
+	size_t n = 0;
+	uint64_t h = 1469598103934665603ULL;
+
+	*ok = dcr_reader_tags(fs->r, &tags, &n) == 0;
+	if (!*ok)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		for (const char *p = tags[i].name; *p; p++)
+			h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+		for (int b = 0; b < 8; b++)
+			h = (h ^ (uint8_t)(tags[i].version >> (8 * b))) *
+			    1099511628211ULL;
+		h = (h ^ 0xff) * 1099511628211ULL;
+	}
+	dcr_reader_tags_free(tags, n);
+	return h;
+}
+
+static void notify_result(int ret, const char *what)
+{
+	/* -ENOENT: the kernel has nothing cached for it, which is fine. */
+	if (ret < 0 && ret != -ENOENT)
+		dcr_debug("invalidating %s: %s", what, dcr_strerror(ret));
+}
+
+/* Tell the kernel about a new latest and/or changed tags. */
+static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
+{
+	uint64_t latest = dcr_reader_latest(fs->r);
+	uint64_t fp;
+	size_t ntags;
+	int moved, ok;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	moved = latest != fs->shown_latest;
+	if (moved) {
+		fs->shown_latest = latest;
+		if (fs->prefetch == DCRFS_PREFETCH_LATEST && latest) {
+			fs->prefetch_want = latest;
+			pthread_cond_broadcast(&fs->bg_cond);
+		}
+	}
+	pthread_mutex_unlock(&fs->bg_lock);
+
+	if (moved) {
+		dcr_info("latest is now v%" PRIu64, latest);
+		notify_result(fuse_lowlevel_notify_inval_entry(
+				      fs->se, DCRFS_INO_ROOT, "latest", 6),
+			      "/latest");
+		notify_result(fuse_lowlevel_notify_inval_inode(
+				      fs->se, DCRFS_INO_LATEST, 0, 0),
+			      "/latest");
+		notify_result(fuse_lowlevel_notify_inval_inode(
+				      fs->se, DCRFS_INO_ROOT, 0, 0),
+			      "/");
+	}
+
+	fp = tags_fingerprint(fs, &ok);
+	if (!ok || (*tags_known && fp == *tags_fp))
+		return;
+	*tags_fp = fp;
+	*tags_known = 1;
+	notify_result(fuse_lowlevel_notify_inval_inode(fs->se, DCRFS_INO_TAGS,
+						       0, 0),
+		      "/tags");
+	pthread_mutex_lock(&fs->tag_lock);
+	ntags = fs->ntag_names;
+	pthread_mutex_unlock(&fs->tag_lock);
+	for (size_t k = 0; k < ntags; k++)
+		notify_result(fuse_lowlevel_notify_inval_inode(
+				      fs->se, DCRFS_INO_TAG_BASE + k, 0, 0),
+			      "a tag");
+}
+
+static void deadline_after(struct timespec *ts, unsigned int s)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)s;
+}
+
+static int deadline_passed(const struct timespec *ts)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > ts->tv_sec ||
+	       (now.tv_sec == ts->tv_sec && now.tv_nsec >= ts->tv_nsec);
+}
+
+/*
+ * The watcher: every poll_s seconds refresh from the store; whenever
+ * latest (or a tag) changed, by its own refresh or one a lookup did,
+ * invalidate what the kernel cached about it and wake the prefetcher.
+ * Notifications are sent from here, never from a request handler, so
+ * they cannot deadlock against the directory lock of a pending lookup.
+ */
+static void *watcher_main(void *arg)
+{
+	struct dcrfs *fs = arg;
+	struct timespec next;
+	uint64_t tags_fp = 0;
+	int tags_known = 0;
+
+	deadline_after(&next, fs->poll_s);
+	pthread_mutex_lock(&fs->bg_lock);
+	while (!fs->bg_stop) {
+		int poll_now;
+
+		if (!fs->bg_kick) {
+			if (fs->poll_s)
+				pthread_cond_timedwait(&fs->bg_cond,
+						       &fs->bg_lock, &next);
+			else
+				pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
+		}
+		if (fs->bg_stop)
+			break;
+		poll_now = fs->poll_s && deadline_passed(&next);
+		if (!poll_now && !fs->bg_kick)
+			continue;
+		fs->bg_kick = 0;
+		pthread_mutex_unlock(&fs->bg_lock);
+
+		if (poll_now) {
+			fs_refresh(fs, 1);
+			deadline_after(&next, fs->poll_s);
+		}
+		announce(fs, &tags_fp, &tags_known);
+
+		pthread_mutex_lock(&fs->bg_lock);
+	}
+	pthread_mutex_unlock(&fs->bg_lock);
+	return NULL;
+}
+
+/* Should the prefetch of @v give up (shutdown or a newer version)? */
+static int prefetch_abandon(struct dcrfs *fs, uint64_t v)
+{
+	int stop;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	stop = fs->bg_stop || fs->prefetch_want != v;
+	pthread_mutex_unlock(&fs->bg_lock);
+	return stop;
+}
+
+/*
+ * Read every regular file of version @v through the reader so that its
+ * chunks land in the cache. A failing file is logged and skipped.
+ * 0 when done, 1 when abandoned.
+ */
+static int prefetch_version(struct dcrfs *fs, uint64_t v)
+{
+	const struct dcr_version_info *vi;
+	uint64_t bytes = 0;
+	unsigned int failed = 0;
+	int64_t t0 = dcr_mono_ns();
+	size_t bs;
+	void *buf;
+	char sz[32];
+	int ret = version_get(fs, v, &vi);
+
+	if (ret < 0) {
+		dcr_warn("prefetch of v%" PRIu64 ": %s", v, dcr_strerror(ret));
+		return 0;
+	}
+	bs = vi->chunk_size ? vi->chunk_size : DCRFS_READ_MAX;
+	buf = malloc(bs);
+	if (!buf) {
+		dcr_warn("prefetch of v%" PRIu64 ": %s", v,
+			 dcr_strerror(-ENOMEM));
+		return 0;
+	}
+	dcr_info("prefetching v%" PRIu64, v);
+	for (uint32_t i = 0; i < vi->nentries && i <= DCRFS_IDX_MAX; i++) {
+		const struct dcr_entry *e = &vi->entries[i];
+
+		if (e->type != DCR_FT_REG)
+			continue;
+		for (uint64_t off = 0; off < e->size; off += bs) {
+			ssize_t n;
+
+			if (prefetch_abandon(fs, v)) {
+				free(buf);
+				dcr_info("prefetch of v%" PRIu64
+					 " abandoned after %s", v,
+					 dcr_format_size(bytes, sz,
+							 sizeof(sz)));
+				return 1;
+			}
+			n = dcr_reader_read(fs->r, v, i, off, buf, bs);
+			if (n < 0) {
+				dcr_warn("prefetch of v%" PRIu64 "/%s: %s", v,
+					 e->path, dcr_strerror((int)n));
+				failed++;
+				break;
+			}
+			if (n == 0)
+				break;
+			bytes += (uint64_t)n;
+		}
+	}
+	free(buf);
+	dcr_info("prefetched v%" PRIu64 ": %s in %.1f s%s", v,
+		 dcr_format_size(bytes, sz, sizeof(sz)),
+		 (double)(dcr_mono_ns() - t0) / 1e9,
+		 failed ? " (some files failed)" : "");
+	return 0;
+}
+
+static void *prefetcher_main(void *arg)
+{
+	struct dcrfs *fs = arg;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	while (!fs->bg_stop) {
+		uint64_t v = fs->prefetch_want;
+
+		if (v == 0 || v == fs->prefetch_done) {
+			pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
+			continue;
+		}
+		pthread_mutex_unlock(&fs->bg_lock);
+		if (prefetch_version(fs, v) == 0) {
+			pthread_mutex_lock(&fs->bg_lock);
+			fs->prefetch_done = v;
+		} else {
+			pthread_mutex_lock(&fs->bg_lock);
+		}
+	}
+	pthread_mutex_unlock(&fs->bg_lock);
+	return NULL;
+}
+
+int dcrfs_init_state(struct dcrfs *fs)
+{
+	pthread_condattr_t ca;
+	int ret;
+
+	ret = pthread_mutex_init(&fs->refresh_lock, NULL);
+	if (ret)
+		return -ret;
+	ret = pthread_mutex_init(&fs->tag_lock, NULL);
+	if (ret)
+		goto err_refresh;
+	ret = pthread_mutex_init(&fs->bg_lock, NULL);
+	if (ret)
+		goto err_tag;
+	ret = pthread_condattr_init(&ca);
+	if (ret)
+		goto err_bg;
+	ret = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (ret == 0)
+		ret = pthread_cond_init(&fs->bg_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (ret)
+		goto err_bg;
+	return 0;
+
+err_bg:
+	pthread_mutex_destroy(&fs->bg_lock);
+err_tag:
+	pthread_mutex_destroy(&fs->tag_lock);
+err_refresh:
+	pthread_mutex_destroy(&fs->refresh_lock);
+	return -ret;
+}
+
+void dcrfs_free_state(struct dcrfs *fs)
+{
+	for (size_t i = 0; i < fs->ntag_names; i++)
+		free(fs->tag_names[i]);
+	free(fs->tag_names);
+	fs->tag_names = NULL;
+	fs->ntag_names = fs->tag_names_cap = 0;
+	pthread_cond_destroy(&fs->bg_cond);
+	pthread_mutex_destroy(&fs->bg_lock);
+	pthread_mutex_destroy(&fs->tag_lock);
+	pthread_mutex_destroy(&fs->refresh_lock);
+}
+
+int dcrfs_bg_start(struct dcrfs *fs)
+{
+	int ret;
+
+	fs->bg_stop = 0;
+	fs->bg_kick = 1; /* announce the initial latest at once */
+	ret = pthread_create(&fs->watcher, NULL, watcher_main, fs);
+	if (ret)
+		return -ret;
+	fs->watcher_running = 1;
+	if (fs->prefetch == DCRFS_PREFETCH_LATEST) {
+		ret = pthread_create(&fs->prefetcher, NULL, prefetcher_main,
+				     fs);
+		if (ret) {
+			dcrfs_bg_stop(fs);
+			return -ret;
+		}
+		fs->prefetcher_running = 1;
+	}
+	return 0;
+}
+
+void dcrfs_bg_stop(struct dcrfs *fs)
+{
+	pthread_mutex_lock(&fs->bg_lock);
+	fs->bg_stop = 1;
+	pthread_cond_broadcast(&fs->bg_cond);
+	pthread_mutex_unlock(&fs->bg_lock);
+	if (fs->watcher_running) {
+		pthread_join(fs->watcher, NULL);
+		fs->watcher_running = 0;
+	}
+	if (fs->prefetcher_running) {
+		pthread_join(fs->prefetcher, NULL);
+		fs->prefetcher_running = 0;
+	}
+}
