@@ -162,13 +162,14 @@ int dcr_manifest_validate(const struct dcr_manifest *m)
 int dcr_manifest_check_parent(const struct dcr_manifest *m,
 			      const struct dcr_manifest *p)
 {
-	if (m->parent != p->version || m->chunk_size != p->chunk_size)
+	if (m->parent != p->version)
 		return DCR_ERR(-EBADMSG);
 	for (uint32_t i = 0; i < m->nfiles; i++) {
 		const struct dcr_file *f = &m->files[i];
 		if (f->base == DCR_NO_BASE)
 			continue;
-		if (f->base >= p->nfiles)
+		/* Chunks can only refer to the parent's at the same chunk size. */
+		if (f->base >= p->nfiles || m->chunk_size != p->chunk_size)
 			return DCR_ERR(-EBADMSG);
 		const struct dcr_file *b = &p->files[f->base];
 		if (b->type != DCR_FT_REG || b->size != f->size)

@@ -112,8 +112,10 @@ int dcr_manifest_validate(const struct dcr_manifest *m);
 
 /**
  * dcr_manifest_check_parent - check that @m's base references are
- * consistent with its parent @p (the base file exists and has the same
- * size whenever a chunk is SAME or DELTA). 0 or -EBADMSG.
+ * consistent with its parent @p: every base file exists in @p, is a
+ * regular file of the same size, the chunk sizes match, and SAME chunks
+ * carry the parent chunk's hash. A version with a different chunk size
+ * is valid if it has no base references (all full frames). 0 or -EBADMSG.
  */
 int dcr_manifest_check_parent(const struct dcr_manifest *m,
 			      const struct dcr_manifest *p);

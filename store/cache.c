@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.c - the content-addressed chunk cache (see cache.h).
+ *
+ * Locking: @lock guards the byte count, the verified set and the
+ * counters and is never held across I/O or catalog calls; @evict_lock
+ * lets one thread at a time evict (others skip: one evictor suffices).
+ * Files are only ever created by rename(2) of a complete temporary file,
+ * so a reader sees the whole chunk or nothing, and a reader that opened a
+ * file keeps reading it even if it is evicted meanwhile.
+ *
+ * The catalog rows are the accounting, the files are the data. They can
+ * disagree after a crash or a race between an evictor and an insert of
+ * the same hash; every such case degrades to a miss (row without file)
+ * or is repaired when the file is next used (file without row: the row
+ * is added when the file is verified).
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "chunk.h"
+#include "common.h"
+#include "reader.h" /* DCR_CACHE_SIZE_DEFAULT */
+
+/* Verified-hash set: open addressing, cleared when it fills up. */
+#define VSET_CAP (1u << 15)
+#define VSET_MAX_FILL (VSET_CAP / 4 * 3)
+/* Rewrite a chunk's atime at most this often (milliseconds). */
+#define TOUCH_INTERVAL_MS (60 * 1000)
+#define EVICT_BATCH 64
+
+enum { VS_EMPTY = 0, VS_USED = 1, VS_DEAD = 2 };
+
+struct vset_entry {
+	uint8_t hash[DCR_HASH_LEN];
+	int64_t atime_ms; /* last atime written to the catalog */
+	uint8_t state;
+};
+
+struct dcr_cache {
+	char *chunks_dir;
+	char *tmp_dir;
+	struct dcr_catalog *cat;
+	uint64_t budget;
+
+	pthread_mutex_t lock;
+	uint64_t bytes;
+	struct vset_entry *vset;
+	uint32_t vset_fill; /* used + dead */
+	struct dcr_cache_stats st;
+	uint64_t tmp_seq;
+
+	pthread_mutex_t evict_lock;
+};
+
+static int64_t now_ms(void)
+{
+	return dcr_now_ns() / 1000000;
+}
+
+static uint32_t vset_slot(const uint8_t hash[DCR_HASH_LEN])
+{
+	return dcr_get_le32(hash) & (VSET_CAP - 1);
+}
+
+/* Find @hash; NULL if absent. Caller holds the lock. */
+static struct vset_entry *vset_find(struct dcr_cache *c,
+				    const uint8_t hash[DCR_HASH_LEN])
+{
+	uint32_t i = vset_slot(hash);
+
+	for (uint32_t n = 0; n < VSET_CAP; n++, i = (i + 1) & (VSET_CAP - 1)) {
+		struct vset_entry *e = &c->vset[i];
+		if (e->state == VS_EMPTY)
+			return NULL;
+		if (e->state == VS_USED &&
+		    memcmp(e->hash, hash, DCR_HASH_LEN) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+/* Insert @hash (or refresh its atime). Caller holds the lock. */
+static void vset_add(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		     int64_t atime_ms)
+{
+	struct vset_entry *e = vset_find(c, hash);
+	uint32_t i;
+
+	if (e) {
+		e->atime_ms = atime_ms;
+		return;
+	}
+	if (c->vset_fill >= VSET_MAX_FILL) {
+		/* Bounded: forget everything; files get verified again. */
+		memset(c->vset, 0, VSET_CAP * sizeof(*c->vset));
+		c->vset_fill = 0;
+	}
+	i = vset_slot(hash);
+	while (c->vset[i].state == VS_USED)
+		i = (i + 1) & (VSET_CAP - 1);
+	if (c->vset[i].state == VS_EMPTY)
+		c->vset_fill++;
+	e = &c->vset[i];
+	memcpy(e->hash, hash, DCR_HASH_LEN);
+	e->atime_ms = atime_ms;
+	e->state = VS_USED;
+}
+
+static void vset_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
+{
+	struct vset_entry *e = vset_find(c, hash);
+
+	if (e)
+		e->state = VS_DEAD;
+}
+
+void dcr_cache_path(const struct dcr_cache *c,
+		    const uint8_t hash[DCR_HASH_LEN], char *buf, size_t cap)
+{
+	char hex[DCR_HASH_HEX_LEN + 1];
+
+	dcr_hash_hex(hash, hex);
+	snprintf(buf, cap, "%s/%.2s/%s", c->chunks_dir, hex, hex);
+}
+
+/* mkdir that accepts an existing directory. */
+static int mkdir_0700(const char *path)
+{
+	if (mkdir(path, 0700) == 0 || errno == EEXIST)
+		return 0;
+	return -errno;
+}
+
+/* Remove leftover temporary files of a previous run. */
+static void clean_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	char path[PATH_MAX];
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		unlink(path);
+	}
+	closedir(d);
+}
+
+static char *path_join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *p = malloc(la + lb + 2);
+
+	if (!p)
+		return NULL;
+	memcpy(p, a, la);
+	p[la] = '/';
+	memcpy(p + la + 1, b, lb + 1);
+	return p;
+}
+
+int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
+		   struct dcr_cache **out)
+{
+	struct dcr_cache *c;
+	int ret;
+
+	*out = NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return DCR_ERR(-ENOMEM);
+	c->cat = cat;
+	c->budget = budget ? budget : DCR_CACHE_SIZE_DEFAULT;
+	c->chunks_dir = path_join(dir, "chunks");
+	c->tmp_dir = path_join(dir, "tmp");
+	c->vset = calloc(VSET_CAP, sizeof(*c->vset));
+	if (!c->chunks_dir || !c->tmp_dir || !c->vset) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free;
+	}
+	ret = mkdir_0700(c->chunks_dir);
+	if (!ret)
+		ret = mkdir_0700(c->tmp_dir);
+	if (ret) {
+		dcr_err("cache %s: %s", dir, dcr_strerror(ret));
+		goto err_free;
+	}
+	clean_tmp(c->tmp_dir);
+	ret = dcr_catalog_cache_total(cat, &c->bytes);
+	if (ret)
+		goto err_free;
+	c->st.bytes = c->bytes;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->evict_lock, NULL);
+	*out = c;
+	return 0;
+
+err_free:
+	free(c->vset);
+	free(c->tmp_dir);
+	free(c->chunks_dir);
+	free(c);
+	return ret;
+}
+
+void dcr_cache_close(struct dcr_cache *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_destroy(&c->evict_lock);
+	pthread_mutex_destroy(&c->lock);
+	free(c->vset);
+	free(c->tmp_dir);
+	free(c->chunks_dir);
+	free(c);
+}
+
+void dcr_cache_get_stats(struct dcr_cache *c, struct dcr_cache_stats *s)
+{
+	pthread_mutex_lock(&c->lock);
+	*s = c->st;
+	s->bytes = c->bytes;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Forget @hash: file, row, accounting. */
+static void drop(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		 const char *path)
+{
+	uint64_t size = 0;
+
+	unlink(path);
+	dcr_catalog_cache_del(c->cat, hash, &size);
+	pthread_mutex_lock(&c->lock);
+	vset_del(c, hash);
+	c->bytes -= DCR_MIN(size, c->bytes);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* pread exactly @n bytes; -EIO on a short file. */
+static int pread_full(int fd, void *dst, size_t n, off_t off)
+{
+	uint8_t *p = dst;
+
+	while (n) {
+		ssize_t k = pread(fd, p, n, off);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			return -EIO;
+		p += k;
+		n -= (size_t)k;
+		off += k;
+	}
+	return 0;
+}
+
+/* Read and verify the whole file; copy the slice. 0, -EBADMSG or -errno. */
+static int verify_read(int fd, const uint8_t hash[DCR_HASH_LEN],
+		       uint32_t chunk_len, uint32_t off, void *dst, size_t n)
+{
+	uint8_t got[DCR_HASH_LEN];
+	struct stat sb;
+	uint8_t *buf;
+	int ret;
+
+	if (fstat(fd, &sb) < 0)
+		return -errno;
+	if ((uint64_t)sb.st_size != chunk_len)
+		return -EBADMSG;
+	if (off == 0 && n == chunk_len) {
+		buf = dst; /* read in place; dst is unspecified on a miss */
+	} else {
+		buf = malloc(chunk_len ? chunk_len : 1);
+		if (!buf)
+			return DCR_ERR(-ENOMEM);
+	}
+	ret = pread_full(fd, buf, chunk_len, 0);
+	if (ret == -EIO)
+		ret = -EBADMSG;
+	if (!ret) {
+		dcr_sha256(buf, chunk_len, got);
+		if (!dcr_hash_eq(got, hash))
+			ret = -EBADMSG;
+	}
+	if (!ret && buf != dst)
+		memcpy(dst, buf + off, n);
+	if (buf != dst)
+		free(buf);
+	return ret;
+}
+
+int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		   uint32_t chunk_len, uint32_t off, void *dst, size_t n)
+{
+	char path[PATH_MAX];
+	struct vset_entry *e;
+	int64_t now = now_ms();
+	int verified, touch = 0, fd, ret;
+
+	if ((uint64_t)off + n > chunk_len)
+		return DCR_ERR(-EINVAL);
+	dcr_cache_path(c, hash, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		pthread_mutex_lock(&c->lock);
+		c->st.misses++;
+		pthread_mutex_unlock(&c->lock);
+		if (ret == -ENOENT)
+			return -ENOENT;
+		dcr_warn("cache: %s: %s", path, dcr_strerror(ret));
+		return ret == -ENOMEM ? ret : -ENOENT;
+	}
+
+	pthread_mutex_lock(&c->lock);
+	e = vset_find(c, hash);
+	verified = e != NULL;
+	if (e && now - e->atime_ms >= TOUCH_INTERVAL_MS) {
+		e->atime_ms = now;
+		touch = 1;
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	if (verified) {
+		ret = pread_full(fd, dst, n, off);
+		if (ret == -EIO)
+			ret = -EBADMSG; /* truncated behind our back */
+	} else {
+		ret = verify_read(fd, hash, chunk_len, off, dst, n);
+	}
+	close(fd);
+
+	if (ret == -EBADMSG) {
+		dcr_warn("cache: %s failed verification; deleted, the chunk "
+			 "will be fetched again", path);
+		drop(c, hash, path);
+		pthread_mutex_lock(&c->lock);
+		c->st.corrupt++;
+		c->st.misses++;
+		pthread_mutex_unlock(&c->lock);
+		return -ENOENT;
+	}
+	if (ret) {
+		dcr_warn("cache: %s: %s", path, dcr_strerror(ret));
+		return ret == -ENOMEM ? ret : -ENOENT;
+	}
+
+	if (!verified) {
+		int added = 0;
+		/* First use here: record it (adopts a file left without a
+		 * row by a crash) and remember that it is good. */
+		if (dcr_catalog_cache_add(c->cat, hash, chunk_len, now,
+					  &added) == 0) {
+			pthread_mutex_lock(&c->lock);
+			if (added)
+				c->bytes += chunk_len;
+			pthread_mutex_unlock(&c->lock);
+		}
+		pthread_mutex_lock(&c->lock);
+		vset_add(c, hash, now);
+		pthread_mutex_unlock(&c->lock);
+	} else if (touch) {
+		dcr_catalog_cache_touch(c->cat, hash, now);
+	}
+	pthread_mutex_lock(&c->lock);
+	c->st.hits++;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+/* Evict least recently used chunks until within the budget. */
+static void evict(struct dcr_cache *c)
+{
+	uint8_t hashes[EVICT_BATCH][DCR_HASH_LEN];
+	uint64_t sizes[EVICT_BATCH];
+	char path[PATH_MAX];
+	size_t n;
+
+	if (pthread_mutex_trylock(&c->evict_lock) != 0)
+		return; /* someone else is evicting */
+	for (;;) {
+		int over;
+
+		pthread_mutex_lock(&c->lock);
+		over = c->bytes > c->budget;
+		pthread_mutex_unlock(&c->lock);
+		if (!over)
+			break;
+		if (dcr_catalog_cache_oldest(c->cat, EVICT_BATCH, hashes, sizes,
+					     &n) || n == 0) {
+			/* Accounting drifted from the rows: resync. */
+			uint64_t total;
+			if (dcr_catalog_cache_total(c->cat, &total) == 0) {
+				pthread_mutex_lock(&c->lock);
+				c->bytes = total;
+				pthread_mutex_unlock(&c->lock);
+			}
+			break;
+		}
+		for (size_t i = 0; i < n; i++) {
+			dcr_cache_path(c, hashes[i], path, sizeof(path));
+			drop(c, hashes[i], path);
+			pthread_mutex_lock(&c->lock);
+			c->st.evictions++;
+			over = c->bytes > c->budget;
+			pthread_mutex_unlock(&c->lock);
+			if (!over)
+				break;
+		}
+	}
+	pthread_mutex_unlock(&c->evict_lock);
+}
+
+static int write_full(int fd, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	while (len) {
+		ssize_t k = write(fd, p, len);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		  const void *data, size_t len)
+{
+	char path[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX];
+	char hex[DCR_HASH_HEX_LEN + 1];
+	int64_t now = now_ms();
+	uint64_t seq;
+	int fd, ret, added = 0;
+
+	dcr_hash_hex(hash, hex);
+	snprintf(dir, sizeof(dir), "%s/%.2s", c->chunks_dir, hex);
+	ret = mkdir_0700(dir);
+	if (ret)
+		goto err_log;
+	dcr_cache_path(c, hash, path, sizeof(path));
+	pthread_mutex_lock(&c->lock);
+	seq = ++c->tmp_seq;
+	pthread_mutex_unlock(&c->lock);
+	snprintf(tmp, sizeof(tmp), "%s/%s.%ld.%llu", c->tmp_dir, hex,
+		 (long)getpid(), (unsigned long long)seq);
+
+	/* No fsync: a file torn by a crash fails verification on its first
+	 * use after the restart and is fetched again. */
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		goto err_log;
+	}
+	ret = write_full(fd, data, len);
+	if (close(fd) < 0 && !ret)
+		ret = -errno;
+	if (ret)
+		goto err_unlink;
+	if (rename(tmp, path) < 0) {
+		ret = -errno;
+		goto err_unlink;
+	}
+	ret = dcr_catalog_cache_add(c->cat, hash, len, now, &added);
+	if (ret) {
+		unlink(path);
+		return ret;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (added)
+		c->bytes += len;
+	c->st.inserts++;
+	vset_add(c, hash, now);
+	pthread_mutex_unlock(&c->lock);
+	evict(c);
+	return 0;
+
+err_unlink:
+	unlink(tmp);
+err_log:
+	dcr_warn("cache: cannot store chunk %s: %s", hex, dcr_strerror(ret));
+	return ret;
+}

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.h - the local content-addressed chunk cache.
+ *
+ * Materialized chunks are files <dir>/chunks/xx/<64 hex>, named by the
+ * SHA-256 of their bytes (the chunk hash from the manifest), so a chunk
+ * shared by many versions is stored once. Their sizes and last use are
+ * recorded in the catalog's cache table; after every insert the least
+ * recently used chunks are evicted until the total is within the budget.
+ * Eviction never breaks a read: an evicted chunk is simply materialized
+ * again by the caller.
+ *
+ * A cached file is verified against its name (SHA-256) the first time it
+ * is used by this cache instance; the set of verified hashes is bounded.
+ * A file that fails verification is deleted with a warning and reported
+ * as a miss.
+ *
+ * Thread-safety: all functions may be called concurrently.
+ */
+#ifndef DCR_CACHE_H
+#define DCR_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "catalog.h"
+#include "hash.h"
+
+struct dcr_cache;
+
+/** Counters, for tests and statistics. */
+struct dcr_cache_stats {
+	uint64_t hits;       /* reads served from a cached file */
+	uint64_t misses;     /* reads that found no (valid) file */
+	uint64_t corrupt;    /* files deleted because they failed verification */
+	uint64_t inserts;    /* chunks stored */
+	uint64_t evictions;  /* chunks evicted for the budget */
+	uint64_t bytes;      /* bytes currently accounted */
+};
+
+/**
+ * dcr_cache_open - open the cache under @dir (which must exist; the
+ * "chunks" and "tmp" subdirectories are created with mode 0700), using
+ * @cat for its bookkeeping (@cat must outlive the cache). @budget is the
+ * byte budget (0 = DCR_CACHE_SIZE_DEFAULT). Leftover temporary files
+ * are removed. 0 and *@out, or -errno (logged).
+ */
+int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
+		   struct dcr_cache **out);
+
+/** Close and free; NULL accepted. No other call may be running. */
+void dcr_cache_close(struct dcr_cache *c);
+
+/**
+ * dcr_cache_read - copy bytes [@off, @off+@n) of the cached chunk @hash,
+ * whose full length must be @chunk_len, into @dst. Returns 0 on a hit,
+ * -ENOENT on a miss (including a file that failed verification, which
+ * is deleted), or another -errno on a local I/O error.
+ */
+int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		   uint32_t chunk_len, uint32_t off, void *dst, size_t n);
+
+/**
+ * dcr_cache_put - store the verified chunk @data of @len bytes, whose
+ * SHA-256 is @hash (the caller has checked it), then evict to the budget.
+ * Writes a temporary file and renames it into place, so readers never see
+ * a partial file. 0 or -errno (the chunk is then simply not cached).
+ */
+int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		  const void *data, size_t len);
+
+/** dcr_cache_path - the file name of chunk @hash into @buf of @cap bytes. */
+void dcr_cache_path(const struct dcr_cache *c,
+		    const uint8_t hash[DCR_HASH_LEN], char *buf, size_t cap);
+
+/** dcr_cache_get_stats - a snapshot of the counters. */
+void dcr_cache_get_stats(struct dcr_cache *c, struct dcr_cache_stats *s);
+
+#endif /* DCR_CACHE_H */

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * catalog.h - the SQLite catalog of one store on one node.
+ *
+ * The catalog records every version the node has indexed (the decoded
+ * manifest as rows: files, packs and one row per chunk), the store's
+ * tags, and the bookkeeping of the local chunk cache (size and last use
+ * of every cached chunk, for LRU eviction). It lives in
+ * <cache_dir>/<id>/catalog.db and survives a restart, so a remount never
+ * fetches a manifest twice.
+ *
+ * Schema (version 1):
+ *
+ *   meta(key TEXT PRIMARY KEY, value TEXT)            'schema', 'url'
+ *   versions(version INTEGER PRIMARY KEY, parent, ctime_ns, chunk_size,
+ *            nfiles, npacks)
+ *   packs(version, idx, hash BLOB)          PRIMARY KEY (version, idx)
+ *   files(version, idx, path, type, mode, size, mtime_ns, sha256, base,
+ *         nchunks)                          PRIMARY KEY (version, idx)
+ *   chunks(version, file, idx, kind, pack, off, len, hash BLOB)
+ *                                           PRIMARY KEY (version, file, idx)
+ *   tags(name TEXT PRIMARY KEY, version)
+ *   cache(hash BLOB PRIMARY KEY, size, atime)  + INDEX cache_atime(atime)
+ *
+ * All keyed tables are WITHOUT ROWID, so a chunk lookup is one O(log n)
+ * B-tree descent. A version's rows are written in one transaction: after
+ * a crash a version is either fully indexed or absent.
+ *
+ * Thread-safety: every function may be called from any thread; the
+ * catalog serialises them on one connection behind a mutex (see
+ * catalog.c for why).
+ */
+#ifndef DCR_CATALOG_H
+#define DCR_CATALOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hash.h"
+#include "manifest.h"
+
+struct dcr_catalog;
+
+/** The header of one indexed version. */
+struct dcr_catalog_version {
+	uint64_t version;
+	uint64_t parent;   /* 0 = none */
+	int64_t ctime_ns;
+	uint32_t chunk_size;
+	uint32_t nfiles;
+};
+
+/** One chunk reference, with its pack resolved to the pack's hash. */
+struct dcr_catalog_chunk {
+	uint8_t kind;      /* enum dcr_chunk_kind */
+	uint32_t len;      /* frame length (not for SAME) */
+	uint64_t off;      /* frame offset in the pack (not for SAME) */
+	uint8_t pack[DCR_HASH_LEN]; /* pack hash (zero for SAME) */
+	uint8_t hash[DCR_HASH_LEN]; /* SHA-256 of the materialized chunk */
+};
+
+/**
+ * dcr_catalog_open - open or create the catalog database at @path
+ * (created with mode 0600, WAL journal, busy timeout) for the store
+ * whose canonical URL is @url. A database that records another URL is
+ * refused with -EEXIST (message logged). Returns 0 and *@out, or -errno
+ * with the SQLite message logged once.
+ */
+int dcr_catalog_open(const char *path, const char *url,
+		     struct dcr_catalog **out);
+
+/** Close and free; NULL accepted. No other call may be running. */
+void dcr_catalog_close(struct dcr_catalog *c);
+
+/**
+ * dcr_catalog_add_version - index the decoded, validated manifest @m
+ * (all its files, packs and chunk references) in one transaction.
+ * -EEXIST if the version is already indexed, else 0 or -errno.
+ */
+int dcr_catalog_add_version(struct dcr_catalog *c,
+			    const struct dcr_manifest *m);
+
+/**
+ * dcr_catalog_versions - every indexed version's header, ascending by
+ * number, into a malloc'ed array the caller frees. 0 or -errno.
+ */
+int dcr_catalog_versions(struct dcr_catalog *c,
+			 struct dcr_catalog_version **vs, size_t *n);
+
+/**
+ * dcr_catalog_load_files - fill @m with version @v's header and files
+ * (path, type, mode, size, mtime, sha256, base, nchunks) but no chunk
+ * references (files[i].chunks == NULL) and no packs. Free with
+ * dcr_manifest_free. -ENOENT if @v is not indexed, else 0 or -errno.
+ */
+int dcr_catalog_load_files(struct dcr_catalog *c, uint64_t v,
+			   struct dcr_manifest *m);
+
+/**
+ * dcr_catalog_load_manifest - rebuild version @v's whole manifest (files,
+ * packs and every chunk reference) into @m, e.g. to check a child
+ * against it. Costs memory proportional to the chunk count: use it
+ * transiently. Free with dcr_manifest_free. -ENOENT if @v is not
+ * indexed, else 0 or -errno.
+ */
+int dcr_catalog_load_manifest(struct dcr_catalog *c, uint64_t v,
+			      struct dcr_manifest *m);
+
+/**
+ * dcr_catalog_get_chunk - the reference of chunk @idx of file @file
+ * (manifest index) of version @v into @out. -ENOENT if there is no such
+ * chunk, else 0 or -errno.
+ */
+int dcr_catalog_get_chunk(struct dcr_catalog *c, uint64_t v, uint32_t file,
+			  uint64_t idx, struct dcr_catalog_chunk *out);
+
+/**
+ * dcr_catalog_set_tags - replace all tags by the @n pairs
+ * (@names[i], @versions[i]) in one transaction. 0 or -errno.
+ */
+int dcr_catalog_set_tags(struct dcr_catalog *c, const char *const *names,
+			 const uint64_t *versions, size_t n);
+
+/**
+ * dcr_catalog_tags - call @fn for every tag in name order; a non-zero
+ * return from @fn stops and is returned. @fn runs with the catalog
+ * locked and must not call back into it. 0 or -errno.
+ */
+int dcr_catalog_tags(struct dcr_catalog *c,
+		     int (*fn)(const char *name, uint64_t version, void *arg),
+		     void *arg);
+
+/**
+ * dcr_catalog_cache_add - record that chunk @hash of @size bytes is
+ * cached, last used at @atime (seconds). *@added (may be NULL) is set to
+ * 1 if the row is new, 0 if it existed (its atime is then updated).
+ */
+int dcr_catalog_cache_add(struct dcr_catalog *c,
+			  const uint8_t hash[DCR_HASH_LEN], uint64_t size,
+			  int64_t atime, int *added);
+
+/** dcr_catalog_cache_touch - set the last use of @hash to @atime. */
+int dcr_catalog_cache_touch(struct dcr_catalog *c,
+			    const uint8_t hash[DCR_HASH_LEN], int64_t atime);
+
+/**
+ * dcr_catalog_cache_del - forget @hash; *@size (may be NULL) receives
+ * the recorded size, or 0 if there was no row. 0 or -errno.
+ */
+int dcr_catalog_cache_del(struct dcr_catalog *c,
+			  const uint8_t hash[DCR_HASH_LEN], uint64_t *size);
+
+/** dcr_catalog_cache_total - the sum of all recorded sizes. */
+int dcr_catalog_cache_total(struct dcr_catalog *c, uint64_t *bytes);
+
+/**
+ * dcr_catalog_cache_oldest - up to @max least recently used entries,
+ * oldest first, into @hashes/@sizes; *@n receives the count. 0 or -errno.
+ */
+int dcr_catalog_cache_oldest(struct dcr_catalog *c, size_t max,
+			     uint8_t (*hashes)[DCR_HASH_LEN], uint64_t *sizes,
+			     size_t *n);
+
+#endif /* DCR_CATALOG_H */

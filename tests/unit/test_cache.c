@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for store/cache.c: hits, misses, slices, verification of
+ * corrupt files, LRU eviction, adoption of stray files, concurrency. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "cache.h"
+#include "catalog.h"
+#include "common.h"
+#include "hash.h"
+
+#define CLEN 4096
+
+struct fixture {
+	char *dir;
+	struct dcr_catalog *cat;
+	struct dcr_cache *cache;
+	uint8_t data[8][CLEN];
+	uint8_t hash[8][DCR_HASH_LEN];
+};
+
+static void open_cache(struct fixture *f, uint64_t budget)
+{
+	char db[PATH_MAX];
+
+	snprintf(db, sizeof(db), "%s/catalog.db", f->dir);
+	assert_int_equal(dcr_catalog_open(db, "/store", &f->cat), 0);
+	assert_int_equal(dcr_cache_open(f->dir, f->cat, budget, &f->cache), 0);
+}
+
+static void close_cache(struct fixture *f)
+{
+	dcr_cache_close(f->cache);
+	dcr_catalog_close(f->cat);
+	f->cache = NULL;
+	f->cat = NULL;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	f->dir = tu_mkdtemp("cache");
+	for (int i = 0; i < 8; i++) {
+		tu_fill(f->data[i], CLEN, (uint64_t)i + 1);
+		dcr_sha256(f->data[i], CLEN, f->hash[i]);
+	}
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	close_cache(f);
+	tu_rm_rf(f->dir);
+	free(f->dir);
+	free(f);
+	return 0;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void test_put_read(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t buf[CLEN];
+	char path[PATH_MAX], hex[DCR_HASH_HEX_LEN + 1], want[PATH_MAX];
+	struct dcr_cache_stats st;
+	struct stat sb;
+
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, 0, buf,
+					CLEN), -ENOENT);
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[0], f->data[0], CLEN),
+			 0);
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, 0, buf,
+					CLEN), 0);
+	assert_memory_equal(buf, f->data[0], CLEN);
+	/* A slice in the middle, and the last byte. */
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, 1000, buf,
+					77), 0);
+	assert_memory_equal(buf, f->data[0] + 1000, 77);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, CLEN - 1,
+					buf, 1), 0);
+	assert_int_equal(buf[0], f->data[0][CLEN - 1]);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, CLEN - 1,
+					buf, 2), -EINVAL);
+
+	/* Layout: chunks/xx/<64 hex>, private directories. */
+	dcr_hash_hex(f->hash[0], hex);
+	snprintf(want, sizeof(want), "%s/chunks/%.2s/%s", f->dir, hex, hex);
+	dcr_cache_path(f->cache, f->hash[0], path, sizeof(path));
+	assert_string_equal(path, want);
+	assert_int_equal(tu_file_size(path), CLEN);
+	snprintf(want, sizeof(want), "%s/chunks/%.2s", f->dir, hex);
+	assert_int_equal(stat(want, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0700);
+
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.inserts, 1);
+	assert_int_equal(st.hits, 3);
+	assert_int_equal(st.misses, 1);
+	assert_int_equal(st.bytes, CLEN);
+
+	/* Survives a reopen, and is verified on first use there. */
+	close_cache(f);
+	open_cache(f, 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, CLEN);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, 5, buf,
+					10), 0);
+	assert_memory_equal(buf, f->data[0] + 5, 10);
+}
+
+static void test_corrupt_file_is_dropped(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t buf[CLEN], *bytes = NULL;
+	char path[PATH_MAX];
+	struct dcr_cache_stats st;
+	size_t len = 0;
+
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[1], f->data[1], CLEN),
+			 0);
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[2], f->data[2], CLEN),
+			 0);
+	close_cache(f);
+
+	/* Flip one byte of chunk 1 and truncate chunk 2 behind its back. */
+	open_cache(f, 0);
+	dcr_cache_path(f->cache, f->hash[1], path, sizeof(path));
+	assert_int_equal(tu_read_file(path, &bytes, &len), 0);
+	bytes[len / 2] ^= 1;
+	assert_int_equal(tu_write_file(path, bytes, len), 0);
+	free(bytes);
+	dcr_cache_path(f->cache, f->hash[2], path, sizeof(path));
+	assert_int_equal(truncate(path, CLEN / 2), 0);
+
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[1], CLEN, 0, buf, 16),
+			 -ENOENT);
+	dcr_cache_path(f->cache, f->hash[1], path, sizeof(path));
+	assert_int_equal(tu_file_size(path), -1);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[2], CLEN, 0, buf,
+					CLEN), -ENOENT);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.corrupt, 2);
+	assert_int_equal(st.bytes, 0);
+
+	/* Storing it again makes it readable again. */
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[1], f->data[1], CLEN),
+			 0);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[1], CLEN, 0, buf,
+					CLEN), 0);
+	assert_memory_equal(buf, f->data[1], CLEN);
+}
+
+static void test_eviction_lru(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t buf[CLEN];
+	struct dcr_cache_stats st;
+	char path[PATH_MAX];
+
+	open_cache(f, 3 * CLEN);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(dcr_cache_put(f->cache, f->hash[i], f->data[i],
+					       CLEN), 0);
+		sleep_ms(3);
+	}
+	/* Chunk 0 was stored first; a put refreshes nothing else. Adding
+	 * two more evicts the two oldest: 0 and 1. */
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[3], f->data[3], CLEN),
+			 0);
+	sleep_ms(3);
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[4], f->data[4], CLEN),
+			 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.evictions, 2);
+	assert_true(st.bytes <= 3 * CLEN);
+	for (int i = 0; i < 5; i++) {
+		int want = i < 2 ? -ENOENT : 0;
+		dcr_cache_path(f->cache, f->hash[i], path, sizeof(path));
+		assert_int_equal(tu_file_size(path) < 0 ? -ENOENT : 0, want);
+		assert_int_equal(dcr_cache_read(f->cache, f->hash[i], CLEN, 0,
+						buf, CLEN), want);
+		if (!want)
+			assert_memory_equal(buf, f->data[i], CLEN);
+	}
+	close_cache(f);
+
+	/* A budget smaller than one chunk: everything goes, nothing breaks. */
+	open_cache(f, 100);
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[5], f->data[5], CLEN),
+			 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 0);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[5], CLEN, 0, buf,
+					CLEN), -ENOENT);
+}
+
+static void test_adopts_stray_file(void **state)
+{
+	struct fixture *f = *state;
+	char path[PATH_MAX], dir[PATH_MAX];
+	struct dcr_cache_stats st;
+	uint8_t buf[CLEN];
+
+	open_cache(f, 0);
+	/* A file without a catalog row (a crash between rename and insert). */
+	dcr_cache_path(f->cache, f->hash[6], path, sizeof(path));
+	snprintf(dir, sizeof(dir), "%s", path);
+	*strrchr(dir, '/') = 0;
+	assert_int_equal(tu_mkdir_p(dir), 0);
+	assert_int_equal(tu_write_file(path, f->data[6], CLEN), 0);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[6], CLEN, 0, buf,
+					CLEN), 0);
+	assert_memory_equal(buf, f->data[6], CLEN);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, CLEN);
+	/* A wrong expected length is a verification failure. */
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[7], f->data[7], CLEN),
+			 0);
+	close_cache(f);
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_read(f->cache, f->hash[7], CLEN - 1, 0, buf,
+					10), -ENOENT);
+}
+
+static void test_tmp_cleaned(void **state)
+{
+	struct fixture *f = *state;
+	char path[PATH_MAX];
+
+	open_cache(f, 0);
+	close_cache(f);
+	snprintf(path, sizeof(path), "%s/tmp/leftover.1.2", f->dir);
+	assert_int_equal(tu_write_file(path, "x", 1), 0);
+	open_cache(f, 0);
+	assert_int_equal(tu_file_size(path), -1);
+}
+
+struct worker {
+	struct fixture *f;
+	int id;
+	int errors;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	uint8_t buf[CLEN];
+
+	for (int k = 0; k < 200; k++) {
+		int i = (k + w->id) % 8;
+		int rc = dcr_cache_read(w->f->cache, w->f->hash[i], CLEN, 0,
+					buf, CLEN);
+		if (rc == -ENOENT)
+			rc = dcr_cache_put(w->f->cache, w->f->hash[i],
+					   w->f->data[i], CLEN);
+		else if (rc == 0 && memcmp(buf, w->f->data[i], CLEN) != 0)
+			rc = -EBADMSG;
+		if (rc)
+			w->errors++;
+	}
+	return NULL;
+}
+
+/* Readers, writers and the evictor race; every hit must be exact. */
+static void test_concurrent(void **state)
+{
+	struct fixture *f = *state;
+	struct worker w[8];
+	pthread_t th[8];
+	struct dcr_cache_stats st;
+
+	open_cache(f, 4 * CLEN);
+	for (int i = 0; i < 8; i++) {
+		w[i] = (struct worker){ .f = f, .id = i };
+		assert_int_equal(pthread_create(&th[i], NULL, worker_main,
+						&w[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].errors, 0);
+	}
+	dcr_cache_get_stats(f->cache, &st);
+	assert_true(st.hits > 0);
+	assert_true(st.evictions > 0);
+	assert_int_equal(st.corrupt, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_put_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_file_is_dropped,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_eviction_lru, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_adopts_stray_file, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_tmp_cleaned, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_concurrent, setup,
+						teardown),
+	};
+
+	dcr_log_set_prog("test_cache");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1270 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests for store/reader.c: versions are built with real frames and
+ * manifests into a real directory store (by hand, so that every chunk's
+ * kind is known, and once through dcr_commit), wrapped in a counting shim
+ * so the tests can assert exactly which objects the reader fetches.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "chunk.h"
+#include "commit.h"
+#include "common.h"
+#include "dirstore.h"
+#include "frame.h"
+#include "hash.h"
+#include "manifest.h"
+#include "reader.h"
+
+#define CS 4096u
+#define MAXF 8
+#define MAXV 8
+
+/* ------------------------------------------------------------ log capture */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static int log_errors;
+static char log_last[1024];
+
+static void log_sink(enum dcr_log_level lvl, const char *msg)
+{
+	pthread_mutex_lock(&log_lock);
+	if (lvl == DCR_LOG_ERR) {
+		log_errors++;
+		snprintf(log_last, sizeof(log_last), "%s", msg);
+	}
+	pthread_mutex_unlock(&log_lock);
+	if (getenv("DCR_TEST_VERBOSE"))
+		fprintf(stderr, "log[%d]: %s\n", (int)lvl, msg);
+}
+
+static void log_reset(void)
+{
+	pthread_mutex_lock(&log_lock);
+	log_errors = 0;
+	log_last[0] = 0;
+	pthread_mutex_unlock(&log_lock);
+}
+
+/* ------------------------------------------------------------ counting shim */
+
+struct cstore {
+	struct dcr_store base;
+	struct dcr_store *in;
+	atomic_uint gets_versions, gets_packs, gets_tags, lists;
+	atomic_int delay_us; /* added to every pack get */
+};
+
+static struct cstore *to_c(struct dcr_store *st)
+{
+	return (struct cstore *)st;
+}
+
+static int c_get(struct dcr_store *st, const char *key, uint64_t off,
+		 uint64_t len, struct dcr_buf *out)
+{
+	struct cstore *c = to_c(st);
+
+	if (!strncmp(key, "versions/", 9))
+		c->gets_versions++;
+	else if (!strncmp(key, "packs/", 6)) {
+		c->gets_packs++;
+		if (c->delay_us) {
+			struct timespec ts = { 0, (long)c->delay_us * 1000 };
+			nanosleep(&ts, NULL);
+		}
+	} else if (!strncmp(key, "tags/", 5))
+		c->gets_tags++;
+	return dcr_store_get(c->in, key, off, len, out);
+}
+
+static int c_put(struct dcr_store *st, const char *key, const void *data,
+		 uint64_t len, int flags)
+{
+	return dcr_store_put(to_c(st)->in, key, data, len, flags);
+}
+
+static int c_head(struct dcr_store *st, const char *key, uint64_t *size)
+{
+	return dcr_store_head(to_c(st)->in, key, size);
+}
+
+static int c_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
+		  void *arg)
+{
+	to_c(st)->lists++;
+	return dcr_store_list(to_c(st)->in, prefix, fn, arg);
+}
+
+static int c_del(struct dcr_store *st, const char *key)
+{
+	return dcr_store_del(to_c(st)->in, key);
+}
+
+static void c_close(struct dcr_store *st)
+{
+	struct cstore *c = to_c(st);
+
+	dcr_store_close(c->in);
+	free(c);
+}
+
+static const struct dcr_store_ops cstore_ops = {
+	.name = "counting",
+	.get = c_get,
+	.put = c_put,
+	.head = c_head,
+	.list = c_list,
+	.del = c_del,
+	.close = c_close,
+};
+
+static void counts_reset(struct cstore *c)
+{
+	c->gets_versions = 0;
+	c->gets_packs = 0;
+	c->gets_tags = 0;
+	c->lists = 0;
+}
+
+/* ------------------------------------------------------------ version builder */
+
+enum bmode {
+	B_AUTO,      /* SAME if equal, else the encoder's choice */
+	B_FULL,      /* an anchor: every chunk a full frame */
+	B_DELTA_ALL, /* a delta for every chunk with a base, equal or not */
+};
+
+struct tfile {
+	char path[64];
+	int dir;
+	uint8_t *data;
+	size_t size;
+	uint32_t base;        /* index in the parent, DCR_NO_BASE */
+	uint8_t kind[64];     /* per chunk, as published */
+	uint32_t pack[64];    /* pack index of the frame */
+	uint64_t off[64];     /* frame offset in its pack */
+	uint32_t flen[64];    /* frame length */
+};
+
+struct tver {
+	uint64_t v, parent;
+	int nfiles;
+	struct tfile f[MAXF];
+	uint8_t packs[2][DCR_HASH_LEN];
+	uint32_t npacks;
+};
+
+static void tver_free(struct tver *t)
+{
+	for (int i = 0; i < t->nfiles; i++)
+		free(t->f[i].data);
+	memset(t, 0, sizeof(*t));
+}
+
+/* Add a directory or (if !dir) a file of @size pseudo-random bytes. */
+static struct tfile *add_file(struct tver *t, const char *path, int dir,
+			      size_t size, uint64_t seed)
+{
+	struct tfile *f = &t->f[t->nfiles++];
+
+	snprintf(f->path, sizeof(f->path), "%s", path);
+	f->dir = dir;
+	f->size = size;
+	f->data = malloc(size ? size : 1);
+	tu_fill(f->data, size, seed);
+	return f;
+}
+
+/* @cur starts as a copy of @prev's tree (same paths, same bytes). */
+static void copy_tree(struct tver *cur, const struct tver *prev)
+{
+	cur->nfiles = prev->nfiles;
+	for (int i = 0; i < prev->nfiles; i++) {
+		struct tfile *f = &cur->f[i];
+		memset(f, 0, sizeof(*f));
+		snprintf(f->path, sizeof(f->path), "%s", prev->f[i].path);
+		f->dir = prev->f[i].dir;
+		f->size = prev->f[i].size;
+		f->data = malloc(f->size ? f->size : 1);
+		memcpy(f->data, prev->f[i].data, f->size);
+	}
+}
+
+/* Flip the low bits of @n random bytes of chunk @k (bf16-like updates). */
+static void nudge(struct tfile *f, uint64_t k, int n, uint64_t seed)
+{
+	uint32_t len = dcr_chunk_len(f->size, CS, k);
+	uint64_t s = seed;
+
+	for (int i = 0; i < n; i++)
+		f->data[k * CS + tu_rand(&s) % len] ^= (uint8_t)(1 + (i & 3));
+}
+
+/* Replace chunk @k by new, compressible bytes: the encoder then picks a
+ * full frame (a delta against random bytes would not compress). */
+static void rewrite(struct tfile *f, uint64_t k, uint64_t seed)
+{
+	uint32_t len = dcr_chunk_len(f->size, CS, k);
+
+	for (uint32_t i = 0; i < len; i++)
+		f->data[k * CS + i] = (uint8_t)((seed + i / 64) & 0xff);
+}
+
+static int find_path(const struct tver *t, const char *path)
+{
+	for (int i = 0; i < t->nfiles; i++)
+		if (!strcmp(t->f[i].path, path))
+			return i;
+	return -1;
+}
+
+/*
+ * Encode @cur (parent @prev, may be NULL) into frames, two packs and a
+ * manifest, and publish it to @st. Files must be listed in path order.
+ * With @garbage the manifest object is replaced by junk.
+ */
+static void publish(struct dcr_store *st, struct tver *cur,
+		    const struct tver *prev, enum bmode mode, int garbage)
+{
+	struct dcr_codec *codec = dcr_codec_new(0);
+	struct dcr_buf pk[2], mb;
+	struct dcr_manifest m;
+	char key[128];
+	int nframes = 0;
+
+	assert_non_null(codec);
+	dcr_buf_init(&pk[0], 1 << 26);
+	dcr_buf_init(&pk[1], 1 << 26);
+	memset(&m, 0, sizeof(m));
+	m.version = cur->v;
+	m.parent = prev ? prev->v : 0;
+	cur->parent = m.parent;
+	m.ctime_ns = 1700000000000000000 + (int64_t)cur->v;
+	m.chunk_size = CS;
+	m.nfiles = (uint32_t)cur->nfiles;
+	m.files = calloc((size_t)cur->nfiles, sizeof(*m.files));
+	for (int i = 0; i < cur->nfiles; i++) {
+		struct tfile *tf = &cur->f[i];
+		struct dcr_file *f = &m.files[i];
+		int pi = prev ? find_path(prev, tf->path) : -1;
+		const struct tfile *pf = pi >= 0 ? &prev->f[pi] : NULL;
+
+		f->path = strdup(tf->path);
+		f->type = tf->dir ? DCR_FT_DIR : DCR_FT_REG;
+		f->mode = tf->dir ? 0755 : 0644;
+		f->mtime_ns = 1000 + i;
+		f->base = DCR_NO_BASE;
+		tf->base = DCR_NO_BASE;
+		if (tf->dir)
+			continue;
+		if (pf && !pf->dir && pf->size == tf->size)
+			f->base = tf->base = (uint32_t)pi;
+		f->size = tf->size;
+		dcr_sha256(tf->data, tf->size, f->sha256);
+		f->nchunks = dcr_chunk_count(tf->size, CS);
+		assert_true(f->nchunks <= 64);
+		f->chunks = calloc(f->nchunks ? f->nchunks : 1,
+				   sizeof(*f->chunks));
+		for (uint64_t k = 0; k < f->nchunks; k++) {
+			struct dcr_chunk_ref *r = &f->chunks[k];
+			uint32_t len = dcr_chunk_len(tf->size, CS, k);
+			const uint8_t *c = tf->data + k * CS;
+			const uint8_t *b = f->base != DCR_NO_BASE ?
+						   pf->data + k * CS : NULL;
+			int kind;
+			struct dcr_buf *p;
+
+			dcr_sha256(c, len, r->hash);
+			if (b && mode == B_AUTO && !memcmp(b, c, len)) {
+				r->kind = tf->kind[k] = DCR_CK_SAME;
+				continue;
+			}
+			p = &pk[nframes % 2];
+			r->pack = tf->pack[k] = (uint32_t)(nframes % 2);
+			r->off = tf->off[k] = p->len;
+			assert_int_equal(dcr_frame_encode(codec, c,
+							  mode == B_FULL ? NULL : b,
+							  len, p, &kind), 0);
+			r->len = tf->flen[k] = (uint32_t)(p->len - r->off);
+			r->kind = tf->kind[k] = (uint8_t)kind;
+			nframes++;
+		}
+	}
+	cur->npacks = nframes == 0 ? 0 : nframes == 1 ? 1 : 2;
+	m.npacks = cur->npacks;
+	m.packs = calloc(2, DCR_HASH_LEN);
+	for (uint32_t i = 0; i < cur->npacks; i++) {
+		dcr_sha256(pk[i].data, pk[i].len, cur->packs[i]);
+		memcpy(m.packs[i], cur->packs[i], DCR_HASH_LEN);
+		dcr_pack_key(cur->packs[i], key, sizeof(key));
+		assert_int_equal(dcr_store_put(st, key, pk[i].data, pk[i].len,
+					       0), 0);
+	}
+	assert_int_equal(dcr_manifest_validate(&m), 0);
+	dcr_buf_init(&mb, 1 << 26);
+	assert_int_equal(dcr_manifest_encode(&m, &mb), 0);
+	if (garbage)
+		memset(mb.data + mb.len / 2, 0x5a, 8);
+	dcr_version_key(cur->v, key, sizeof(key));
+	assert_int_equal(dcr_store_put(st, key, mb.data, mb.len,
+				       DCR_PUT_IF_ABSENT), 0);
+	dcr_buf_free(&mb);
+	dcr_buf_free(&pk[0]);
+	dcr_buf_free(&pk[1]);
+	dcr_manifest_free(&m);
+	dcr_codec_free(codec);
+}
+
+/* ------------------------------------------------------------ fixture */
+
+struct fx {
+	char *root;
+	char store_dir[PATH_MAX];
+	char cache_dir[PATH_MAX];
+	struct cstore *cs;
+	struct dcr_store *st;
+	struct dcr_reader *r;
+	int fetch_threads; /* for open_reader; 0 = default */
+	struct tver v[MAXV + 1]; /* v[1..] */
+	int nv;
+	/* Chunk hashes known to be in the cache, for expected fetch counts. */
+	uint8_t (*cached)[DCR_HASH_LEN];
+	size_t ncached;
+};
+
+static void open_store(struct fx *f)
+{
+	struct dcr_store *in;
+
+	assert_int_equal(dcr_dir_open(f->store_dir, 1, &in), 0);
+	f->cs = calloc(1, sizeof(*f->cs));
+	f->cs->base.ops = &cstore_ops;
+	f->cs->base.url = in->url;
+	f->cs->in = in;
+	f->st = &f->cs->base;
+}
+
+static void open_reader(struct fx *f, uint64_t budget)
+{
+	struct dcr_reader_opts o = {
+		.cache_dir = f->cache_dir,
+		.cache_size = budget,
+		.fetch_threads = f->fetch_threads,
+	};
+
+	assert_int_equal(dcr_reader_open(f->st, &o, &f->r), 0);
+}
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	f->root = tu_mkdtemp("reader");
+	snprintf(f->store_dir, sizeof(f->store_dir), "%s/store", f->root);
+	snprintf(f->cache_dir, sizeof(f->cache_dir), "%s/cache/sub", f->root);
+	open_store(f);
+	f->cached = calloc(4096, DCR_HASH_LEN);
+	log_reset();
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	dcr_reader_close(f->r);
+	dcr_store_close(f->st);
+	for (int i = 0; i <= MAXV; i++)
+		tver_free(&f->v[i]);
+	free(f->cached);
+	tu_rm_rf(f->root);
+	free(f->root);
+	free(f);
+	return 0;
+}
+
+/* v1: a/, a/w.bin (6 chunks, short tail), b.bin (3 full chunks), empty,
+ * tiny; then v2..v5 as a mix of SAME, DELTA and FULL chunks. */
+static void build_chain(struct fx *f, int nv)
+{
+	struct tfile *w, *b;
+
+	f->v[1].v = 1;
+	add_file(&f->v[1], "a", 1, 0, 0);
+	add_file(&f->v[1], "a/w.bin", 0, 5 * CS + 100, 11);
+	add_file(&f->v[1], "b.bin", 0, 3 * CS, 12);
+	add_file(&f->v[1], "empty", 0, 0, 13);
+	add_file(&f->v[1], "tiny", 0, 10, 14);
+	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
+	f->nv = 1;
+	for (int v = 2; v <= nv; v++) {
+		struct tver *t = &f->v[v];
+		enum bmode mode = v == 4 ? B_DELTA_ALL : B_AUTO;
+
+		t->v = (uint64_t)v;
+		copy_tree(t, &f->v[v - 1]);
+		w = &t->f[1];
+		b = &t->f[2];
+		nudge(w, 0, 20, (uint64_t)v * 100);
+		if (v % 2 == 0)
+			nudge(w, 3, 5, (uint64_t)v * 100 + 3);
+		if (v == 3)
+			rewrite(w, 2, 777); /* becomes a full frame */
+		nudge(w, 5, 3, (uint64_t)v * 100 + 5);
+		if (v == 5)
+			nudge(b, 1, 7, 555);
+		/* Chunk 4 of w.bin and most of b.bin never change: SAME. */
+		publish(f->st, t, &f->v[v - 1], mode, 0);
+		f->nv = v;
+	}
+}
+
+/* Read entry @idx of version @v whole, in one call, and compare. */
+static void check_file(struct fx *f, uint64_t v, uint32_t idx)
+{
+	const struct tfile *tf = &f->v[v].f[idx - 1];
+	uint8_t *buf = malloc(tf->size + 16);
+	ssize_t n = dcr_reader_read(f->r, v, idx, 0, buf, tf->size + 16);
+
+	assert_int_equal(n, (ssize_t)tf->size);
+	assert_memory_equal(buf, tf->data, tf->size);
+	free(buf);
+}
+
+static void check_version(struct fx *f, uint64_t v)
+{
+	for (int i = 0; i < f->v[v].nfiles; i++)
+		if (!f->v[v].f[i].dir)
+			check_file(f, v, (uint32_t)i + 1);
+}
+
+/* ------------------------------------------------- expected fetch counts */
+
+static int is_cached(const struct fx *f, const uint8_t h[DCR_HASH_LEN])
+{
+	for (size_t i = 0; i < f->ncached; i++)
+		if (!memcmp(f->cached[i], h, DCR_HASH_LEN))
+			return 1;
+	return 0;
+}
+
+static void chunk_hash(const struct tver *t, int fi, uint64_t k,
+		       uint8_t h[DCR_HASH_LEN])
+{
+	const struct tfile *tf = &t->f[fi];
+
+	dcr_sha256(tf->data + k * CS, dcr_chunk_len(tf->size, CS, k), h);
+}
+
+/* Frames the reader must fetch for chunk @k of file @fi of @v, given
+ * the chunks in f->cached; marks the result cached. */
+static unsigned expect_chunk(struct fx *f, uint64_t v, int fi, uint64_t k)
+{
+	uint8_t h[DCR_HASH_LEN];
+	unsigned n = 0;
+
+	chunk_hash(&f->v[v], fi, k, h);
+	if (is_cached(f, h))
+		return 0;
+	for (uint64_t cur = v;;) {
+		const struct tfile *tf = &f->v[cur].f[fi];
+		uint8_t ch[DCR_HASH_LEN];
+
+		chunk_hash(&f->v[cur], fi, k, ch);
+		if (cur != v && is_cached(f, ch))
+			break;
+		if (tf->kind[k] == DCR_CK_FULL) {
+			n++;
+			break;
+		}
+		if (tf->kind[k] == DCR_CK_DELTA)
+			n++;
+		fi = (int)tf->base;
+		cur = f->v[cur].parent;
+	}
+	memcpy(f->cached[f->ncached++], h, DCR_HASH_LEN);
+	return n;
+}
+
+static unsigned expect_version(struct fx *f, uint64_t v)
+{
+	unsigned n = 0;
+
+	for (int i = 0; i < f->v[v].nfiles; i++) {
+		const struct tfile *tf = &f->v[v].f[i];
+		if (tf->dir)
+			continue;
+		for (uint64_t k = 0; k < dcr_chunk_count(tf->size, CS); k++)
+			n += expect_chunk(f, v, i, k);
+	}
+	return n;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_tree_and_boundaries(void **state)
+{
+	struct fx *f = *state;
+	const struct dcr_version_info *vi;
+	const struct tfile *w;
+	uint8_t buf[3 * CS];
+	uint64_t latest = 99, *vs;
+	size_t nvs;
+
+	build_chain(f, 1);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_latest(f->r), 0);
+	assert_int_equal(dcr_reader_version(f->r, 1, &vi), -ENOENT);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 1);
+	assert_int_equal(dcr_reader_versions(f->r, &vs, &nvs), 0);
+	assert_int_equal(nvs, 1);
+	assert_int_equal(vs[0], 1);
+	free(vs);
+
+	/* The tree: root, a/, a/w.bin, b.bin, empty, tiny. */
+	assert_int_equal(dcr_reader_version(f->r, 1, &vi), 0);
+	assert_int_equal(vi->version, 1);
+	assert_int_equal(vi->parent, 0);
+	assert_int_equal(vi->chunk_size, CS);
+	assert_int_equal(vi->nentries, 6);
+	assert_string_equal(vi->entries[0].path, "");
+	assert_int_equal(vi->entries[0].type, DCR_FT_DIR);
+	assert_int_equal(vi->entries[0].first_child, 1);
+	assert_string_equal(vi->entries[1].name, "a");
+	assert_int_equal(vi->entries[1].first_child, 2);
+	assert_int_equal(vi->entries[1].next_sibling, 3);
+	assert_string_equal(vi->entries[2].path, "a/w.bin");
+	assert_string_equal(vi->entries[2].name, "w.bin");
+	assert_int_equal(vi->entries[2].parent, 1);
+	assert_int_equal(vi->entries[2].next_sibling, UINT32_MAX);
+	assert_int_equal(vi->entries[2].size, 5 * CS + 100);
+	assert_int_equal(vi->entries[2].mode, 0644);
+	assert_int_equal(vi->entries[3].next_sibling, 4);
+	assert_int_equal(vi->entries[5].parent, 0);
+	assert_int_equal(vi->entries[5].next_sibling, UINT32_MAX);
+	{
+		const struct dcr_version_info *again;
+		assert_int_equal(dcr_reader_version(f->r, 1, &again), 0);
+		assert_ptr_equal(again, vi); /* stable pointers */
+	}
+
+	w = &f->v[1].f[1];
+	/* First byte, last byte of chunk 0, first of chunk 1. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 0, buf, 1), 1);
+	assert_int_equal(buf[0], w->data[0]);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, CS - 1, buf, 1), 1);
+	assert_int_equal(buf[0], w->data[CS - 1]);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, CS, buf, 1), 1);
+	assert_int_equal(buf[0], w->data[CS]);
+	/* A range spanning three chunks. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, CS - 10, buf, 2 * CS + 20),
+			 2 * CS + 20);
+	assert_memory_equal(buf, w->data + CS - 10, 2 * CS + 20);
+	/* The short last chunk, its last byte, a read running past EOF. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 5 * CS + 99, buf, 1), 1);
+	assert_int_equal(buf[0], w->data[5 * CS + 99]);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 5 * CS, buf, 3 * CS), 100);
+	assert_memory_equal(buf, w->data + 5 * CS, 100);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 5 * CS + 100, buf, 10), 0);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 1ull << 40, buf, 10), 0);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 0, buf, 0), 0);
+	/* A file that is an exact multiple of the chunk size. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 3, 2 * CS, buf, CS + 5), CS);
+	assert_memory_equal(buf, f->v[1].f[2].data + 2 * CS, CS);
+	/* Empty and tiny files. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 4, 0, buf, 10), 0);
+	assert_int_equal(dcr_reader_read(f->r, 1, 5, 0, buf, 100), 10);
+	assert_memory_equal(buf, f->v[1].f[4].data, 10);
+	assert_int_equal(dcr_reader_read(f->r, 1, 5, 3, buf, 2), 2);
+	assert_memory_equal(buf, f->v[1].f[4].data + 3, 2);
+	/* Errors. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 0, 0, buf, 1), -EISDIR);
+	assert_int_equal(dcr_reader_read(f->r, 1, 1, 0, buf, 1), -EISDIR);
+	assert_int_equal(dcr_reader_read(f->r, 1, 6, 0, buf, 1), -ENOENT);
+	assert_int_equal(dcr_reader_read(f->r, 2, 1, 0, buf, 1), -ENOENT);
+	assert_int_equal(log_errors, 0);
+}
+
+static void test_chain_cold_and_cached_base(void **state)
+{
+	struct fx *f = *state;
+	unsigned kinds[3] = { 0, 0, 0 }, want;
+
+	build_chain(f, 5);
+	for (int v = 2; v <= 5; v++)
+		for (int i = 0; i < f->v[v].nfiles; i++)
+			for (int k = 0; k < 6; k++)
+				if (!f->v[v].f[i].dir &&
+				    (uint64_t)k < dcr_chunk_count(f->v[v].f[i].size, CS))
+					kinds[f->v[v].f[i].kind[k]]++;
+	/* The chain really mixes all three kinds. */
+	assert_true(kinds[DCR_CK_SAME] > 0);
+	assert_true(kinds[DCR_CK_DELTA] > 0);
+	assert_true(kinds[DCR_CK_FULL] > 0);
+	assert_int_equal(f->v[3].f[1].kind[2], DCR_CK_FULL);
+	assert_int_equal(f->v[4].f[2].kind[0], DCR_CK_DELTA);
+
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	assert_int_equal(dcr_reader_latest(f->r), 5);
+	assert_int_equal(f->cs->gets_versions, 5);
+
+	/* Cold: v3 first, then v5 from v3's cached chunks (fewer frames
+	 * than a cold walk), then everything else. */
+	counts_reset(f->cs);
+	want = expect_version(f, 3);
+	check_version(f, 3);
+	assert_int_equal(f->cs->gets_packs, want);
+
+	counts_reset(f->cs);
+	want = expect_version(f, 5);
+	check_version(f, 5);
+	assert_int_equal(f->cs->gets_packs, want);
+
+	for (uint64_t v = 1; v <= 5; v++) {
+		counts_reset(f->cs);
+		want = expect_version(f, v);
+		check_version(f, v);
+		assert_int_equal(f->cs->gets_packs, want);
+	}
+	/* Everything is cached now: no more fetches. */
+	counts_reset(f->cs);
+	for (uint64_t v = 1; v <= 5; v++)
+		check_version(f, v);
+	assert_int_equal(f->cs->gets_packs, 0);
+	assert_int_equal(log_errors, 0);
+}
+
+static void test_chain_fully_cold(void **state)
+{
+	struct fx *f = *state;
+	unsigned want;
+
+	build_chain(f, 5);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	counts_reset(f->cs);
+	want = expect_version(f, 5);
+	check_version(f, 5);
+	assert_int_equal(f->cs->gets_packs, want);
+	/* Random ranges across all versions. */
+	for (int i = 0; i < 200; i++) {
+		uint64_t s = (uint64_t)i + 1;
+		uint64_t v = 1 + tu_rand(&s) % 5;
+		const struct tfile *tf = &f->v[v].f[1];
+		uint64_t off = tu_rand(&s) % (tf->size + 10);
+		size_t len = (size_t)(tu_rand(&s) % (3 * CS));
+		uint8_t buf[3 * CS];
+		size_t exp = off >= tf->size ? 0 : DCR_MIN(len, tf->size - off);
+
+		assert_int_equal(dcr_reader_read(f->r, v, 2, off, buf, len),
+				 (ssize_t)exp);
+		assert_memory_equal(buf, tf->data + (off < tf->size ? off : 0),
+				    exp);
+	}
+}
+
+static void test_reopen_no_refetch(void **state)
+{
+	struct fx *f = *state;
+	uint64_t latest = 0;
+
+	build_chain(f, 4);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	for (uint64_t v = 1; v <= 4; v++)
+		check_version(f, v);
+	dcr_reader_close(f->r);
+	f->r = NULL;
+
+	/* Reopen: the catalog and cache survive; no manifest and no pack
+	 * is fetched again. */
+	counts_reset(f->cs);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_latest(f->r), 4);
+	for (uint64_t v = 1; v <= 4; v++)
+		check_version(f, v);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 4);
+	assert_int_equal(f->cs->gets_versions, 0);
+	assert_int_equal(f->cs->gets_packs, 0);
+
+	/* A new version after the restart: only its manifest is fetched,
+	 * and reading it needs only its own frames (v4 is cached). */
+	f->v[5].v = 5;
+	copy_tree(&f->v[5], &f->v[4]);
+	nudge(&f->v[5].f[1], 1, 4, 4242);
+	publish(f->st, &f->v[5], &f->v[4], B_AUTO, 0);
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 5);
+	assert_int_equal(f->cs->gets_versions, 2); /* v5, probe of v6 */
+	check_version(f, 5);
+	assert_int_equal(f->cs->gets_packs, 1);
+	assert_int_equal(log_errors, 0);
+}
+
+/* Flip a byte in the payload of the frame of (version, file, chunk). */
+static void corrupt_frame(struct fx *f, uint64_t v, int fi, uint64_t k,
+			  uint32_t at, char *key_out, size_t cap)
+{
+	const struct tfile *tf = &f->v[v].f[fi];
+	struct dcr_buf b;
+
+	dcr_pack_key(f->v[v].packs[tf->pack[k]], key_out, cap);
+	dcr_buf_init(&b, 1 << 26);
+	assert_int_equal(dcr_store_get(f->st, key_out, 0, DCR_GET_ALL, &b), 0);
+	assert_true(at < tf->flen[k]);
+	b.data[tf->off[k] + at] ^= 0x40;
+	assert_int_equal(dcr_store_put(f->st, key_out, b.data, b.len, 0), 0);
+	dcr_buf_free(&b);
+}
+
+static void test_corrupt_pack(void **state)
+{
+	struct fx *f = *state;
+	uint8_t buf[CS];
+	char key[128];
+
+	build_chain(f, 1);
+	/* Chunk 3 of a/w.bin: a stored full frame of random bytes. */
+	corrupt_frame(f, 1, 1, 3, DCR_FRAME_HDR_LEN + 100, key, sizeof(key));
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	log_reset();
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 3 * CS + 5, buf, 10),
+			 -EIO);
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, key));
+	assert_non_null(strstr(log_last, "a/w.bin"));
+	/* Still failing (never cached), still one line per failed read. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 3 * CS, buf, CS), -EIO);
+	assert_int_equal(log_errors, 2);
+	/* A read spanning it fails as a whole. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 2 * CS, buf, CS + 1),
+			 -EIO);
+	/* Everything else stays readable, frames in the same pack too. */
+	log_reset();
+	check_file(f, 1, 3);
+	check_file(f, 1, 5);
+	assert_int_equal(f->v[1].f[1].pack[1], f->v[1].f[1].pack[3]);
+	assert_int_equal(f->v[1].f[1].pack[5], f->v[1].f[1].pack[3]);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, CS, buf, CS), CS);
+	assert_memory_equal(buf, f->v[1].f[1].data + CS, CS);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 5 * CS, buf, CS), 100);
+	assert_memory_equal(buf, f->v[1].f[1].data + 5 * CS, 100);
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 4 * CS, buf, CS), CS);
+	assert_memory_equal(buf, f->v[1].f[1].data + 4 * CS, CS);
+	assert_int_equal(log_errors, 0);
+
+	/* A broken frame header is caught by the decoder. */
+	corrupt_frame(f, 1, 2, 0, 1, key, sizeof(key));
+	assert_int_equal(dcr_reader_read(f->r, 1, 3, 0, buf, 1), 0 + 1);
+	/* (b.bin chunk 0 was cached by check_file above; a fresh reader
+	 * has to fetch it and fails.) */
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	tu_rm_rf(f->cache_dir);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	log_reset();
+	assert_int_equal(dcr_reader_read(f->r, 1, 3, 0, buf, 1), -EIO);
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, key));
+}
+
+static void test_corrupt_delta_in_chain(void **state)
+{
+	struct fx *f = *state;
+	uint8_t buf[CS];
+	char key[128];
+
+	build_chain(f, 4);
+	/* v4 is all deltas; break the one of b.bin chunk 0 in v2?
+	 * b.bin is SAME in v2/v3, DELTA in v4: corrupt v4's delta. */
+	assert_int_equal(f->v[4].f[2].kind[0], DCR_CK_DELTA);
+	corrupt_frame(f, 4, 2, 0, f->v[4].f[2].flen[0] - 1, key, sizeof(key));
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	log_reset();
+	assert_int_equal(dcr_reader_read(f->r, 4, 3, 0, buf, CS), -EIO);
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, key));
+	/* The same chunk of v1..v3 is fine (and v4's other chunks). */
+	check_file(f, 3, 3);
+	assert_int_equal(dcr_reader_read(f->r, 4, 3, CS, buf, CS), CS);
+	assert_memory_equal(buf, f->v[4].f[2].data + CS, CS);
+}
+
+static void test_missing_pack(void **state)
+{
+	struct fx *f = *state;
+	uint8_t buf[CS];
+	char key[128];
+
+	build_chain(f, 2);
+	/* v2's packs hold only deltas of w.bin; delete the first. */
+	dcr_pack_key(f->v[2].packs[0], key, sizeof(key));
+	assert_int_equal(dcr_store_del(f->st, key), 0);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	log_reset();
+	/* The first frame of v2 (chunk 0 of w.bin) is in pack 0. */
+	assert_int_equal(f->v[2].f[1].pack[0], 0);
+	assert_int_equal(dcr_reader_read(f->r, 2, 2, 0, buf, CS), -EIO);
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, key));
+	/* v1 and v2's unchanged files still read. */
+	log_reset();
+	check_version(f, 1);
+	check_file(f, 2, 3);
+	assert_int_equal(dcr_reader_read(f->r, 2, 2, 4 * CS, buf, CS), CS);
+	assert_memory_equal(buf, f->v[2].f[1].data + 4 * CS, CS);
+	assert_int_equal(log_errors, 0);
+}
+
+static void cache_file(struct fx *f, const uint8_t h[DCR_HASH_LEN],
+		       char *path, size_t cap)
+{
+	uint8_t id[DCR_HASH_LEN];
+	char idhex[DCR_HASH_HEX_LEN + 1], hex[DCR_HASH_HEX_LEN + 1];
+
+	dcr_sha256(f->st->url, strlen(f->st->url), id);
+	dcr_hash_hex(id, idhex);
+	dcr_hash_hex(h, hex);
+	idhex[16] = 0;
+	snprintf(path, cap, "%.3000s/%s/chunks/%.2s/%s", f->cache_dir, idhex,
+		 hex, hex);
+}
+
+static void test_corrupt_cache_file(void **state)
+{
+	struct fx *f = *state;
+	uint8_t h[DCR_HASH_LEN], *bytes = NULL;
+	char path[PATH_MAX];
+	size_t len = 0;
+	struct stat sb;
+
+	build_chain(f, 2);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	check_version(f, 2);
+	dcr_reader_close(f->r);
+	f->r = NULL;
+
+	/* Private layout: <cache_dir>/<id>/{catalog.db,chunks/xx/hash}. */
+	chunk_hash(&f->v[2], 1, 0, h);
+	cache_file(f, h, path, sizeof(path));
+	assert_int_equal(tu_read_file(path, &bytes, &len), 0);
+	assert_int_equal(len, CS);
+	bytes[17] ^= 0xff;
+	assert_int_equal(tu_write_file(path, bytes, len), 0);
+	free(bytes);
+	snprintf(path, sizeof(path), "%s", f->cache_dir);
+	assert_int_equal(stat(path, &sb), 0);
+	assert_int_equal(sb.st_mode & 0777, 0700);
+
+	counts_reset(f->cs);
+	open_reader(f, 0);
+	log_reset();
+	check_version(f, 2); /* detected, deleted, fetched again */
+	assert_true(f->cs->gets_packs >= 1);
+	assert_int_equal(log_errors, 0);
+	/* And cached again, correctly. */
+	cache_file(f, h, path, sizeof(path));
+	assert_int_equal(tu_read_file(path, &bytes, &len), 0);
+	assert_memory_equal(bytes, f->v[2].f[1].data, CS);
+	free(bytes);
+}
+
+static long long dir_bytes(const char *dir)
+{
+	char cmd[PATH_MAX + 64];
+	long long n = -1;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "find '%s' -type f -printf '%%s\\n' | "
+		 "awk '{s+=$1} END {print s+0}'", dir);
+	p = popen(cmd, "r");
+	if (p) {
+		if (fscanf(p, "%lld", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+static void test_tiny_budget(void **state)
+{
+	struct fx *f = *state;
+	char chunks[PATH_MAX];
+	uint8_t id[DCR_HASH_LEN];
+	char idhex[DCR_HASH_HEX_LEN + 1];
+
+	build_chain(f, 5);
+	f->fetch_threads = 1; /* the sequential path */
+	open_reader(f, 2 * CS);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	for (int round = 0; round < 2; round++)
+		for (uint64_t v = 5; v >= 1; v--)
+			check_version(f, v);
+	dcr_sha256(f->st->url, strlen(f->st->url), id);
+	dcr_hash_hex(id, idhex);
+	idhex[16] = 0;
+	snprintf(chunks, sizeof(chunks), "%.3000s/%s/chunks", f->cache_dir,
+		 idhex);
+	assert_true(dir_bytes(chunks) <= 2 * CS);
+	assert_int_equal(log_errors, 0);
+}
+
+struct rd {
+	struct fx *f;
+	pthread_barrier_t *bar;
+	uint64_t v;
+	uint32_t idx;
+	uint64_t off;
+	size_t len;
+	uint8_t *buf;
+	ssize_t ret;
+	int random;
+	int errors;
+};
+
+static void *reader_main(void *arg)
+{
+	struct rd *a = arg;
+
+	pthread_barrier_wait(a->bar);
+	if (!a->random) {
+		a->ret = dcr_reader_read(a->f->r, a->v, a->idx, a->off, a->buf,
+					 a->len);
+		return NULL;
+	}
+	for (int i = 0; i < 100; i++) {
+		uint64_t s = (uint64_t)i * 31 + a->v;
+		uint64_t v = 1 + tu_rand(&s) % 5;
+		int fi = 1 + (int)(tu_rand(&s) % 2);
+		const struct tfile *tf = &a->f->v[v].f[fi];
+		uint64_t off = tu_rand(&s) % tf->size;
+		size_t len = (size_t)(tu_rand(&s) % (2 * CS));
+		size_t exp = DCR_MIN(len, tf->size - off);
+		ssize_t n = dcr_reader_read(a->f->r, v, (uint32_t)fi + 1, off,
+					    a->buf, len);
+
+		if (n != (ssize_t)exp || memcmp(a->buf, tf->data + off, exp))
+			a->errors++;
+	}
+	return NULL;
+}
+
+static void test_concurrent_same_chunk(void **state)
+{
+	struct fx *f = *state;
+	pthread_barrier_t bar;
+	pthread_t th[8];
+	struct rd a[8];
+	unsigned want;
+
+	build_chain(f, 5);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	/* Slow pack gets so that all eight readers overlap. */
+	f->cs->delay_us = 20000;
+	counts_reset(f->cs);
+	want = expect_chunk(f, 5, 1, 0);
+	assert_true(want >= 2);
+	pthread_barrier_init(&bar, NULL, 8);
+	for (int i = 0; i < 8; i++) {
+		a[i] = (struct rd){ .f = f, .bar = &bar, .v = 5, .idx = 2,
+				    .off = (uint64_t)i * 100, .len = 1000 };
+		a[i].buf = malloc(a[i].len);
+		assert_int_equal(pthread_create(&th[i], NULL, reader_main,
+						&a[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(a[i].ret, 1000);
+		assert_memory_equal(a[i].buf, f->v[5].f[1].data + i * 100, 1000);
+		free(a[i].buf);
+	}
+	pthread_barrier_destroy(&bar);
+	/* One fetch of each frame on the chain, shared by all eight. */
+	assert_int_equal(f->cs->gets_packs, want);
+	assert_int_equal(log_errors, 0);
+}
+
+static void test_concurrent_random(void **state)
+{
+	struct fx *f = *state;
+	pthread_barrier_t bar;
+	pthread_t th[8];
+	struct rd a[8];
+
+	build_chain(f, 5);
+	open_reader(f, 3 * CS); /* tiny: evictions race with reads */
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	pthread_barrier_init(&bar, NULL, 8);
+	for (int i = 0; i < 8; i++) {
+		a[i] = (struct rd){ .f = f, .bar = &bar, .v = (uint64_t)i,
+				    .random = 1 };
+		a[i].buf = malloc(2 * CS);
+		assert_int_equal(pthread_create(&th[i], NULL, reader_main,
+						&a[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(a[i].errors, 0);
+		free(a[i].buf);
+	}
+	pthread_barrier_destroy(&bar);
+	assert_int_equal(log_errors, 0);
+}
+
+static void test_tags(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_tag *tags;
+	size_t n;
+
+	build_chain(f, 3);
+	assert_int_equal(dcr_store_put_tag(f->st, "stable", 2), 0);
+	assert_int_equal(dcr_store_put_tag(f->st, "best", 3), 0);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_tags(f->r, &tags, &n), 0);
+	assert_int_equal(n, 0);
+	dcr_reader_tags_free(tags, n);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	assert_int_equal(dcr_reader_tags(f->r, &tags, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(tags[0].name, "best");
+	assert_int_equal(tags[0].version, 3);
+	assert_string_equal(tags[1].name, "stable");
+	assert_int_equal(tags[1].version, 2);
+	dcr_reader_tags_free(tags, n);
+
+	/* Moved and deleted tags show at the next refresh. */
+	assert_int_equal(dcr_store_put_tag(f->st, "stable", 3), 0);
+	assert_int_equal(dcr_store_del(f->st, "tags/best"), 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	assert_int_equal(dcr_reader_tags(f->r, &tags, &n), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(tags[0].name, "stable");
+	assert_int_equal(tags[0].version, 3);
+	dcr_reader_tags_free(tags, n);
+
+	/* They survive a restart, before any refresh. */
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_tags(f->r, &tags, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(tags[0].version, 3);
+	dcr_reader_tags_free(tags, n);
+}
+
+static void test_refresh_probes(void **state)
+{
+	struct fx *f = *state;
+	uint64_t latest = 0;
+
+	build_chain(f, 2);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 2);
+	assert_int_equal(f->cs->lists, 2); /* versions/ and tags/ */
+
+	/* Nothing new: one cheap probe of v3, no listing of versions/. */
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 2);
+	assert_int_equal(f->cs->gets_versions, 1);
+	assert_int_equal(f->cs->lists, 1); /* tags/ only */
+
+	/* Two new versions at once, an anchor (all full) and a child. */
+	f->v[3].v = 3;
+	copy_tree(&f->v[3], &f->v[2]);
+	nudge(&f->v[3].f[1], 2, 10, 303);
+	publish(f->st, &f->v[3], &f->v[2], B_FULL, 0);
+	f->v[4].v = 4;
+	copy_tree(&f->v[4], &f->v[3]);
+	nudge(&f->v[4].f[1], 2, 10, 404);
+	publish(f->st, &f->v[4], &f->v[3], B_AUTO, 0);
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 4);
+	assert_int_equal(dcr_reader_latest(f->r), 4);
+	assert_int_equal(f->cs->gets_versions, 3);
+	counts_reset(f->cs);
+	f->nv = 4;
+	check_version(f, 4);
+	/* From cold, v4 needs at most two frames per chunk (anchor v3). */
+	assert_true(f->cs->gets_packs <= 2 * 11);
+	check_version(f, 2);
+	assert_int_equal(log_errors, 0);
+}
+
+static void test_corrupt_manifest_and_missing_parent(void **state)
+{
+	struct fx *f = *state;
+	uint64_t *vs, latest = 0;
+	size_t n;
+	uint8_t buf[CS];
+	const struct dcr_version_info *vi;
+
+	build_chain(f, 2);
+	/* v3 is published corrupt; v4 (parent 2) and v5 (parent 3) fine. */
+	f->v[3].v = 3;
+	copy_tree(&f->v[3], &f->v[2]);
+	nudge(&f->v[3].f[1], 0, 10, 3030);
+	publish(f->st, &f->v[3], &f->v[2], B_AUTO, 1);
+	f->v[4].v = 4;
+	copy_tree(&f->v[4], &f->v[2]);
+	nudge(&f->v[4].f[1], 0, 10, 4040);
+	publish(f->st, &f->v[4], &f->v[2], B_AUTO, 0);
+	f->v[5].v = 5;
+	copy_tree(&f->v[5], &f->v[3]);
+	rewrite(&f->v[5].f[1], 1, 5050); /* full frame: needs no parent */
+	nudge(&f->v[5].f[1], 0, 10, 5051); /* delta: needs v3 */
+	publish(f->st, &f->v[5], &f->v[3], B_AUTO, 0);
+
+	open_reader(f, 0);
+	log_reset();
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 5);
+	assert_int_equal(log_errors, 1); /* v3, once */
+	assert_non_null(strstr(log_last, "versions/0000000003"));
+	assert_int_equal(dcr_reader_versions(f->r, &vs, &n), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(vs[0], 1);
+	assert_int_equal(vs[1], 2);
+	assert_int_equal(vs[2], 4);
+	assert_int_equal(vs[3], 5);
+	free(vs);
+	assert_int_equal(dcr_reader_version(f->r, 3, &vi), -ENOENT);
+
+	/* A later refresh neither refetches nor relogs v3. */
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	assert_int_equal(f->cs->gets_versions, 1); /* probe of v6 */
+	assert_int_equal(log_errors, 1);
+
+	check_version(f, 4);
+	/* v5: the full frame reads; the delta against v3 fails with EIO. */
+	assert_int_equal(f->v[5].f[1].kind[1], DCR_CK_FULL);
+	assert_int_equal(dcr_reader_read(f->r, 5, 2, CS, buf, CS), CS);
+	assert_memory_equal(buf, f->v[5].f[1].data + CS, CS);
+	log_reset();
+	assert_int_equal(dcr_reader_read(f->r, 5, 2, 0, buf, CS), -EIO);
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, "version 3"));
+}
+
+/* Write @t's tree below @dir (for dcr_commit). */
+static void write_tree(const struct tver *t, const char *dir)
+{
+	char path[PATH_MAX];
+
+	assert_int_equal(tu_mkdir_p(dir), 0);
+	for (int i = 0; i < t->nfiles; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, t->f[i].path);
+		if (t->f[i].dir)
+			assert_int_equal(tu_mkdir_p(path), 0);
+		else
+			assert_int_equal(tu_write_file(path, t->f[i].data,
+						       t->f[i].size), 0);
+	}
+}
+
+static void test_commit_roundtrip(void **state)
+{
+	struct fx *f = *state;
+	char dirs[4][PATH_MAX];
+	struct dcr_manifest pm;
+	struct dcr_commit_result res;
+
+	/* Three versions of a tree, committed with the real pipeline. */
+	f->v[1].v = 1;
+	add_file(&f->v[1], "a", 1, 0, 0);
+	add_file(&f->v[1], "a/w.bin", 0, 7 * CS + 3, 21);
+	add_file(&f->v[1], "z.bin", 0, 2 * CS, 22);
+	for (int v = 2; v <= 3; v++) {
+		f->v[v].v = (uint64_t)v;
+		copy_tree(&f->v[v], &f->v[v - 1]);
+		nudge(&f->v[v].f[1], (uint64_t)v, 12, (uint64_t)v * 7);
+		nudge(&f->v[v].f[1], 0, 3, (uint64_t)v * 9);
+	}
+	memset(&pm, 0, sizeof(pm));
+	for (int v = 1; v <= 3; v++) {
+		struct dcr_commit_opts o = { 0 };
+
+		snprintf(dirs[v], sizeof(dirs[v]), "%s/tree%d", f->root, v);
+		write_tree(&f->v[v], dirs[v]);
+		o.chunk_size = CS;
+		o.jobs = 2;
+		if (v > 1) {
+			o.parent = (uint64_t)v - 1;
+			o.parent_manifest = &pm;
+			o.parent_dir = dirs[v - 1];
+		}
+		assert_int_equal(dcr_commit(f->st, dirs[v], &o, &res), 0);
+		assert_int_equal(res.version, (uint64_t)v);
+		if (v > 1)
+			assert_true(res.chunks_delta + res.chunks_same > 0);
+		dcr_manifest_free(&pm);
+		assert_int_equal(dcr_store_get_manifest(f->st, (uint64_t)v, &pm),
+				 0);
+	}
+	dcr_manifest_free(&pm);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	assert_int_equal(dcr_reader_latest(f->r), 3);
+	for (uint64_t v = 3; v >= 1; v--)
+		check_version(f, v);
+	assert_int_equal(log_errors, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+		T(test_tree_and_boundaries),
+		T(test_chain_cold_and_cached_base),
+		T(test_chain_fully_cold),
+		T(test_reopen_no_refetch),
+		T(test_corrupt_pack),
+		T(test_corrupt_delta_in_chain),
+		T(test_missing_pack),
+		T(test_corrupt_cache_file),
+		T(test_tiny_budget),
+		T(test_concurrent_same_chunk),
+		T(test_concurrent_random),
+		T(test_tags),
+		T(test_refresh_probes),
+		T(test_corrupt_manifest_and_missing_parent),
+		T(test_commit_roundtrip),
+#undef T
+	};
+
+	dcr_log_set_prog("test_reader");
+	dcr_log_set_sink(log_sink);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
