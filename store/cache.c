@@ -196,6 +196,12 @@ int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
 	ret = mkdir_0700(c->chunks_dir);
 	if (!ret)
 		ret = mkdir_0700(c->tmp_dir);
+	/* All 256 fan-out directories up front: no mkdir on the read path. */
+	for (unsigned i = 0; i < 256 && !ret; i++) {
+		char sub[PATH_MAX];
+		snprintf(sub, sizeof(sub), "%s/%02x", c->chunks_dir, i);
+		ret = mkdir_0700(sub);
+	}
 	if (ret) {
 		dcr_err("cache %s: %s", dir, dcr_strerror(ret));
 		goto err_free;
@@ -450,17 +456,13 @@ static int write_full(int fd, const void *data, size_t len)
 int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		  const void *data, size_t len)
 {
-	char path[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX];
+	char path[PATH_MAX], tmp[PATH_MAX];
 	char hex[DCR_HASH_HEX_LEN + 1];
 	int64_t now = now_ms();
 	uint64_t seq;
 	int fd, ret, added = 0;
 
 	dcr_hash_hex(hash, hex);
-	snprintf(dir, sizeof(dir), "%s/%.2s", c->chunks_dir, hex);
-	ret = mkdir_0700(dir);
-	if (ret)
-		goto err_log;
 	dcr_cache_path(c, hash, path, sizeof(path));
 	pthread_mutex_lock(&c->lock);
 	seq = ++c->tmp_seq;
