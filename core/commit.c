@@ -35,6 +35,7 @@
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
+#include "safetensors.h"
 
 #define PACK_MAGIC "DCRPACK1"
 #define PACK_HDR_LEN 8
@@ -154,7 +155,19 @@ struct fstate {
 	int parent_fd;   /* -1 if no base */
 	uint32_t pending;/* queued chunks not yet finished */
 	bool read_done;
+	/* dtype regions from a safetensors header; empty = byte mode */
+	struct dcr_regions regions;
 };
+
+/* Called with p->lock held once a file is read and all its chunks encoded. */
+static void fstate_release(struct fstate *fs)
+{
+	if (fs->parent_fd >= 0) {
+		close(fs->parent_fd);
+		fs->parent_fd = -1;
+	}
+	dcr_regions_free(&fs->regions);
+}
 
 struct pack {
 	struct dcr_buf data;
@@ -350,7 +363,11 @@ static int encode_job(struct worker *w, const struct job *j)
 		base = w->pbuf;
 	}
 	dcr_buf_reset(&w->frame);
-	ret = dcr_frame_encode(w->codec, j->buf, base, j->len, &w->frame, &kind);
+	/* Regions are written before the file's first job is queued. */
+	struct dcr_elem_hint hint = dcr_regions_hint(&p->fs[j->fidx].regions,
+						     j->cidx * (uint64_t)p->cs);
+	ret = dcr_frame_encode2(w->codec, j->buf, base, j->len, &hint,
+				&w->frame, &kind);
 	if (ret)
 		return ret;
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
@@ -382,10 +399,8 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		p->free_bufs[p->nfree++] = j.buf;
 		struct fstate *fs = &p->fs[j.fidx];
-		if (--fs->pending == 0 && fs->read_done && fs->parent_fd >= 0) {
-			close(fs->parent_fd);
-			fs->parent_fd = -1;
-		}
+		if (--fs->pending == 0 && fs->read_done)
+			fstate_release(fs);
 		pthread_cond_signal(&p->cond_free);
 		pthread_mutex_unlock(&p->lock);
 		if (ret) {
@@ -501,6 +516,12 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		}
 		p->fs[fi].parent_fd = pfd;
 	}
+	/* Element hints for the codec; a file that is not safetensors (or
+	 * whose header does not parse) is simply coded as bytes. */
+	ret = dcr_safetensors_regions_fd(fd, f->size, &p->fs[fi].regions);
+	if (ret == -ENOMEM)
+		goto err_close;
+	ret = 0;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	dcr_sha256_reset(sha);
 	for (uint64_t c = 0; c < f->nchunks; c++) {
@@ -543,10 +564,8 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 err_close:
 	pthread_mutex_lock(&p->lock);
 	p->fs[fi].read_done = true;
-	if (p->fs[fi].pending == 0 && p->fs[fi].parent_fd >= 0) {
-		close(p->fs[fi].parent_fd);
-		p->fs[fi].parent_fd = -1;
-	}
+	if (p->fs[fi].pending == 0)
+		fstate_release(&p->fs[fi]);
 	pthread_mutex_unlock(&p->lock);
 	if (sfd >= 0 && close(sfd) < 0 && !ret)
 		ret = DCR_ERR(-errno);
@@ -779,8 +798,7 @@ err_free_pipe:
 	for (size_t i = 0; p.free_bufs && i < p.nfree; i++)
 		free(p.free_bufs[i]);
 	for (uint32_t i = 0; p.fs && i < m.nfiles; i++)
-		if (p.fs[i].parent_fd >= 0)
-			close(p.fs[i].parent_fd);
+		fstate_release(&p.fs[i]);
 	dcr_sha256_free(sha);
 	free(p.fs);
 	free(p.free_bufs);

@@ -2,11 +2,10 @@
 /*
  * frame.c - encode and decode one chunk (see frame.h for the layout).
  *
- * This is the first codec: a delta is the XOR of the chunk with its
- * parent, compressed with zstd; a full frame is the chunk compressed with
- * zstd; either is stored raw when compression does not help. The codec
- * byte in the header leaves room for better encodings without breaking
- * frames already in stores.
+ * Codecs 0 (stored) and 1 (zstd of the chunk or of its XOR) were the
+ * first format and stay decodable. The encoder now writes codec 2, the
+ * element codec of codec_elem.c, and falls back to a stored frame when
+ * nothing beats the raw chunk.
  */
 #include "config.h"
 
@@ -16,6 +15,7 @@
 #include <zstd.h>
 
 #include "chunk.h"
+#include "codec_elem.h"
 #include "common.h"
 #include "frame.h"
 
@@ -25,8 +25,10 @@ struct dcr_codec {
 	ZSTD_CCtx *cctx;
 	ZSTD_DCtx *dctx;
 	int level;
-	uint8_t *scratch; /* DCR_CHUNK_MAX bytes: XOR of chunk and base */
-	struct dcr_buf tmp; /* compressed candidate */
+	uint8_t *scratch;    /* codec 1 deltas: the decoded XOR */
+	struct dcr_buf tmp;  /* candidate frame */
+	struct dcr_buf alt;  /* second candidate */
+	struct dcr_elem_ctx ec;
 };
 
 struct dcr_codec *dcr_codec_new(int level)
@@ -38,7 +40,12 @@ struct dcr_codec *dcr_codec_new(int level)
 	c->level = level ? level : 3;
 	c->cctx = ZSTD_createCCtx();
 	c->dctx = ZSTD_createDCtx();
-	dcr_buf_init(&c->tmp, ZSTD_COMPRESSBOUND(DCR_CHUNK_MAX) + DCR_FRAME_HDR_LEN);
+	dcr_buf_init(&c->tmp, 2 * (size_t)DCR_CHUNK_MAX + DCR_FRAME_HDR_LEN);
+	dcr_buf_init(&c->alt, 2 * (size_t)DCR_CHUNK_MAX + DCR_FRAME_HDR_LEN);
+	dcr_buf_init(&c->ec.cand, 2 * (size_t)DCR_CHUNK_MAX);
+	c->ec.cctx = c->cctx;
+	c->ec.dctx = c->dctx;
+	c->ec.level = c->level;
 	if (!c->cctx || !c->dctx) {
 		dcr_codec_free(c);
 		return NULL;
@@ -54,6 +61,8 @@ void dcr_codec_free(struct dcr_codec *c)
 	ZSTD_freeDCtx(c->dctx);
 	free(c->scratch);
 	dcr_buf_free(&c->tmp);
+	dcr_buf_free(&c->alt);
+	dcr_elem_ctx_free(&c->ec);
 	free(c);
 }
 
@@ -86,75 +95,70 @@ static void put_hdr(uint8_t *p, int kind, int codec, uint32_t raw_len,
 	dcr_put_le32(p + 12, payload_len);
 }
 
-/* Compress @src into c->tmp as a complete frame; stored if not smaller. */
-static int encode_one(struct dcr_codec *c, const void *src, size_t len,
-		      int kind)
+/* Build a complete codec-2 frame of @kind in @b. */
+static int encode_elem(struct dcr_codec *c, struct dcr_buf *b, const void *chunk,
+		       const void *base, size_t len, size_t nseg, int xor_only)
 {
-	size_t bound = ZSTD_compressBound(len);
-	int ret = dcr_buf_reserve(&c->tmp, DCR_FRAME_HDR_LEN + DCR_MAX(bound, len));
+	int ret;
 
+	dcr_buf_reset(b);
+	if ((ret = dcr_buf_reserve(b, DCR_FRAME_HDR_LEN + len / 4)))
+		return ret;
+	b->len = DCR_FRAME_HDR_LEN;
+	ret = dcr_elem_encode(&c->ec, chunk, base, len, c->ec.segs, nseg,
+			      xor_only, b);
 	if (ret)
 		return ret;
-	size_t n = ZSTD_compressCCtx(c->cctx, c->tmp.data + DCR_FRAME_HDR_LEN,
-				     bound, src, len, c->level);
-	if (ZSTD_isError(n)) {
-		dcr_err("zstd compression failed: %s", ZSTD_getErrorName(n));
-		return DCR_ERR(-EIO);
-	}
-	int codec = DCR_CODEC_ZSTD;
-	if (n >= len) {
-		memcpy(c->tmp.data + DCR_FRAME_HDR_LEN, src, len);
-		n = len;
-		codec = DCR_CODEC_STORED;
-	}
-	put_hdr(c->tmp.data, kind, codec, (uint32_t)len, (uint32_t)n);
-	c->tmp.len = DCR_FRAME_HDR_LEN + n;
+	if (b->len - DCR_FRAME_HDR_LEN > UINT32_MAX)
+		return DCR_ERR(-EFBIG);
+	put_hdr(b->data, base ? DCR_FRAME_DELTA : DCR_FRAME_FULL, DCR_CODEC_ELEM,
+		(uint32_t)len, (uint32_t)(b->len - DCR_FRAME_HDR_LEN));
 	return 0;
+}
+
+int dcr_frame_encode2(struct dcr_codec *c, const void *chunk, const void *base,
+		      size_t len, const struct dcr_elem_hint *hint,
+		      struct dcr_buf *out, int *kind_out)
+{
+	struct dcr_buf *best;
+	int ret;
+
+	if (len == 0 || len > DCR_CHUNK_MAX)
+		return DCR_ERR(-EINVAL);
+	size_t nseg = dcr_elem_segments(hint, len, c->ec.segs, DCR_FRAME_SEG_MAX);
+	int xor_only = hint && (hint->flags & DCR_ENC_XOR_ONLY);
+
+	if ((ret = encode_elem(c, &c->tmp, chunk, base, len, nseg, xor_only)))
+		return ret;
+	best = &c->tmp;
+	/*
+	 * A delta that codes to less than half the chunk is the common case;
+	 * only a large one makes a full frame worth trying.
+	 */
+	if (base && c->tmp.len - DCR_FRAME_HDR_LEN >= len / 2) {
+		if ((ret = encode_elem(c, &c->alt, chunk, NULL, len, nseg, xor_only)))
+			return ret;
+		if (c->alt.len < c->tmp.len)
+			best = &c->alt;
+	}
+	if (best->len - DCR_FRAME_HDR_LEN >= len) {
+		/* Nothing beats the chunk itself: a stored full frame. */
+		dcr_buf_reset(best);
+		if ((ret = dcr_buf_reserve(best, DCR_FRAME_HDR_LEN + len)))
+			return ret;
+		put_hdr(best->data, DCR_FRAME_FULL, DCR_CODEC_STORED, (uint32_t)len,
+			(uint32_t)len);
+		memcpy(best->data + DCR_FRAME_HDR_LEN, chunk, len);
+		best->len = DCR_FRAME_HDR_LEN + len;
+	}
+	*kind_out = best->data[5];
+	return dcr_buf_append(out, best->data, best->len);
 }
 
 int dcr_frame_encode(struct dcr_codec *c, const void *chunk, const void *base,
 		     size_t len, struct dcr_buf *out, int *kind_out)
 {
-	int ret;
-
-	if (len == 0 || len > DCR_CHUNK_MAX)
-		return DCR_ERR(-EINVAL);
-	if (base) {
-		if (!c->scratch && !(c->scratch = malloc(DCR_CHUNK_MAX)))
-			return DCR_ERR(-ENOMEM);
-		memcpy(c->scratch, chunk, len);
-		dcr_xor(c->scratch, base, len);
-		ret = encode_one(c, c->scratch, len, DCR_FRAME_DELTA);
-		if (ret)
-			return ret;
-		/*
-		 * A delta that compresses to near nothing is the common case;
-		 * only when it is large is a full frame worth trying.
-		 */
-		if (c->tmp.len - DCR_FRAME_HDR_LEN < len / 2)
-			goto emit;
-		struct dcr_buf delta = c->tmp;
-		dcr_buf_init(&c->tmp, delta.max);
-		ret = encode_one(c, chunk, len, DCR_FRAME_FULL);
-		if (ret) {
-			dcr_buf_free(&c->tmp);
-			c->tmp = delta;
-			return ret;
-		}
-		if (c->tmp.len < delta.len) {
-			dcr_buf_free(&delta);
-		} else {
-			dcr_buf_free(&c->tmp);
-			c->tmp = delta;
-		}
-		goto emit;
-	}
-	ret = encode_one(c, chunk, len, DCR_FRAME_FULL);
-	if (ret)
-		return ret;
-emit:
-	*kind_out = c->tmp.data[5];
-	return dcr_buf_append(out, c->tmp.data, c->tmp.len);
+	return dcr_frame_encode2(c, chunk, base, len, NULL, out, kind_out);
 }
 
 int dcr_frame_parse_hdr(const void *p, size_t n, struct dcr_frame_hdr *h)
@@ -169,7 +173,7 @@ int dcr_frame_parse_hdr(const void *p, size_t n, struct dcr_frame_hdr *h)
 	h->raw_len = dcr_get_le32(b + 8);
 	h->payload_len = dcr_get_le32(b + 12);
 	if ((h->kind != DCR_FRAME_FULL && h->kind != DCR_FRAME_DELTA) ||
-	    (h->codec != DCR_CODEC_STORED && h->codec != DCR_CODEC_ZSTD) ||
+	    h->codec > DCR_CODEC_ELEM ||
 	    h->raw_len == 0 || h->raw_len > DCR_CHUNK_MAX ||
 	    h->payload_len > n - DCR_FRAME_HDR_LEN)
 		return DCR_ERR(-EBADMSG);
@@ -189,19 +193,21 @@ int dcr_frame_apply(struct dcr_codec *c, const void *p, size_t n, void *dst,
 	if (h.raw_len != len || DCR_FRAME_HDR_LEN + (size_t)h.payload_len != n)
 		return DCR_ERR(-EBADMSG);
 	const uint8_t *payload = (const uint8_t *)p + DCR_FRAME_HDR_LEN;
+	if (h.codec == DCR_CODEC_ELEM)
+		return dcr_elem_apply(&c->ec, payload, h.payload_len,
+				      h.kind == DCR_FRAME_DELTA, dst, len);
+	if (h.codec == DCR_CODEC_STORED) {
+		if (h.kind == DCR_FRAME_DELTA)
+			dcr_xor(dst, payload, len);
+		else
+			memcpy(dst, payload, len);
+		return 0;
+	}
 	uint8_t *out = dst;
 	if (h.kind == DCR_FRAME_DELTA) {
 		if (!c->scratch && !(c->scratch = malloc(DCR_CHUNK_MAX)))
 			return DCR_ERR(-ENOMEM);
 		out = c->scratch;
-	}
-	if (h.codec == DCR_CODEC_STORED) {
-		if (h.kind == DCR_FRAME_DELTA) {
-			dcr_xor(dst, payload, len);
-			return 0;
-		}
-		memcpy(dst, payload, len);
-		return 0;
 	}
 	/* The zstd frame must declare exactly len bytes of content. */
 	unsigned long long csize = ZSTD_getFrameContentSize(payload, h.payload_len);

@@ -9,11 +9,50 @@
  *   4      1    format version (1)
  *   5      1    kind: 1 = full (the chunk), 2 = delta (XOR with the
  *                 same chunk of the parent version)
- *   6      1    codec: 0 = stored, 1 = zstd
+ *   6      1    codec: 0 = stored, 1 = zstd, 2 = element codec (below)
  *   7      1    reserved, 0
  *   8      4    raw length (the chunk length), <= DCR_CHUNK_MAX
  *   12     4    payload length
  *   16     -    payload
+ *
+ * Codec 0 and 1 payloads are the chunk (full) or its XOR with the parent
+ * (delta), stored or as one zstd frame. Codec 2 ("element codec", the
+ * default since it exists) splits the chunk into segments of one element
+ * type each and codes every segment with its own method:
+ *
+ *   payload := u8 layout (1), varint nseg (1..DCR_FRAME_SEG_MAX), nseg x
+ *     segment := u8 dtype (enum dcr_dtype), u8 method, varint len
+ *                (bytes, a multiple of the dtype's width), varint plen,
+ *                plen bytes of method data
+ *   The segment lengths sum to the raw length.
+ *
+ *   methods (D: delta frames only; the others in both kinds):
+ *   0 zero    plen 0. Delta: unchanged. Full: zero bytes.
+ *   1 raw     the bytes (full) or their XOR with the parent (delta).
+ *   2 sparse  D. The changed elements: u8 value mode (0 = XOR,
+ *             1 = ADD: new - old modulo 2^(8 width), zigzag-signed),
+ *             u8 position model (0 = gaps), varint count (>= 1),
+ *             gap table, value table (entropy.h tables, <= 128
+ *             symbols), varint coded length, one rANS stream that holds,
+ *             per changed element in order: gap symbol and extra bits,
+ *             value symbol and extra bits. A gap is the number of
+ *             unchanged elements before the change; a value is the XOR
+ *             (or the zigzag difference) minus 1. Integers v are coded
+ *             as symbol v for v < 16, else 16 + 4 (b - 5) + the two bits
+ *             below the top bit, b = bit length of v, followed by the
+ *             b - 3 low bits raw (in rANS, high part first when > 15).
+ *   3 planes  the (XOR or full) elements split into width byte planes,
+ *             each coded as an entropy.h plane. bf16 and f32 elements
+ *             are first rearranged so plane 0 is the 8-bit exponent and
+ *             plane 1 the sign and top 7 mantissa bits; other types use
+ *             the little-endian bytes in order.
+ *   4 zstd    one zstd frame of the (XOR or full) bytes.
+ *
+ * ADD-mode sparse segments depend on the parent's values, not only on
+ * its XOR: such a frame applies only onto the exact parent chunk (which
+ * dcr_frame_apply already requires). Folding deltas (skip-deltas) must
+ * therefore materialize chunks and re-encode, or encode with
+ * DCR_ENC_XOR_ONLY.
  *
  * The materialized chunk is verified against the hash in the manifest,
  * so frames carry no checksum of their own; decoders still bound every
@@ -38,7 +77,60 @@ enum dcr_frame_kind {
 enum dcr_frame_codec {
 	DCR_CODEC_STORED = 0,
 	DCR_CODEC_ZSTD = 1,
+	DCR_CODEC_ELEM = 2,
 };
+
+/** Most segments in one codec-2 frame. */
+#define DCR_FRAME_SEG_MAX 1024
+
+/**
+ * Element types of a byte range, as far as the codec cares: the element
+ * width, and whether the element is a float with an 8-bit exponent below
+ * the sign bit (bf16, f32), whose exponent is coded apart. The values are
+ * part of the frame format.
+ */
+enum dcr_dtype {
+	DCR_DT_BYTES = 0, /* no structure known: byte mode */
+	DCR_DT_BF16 = 1,
+	DCR_DT_F16 = 2,
+	DCR_DT_F32 = 3,
+	DCR_DT_F8 = 4,    /* any 1-byte float */
+	DCR_DT_U16 = 5,   /* other 2-byte elements */
+	DCR_DT_U32 = 6,   /* other 4- and 8-byte elements */
+	DCR_DT_COUNT
+};
+
+/** Width in bytes of an element of @dt (1 for unknown values). */
+static inline unsigned dcr_dtype_width(unsigned dt)
+{
+	static const uint8_t w[DCR_DT_COUNT] = { 1, 2, 2, 4, 1, 2, 4 };
+	return dt < DCR_DT_COUNT ? w[dt] : 1;
+}
+
+/** A byte range of a file holding elements of one type. */
+struct dcr_region {
+	uint64_t off;   /* file offset of the first element */
+	uint64_t len;   /* bytes */
+	uint8_t dtype;  /* enum dcr_dtype */
+};
+
+/**
+ * Element hint for one chunk: the element regions of the whole file
+ * (sorted by offset, not overlapping; see dcr_safetensors_regions) and
+ * the file offset of the chunk. Bytes no region covers, and elements cut
+ * by the chunk's edges, are coded in byte mode. Purely an encoder aid:
+ * the frame records what the decoder needs.
+ */
+struct dcr_elem_hint {
+	const struct dcr_region *r;
+	size_t n;
+	uint64_t chunk_off;
+	unsigned flags; /* DCR_ENC_* */
+};
+
+/** Encoder flag: code every delta as a pure XOR mask (no ADD values),
+ *  so frames can be folded by XOR without their parents. */
+#define DCR_ENC_XOR_ONLY 1u
 
 /** Parsed frame header. */
 struct dcr_frame_hdr {
@@ -60,7 +152,8 @@ struct dcr_codec *dcr_codec_new(int level);
 void dcr_codec_free(struct dcr_codec *c);
 
 /**
- * dcr_frame_encode - encode one chunk as a frame appended to @out.
+ * dcr_frame_encode - encode one chunk as a frame appended to @out,
+ * in byte mode (dcr_frame_encode2 with no hint).
  * @chunk: the new chunk, @len bytes (1 .. DCR_CHUNK_MAX).
  * @base:  the same chunk of the parent version, @len bytes, or NULL to
  *         force a full frame.
@@ -73,6 +166,19 @@ void dcr_codec_free(struct dcr_codec *c);
  */
 int dcr_frame_encode(struct dcr_codec *c, const void *chunk, const void *base,
 		     size_t len, struct dcr_buf *out, int *kind_out);
+
+/**
+ * dcr_frame_encode2 - dcr_frame_encode with element hints.
+ * @hint: element regions (may be NULL: the whole chunk is bytes).
+ *
+ * Per segment it picks the smallest of sparse (delta only), planes, zstd,
+ * raw and zero; a full frame when that is smaller than the delta; and a
+ * stored frame (codec 0) when nothing beats the raw chunk. Same returns
+ * as dcr_frame_encode. Not thread-safe per @c.
+ */
+int dcr_frame_encode2(struct dcr_codec *c, const void *chunk, const void *base,
+		      size_t len, const struct dcr_elem_hint *hint,
+		      struct dcr_buf *out, int *kind_out);
 
 /**
  * dcr_frame_parse_hdr - validate the header of the frame in @p[0..n).

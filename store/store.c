@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "dirstore.h"
+#include "s3.h"
 #include "store.h"
 
 int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
@@ -25,10 +26,8 @@ int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
 		}
 		return dcr_dir_open(path, flags & DCR_OPEN_CREATE, out);
 	}
-	if (!strncmp(url, "s3://", 5)) {
-		dcr_err("%s: S3 stores are not supported by this build yet", url);
-		return DCR_ERR(-EPROTONOSUPPORT);
-	}
+	if (!strncmp(url, "s3://", 5))
+		return dcr_s3_open(url, cfg, flags, out);
 	const char *colon = strstr(url, "://");
 	if (colon) {
 		dcr_err("%s: unknown store scheme (use a path, file:///path or s3://bucket/prefix)", url);

@@ -4,7 +4,7 @@
  *
  *   /abs/or/relative/path     local directory (the embedded default)
  *   file:///abs/path          local directory
- *   s3://bucket/prefix        S3 API (not yet built: -EPROTONOSUPPORT)
+ *   s3://bucket/prefix        S3 API (see s3.h for settings and guarantees)
  */
 #ifndef DCR_STORE_H
 #define DCR_STORE_H
@@ -19,6 +19,10 @@ struct dcr_store_cfg {
 	const char *credentials; /* path of an AWS credentials file */
 	int path_style;          /* S3: -1 = default, 0 = virtual, 1 = path */
 	const char *ca_bundle;
+	/* S3: bound on one operation including its retries, in ms; 0 picks
+	 * the default (30 s for get/head/list/del, 600 s per put or part). */
+	unsigned int read_timeout_ms;
+	unsigned int write_timeout_ms;
 };
 
 enum dcr_open_flags {

@@ -1,0 +1,821 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * codec_elem.c - the element codec (frame codec 2; layout in frame.h).
+ *
+ * What a bf16 RL step changes is a few percent of the elements, at random
+ * places, each usually by one or two units in the last place. So a
+ * segment's delta is coded as the positions of the changed elements (gaps
+ * between them, entropy-coded: about H(p)/p bits per change) plus their
+ * values, either the XOR or, since the decoder knows the parent element,
+ * the integer difference of the bit patterns (+-1 ulp costs about one
+ * bit where its XOR costs two or more). Dense deltas and full chunks are
+ * split into byte planes, bf16/f32 exponents apart, each plane coded
+ * order-0.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "chunk.h"
+#include "codec_elem.h"
+#include "common.h"
+
+#define LAYOUT_VERSION 1
+#define SEG_MIN 512       /* typed segments below this become byte mode */
+#define SPARSE_DIV 4      /* give up sparse beyond 1/SPARSE_DIV changed */
+#define INT_NSYM 128      /* alphabet of the integer symbolisation */
+#define VMODE_XOR 0
+#define VMODE_ADD 1
+#define PMODEL_GAPS 0
+
+/* ------------------------------------------------------------ helpers */
+
+static inline uint64_t ld64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* Little-endian element of width w (1, 2 or 4). */
+static inline uint32_t ldw(const uint8_t *p, unsigned w)
+{
+	if (w == 1)
+		return p[0];
+	if (w == 2)
+		return dcr_get_le16(p);
+	return dcr_get_le32(p);
+}
+
+static inline void stw(uint8_t *p, unsigned w, uint32_t v)
+{
+	if (w == 1)
+		p[0] = (uint8_t)v;
+	else if (w == 2)
+		dcr_put_le16(p, (uint16_t)v);
+	else
+		dcr_put_le32(p, v);
+}
+
+static inline uint32_t wmask(unsigned w)
+{
+	return w == 4 ? 0xffffffffu : (1u << (8 * w)) - 1;
+}
+
+/* Integer symbolisation (frame.h): symbol, and @k extra low bits. */
+static inline unsigned int_sym(uint32_t v, unsigned *k)
+{
+	if (v < 16) {
+		*k = 0;
+		return v;
+	}
+	unsigned nb = 32u - (unsigned)__builtin_clz(v);
+	*k = nb - 3;
+	return 16 + (nb - 5) * 4 + ((v >> (nb - 3)) & 3);
+}
+
+static inline void put_int(uint32_t *x, uint8_t **pp,
+			   const struct dcr_ent_enc *m, uint32_t v)
+{
+	unsigned k;
+	unsigned s = int_sym(v, &k);
+
+	if (k > 15) {
+		dcr_rans_put_bits(x, pp, v & 0x7fff, 15);
+		dcr_rans_put_bits(x, pp, (v >> 15) & ((1u << (k - 15)) - 1), k - 15);
+	} else if (k) {
+		dcr_rans_put_bits(x, pp, v & ((1u << k) - 1), k);
+	}
+	dcr_rans_put(x, pp, &m->s[s]);
+}
+
+static inline uint32_t get_int(uint32_t *x, const struct dcr_ent_dec *m,
+			       struct dcr_rans_in *in)
+{
+	unsigned s = dcr_rans_get(x, m, in);
+
+	if (s < 16)
+		return s;
+	s -= 16;
+	unsigned k = 2 + s / 4; /* bit length - 3 */
+	if (k > 29) {
+		in->bad = 1;
+		return 0;
+	}
+	uint32_t top = 4 | (s & 3), low;
+	if (k > 15) {
+		low = dcr_rans_get_bits(x, k - 15, in) << 15;
+		low |= dcr_rans_get_bits(x, 15, in);
+	} else {
+		low = dcr_rans_get_bits(x, k, in);
+	}
+	return (top << k) | low;
+}
+
+static inline uint32_t zigzag(uint32_t d, unsigned w)
+{
+	uint32_t m = wmask(w), sign = (d >> (8 * w - 1)) & 1;
+
+	return ((d << 1) & m) ^ (sign ? m : 0);
+}
+
+static inline uint32_t unzigzag(uint32_t z, unsigned w)
+{
+	return (z >> 1) ^ ((z & 1) ? wmask(w) : 0);
+}
+
+/* ------------------------------------------------------------ context */
+
+void dcr_elem_ctx_free(struct dcr_elem_ctx *c)
+{
+	free(c->xbuf);
+	free(c->pbuf);
+	free(c->idx);
+	free(c->val);
+	for (int i = 0; i < 2; i++) {
+		free(c->dec[i]);
+		free(c->enc[i]);
+		c->dec[i] = NULL;
+		c->enc[i] = NULL;
+	}
+	dcr_buf_free(&c->cand);
+	c->xbuf = c->pbuf = NULL;
+	c->idx = c->val = NULL;
+	c->bcap = c->ncap = 0;
+}
+
+static int reserve_bufs(struct dcr_elem_ctx *c, size_t len)
+{
+	if (len <= c->bcap)
+		return 0;
+	uint8_t *x = realloc(c->xbuf, len), *p;
+	if (!x)
+		return DCR_ERR(-ENOMEM);
+	c->xbuf = x;
+	if (!(p = realloc(c->pbuf, len)))
+		return DCR_ERR(-ENOMEM);
+	c->pbuf = p;
+	c->bcap = len;
+	return 0;
+}
+
+static int reserve_sparse(struct dcr_elem_ctx *c, size_t n)
+{
+	if (n <= c->ncap)
+		return 0;
+	uint32_t *i = realloc(c->idx, n * sizeof(*i)), *v;
+	if (!i)
+		return DCR_ERR(-ENOMEM);
+	c->idx = i;
+	if (!(v = realloc(c->val, n * sizeof(*v))))
+		return DCR_ERR(-ENOMEM);
+	c->val = v;
+	c->ncap = n;
+	return 0;
+}
+
+static int reserve_models(struct dcr_elem_ctx *c, int enc)
+{
+	for (int i = 0; i < 2; i++) {
+		if (enc && !c->enc[i] && !(c->enc[i] = malloc(sizeof(*c->enc[i]))))
+			return DCR_ERR(-ENOMEM);
+		if (!enc && !c->dec[i] && !(c->dec[i] = malloc(sizeof(*c->dec[i]))))
+			return DCR_ERR(-ENOMEM);
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------------- segments */
+
+static size_t seg_push(struct dcr_seg *segs, size_t n, uint32_t off,
+		       uint32_t len, uint8_t dt)
+{
+	if (n && segs[n - 1].dtype == dt) {
+		segs[n - 1].len += len;
+		return n;
+	}
+	segs[n].off = off;
+	segs[n].len = len;
+	segs[n].dtype = dt;
+	return n + 1;
+}
+
+size_t dcr_elem_segments(const struct dcr_elem_hint *h, size_t len,
+			 struct dcr_seg *segs, size_t cap)
+{
+	struct dcr_seg tmp;
+	size_t n = 0;
+	uint64_t c0, c1, pos = 0;
+
+	if (!h || !h->n || cap < 2 || len == 0)
+		goto all_bytes;
+	c0 = h->chunk_off;
+	c1 = c0 + len;
+	/* first region ending after the chunk start */
+	size_t lo = 0, hi = h->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (h->r[mid].off + h->r[mid].len <= c0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < h->n && h->r[i].off < c1; i++) {
+		const struct dcr_region *r = &h->r[i];
+		unsigned w = dcr_dtype_width(r->dtype);
+		if (r->dtype == DCR_DT_BYTES || r->dtype >= DCR_DT_COUNT)
+			continue;
+		uint64_t s = DCR_MAX(r->off, c0), e = DCR_MIN(r->off + r->len, c1);
+		s = r->off + DCR_DIV_ROUND_UP(s - r->off, w) * w;
+		e = r->off + (e - r->off) / w * w;
+		if (s < c0 + pos)  /* overlapping regions: keep the first */
+			continue;
+		if (e <= s || e - s < SEG_MIN)
+			continue;
+		if (n + 2 >= cap)
+			break;
+		if (s > c0 + pos)
+			n = seg_push(segs, n, (uint32_t)pos, (uint32_t)(s - c0 - pos),
+				     DCR_DT_BYTES);
+		n = seg_push(segs, n, (uint32_t)(s - c0), (uint32_t)(e - s), r->dtype);
+		pos = e - c0;
+	}
+	if (pos < len)
+		n = seg_push(segs, n, (uint32_t)pos, (uint32_t)(len - pos), DCR_DT_BYTES);
+	return n;
+all_bytes:
+	tmp.off = 0;
+	tmp.len = (uint32_t)len;
+	tmp.dtype = DCR_DT_BYTES;
+	segs[0] = tmp;
+	return 1;
+}
+
+/* ------------------------------------------------------------- planes */
+
+/* Split the @len bytes of @src (elements of @dt) into planes at @dst. */
+static void to_planes(const uint8_t *src, size_t len, unsigned dt, uint8_t *dst)
+{
+	unsigned w = dcr_dtype_width(dt);
+	size_t n = len / w;
+
+	if (dt == DCR_DT_BF16) {
+		uint8_t *p0 = dst, *p1 = dst + n;
+		size_t i = 0;
+#ifdef __SSE2__
+		const __m128i m7 = _mm_set1_epi16(0x7f), m80 = _mm_set1_epi16(0x80);
+		const __m128i mff = _mm_set1_epi16(0xff);
+		for (; i + 16 <= n; i += 16) {
+			const __m128i *s = (const __m128i *)(const void *)(src + 2 * i);
+			__m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1);
+			__m128i ea = _mm_and_si128(_mm_srli_epi16(a, 7), mff);
+			__m128i eb = _mm_and_si128(_mm_srli_epi16(b, 7), mff);
+			__m128i sa = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 8), m80),
+						  _mm_and_si128(a, m7));
+			__m128i sb = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(b, 8), m80),
+						  _mm_and_si128(b, m7));
+			_mm_storeu_si128((__m128i *)(void *)(p0 + i), _mm_packus_epi16(ea, eb));
+			_mm_storeu_si128((__m128i *)(void *)(p1 + i), _mm_packus_epi16(sa, sb));
+		}
+#endif
+		for (; i < n; i++) {
+			uint32_t x = dcr_get_le16(src + 2 * i);
+			p0[i] = (uint8_t)(x >> 7);
+			p1[i] = (uint8_t)(((x >> 8) & 0x80) | (x & 0x7f));
+		}
+	} else if (dt == DCR_DT_F32) {
+		uint8_t *p0 = dst, *p1 = dst + n, *p2 = dst + 2 * n, *p3 = dst + 3 * n;
+		for (size_t i = 0; i < n; i++) {
+			uint32_t x = dcr_get_le32(src + 4 * i);
+			p0[i] = (uint8_t)(x >> 23);
+			p1[i] = (uint8_t)(((x >> 24) & 0x80) | ((x >> 16) & 0x7f));
+			p2[i] = (uint8_t)(x >> 8);
+			p3[i] = (uint8_t)x;
+		}
+	} else if (w == 1) {
+		memcpy(dst, src, len);
+	} else {
+		for (unsigned k = 0; k < w; k++)
+			for (size_t i = 0; i < n; i++)
+				dst[k * n + i] = src[w * i + k];
+	}
+}
+
+/* Inverse of to_planes from the planes @pp[0..w), storing into or XORing
+ * onto @dst. */
+static void from_planes(const uint8_t *const *pp, size_t len, unsigned dt,
+			uint8_t *dst, int xor_onto)
+{
+	unsigned w = dcr_dtype_width(dt);
+	size_t n = len / w;
+
+	if (dt == DCR_DT_BF16) {
+		const uint8_t *p0 = pp[0], *p1 = pp[1];
+		size_t i = 0;
+#ifdef __SSE2__
+		const __m128i z = _mm_setzero_si128(), m7 = _mm_set1_epi16(0x7f);
+		const __m128i m80 = _mm_set1_epi16(0x80);
+		for (; i + 16 <= n; i += 16) {
+			__m128i e = _mm_loadu_si128((const __m128i *)(const void *)(p0 + i));
+			__m128i s = _mm_loadu_si128((const __m128i *)(const void *)(p1 + i));
+			__m128i el = _mm_unpacklo_epi8(e, z), eh = _mm_unpackhi_epi8(e, z);
+			__m128i sl = _mm_unpacklo_epi8(s, z), sh = _mm_unpackhi_epi8(s, z);
+			__m128i lo = _mm_or_si128(_mm_or_si128(_mm_slli_epi16(_mm_and_si128(sl, m80), 8),
+							       _mm_slli_epi16(el, 7)),
+						  _mm_and_si128(sl, m7));
+			__m128i hi = _mm_or_si128(_mm_or_si128(_mm_slli_epi16(_mm_and_si128(sh, m80), 8),
+							       _mm_slli_epi16(eh, 7)),
+						  _mm_and_si128(sh, m7));
+			__m128i *d = (__m128i *)(void *)(dst + 2 * i);
+			if (xor_onto) {
+				lo = _mm_xor_si128(lo, _mm_loadu_si128(d));
+				hi = _mm_xor_si128(hi, _mm_loadu_si128(d + 1));
+			}
+			_mm_storeu_si128(d, lo);
+			_mm_storeu_si128(d + 1, hi);
+		}
+#endif
+		for (; i < n; i++) {
+			uint32_t s = p1[i];
+			uint16_t x = (uint16_t)(((s & 0x80) << 8) | ((uint32_t)p0[i] << 7) |
+						(s & 0x7f));
+			if (xor_onto)
+				x ^= dcr_get_le16(dst + 2 * i);
+			dcr_put_le16(dst + 2 * i, x);
+		}
+	} else if (dt == DCR_DT_F32) {
+		const uint8_t *p0 = pp[0], *p1 = pp[1], *p2 = pp[2], *p3 = pp[3];
+		for (size_t i = 0; i < n; i++) {
+			uint32_t s = p1[i];
+			uint32_t x = ((s & 0x80) << 24) | ((uint32_t)p0[i] << 23) |
+				     ((s & 0x7f) << 16) | ((uint32_t)p2[i] << 8) | p3[i];
+			if (xor_onto)
+				x ^= dcr_get_le32(dst + 4 * i);
+			dcr_put_le32(dst + 4 * i, x);
+		}
+	} else if (w == 1) {
+		if (xor_onto)
+			dcr_xor(dst, pp[0], len);
+		else
+			memcpy(dst, pp[0], len);
+	} else {
+		for (unsigned k = 0; k < w; k++)
+			for (size_t i = 0; i < n; i++) {
+				if (xor_onto)
+					dst[w * i + k] ^= pp[k][i];
+				else
+					dst[w * i + k] = pp[k][i];
+			}
+	}
+}
+
+static int planes_encode(struct dcr_elem_ctx *c, const uint8_t *src, size_t len,
+			 unsigned dt, struct dcr_buf *out)
+{
+	unsigned w = dcr_dtype_width(dt);
+	size_t n = len / w;
+	int ret;
+
+	to_planes(src, len, dt, c->pbuf);
+	for (unsigned k = 0; k < w; k++)
+		if ((ret = dcr_ent_plane_encode(c->pbuf + k * n, n, out)))
+			return ret;
+	return 0;
+}
+
+static int planes_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
+			size_t len, unsigned dt, int delta)
+{
+	unsigned w = dcr_dtype_width(dt);
+	size_t n = len / w;
+	int ret;
+
+	const uint8_t *pp[4];
+
+	for (unsigned k = 0; k < w; k++)
+		if ((ret = dcr_ent_plane_decode_ref(r, c->pbuf + k * n, n, c->dec[0],
+						    &pp[k])))
+			return ret;
+	from_planes(pp, len, dt, dst, delta);
+	return 0;
+}
+
+/* ------------------------------------------------------------- sparse */
+
+/*
+ * Collect the changed elements of width @w of a vs b: indices and XOR
+ * values. Returns the count, or limit + 1 once it exceeds @limit.
+ */
+static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
+			    unsigned w, uint32_t *idx, uint32_t *val, size_t limit)
+{
+	const unsigned lanes = 8 / w;
+	const uint32_t m = wmask(w);
+	size_t n = 0, i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		uint64_t x = ld64(a + i) ^ ld64(b + i);
+		if (DCR_LIKELY(!x))
+			continue;
+		uint32_t e0 = (uint32_t)(i / w);
+		for (unsigned k = 0; k < lanes; k++) {
+			uint32_t v = (uint32_t)(x >> (k * 8 * w)) & m;
+			if (v) {
+				idx[n] = e0 + k;
+				val[n] = v;
+				n++;
+			}
+		}
+		if (n > limit)
+			return limit + 1;
+	}
+	for (; i + w <= len; i += w) {
+		uint32_t v = ldw(a + i, w) ^ ldw(b + i, w);
+		if (v) {
+			idx[n] = (uint32_t)(i / w);
+			val[n] = v;
+			n++;
+		}
+	}
+	return n > limit ? limit + 1 : n;
+}
+
+static size_t scan(const uint8_t *a, const uint8_t *b, size_t len, unsigned w,
+		   uint32_t *idx, uint32_t *val, size_t limit)
+{
+	switch (w) {
+	case 1:
+		return scan_w(a, b, len, 1, idx, val, limit);
+	case 2:
+		return scan_w(a, b, len, 2, idx, val, limit);
+	default:
+		return scan_w(a, b, len, 4, idx, val, limit);
+	}
+}
+
+/* The coded value of change j in mode @vm. */
+static inline uint32_t sparse_value(const uint8_t *base, const uint32_t *idx,
+				    const uint32_t *val, size_t j, unsigned w,
+				    int vm)
+{
+	if (vm == VMODE_XOR)
+		return val[j] - 1;
+	uint32_t o = ldw(base + (size_t)idx[j] * w, w), nw = o ^ val[j];
+	return zigzag((nw - o) & wmask(w), w) - 1;
+}
+
+/*
+ * Encode the @nchg changes found by scan() as a sparse segment payload
+ * appended to @out. @base is the segment's parent bytes.
+ */
+static int sparse_encode(struct dcr_elem_ctx *c, const uint8_t *base, size_t nchg,
+			 unsigned w, int xor_only, struct dcr_buf *out)
+{
+	uint32_t hg[INT_NSYM] = { 0 }, hx[INT_NSYM] = { 0 }, ha[INT_NSYM] = { 0 };
+	uint64_t ex = 0, ea = 0;
+	uint16_t fg[INT_NSYM], fv[INT_NSYM];
+	const uint32_t *idx = c->idx, *val = c->val;
+	unsigned k, ng = 0, nv = 0;
+	int ret;
+
+	uint32_t prev = 0;
+	for (size_t j = 0; j < nchg; j++) {
+		uint32_t g = j ? idx[j] - prev - 1 : idx[j];
+		prev = idx[j];
+		hg[int_sym(g, &k)]++;
+		hx[int_sym(val[j] - 1, &k)]++;
+		ex += k;
+		if (!xor_only) {
+			ha[int_sym(sparse_value(base, idx, val, j, w, VMODE_ADD), &k)]++;
+			ea += k;
+		}
+	}
+	int vm = VMODE_XOR;
+	if (!xor_only && dcr_ent_cost(ha, INT_NSYM) + ea < dcr_ent_cost(hx, INT_NSYM) + ex)
+		vm = VMODE_ADD;
+	const uint32_t *hv = vm == VMODE_ADD ? ha : hx;
+	for (unsigned s = 0; s < INT_NSYM; s++) {
+		if (hg[s])
+			ng = s + 1;
+		if (hv[s])
+			nv = s + 1;
+	}
+	if ((ret = dcr_ent_normalize(hg, ng, fg)) ||
+	    (ret = dcr_ent_normalize(hv, nv, fv)) ||
+	    (ret = reserve_models(c, 1)))
+		return ret;
+	if ((ret = dcr_buf_putc(out, (uint8_t)vm)) ||
+	    (ret = dcr_buf_putc(out, PMODEL_GAPS)) ||
+	    (ret = dcr_buf_put_varint(out, nchg)) ||
+	    (ret = dcr_ent_write_table(out, fg, ng)) ||
+	    (ret = dcr_ent_write_table(out, fv, nv)))
+		return ret;
+	size_t hdr = out->len, bound = 12 * nchg + 64;
+	if ((ret = dcr_buf_reserve(out, hdr + 10 + bound)))
+		return ret;
+	struct dcr_ent_enc *mg = c->enc[0], *mv = c->enc[1];
+	dcr_ent_enc_init(mg, fg, ng);
+	dcr_ent_enc_init(mv, fv, nv);
+	uint8_t *end = out->data + hdr + 10 + bound, *p = end;
+	uint32_t x = DCR_RANS_L;
+	for (size_t j = nchg; j-- > 0;) {
+		uint32_t g = j ? idx[j] - idx[j - 1] - 1 : idx[j];
+		put_int(&x, &p, mv, sparse_value(base, idx, val, j, w, vm));
+		put_int(&x, &p, mg, g);
+	}
+	dcr_rans_flush(x, &p);
+	size_t clen = (size_t)(end - p);
+	if ((ret = dcr_buf_put_varint(out, clen)))
+		return ret;
+	memmove(out->data + out->len, p, clen);
+	out->len += clen;
+	return 0;
+}
+
+static inline int sparse_apply_w(const struct dcr_elem_ctx *c,
+				 struct dcr_rans_in *in, uint32_t *x,
+				 uint8_t *dst, size_t nel, uint64_t nchg,
+				 unsigned w, int vm)
+{
+	const struct dcr_ent_dec *mg = c->dec[0], *mv = c->dec[1];
+	const uint32_t m = wmask(w);
+	uint64_t pos = 0;
+
+	for (uint64_t j = 0; j < nchg; j++) {
+		pos += get_int(x, mg, in);
+		uint32_t v = get_int(x, mv, in) + 1;
+		if (DCR_UNLIKELY(pos >= nel || v > m || v == 0 || in->bad))
+			return DCR_ERR(-EBADMSG);
+		uint8_t *e = dst + pos * w;
+		uint32_t o = ldw(e, w);
+		if (vm == VMODE_XOR)
+			stw(e, w, o ^ v);
+		else
+			stw(e, w, (o + unzigzag(v, w)) & m);
+		pos++;
+	}
+	return 0;
+}
+
+static int sparse_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
+			size_t len, unsigned w)
+{
+	uint8_t vm, pm;
+	uint64_t nchg, clen;
+	uint16_t fg[256], fv[256];
+	unsigned ng, nv;
+	const uint8_t *src;
+	size_t nel = len / w;
+	int ret;
+
+	if (dcr_rd_u8(r, &vm) || dcr_rd_u8(r, &pm) || vm > VMODE_ADD ||
+	    pm != PMODEL_GAPS || dcr_rd_varint_max(r, nel, &nchg) || nchg == 0 ||
+	    dcr_ent_read_table(r, fg, INT_NSYM, &ng) ||
+	    dcr_ent_read_table(r, fv, INT_NSYM, &nv) ||
+	    dcr_rd_varint_max(r, dcr_rd_left(r), &clen) ||
+	    dcr_rd_bytes(r, clen, &src))
+		return DCR_ERR(-EBADMSG);
+	if ((ret = reserve_models(c, 0)))
+		return ret;
+	dcr_ent_dec_init(c->dec[0], fg, ng);
+	dcr_ent_dec_init(c->dec[1], fv, nv);
+	struct dcr_rans_in in = { src, src + clen, 0 };
+	uint32_t x = dcr_rans_init(&in);
+	switch (w) {
+	case 1:
+		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 1, vm);
+		break;
+	case 2:
+		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 2, vm);
+		break;
+	default:
+		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 4, vm);
+		break;
+	}
+	if (ret)
+		return ret;
+	if (in.bad || in.p != in.end || x != DCR_RANS_L)
+		return DCR_ERR(-EBADMSG);
+	return 0;
+}
+
+/* --------------------------------------------------------------- zstd */
+
+static int zstd_encode(struct dcr_elem_ctx *c, const uint8_t *src, size_t len,
+		       struct dcr_buf *out)
+{
+	size_t bound = ZSTD_compressBound(len);
+	int ret = dcr_buf_reserve(out, out->len + bound);
+
+	if (ret)
+		return ret;
+	size_t n = ZSTD_compressCCtx(c->cctx, out->data + out->len, bound, src,
+				     len, c->level);
+	if (ZSTD_isError(n)) {
+		dcr_err("zstd compression failed: %s", ZSTD_getErrorName(n));
+		return DCR_ERR(-EIO);
+	}
+	out->len += n;
+	return 0;
+}
+
+static int zstd_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
+		      uint8_t *dst, size_t len, int delta)
+{
+	if (ZSTD_getFrameContentSize(p, n) != len)
+		return DCR_ERR(-EBADMSG);
+	uint8_t *o = delta ? c->xbuf : dst;
+	size_t got = ZSTD_decompressDCtx(c->dctx, o, len, p, n);
+	if (ZSTD_isError(got) || got != len)
+		return DCR_ERR(-EBADMSG);
+	if (delta)
+		dcr_xor(dst, o, len);
+	return 0;
+}
+
+/* ------------------------------------------------------------ encoder */
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		if (ld64(p + i))
+			return 0;
+	for (; i < n; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+/*
+ * Encode one segment: try the candidate methods into c->cand and leave
+ * the smallest's payload there. Returns the method or -errno.
+ */
+static int encode_seg(struct dcr_elem_ctx *c, const uint8_t *a, const uint8_t *b,
+		      const struct dcr_seg *s, int xor_only)
+{
+	unsigned w = dcr_dtype_width(s->dtype);
+	size_t len = s->len, nel = len / w;
+	int ret, best = DCR_SM_RAW;
+	size_t best_len = len;
+	struct dcr_buf *o = &c->cand;
+
+	dcr_buf_reset(o);
+	if (b) {
+		size_t limit = nel / SPARSE_DIV;
+		if ((ret = reserve_sparse(c, limit + 8)))
+			return ret;
+		size_t nchg = scan(a, b, len, w, c->idx, c->val, limit);
+		if (nchg == 0)
+			return DCR_SM_ZERO;
+		if (nchg <= limit) {
+			if ((ret = sparse_encode(c, b, nchg, w, xor_only, o)))
+				return ret;
+			if (o->len < best_len) {
+				best = DCR_SM_SPARSE;
+				best_len = o->len;
+			}
+			if (best_len <= len / 8)
+				return best;
+		}
+		memcpy(c->xbuf, a, len);
+		dcr_xor(c->xbuf, b, len);
+		a = c->xbuf;
+	} else if (all_zero(a, len)) {
+		return DCR_SM_ZERO;
+	}
+	/*
+	 * Dense: planes, and for byte mode zstd. The current best stays at
+	 * the start of @o; a new candidate is appended after it and moved
+	 * down when smaller.
+	 */
+	size_t keep = best == DCR_SM_RAW ? 0 : best_len;
+	o->len = keep;
+	if ((ret = planes_encode(c, a, len, s->dtype, o)))
+		return ret;
+	if (o->len - keep < best_len) {
+		memmove(o->data, o->data + keep, o->len - keep);
+		best_len = o->len - keep;
+		best = DCR_SM_PLANES;
+	}
+	o->len = best == DCR_SM_RAW ? 0 : best_len;
+	if (s->dtype == DCR_DT_BYTES) {
+		keep = o->len;
+		if ((ret = zstd_encode(c, a, len, o)))
+			return ret;
+		if (o->len - keep < best_len) {
+			memmove(o->data, o->data + keep, o->len - keep);
+			best_len = o->len - keep;
+			best = DCR_SM_ZSTD;
+		}
+	}
+	o->len = best == DCR_SM_RAW ? 0 : best_len;
+	if (best == DCR_SM_RAW && (ret = dcr_buf_append(o, a, len)))
+		return ret;
+	return best;
+}
+
+int dcr_elem_encode(struct dcr_elem_ctx *c, const uint8_t *chunk,
+		    const uint8_t *base, size_t len, const struct dcr_seg *segs,
+		    size_t nseg, int xor_only, struct dcr_buf *out)
+{
+	int ret;
+
+	if ((ret = reserve_bufs(c, len)))
+		return ret;
+	if ((ret = dcr_buf_putc(out, LAYOUT_VERSION)) ||
+	    (ret = dcr_buf_put_varint(out, nseg)))
+		return ret;
+	for (size_t i = 0; i < nseg; i++) {
+		const struct dcr_seg *s = &segs[i];
+		int m = encode_seg(c, chunk + s->off, base ? base + s->off : NULL,
+				   s, xor_only);
+		if (m < 0)
+			return m;
+		c->st_method[m]++;
+		size_t plen = m == DCR_SM_ZERO ? 0 : c->cand.len;
+		if ((ret = dcr_buf_putc(out, s->dtype)) ||
+		    (ret = dcr_buf_putc(out, (uint8_t)m)) ||
+		    (ret = dcr_buf_put_varint(out, s->len)) ||
+		    (ret = dcr_buf_put_varint(out, plen)) ||
+		    (ret = dcr_buf_append(out, c->cand.data, plen)))
+			return ret;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ decoder */
+
+int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
+		   int delta, uint8_t *dst, size_t len)
+{
+	struct dcr_rd r;
+	uint8_t ver, dt, m;
+	uint64_t nseg, slen, plen;
+	size_t pos = 0;
+	int ret;
+
+	dcr_rd_init(&r, p, n);
+	if (dcr_rd_u8(&r, &ver) || ver != LAYOUT_VERSION ||
+	    dcr_rd_varint_max(&r, DCR_FRAME_SEG_MAX, &nseg) || nseg == 0)
+		return DCR_ERR(-EBADMSG);
+	if ((ret = reserve_bufs(c, len)) || (ret = reserve_models(c, 0)))
+		return ret;
+	for (uint64_t i = 0; i < nseg; i++) {
+		const uint8_t *sp;
+		if (dcr_rd_u8(&r, &dt) || dcr_rd_u8(&r, &m) ||
+		    dt >= DCR_DT_COUNT || m >= DCR_SM_COUNT ||
+		    dcr_rd_varint_max(&r, len - pos, &slen) || slen == 0 ||
+		    slen % dcr_dtype_width(dt) ||
+		    dcr_rd_varint_max(&r, dcr_rd_left(&r), &plen) ||
+		    dcr_rd_bytes(&r, plen, &sp))
+			return DCR_ERR(-EBADMSG);
+		struct dcr_rd sr;
+		uint8_t *d = dst + pos;
+		dcr_rd_init(&sr, sp, plen);
+		switch (m) {
+		case DCR_SM_ZERO:
+			if (plen)
+				return DCR_ERR(-EBADMSG);
+			if (!delta)
+				memset(d, 0, slen);
+			break;
+		case DCR_SM_RAW:
+			if (plen != slen)
+				return DCR_ERR(-EBADMSG);
+			if (delta)
+				dcr_xor(d, sp, slen);
+			else
+				memcpy(d, sp, slen);
+			sr.p = sr.end;
+			break;
+		case DCR_SM_SPARSE:
+			if (!delta)
+				return DCR_ERR(-EBADMSG);
+			ret = sparse_apply(c, &sr, d, slen, dcr_dtype_width(dt));
+			break;
+		case DCR_SM_PLANES:
+			ret = planes_apply(c, &sr, d, slen, dt, delta);
+			break;
+		default: /* DCR_SM_ZSTD */
+			ret = zstd_apply(c, sp, plen, d, slen, delta);
+			sr.p = sr.end;
+			break;
+		}
+		if (ret)
+			return ret;
+		if (dcr_rd_left(&sr))
+			return DCR_ERR(-EBADMSG);
+		pos += slen;
+	}
+	if (pos != len || dcr_rd_left(&r))
+		return DCR_ERR(-EBADMSG);
+	return 0;
+}

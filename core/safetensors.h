@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * safetensors.h - element regions of a safetensors file, for the codec.
+ *
+ * A safetensors file is an 8-byte little-endian header length N, N bytes
+ * of JSON ({"name": {"dtype": "BF16", "shape": [...], "data_offsets":
+ * [begin, end]}, ..., "__metadata__": {...}}), then the tensor data; the
+ * offsets are relative to byte 8 + N. The parser turns the header into
+ * dcr_region entries (file offsets, sorted) that dcr_frame_encode2 uses
+ * as element hints. It reads untrusted bytes: every length is bounded,
+ * nesting is limited, and anything it does not understand makes it
+ * return -EBADMSG, after which the caller codes the file in byte mode.
+ */
+#ifndef DCR_SAFETENSORS_H
+#define DCR_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+
+/** Largest header accepted (as the safetensors reference does). */
+#define DCR_SAFETENSORS_HDR_MAX ((uint64_t)100 << 20)
+
+/** Regions of one file; free with dcr_regions_free. */
+struct dcr_regions {
+	struct dcr_region *r;
+	size_t n;
+};
+
+/**
+ * dcr_safetensors_prefix_len - how many leading bytes of the file the
+ * parser needs (8 + N), from its first 8 bytes @p[0..n).
+ * Returns 0, or -EBADMSG if this cannot be a safetensors file of
+ * @file_size bytes (too short, header length out of bounds).
+ */
+int dcr_safetensors_prefix_len(const void *p, size_t n, uint64_t file_size,
+			       size_t *need);
+
+/**
+ * dcr_safetensors_regions - parse the header in @file_prefix[0..n) of a
+ * file of @file_size bytes into @out (allocated; the caller frees it).
+ * Tensors of types the codec has no width for are left out (byte mode).
+ * Returns 0; -EBADMSG if the bytes are not a valid safetensors header
+ * (or tensors overlap or run past the file); -ENODATA if @n is shorter
+ * than the header; -ENOMEM. On failure @out is empty.
+ * Thread-safe (no global state).
+ */
+int dcr_safetensors_regions(const void *file_prefix, size_t n,
+			    uint64_t file_size, struct dcr_regions *out);
+
+/**
+ * dcr_safetensors_regions_fd - read the header of the open file @fd of
+ * @file_size bytes with pread and parse it as above. Never moves the file
+ * offset. Returns as dcr_safetensors_regions, or -errno of a read.
+ */
+int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
+			       struct dcr_regions *out);
+
+/** Free @r's array and empty it; NULL accepted. */
+void dcr_regions_free(struct dcr_regions *r);
+
+/**
+ * dcr_regions_hint - the element hint of the chunk at file offset
+ * @chunk_off for a file with regions @r (which may be empty).
+ */
+static inline struct dcr_elem_hint dcr_regions_hint(const struct dcr_regions *r,
+						    uint64_t chunk_off)
+{
+	struct dcr_elem_hint h = { r ? r->r : NULL, r ? r->n : 0, chunk_off, 0 };
+	return h;
+}
+
+#endif /* DCR_SAFETENSORS_H */

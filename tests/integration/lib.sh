@@ -1,0 +1,278 @@
+# shellcheck shell=bash
+# lib.sh - shared helpers of the dcrfs integration tests. Source it first:
+#
+#   . "$(dirname "$0")/lib.sh"
+#
+# It sets strict mode, finds the binaries, makes a private temporary
+# directory $T, and installs an EXIT trap that unmounts every mount the
+# test made and kills only the processes the test started (by recorded
+# PID). Exit status 77 means "skipped" to automake.
+#
+# Environment:
+#   DCR_BUILDDIR  where dcrfs, dcrfs-commit and dcrfs-synth are
+#                 (make check sets it; default: ../../build from here)
+#   DCR_SRCDIR    the source tree (default: ../.. from here)
+#   TMPDIR        parent of the per-test directory (default /tmp)
+#   DCR_KEEP=1    keep the per-test directory after the test
+#   DCR_TIMEOUT   seconds allowed for one step that may hang (default 60)
+
+set -euo pipefail
+
+_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+DCR_SRCDIR=${DCR_SRCDIR:-$(cd "$_lib_dir/../.." && pwd)}
+DCR_BUILDDIR=${DCR_BUILDDIR:-$DCR_SRCDIR/build}
+DCR_TIMEOUT=${DCR_TIMEOUT:-60}
+
+DCRFS=$DCR_BUILDDIR/dcrfs
+DCRFS_COMMIT=$DCR_BUILDDIR/dcrfs-commit
+DCRFS_SYNTH=$DCR_BUILDDIR/dcrfs-synth
+
+TEST_NAME=$(basename "$0" .sh)
+
+# Never touch the user's real caches, whatever a program defaults to.
+export XDG_CACHE_HOME
+T=$(mktemp -d "${TMPDIR:-/tmp}/dcrfs-$TEST_NAME.XXXXXX")
+T=$(cd "$T" && pwd -P)
+XDG_CACHE_HOME=$T/xdg-cache
+
+_pids=()     # processes this test started
+_mounts=()   # mount points this test mounted
+_mount_pid=()  # the dcrfs PID of each entry of _mounts ("" if unknown)
+_nlog=0
+
+log() { printf '# %s\n' "$*"; }
+
+# fail MESSAGE - the test failed.
+fail() {
+	printf 'FAIL: %s: %s\n' "$TEST_NAME" "$*" >&2
+	exit 1
+}
+
+# skip REASON - the test cannot run here (automake: SKIP).
+skip() {
+	printf 'SKIP: %s: %s\n' "$TEST_NAME" "$*"
+	exit 77
+}
+
+# t CMD... - run a step that could hang if dcrfs misbehaves, bounded.
+t() {
+	timeout -k 5 "$DCR_TIMEOUT" "$@"
+}
+
+need_bins() {
+	local b
+	for b in "$DCRFS" "$DCRFS_COMMIT" "$@"; do
+		[ -x "$b" ] || fail "$b not built (DCR_BUILDDIR=$DCR_BUILDDIR)"
+	done
+}
+
+# need_fuse - skip unless this machine can mount FUSE filesystems.
+need_fuse() {
+	[ -c /dev/fuse ] || skip "/dev/fuse is missing"
+	[ -r /dev/fuse ] && [ -w /dev/fuse ] || skip "/dev/fuse is not accessible"
+	command -v fusermount3 >/dev/null 2>&1 || skip "fusermount3 is missing"
+	command -v mountpoint >/dev/null 2>&1 || skip "mountpoint(1) is missing"
+	grep -qw fuse /proc/filesystems 2>/dev/null ||
+		skip "the kernel has no fuse filesystem"
+}
+
+need_root() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root"
+}
+
+# commit STORE DIR [ARGS...] - dcrfs-commit DIR into STORE with a commit
+# cache private to this test; prints the version on stdout.
+commit() {
+	local store=$1 dir=$2
+	shift 2
+	t "$DCRFS_COMMIT" --store "$store" --cache-dir "$T/commit-cache" \
+		--quiet "$@" "$dir"
+}
+
+# _forget_mount MNT - drop MNT from the bookkeeping.
+_forget_mount() {
+	local i
+	for i in "${!_mounts[@]}"; do
+		if [ "${_mounts[$i]}" = "$1" ]; then
+			unset '_mounts[i]' '_mount_pid[i]'
+		fi
+	done
+}
+
+# mount_dcrfs STORE MNT [OPTS] - mount STORE on MNT with dcrfs in the
+# foreground, in the background of this shell; OPTS is a comma list of
+# -o options (cache_dir defaults to $T/cache). Waits until MNT is a mount
+# point. Sets MOUNT_PID and MOUNT_LOG.
+mount_dcrfs() {
+	local store=$1 mnt=$2 opts=${3:-} i
+	case ",$opts," in
+	*,cache_dir=*) ;;
+	*) opts="cache_dir=$T/cache${opts:+,$opts}" ;;
+	esac
+	mkdir -p "$mnt"
+	_nlog=$((_nlog + 1))
+	MOUNT_LOG=$T/dcrfs.$_nlog.log
+	log "dcrfs $store $mnt -f -o $opts"
+	"$DCRFS" "$store" "$mnt" -f -o "$opts" >"$MOUNT_LOG" 2>&1 &
+	MOUNT_PID=$!
+	_pids+=("$MOUNT_PID")
+	_mounts+=("$mnt")
+	_mount_pid+=("$MOUNT_PID")
+	for ((i = 0; i < 200; i++)); do
+		if mountpoint -q "$mnt"; then
+			return 0
+		fi
+		if ! kill -0 "$MOUNT_PID" 2>/dev/null; then
+			wait "$MOUNT_PID" 2>/dev/null || true
+			_forget_mount "$mnt"
+			cat "$MOUNT_LOG" >&2
+			fail "dcrfs exited before $mnt was mounted"
+		fi
+		sleep 0.1
+	done
+	cat "$MOUNT_LOG" >&2
+	fail "$mnt not mounted after 20 s"
+}
+
+# _wait_pid PID SECONDS - wait for a child to exit; 1 if it did not.
+_wait_pid() {
+	local pid=$1 n=$(($2 * 10)) i
+	for ((i = 0; i < n; i++)); do
+		kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+		sleep 0.1
+	done
+	return 1
+}
+
+# umount_dcrfs MNT - unmount MNT and wait for its daemon to exit.
+# Returns non-zero if the daemon exited with an error.
+umount_dcrfs() {
+	local mnt=$1 pid="" i rc=0
+	for i in "${!_mounts[@]}"; do
+		[ "${_mounts[$i]}" = "$mnt" ] && pid=${_mount_pid[$i]}
+	done
+	if mountpoint -q "$mnt"; then
+		t fusermount3 -u "$mnt" 2>/dev/null ||
+			t fusermount3 -uz "$mnt" 2>/dev/null ||
+			t umount -l "$mnt" 2>/dev/null || true
+	fi
+	_forget_mount "$mnt"
+	if [ -n "$pid" ]; then
+		if ! _wait_pid "$pid" 10; then
+			kill -TERM "$pid" 2>/dev/null || true
+			_wait_pid "$pid" 5 || kill -KILL "$pid" 2>/dev/null || true
+			return 1
+		fi
+		wait "$pid" 2>/dev/null || rc=$?
+	fi
+	mountpoint -q "$mnt" && return 1
+	return "$rc"
+}
+
+# register_mount MNT - a mount made some other way (mount -T ...): the
+# cleanup unmounts it; its daemon is not our child.
+register_mount() {
+	_mounts+=("$1")
+	_mount_pid+=("")
+}
+
+# start_bg CMD... - start a background process the cleanup will kill;
+# sets BG_PID.
+start_bg() {
+	"$@" &
+	BG_PID=$!
+	_pids+=("$BG_PID")
+}
+
+_cleanup() {
+	local rc=$? i pid m idx
+	set +e
+	idx=("${!_mounts[@]}")
+	for ((i = ${#idx[@]} - 1; i >= 0; i--)); do
+		m=${_mounts[${idx[$i]}]}
+		if mountpoint -q "$m"; then
+			timeout -k 2 10 fusermount3 -u "$m" 2>/dev/null ||
+				timeout -k 2 10 fusermount3 -uz "$m" 2>/dev/null ||
+				timeout -k 2 10 umount -l "$m" 2>/dev/null
+		fi
+	done
+	for pid in "${_pids[@]}"; do
+		kill -0 "$pid" 2>/dev/null || continue
+		_wait_pid "$pid" 3 && continue
+		kill -TERM "$pid" 2>/dev/null
+		_wait_pid "$pid" 5 || kill -KILL "$pid" 2>/dev/null
+	done
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+		for f in "$T"/dcrfs.*.log; do
+			[ -s "$f" ] || continue
+			echo "--- $f"
+			tail -n 40 "$f"
+		done
+	fi
+	if [ "${DCR_KEEP:-0}" = 1 ]; then
+		echo "# kept $T"
+	else
+		# never follow into a mount that could not be removed
+		if ! grep -qF " $T/" /proc/self/mounts; then
+			rm -rf "$T"
+		else
+			echo "# $T still has mounts; not removed" >&2
+		fi
+	fi
+	exit "$rc"
+}
+trap _cleanup EXIT
+trap 'exit 130' INT TERM
+# a command failing under set -e says where, instead of a silent exit
+set -E
+trap 'printf "FAIL: %s: line %s: %s (status %s)\n" "$TEST_NAME" "$LINENO" "$BASH_COMMAND" "$?" >&2' ERR
+
+# make_tree DIR SEED SIZE... - write files f0 f1 ... of the given sizes
+# (bytes) with deterministic pseudo-random content.
+rand_file() { # PATH SIZE SEED
+	python3 - "$1" "$2" "$3" <<'PY'
+import random, sys
+path, size, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+r = random.Random(seed)
+with open(path, "wb") as f:
+    left = size
+    while left:
+        n = min(left, 1 << 20)
+        f.write(r.randbytes(n))
+        left -= n
+PY
+}
+
+# flip_bytes PATH FRACTION SEED - change about FRACTION of the bytes of
+# PATH in place (a small edit, like a training step).
+flip_bytes() {
+	python3 - "$1" "$2" "$3" <<'PY'
+import random, sys
+path, frac, seed = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+r = random.Random(seed)
+with open(path, "r+b") as f:
+    data = bytearray(f.read())
+    for _ in range(max(1, int(len(data) * frac))):
+        i = r.randrange(len(data))
+        data[i] ^= 1 + r.randrange(255)
+    f.seek(0)
+    f.write(data)
+PY
+}
+
+# stat_size PATH
+stat_size() { t stat -c %s "$1"; }
+
+# expect_fail_msg MESSAGE CMD... - CMD must fail and print MESSAGE.
+expect_fail_msg() {
+	local want=$1 out rc=0
+	shift
+	out=$(t "$@" 2>&1) || rc=$?
+	[ "$rc" -ne 0 ] || fail "'$*' succeeded, expected '$want'"
+	case "$out" in
+	*"$want"*) ;;
+	*) fail "'$*' failed without '$want': $out" ;;
+	esac
+}
+
+cd "$T"
