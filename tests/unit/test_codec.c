@@ -369,6 +369,9 @@ static const struct golden goldens[] = {
 	{ "full-bf16", DCR_DT_BF16, 16384, 0, 0, 0 },
 	{ "full-f32", DCR_DT_F32, 16384, 0, 0, 0 },
 	{ "full-bytes", DCR_DT_BYTES, 4000, 0, 0, 0 },
+	/* planes of >= DCR_ENT_X32_MIN symbols: plane mode 3, raw mantissas */
+	{ "full-bf16-x32", DCR_DT_BF16, 65536, 0, 0, 0 },
+	{ "full-f32-x32", DCR_DT_F32, 131072, 0, 0, 0 },
 };
 
 /* Deterministic input of golden @g: base and chunk. */
@@ -516,6 +519,118 @@ static void test_entropy_tables(void **state)
 	dcr_buf_free(&b);
 }
 
+/* Plane @src[0..n): encode, check the mode, decode with the SIMD and the
+ * scalar decoder, and check that every truncation is rejected. */
+static void plane_roundtrip(const uint8_t *src, size_t n, int want_mode,
+			    struct dcr_ent_dec *dec)
+{
+	struct dcr_buf b;
+	struct dcr_rd r;
+	uint8_t *dst = malloc(n + 1);
+	const uint8_t *o;
+
+	dcr_buf_init(&b, SIZE_MAX);
+	assert_int_equal(dcr_ent_plane_encode(src, n, &b), 0);
+	if (want_mode >= 0)
+		assert_int_equal(b.data[0], want_mode);
+	for (int simd = 1; simd >= 0; simd--) {
+		dcr_ent_set_simd(simd);
+		memset(dst, 0xa5, n);
+		dcr_rd_init(&r, b.data, b.len);
+		assert_int_equal(dcr_ent_plane_decode(&r, dst, n, dec), 0);
+		assert_int_equal(dcr_rd_left(&r), 0);
+		assert_memory_equal(dst, src, n);
+		dcr_rd_init(&r, b.data, b.len);
+		assert_int_equal(dcr_ent_plane_decode_ref(&r, dst, n, dec, &o), 0);
+		assert_memory_equal(o, src, n);
+		/* cut anywhere (the trailing bytes, and a sample of the rest) */
+		for (size_t cut = 0; cut < b.len; cut += cut + 300 < b.len ? 97 : 1) {
+			dcr_rd_init(&r, b.data, cut);
+			assert_int_equal(dcr_ent_plane_decode(&r, dst, n, dec), -EBADMSG);
+		}
+		/* bit flips in the stream: an error or other bytes, no crash */
+		for (size_t i = 1; i < b.len; i += 1 + b.len / 64) {
+			b.data[i] ^= 0x10;
+			dcr_rd_init(&r, b.data, b.len);
+			(void)dcr_ent_plane_decode(&r, dst, n, dec);
+			b.data[i] ^= 0x10;
+		}
+	}
+	dcr_ent_set_simd(1);
+	dcr_buf_free(&b);
+	free(dst);
+}
+
+static void test_plane_x32(void **state)
+{
+	(void)state;
+	static const size_t sizes[] = { DCR_ENT_X32_MIN, DCR_ENT_X32_MIN + 1,
+					DCR_ENT_X32_MIN + 31, 100003, 1 << 19 };
+	struct dcr_ent_dec *dec = malloc(sizeof(*dec));
+	size_t nmax = 1 << 19;
+	uint8_t *pl = malloc(2 * nmax), *ex = pl, *mant = pl + nmax;
+	uint8_t *src = malloc(2 * nmax);
+
+	rng = 12345;
+	fill_bf16(src, 2 * nmax);
+	for (size_t i = 0; i < nmax; i++) {
+		uint32_t x = dcr_get_le16(src + 2 * i);
+		ex[i] = (uint8_t)(x >> 7);
+		mant[i] = (uint8_t)(((x >> 8) & 0x80) | (x & 0x7f));
+	}
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		/* bf16 exponents: x32; sign + mantissa: not worth coding */
+		plane_roundtrip(ex, sizes[k], 3, dec);
+		plane_roundtrip(mant, sizes[k], 1, dec);
+	}
+	/* smaller planes keep the 4-state coder */
+	plane_roundtrip(ex, DCR_ENT_X32_MIN - 1, 2, dec);
+	plane_roundtrip(ex, 1000, 2, dec);
+	/* very skewed (renormalisations rare) and wide alphabets */
+	for (size_t i = 0; i < nmax; i++)
+		src[i] = next_rand() % 1000 ? 7 : (uint8_t)next_rand();
+	plane_roundtrip(src, nmax, 3, dec);
+	plane_roundtrip(src, 50001, 3, dec);
+	for (size_t i = 0; i < nmax; i++)
+		src[i] = (uint8_t)(next_rand() % 97 + next_rand() % 97);
+	plane_roundtrip(src, nmax, 3, dec);
+	/* two symbols, one of them once */
+	memset(src, 200, nmax);
+	src[nmax / 2] = 0;
+	plane_roundtrip(src, nmax, 3, dec);
+	free(pl);
+	free(src);
+	free(dec);
+}
+
+static void test_full_simd_scalar(void **state)
+{
+	struct fx *f = *state;
+	size_t len = 1 << 20;
+	uint8_t *chunk = malloc(len);
+	struct dcr_region r;
+	static const uint8_t dts[] = { DCR_DT_BF16, DCR_DT_F32, DCR_DT_U16, DCR_DT_BYTES };
+
+	for (size_t d = 0; d < sizeof(dts); d++) {
+		struct dcr_elem_hint h = one_region(&r, dts[d], len);
+		if (dts[d] == DCR_DT_F32)
+			fill_f32(chunk, len);
+		else
+			fill_bf16(chunk, len);
+		for (int simd = 1; simd >= 0; simd--) {
+			dcr_ent_set_simd(simd);
+			roundtrip(f, chunk, NULL, len, &h, DCR_FRAME_FULL, DCR_CODEC_ELEM);
+		}
+		dcr_ent_set_simd(1);
+		if (dts[d] == DCR_DT_BF16) {
+			/* exponents coded, mantissas raw: 8 + ~2.5 of 16 bits */
+			assert_true(f->out.len < len * 67 / 100);
+			assert_true(f->out.len > len * 60 / 100);
+		}
+	}
+	free(chunk);
+}
+
 /* -------------------------------------------------------- safetensors */
 
 static size_t make_st(uint8_t *buf, const char *json, uint64_t data_len)
@@ -603,6 +718,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_elem_frames, setup, teardown),
 		cmocka_unit_test(test_entropy_tables),
+		cmocka_unit_test(test_plane_x32),
+		cmocka_unit_test_setup_teardown(test_full_simd_scalar, setup, teardown),
 		cmocka_unit_test(test_safetensors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
