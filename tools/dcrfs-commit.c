@@ -53,6 +53,11 @@ static void usage(FILE *f)
 "  -j, --jobs N           encoder threads (default: number of CPUs)\n"
 "  -C, --cache-dir DIR    the committer's cache of the last committed tree\n"
 "                         (default: ${XDG_CACHE_HOME:-~/.cache}/dcrfs/commit/ID)\n"
+
+"      --no-copy          do not copy DIR into the cache: the next commit diffs\n"
+"                         against DIR itself, which must then stay unchanged\n"
+"                         (checked chunk by chunk; if it changed or is gone,\n"
+"                         the parent is rebuilt from the store)\n"
 "      --no-cache         keep no copy of the committed tree (the next commit\n"
 "                         rebuilds its parent from the store)\n"
 "  -q, --quiet            no progress or summary on stderr\n"
@@ -72,6 +77,7 @@ struct args {
 	int has_parent;
 	int full;
 	int no_cache;
+	int no_copy;
 	uint32_t chunk_size;
 	int jobs;
 	int quiet;
@@ -89,6 +95,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "cache-dir", required_argument, NULL, 'C' },
 		{ "no-cache", no_argument, NULL, 'N' },
+		{ "no-copy", no_argument, NULL, 'R' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -140,6 +147,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'N':
 			a->no_cache = 1;
+			break;
+		case 'R':
+			a->no_copy = 1;
 			break;
 		case 'q':
 			a->quiet = 1;
@@ -213,22 +223,33 @@ static void path_join(char *buf, size_t cap, const char *a, const char *b)
 		abort();
 }
 
-static uint64_t read_state(const char *cache)
+/*
+ * The state file: "version N" and, after a --no-copy commit, "source PATH"
+ * (the committed directory, to be used as the next parent in place of
+ * tree/). Returns N, 0 if unknown.
+ */
+static uint64_t read_state(const char *cache, char *source, size_t cap)
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], line[PATH_MAX + 16];
 	uint64_t v = 0;
 
+	source[0] = 0;
 	path_join(path, sizeof(path), cache, "state");
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return 0;
-	if (fscanf(f, "version %" SCNu64, &v) != 1)
-		v = 0;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (!strncmp(line, "version ", 8))
+			dcr_parse_u64(line + 8, &v);
+		else if (!strncmp(line, "source /", 8) && strlen(line + 7) < cap)
+			memcpy(source, line + 7, strlen(line + 7) + 1);
+	}
 	fclose(f);
 	return v;
 }
 
-static int write_state(const char *cache, uint64_t v)
+static int write_state(const char *cache, uint64_t v, const char *source)
 {
 	char path[PATH_MAX], tmp[PATH_MAX];
 
@@ -238,6 +259,8 @@ static int write_state(const char *cache, uint64_t v)
 	if (!f)
 		return -errno;
 	fprintf(f, "version %" PRIu64 "\n", v);
+	if (source)
+		fprintf(f, "source %s\n", source);
 	if (fflush(f) || fsync(fileno(f))) {
 		int e = -errno;
 		fclose(f);
@@ -357,7 +380,7 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 	}
 	free(buf);
 	if (!ret)
-		ret = write_state(cache, v);
+		ret = write_state(cache, v, NULL);
 err_close:
 	dcr_reader_close(r);
 err_rm_scratch:
@@ -463,18 +486,37 @@ locked:
 		.parent = parent,
 		.parent_manifest = parent ? &pm : NULL,
 		.parent_dir = tree,
-		.stage_dir = a.no_cache ? NULL : stage,
+		.stage_dir = a.no_cache || a.no_copy ? NULL : stage,
 		.full = a.full,
 		.chunk_size = a.chunk_size,
 		.jobs = a.jobs,
 		.progress = on_progress,
 		.progress_arg = &pg,
 	};
-	if (parent && read_state(cache) != parent &&
-	    (ret = rebuild_tree(st, cache, parent, a.quiet)))
+	char source[PATH_MAX];
+	struct stat ssb;
+	uint64_t have = read_state(cache, source, sizeof(source));
+	char *dir_real = realpath(a.dir, NULL);
+	if (source[0] && dir_real && !strcmp(source, dir_real)) {
+		/* A directory cannot be its own parent: it may have been overwritten. */
+		dcr_warn("%s is the directory version %" PRIu64 " was committed from with "
+			 "--no-copy, so it cannot serve as the parent; rebuilding the parent "
+			 "from the store (use a new directory per checkpoint with --no-copy)",
+			 a.dir, have);
+		source[0] = 0;
+		have = 0;
+	}
+	free(dir_real);
+	if (parent && have == parent && source[0] &&
+	    stat(source, &ssb) == 0 && S_ISDIR(ssb.st_mode)) {
+		/* A --no-copy commit left its source as the parent. */
+		o.parent_dir = source;
+	} else if (parent && (have != parent || source[0]) &&
+		   (ret = rebuild_tree(st, cache, parent, a.quiet))) {
 		goto out_free;
+	}
 	for (int attempt = 0;; attempt++) {
-		if (!a.no_cache && ((ret = rm_rf(stage)) || (ret = mkdir_p(stage, 0755)))) {
+		if (o.stage_dir && ((ret = rm_rf(stage)) || (ret = mkdir_p(stage, 0755)))) {
 			dcr_err("%s: %s", stage, dcr_strerror(ret));
 			goto out_free;
 		}
@@ -483,9 +525,11 @@ locked:
 			fputs("\r\033[K", stderr);
 		if (ret != -ESTALE || attempt > 0 || !parent)
 			break;
-		dcr_warn("the cached parent tree in %s is stale; rebuilding it from the store", cache);
+		dcr_warn("the parent copy in %s is stale; rebuilding it from the store",
+			 o.parent_dir);
 		if ((ret = rebuild_tree(st, cache, parent, a.quiet)))
 			goto out_free;
+		o.parent_dir = tree;
 	}
 	if (ret) {
 		dcr_err("commit of %s failed: %s; nothing was published", a.dir, dcr_strerror(ret));
@@ -498,10 +542,18 @@ locked:
 	fflush(stdout);
 	exit_code = 0;
 
-	if (!a.no_cache) {
+	if (a.no_copy) {
+		char *src = realpath(a.dir, NULL);
+		clear_state(cache);
+		rm_rf(tree);
+		if (!src || write_state(cache, res.version, src))
+			dcr_warn("%s: could not record %s for the next commit; it will rebuild its parent",
+				 cache, a.dir);
+		free(src);
+	} else if (!a.no_cache) {
 		/* state first: a crash in between leaves "unknown", never a lie. */
 		clear_state(cache);
-		if (rm_rf(tree) || rename(stage, tree) < 0 || write_state(cache, res.version))
+		if (rm_rf(tree) || rename(stage, tree) < 0 || write_state(cache, res.version, NULL))
 			dcr_warn("%s: could not keep the committed tree (%s); the next commit will rebuild it",
 				 cache, strerror(errno));
 	} else {
