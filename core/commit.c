@@ -32,6 +32,7 @@
 #include "chunk.h"
 #include "commit.h"
 #include "common.h"
+#include "fileio.h"
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
@@ -305,25 +306,6 @@ err_unlock:
 	return ret;
 }
 
-static int pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t r = pread(fd, (uint8_t *)buf + done, len - done,
-				  (off_t)(off + done));
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return DCR_ERR(-errno);
-		}
-		if (r == 0)
-			return DCR_ERR(-ENODATA);
-		done += (size_t)r;
-	}
-	return 0;
-}
-
 struct worker {
 	struct pipe *p;
 	struct dcr_codec *codec;
@@ -351,7 +333,7 @@ static int encode_job(struct worker *w, const struct job *j)
 		pthread_mutex_lock(&p->lock);
 		fd = p->fs[j->fidx].parent_fd;
 		pthread_mutex_unlock(&p->lock);
-		ret = pread_full(fd, w->pbuf, j->len, j->cidx * (uint64_t)p->cs);
+		ret = dcr_pread_full(fd, w->pbuf, j->len, j->cidx * (uint64_t)p->cs);
 		uint8_t h[DCR_HASH_LEN];
 		if (!ret)
 			dcr_sha256(w->pbuf, j->len, h);
@@ -459,23 +441,6 @@ static int open_at_root(const char *root, const char *rel, int flags, mode_t mod
 	return fd < 0 ? DCR_ERR(-errno) : fd;
 }
 
-static int write_full(int fd, const void *buf, size_t len)
-{
-	const uint8_t *b = buf;
-
-	while (len) {
-		ssize_t w = write(fd, b, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return DCR_ERR(-errno);
-		}
-		b += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
 /* Read one file sequentially and queue its chunks. */
 static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		     struct dcr_sha256_ctx *sha, struct dcr_commit_progress *pr,
@@ -531,7 +496,7 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 			ret = get_err(p);
 			goto err_close;
 		}
-		ret = pread_full(fd, j.buf, j.len, c * (uint64_t)p->cs);
+		ret = dcr_pread_full(fd, j.buf, j.len, c * (uint64_t)p->cs);
 		if (ret) {
 			if (ret == -ENODATA)
 				dcr_err("%s/%s changed while it was being committed", dir, f->path);
@@ -543,7 +508,7 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 			goto err_close;
 		}
 		dcr_sha256_update(sha, j.buf, j.len);
-		if (sfd >= 0 && (ret = write_full(sfd, j.buf, j.len))) {
+		if (sfd >= 0 && (ret = dcr_write_full(sfd, j.buf, j.len))) {
 			dcr_err("%s/%s: %s", p->o->stage_dir, f->path, dcr_strerror(ret));
 			pthread_mutex_lock(&p->lock);
 			p->free_bufs[p->nfree++] = j.buf;

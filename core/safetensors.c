@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fileio.h"
 #include "safetensors.h"
 
 #define JSON_DEPTH_MAX 32
@@ -341,25 +342,6 @@ err_free:
 	return ret;
 }
 
-static int pread_all(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t r = pread(fd, (uint8_t *)buf + done, len - done,
-				  (off_t)(off + done));
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return DCR_ERR(-errno);
-		}
-		if (r == 0)
-			return DCR_ERR(-ENODATA);
-		done += (size_t)r;
-	}
-	return 0;
-}
-
 int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 			       struct dcr_regions *out)
 {
@@ -371,14 +353,14 @@ int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 	out->n = 0;
 	if (file_size < 8)
 		return DCR_ERR(-EBADMSG);
-	if ((ret = pread_all(fd, h, 8, 0)))
+	if ((ret = dcr_pread_full(fd, h, 8, 0)))
 		return ret;
 	if ((ret = dcr_safetensors_prefix_len(h, 8, file_size, &need)))
 		return ret;
 	uint8_t *buf = malloc(need);
 	if (!buf)
 		return DCR_ERR(-ENOMEM);
-	ret = pread_all(fd, buf, need, 0);
+	ret = dcr_pread_full(fd, buf, need, 0);
 	if (!ret)
 		ret = dcr_safetensors_regions(buf, need, file_size, out);
 	free(buf);

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fileio.h"
 #include "store.h"
 #include "fs.h"
 
@@ -284,30 +285,6 @@ static int opt_proc(void *data, const char *arg, int key,
 }
 
 /* ------------------------------------------------------------- helpers */
-
-/* Create @path and its missing parents (mode 0700). 0 or -errno. */
-static int mkdir_p(const char *path)
-{
-	char buf[PATH_MAX];
-	size_t n = strlen(path);
-
-	if (n == 0 || n >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, n + 1);
-	for (char *p = buf + 1; ; p++) {
-		if (*p == '/' || *p == '\0') {
-			char c = *p;
-
-			*p = '\0';
-			if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-				return -errno;
-			*p = c;
-			if (c == '\0')
-				break;
-		}
-	}
-	return 0;
-}
 
 /* "@a/@b" in a new string (NULL on allocation failure). */
 static char *join(const char *a, const char *b)
@@ -779,7 +756,7 @@ int main(int argc, char *argv[])
 		dcr_err("cannot open store %s: %s", store, dcr_strerror(ret));
 		goto out_signals;
 	}
-	ret = mkdir_p(cache_dir);
+	ret = dcr_mkdir_p(cache_dir, 0700);
 	if (ret < 0) {
 		dcr_err("cannot create cache directory %s: %s", cache_dir,
 			dcr_strerror(ret));

@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "dirstore.h"
+#include "fileio.h"
 
 #define TMP_DIR ".tmp"
 
@@ -114,21 +115,6 @@ static int make_parents(int root_fd, const char *key)
 	return 0;
 }
 
-static int write_all(int fd, const uint8_t *p, uint64_t len)
-{
-	while (len) {
-		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return DCR_ERR(-errno);
-		}
-		p += w;
-		len -= (uint64_t)w;
-	}
-	return 0;
-}
-
 static int fsync_dir_of(int root_fd, const char *key)
 {
 	char path[PATH_MAX];
@@ -168,7 +154,7 @@ static int dir_put(struct dcr_store *st, const char *key, const void *data,
 		ret = DCR_ERR(-errno);
 		goto err_log;
 	}
-	ret = write_all(fd, data, len);
+	ret = dcr_write_full(fd, data, len);
 	if (!ret && fchmod(fd, 0644) < 0)
 		ret = DCR_ERR(-errno);
 	if (!ret && fsync(fd) < 0)
@@ -359,33 +345,12 @@ static const struct dcr_store_ops dir_ops = {
 	.close = dir_close,
 };
 
-static int mkdir_p(const char *path)
-{
-	char tmp[PATH_MAX];
-	size_t n = strlen(path);
-
-	if (n >= sizeof(tmp))
-		return DCR_ERR(-ENAMETOOLONG);
-	memcpy(tmp, path, n + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-			return DCR_ERR(-errno);
-		*p = '/';
-	}
-	if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-		return DCR_ERR(-errno);
-	return 0;
-}
-
 int dcr_dir_open(const char *path, int create, struct dcr_store **out)
 {
 	struct stat sb;
 	int ret;
 
-	if (create && (ret = mkdir_p(path))) {
+	if (create && (ret = dcr_mkdir_p(path, 0755))) {
 		dcr_err("%s: cannot create store directory: %s", path, dcr_strerror(ret));
 		return ret;
 	}

@@ -30,6 +30,7 @@
 #include "chunk.h"
 #include "commit.h"
 #include "common.h"
+#include "fileio.h"
 #include "hash.h"
 #include "manifest.h"
 #include "reader.h"
@@ -195,27 +196,6 @@ static int rm_rf(const char *path)
 	return nftw(path, rm_cb, 32, FTW_DEPTH | FTW_PHYS) ? -errno : 0;
 }
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char tmp[PATH_MAX];
-	size_t n = strlen(path);
-
-	if (n >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	memcpy(tmp, path, n + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 /* The cache directory's length is checked in main, so this cannot truncate. */
 static void path_join(char *buf, size_t cap, const char *a, const char *b)
 {
@@ -315,19 +295,10 @@ static int write_entry(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			ret = n < 0 ? (int)n : -EIO;
 			break;
 		}
-		for (ssize_t done = 0; done < n;) {
-			ssize_t w = write(fd, buf + done, (size_t)(n - done));
-			if (w < 0) {
-				if (errno == EINTR)
-					continue;
-				ret = -errno;
-				goto err_close;
-			}
-			done += w;
-		}
+		if ((ret = dcr_write_full(fd, buf, (size_t)n)))
+			break;
 		off += (uint64_t)n;
 	}
-err_close:
 	if (close(fd) < 0 && !ret)
 		ret = -errno;
 	return ret;
@@ -349,7 +320,7 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 	path_join(tree, sizeof(tree), cache, "tree");
 	path_join(scratch, sizeof(scratch), cache, "reader");
 	if ((ret = rm_rf(tree)) || (ret = rm_rf(scratch)) ||
-	    (ret = mkdir_p(tree, 0755))) {
+	    (ret = dcr_mkdir_p(tree, 0755))) {
 		dcr_err("%s: %s", cache, dcr_strerror(ret));
 		return ret;
 	}
@@ -462,7 +433,7 @@ int main(int argc, char **argv)
 		dcr_err("%s: cache directory path too long", cache);
 		goto out_free;
 	}
-	if ((ret = mkdir_p(cache, 0700))) {
+	if ((ret = dcr_mkdir_p(cache, 0700))) {
 		dcr_err("%s: %s", cache, dcr_strerror(ret));
 		goto out_free;
 	}
@@ -516,7 +487,7 @@ locked:
 		goto out_free;
 	}
 	for (int attempt = 0;; attempt++) {
-		if (o.stage_dir && ((ret = rm_rf(stage)) || (ret = mkdir_p(stage, 0755)))) {
+		if (o.stage_dir && ((ret = rm_rf(stage)) || (ret = dcr_mkdir_p(stage, 0755)))) {
 			dcr_err("%s: %s", stage, dcr_strerror(ret));
 			goto out_free;
 		}

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fileio.h"
 #include "hash.h"
 
 #define PROG "dcrfs-synth"
@@ -715,35 +716,6 @@ static int map_close(struct map *m)
 	return e;
 }
 
-static int mkdir_p(const char *path)
-{
-	char *p = xstrdup(path);
-	int e = 0;
-
-	for (char *s = p + 1; ; s++) {
-		if (*s == '/' || *s == 0) {
-			char c = *s;
-			*s = 0;
-			if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-				e = -errno;
-				break;
-			}
-			*s = c;
-			if (!c)
-				break;
-		}
-	}
-	free(p);
-	if (!e) {
-		struct stat sb;
-		if (stat(path, &sb) < 0)
-			e = -errno;
-		else if (!S_ISDIR(sb.st_mode))
-			e = -ENOTDIR;
-	}
-	return e;
-}
-
 static int write_file(const char *path, const void *data, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -856,23 +828,6 @@ struct scratch {
 	uint8_t out[4 * BLOCK_ELEMS];
 };
 
-static int pwrite_all(int fd, const void *p, size_t len, uint64_t off)
-{
-	const uint8_t *b = p;
-
-	while (len) {
-		ssize_t n = pwrite(fd, b, len, (off_t)off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		b += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
 static size_t find_tensor(const struct work *w, uint64_t blk)
 {
 	size_t lo = 0, hi = w->f->n;
@@ -980,7 +935,7 @@ static void do_adam_block(struct work *w, struct scratch *sc,
 		st[3 * i + 1] = m;
 		st[3 * i + 2] = v;
 	}
-	err = pwrite_all(w->out_fd, sc->out, (size_t)(e - s) * dtype_width(t->dt),
+	err = dcr_pwrite_full(w->out_fd, sc->out, (size_t)(e - s) * dtype_width(t->dt),
 			 w->out_base + t->off + dtype_width(t->dt) * s);
 	if (err) {
 		int zero = 0;
@@ -1360,7 +1315,7 @@ static int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 	int e;
 	char hs[32];
 
-	e = mkdir_p(outdir);
+	e = dcr_mkdir_p(outdir, 0755);
 	if (e) {
 		die_msg("%s: %s", outdir, strerror(-e));
 		return 1;
@@ -1639,7 +1594,7 @@ static int cmd_step(const char *indir, const char *outdir, bool adam,
 	}
 	if (load_ckpt(indir, &fs, &n))
 		goto out;
-	e = mkdir_p(outdir);
+	e = dcr_mkdir_p(outdir, 0755);
 	if (e) {
 		die_msg("%s: %s", outdir, strerror(-e));
 		goto out;

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fileio.h"
+
+int dcr_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t r = pread(fd, (uint8_t *)buf + done, len - done,
+				  (off_t)(off + done));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return DCR_ERR(-errno);
+		}
+		if (r == 0)
+			return DCR_ERR(-ENODATA);
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+int dcr_write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return DCR_ERR(-errno);
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int dcr_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t w = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : len,
+				   (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return DCR_ERR(-errno);
+		}
+		p += w;
+		off += (uint64_t)w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int dcr_mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	size_t n = strlen(path);
+
+	if (n == 0)
+		return DCR_ERR(-EINVAL);
+	if (n >= sizeof(tmp))
+		return DCR_ERR(-ENAMETOOLONG);
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return DCR_ERR(-errno);
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return DCR_ERR(-errno);
+	struct stat sb;
+	if (stat(tmp, &sb) < 0)
+		return DCR_ERR(-errno);
+	return S_ISDIR(sb.st_mode) ? 0 : DCR_ERR(-ENOTDIR);
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fileio.h - whole-buffer file I/O and directory helpers that every layer
+ * needs: they retry on EINTR and short transfers, and return 0 or -errno.
+ */
+#ifndef DCR_FILEIO_H
+#define DCR_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/**
+ * dcr_pread_full - read exactly @len bytes at @off into @buf.
+ * Returns 0, -ENODATA if the file ends first, or -errno.
+ */
+int dcr_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
+/** dcr_write_full - write all @len bytes of @buf at the file offset. 0 or -errno. */
+int dcr_write_full(int fd, const void *buf, size_t len);
+
+/** dcr_pwrite_full - write all @len bytes of @buf at @off. 0 or -errno. */
+int dcr_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+
+/**
+ * dcr_mkdir_p - create @path and its missing parents with @mode; an
+ * existing directory is fine. 0 or -errno.
+ */
+int dcr_mkdir_p(const char *path, mode_t mode);
+
+#endif /* DCR_FILEIO_H */
