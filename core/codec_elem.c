@@ -291,7 +291,37 @@ static void to_planes(const uint8_t *src, size_t len, unsigned dt, uint8_t *dst)
 		}
 	} else if (dt == DCR_DT_F32) {
 		uint8_t *p0 = dst, *p1 = dst + n, *p2 = dst + 2 * n, *p3 = dst + 3 * n;
-		for (size_t i = 0; i < n; i++) {
+		size_t i = 0;
+#ifdef __SSE2__
+		const __m128i m7 = _mm_set1_epi16(0x7f), m80 = _mm_set1_epi16(0x80);
+		const __m128i mff = _mm_set1_epi16(0xff);
+		for (; i + 16 <= n; i += 16) {
+			const __m128i *sp = (const __m128i *)(const void *)(src + 4 * i);
+			__m128i h[2], l[2];
+			for (int k = 0; k < 2; k++) {
+				__m128i a = _mm_loadu_si128(sp + 2 * k);
+				__m128i b = _mm_loadu_si128(sp + 2 * k + 1);
+				/* exact 16-bit halves: sign-extended, so packs keeps them */
+				h[k] = _mm_packs_epi32(_mm_srai_epi32(a, 16), _mm_srai_epi32(b, 16));
+				l[k] = _mm_packs_epi32(_mm_srai_epi32(_mm_slli_epi32(a, 16), 16),
+						       _mm_srai_epi32(_mm_slli_epi32(b, 16), 16));
+			}
+			__m128i e[2], s[2];
+			for (int k = 0; k < 2; k++) {
+				e[k] = _mm_and_si128(_mm_srli_epi16(h[k], 7), mff);
+				s[k] = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(h[k], 8), m80),
+						    _mm_and_si128(h[k], m7));
+			}
+			_mm_storeu_si128((__m128i *)(void *)(p0 + i), _mm_packus_epi16(e[0], e[1]));
+			_mm_storeu_si128((__m128i *)(void *)(p1 + i), _mm_packus_epi16(s[0], s[1]));
+			_mm_storeu_si128((__m128i *)(void *)(p2 + i),
+					 _mm_packus_epi16(_mm_srli_epi16(l[0], 8), _mm_srli_epi16(l[1], 8)));
+			_mm_storeu_si128((__m128i *)(void *)(p3 + i),
+					 _mm_packus_epi16(_mm_and_si128(l[0], mff),
+							  _mm_and_si128(l[1], mff)));
+		}
+#endif
+		for (; i < n; i++) {
 			uint32_t x = dcr_get_le32(src + 4 * i);
 			p0[i] = (uint8_t)(x >> 23);
 			p1[i] = (uint8_t)(((x >> 24) & 0x80) | ((x >> 16) & 0x7f));
@@ -351,7 +381,36 @@ static void from_planes(const uint8_t *const *pp, size_t len, unsigned dt,
 		}
 	} else if (dt == DCR_DT_F32) {
 		const uint8_t *p0 = pp[0], *p1 = pp[1], *p2 = pp[2], *p3 = pp[3];
-		for (size_t i = 0; i < n; i++) {
+		size_t i = 0;
+#ifdef __SSE2__
+		const __m128i z = _mm_setzero_si128(), m7 = _mm_set1_epi16(0x7f);
+		const __m128i m80 = _mm_set1_epi16(0x80);
+		for (; i + 16 <= n; i += 16) {
+			__m128i e = _mm_loadu_si128((const __m128i *)(const void *)(p0 + i));
+			__m128i s = _mm_loadu_si128((const __m128i *)(const void *)(p1 + i));
+			__m128i b2 = _mm_loadu_si128((const __m128i *)(const void *)(p2 + i));
+			__m128i b3 = _mm_loadu_si128((const __m128i *)(const void *)(p3 + i));
+			/* the high halves are bf16 patterns, the low halves bytes 2, 3 */
+			__m128i el = _mm_unpacklo_epi8(e, z), eh = _mm_unpackhi_epi8(e, z);
+			__m128i sl = _mm_unpacklo_epi8(s, z), sh = _mm_unpackhi_epi8(s, z);
+			__m128i hl = _mm_or_si128(_mm_or_si128(_mm_slli_epi16(_mm_and_si128(sl, m80), 8),
+							       _mm_slli_epi16(el, 7)),
+						  _mm_and_si128(sl, m7));
+			__m128i hh = _mm_or_si128(_mm_or_si128(_mm_slli_epi16(_mm_and_si128(sh, m80), 8),
+							       _mm_slli_epi16(eh, 7)),
+						  _mm_and_si128(sh, m7));
+			__m128i ll = _mm_unpacklo_epi8(b3, b2), lh = _mm_unpackhi_epi8(b3, b2);
+			__m128i o[4] = { _mm_unpacklo_epi16(ll, hl), _mm_unpackhi_epi16(ll, hl),
+					 _mm_unpacklo_epi16(lh, hh), _mm_unpackhi_epi16(lh, hh) };
+			__m128i *d = (__m128i *)(void *)(dst + 4 * i);
+			for (int k = 0; k < 4; k++) {
+				if (xor_onto)
+					o[k] = _mm_xor_si128(o[k], _mm_loadu_si128(d + k));
+				_mm_storeu_si128(d + k, o[k]);
+			}
+		}
+#endif
+		for (; i < n; i++) {
 			uint32_t s = p1[i];
 			uint32_t x = ((s & 0x80) << 24) | ((uint32_t)p0[i] << 23) |
 				     ((s & 0x7f) << 16) | ((uint32_t)p2[i] << 8) | p3[i];
