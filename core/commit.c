@@ -8,8 +8,9 @@
  * threads hash the chunk, compare the hash with the parent's (equal: no
  * frame at all), otherwise read the parent's chunk from parent_dir, verify
  * it, encode a delta or full frame and append it to the open pack. A pack
- * that reaches its target size is sealed, named by its SHA-256 and
- * uploaded by the worker that sealed it, so uploads overlap encoding.
+ * that reaches its target size is sealed and queued for the uploader
+ * threads, which name it by its SHA-256 and upload it while encoding goes
+ * on; a bounded number of packs is in flight, so memory stays bounded.
  * When every pack is stored, the manifest is published with a conditional
  * put; nothing a reader can see exists before that put.
  */
@@ -43,6 +44,8 @@
 #define PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
 #define PUBLISH_TRIES 1000
 #define MAX_JOBS 256
+#define UPLOADS_DEFAULT 4
+#define MAX_UPLOADS 32
 
 /* ------------------------------------------------------------- scan */
 
@@ -198,10 +201,16 @@ struct pipe {
 	struct pack *cur;
 	uint64_t bytes_packed;
 	uint32_t packs_cap;
-	uint32_t uploads_running;
+	uint32_t uploads_running;  /* sealed packs not yet uploaded */
 	pthread_cond_t cond_uploads;
 	struct dcr_buf spare[4];   /* pack buffers kept for re-use */
 	unsigned nspare;
+	/* Sealed packs waiting for an uploader (ring, under pack_lock). */
+	struct pack **upq;
+	size_t upq_head, upq_len, upq_cap;
+	bool up_closed;
+	pthread_cond_t cond_upq;
+	uint32_t nup;              /* uploader threads */
 
 	uint64_t same, delta, full;
 };
@@ -224,18 +233,25 @@ static int get_err(struct pipe *p)
 	return e;
 }
 
-/* Name, upload and free a sealed pack. Called without pack_lock. */
-static int upload_pack(struct pipe *p, struct pack *pk)
+/*
+ * Name, upload (unless @put is false: the commit already failed) and free
+ * a sealed pack. Called without pack_lock.
+ */
+static int upload_pack(struct pipe *p, struct pack *pk, bool put)
 {
 	uint8_t h[DCR_HASH_LEN];
 	char key[80];
+	int ret = 0;
 
-	dcr_sha256(pk->data.data, pk->data.len, h);
-	dcr_pack_key(h, key, sizeof(key));
-	int ret = dcr_store_put(p->st, key, pk->data.data, pk->data.len, 0);
+	if (put) {
+		dcr_sha256(pk->data.data, pk->data.len, h);
+		dcr_pack_key(h, key, sizeof(key));
+		ret = dcr_store_put(p->st, key, pk->data.data, pk->data.len, 0);
+	}
 	pthread_mutex_lock(&p->pack_lock);
-	memcpy(p->m->packs[pk->idx], h, DCR_HASH_LEN);
-	if (!ret)
+	if (put)
+		memcpy(p->m->packs[pk->idx], h, DCR_HASH_LEN);
+	if (put && !ret)
 		p->bytes_packed += pk->data.len;
 	p->uploads_running--;
 	pthread_cond_broadcast(&p->cond_uploads);
@@ -251,11 +267,47 @@ static int upload_pack(struct pipe *p, struct pack *pk)
 	return ret;
 }
 
-/* Append one encoded frame to the open pack; may seal and upload it. */
+/*
+ * Queue a sealed pack for the uploaders, waiting while nup packs are
+ * already in flight (the bound on memory). Called with pack_lock held.
+ */
+static void queue_sealed(struct pipe *p, struct pack *pk)
+{
+	while (p->uploads_running >= p->nup)
+		pthread_cond_wait(&p->cond_uploads, &p->pack_lock);
+	p->uploads_running++;
+	p->upq[(p->upq_head + p->upq_len) % p->upq_cap] = pk;
+	p->upq_len++;
+	pthread_cond_signal(&p->cond_upq);
+}
+
+static void *uploader_main(void *arg)
+{
+	struct pipe *p = arg;
+
+	pthread_mutex_lock(&p->pack_lock);
+	for (;;) {
+		while (!p->upq_len && !p->up_closed)
+			pthread_cond_wait(&p->cond_upq, &p->pack_lock);
+		if (!p->upq_len)
+			break;
+		struct pack *pk = p->upq[p->upq_head];
+		p->upq_head = (p->upq_head + 1) % p->upq_cap;
+		p->upq_len--;
+		pthread_mutex_unlock(&p->pack_lock);
+		int ret = upload_pack(p, pk, get_err(p) == 0);
+		if (ret)
+			set_err(p, ret);
+		pthread_mutex_lock(&p->pack_lock);
+	}
+	pthread_mutex_unlock(&p->pack_lock);
+	return NULL;
+}
+
+/* Append one encoded frame to the open pack; may seal and queue it. */
 static int pack_frame(struct pipe *p, const struct dcr_buf *frame,
 		      struct dcr_chunk_ref *ref)
 {
-	struct pack *sealed = NULL;
 	int ret = 0;
 
 	pthread_mutex_lock(&p->pack_lock);
@@ -295,14 +347,12 @@ static int pack_frame(struct pipe *p, const struct dcr_buf *frame,
 	if (ret)
 		goto err_unlock;
 	if (p->cur->data.len >= p->pack_target) {
-		sealed = p->cur;
+		struct pack *sealed = p->cur;
 		p->cur = NULL;
-		p->uploads_running++;
+		queue_sealed(p, sealed);
 	}
 err_unlock:
 	pthread_mutex_unlock(&p->pack_lock);
-	if (sealed)
-		ret = upload_pack(p, sealed);
 	return ret;
 }
 
@@ -668,16 +718,25 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	pthread_cond_init(&p.cond_job, NULL);
 	pthread_cond_init(&p.cond_free, NULL);
 	pthread_cond_init(&p.cond_uploads, NULL);
+	pthread_cond_init(&p.cond_upq, NULL);
+	p.nup = (uint32_t)(o->uploads > 0 ? DCR_MIN(o->uploads, MAX_UPLOADS) : UPLOADS_DEFAULT);
+	p.upq_cap = p.nup + 1;
+	p.upq = calloc(p.upq_cap, sizeof(*p.upq));
+	pthread_t *ups = calloc(p.nup, sizeof(*ups));
+	uint32_t ups_started = 0;
 	struct worker *ws = calloc((size_t)jobs, sizeof(*ws));
 	p.queue = calloc(p.nbufs, sizeof(*p.queue));
 	p.free_bufs = calloc(p.nbufs, sizeof(*p.free_bufs));
 	p.fs = calloc(m.nfiles ? m.nfiles : 1, sizeof(*p.fs));
 	struct dcr_sha256_ctx *sha = dcr_sha256_new();
 	int started = 0;
-	if (!ws || !p.queue || !p.free_bufs || !p.fs || !sha) {
+	if (!ws || !p.queue || !p.free_bufs || !p.fs || !sha || !p.upq || !ups) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_free_pipe;
 	}
+	for (; ups_started < p.nup; ups_started++)
+		if ((ret = -pthread_create(&ups[ups_started], NULL, uploader_main, &p)))
+			goto err_stop_workers;
 	for (uint32_t i = 0; i < m.nfiles; i++)
 		p.fs[i].parent_fd = -1;
 	for (size_t i = 0; i < p.nbufs; i++) {
@@ -724,17 +783,19 @@ err_stop_workers:
 		p.free_bufs[p.nfree++] = p.queue[p.qhead].buf;
 	if (!ret)
 		ret = get_err(&p);
-	/* Seal the last pack and wait for every upload. */
-	if (!ret && p.cur) {
-		struct pack *pk = p.cur;
-		p.cur = NULL;
-		p.uploads_running++;
-		ret = upload_pack(&p, pk);
-	}
+	/* Seal the last pack, let the uploaders drain the queue and stop. */
 	pthread_mutex_lock(&p.pack_lock);
-	while (p.uploads_running)
-		pthread_cond_wait(&p.cond_uploads, &p.pack_lock);
+	if (!ret && p.cur && ups_started) {
+		queue_sealed(&p, p.cur);
+		p.cur = NULL;
+	}
+	p.up_closed = true;
+	pthread_cond_broadcast(&p.cond_upq);
 	pthread_mutex_unlock(&p.pack_lock);
+	for (uint32_t i = 0; i < ups_started; i++)
+		pthread_join(ups[i], NULL);
+	if (!ret)
+		ret = get_err(&p);
 	if (p.cur) {
 		dcr_buf_free(&p.cur->data);
 		free(p.cur);
@@ -765,6 +826,8 @@ err_free_pipe:
 	for (uint32_t i = 0; p.fs && i < m.nfiles; i++)
 		fstate_release(&p.fs[i]);
 	dcr_sha256_free(sha);
+	free(ups);
+	free(p.upq);
 	free(p.fs);
 	free(p.free_bufs);
 	free(p.queue);
@@ -774,6 +837,7 @@ err_free_pipe:
 	pthread_cond_destroy(&p.cond_job);
 	pthread_cond_destroy(&p.cond_free);
 	pthread_cond_destroy(&p.cond_uploads);
+	pthread_cond_destroy(&p.cond_upq);
 err_free_manifest:
 	dcr_manifest_free(&m);
 	return ret;

@@ -50,6 +50,8 @@ struct dcr_commit_opts {
 	int jobs;            /* encoder threads; 0 = number of CPUs */
 	int zstd_level;      /* 0 = default */
 	uint64_t pack_target;/* pack size to aim for; 0 = 64 MiB */
+	int uploads;         /* packs uploaded at once; 0 = 4 (bounds memory
+				to about (uploads + 2) x pack_target) */
 	/* Called from the calling thread now and then; may be NULL. */
 	void (*progress)(void *arg, const struct dcr_commit_progress *p);
 	void *progress_arg;
