@@ -78,7 +78,20 @@ static inline int dcrfs_ino_split(fuse_ino_t ino, uint64_t *v, uint32_t *idx)
 enum dcrfs_prefetch {
 	DCRFS_PREFETCH_NONE = 0,
 	DCRFS_PREFETCH_LATEST = 1, /* read all of the newest version */
+	DCRFS_PREFETCH_ALL = 2,    /* the newest, then every older one */
 };
+
+/** Bytes the prefetcher asks the reader for at once (chunks of one
+ * request are materialized in parallel by the reader). */
+#define DCRFS_PREFETCH_BLOCK (8u << 20)
+
+/**
+ * Most cache files one spliced read reply is assembled from. One: the
+ * splice path of libfuse 3.14 sends only the first of several fd
+ * buffers (a short reply, which the kernel takes for end of file), so
+ * a read spanning chunks (chunks smaller than the request) is copied.
+ */
+#define DCRFS_SPLICE_SEGS 1
 
 /**
  * struct dcrfs - the state of one mount, the session's userdata.
@@ -96,6 +109,11 @@ struct dcrfs {
 	enum dcrfs_prefetch prefetch;
 	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
 	unsigned int max_read;         /* -o max_read=N, 0 if not given */
+	int no_splice;                 /* -o nosplice: always copy replies */
+	int prefetch_pagecache;        /* -o prefetch_pagecache */
+
+	/* set once in init: replies are spliced from cache files */
+	int splice;
 
 	uid_t uid;                     /* owner shown for every inode */
 	gid_t gid;
@@ -119,6 +137,8 @@ struct dcrfs {
 	uint64_t shown_latest;         /* latest the kernel was told about */
 	uint64_t prefetch_want;        /* newest version to prefetch */
 	uint64_t prefetch_done;        /* last version fully prefetched */
+	uint64_t prefetch_swept;       /* prefetch=all: every version up to
+					  this one was prefetched */
 	pthread_t watcher;
 	pthread_t prefetcher;
 	int watcher_running;
@@ -140,8 +160,8 @@ void dcrfs_free_state(struct dcrfs *fs);
 /**
  * dcrfs_bg_start - start the watcher thread (polls the store every
  * poll_s seconds, tells the kernel when latest moves, raises the bdi
- * readahead once the mount answers) and, with prefetch=latest, the
- * prefetch thread. Call after the session is mounted, with SIGINT,
+ * readahead once the mount answers) and, with prefetch=latest or all,
+ * the prefetch thread. Call after the session is mounted, with SIGINT,
  * SIGTERM and SIGHUP blocked so the threads inherit the mask.
  * 0 or -errno (nothing left running on failure).
  */

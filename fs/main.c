@@ -72,7 +72,12 @@ struct opts {
 	char *profile;
 	char *credentials;
 	char *ca_bundle;
+	char *s3_timeout;
+	char *fetch_threads;
+	char *fetch_ahead;
 	int path_style;
+	int no_splice;
+	int prefetch_pagecache;
 	/* session loop */
 	int foreground;
 	int debug;
@@ -107,12 +112,17 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("cache_size=%s", cache_size, 0),
 	OPT("poll=%s", poll, 0),
 	OPT("prefetch=%s", prefetch, 0),
+	OPT("prefetch_pagecache", prefetch_pagecache, 1),
+	OPT("nosplice", no_splice, 1),
 	OPT("readahead=%s", readahead, 0),
 	OPT("endpoint=%s", endpoint, 0),
 	OPT("region=%s", region, 0),
 	OPT("profile=%s", profile, 0),
 	OPT("credentials=%s", credentials, 0),
 	OPT("ca_bundle=%s", ca_bundle, 0),
+	OPT("s3_timeout=%s", s3_timeout, 0),
+	OPT("fetch_threads=%s", fetch_threads, 0),
+	OPT("fetch_ahead=%s", fetch_ahead, 0),
 	OPT("path_style", path_style, 1),
 	OPT("nopath_style", path_style, 0),
 	OPT("clone_fd", clone_fd, 1),
@@ -178,8 +188,13 @@ static void usage(FILE *f)
 "    -o cache_size=SIZE     cache budget, e.g. 50G (default 10G)\n"
 "    -o poll=SECONDS        look for new versions this often (default %d,\n"
 "                           0 = only when a missing vN is looked up)\n"
-"    -o prefetch=none|latest  read each new latest version in the\n"
-"                           background so it is cached (default none)\n"
+"    -o prefetch=none|latest|all  read each new latest version (all: and\n"
+"                           then every older one) in the background so it\n"
+"                           is cached (default none)\n"
+"    -o prefetch_pagecache  also push prefetched bytes into the kernel's\n"
+"                           page cache of files already looked up\n"
+"    -o nosplice            copy replies from cached chunks instead of\n"
+"                           splicing them\n"
 "    -o readahead=SIZE      kernel readahead of the mount (default 1M,\n"
 "                           0 = kernel default; needs root)\n"
 "    -o max_threads=N       session worker threads (default %d)\n"
@@ -189,6 +204,13 @@ static void usage(FILE *f)
 "S3 options (no secrets: use credentials files or AWS_* variables):\n"
 "    -o endpoint=URL  -o region=NAME  -o profile=NAME\n"
 "    -o credentials=FILE  -o ca_bundle=FILE  -o path_style|nopath_style\n"
+"    -o s3_timeout=SECONDS  bound on one S3 request and its retries (default 30)\n"
+"\n"
+"fetching (any store):\n"
+"    -o fetch_threads=N     parallel fetches per read and read-ahead threads\n"
+"                           (default 8 for s3://, else 4)\n"
+"    -o fetch_ahead=SIZE    fetch this far ahead of sequential reads in the\n"
+"                           background (default 32M, 0 = off)\n"
 "\n"
 "Ignored (for fstab and mount(8)): _netdev, auto, noauto, nofail, user,\n"
 "nouser, users, owner, group, defaults, rw, ro, user=*, comment=*, x-*.\n"
@@ -546,9 +568,11 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	if (o->prefetch) {
 		if (strcmp(o->prefetch, "latest") == 0) {
 			fs->prefetch = DCRFS_PREFETCH_LATEST;
+		} else if (strcmp(o->prefetch, "all") == 0) {
+			fs->prefetch = DCRFS_PREFETCH_ALL;
 		} else if (strcmp(o->prefetch, "none") != 0) {
-			fprintf(stderr, PROG ": bad prefetch '%s' (none or "
-				"latest)\n", o->prefetch);
+			fprintf(stderr, PROG ": bad prefetch '%s' (none, "
+				"latest or all)\n", o->prefetch);
 			return -1;
 		}
 	}
@@ -562,6 +586,8 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	}
 	fs->read_ahead_kb = (unsigned int)DCR_DIV_ROUND_UP(x, 1024);
 	fs->max_read = o->max_read;
+	fs->no_splice = o->no_splice;
+	fs->prefetch_pagecache = o->prefetch_pagecache;
 
 	cfg->endpoint = o->endpoint;
 	cfg->region = o->region;
@@ -569,6 +595,33 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	cfg->credentials = o->credentials;
 	cfg->ca_bundle = o->ca_bundle;
 	cfg->path_style = o->path_style;
+	if (o->s3_timeout) {
+		if (dcr_parse_u64(o->s3_timeout, &x) < 0 || x == 0 ||
+		    x > 86400) {
+			fprintf(stderr, PROG ": bad s3_timeout '%s' (seconds, "
+				"1 to 86400)\n", o->s3_timeout);
+			return -1;
+		}
+		cfg->read_timeout_ms = (unsigned int)x * 1000;
+	}
+	if (o->fetch_threads) {
+		if (dcr_parse_u64(o->fetch_threads, &x) < 0 || x == 0 ||
+		    x > 64) {
+			fprintf(stderr, PROG ": bad fetch_threads '%s' (1 to "
+				"64)\n", o->fetch_threads);
+			return -1;
+		}
+		ropts->fetch_threads = (int)x;
+	}
+	if (o->fetch_ahead) {
+		if (dcr_parse_size(o->fetch_ahead, &x) < 0 ||
+		    x > ((uint64_t)16 << 30)) {
+			fprintf(stderr, PROG ": bad fetch_ahead '%s' (0 to "
+				"16G)\n", o->fetch_ahead);
+			return -1;
+		}
+		ropts->readahead = x ? (int64_t)x : -1;
+	}
 	return 0;
 }
 
@@ -609,7 +662,8 @@ static void free_opts(struct opts *o)
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll,
 			  &o->prefetch, &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
-			  &o->ca_bundle, &o->store, &o->mountpoint };
+			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
+			  &o->fetch_ahead, &o->store, &o->mountpoint };
 
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(strs); i++) {
 		free(*strs[i]);

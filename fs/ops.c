@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1004,6 +1005,91 @@ static void *rbuf_get(size_t size)
 	return b->p;
 }
 
+/*
+ * Is [@off, @off+@len) of @fd all in the page cache? cachestat(2)
+ * (Linux 6.5; no glibc wrapper yet). 1 yes, 0 no, -1 cannot tell.
+ */
+#ifndef __NR_cachestat
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__)
+#define __NR_cachestat 451
+#endif
+#endif
+static int resident(int fd, uint64_t off, uint64_t len)
+{
+#ifdef __NR_cachestat
+	struct { uint64_t off, len; } range = { off, len };
+	struct { uint64_t cache, dirty, writeback, evicted,
+		 recently_evicted; } cs;
+	uint64_t pages = (off + len + 4095) / 4096 - off / 4096;
+
+	if (syscall(__NR_cachestat, fd, &range, &cs, 0) != 0)
+		return -1;
+	return cs.cache >= pages;
+#else
+	return -1;
+#endif
+}
+
+/*
+ * Reply to a read whose chunks are all cached by splicing them from the
+ * cache files (one copy, page cache to page cache, instead of two). 1 if
+ * the request was answered, 0 if the caller must take the copy path (a
+ * chunk is not cached yet, or splicing is not possible).
+ */
+static int reply_spliced(fuse_req_t req, struct dcrfs *fs, uint64_t v,
+			 uint32_t idx, off_t off, size_t size)
+{
+	struct dcr_read_seg segs[DCRFS_SPLICE_SEGS];
+	struct {
+		struct fuse_bufvec bv;
+		struct fuse_buf more[DCRFS_SPLICE_SEGS];
+	} b;
+	size_t nbytes;
+	ssize_t n = dcr_reader_read_fd(fs->r, v, idx, (uint64_t)off, size,
+				       segs, DCRFS_SPLICE_SEGS, &nbytes);
+
+	if (n == -ENOENT)
+		return 0;
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return 1;
+	}
+	if (n == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return 1;
+	}
+	/*
+	 * libfuse splices without blocking: a page that must come from the
+	 * disk first makes it fall back to a slow copy (a fresh buffer per
+	 * reply). Such reads take our copy path, which reads it in.
+	 */
+	for (ssize_t i = 0; i < n; i++) {
+		int res = resident(segs[i].fd, segs[i].off, segs[i].len);
+
+		if (res == 1)
+			continue;
+		if (res < 0)
+			fs->splice = 0; /* cannot tell: stop splicing */
+		for (ssize_t k = 0; k < n; k++)
+			close(segs[k].fd);
+		return 0;
+	}
+	memset(&b, 0, sizeof(b));
+	b.bv.count = (size_t)n;
+	for (ssize_t i = 0; i < n; i++) {
+		struct fuse_buf *fb = &b.bv.buf[i];
+
+		fb->size = segs[i].len;
+		fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+		fb->fd = segs[i].fd;
+		fb->pos = (off_t)segs[i].off;
+	}
+	fuse_reply_data(req, &b.bv, FUSE_BUF_SPLICE_MOVE);
+	for (ssize_t i = 0; i < n; i++)
+		close(segs[i].fd);
+	return 1;
+}
+
 static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			  off_t off, struct fuse_file_info *fi)
 {
@@ -1025,6 +1111,8 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
+	if (fs->splice && reply_spliced(req, fs, v, idx, off, size))
+		return;
 	buf = rbuf_get(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
@@ -1187,9 +1275,29 @@ static void dcrfs_ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 
 /* ------------------------------------------------------------ session */
 
+/*
+ * Can this process grow a pipe to hold a whole 1 MiB reply? libfuse
+ * splices a reply only through a pipe that holds all of it (header and
+ * data: 2 MiB once rounded), which is beyond the default
+ * /proc/sys/fs/pipe-max-size (1 MiB) unless we have CAP_SYS_RESOURCE;
+ * otherwise it falls back to a copy that is far slower than ours.
+ */
+static int pipe_can_hold_reply(void)
+{
+	int p[2], ok;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return 0;
+	ok = fcntl(p[0], F_SETPIPE_SZ, 2 * DCRFS_READ_MAX) >=
+	     (int)(DCRFS_READ_MAX + 16 * 4096);
+	close(p[0]);
+	close(p[1]);
+	return ok;
+}
+
 static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 {
-	const struct dcrfs *fs = userdata;
+	struct dcrfs *fs = userdata;
 
 	/* libfuse fails the session unless this repeats -o max_read. */
 	if (fs->max_read)
@@ -1209,6 +1317,14 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	/* /latest moves: its target must not be cached. */
 	conn->want &= ~FUSE_CAP_CACHE_SYMLINKS;
+	/* Replies from cache files: splice them (see reply_spliced). */
+	fs->splice = !fs->no_splice &&
+		     (conn->capable & FUSE_CAP_SPLICE_WRITE) &&
+		     pipe_can_hold_reply();
+	if (fs->splice)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	dcr_debug("replies from the cache: %s",
+		  fs->splice ? "spliced" : "copied");
 }
 
 const struct fuse_lowlevel_ops dcrfs_ll_ops = {
@@ -1289,7 +1405,7 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 	moved = latest != fs->shown_latest;
 	if (moved) {
 		fs->shown_latest = latest;
-		if (fs->prefetch == DCRFS_PREFETCH_LATEST && latest) {
+		if (fs->prefetch != DCRFS_PREFETCH_NONE && latest) {
 			fs->prefetch_want = latest;
 			pthread_cond_broadcast(&fs->bg_cond);
 		}
@@ -1387,38 +1503,64 @@ static void *watcher_main(void *arg)
 	return NULL;
 }
 
-/* Should the prefetch of @v give up (shutdown or a newer version)? */
-static int prefetch_abandon(struct dcrfs *fs, uint64_t v)
+/* Should a prefetch started for latest @want give up (shutdown or a
+ * newer latest)? */
+static int prefetch_abandon(struct dcrfs *fs, uint64_t want)
 {
 	int stop;
 
 	pthread_mutex_lock(&fs->bg_lock);
-	stop = fs->bg_stop || fs->prefetch_want != v;
+	stop = fs->bg_stop || fs->prefetch_want != want;
 	pthread_mutex_unlock(&fs->bg_lock);
 	return stop;
 }
 
 /*
- * Read every regular file of version @v through the reader so that its
- * chunks land in the cache. A failing file is logged and skipped.
- * 0 when done, 1 when abandoned.
+ * With prefetch_pagecache, hand the bytes just read to the kernel's page
+ * cache of the file as well, so the first read after a refit is a page
+ * cache hit. The kernel takes them only for an inode it knows (someone
+ * looked the file up); -ENOENT otherwise, which is fine.
  */
-static int prefetch_version(struct dcrfs *fs, uint64_t v)
+static void prefetch_store(struct dcrfs *fs, uint64_t v, uint32_t idx,
+			   uint64_t off, void *buf, size_t n)
+{
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
+	int ret;
+
+	bv.buf[0].mem = buf;
+	ret = fuse_lowlevel_notify_store(fs->se, dcrfs_ino_make(v, idx),
+					 (off_t)off, &bv, 0);
+	if (ret < 0 && ret != -ENOENT)
+		dcr_debug("prefetch of v%" PRIu64 ": storing in the page "
+			  "cache: %s", v, dcr_strerror(ret));
+}
+
+/*
+ * Read every regular file of version @v through the reader so that its
+ * chunks land in the cache (DCRFS_PREFETCH_BLOCK at a time: the reader
+ * materializes the chunks of one read in parallel). A failing file is
+ * logged and skipped. 0 when done, 1 when abandoned because latest moved
+ * past @want or the mount is stopping.
+ */
+static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 {
 	const struct dcr_version_info *vi;
 	uint64_t bytes = 0;
 	unsigned int failed = 0;
 	int64_t t0 = dcr_mono_ns();
-	size_t bs;
+	size_t bs = DCRFS_PREFETCH_BLOCK;
 	void *buf;
 	char sz[32];
 	int ret = version_get(fs, v, &vi);
 
 	if (ret < 0) {
-		dcr_warn("prefetch of v%" PRIu64 ": %s", v, dcr_strerror(ret));
+		if (ret != -ENOENT)
+			dcr_warn("prefetch of v%" PRIu64 ": %s", v,
+				 dcr_strerror(ret));
 		return 0;
 	}
-	bs = vi->chunk_size ? vi->chunk_size : DCRFS_READ_MAX;
+	if (vi->chunk_size && bs % vi->chunk_size)
+		bs = vi->chunk_size;
 	buf = malloc(bs);
 	if (!buf) {
 		dcr_warn("prefetch of v%" PRIu64 ": %s", v,
@@ -1434,7 +1576,7 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v)
 		for (uint64_t off = 0; off < e->size; off += bs) {
 			ssize_t n;
 
-			if (prefetch_abandon(fs, v)) {
+			if (prefetch_abandon(fs, want)) {
 				free(buf);
 				dcr_info("prefetch of v%" PRIu64
 					 " abandoned after %s", v,
@@ -1451,14 +1593,49 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v)
 			}
 			if (n == 0)
 				break;
+			if (fs->prefetch_pagecache)
+				prefetch_store(fs, v, i, off, buf, (size_t)n);
 			bytes += (uint64_t)n;
 		}
 	}
 	free(buf);
-	dcr_info("prefetched v%" PRIu64 ": %s in %.1f s%s", v,
+	dcr_info("prefetched v%" PRIu64 ": %s in %.2f s%s", v,
 		 dcr_format_size(bytes, sz, sizeof(sz)),
 		 (double)(dcr_mono_ns() - t0) / 1e9,
 		 failed ? " (some files failed)" : "");
+	return 0;
+}
+
+/*
+ * prefetch=all, after latest @want is done: every older version, newest
+ * first, down to the last one a previous sweep finished. 0 when done,
+ * 1 when abandoned.
+ */
+static int prefetch_sweep(struct dcrfs *fs, uint64_t want)
+{
+	uint64_t *vs = NULL, floor;
+	size_t n = 0;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	floor = fs->prefetch_swept;
+	pthread_mutex_unlock(&fs->bg_lock);
+	if (dcr_reader_versions(fs->r, &vs, &n) < 0)
+		return 0;
+	for (size_t k = n; k-- > 0;) {
+		if (vs[k] >= want)
+			continue;
+		if (vs[k] <= floor)
+			break;
+		if (prefetch_version(fs, vs[k], want)) {
+			free(vs);
+			return 1;
+		}
+	}
+	free(vs);
+	pthread_mutex_lock(&fs->bg_lock);
+	if (fs->prefetch_swept < want)
+		fs->prefetch_swept = want;
+	pthread_mutex_unlock(&fs->bg_lock);
 	return 0;
 }
 
@@ -1469,18 +1646,19 @@ static void *prefetcher_main(void *arg)
 	pthread_mutex_lock(&fs->bg_lock);
 	while (!fs->bg_stop) {
 		uint64_t v = fs->prefetch_want;
+		int abandoned;
 
 		if (v == 0 || v == fs->prefetch_done) {
 			pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
 			continue;
 		}
 		pthread_mutex_unlock(&fs->bg_lock);
-		if (prefetch_version(fs, v) == 0) {
-			pthread_mutex_lock(&fs->bg_lock);
+		abandoned = prefetch_version(fs, v, v);
+		if (!abandoned && fs->prefetch == DCRFS_PREFETCH_ALL)
+			abandoned = prefetch_sweep(fs, v);
+		pthread_mutex_lock(&fs->bg_lock);
+		if (!abandoned)
 			fs->prefetch_done = v;
-		} else {
-			pthread_mutex_lock(&fs->bg_lock);
-		}
 	}
 	pthread_mutex_unlock(&fs->bg_lock);
 	return NULL;
@@ -1543,7 +1721,7 @@ int dcrfs_bg_start(struct dcrfs *fs)
 	if (ret)
 		return -ret;
 	fs->watcher_running = 1;
-	if (fs->prefetch == DCRFS_PREFETCH_LATEST) {
+	if (fs->prefetch != DCRFS_PREFETCH_NONE) {
 		ret = pthread_create(&fs->prefetcher, NULL, prefetcher_main,
 				     fs);
 		if (ret) {

@@ -11,9 +11,15 @@
  * again by the caller.
  *
  * A cached file is verified against its name (SHA-256) the first time it
- * is used by this cache instance; the set of verified hashes is bounded.
- * A file that fails verification is deleted with a warning and reported
- * as a miss.
+ * is used by this cache instance, unless it carries the cache's seal: the
+ * cache stamps every file it writes or verifies with an mtime no write,
+ * truncate or copy produces (derived from the hash, the inode number and
+ * the size), so a file still sealed has not been modified through the
+ * file system and is trusted after a fstat(2). (Silent media corruption
+ * under an unchanged inode is not detected; the store's chunk hashes
+ * still guard everything materialized from the store.) The set of
+ * verified hashes is bounded. A file that fails verification is deleted
+ * with a warning and reported as a miss.
  *
  * Thread-safety: all functions may be called concurrently.
  */
@@ -59,6 +65,17 @@ void dcr_cache_close(struct dcr_cache *c);
  */
 int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		   uint32_t chunk_len, uint32_t off, void *dst, size_t n);
+
+/**
+ * dcr_cache_open_fd - open the cached chunk @hash, whose full length must
+ * be @chunk_len, for reading, after the same checks as dcr_cache_read
+ * (so the file is good when it returns). For zero-copy replies (splice).
+ * Returns the descriptor (the caller closes it; the chunk may be evicted
+ * meanwhile, the open file stays readable), -ENOENT on a miss, or
+ * another -errno on a local I/O error.
+ */
+int dcr_cache_open_fd(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		      uint32_t chunk_len);
 
 /**
  * dcr_cache_put - store the verified chunk @data of @len bytes, whose

@@ -21,7 +21,16 @@ struct dcr_reader;
 struct dcr_reader_opts {
 	const char *cache_dir;  /* required; created (mode 0700) if absent */
 	uint64_t cache_size;    /* byte budget for cached chunks; 0 = default */
-	int fetch_threads;      /* parallel fetches; 0 = default */
+	/* Threads materializing the misses of one read, and read-ahead
+	 * threads; 0 = default (8 for an S3 store, else 4). */
+	int fetch_threads;
+	/* Bytes materialized in the background ahead of a sequential reader
+	 * (reads starting at 0 or where the last read of the file ended);
+	 * 0 = default (32 MiB), < 0 = no read-ahead. */
+	int64_t readahead;
+	/* Largest ranged GET that merges frames lying next to each other in
+	 * one pack; 0 = default (8 MiB), 1 = one GET per frame. */
+	uint32_t coalesce_max;
 };
 
 #define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
@@ -97,13 +106,40 @@ void dcr_reader_tags_free(struct dcr_tag *tags, size_t n);
 
 /**
  * dcr_reader_read - read [off, off+len) of entry @idx of version @v into
- * @dst. Returns the number of bytes read (short only at end of file, 0 at
- * or past it) or -errno: -ENOENT unknown version/entry, -EISDIR for a
+ * @dst. The missing chunks are fetched together: frames adjacent in a
+ * pack share one ranged GET, independent GETs and decodes run on up to
+ * fetch_threads threads, and a sequential read queues read-ahead.
+ * Returns the number of bytes read (short only at end of file, 0 at or
+ * past it) or -errno: -ENOENT unknown version/entry, -EISDIR for a
  * directory, -EIO when a needed object is missing or corrupt or a chunk
  * fails verification (logged once, naming the object). Never returns
  * unverified bytes.
  */
 ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			uint64_t off, void *dst, size_t len);
+
+/** One piece of a zero-copy read: @len bytes at @off of the open @fd. */
+struct dcr_read_seg {
+	int fd;
+	uint64_t off;
+	size_t len;
+};
+
+/**
+ * dcr_reader_read_fd - the zero-copy variant of dcr_reader_read, for
+ * replies spliced from the cache: when every chunk of [off, off+len) of
+ * entry @idx of version @v is cached (and verified, see cache.h), fill
+ * @segs (at most @max) with the open cache files and the ranges to send
+ * from them, in order, and *@nbytes with the total (short only at end of
+ * file). Returns the number of segments (the caller closes every fd),
+ * 0 at or past end of file, -ENOENT when some chunk is not cached or
+ * the range needs more than @max segments (nothing is left open: call
+ * dcr_reader_read, which materializes), or -errno as dcr_reader_read for
+ * an unknown version or entry or a directory. Counts as a read for the
+ * sequential read-ahead. Thread-safe.
+ */
+ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			   uint64_t off, size_t len, struct dcr_read_seg *segs,
+			   size_t max, size_t *nbytes);
 
 #endif /* DCR_READER_H */

@@ -45,7 +45,8 @@ static void usage(FILE *f)
 "Commit the directory tree DIR as a new version of a dcrfs store and print\n"
 "the new version number on stdout.\n"
 "\n"
-"  -s, --store URL        store: a directory, file:///path (default: $DCRFS_STORE)\n"
+"  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
+"                         (default: $DCRFS_STORE)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
 "  -t, --tag NAME         also point tag NAME at the new version\n"
 "  -f, --full             store every chunk in full (an anchor version)\n"
@@ -65,6 +66,12 @@ static void usage(FILE *f)
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
 "  -V, --version          show the version\n"
+"\n"
+"An s3:// store takes its settings as the AWS tools do: AWS_ACCESS_KEY_ID,\n"
+"AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION or\n"
+"AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_CA_BUNDLE,\n"
+"then ~/.aws/credentials and ~/.aws/config. Secrets never go on the command\n"
+"line. DCR_S3_WRITE_TIMEOUT_MS bounds one upload (default 600000).\n"
 "\n"
 "Exit status: 0 on success, 1 on failure, 2 on a usage error.\n");
 }

@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "testutil.h"
@@ -342,6 +344,10 @@ struct fx {
 	struct dcr_store *st;
 	struct dcr_reader *r;
 	int fetch_threads; /* for open_reader; 0 = default */
+	/* For open_reader: 0 = off, so that the other tests can count one
+	 * GET per frame and no background fetch. */
+	int64_t readahead;
+	uint32_t coalesce_max;
 	struct tver v[MAXV + 1]; /* v[1..] */
 	int nv;
 	/* Chunk hashes known to be in the cache, for expected fetch counts. */
@@ -367,6 +373,8 @@ static void open_reader(struct fx *f, uint64_t budget)
 		.cache_dir = f->cache_dir,
 		.cache_size = budget,
 		.fetch_threads = f->fetch_threads,
+		.readahead = f->readahead ? f->readahead : -1,
+		.coalesce_max = f->coalesce_max ? f->coalesce_max : 1,
 	};
 
 	assert_int_equal(dcr_reader_open(f->st, &o, &f->r), 0);
@@ -1242,6 +1250,126 @@ static void test_commit_roundtrip(void **state)
 	assert_int_equal(log_errors, 0);
 }
 
+
+/* Distinct packs holding the frames of chunks [0, n) of file @fi of v1. */
+static unsigned v1_packs(struct fx *f, int fi, uint64_t n)
+{
+	unsigned seen = 0, count = 0;
+
+	for (uint64_t k = 0; k < n; k++) {
+		unsigned bit = 1u << f->v[1].f[fi].pack[k];
+
+		if (!(seen & bit))
+			count++;
+		seen |= bit;
+	}
+	return count;
+}
+
+static void test_coalesce(void **state)
+{
+	struct fx *f = *state;
+	unsigned frames, packs;
+
+	build_chain(f, 1);
+	f->coalesce_max = 1 << 20;
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	/* a/w.bin: 6 full frames, written one after the other. */
+	frames = expect_version(f, 1);
+	packs = v1_packs(f, 1, 6);
+	counts_reset(f->cs);
+	check_file(f, 1, 2);
+	/* One ranged GET per pack instead of one per frame. */
+	assert_int_equal(f->cs->gets_packs, packs);
+	assert_true(packs < 6);
+	check_version(f, 1);
+	assert_true(f->cs->gets_packs < frames);
+	assert_int_equal(log_errors, 0);
+
+	/* A chain (v5 cold) coalesces too, and stays correct. */
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	tu_rm_rf(f->cache_dir);
+	for (int v = 2; v <= 5; v++) {
+		struct tver *t = &f->v[v];
+
+		t->v = (uint64_t)v;
+		copy_tree(t, &f->v[v - 1]);
+		nudge(&t->f[1], 0, 20, (uint64_t)v * 100);
+		nudge(&t->f[1], 5, 3, (uint64_t)v * 100 + 5);
+		publish(f->st, t, &f->v[v - 1], B_AUTO, 0);
+		f->nv = v;
+	}
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	f->ncached = 0;
+	frames = expect_version(f, 5);
+	counts_reset(f->cs);
+	check_version(f, 5);
+	assert_true(f->cs->gets_packs < frames);
+	assert_int_equal(log_errors, 0);
+}
+
+static void test_readahead(void **state)
+{
+	struct fx *f = *state;
+	const struct tfile *tf;
+	uint8_t buf[CS];
+	char key[128], path[PATH_MAX];
+	int all = 0;
+
+	build_chain(f, 1);
+	tf = &f->v[1].f[1];
+	f->readahead = 64 * CS;
+	f->coalesce_max = 2 * CS; /* several jobs, several GETs */
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	/* A read at offset 0 starts read-ahead of the rest of a/w.bin. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 2, 0, buf, 10), 10);
+	for (int i = 0; i < 500 && !all; i++) {
+		all = 1;
+		for (uint64_t k = 0; k < 6; k++) {
+			uint8_t h[DCR_HASH_LEN];
+
+			chunk_hash(&f->v[1], 1, k, h);
+			cache_file(f, h, path, sizeof(path));
+			if (access(path, F_OK) != 0)
+				all = 0;
+		}
+		if (!all)
+			usleep(10000);
+	}
+	assert_true(all);
+	counts_reset(f->cs);
+	check_file(f, 1, 2);
+	assert_int_equal(f->cs->gets_packs, 0);
+	assert_int_equal(log_errors, 0);
+
+	/* Read-ahead of a corrupt frame fails quietly; the read that needs
+	 * it fails with one line, and the rest of the file reads. */
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	tu_rm_rf(f->cache_dir);
+	corrupt_frame(f, 1, 1, 3, DCR_FRAME_HDR_LEN + 100, key, sizeof(key));
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	log_reset();
+	for (uint64_t k = 0; k < 6; k++) {
+		uint32_t n = (uint32_t)dcr_chunk_len(tf->size, CS, k);
+		ssize_t got = dcr_reader_read(f->r, 1, 2, k * CS, buf, CS);
+
+		if (k == 3) {
+			assert_int_equal(got, -EIO);
+			continue;
+		}
+		assert_int_equal(got, n);
+		assert_memory_equal(buf, tf->data + k * CS, n);
+	}
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, key));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1261,6 +1389,8 @@ int main(void)
 		T(test_refresh_probes),
 		T(test_corrupt_manifest_and_missing_parent),
 		T(test_commit_roundtrip),
+		T(test_coalesce),
+		T(test_readahead),
 #undef T
 	};
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# bench_smoke.sh - scripts/bench --smoke runs end to end (tiny sizes, one
+# run) and writes its table and JSON. Checks that the benchmark works,
+# not how fast anything is: the figures are not judged.
+. "$(dirname "$0")/lib.sh"
+
+need_bins "$DCRFS_SYNTH"
+need_fuse
+command -v numfmt >/dev/null 2>&1 || skip "numfmt (coreutils) is missing"
+
+out=$T/out
+BUILD=$DCR_BUILDDIR TMPDIR=$T timeout -k 5 120 \
+	bash "$DCR_SRCDIR/scripts/bench" --smoke --out "$out" >"$T/bench.log" 2>&1 ||
+	{ cat "$T/bench.log" >&2; fail "scripts/bench --smoke failed"; }
+
+md=$out/bench-read.md
+[ -s "$md" ] || fail "no $md"
+for row in "ceiling: bench_splicefs" "materialized v2, fresh mount" \
+	"first read of v2, v1 materialized" "re-read of open v2" \
+	"mmap of v2" "prefetch=latest" "daemon peak RSS"; do
+	grep -qF "| $row" "$md" || fail "row '$row' missing from $md"
+done
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["gbps"]["ceiling"] > 0 and d["gbps"]["materialized"] > 0' \
+	"$out/bench-read.json" || fail "bad $out/bench-read.json"
+log "bench smoke ok: $(grep -c '^|' "$md") table rows"
