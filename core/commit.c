@@ -213,6 +213,8 @@ struct pipe {
 	uint32_t nup;              /* uploader threads */
 
 	uint64_t same, delta, full;
+	/* false once the stage copy failed: the commit goes on without it */
+	bool staging;
 };
 
 static void set_err(struct pipe *p, int err)
@@ -360,6 +362,7 @@ struct worker {
 	struct pipe *p;
 	struct dcr_codec *codec;
 	uint8_t *pbuf;          /* parent chunk */
+	uint8_t *vbuf;          /* the frame decoded again, to check it */
 	struct dcr_buf frame;
 	pthread_t tid;
 };
@@ -402,6 +405,20 @@ static int encode_job(struct worker *w, const struct job *j)
 				&w->frame, &kind);
 	if (ret)
 		return ret;
+	/*
+	 * Decode what we are about to publish: an encoder bug must fail this
+	 * commit, not every later read of the version (a reader that sees a
+	 * manifest must be able to read every byte it names).
+	 */
+	if (kind == DCR_FRAME_DELTA)
+		memcpy(w->vbuf, base, j->len);
+	if (dcr_frame_apply(w->codec, w->frame.data, w->frame.len, w->vbuf, j->len) ||
+	    memcmp(w->vbuf, j->buf, j->len) != 0) {
+		dcr_err("internal error: the frame encoded for %s (chunk %" PRIu64
+			") does not decode to the chunk; nothing is published",
+			f->path, j->cidx);
+		return DCR_ERR(-EIO);
+	}
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
 	__atomic_add_fetch(kind == DCR_FRAME_DELTA ? &p->delta : &p->full, 1,
 			   __ATOMIC_RELAXED);
@@ -491,6 +508,21 @@ static int open_at_root(const char *root, const char *rel, int flags, mode_t mod
 	return fd < 0 ? DCR_ERR(-errno) : fd;
 }
 
+/*
+ * The copy of the committed tree is only an optimisation for the next
+ * commit: when it cannot be written (a full or read-only cache disk), say
+ * so once and go on without it; the caller then forgets the stage.
+ */
+static void stage_failed(struct pipe *p, const char *path, int err)
+{
+	if (!p->staging)
+		return;
+	p->staging = false;
+	dcr_warn("cannot keep a copy of the committed tree in %s (%s/%s: %s); "
+		 "going on without it, the next commit will rebuild its parent from the store",
+		 p->o->stage_dir, p->o->stage_dir, path, dcr_strerror(err));
+}
+
 /* Read one file sequentially and queue its chunks. */
 static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		     struct dcr_sha256_ctx *sha, struct dcr_commit_progress *pr,
@@ -504,20 +536,17 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		dcr_err("%s/%s: %s", dir, f->path, dcr_strerror(fd));
 		return fd;
 	}
-	if (p->o->stage_dir) {
+	if (p->staging) {
 		sfd = open_at_root(p->o->stage_dir, f->path,
 				   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (sfd < 0) {
-			ret = sfd;
-			dcr_err("%s/%s: %s", p->o->stage_dir, f->path, dcr_strerror(ret));
-			goto err_close;
-		}
+		if (sfd < 0)
+			stage_failed(p, f->path, sfd);
 		/*
 		 * On XFS or btrfs a reflink makes the copy free. Should the
 		 * source change after the clone, the next commit's check of
 		 * every parent chunk against its hash catches it (-ESTALE).
 		 */
-		if (ioctl(sfd, FICLONE, fd) == 0) {
+		if (sfd >= 0 && ioctl(sfd, FICLONE, fd) == 0) {
 			close(sfd);
 			sfd = -1;
 		}
@@ -559,11 +588,10 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		}
 		dcr_sha256_update(sha, j.buf, j.len);
 		if (sfd >= 0 && (ret = dcr_write_full(sfd, j.buf, j.len))) {
-			dcr_err("%s/%s: %s", p->o->stage_dir, f->path, dcr_strerror(ret));
-			pthread_mutex_lock(&p->lock);
-			p->free_bufs[p->nfree++] = j.buf;
-			pthread_mutex_unlock(&p->lock);
-			goto err_close;
+			stage_failed(p, f->path, ret);
+			close(sfd);
+			sfd = -1;
+			ret = 0;
 		}
 		queue_job(p, &j);
 		pr->bytes_done += j.len;
@@ -582,8 +610,8 @@ err_close:
 	if (p->fs[fi].pending == 0)
 		fstate_release(&p->fs[fi]);
 	pthread_mutex_unlock(&p->lock);
-	if (sfd >= 0 && close(sfd) < 0 && !ret)
-		ret = DCR_ERR(-errno);
+	if (sfd >= 0 && close(sfd) < 0)
+		stage_failed(p, f->path, -errno);
 	close(fd);
 	return ret;
 }
@@ -703,8 +731,7 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 				f->base = (uint32_t)b;
 		}
 	}
-	if (o->stage_dir && (ret = make_stage_dirs(&m, o->stage_dir)))
-		goto err_free_manifest;
+	bool staging = o->stage_dir && make_stage_dirs(&m, o->stage_dir) == 0;
 
 	int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	jobs = DCR_MAX(1, DCR_MIN(jobs, MAX_JOBS));
@@ -712,7 +739,11 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 		.st = st, .o = o, .m = &m, .pm = pm, .cs = cs,
 		.pack_target = o->pack_target ? o->pack_target : PACK_TARGET_DEFAULT,
 		.nbufs = (size_t)jobs * 2 + 2,
+		.staging = staging,
 	};
+	if (o->stage_dir && !staging)
+		dcr_warn("cannot keep a copy of the committed tree in %s; the next "
+			 "commit will rebuild its parent from the store", o->stage_dir);
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_mutex_init(&p.pack_lock, NULL);
 	pthread_cond_init(&p.cond_job, NULL);
@@ -751,7 +782,8 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 		dcr_buf_init(&ws[i].frame, SIZE_MAX);
 		ws[i].codec = dcr_codec_new(o->zstd_level);
 		ws[i].pbuf = malloc(cs);
-		if (!ws[i].codec || !ws[i].pbuf) {
+		ws[i].vbuf = malloc(cs);
+		if (!ws[i].codec || !ws[i].pbuf || !ws[i].vbuf) {
 			ret = DCR_ERR(-ENOMEM);
 			goto err_stop_workers;
 		}
@@ -814,11 +846,13 @@ err_stop_workers:
 		res->chunks_same = p.same;
 		res->chunks_delta = p.delta;
 		res->chunks_full = p.full;
+		res->staged = p.staging;
 	}
 err_free_pipe:
 	for (int i = 0; ws && i < jobs; i++) {
 		dcr_codec_free(ws[i].codec);
 		free(ws[i].pbuf);
+		free(ws[i].vbuf);
 		dcr_buf_free(&ws[i].frame);
 	}
 	for (size_t i = 0; p.free_bufs && i < p.nfree; i++)

@@ -12,6 +12,7 @@
 #ifndef DCR_COMMIT_H
 #define DCR_COMMIT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "manifest.h"
@@ -42,7 +43,8 @@ struct dcr_commit_opts {
 	/*
 	 * If non-NULL, the committed tree is also written below this
 	 * (existing, empty) directory, so it can serve as the next commit's
-	 * parent_dir.
+	 * parent_dir. Failing to write it (ENOSPC, ...) does not fail the
+	 * commit: a warning is logged and dcr_commit_result.staged is false.
 	 */
 	const char *stage_dir;
 	int full;            /* encode every chunk as a full frame (anchor) */
@@ -66,6 +68,9 @@ struct dcr_commit_result {
 	uint64_t manifest_len; /* bytes of the encoded manifest */
 	uint64_t chunks_same, chunks_delta, chunks_full;
 	uint32_t packs;
+	/* stage_dir holds the complete committed tree (false if it could not
+	 * be written: the commit went on without it) */
+	bool staged;
 };
 
 /**

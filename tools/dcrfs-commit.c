@@ -491,12 +491,14 @@ locked:
 		o.parent_dir = source;
 	} else if (parent && (have != parent || source[0]) &&
 		   (ret = rebuild_tree(st, cache, parent, a.quiet))) {
-		goto out_free;
+		goto err_rebuild;
 	}
 	for (int attempt = 0;; attempt++) {
 		if (o.stage_dir && ((ret = rm_rf(stage)) || (ret = dcr_mkdir_p(stage, 0755)))) {
-			dcr_err("%s: %s", stage, dcr_strerror(ret));
-			goto out_free;
+			/* Only an optimisation for the next commit: go on without it. */
+			dcr_warn("cannot keep a copy of the committed tree in %s: %s", stage,
+				 dcr_strerror(ret));
+			o.stage_dir = NULL;
 		}
 		ret = dcr_commit(st, a.dir, &o, &res);
 		if (pg.tty)
@@ -506,7 +508,7 @@ locked:
 		dcr_warn("the parent copy in %s is stale; rebuilding it from the store",
 			 o.parent_dir);
 		if ((ret = rebuild_tree(st, cache, parent, a.quiet)))
-			goto out_free;
+			goto err_rebuild;
 		o.parent_dir = tree;
 	}
 	if (ret) {
@@ -528,7 +530,7 @@ locked:
 			dcr_warn("%s: could not record %s for the next commit; it will rebuild its parent",
 				 cache, a.dir);
 		free(src);
-	} else if (!a.no_cache) {
+	} else if (!a.no_cache && res.staged) {
 		/* state first: a crash in between leaves "unknown", never a lie. */
 		clear_state(cache);
 		if (rm_rf(tree) || rename(stage, tree) < 0 || write_state(cache, res.version, NULL))
@@ -537,6 +539,7 @@ locked:
 	} else {
 		clear_state(cache);
 		rm_rf(tree);
+		rm_rf(stage);
 	}
 	if (a.tag && (ret = dcr_store_put_tag(st, a.tag, res.version))) {
 		dcr_err("version %" PRIu64 " was published but tag '%s' could not be set: %s",
@@ -555,6 +558,12 @@ locked:
 			 res.manifest_len, res.chunks_same, res.chunks_delta,
 			 res.chunks_full, secs);
 	}
+	goto out_free;
+
+err_rebuild:
+	dcr_err("commit of %s failed: cannot rebuild its parent, version %" PRIu64
+		", in %s (%s); nothing was published. Free space there or pass "
+		"--cache-dir", a.dir, parent, cache, dcr_strerror(ret));
 out_free:
 	if (lock_fd >= 0)
 		close(lock_fd);
