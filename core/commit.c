@@ -629,6 +629,12 @@ static int publish(struct pipe *p, uint64_t *version, uint64_t *mlen)
 	dcr_buf_init(&enc, SIZE_MAX);
 	uint64_t v = DCR_MAX(latest, p->m->parent) + 1;
 	for (int tries = 0; tries < PUBLISH_TRIES; tries++, v++) {
+		if (v > DCR_VERSION_MAX) {
+			dcr_err("%s: no version number left (the largest is %" PRIu64 ")",
+				p->st->url, (uint64_t)DCR_VERSION_MAX);
+			ret = DCR_ERR(-EOVERFLOW);
+			break;
+		}
 		p->m->version = v;
 		dcr_buf_reset(&enc);
 		if ((ret = dcr_manifest_encode(p->m, &enc)))

@@ -112,7 +112,8 @@ static int parent_dir_listed(const struct dcr_manifest *m, const char *path)
 
 int dcr_manifest_validate(const struct dcr_manifest *m)
 {
-	if (m->version == 0 || m->parent >= m->version ||
+	if (m->version == 0 || m->version > DCR_VERSION_MAX ||
+	    m->parent >= m->version ||
 	    !dcr_chunk_size_valid(m->chunk_size))
 		return DCR_ERR(-EBADMSG);
 	for (uint32_t i = 0; i < m->nfiles; i++) {
@@ -424,5 +425,5 @@ int dcr_version_from_key(const char *key, uint64_t *v)
 	int ret = dcr_parse_u64(key, v);
 	if (ret)
 		return ret;
-	return *v ? 0 : -EINVAL;
+	return *v && *v <= DCR_VERSION_MAX ? 0 : -EINVAL;
 }

@@ -35,6 +35,14 @@
 #define DCR_MANIFEST_FORMAT 1
 #define DCR_NO_BASE UINT32_MAX
 #define DCR_PATH_MAX 4096
+/**
+ * Largest version number (and parent) a manifest may carry, 2^32 - 1.
+ * The FUSE daemon packs the version into the high 32 bits of an inode
+ * number (fs/fs.h), and "versions/%010u" holds it in ten digits. Keys
+ * naming a larger number are not versions (dcr_version_from_key), and a
+ * committer must not publish past it.
+ */
+#define DCR_VERSION_MAX UINT64_C(0xffffffff)
 /** Largest decoded manifest body accepted (hostile-length guard). */
 #define DCR_MANIFEST_BODY_MAX ((uint64_t)4 << 30)
 
@@ -76,8 +84,8 @@ struct dcr_file {
 };
 
 struct dcr_manifest {
-	uint64_t version;   /* >= 1 */
-	uint64_t parent;    /* 0 = no parent */
+	uint64_t version;   /* 1..DCR_VERSION_MAX */
+	uint64_t parent;    /* 0 = no parent; < version */
 	int64_t ctime_ns;   /* commit time */
 	uint32_t chunk_size;
 	uint32_t npacks;
@@ -103,7 +111,8 @@ int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out);
 int dcr_manifest_decode(const void *p, size_t n, struct dcr_manifest *m);
 
 /**
- * dcr_manifest_validate - check internal consistency: chunk size,
+ * dcr_manifest_validate - check internal consistency: version in
+ * 1..DCR_VERSION_MAX and parent below it, chunk size,
  * sorted unique valid paths, parent directories present, chunk counts,
  * pack indices in range, kinds valid, SAME/DELTA only with a base.
  * 0 or -EBADMSG.
@@ -134,7 +143,12 @@ int dcr_path_valid(const char *path, size_t len);
 void dcr_version_key(uint64_t v, char *buf, size_t cap);
 /** Object key of a pack: "packs/<64 hex>". */
 void dcr_pack_key(const uint8_t h[DCR_HASH_LEN], char *buf, size_t cap);
-/** Parse "versions/NNNNNNNNNN" (the prefix-stripped name also accepted). */
+/**
+ * dcr_version_from_key - parse "versions/NNNNNNNNNN" (ten digits; the
+ * prefix-stripped name also accepted) into *@v. 0, or -EINVAL when the
+ * key is not a version key or names 0 or a number above DCR_VERSION_MAX
+ * (such keys are ignored when listing versions).
+ */
 int dcr_version_from_key(const char *key, uint64_t *v);
 
 #endif /* DCR_MANIFEST_H */

@@ -17,7 +17,9 @@
  *                             never reused while mounted)
  *   (v << 32) | (idx + 2)     entry idx of version v's tree (idx 0 is
  *                             the version directory /vN itself);
- *                             1 <= v <= 0xffffffff
+ *                             1 <= v <= DCR_VERSION_MAX (2^32 - 1,
+ *                             core/manifest.h: the one cap every layer
+ *                             enforces)
  *
  * The version-tree numbers depend only on the manifest, so they are the
  * same after a remount.
@@ -35,6 +37,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "manifest.h"
 #include "objstore.h"
 #include "reader.h"
 
@@ -42,7 +45,10 @@
 #define DCRFS_INO_LATEST ((fuse_ino_t)2)
 #define DCRFS_INO_TAGS ((fuse_ino_t)3)
 #define DCRFS_INO_TAG_BASE ((fuse_ino_t)0x100)
-#define DCRFS_VERSION_MAX UINT64_C(0xffffffff)
+/* The version must fit the high 32 bits of an inode number. */
+_Static_assert(DCR_VERSION_MAX <= UINT64_C(0xffffffff),
+	       "DCR_VERSION_MAX does not fit the dcrfs inode scheme");
+_Static_assert(sizeof(fuse_ino_t) >= 8, "fuse_ino_t narrower than 64 bits");
 #define DCRFS_IDX_MAX UINT32_C(0xfffffffd)
 
 /** Cache lifetimes, in seconds. Version trees are immutable. */
@@ -86,12 +92,15 @@ enum dcrfs_prefetch {
 #define DCRFS_PREFETCH_BLOCK (8u << 20)
 
 /**
- * Most cache files one spliced read reply is assembled from. One: the
- * splice path of libfuse 3.14 sends only the first of several fd
- * buffers (a short reply, which the kernel takes for end of file), so
- * a read spanning chunks (chunks smaller than the request) is copied.
+ * Most cache files one spliced read reply is assembled from: a 1 MiB
+ * read of 64 KiB chunks; reads spanning more are copied. libfuse 3.14
+ * sends a vector of fd buffers whole, provided the vector really has
+ * room for them (reply_spliced allocates it): a bufvec embedded in a
+ * larger struct and written past its declared buf[1] is undefined
+ * behaviour, which optimised builds turned into replies holding only
+ * the first buffer (a short read, taken for end of file).
  */
-#define DCRFS_SPLICE_SEGS 1
+#define DCRFS_SPLICE_SEGS 16
 
 /**
  * struct dcrfs - the state of one mount, the session's userdata.

@@ -88,7 +88,7 @@ static mode_t shown_perm(uint32_t mode)
 static int version_get(struct dcrfs *fs, uint64_t v,
 		       const struct dcr_version_info **vi)
 {
-	if (v == 0 || v > DCRFS_VERSION_MAX)
+	if (v == 0 || v > DCR_VERSION_MAX)
 		return -ENOENT;
 	return dcr_reader_version(fs->r, v, vi);
 }
@@ -338,7 +338,7 @@ static void reply_entry(fuse_req_t req, const struct stat *st, double ttl)
 	fuse_reply_entry(req, &e);
 }
 
-/* Parse "vN" (N decimal, no leading zero, 1..DCRFS_VERSION_MAX). */
+/* Parse "vN" (N decimal, no leading zero, 1..DCR_VERSION_MAX). */
 static int parse_version_name(const char *name, uint64_t *v)
 {
 	uint64_t x = 0;
@@ -350,7 +350,7 @@ static int parse_version_name(const char *name, uint64_t *v)
 		if (*p < '0' || *p > '9')
 			return 0;
 		x = x * 10 + (uint64_t)(*p - '0');
-		if (x > DCRFS_VERSION_MAX)
+		if (x > DCR_VERSION_MAX)
 			return 0;
 	}
 	*v = x;
@@ -671,7 +671,7 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 		char name[32];
 		uint64_t v = vs[i];
 
-		if (v > DCRFS_VERSION_MAX)
+		if (v > DCR_VERSION_MAX)
 			break;
 		if ((off_t)(v + 4) <= off)
 			continue;
@@ -1031,19 +1031,51 @@ static int resident(int fd, uint64_t off, uint64_t len)
 }
 
 /*
+ * A struct fuse_bufvec for @n buffers. Its buf[] is declared with one
+ * element, so a vector of more must be allocated with room for the rest
+ * (indexing past buf[0] of a bufvec embedded in a larger object is
+ * undefined: UBSan aborts on it, and optimised builds sent only the
+ * first buffer). One buffer uses @one; more are malloc'ed (free with
+ * bufvec_put). NULL when out of memory.
+ */
+static struct fuse_bufvec *bufvec_get(struct fuse_bufvec *one, size_t n)
+{
+	struct fuse_bufvec *bv = one;
+
+	if (n > 1) {
+		bv = malloc(sizeof(*bv) + (n - 1) * sizeof(bv->buf[0]));
+		if (!bv)
+			return NULL;
+	}
+	memset(bv, 0, sizeof(*bv) + (n - 1) * sizeof(bv->buf[0]));
+	bv->count = n;
+	return bv;
+}
+
+static void bufvec_put(struct fuse_bufvec *one, struct fuse_bufvec *bv)
+{
+	if (bv != one)
+		free(bv);
+}
+
+static void segs_close(const struct dcr_read_seg *segs, ssize_t n)
+{
+	for (ssize_t i = 0; i < n; i++)
+		close(segs[i].fd);
+}
+
+/*
  * Reply to a read whose chunks are all cached by splicing them from the
  * cache files (one copy, page cache to page cache, instead of two). 1 if
  * the request was answered, 0 if the caller must take the copy path (a
- * chunk is not cached yet, or splicing is not possible).
+ * chunk is not cached yet, the read spans more than DCRFS_SPLICE_SEGS
+ * cache files, or splicing is not possible).
  */
 static int reply_spliced(fuse_req_t req, struct dcrfs *fs, uint64_t v,
 			 uint32_t idx, off_t off, size_t size)
 {
 	struct dcr_read_seg segs[DCRFS_SPLICE_SEGS];
-	struct {
-		struct fuse_bufvec bv;
-		struct fuse_buf more[DCRFS_SPLICE_SEGS];
-	} b;
+	struct fuse_bufvec one, *bv;
 	size_t nbytes;
 	ssize_t n = dcr_reader_read_fd(fs->r, v, idx, (uint64_t)off, size,
 				       segs, DCRFS_SPLICE_SEGS, &nbytes);
@@ -1070,23 +1102,25 @@ static int reply_spliced(fuse_req_t req, struct dcrfs *fs, uint64_t v,
 			continue;
 		if (res < 0)
 			fs->splice = 0; /* cannot tell: stop splicing */
-		for (ssize_t k = 0; k < n; k++)
-			close(segs[k].fd);
+		segs_close(segs, n);
 		return 0;
 	}
-	memset(&b, 0, sizeof(b));
-	b.bv.count = (size_t)n;
+	bv = bufvec_get(&one, (size_t)n);
+	if (!bv) {
+		segs_close(segs, n);
+		return 0; /* the copy path answers (or fails) instead */
+	}
 	for (ssize_t i = 0; i < n; i++) {
-		struct fuse_buf *fb = &b.bv.buf[i];
+		struct fuse_buf *fb = &bv->buf[i];
 
 		fb->size = segs[i].len;
 		fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 		fb->fd = segs[i].fd;
 		fb->pos = (off_t)segs[i].off;
 	}
-	fuse_reply_data(req, &b.bv, FUSE_BUF_SPLICE_MOVE);
-	for (ssize_t i = 0; i < n; i++)
-		close(segs[i].fd);
+	fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+	bufvec_put(&one, bv);
+	segs_close(segs, n);
 	return 1;
 }
 

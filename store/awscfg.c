@@ -370,6 +370,37 @@ static int load_credentials(const struct dcr_store_cfg *o, const char *profile,
 	return -ENOENT;
 }
 
+/*
+ * @e made fit for a log line: any userinfo ("user:password@", which an
+ * endpoint must not have but a user may well write) is replaced by
+ * "***@" so that no secret is echoed - everything between the scheme (or
+ * the start) and the last '@' goes, since a password may itself hold
+ * '/', '?' or '@' - and bytes outside printable ASCII become '?'.
+ */
+static void endpoint_for_log(const char *e, char *out, size_t cap)
+{
+	const char *at = strrchr(e, '@'), *sep = strstr(e, "://");
+	const char *auth = sep && (!at || sep < at) ? sep + 3 : e;
+	size_t o = 0;
+
+	if (!cap)
+		return;
+	if (!at)
+		auth = e + strlen(e);
+	for (const char *p = e; p < auth && o + 1 < cap; p++)
+		out[o++] = *p;
+	if (at) {
+		for (const char *p = "***"; *p && o + 1 < cap; p++)
+			out[o++] = *p;
+		for (const char *p = at; *p && o + 1 < cap; p++)
+			out[o++] = *p;
+	}
+	out[o] = 0;
+	for (char *p = out; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e)
+			*p = '?';
+}
+
 static int normalize_endpoint(char **ep)
 {
 	char *e = *ep;
@@ -384,7 +415,12 @@ static int normalize_endpoint(char **ep)
 		host = e + 8;
 	if (!host || !*host || strchr(host, '/') || strchr(host, '?') ||
 	    strchr(host, '@') || strpbrk(host, " \t\r\n")) {
-		dcr_err("endpoint '%s' is not http(s)://host[:port]", e);
+		char shown[256];
+
+		endpoint_for_log(e, shown, sizeof(shown));
+		dcr_err("endpoint '%s' is not http(s)://host[:port]%s", shown,
+			strchr(e, '@') ? " (no user:password@ in it: "
+			"credentials come from the AWS settings)" : "");
 		return DCR_ERR(-EINVAL);
 	}
 	return 0;

@@ -13,7 +13,9 @@
  * disagree after a crash or a race between an evictor and an insert of
  * the same hash; every such case degrades to a miss (row without file)
  * or is repaired when the file is next used (file without row: the row
- * is added when the file is verified).
+ * is added when the file is verified). When the catalog is new (first
+ * mount, or rebuilt after corruption) every chunk file is adopted at
+ * open (adopt_orphans), so the budget covers what is on disk.
  */
 #include "config.h"
 
@@ -22,6 +24,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,10 +177,100 @@ static char *path_join(const char *a, const char *b)
 	return p;
 }
 
+static void evict(struct dcr_cache *c);
+
+/* Parse a 64-digit lowercase hex chunk name. */
+static int parse_hex_name(const char *name, uint8_t h[DCR_HASH_LEN])
+{
+	for (int i = 0; i < DCR_HASH_LEN; i++) {
+		int v = 0;
+		for (int k = 0; k < 2; k++) {
+			char ch = name[2 * i + k];
+			v <<= 4;
+			if (ch >= '0' && ch <= '9')
+				v |= ch - '0';
+			else if (ch >= 'a' && ch <= 'f')
+				v |= ch - 'a' + 10;
+			else
+				return -1;
+		}
+		h[i] = (uint8_t)v;
+	}
+	return name[2 * DCR_HASH_LEN] == '\0' ? 0 : -1;
+}
+
+#define ADOPT_BATCH 4096
+
+/*
+ * Account for chunk files that have no row (the catalog was just created
+ * or rebuilt after corruption, see dcr_catalog_open): one readdir and
+ * fstatat per file, rows added in batches.
+ *
+ * Adopt rather than delete: the files are the expensive part (a 2 TB
+ * cache is hours of downloads), they are content-addressed, and every
+ * one is still verified before use (sealed or hashed, see cache.h), so
+ * keeping them costs nothing in safety. They get atime 0, the oldest, so
+ * that eviction takes them first if the budget is exceeded (which
+ * happens here, before the first read). Names that are not chunk names
+ * are left alone. Runs only when the catalog is new, so a normal mount
+ * does not pay for the scan.
+ */
+static void adopt_orphans(struct dcr_cache *c)
+{
+	uint8_t (*hashes)[DCR_HASH_LEN] = malloc(ADOPT_BATCH * DCR_HASH_LEN);
+	uint64_t *sizes = malloc(ADOPT_BATCH * sizeof(*sizes));
+	uint64_t total = 0, nfiles = 0, added;
+	char sub[PATH_MAX];
+	size_t n = 0;
+
+	if (!hashes || !sizes)
+		goto out_free;
+	for (unsigned i = 0; i < 256; i++) {
+		struct dirent *de;
+		struct stat sb;
+		DIR *d;
+
+		snprintf(sub, sizeof(sub), "%s/%02x", c->chunks_dir, i);
+		d = opendir(sub);
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			uint8_t *h = hashes[n];
+
+			if (parse_hex_name(de->d_name, h) != 0 || h[0] != i)
+				continue;
+			if (fstatat(dirfd(d), de->d_name, &sb,
+				    AT_SYMLINK_NOFOLLOW) < 0 ||
+			    !S_ISREG(sb.st_mode))
+				continue;
+			sizes[n++] = (uint64_t)sb.st_size;
+			nfiles++;
+			if (n == ADOPT_BATCH) {
+				if (dcr_catalog_cache_adopt(c->cat, hashes, sizes,
+							    n, 0, &added) == 0)
+					total += added;
+				n = 0;
+			}
+		}
+		closedir(d);
+	}
+	if (n && dcr_catalog_cache_adopt(c->cat, hashes, sizes, n, 0,
+					 &added) == 0)
+		total += added;
+	if (total)
+		dcr_info("cache %s: adopted %llu chunk files (%llu bytes) "
+			 "left by an earlier catalog", c->chunks_dir,
+			 (unsigned long long)nfiles, (unsigned long long)total);
+out_free:
+	free(hashes);
+	free(sizes);
+}
+
 int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
 		   struct dcr_cache **out)
 {
 	struct dcr_cache *c;
+	bool fresh;
 	int ret;
 
 	*out = NULL;
@@ -207,12 +300,17 @@ int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
 		goto err_free;
 	}
 	clean_tmp(c->tmp_dir);
+	fresh = dcr_catalog_is_new(cat);
+	if (fresh)
+		adopt_orphans(c);
 	ret = dcr_catalog_cache_total(cat, &c->bytes);
 	if (ret)
 		goto err_free;
 	c->st.bytes = c->bytes;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->evict_lock, NULL);
+	if (fresh)
+		evict(c); /* the adopted files count against the budget */
 	*out = c;
 	return 0;
 

@@ -49,7 +49,10 @@ struct dcr_cache_stats {
  * "chunks" and "tmp" subdirectories are created with mode 0700), using
  * @cat for its bookkeeping (@cat must outlive the cache). @budget is the
  * byte budget (0 = DCR_CACHE_SIZE_DEFAULT). Leftover temporary files
- * are removed. 0 and *@out, or -errno (logged).
+ * are removed. If @cat is new (dcr_catalog_is_new: first use, or rebuilt
+ * after corruption), the chunk files already present are recorded with
+ * the oldest last use, so they count against the budget, and evicted
+ * down to it. 0 and *@out, or -errno (logged).
  */
 int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
 		   struct dcr_cache **out);

@@ -17,14 +17,22 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
 
 #include "catalog.h"
+#include "chunk.h"
 #include "common.h"
 
 #define DCR_CATALOG_SCHEMA "1"
@@ -60,7 +68,36 @@ struct dcr_catalog {
 	sqlite3 *db;
 	char *path;
 	sqlite3_stmt *stmt[ST_COUNT];
+	int last_rc;        /* SQLite code of the last failure (open only) */
+	bool quiet_corrupt; /* while opening: CORRUPT/NOTADB are not logged */
+	bool fresh;         /* created (or rebuilt) by this open */
+	char why[160];      /* why open_db returned CAT_CORRUPT */
+	atomic_int waiting; /* threads blocked in cat_lock */
 };
+
+/* Take the catalog lock, announcing the wait (see cat_yield). */
+static void cat_lock(struct dcr_catalog *c)
+{
+	atomic_fetch_add(&c->waiting, 1);
+	pthread_mutex_lock(&c->lock);
+	atomic_fetch_sub(&c->waiting, 1);
+}
+
+/*
+ * Between two batches of a long write: let the threads that queued up
+ * for the lock meanwhile (lookups of the read path) go first. A mutex is
+ * not fair, so without this the writer would usually take it back at
+ * once and the readers would wait for the whole write after all.
+ * Bounded, so a steady stream of lookups cannot starve the writer.
+ */
+static void cat_yield(struct dcr_catalog *c)
+{
+	for (int i = 0; i < 1000 && atomic_load(&c->waiting) > 0; i++)
+		sched_yield();
+}
+
+/* Why a catalog is set aside and rebuilt (see dcr_catalog_open). */
+#define CAT_CORRUPT (-EUCLEAN)
 
 static const char schema_sql[] =
 	"CREATE TABLE IF NOT EXISTS meta("
@@ -90,11 +127,20 @@ static const char schema_sql[] =
 	" atime INTEGER NOT NULL) WITHOUT ROWID;"
 	"CREATE INDEX IF NOT EXISTS cache_atime ON cache(atime);";
 
+static void mark_corrupt(struct dcr_catalog *c, const char *why);
+
 /* Translate a SQLite result code to -errno, logging the message once. */
 static int sql_err(struct dcr_catalog *c, int rc, const char *what)
 {
 	int e;
 
+	c->last_rc = rc;
+	if (c->quiet_corrupt && ((rc & 0xff) == SQLITE_CORRUPT ||
+				 (rc & 0xff) == SQLITE_NOTADB))
+		return CAT_CORRUPT; /* the caller sets the file aside */
+	if (c->db && ((rc & 0xff) == SQLITE_CORRUPT ||
+		      (rc & 0xff) == SQLITE_NOTADB))
+		mark_corrupt(c, sqlite3_errstr(rc));
 	switch (rc & 0xff) {
 	case SQLITE_NOMEM:
 		e = -ENOMEM;
@@ -167,72 +213,159 @@ static void release(sqlite3_stmt *st)
 	sqlite3_clear_bindings(st);
 }
 
-/* Check or record the store URL. Caller holds the lock. */
-static int check_meta(struct dcr_catalog *c, const char *url)
+/* Read meta @key into @buf (empty if absent). 1 if present, 0, -errno. */
+static int meta_get(struct dcr_catalog *c, const char *key, char *buf,
+		    size_t cap)
 {
 	sqlite3_stmt *st;
 	int rc, ret;
 
-	ret = prepare(c, "SELECT value FROM meta WHERE key = 'url'", &st);
+	buf[0] = '\0';
+	ret = prepare(c, "SELECT value FROM meta WHERE key = ?1", &st);
 	if (ret)
 		return ret;
+	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
-		const char *have = (const char *)sqlite3_column_text(st, 0);
-		if (!have || strcmp(have, url) != 0) {
+		const char *v = (const char *)sqlite3_column_text(st, 0);
+		snprintf(buf, cap, "%s", v ? v : "");
+		ret = 1;
+	} else if (rc != SQLITE_DONE) {
+		ret = sql_err(c, rc, "read meta");
+	}
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/*
+ * Check or record the store URL and the schema number; refuse a newer
+ * schema; CAT_CORRUPT for an unreadable schema row. Caller holds the lock and a transaction.
+ */
+static int check_meta(struct dcr_catalog *c, const char *url)
+{
+	char have[4096], schema[64], *end;
+	sqlite3_stmt *st;
+	unsigned long long n;
+	int rc, ret;
+
+	ret = meta_get(c, "url", have, sizeof(have));
+	if (ret < 0)
+		return ret;
+	if (ret > 0) {
+		ret = meta_get(c, "schema", schema, sizeof(schema));
+		if (ret < 0)
+			return ret;
+		errno = 0;
+		n = strtoull(schema, &end, 10);
+		if (ret == 0 || !schema[0] || *end || errno) {
+			snprintf(c->why, sizeof(c->why),
+				 "bad schema number '%.32s'", schema);
+			return CAT_CORRUPT;
+		}
+		if (n != strtoull(DCR_CATALOG_SCHEMA, NULL, 10)) {
+			dcr_err("catalog %s has schema %s, this dcrfs only "
+				"knows schema " DCR_CATALOG_SCHEMA
+				"%s; use another cache directory%s", c->path,
+				schema, n > 1 ? " (it was written by a newer "
+						"dcrfs)" : "",
+				n > 1 ? " or a newer dcrfs" : "");
+			return DCR_ERR(-EPROTONOSUPPORT);
+		}
+		if (strcmp(have, url) != 0) {
 			dcr_err("catalog %s belongs to store %s, not %s; "
 				"use another cache directory",
-				c->path, have ? have : "?", url);
-			sqlite3_finalize(st);
+				c->path, have[0] ? have : "?", url);
 			return DCR_ERR(-EEXIST);
 		}
-		sqlite3_finalize(st);
-	} else if (rc == SQLITE_DONE) {
-		sqlite3_finalize(st);
-		ret = prepare(c, "INSERT INTO meta(key, value) VALUES "
-				 "('url', ?1), ('schema', '" DCR_CATALOG_SCHEMA
-				 "')", &st);
-		if (ret)
-			return ret;
-		sqlite3_bind_text(st, 1, url, -1, SQLITE_STATIC);
-		rc = sqlite3_step(st);
-		sqlite3_finalize(st);
-		if (rc != SQLITE_DONE)
-			return sql_err(c, rc, "record store url");
-	} else {
-		ret = sql_err(c, rc, "read meta");
-		sqlite3_finalize(st);
-		return ret;
+		return 0;
 	}
+	ret = prepare(c, "INSERT OR REPLACE INTO meta(key, value) VALUES "
+			 "('url', ?1), ('schema', '" DCR_CATALOG_SCHEMA "')",
+		      &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_text(st, 1, url, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return sql_err(c, rc, "record store url");
+	c->fresh = true;
 	return 0;
 }
 
-int dcr_catalog_open(const char *path, const char *url,
-		     struct dcr_catalog **out)
+/*
+ * The checks dcr_manifest_validate applies to a version's header, for
+ * rows read back from the database (which may have been damaged or
+ * edited): valid chunk size, parent older, counts bounded.
+ */
+static bool header_ok(uint64_t v, uint64_t parent, int64_t cs, int64_t nfiles,
+		      int64_t npacks)
 {
-	struct dcr_catalog *c;
+	return v >= 1 && v <= INT64_MAX && parent < v &&
+	       cs > 0 && dcr_chunk_size_valid((uint64_t)cs) &&
+	       nfiles >= 0 && nfiles < UINT32_MAX - 1 &&
+	       npacks >= 0 && npacks <= UINT32_MAX;
+}
+
+/* Check every version header row. Caller holds the lock. */
+static int check_headers(struct dcr_catalog *c)
+{
+	sqlite3_stmt *st;
+	int rc, ret;
+
+	ret = prepare(c, "SELECT version, parent, chunk_size, nfiles, npacks "
+			 "FROM versions", &st);
+	if (ret)
+		return ret;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		uint64_t v = (uint64_t)sqlite3_column_int64(st, 0);
+		uint64_t p = (uint64_t)sqlite3_column_int64(st, 1);
+
+		if (!header_ok(v, p, sqlite3_column_int64(st, 2),
+			       sqlite3_column_int64(st, 3),
+			       sqlite3_column_int64(st, 4))) {
+			snprintf(c->why, sizeof(c->why),
+				 "invalid row of version %llu: parent %llu, "
+				 "chunk size %lld", (unsigned long long)v,
+				 (unsigned long long)p,
+				 (long long)sqlite3_column_int64(st, 2));
+			sqlite3_finalize(st);
+			return CAT_CORRUPT;
+		}
+	}
+	ret = rc == SQLITE_DONE ? 0 : sql_err(c, rc, "check versions");
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/* Open the database at @c->path and check it. CAT_CORRUPT if it must be
+ * set aside. On failure c->db is closed. */
+static int open_db(struct dcr_catalog *c, const char *url)
+{
+	char mark[PATH_MAX + 16];
 	int fd, rc, ret;
 
-	*out = NULL;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return DCR_ERR(-ENOMEM);
-	c->path = strdup(path);
-	if (!c->path) {
-		ret = DCR_ERR(-ENOMEM);
-		goto err_free;
-	}
 	/* Create the file ourselves so that it is 0600 whatever the umask;
 	 * SQLite gives the -wal and -shm files the same mode. */
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	fd = open(c->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = -errno;
-		dcr_err("catalog %s: %s", path, dcr_strerror(ret));
-		goto err_free;
+		dcr_err("catalog %s: %s", c->path, dcr_strerror(ret));
+		return ret;
 	}
 	close(fd);
+	snprintf(mark, sizeof(mark), "%s.rebuild", c->path);
+	c->why[0] = '\0';
+	c->last_rc = 0;
+	if (access(mark, F_OK) == 0) {
+		snprintf(c->why, sizeof(c->why),
+			 "damage found while it was in use");
+		return CAT_CORRUPT;
+	}
 
-	rc = sqlite3_open_v2(path, &c->db,
+	c->fresh = false;
+	c->quiet_corrupt = true;
+	rc = sqlite3_open_v2(c->path, &c->db,
 			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc != SQLITE_OK) {
 		ret = sql_err(c, rc, "open");
@@ -251,6 +384,8 @@ int dcr_catalog_open(const char *path, const char *url,
 	ret = exec_locked(c, schema_sql);
 	if (!ret)
 		ret = check_meta(c, url);
+	if (!ret)
+		ret = check_headers(c);
 	if (ret) {
 		exec_locked(c, "ROLLBACK");
 		goto err_close_db;
@@ -258,16 +393,125 @@ int dcr_catalog_open(const char *path, const char *url,
 	ret = exec_locked(c, "COMMIT");
 	if (ret)
 		goto err_close_db;
+	c->quiet_corrupt = false;
+	atomic_init(&c->waiting, 0);
+	return 0;
+
+err_close_db:
+	c->quiet_corrupt = false;
+	sqlite3_close(c->db);
+	c->db = NULL;
+	return ret;
+}
+
+/* Rename @path and its -wal and -shm to <path>.corrupt-<unix time>. */
+static int set_aside(const char *path, char *dst, size_t cap)
+{
+	static const char *const sfx[] = { "-wal", "-shm" };
+	long long now = (long long)time(NULL);
+	char from[PATH_MAX + 8], to[PATH_MAX + 64];
+
+	for (int k = 0;; k++) {
+		if (k == 0)
+			snprintf(dst, cap, "%s.corrupt-%lld", path, now);
+		else
+			snprintf(dst, cap, "%s.corrupt-%lld.%d", path, now, k);
+		if (access(dst, F_OK) != 0 || k >= 100)
+			break;
+	}
+	if (rename(path, dst) < 0) {
+		int ret = -errno;
+		dcr_err("catalog %s is corrupt and cannot be moved aside: %s",
+			path, dcr_strerror(ret));
+		return ret;
+	}
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(sfx); i++) {
+		snprintf(from, sizeof(from), "%s%s", path, sfx[i]);
+		snprintf(to, sizeof(to), "%s%s", dst, sfx[i]);
+		if (rename(from, to) < 0 && errno != ENOENT)
+			unlink(from);
+	}
+	snprintf(from, sizeof(from), "%s.rebuild", path);
+	unlink(from);
+	return 0;
+}
+
+int dcr_catalog_open(const char *path, const char *url,
+		     struct dcr_catalog **out)
+{
+	char aside[PATH_MAX + 32];
+	struct dcr_catalog *c;
+	int ret;
+
+	*out = NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return DCR_ERR(-ENOMEM);
+	c->path = strdup(path);
+	if (!c->path) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free;
+	}
+	ret = open_db(c, url);
+	if (ret == CAT_CORRUPT) {
+		/*
+		 * The store is the source of truth: set the damaged file
+		 * aside (for a post-mortem) and start afresh. Versions are
+		 * indexed again from the store; the cached chunk files stay
+		 * and are re-adopted (see dcr_cache_open), then verified on
+		 * their first use.
+		 */
+		ret = set_aside(path, aside, sizeof(aside));
+		if (ret)
+			goto err_free;
+		dcr_warn("catalog %s is corrupt (%s); moved it to %s and "
+			 "started a new catalog: versions are indexed again "
+			 "from the store, cached chunks are kept", path,
+			 c->why[0] ? c->why : sqlite3_errstr(c->last_rc),
+			 aside);
+		c->last_rc = 0;
+		ret = open_db(c, url);
+		if (ret == CAT_CORRUPT) {
+			dcr_err("catalog %s: a new catalog is corrupt too",
+				path);
+			ret = DCR_ERR(-EIO);
+		}
+	}
+	if (ret)
+		goto err_free;
 	pthread_mutex_init(&c->lock, NULL);
 	*out = c;
 	return 0;
 
-err_close_db:
-	sqlite3_close(c->db);
 err_free:
 	free(c->path);
 	free(c);
 	return ret;
+}
+
+bool dcr_catalog_is_new(const struct dcr_catalog *c)
+{
+	return c->fresh;
+}
+
+/*
+ * Record that the database is damaged (invalid rows, or SQLite found a
+ * corrupt page while serving): the next open sets it aside and starts
+ * afresh. A marker file next to it, not a row, so it works whatever
+ * state the database is in. Best effort.
+ */
+static void mark_corrupt(struct dcr_catalog *c, const char *why)
+{
+	char mark[PATH_MAX + 16];
+	int fd;
+
+	snprintf(mark, sizeof(mark), "%s.rebuild", c->path);
+	fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	if (write(fd, why, strlen(why)) < 0)
+		(void)0; /* the file's existence is the mark */
+	close(fd);
 }
 
 void dcr_catalog_close(struct dcr_catalog *c)
@@ -293,83 +537,95 @@ static int step_done(struct dcr_catalog *c, sqlite3_stmt *st, const char *what)
 	return 0;
 }
 
-/* Insert all rows of @m. Caller holds the lock and a transaction. */
-static int add_version_rows(struct dcr_catalog *c, const struct dcr_manifest *m)
+/* Rows written per transaction by dcr_catalog_add_version. */
+#define ADD_BATCH 8192
+
+/* Where dcr_catalog_add_version is in @m's rows. */
+struct add_pos {
+	uint32_t pack;    /* next pack row */
+	uint32_t file;    /* next file row */
+	uint32_t cfile;   /* file of the next chunk row */
+	uint64_t chunk;   /* next chunk row of cfile */
+};
+
+/*
+ * Insert up to ADD_BATCH of @m's pack, file and chunk rows from @pos on,
+ * advancing it; *@done set when all are in. Caller holds the lock and a
+ * transaction.
+ */
+static int add_batch(struct dcr_catalog *c, const struct dcr_manifest *m,
+		     struct add_pos *pos, bool *done)
 {
 	sqlite3_stmt *st = NULL;
 	int64_t v = (int64_t)m->version;
-	int ret;
+	size_t left = ADD_BATCH;
+	int ret = 0;
 
-	ret = prepare(c, "INSERT INTO versions(version, parent, ctime_ns, "
-			 "chunk_size, nfiles, npacks) VALUES (?1,?2,?3,?4,?5,?6)",
-		      &st);
-	if (ret)
-		return ret;
-	sqlite3_bind_int64(st, 1, v);
-	sqlite3_bind_int64(st, 2, (int64_t)m->parent);
-	sqlite3_bind_int64(st, 3, m->ctime_ns);
-	sqlite3_bind_int64(st, 4, m->chunk_size);
-	sqlite3_bind_int64(st, 5, m->nfiles);
-	sqlite3_bind_int64(st, 6, m->npacks);
-	ret = step_done(c, st, "insert version");
-	sqlite3_finalize(st);
-	if (ret)
-		return ret;
-
-	ret = prepare(c, "INSERT INTO packs(version, idx, hash) "
-			 "VALUES (?1,?2,?3)", &st);
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < m->npacks && !ret; i++) {
-		sqlite3_bind_int64(st, 1, v);
-		sqlite3_bind_int64(st, 2, i);
-		sqlite3_bind_blob(st, 3, m->packs[i], DCR_HASH_LEN,
-				  SQLITE_STATIC);
-		ret = step_done(c, st, "insert pack");
-	}
-	sqlite3_finalize(st);
-	if (ret)
-		return ret;
-
-	ret = prepare(c, "INSERT INTO files(version, idx, path, type, mode, "
-			 "size, mtime_ns, sha256, base, nchunks) "
-			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)", &st);
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < m->nfiles && !ret; i++) {
-		const struct dcr_file *f = &m->files[i];
-		sqlite3_bind_int64(st, 1, v);
-		sqlite3_bind_int64(st, 2, i);
-		sqlite3_bind_text(st, 3, f->path, -1, SQLITE_STATIC);
-		sqlite3_bind_int(st, 4, f->type);
-		sqlite3_bind_int64(st, 5, f->mode);
-		sqlite3_bind_int64(st, 6, (int64_t)f->size);
-		sqlite3_bind_int64(st, 7, f->mtime_ns);
-		sqlite3_bind_blob(st, 8, f->sha256, DCR_HASH_LEN,
-				  SQLITE_STATIC);
-		sqlite3_bind_int64(st, 9, f->base);
-		sqlite3_bind_int64(st, 10, (int64_t)f->nchunks);
-		ret = step_done(c, st, "insert file");
-	}
-	sqlite3_finalize(st);
-	if (ret)
-		return ret;
-
-	ret = prepare(c, "INSERT INTO chunks(version, file, idx, kind, pack, "
-			 "off, len, hash) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
-		      &st);
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < m->nfiles && !ret; i++) {
-		const struct dcr_file *f = &m->files[i];
-		if (f->type != DCR_FT_REG)
-			continue;
-		for (uint64_t k = 0; k < f->nchunks && !ret; k++) {
-			const struct dcr_chunk_ref *ref = &f->chunks[k];
-			int same = ref->kind == DCR_CK_SAME;
+	*done = false;
+	if (pos->pack < m->npacks) {
+		ret = prepare(c, "INSERT INTO packs(version, idx, hash) "
+				 "VALUES (?1,?2,?3)", &st);
+		if (ret)
+			return ret;
+		for (; pos->pack < m->npacks && left && !ret; left--) {
+			uint32_t i = pos->pack++;
 			sqlite3_bind_int64(st, 1, v);
 			sqlite3_bind_int64(st, 2, i);
-			sqlite3_bind_int64(st, 3, (int64_t)k);
+			sqlite3_bind_blob(st, 3, m->packs[i], DCR_HASH_LEN,
+					  SQLITE_STATIC);
+			ret = step_done(c, st, "insert pack");
+		}
+		sqlite3_finalize(st);
+		if (ret)
+			return ret;
+	}
+	if (left && pos->file < m->nfiles) {
+		ret = prepare(c, "INSERT INTO files(version, idx, path, type, "
+				 "mode, size, mtime_ns, sha256, base, nchunks) "
+				 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)", &st);
+		if (ret)
+			return ret;
+		for (; pos->file < m->nfiles && left && !ret; left--) {
+			uint32_t i = pos->file++;
+			const struct dcr_file *f = &m->files[i];
+			sqlite3_bind_int64(st, 1, v);
+			sqlite3_bind_int64(st, 2, i);
+			sqlite3_bind_text(st, 3, f->path, -1, SQLITE_STATIC);
+			sqlite3_bind_int(st, 4, f->type);
+			sqlite3_bind_int64(st, 5, f->mode);
+			sqlite3_bind_int64(st, 6, (int64_t)f->size);
+			sqlite3_bind_int64(st, 7, f->mtime_ns);
+			sqlite3_bind_blob(st, 8, f->sha256, DCR_HASH_LEN,
+					  SQLITE_STATIC);
+			sqlite3_bind_int64(st, 9, f->base);
+			sqlite3_bind_int64(st, 10, (int64_t)f->nchunks);
+			ret = step_done(c, st, "insert file");
+		}
+		sqlite3_finalize(st);
+		if (ret)
+			return ret;
+	}
+	if (left) {
+		ret = prepare(c, "INSERT INTO chunks(version, file, idx, kind, "
+				 "pack, off, len, hash) "
+				 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8)", &st);
+		if (ret)
+			return ret;
+		while (pos->cfile < m->nfiles && left && !ret) {
+			const struct dcr_file *f = &m->files[pos->cfile];
+			const struct dcr_chunk_ref *ref;
+			int same;
+
+			if (f->type != DCR_FT_REG || pos->chunk >= f->nchunks) {
+				pos->cfile++;
+				pos->chunk = 0;
+				continue;
+			}
+			ref = &f->chunks[pos->chunk];
+			same = ref->kind == DCR_CK_SAME;
+			sqlite3_bind_int64(st, 1, v);
+			sqlite3_bind_int64(st, 2, pos->cfile);
+			sqlite3_bind_int64(st, 3, (int64_t)pos->chunk);
 			sqlite3_bind_int(st, 4, ref->kind);
 			sqlite3_bind_int64(st, 5, same ? 0 : ref->pack);
 			sqlite3_bind_int64(st, 6, same ? 0 : (int64_t)ref->off);
@@ -377,31 +633,161 @@ static int add_version_rows(struct dcr_catalog *c, const struct dcr_manifest *m)
 			sqlite3_bind_blob(st, 8, ref->hash, DCR_HASH_LEN,
 					  SQLITE_STATIC);
 			ret = step_done(c, st, "insert chunk");
+			pos->chunk++;
+			left--;
 		}
+		sqlite3_finalize(st);
+		if (ret)
+			return ret;
 	}
-	sqlite3_finalize(st);
-	return ret;
+	*done = pos->pack >= m->npacks && pos->file >= m->nfiles &&
+		pos->cfile >= m->nfiles;
+	return 0;
 }
 
-int dcr_catalog_add_version(struct dcr_catalog *c,
-			    const struct dcr_manifest *m)
+/* Run @fn in its own write transaction, with the lock held. */
+static int in_txn(struct dcr_catalog *c,
+		  int (*fn)(struct dcr_catalog *c, void *arg), void *arg)
 {
 	int ret;
 
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = exec_locked(c, "BEGIN IMMEDIATE");
 	if (ret)
 		goto out_unlock;
-	ret = add_version_rows(c, m);
-	if (ret) {
-		exec_locked(c, "ROLLBACK");
-		goto out_unlock;
-	}
-	ret = exec_locked(c, "COMMIT");
+	ret = fn(c, arg);
+	if (!ret)
+		ret = exec_locked(c, "COMMIT");
 	if (ret)
 		exec_locked(c, "ROLLBACK");
 out_unlock:
 	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+struct add_ctx {
+	const struct dcr_manifest *m;
+	struct add_pos pos;
+	bool done;
+};
+
+/* -EEXIST if the version is indexed; else drop the rows of an earlier
+ * attempt that did not finish (a crash, an error) and start afresh. */
+static int add_begin(struct dcr_catalog *c, void *arg)
+{
+	struct add_ctx *a = arg;
+	static const char *const del[] = {
+		"DELETE FROM chunks WHERE version = ?1",
+		"DELETE FROM files WHERE version = ?1",
+		"DELETE FROM packs WHERE version = ?1",
+	};
+	sqlite3_stmt *st;
+	int rc, ret;
+
+	ret = prepare(c, "SELECT 1 FROM versions WHERE version = ?1", &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, (int64_t)a->m->version);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc == SQLITE_ROW)
+		return -EEXIST;
+	if (rc != SQLITE_DONE)
+		return sql_err(c, rc, "look up version");
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(del) && !ret; i++) {
+		ret = prepare(c, del[i], &st);
+		if (ret)
+			return ret;
+		sqlite3_bind_int64(st, 1, (int64_t)a->m->version);
+		ret = step_done(c, st, "drop partial version");
+		sqlite3_finalize(st);
+	}
+	return ret;
+}
+
+static int add_step(struct dcr_catalog *c, void *arg)
+{
+	struct add_ctx *a = arg;
+
+	return add_batch(c, a->m, &a->pos, &a->done);
+}
+
+/* The versions row, last: it is what makes the version visible. */
+static int add_finish(struct dcr_catalog *c, void *arg)
+{
+	const struct dcr_manifest *m = ((struct add_ctx *)arg)->m;
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = prepare(c, "INSERT INTO versions(version, parent, ctime_ns, "
+			 "chunk_size, nfiles, npacks) VALUES (?1,?2,?3,?4,?5,?6)",
+		      &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, (int64_t)m->version);
+	sqlite3_bind_int64(st, 2, (int64_t)m->parent);
+	sqlite3_bind_int64(st, 3, m->ctime_ns);
+	sqlite3_bind_int64(st, 4, m->chunk_size);
+	sqlite3_bind_int64(st, 5, m->nfiles);
+	sqlite3_bind_int64(st, 6, m->npacks);
+	ret = step_done(c, st, "insert version");
+	sqlite3_finalize(st);
+	return ret;
+}
+
+/* Best effort: remove the rows of a failed attempt. */
+static int add_abort(struct dcr_catalog *c, void *arg)
+{
+	struct add_ctx *a = arg;
+	sqlite3_stmt *st;
+	int rc;
+
+	/* Only if the version did not become visible meanwhile. */
+	if (prepare(c, "SELECT 1 FROM versions WHERE version = ?1", &st))
+		return -EIO;
+	sqlite3_bind_int64(st, 1, (int64_t)a->m->version);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return 0;
+	return add_begin(c, arg);
+}
+
+/*
+ * Index @m in batches of ADD_BATCH rows, one transaction each, with the
+ * mutex released between them, so that the point lookups of the read
+ * path wait for one batch (milliseconds), not for the whole version
+ * (seconds for millions of chunk rows). The version becomes visible
+ * only with its versions row, written last in its own small transaction;
+ * every reader looks a version up there first (dcr_catalog_versions,
+ * load_files) and asks for chunks only of versions it found, so nobody
+ * sees a half-indexed version. After a crash in the middle, the rows
+ * without a versions row are dropped when the version is indexed again.
+ */
+int dcr_catalog_add_version(struct dcr_catalog *c,
+			    const struct dcr_manifest *m)
+{
+	struct add_ctx a = { .m = m };
+	int ret;
+
+	ret = in_txn(c, add_begin, &a);
+	if (ret)
+		return ret; /* -EEXIST: indexed already */
+	while (!ret && !a.done) {
+		cat_yield(c);
+		ret = in_txn(c, add_step, &a);
+		if (ret == -EEXIST) {
+			/* add_begin cleared the version's rows: a duplicate
+			 * is a bug or a second writer, not "indexed". */
+			dcr_err("catalog %s: version %llu: duplicate rows",
+				c->path, (unsigned long long)m->version);
+			ret = DCR_ERR(-EIO);
+		}
+	}
+	if (!ret)
+		ret = in_txn(c, add_finish, &a);
+	if (ret && ret != -EEXIST)
+		in_txn(c, add_abort, &a);
 	return ret;
 }
 
@@ -415,7 +801,7 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 
 	*vs = NULL;
 	*n = 0;
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = prepare(c, "SELECT version, parent, ctime_ns, chunk_size, nfiles "
 			 "FROM versions ORDER BY version", &st);
 	if (ret)
@@ -435,6 +821,16 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 		arr[cnt].ctime_ns = sqlite3_column_int64(st, 2);
 		arr[cnt].chunk_size = (uint32_t)sqlite3_column_int64(st, 3);
 		arr[cnt].nfiles = (uint32_t)sqlite3_column_int64(st, 4);
+		/* Checked at open; a row changed since is refused too. */
+		if (!header_ok(arr[cnt].version, arr[cnt].parent,
+			       sqlite3_column_int64(st, 3),
+			       sqlite3_column_int64(st, 4), 0)) {
+			dcr_err("catalog %s: version %llu: invalid row",
+				c->path, (unsigned long long)arr[cnt].version);
+			mark_corrupt(c, "invalid version row");
+			ret = DCR_ERR(-EIO);
+			goto out_finalize;
+		}
 		cnt++;
 	}
 	if (rc != SQLITE_DONE)
@@ -452,12 +848,76 @@ out_unlock:
 	return 0;
 }
 
+/* Is there a directory @path[0..len) among files[0..n) (sorted)? */
+static bool dir_listed(const struct dcr_manifest *m, uint32_t n,
+		       const char *path, size_t len)
+{
+	uint32_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		const char *p = m->files[mid].path;
+		size_t plen = strlen(p);
+		int d = memcmp(p, path, DCR_MIN(plen, len));
+
+		if (d == 0)
+			d = plen < len ? -1 : plen > len ? 1 : 0;
+		if (d == 0)
+			return m->files[mid].type == DCR_FT_DIR;
+		if (d < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/*
+ * The file-level checks of dcr_manifest_validate, for rows read back
+ * from the database (chunk references are checked where they are read):
+ * valid, sorted, unique paths with their directories listed, valid types
+ * and modes, sizes and chunk counts consistent. 0, or -EBADMSG with
+ * the index of the first bad file in *@bad.
+ */
+static int check_files(const struct dcr_manifest *m, uint32_t *bad)
+{
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		const char *slash;
+		size_t len = strlen(f->path);
+
+		if (!dcr_path_valid(f->path, len) ||
+		    (i > 0 && strcmp(m->files[i - 1].path, f->path) >= 0) ||
+		    (f->mode & ~07777u))
+			goto bad;
+		slash = strrchr(f->path, '/');
+		if (slash && !dir_listed(m, i, f->path,
+					 (size_t)(slash - f->path)))
+			goto bad;
+		if (f->type == DCR_FT_DIR) {
+			if (f->size || f->nchunks || f->base != DCR_NO_BASE)
+				goto bad;
+		} else if (f->type != DCR_FT_REG || f->size > INT64_MAX ||
+			   f->nchunks != dcr_chunk_count(f->size,
+							 m->chunk_size) ||
+			   (f->base != DCR_NO_BASE && !m->parent)) {
+			goto bad;
+		}
+		continue;
+bad:
+		*bad = i;
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 /* Load the version row and file rows into @m. Caller holds the lock. */
 static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 			     struct dcr_manifest *m)
 {
 	sqlite3_stmt *st;
-	uint32_t i = 0, nfiles;
+	uint32_t i = 0, nfiles, bad = 0;
+	bool invalid = false;
 	int rc, ret;
 
 	ret = prepare(c, "SELECT parent, ctime_ns, chunk_size, nfiles "
@@ -476,6 +936,35 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 	m->ctime_ns = sqlite3_column_int64(st, 1);
 	m->chunk_size = (uint32_t)sqlite3_column_int64(st, 2);
 	nfiles = (uint32_t)sqlite3_column_int64(st, 3);
+	if (!header_ok(v, m->parent, sqlite3_column_int64(st, 2),
+		       sqlite3_column_int64(st, 3), 0)) {
+		sqlite3_finalize(st);
+		dcr_err("catalog %s: version %llu: invalid row",
+			c->path, (unsigned long long)v);
+		mark_corrupt(c, "invalid version row");
+		return DCR_ERR(-EIO);
+	}
+	sqlite3_finalize(st);
+
+	/* Bound the allocation below by the rows that really exist. */
+	ret = prepare(c, "SELECT COUNT(*) FROM files WHERE version = ?1", &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, (int64_t)v);
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW) {
+		ret = sql_err(c, rc, "count files");
+		sqlite3_finalize(st);
+		return ret;
+	}
+	if ((uint64_t)sqlite3_column_int64(st, 0) != nfiles) {
+		dcr_err("catalog %s: version %llu: %lld of %u file rows",
+			c->path, (unsigned long long)v,
+			(long long)sqlite3_column_int64(st, 0), nfiles);
+		sqlite3_finalize(st);
+		mark_corrupt(c, "missing file rows");
+		return DCR_ERR(-EIO);
+	}
 	sqlite3_finalize(st);
 
 	/* nfiles only once files exists: dcr_manifest_free walks it. */
@@ -499,6 +988,7 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 			dcr_err("catalog %s: version %llu: inconsistent file rows",
 				c->path, (unsigned long long)v);
 			ret = DCR_ERR(-EIO);
+			invalid = true;
 			goto out_finalize;
 		}
 		f = &m->files[i];
@@ -525,8 +1015,16 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 		dcr_err("catalog %s: version %llu: %u of %u file rows",
 			c->path, (unsigned long long)v, i, m->nfiles);
 		ret = DCR_ERR(-EIO);
+	} else if (check_files(m, &bad) != 0) {
+		dcr_err("catalog %s: version %llu: invalid file row %u (%s)",
+			c->path, (unsigned long long)v, bad,
+			m->files[bad].path);
+		ret = DCR_ERR(-EIO);
 	}
+	invalid = ret == -EIO && rc == SQLITE_DONE;
 out_finalize:
+	if (invalid)
+		mark_corrupt(c, "invalid file rows");
 	sqlite3_finalize(st);
 	return ret;
 }
@@ -537,7 +1035,7 @@ int dcr_catalog_load_files(struct dcr_catalog *c, uint64_t v,
 	int ret;
 
 	memset(m, 0, sizeof(*m));
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = load_files_locked(c, v, m);
 	pthread_mutex_unlock(&c->lock);
 	if (ret) {
@@ -622,7 +1120,7 @@ int dcr_catalog_load_manifest(struct dcr_catalog *c, uint64_t v,
 	int ret;
 
 	memset(m, 0, sizeof(*m));
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = load_files_locked(c, v, m);
 	if (!ret) {
 		sqlite3_stmt *st;
@@ -652,7 +1150,7 @@ int dcr_catalog_get_chunk(struct dcr_catalog *c, uint64_t v, uint32_t file,
 	int rc, ret;
 
 	memset(out, 0, sizeof(*out));
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = cached(c, ST_GET_CHUNK, &st);
 	if (ret)
 		goto out_unlock;
@@ -696,7 +1194,7 @@ int dcr_catalog_set_tags(struct dcr_catalog *c, const char *const *names,
 	sqlite3_stmt *st;
 	int ret;
 
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = exec_locked(c, "BEGIN IMMEDIATE");
 	if (ret)
 		goto out_unlock;
@@ -735,7 +1233,7 @@ int dcr_catalog_tags(struct dcr_catalog *c,
 	sqlite3_stmt *st;
 	int rc, ret;
 
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = prepare(c, "SELECT name, version FROM tags ORDER BY name", &st);
 	if (ret)
 		goto out_unlock;
@@ -761,7 +1259,7 @@ int dcr_catalog_cache_add(struct dcr_catalog *c,
 	sqlite3_stmt *st;
 	int rc, ret, existed = 0;
 
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = cached(c, ST_CACHE_GET_SIZE, &st);
 	if (ret)
 		goto out_unlock;
@@ -795,7 +1293,7 @@ int dcr_catalog_cache_touch(struct dcr_catalog *c,
 	sqlite3_stmt *st;
 	int ret;
 
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = cached(c, ST_CACHE_TOUCH, &st);
 	if (!ret) {
 		sqlite3_bind_blob(st, 1, hash, DCR_HASH_LEN, SQLITE_STATIC);
@@ -814,7 +1312,7 @@ int dcr_catalog_cache_del(struct dcr_catalog *c,
 	uint64_t sz = 0;
 	int rc, ret;
 
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = cached(c, ST_CACHE_GET_SIZE, &st);
 	if (ret)
 		goto out_unlock;
@@ -846,7 +1344,7 @@ int dcr_catalog_cache_total(struct dcr_catalog *c, uint64_t *bytes)
 	int rc, ret;
 
 	*bytes = 0;
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = prepare(c, "SELECT COALESCE(SUM(size), 0) FROM cache", &st);
 	if (ret)
 		goto out_unlock;
@@ -870,7 +1368,7 @@ int dcr_catalog_cache_oldest(struct dcr_catalog *c, size_t max,
 	int rc = SQLITE_DONE, ret;
 
 	*n = 0;
-	pthread_mutex_lock(&c->lock);
+	cat_lock(c);
 	ret = cached(c, ST_CACHE_OLDEST, &st);
 	if (ret)
 		goto out_unlock;
@@ -887,6 +1385,50 @@ int dcr_catalog_cache_oldest(struct dcr_catalog *c, size_t max,
 		ret = sql_err(c, rc, "list cache");
 	release(st);
 	*n = cnt;
+out_unlock:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int dcr_catalog_cache_adopt(struct dcr_catalog *c,
+			    const uint8_t (*hashes)[DCR_HASH_LEN],
+			    const uint64_t *sizes, size_t n, int64_t atime,
+			    uint64_t *added_bytes)
+{
+	sqlite3_stmt *st;
+	uint64_t added = 0;
+	int ret;
+
+	*added_bytes = 0;
+	cat_lock(c);
+	ret = exec_locked(c, "BEGIN IMMEDIATE");
+	if (ret)
+		goto out_unlock;
+	ret = prepare(c, "INSERT OR IGNORE INTO cache(hash, size, atime) "
+			 "VALUES (?1, ?2, ?3)", &st);
+	if (ret)
+		goto err_rollback;
+	for (size_t i = 0; i < n && !ret; i++) {
+		sqlite3_bind_blob(st, 1, hashes[i], DCR_HASH_LEN,
+				  SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, (int64_t)sizes[i]);
+		sqlite3_bind_int64(st, 3, atime);
+		ret = step_done(c, st, "adopt cached chunk");
+		if (!ret && sqlite3_changes(c->db) > 0)
+			added += sizes[i];
+	}
+	sqlite3_finalize(st);
+	if (ret)
+		goto err_rollback;
+	ret = exec_locked(c, "COMMIT");
+	if (ret)
+		goto err_rollback;
+	*added_bytes = added;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+
+err_rollback:
+	exec_locked(c, "ROLLBACK");
 out_unlock:
 	pthread_mutex_unlock(&c->lock);
 	return ret;

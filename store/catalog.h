@@ -23,8 +23,14 @@
  *   cache(hash BLOB PRIMARY KEY, size, atime)  + INDEX cache_atime(atime)
  *
  * All keyed tables are WITHOUT ROWID, so a chunk lookup is one O(log n)
- * B-tree descent. A version's rows are written in one transaction: after
- * a crash a version is either fully indexed or absent.
+ * B-tree descent. A version's rows are written in batches, its versions
+ * row last: a version is visible only once fully indexed, and after a
+ * crash it is absent (its partial rows are replaced when it is indexed
+ * again).
+ *
+ * Rows read back are not trusted more than the store: version and file
+ * rows get the checks of dcr_manifest_validate when loaded, and a
+ * damaged database is set aside and rebuilt (dcr_catalog_open).
  *
  * Thread-safety: every function may be called from any thread; the
  * catalog serialises them on one connection behind a mutex (see
@@ -33,6 +39,7 @@
 #ifndef DCR_CATALOG_H
 #define DCR_CATALOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,19 +70,35 @@ struct dcr_catalog_chunk {
  * dcr_catalog_open - open or create the catalog database at @path
  * (created with mode 0600, WAL journal, busy timeout) for the store
  * whose canonical URL is @url. A database that records another URL is
- * refused with -EEXIST (message logged). Returns 0 and *@out, or -errno
- * with the SQLite message logged once.
+ * refused with -EEXIST, one with a schema number other than this
+ * code's with -EPROTONOSUPPORT (message logged).
+ *
+ * A damaged database - SQLite reports it corrupt or not a database, a
+ * version row fails the checks of dcr_manifest_validate, or an earlier
+ * run found invalid rows or corrupt pages while serving (it leaves a
+ * marker, <path>.rebuild) - is renamed with its -wal and -shm files to
+ * <path>.corrupt-<unix time>, one warning is logged, and a new empty
+ * catalog is created: the store is the source of truth.
+ *
+ * Returns 0 and *@out, or -errno with the SQLite message logged once.
  */
 int dcr_catalog_open(const char *path, const char *url,
 		     struct dcr_catalog **out);
+
+/** True if dcr_catalog_open created the database (new or rebuilt). */
+bool dcr_catalog_is_new(const struct dcr_catalog *c);
 
 /** Close and free; NULL accepted. No other call may be running. */
 void dcr_catalog_close(struct dcr_catalog *c);
 
 /**
  * dcr_catalog_add_version - index the decoded, validated manifest @m
- * (all its files, packs and chunk references) in one transaction.
- * -EEXIST if the version is already indexed, else 0 or -errno.
+ * (all its files, packs and chunk references), in transactions of a few
+ * thousand rows with the lock released between them so that lookups are
+ * not stalled; the version becomes visible (dcr_catalog_versions,
+ * dcr_catalog_load_files) only when complete. Calls for the same
+ * version must not overlap. -EEXIST if the version is already indexed,
+ * else 0 or -errno.
  */
 int dcr_catalog_add_version(struct dcr_catalog *c,
 			    const struct dcr_manifest *m);
@@ -91,7 +114,9 @@ int dcr_catalog_versions(struct dcr_catalog *c,
  * dcr_catalog_load_files - fill @m with version @v's header and files
  * (path, type, mode, size, mtime, sha256, base, nchunks) but no chunk
  * references (files[i].chunks == NULL) and no packs. Free with
- * dcr_manifest_free. -ENOENT if @v is not indexed, else 0 or -errno.
+ * dcr_manifest_free. -ENOENT if @v is not indexed; -EIO (logged) if the
+ * rows fail the checks of dcr_manifest_validate (the catalog is then
+ * rebuilt at the next open); else 0 or -errno.
  */
 int dcr_catalog_load_files(struct dcr_catalog *c, uint64_t v,
 			   struct dcr_manifest *m);
@@ -149,6 +174,17 @@ int dcr_catalog_cache_touch(struct dcr_catalog *c,
  */
 int dcr_catalog_cache_del(struct dcr_catalog *c,
 			  const uint8_t hash[DCR_HASH_LEN], uint64_t *size);
+
+/**
+ * dcr_catalog_cache_adopt - record the @n chunks @hashes of @sizes bytes
+ * that have no row yet, last used at @atime, in one transaction (rows
+ * that exist are left alone). *@added_bytes receives the sum of the
+ * sizes of the rows added. 0 or -errno.
+ */
+int dcr_catalog_cache_adopt(struct dcr_catalog *c,
+			    const uint8_t (*hashes)[DCR_HASH_LEN],
+			    const uint64_t *sizes, size_t n, int64_t atime,
+			    uint64_t *added_bytes);
 
 /** dcr_catalog_cache_total - the sum of all recorded sizes. */
 int dcr_catalog_cache_total(struct dcr_catalog *c, uint64_t *bytes);

@@ -38,6 +38,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -45,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +72,11 @@
 #define CODEC_POOL_MAX 16
 /* Hex digits of the store-URL hash naming the per-store directory. */
 #define STORE_ID_LEN 16
+/* A manifest object larger than this is refused (as core/objstore.c). */
+#define MANIFEST_OBJ_MAX ((size_t)2 << 30)
+/* A failure to read the same manifest is logged at most this often. */
+#define FETCH_LOG_INTERVAL_NS ((int64_t)600 * 1000000000)
+#define FETCH_LOG_SLOTS 8
 
 /* One known version. The tree (m, entries, info) is built lazily. */
 struct rver {
@@ -121,8 +128,18 @@ struct dcr_reader {
 	struct dcr_cache *cache;
 	int fetch_threads;
 
+	int lock_fd;           /* flock on <dir>/lock for our lifetime */
+
 	pthread_mutex_t refresh_lock;
 	bool listed;           /* "versions/" listed once in this process */
+	/* Last logged store failures, by version (0 = the listing), for
+	 * rate-limiting; under refresh_lock. */
+	struct {
+		uint64_t v;
+		int err;
+		int64_t at_ns;
+	} flog[FETCH_LOG_SLOTS];
+	unsigned flog_next;
 
 	pthread_mutex_t lock;
 	struct rver **vers;    /* ascending by v */
@@ -383,23 +400,51 @@ static int build_tree(struct rver *rv)
 	return 0;
 }
 
-/* Make sure @rv's tree is loaded. Caller holds the lock. */
+/*
+ * Make sure @rv's tree is loaded. Called without the lock: the catalog
+ * read and the tree build run unlocked (the catalog may be busy indexing
+ * a new version), and the result is installed under the lock; two
+ * threads racing to load the same version both build it and the loser
+ * frees its copy. Once loaded, m, entries and info never change.
+ */
 static int rver_load(struct dcr_reader *r, struct rver *rv)
 {
+	struct rver tmp;
+	bool loaded;
 	int ret;
 
-	if (rv->loaded)
+	pthread_mutex_lock(&r->lock);
+	loaded = rv->loaded;
+	pthread_mutex_unlock(&r->lock);
+	if (loaded)
 		return 0;
-	ret = dcr_catalog_load_files(r->cat, rv->v, &rv->m);
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.v = rv->v;
+	tmp.parent = rv->parent;
+	tmp.ctime_ns = rv->ctime_ns;
+	tmp.chunk_size = rv->chunk_size;
+	tmp.nfiles = rv->nfiles;
+	ret = dcr_catalog_load_files(r->cat, rv->v, &tmp.m);
 	if (ret)
 		return ret == -ENOENT ? DCR_ERR(-EIO) : ret;
-	ret = build_tree(rv);
+	ret = build_tree(&tmp);
 	if (ret) {
-		dcr_manifest_free(&rv->m);
-		memset(&rv->m, 0, sizeof(rv->m));
+		dcr_manifest_free(&tmp.m);
 		return ret;
 	}
-	rv->loaded = true;
+	pthread_mutex_lock(&r->lock);
+	if (!rv->loaded) {
+		rv->m = tmp.m;
+		rv->entries = tmp.entries;
+		rv->info = tmp.info;
+		rv->info.entries = rv->entries;
+		rv->loaded = true;
+		tmp.entries = NULL;
+		memset(&tmp.m, 0, sizeof(tmp.m));
+	}
+	pthread_mutex_unlock(&r->lock);
+	dcr_manifest_free(&tmp.m);
+	free(tmp.entries);
 	return 0;
 }
 
@@ -411,8 +456,8 @@ static int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out)
 
 	pthread_mutex_lock(&r->lock);
 	rv = vers_find(r, v);
-	ret = rv ? rver_load(r, rv) : -ENOENT;
 	pthread_mutex_unlock(&r->lock);
+	ret = rv ? rver_load(r, rv) : -ENOENT;
 	*out = ret ? NULL : rv;
 	return ret;
 }
@@ -478,6 +523,52 @@ static int load_catalog(struct dcr_reader *r)
 	return dcr_catalog_tags(r->cat, load_tag, r);
 }
 
+/*
+ * Take the per-store cache directory for this reader's lifetime: two
+ * processes sharing it would delete each other's temporary files and
+ * account the same bytes twice. flock(2) on <dir>/lock, which holds the
+ * owner's pid for the message; the lock dies with the process, so a
+ * crash leaves nothing to clean up. -EBUSY (logged) if it is taken.
+ */
+static int lock_dir(struct dcr_reader *r, const char *shown)
+{
+	char path[PATH_MAX], pid[32];
+	ssize_t n;
+	int fd, ret;
+
+	if (snprintf(path, sizeof(path), "%s/lock", r->dir) >=
+	    (int)sizeof(path))
+		return DCR_ERR(-ENAMETOOLONG);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		dcr_err("cache directory %s: %s: %s", shown, path,
+			dcr_strerror(ret));
+		return ret;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		ret = -errno;
+		if (ret == -EWOULDBLOCK) {
+			n = pread(fd, pid, sizeof(pid) - 1, 0);
+			pid[n > 0 ? n : 0] = '\0';
+			pid[strcspn(pid, "\n")] = '\0';
+			dcr_err("cache directory %s is in use by another dcrfs "
+				"(pid %s)", shown, pid[0] ? pid : "unknown");
+			ret = DCR_ERR(-EBUSY);
+		} else {
+			dcr_err("cache directory %s: cannot lock %s: %s",
+				shown, path, dcr_strerror(ret));
+		}
+		close(fd);
+		return ret;
+	}
+	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		dcr_warn("cache directory %s: cannot write %s", shown, path);
+	r->lock_fd = fd;
+	return 0;
+}
+
 int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		    struct dcr_reader **out)
 {
@@ -512,6 +603,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return DCR_ERR(-ENOMEM);
+	r->lock_fd = -1;
 	r->st = st;
 	r->fetch_threads = opts->fetch_threads > 0 ? opts->fetch_threads :
 			   strcmp(st->ops->name, "s3") == 0 ?
@@ -535,6 +627,9 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		ret = DCR_ERR(-ENOMEM);
 		goto err_close;
 	}
+	ret = lock_dir(r, opts->cache_dir);
+	if (ret)
+		goto err_close;
 	if (snprintf(path, sizeof(path), "%s/catalog.db", r->dir) >=
 	    (int)sizeof(path)) {
 		ret = DCR_ERR(-ENAMETOOLONG);
@@ -578,6 +673,8 @@ void dcr_reader_close(struct dcr_reader *r)
 	pthread_mutex_destroy(&r->sf_lock);
 	pthread_mutex_destroy(&r->lock);
 	pthread_mutex_destroy(&r->refresh_lock);
+	if (r->lock_fd >= 0)
+		close(r->lock_fd); /* releases the flock */
 	free(r->dir);
 	free(r);
 }
@@ -632,10 +729,87 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
 }
 
 /*
+ * Fetch and decode version @v's manifest. -ENOENT if absent, -EBADMSG if
+ * corrupt (logged, naming the key), other -errno for a store failure,
+ * which is not logged here (see fetch_failed).
+ */
+static int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
+			  struct dcr_manifest *m)
+{
+	const char *url = r->st->url ? r->st->url : "store";
+	struct dcr_buf b;
+	int ret;
+
+	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
+	ret = dcr_store_get(r->st, key, 0, DCR_GET_ALL, &b);
+	if (ret)
+		goto out_free;
+	ret = dcr_manifest_decode(b.data, b.len, m);
+	if (ret) {
+		dcr_err("%s: manifest %s is corrupt or invalid (%s)", url, key,
+			dcr_strerror(ret));
+	} else if (m->version != v) {
+		dcr_err("%s: manifest %s claims to be version %llu", url, key,
+			(unsigned long long)m->version);
+		dcr_manifest_free(m);
+		memset(m, 0, sizeof(*m));
+		ret = DCR_ERR(-EBADMSG);
+	}
+out_free:
+	dcr_buf_free(&b);
+	return ret;
+}
+
+/*
+ * Errors of one object that the next poll would meet again: such a
+ * version is skipped like a corrupt one (a directory where the manifest
+ * should be, a manifest over the size limit, access refused to this one
+ * key). Anything else (EIO, ETIMEDOUT, ... from a sick server) is
+ * retried at the next refresh.
+ */
+static bool permanent_err(int e)
+{
+	return e == -EBADMSG || e == -EISDIR || e == -ENOTDIR ||
+	       e == -EFBIG || e == -E2BIG || e == -EACCES || e == -EPERM ||
+	       e == -ELOOP || e == -ENAMETOOLONG || e == -EINVAL;
+}
+
+/*
+ * Log a failure to read version @v's manifest (@v 0: to list versions/),
+ * at most once per FETCH_LOG_INTERVAL_NS for the same version and
+ * error; repeats go to the debug log. Caller holds refresh_lock.
+ */
+static void fetch_failed(struct dcr_reader *r, uint64_t v, int err,
+			 const char *what)
+{
+	const char *url = r->st->url ? r->st->url : "store";
+	int64_t now = dcr_now_ns();
+	unsigned slot = FETCH_LOG_SLOTS;
+	char key[64] = "versions/";
+
+	if (v)
+		dcr_version_key(v, key, sizeof(key));
+	for (unsigned i = 0; i < FETCH_LOG_SLOTS; i++)
+		if (r->flog[i].at_ns && r->flog[i].v == v)
+			slot = i;
+	if (slot < FETCH_LOG_SLOTS && r->flog[slot].err == err &&
+	    now - r->flog[slot].at_ns < FETCH_LOG_INTERVAL_NS) {
+		dcr_debug("%s: cannot read %s: %s (again)", url, key,
+			  dcr_strerror(err));
+		return;
+	}
+	if (slot == FETCH_LOG_SLOTS)
+		slot = r->flog_next++ % FETCH_LOG_SLOTS;
+	r->flog[slot].v = v;
+	r->flog[slot].err = err;
+	r->flog[slot].at_ns = now;
+	dcr_err("%s: cannot read %s: %s%s", url, key, dcr_strerror(err), what);
+}
+
+/*
  * Fetch, verify and index version @v. 0 if indexed or skipped as
  * corrupt (logged once), -ENOENT if it does not exist, other -errno for
- * a store failure worth retrying at the next refresh (logged by the
- * store).
+ * a store failure (not logged: the caller marks or retries and logs).
  */
 static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 			 uint64_t v)
@@ -647,14 +821,14 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 
 	dcr_version_key(v, key, sizeof(key));
 	memset(&m, 0, sizeof(m));
-	ret = dcr_store_get_manifest(r->st, v, &m);
+	ret = fetch_manifest(r, v, key, &m);
 	if (ret == -EBADMSG) {
-		/* dcr_store_get_manifest logged it, naming the key. */
+		/* fetch_manifest logged it, naming the key. */
 		mark_bad(r, v);
 		return 0;
 	}
 	if (ret)
-		return ret;
+		return ret; /* not logged: the caller decides */
 	ret = dcr_manifest_validate(&m);
 	if (ret) {
 		dcr_err("%s: corrupt manifest: %s", key, dcr_strerror(ret));
@@ -677,8 +851,10 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 
 	ret = dcr_catalog_add_version(r->cat, &m);
 	if (ret && ret != -EEXIST) {
+		/* Our catalog failed (and logged), not the manifest: never
+		 * a reason to skip the version, retry it. */
 		dcr_manifest_free(&m);
-		return ret;
+		return ret == -ENOMEM ? ret : DCR_ERR(-EIO);
 	}
 	rv = rver_new(v, m.parent, m.ctime_ns, m.chunk_size, m.nfiles);
 	refresh_ctx_free(ctx);
@@ -725,45 +901,84 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* First refresh in this process: list everything, index what is new. */
-static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx)
+/*
+ * List versions/ and index every version not known yet. The first
+ * refresh of a process does this, and so does a probe that met an error
+ * other than "absent" (@fail_v, @fail_err: not fetched again here), so
+ * that one unreadable version does not hide the ones after it. A
+ * version that fails with a permanent error (permanent_err) is marked
+ * bad and logged once; after a transient one the next refresh lists
+ * again, so that it is retried and not skipped by probing past it.
+ */
+static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
+			uint64_t fail_v, int fail_err)
 {
 	struct vlist l = { 0 };
-	bool transient = false;
+	bool transient = false, seen_fail = false;
+	char key[64];
 	int ret;
 
 	ret = dcr_store_list(r->st, "versions/", collect_version, &l);
 	if (ret && ret != -ENOENT) {
-		dcr_err("%s: cannot list versions/: %s",
-			r->st->url ? r->st->url : "store", dcr_strerror(ret));
+		if (fail_v)
+			fetch_failed(r, fail_v, fail_err, "");
+		fetch_failed(r, 0, ret, "");
 		free(l.v);
 		return ret;
 	}
+	ret = 0;
 	qsort(l.v, l.n, sizeof(*l.v), cmp_u64);
 	for (size_t i = 0; i < l.n; i++) {
 		bool known;
+		int rc;
 
+		if (i > 0 && l.v[i] == l.v[i - 1])
+			continue;
 		pthread_mutex_lock(&r->lock);
 		known = vers_find(r, l.v[i]) || is_bad(r, l.v[i]);
 		pthread_mutex_unlock(&r->lock);
 		if (known)
 			continue;
-		ret = index_version(r, ctx, l.v[i]);
-		if (ret == -ENOMEM)
+		if (l.v[i] == fail_v) {
+			rc = fail_err;
+			seen_fail = true;
+		} else {
+			rc = index_version(r, ctx, l.v[i]);
+		}
+		if (rc == -ENOMEM) {
+			ret = rc;
 			break;
-		if (ret)
-			transient = true;
-		ret = 0;
+		}
+		if (!rc)
+			continue;
+		if (permanent_err(rc)) {
+			/* Would fail the same way forever: skip it, once. */
+			dcr_version_key(l.v[i], key, sizeof(key));
+			dcr_err("%s: cannot read %s: %s; version %llu is "
+				"skipped", r->st->url ? r->st->url : "store",
+				key, dcr_strerror(rc),
+				(unsigned long long)l.v[i]);
+			mark_bad(r, l.v[i]);
+			continue;
+		}
+		if (rc != -ENOENT) /* deleted since listed: nothing to say */
+			fetch_failed(r, l.v[i], rc, "; retrying at the next "
+						    "refresh");
+		transient = true;
 	}
+	if (fail_v && !seen_fail)
+		fetch_failed(r, fail_v, fail_err, ""); /* not even listed */
 	free(l.v);
-	/* After a transient failure, list again next time so that the
-	 * version that failed is not skipped by probing past it. */
-	if (!ret && !transient)
-		r->listed = true;
+	if (!ret)
+		r->listed = !transient;
 	return ret;
 }
 
-/* Later refreshes: probe n+1, n+2, ... until one does not exist. */
+/*
+ * Later refreshes: probe n+1, n+2, ... until one does not exist (one
+ * cheap GET when nothing is new). Any other failure falls back to a
+ * listing (refresh_list), which finds the versions after it.
+ */
 static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 {
 	uint64_t next;
@@ -776,8 +991,10 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 		ret = index_version(r, ctx, ++next);
 		if (ret == -ENOENT)
 			return 0;
-		if (ret)
+		if (ret == -ENOMEM)
 			return ret;
+		if (ret)
+			return refresh_list(r, ctx, next, ret);
 	}
 }
 
@@ -889,7 +1106,7 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	int ret;
 
 	pthread_mutex_lock(&r->refresh_lock);
-	ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx);
+	ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
 	refresh_ctx_free(&ctx);
 	if (!ret)
 		ret = refresh_tags(r);
@@ -1043,10 +1260,18 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 	struct dcr_catalog_chunk ref = *ref0;
 	struct rver *cur = (struct rver *)w->rv, *pv;
 	uint32_t cf = w->file, pf;
+	uint64_t steps = 0;
 	bool first = true;
 	int ret;
 
 	for (;;) {
+		/* Parents strictly decrease, so a chain has at most v links;
+		 * anything else is a damaged catalog, not a reason to spin. */
+		if (++steps > w->rv->v) {
+			RERR(WHERE_FMT ": the parent chain is longer than the "
+			     "version number", WHERE_ARGS(w));
+			return DCR_ERR(-EIO);
+		}
 		if (!first) {
 			ret = dcr_cache_read(r->cache, ref.hash, clen, 0, out,
 					     clen);
@@ -1077,6 +1302,13 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 		}
 
 		pf = cur->m.files[cf].base;
+		if (cur->parent >= cur->v) {
+			RERR(WHERE_FMT ": version %llu has parent %llu, which "
+			     "is not older", WHERE_ARGS(w),
+			     (unsigned long long)cur->v,
+			     (unsigned long long)cur->parent);
+			return DCR_ERR(-EIO);
+		}
 		if (!cur->parent || pf == DCR_NO_BASE) {
 			RERR(WHERE_FMT ": version %llu refers to a parent "
 				"chunk but has no parent", WHERE_ARGS(w),

@@ -70,6 +70,11 @@ struct dcr_tag {
  * dcr_reader_open - open (or create) the catalog and cache in
  * opts->cache_dir for @st. The reader does not own @st; it must outlive
  * the reader. Does not contact the store: call dcr_reader_refresh.
+ * The per-store directory is locked (flock on its "lock" file, which
+ * holds the pid) until dcr_reader_close: a second reader of the same
+ * store and cache_dir, in any process, fails with -EBUSY and the message
+ * "cache directory X is in use by another dcrfs (pid N)". A corrupt
+ * catalog is set aside and rebuilt (see dcr_catalog_open).
  */
 int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		    struct dcr_reader **out);
@@ -81,9 +86,13 @@ void dcr_reader_close(struct dcr_reader *r);
  * dcr_reader_refresh - look for versions published since the last call
  * (and on the first call, all of them) and for tag changes; fetch, verify
  * and index new manifests. *@latest (may be NULL) receives the newest
- * version (0 if the store is empty). A corrupt manifest is logged once,
- * naming its key, and that version is left out; refresh still succeeds.
- * Returns 0 or -errno if the store could not be listed.
+ * version (0 if the store is empty). A corrupt manifest, or one that can
+ * never be read (a directory, over the size limit, access refused to
+ * that key), is logged once, naming its key, and that version is left
+ * out; the versions after it are still found. A transient failure (EIO,
+ * a timeout) of one manifest is retried at every later refresh, logged
+ * at most every few minutes. Returns 0 or -errno if the store could not
+ * be listed.
  */
 int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest);
 

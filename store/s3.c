@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,6 +346,7 @@ struct s3_req {
 	bool quiet_enoent;     /* 404 NoSuchKey is expected: log at debug */
 
 	/* results */
+	bool maybe_applied;    /* a failed attempt may have taken effect */
 	long status;
 	char etag[S3_ETAG_MAX];
 	uint64_t clen;
@@ -567,6 +569,24 @@ err:
 
 enum outcome { OUT_DONE, OUT_RETRY };
 
+/* dcr_s3_test_lose_replies: replies to conditional PUTs still to drop. */
+static atomic_int lose_replies;
+
+void dcr_s3_test_lose_replies(int n)
+{
+	atomic_store(&lose_replies, n > 0 ? n : 0);
+}
+
+static bool lose_reply_armed(void)
+{
+	int n = atomic_load_explicit(&lose_replies, memory_order_relaxed);
+
+	while (n > 0)
+		if (atomic_compare_exchange_weak(&lose_replies, &n, n - 1))
+			return true;
+	return false;
+}
+
 static bool curl_transient(CURLcode c)
 {
 	switch (c) {
@@ -695,6 +715,15 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 	CURLcode cc = curl_easy_perform(h);
 	curl_slist_free_all(hdrs);
 	r->status = x.status;
+	if (cc == CURLE_OK && !x.werr && r->if_none_match &&
+	    lose_reply_armed()) {
+		/* Test hook: the server acted on the request; say it did not. */
+		*ret = DCR_ERR(-EIO);
+		snprintf(why, wc, "HTTP %ld reply lost (test hook)", x.status);
+		r->maybe_applied = true;
+		oc = OUT_RETRY;
+		goto out;
+	}
 	if (cc != CURLE_OK && r->out)
 		r->out->len = x.out_start; /* no partial bodies */
 
@@ -707,6 +736,10 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		*ret = DCR_ERR(-EIO);
 		snprintf(why, wc, "%s", curl_easy_strerror(cc));
 		oc = curl_transient(cc) ? OUT_RETRY : OUT_DONE;
+		/* Sent, perhaps acted on, reply lost (not: never connected). */
+		if (cc != CURLE_COULDNT_RESOLVE_HOST &&
+		    cc != CURLE_COULDNT_CONNECT && cc != CURLE_SSL_CONNECT_ERROR)
+			r->maybe_applied = true;
 		goto out;
 	}
 	long st = x.status;
@@ -734,6 +767,13 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		   (st == 400 && !strcmp(code, "RequestTimeout"))) {
 		*ret = DCR_ERR(-EIO);
 		oc = OUT_RETRY;
+		/*
+		 * A 500, 502 or 504 may come after the write took effect; 503
+		 * (SlowDown), 429, 408, RequestTimeout and 409 (a concurrent
+		 * conditional write in progress) refuse the request.
+		 */
+		if (st >= 500 && st != 503)
+			r->maybe_applied = true;
 	} else {
 		*ret = DCR_ERR(-EIO);
 	}
@@ -912,6 +952,53 @@ static int s3_get(struct dcr_store *st, const char *key, uint64_t off,
 	return s3_request(s, &r);
 }
 
+/*
+ * A conditional PUT of @key was refused (412) on a retry after an
+ * attempt that may have taken effect unseen (a timeout or connection
+ * reset after sending, a 500/502/504): that attempt may have stored the
+ * object and lost its reply, so the 412 may be about our own write.
+ * Publishing a version relies on "-EEXIST: someone else took the key"
+ * (the committer moves on to the next number and would publish the same
+ * manifest twice), so read the object back: if it holds exactly @data,
+ * the put is ours and succeeded. Another writer does not produce the
+ * same bytes in practice (a manifest carries its commit time); if one
+ * did, the object holds what we wanted anyway. Retries after refusals
+ * (409, 429, 503, never connected) do not get here, so writers racing
+ * with identical bytes still see exactly one winner in that case.
+ * 0 (ours), -EEXIST (someone else's) or -EIO (cannot tell: failing is
+ * safe, guessing either way is not).
+ */
+static int put_was_ours(struct dcr_s3_store *s, const char *key,
+			const char *okey, const void *data, uint64_t len)
+{
+	struct dcr_buf b;
+	/* One byte more than ours: a longer object is not ours either. */
+	struct s3_req r = {
+		.method = "GET", .okey = okey, .what = key, .out = &b,
+		.has_range = true, .range_off = 0, .range_len = len + 1,
+		.timeout_ns = s->read_timeout_ns,
+	};
+	int ret;
+
+	dcr_buf_init(&b, (size_t)len + 1);
+	ret = s3_request(s, &r);
+	if (ret == 0) {
+		ret = b.len == len && (!len || !memcmp(b.data, data, (size_t)len)) ?
+		      0 : DCR_ERR(-EEXIST);
+		dcr_debug("%s: PUT %s: refused on retry (412); the object %s",
+			  s->base.url, key, ret ? "is someone else's" :
+			  "holds our bytes: an earlier attempt stored it");
+	} else {
+		dcr_err("%s: PUT %s: refused on retry (412) and the object "
+			"cannot be read back (%s), so whether this writer "
+			"stored it is unknown [bucket %s, key %s]", s->base.url,
+			key, dcr_strerror(ret), s->bucket, okey);
+		ret = DCR_ERR(-EIO);
+	}
+	dcr_buf_free(&b);
+	return ret;
+}
+
 static int put_single(struct dcr_s3_store *s, const char *key, const char *okey,
 		      const void *data, uint64_t len, bool if_absent)
 {
@@ -921,7 +1008,13 @@ static int put_single(struct dcr_s3_store *s, const char *key, const char *okey,
 		.content_type = "application/octet-stream",
 		.timeout_ns = s->write_timeout_ns,
 	};
-	return s3_request(s, &r);
+	int ret = s3_request(s, &r);
+
+	/* Without an earlier attempt that may have stored it, a 412 is
+	 * someone else's object, for sure. */
+	if (ret == -EEXIST && r.maybe_applied)
+		ret = put_was_ours(s, key, okey, data, len);
+	return ret;
 }
 
 /* --- multipart upload */

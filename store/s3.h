@@ -43,6 +43,11 @@
  * conditional puts with -EOPNOTSUPP if the second one is not refused.
  * Checked: Ceph radosgw 16.2 (Pacific) and moto 5 honour the header, also
  * with 16 racing writers of one key (exactly one 200, fifteen 412).
+ * A conditional PUT is retried like any other, and an attempt whose
+ * reply was lost (timeout or reset after sending, 500/502/504) may have
+ * stored the object: a 412 after such an attempt is therefore checked by
+ * reading the object back, and is success when it holds exactly the
+ * bytes put (-EIO if it cannot be read).
  */
 #ifndef DCR_S3_H
 #define DCR_S3_H
@@ -60,5 +65,14 @@
  */
 int dcr_s3_open(const char *url, const struct dcr_store_cfg *cfg, int flags,
 		struct dcr_store **out);
+
+/**
+ * dcr_s3_test_lose_replies - for tests only: treat the replies to the
+ * next @n conditional PUT attempts (of any store in the process) as
+ * lost after the server acted on them - a transient error, so they are
+ * retried, as after a connection reset between the server storing the
+ * object and the client reading the reply. 0 disarms. Thread-safe.
+ */
+void dcr_s3_test_lose_replies(int n);
 
 #endif /* DCR_S3_H */

@@ -263,6 +263,57 @@ static void test_credentials_file(void **state)
 	assert_int_equal(dcr_aws_cfg_load(&o, &c), -EINVAL);
 }
 
+/* Every line logged while a test runs, to look for leaked secrets. */
+static char logged[8192];
+
+static void log_capture(enum dcr_log_level lvl, const char *msg)
+{
+	size_t n = strlen(logged);
+
+	(void)lvl;
+	snprintf(logged + n, sizeof(logged) - n, "%s\n", msg);
+}
+
+/* Load with @endpoint: refused, logged once, no userinfo in the log. */
+static void refused_quietly(const char *endpoint, const char *shown)
+{
+	struct dcr_store_cfg o = { .endpoint = endpoint, .path_style = -1 };
+	struct dcr_aws_cfg c;
+
+	logged[0] = 0;
+	assert_int_equal(dcr_aws_cfg_load(&o, &c), -EINVAL);
+	assert_non_null(strstr(logged, "endpoint"));
+	if (shown && !strstr(logged, shown))
+		fail_msg("'%s' logged as: %s", endpoint, logged);
+	if (strstr(logged, "s3cr3t") || strstr(logged, "AKIDLEAK"))
+		fail_msg("'%s' leaked into the log: %s", endpoint, logged);
+}
+
+static void test_endpoint_userinfo_not_logged(void **state)
+{
+	(void)state;
+	setenv("AWS_ACCESS_KEY_ID", "AK", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "s", 1);
+	dcr_log_set_sink(log_capture);
+	refused_quietly("https://AKIDLEAK:s3cr3t@s3.example.com",
+			"'https://***@s3.example.com'");
+	refused_quietly("http://AKIDLEAK:s3cr3t@127.0.0.1:9000/",
+			"'http://***@127.0.0.1:9000'");
+	refused_quietly("https://AKIDLEAK@host", "'https://***@host'");
+	/* A password holding '/', '@' or ':' is not echoed in part either. */
+	refused_quietly("https://AKIDLEAK:s3/cr@3t@host:443", "***@host:443");
+	refused_quietly("https://AKIDLEAK:pa@s3cr3t@host", "***@host");
+	/* No scheme, another scheme, a path after the host. */
+	refused_quietly("AKIDLEAK:s3cr3t@host", "'***@host'");
+	refused_quietly("ftp://AKIDLEAK:s3cr3t@host/p", "'ftp://***@host/p'");
+	refused_quietly("https://AKIDLEAK:s3cr3t@host/bucket?x=1",
+			"***@host/bucket?x=1");
+	/* Without userinfo the endpoint is shown as given, minus controls. */
+	refused_quietly("http://host/path", "'http://host/path'");
+	refused_quietly("http://ho st\x01", "'http://ho st?'");
+	dcr_log_set_sink(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -270,6 +321,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_env, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_profiles, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_credentials_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_endpoint_userinfo_not_logged,
+						setup, teardown),
 	};
 	dcr_log_set_prog("test_awscfg");
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,6 +3,7 @@
  * corrupt files, LRU eviction, adoption of stray files, concurrency. */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "testutil.h"
@@ -312,6 +314,75 @@ static void test_concurrent(void **state)
 	assert_int_equal(st.corrupt, 0);
 }
 
+static int count_chunk_files(const char *dir)
+{
+	char sub[PATH_MAX];
+	int n = 0;
+
+	for (int i = 0; i < 256; i++) {
+		snprintf(sub, sizeof(sub), "%s/chunks/%02x", dir, i);
+		DIR *d = opendir(sub);
+		struct dirent *de;
+		if (!d)
+			continue;
+		while ((de = readdir(d)))
+			n += de->d_name[0] != '.';
+		closedir(d);
+	}
+	return n;
+}
+
+/* C4: after the catalog is rebuilt (here: deleted), the chunk files it
+ * no longer knows count against the budget again: adopted at open and
+ * evicted down to the budget, and still served (verified). */
+static void test_orphans_after_rebuild(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_cache_stats st;
+	char db[PATH_MAX], junk[PATH_MAX];
+	uint8_t buf[CLEN];
+	int hits = 0;
+
+	open_cache(f, 0);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(dcr_cache_put(f->cache, f->hash[i], f->data[i],
+					       CLEN), 0);
+	close_cache(f);
+	/* Not chunk names: left alone, not counted. */
+	snprintf(junk, sizeof(junk), "%s/chunks/00/README", f->dir);
+	assert_int_equal(tu_write_file(junk, "x", 1), 0);
+	snprintf(db, sizeof(db), "%s/catalog.db", f->dir);
+	assert_int_equal(unlink(db), 0);
+	snprintf(db, sizeof(db), "%s/catalog.db-wal", f->dir);
+	unlink(db);
+	snprintf(db, sizeof(db), "%s/catalog.db-shm", f->dir);
+	unlink(db);
+
+	open_cache(f, 4 * CLEN);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 4 * CLEN);
+	assert_int_equal(count_chunk_files(f->dir), 4 + 1);
+	assert_true(tu_file_size(junk) == 1);
+	for (int i = 0; i < 6; i++) {
+		int ret = dcr_cache_read(f->cache, f->hash[i], CLEN, 0, buf,
+					 CLEN);
+		if (ret == 0) {
+			assert_memory_equal(buf, f->data[i], CLEN);
+			hits++;
+		} else {
+			assert_int_equal(ret, -ENOENT);
+		}
+	}
+	assert_int_equal(hits, 4);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 4 * CLEN);
+	close_cache(f);
+	/* A normal reopen does not count them twice. */
+	open_cache(f, 4 * CLEN);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 4 * CLEN);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -326,6 +397,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_orphans_after_rebuild,
+						setup, teardown),
 	};
 
 	dcr_log_set_prog("test_cache");

@@ -4,6 +4,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -11,8 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "testutil.h"
 
@@ -401,6 +406,303 @@ static void test_many_chunks(void **state)
 	dcr_manifest_free(&m);
 }
 
+/* Run @sql on the database at @path behind the catalog's back. */
+static void raw_sql(const char *path, const char *sql)
+{
+	sqlite3 *db;
+
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
+/* Number of entries of @dir whose name starts with @prefix. */
+static int count_prefix(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+	closedir(d);
+	return n;
+}
+
+/* A catalog with versions 1 and 2, closed. */
+static void make_two(struct fixture *f)
+{
+	struct dcr_catalog *c = NULL;
+	struct dcr_manifest m1, m2;
+
+	build(&m1, 1);
+	build(&m2, 2);
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_true(dcr_catalog_is_new(c));
+	assert_int_equal(dcr_catalog_add_version(c, &m1), 0);
+	assert_int_equal(dcr_catalog_add_version(c, &m2), 0);
+	dcr_catalog_close(c);
+	dcr_manifest_free(&m1);
+	dcr_manifest_free(&m2);
+}
+
+/* Open: the damaged catalog was set aside, a new empty one is in use. */
+static void expect_rebuilt(struct fixture *f)
+{
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_version *vs;
+	size_t n;
+
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_true(dcr_catalog_is_new(c));
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 0);
+	free(vs);
+	dcr_catalog_close(c);
+	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 1);
+	/* and the new one is trusted at the next open */
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_false(dcr_catalog_is_new(c));
+	dcr_catalog_close(c);
+	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 1);
+}
+
+/* C3: a version row that fails the manifest checks (chunk size 0 would
+ * divide by zero, parent >= version would loop) is a corrupt catalog. */
+static void test_invalid_version_rows(void **state)
+{
+	struct fixture *f = *state;
+
+	make_two(f);
+	raw_sql(f->db, "UPDATE versions SET chunk_size = 0 WHERE version = 2");
+	expect_rebuilt(f);
+}
+
+static void test_parent_cycle_row(void **state)
+{
+	struct fixture *f = *state;
+
+	make_two(f);
+	raw_sql(f->db, "UPDATE versions SET parent = 2 WHERE version = 2");
+	expect_rebuilt(f);
+}
+
+/* Invalid file rows are refused on load and rebuild at the next open. */
+static void test_invalid_file_rows(void **state)
+{
+	static const char *const bad[] = {
+		"UPDATE files SET type = 7 WHERE version = 2 AND idx = 3",
+		"UPDATE files SET path = '../x' WHERE version = 2 AND idx = 3",
+		"UPDATE files SET nchunks = 99 WHERE version = 2 AND idx = 1",
+		"UPDATE files SET path = 'q/x' WHERE version = 2 AND idx = 3",
+		"UPDATE versions SET nfiles = 2000000000 WHERE version = 2",
+	};
+
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(bad); i++) {
+		struct fixture *f = *state;
+		struct dcr_catalog *c = NULL;
+		struct dcr_manifest m;
+
+		tu_rm_rf(f->dir);
+		assert_int_equal(tu_mkdir_p(f->dir), 0);
+		make_two(f);
+		assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+		assert_int_equal(dcr_catalog_load_files(c, 1, &m), 0);
+		dcr_manifest_free(&m);
+		raw_sql(f->db, bad[i]);
+		assert_int_equal(dcr_catalog_load_files(c, 2, &m), -EIO);
+		assert_int_equal(dcr_catalog_load_manifest(c, 2, &m), -EIO);
+		dcr_catalog_close(c);
+		expect_rebuilt(f);
+	}
+}
+
+/* C4: a file that is not a database, or a truncated one, is set aside
+ * (with its -wal) and replaced; the mount does not refuse to start. */
+static void test_garbage_db(void **state)
+{
+	struct fixture *f = *state;
+	char junk[8192], wal[PATH_MAX + 8];
+
+	memset(junk, 'x', sizeof(junk));
+	assert_int_equal(tu_write_file(f->db, junk, sizeof(junk)), 0);
+	snprintf(wal, sizeof(wal), "%s-wal", f->db);
+	assert_int_equal(tu_write_file(wal, junk, 100), 0);
+	expect_rebuilt(f);
+	assert_int_equal(count_prefix(f->dir, "catalog.db-wal"), 0);
+}
+
+static void test_truncated_db(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+	struct dcr_manifest m;
+
+	make_two(f);
+	/* Checkpointed into the main file, then cut in the middle. */
+	raw_sql(f->db, "PRAGMA wal_checkpoint(TRUNCATE)");
+	assert_true(tu_file_size(f->db) > 8192);
+	assert_int_equal(truncate(f->db, tu_file_size(f->db) / 2), 0);
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	/* Either found at open (rebuilt, empty) or when the rows are read
+	 * (an error now, a rebuild at the next open): never a refusal. */
+	if (!dcr_catalog_is_new(c)) {
+		int ret = dcr_catalog_load_manifest(c, 2, &m);
+		if (ret == 0)
+			dcr_manifest_free(&m);
+	}
+	dcr_catalog_close(c);
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	dcr_catalog_close(c);
+}
+
+/* A catalog written by a newer dcrfs is refused, and left alone. */
+static void test_newer_schema(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+
+	make_two(f);
+	raw_sql(f->db, "UPDATE meta SET value = '2' WHERE key = 'schema'");
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), -EPROTONOSUPPORT);
+	assert_null(c);
+	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
+}
+
+/* A version of one file of @nch full chunks. */
+static void build_big(struct dcr_manifest *m, uint64_t v, uint64_t nch)
+{
+	uint32_t cs = 4096;
+
+	memset(m, 0, sizeof(*m));
+	m->version = v;
+	m->chunk_size = cs;
+	m->npacks = 1;
+	m->packs = calloc(1, DCR_HASH_LEN);
+	m->nfiles = 1;
+	m->files = calloc(1, sizeof(*m->files));
+	m->files[0].path = strdup("big");
+	m->files[0].type = DCR_FT_REG;
+	m->files[0].mode = 0644;
+	m->files[0].size = nch * cs;
+	m->files[0].base = DCR_NO_BASE;
+	m->files[0].nchunks = nch;
+	m->files[0].chunks = calloc(nch, sizeof(struct dcr_chunk_ref));
+	for (uint64_t i = 0; i < nch; i++) {
+		m->files[0].chunks[i].kind = DCR_CK_FULL;
+		m->files[0].chunks[i].off = i * 64;
+		m->files[0].chunks[i].len = 64;
+		dcr_put_le64(m->files[0].chunks[i].hash, i);
+	}
+}
+
+struct adder {
+	struct dcr_catalog *c;
+	const struct dcr_manifest *m;
+	atomic_int done;
+	int64_t ns; /* duration of the add */
+	int ret;
+};
+
+static void *adder_main(void *arg)
+{
+	struct adder *a = arg;
+	int64_t t0 = dcr_now_ns();
+
+	a->ret = dcr_catalog_add_version(a->c, a->m);
+	a->ns = dcr_now_ns() - t0;
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/*
+ * S3: indexing a big version does not stall lookups for its whole
+ * duration (the lock is released between batches), and the version is
+ * never visible before all its rows are in.
+ */
+static void test_add_does_not_stall_lookups(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t nch = 100000;
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_chunk ck;
+	struct dcr_manifest m1, m2;
+	struct adder a = { 0 };
+	pthread_t th;
+	unsigned during = 0;
+	int64_t worst = 0;
+
+	build_big(&m1, 1, 4);
+	build_big(&m2, 2, nch);
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_add_version(c, &m1), 0);
+	a.c = c;
+	a.m = &m2;
+	assert_int_equal(pthread_create(&th, NULL, adder_main, &a), 0);
+	while (!atomic_load(&a.done)) {
+		struct dcr_catalog_version *vs;
+		int64_t t0 = dcr_now_ns();
+		size_t n;
+
+		assert_int_equal(dcr_catalog_get_chunk(c, 1, 0, 3, &ck), 0);
+		worst = DCR_MAX(worst, dcr_now_ns() - t0);
+		assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+		if (n == 2) /* visible: then complete */
+			assert_int_equal(dcr_catalog_get_chunk(c, 2, 0, nch - 1,
+							       &ck), 0);
+		free(vs);
+		if (!atomic_load(&a.done))
+			during++;
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(a.ret, 0);
+	/* 100000 rows are 13 batches: lookups got in between, and
+	 * none waited for more than a small part of the whole insert. */
+	if (getenv("DCR_TEST_VERBOSE"))
+		fprintf(stderr, "add %lld us, %u lookups, worst %lld us\n",
+			(long long)a.ns / 1000, during,
+			(long long)worst / 1000);
+	assert_true(during >= 5);
+	assert_true(worst < a.ns / 3);
+	assert_int_equal(dcr_catalog_get_chunk(c, 2, 0, nch - 1, &ck), 0);
+	assert_int_equal(ck.off, (nch - 1) * 64);
+	assert_int_equal(dcr_catalog_add_version(c, &m2), -EEXIST);
+	dcr_catalog_close(c);
+	dcr_manifest_free(&m1);
+	dcr_manifest_free(&m2);
+}
+
+/* A version whose rows were only partly written (a crash before its
+ * versions row) is invisible, and indexing it again replaces them. */
+static void test_partial_version_redone(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_version *vs;
+	struct dcr_catalog_chunk ck;
+	struct dcr_manifest m;
+	size_t n;
+
+	build_big(&m, 1, 20000);
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_add_version(c, &m), 0);
+	dcr_catalog_close(c);
+	raw_sql(f->db, "DELETE FROM versions WHERE version = 1;"
+		       "DELETE FROM chunks WHERE version = 1 AND idx > 15000;"
+		       "UPDATE chunks SET off = 7 WHERE version = 1");
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 0);
+	free(vs);
+	assert_int_equal(dcr_catalog_add_version(c, &m), 0);
+	assert_int_equal(dcr_catalog_get_chunk(c, 1, 0, 19999, &ck), 0);
+	assert_int_equal(dcr_catalog_get_chunk(c, 1, 0, 5, &ck), 0);
+	assert_int_equal(ck.off, 5 * 64);
+	dcr_catalog_close(c);
+	dcr_manifest_free(&m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -415,6 +717,22 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_many_chunks, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_invalid_version_rows,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_parent_cycle_row, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_invalid_file_rows, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_garbage_db, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_truncated_db, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_newer_schema, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_add_does_not_stall_lookups,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_partial_version_redone,
+						setup, teardown),
 	};
 
 	dcr_log_set_prog("test_catalog");

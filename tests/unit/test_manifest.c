@@ -236,6 +236,50 @@ static void test_keys(void **state)
 	assert_int_equal(dcr_version_from_key("versions/00000000x1", &v), -EINVAL);
 }
 
+/* One cap for every layer: manifests, version keys (and the fs inodes). */
+static void test_version_cap(void **state)
+{
+	struct dcr_manifest m = { .chunk_size = DCR_CHUNK_DEFAULT }, d;
+	struct dcr_buf b;
+	char k[64];
+	uint64_t v;
+
+	assert_true(DCR_VERSION_MAX == UINT64_C(4294967295));
+	/* The newest version there can be, and its parent, round-trip. */
+	m.version = DCR_VERSION_MAX;
+	m.parent = DCR_VERSION_MAX - 1;
+	assert_int_equal(dcr_manifest_validate(&m), 0);
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
+	assert_int_equal(dcr_manifest_decode(b.data, b.len, &d), 0);
+	assert_true(d.version == DCR_VERSION_MAX);
+	assert_true(d.parent == DCR_VERSION_MAX - 1);
+	dcr_manifest_free(&d);
+	/* One past it is refused, whatever the parent. */
+	m.version = DCR_VERSION_MAX + 1;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.parent = DCR_VERSION_MAX;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.parent = 0;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	m.version = UINT64_MAX;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	b.len = 0;
+	assert_int_equal(dcr_manifest_encode(&m, &b), -EINVAL);
+	dcr_buf_free(&b);
+
+	/* Keys: the cap is a version, a stray larger number is not. */
+	dcr_version_key(DCR_VERSION_MAX, k, sizeof(k));
+	assert_string_equal(k, "versions/4294967295");
+	assert_int_equal(dcr_version_from_key(k, &v), 0);
+	assert_true(v == DCR_VERSION_MAX);
+	assert_int_equal(dcr_version_from_key("versions/4294967296", &v),
+			 -EINVAL);
+	assert_int_equal(dcr_version_from_key("versions/5000000000", &v),
+			 -EINVAL);
+	assert_int_equal(dcr_version_from_key("9999999999", &v), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -246,6 +290,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_bytes),
 		cmocka_unit_test(test_check_parent),
 		cmocka_unit_test(test_keys),
+		cmocka_unit_test(test_version_cap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,6 +71,9 @@ struct cstore {
 	struct dcr_store *in;
 	atomic_uint gets_versions, gets_packs, gets_tags, lists;
 	atomic_int delay_us; /* added to every pack get */
+	/* Fault injection: a get of fail_key fails with fail_err. */
+	char fail_key[64];
+	int fail_err;
 };
 
 static struct cstore *to_c(struct dcr_store *st)
@@ -93,6 +96,8 @@ static int c_get(struct dcr_store *st, const char *key, uint64_t off,
 		}
 	} else if (!strncmp(key, "tags/", 5))
 		c->gets_tags++;
+	if (c->fail_err && !strcmp(key, c->fail_key))
+		return c->fail_err;
 	return dcr_store_get(c->in, key, off, len, out);
 }
 
@@ -1186,6 +1191,149 @@ static void test_corrupt_manifest_and_missing_parent(void **state)
 	assert_non_null(strstr(log_last, "version 3"));
 }
 
+/* Publish version @v as a child of @p, with one chunk changed. */
+static void publish_child(struct fx *f, int v, int p)
+{
+	f->v[v].v = (uint64_t)v;
+	copy_tree(&f->v[v], &f->v[p]);
+	nudge(&f->v[v].f[1], 0, 10, (uint64_t)v * 1000);
+	publish(f->st, &f->v[v], &f->v[p], B_AUTO, 0);
+}
+
+static void expect_versions(struct fx *f, const uint64_t *want, size_t nw)
+{
+	uint64_t *vs;
+	size_t n;
+
+	assert_int_equal(dcr_reader_versions(f->r, &vs, &n), 0);
+	assert_int_equal(n, nw);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(vs[i], want[i]);
+	free(vs);
+}
+
+/*
+ * C2: a manifest key that can never be read (a directory, a manifest
+ * over the size limit, access refused to that key) is skipped like a
+ * corrupt manifest, logged once; the versions after it are found (the
+ * probe falls back to a listing) and later polls probe past it.
+ */
+static void test_unreadable_version_skipped(void **state)
+{
+	static const int errs[] = { -EISDIR, -EFBIG, -EACCES };
+
+	for (size_t k = 0; k < DCR_ARRAY_SIZE(errs); k++) {
+		struct fx *f = *state;
+		const uint64_t want[] = { 1, 3 };
+		uint64_t latest = 0;
+
+		if (k) { /* a fresh fixture for each error */
+			teardown(state);
+			setup(state);
+			f = *state;
+		}
+		build_chain(f, 1);
+		open_reader(f, 0);
+		assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+		assert_int_equal(latest, 1);
+
+		publish_child(f, 2, 1);
+		dcr_version_key(2, f->cs->fail_key, sizeof(f->cs->fail_key));
+		f->cs->fail_err = errs[k];
+		log_reset();
+		/* Not yet a later version: nothing to skip to, one line. */
+		assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+		assert_int_equal(latest, 1);
+		assert_int_equal(log_errors, 1);
+		assert_non_null(strstr(log_last, "versions/0000000002"));
+
+		publish_child(f, 3, 1);
+		assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+		assert_int_equal(latest, 3);
+		expect_versions(f, want, 2);
+		check_version(f, 3);
+
+		/* Later polls: one probe of v4, no listing, no new log. */
+		for (int i = 0; i < 3; i++) {
+			counts_reset(f->cs);
+			assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+			assert_int_equal(latest, 3);
+			assert_int_equal(f->cs->gets_versions, 1);
+			assert_int_equal(f->cs->lists, 1); /* tags/ */
+		}
+		assert_int_equal(log_errors, 1);
+	}
+}
+
+/*
+ * C2: a transient failure (a dead server) is not a verdict: the version
+ * after it is still found, the failing one is retried at every refresh
+ * (logged once, not every poll) and indexed once the store recovers.
+ */
+static void test_transient_version_retried(void **state)
+{
+	struct fx *f = *state;
+	const uint64_t some[] = { 1, 3 }, all[] = { 1, 2, 3 };
+	uint64_t latest = 0;
+
+	build_chain(f, 1);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	publish_child(f, 2, 1);
+	publish_child(f, 3, 2);
+	dcr_version_key(2, f->cs->fail_key, sizeof(f->cs->fail_key));
+	f->cs->fail_err = -EIO;
+	log_reset();
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 3);
+	expect_versions(f, some, 2);
+	for (int i = 0; i < 3; i++) {
+		counts_reset(f->cs);
+		assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+		assert_int_equal(f->cs->gets_versions, 1); /* v2 again */
+	}
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, "versions/0000000002"));
+
+	f->cs->fail_err = 0;
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	expect_versions(f, all, 3);
+	f->nv = 3;
+	check_version(f, 2);
+	check_version(f, 3);
+	/* and back to cheap probes */
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(f->cs->gets_versions, 1);
+	assert_int_equal(f->cs->lists, 1);
+}
+
+/* S6: one reader per cache directory; the second is told who has it. */
+static void test_cache_dir_locked(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_reader_opts o = { .cache_dir = f->cache_dir };
+	struct dcr_reader *r2 = NULL;
+	char want[64];
+
+	build_chain(f, 1);
+	open_reader(f, 0);
+	log_reset();
+	assert_int_equal(dcr_reader_open(f->st, &o, &r2), -EBUSY);
+	assert_null(r2);
+	assert_int_equal(log_errors, 1);
+	assert_non_null(strstr(log_last, f->cache_dir));
+	assert_non_null(strstr(log_last, "in use by another dcrfs"));
+	snprintf(want, sizeof(want), "(pid %ld)", (long)getpid());
+	assert_non_null(strstr(log_last, want));
+	/* Released on close. */
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	assert_int_equal(dcr_reader_open(f->st, &o, &r2), 0);
+	assert_int_equal(dcr_reader_refresh(r2, NULL), 0);
+	dcr_reader_close(r2);
+}
+
 /* Write @t's tree below @dir (for dcr_commit). */
 static void write_tree(const struct tver *t, const char *dir)
 {
@@ -1391,6 +1539,9 @@ int main(void)
 		T(test_commit_roundtrip),
 		T(test_coalesce),
 		T(test_readahead),
+		T(test_unreadable_version_skipped),
+		T(test_transient_version_retried),
+		T(test_cache_dir_locked),
 #undef T
 	};
 

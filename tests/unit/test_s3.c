@@ -22,6 +22,7 @@
 
 #include "common.h"
 #include "objstore.h"
+#include "s3.h"
 #include "store.h"
 #include "testutil.h"
 
@@ -104,6 +105,7 @@ static void test_put_get_head(void **state)
 
 struct put_arg {
 	struct dcr_store *st;
+	int id; /* distinct per writer: racing writers put different bytes */
 	int first, count, flags;
 	const char *pfx;
 	int wins, lost, errors;
@@ -116,7 +118,7 @@ static void *put_many(void *p)
 
 	for (int i = a->first; i < a->first + a->count; i++) {
 		snprintf(key, sizeof(key), "%s%05d", a->pfx, i);
-		snprintf(val, sizeof(val), "%d", a->first);
+		snprintf(val, sizeof(val), "%d.%d", a->first, a->id);
 		int ret = dcr_store_put(a->st, key, val, strlen(val), a->flags);
 		if (ret == 0)
 			a->wins++;
@@ -213,10 +215,17 @@ static void test_put_if_absent_race(void **state)
 	assert_int_equal(b.data[0], 'a');
 	dcr_buf_free(&b);
 
-	/* T writers race for each of KEYS keys: exactly one wins each. */
+	/*
+	 * T writers race for each of KEYS keys: exactly one wins each. The
+	 * writers put different bytes, as racing committers do (a manifest
+	 * holds its commit time): a writer whose attempt failed after
+	 * sending takes a 412 on its retry for its own write when the object
+	 * holds its bytes (see test_put_if_absent_lost_reply).
+	 */
 	for (int t = 0; t < T; t++) {
-		a[t] = (struct put_arg){ .st = st, .first = 0, .count = KEYS,
-					  .flags = DCR_PUT_IF_ABSENT, .pfx = "race/" };
+		a[t] = (struct put_arg){ .st = st, .id = t, .first = 0,
+					  .count = KEYS, .flags = DCR_PUT_IF_ABSENT,
+					  .pfx = "race/" };
 		assert_int_equal(pthread_create(&tid[t], NULL, put_many, &a[t]), 0);
 	}
 	int wins = 0, lost = 0;
@@ -228,6 +237,68 @@ static void test_put_if_absent_race(void **state)
 	}
 	assert_int_equal(wins, KEYS);
 	assert_int_equal(lost, KEYS * (T - 1));
+	dcr_store_close(st);
+}
+
+static void assert_holds(struct dcr_store *st, const char *key,
+			 const char *want)
+{
+	struct dcr_buf b;
+
+	dcr_buf_init(&b, 1 << 10);
+	assert_int_equal(dcr_store_get(st, key, 0, DCR_GET_ALL, &b), 0);
+	assert_int_equal(b.len, strlen(want));
+	assert_memory_equal(b.data, want, b.len);
+	dcr_buf_free(&b);
+}
+
+/*
+ * A conditional PUT whose reply is lost after the server stored the
+ * object is retried and gets 412: that must not read as "someone else
+ * took the key" (the committer would publish the same manifest again as
+ * the next version), while a 412 about another writer's object must.
+ */
+static void test_put_if_absent_lost_reply(void **state)
+{
+	struct dcr_store *st = open_store("lost");
+
+	(void)state;
+	/* Let the server probe for If-None-Match run undisturbed. */
+	assert_int_equal(dcr_store_put(st, "probe", "p", 1, DCR_PUT_IF_ABSENT), 0);
+
+	/* Ours: stored by the attempt whose reply was lost. */
+	dcr_s3_test_lose_replies(1);
+	assert_int_equal(dcr_store_put(st, "versions/1", "manifest-1", 10,
+				       DCR_PUT_IF_ABSENT), 0);
+	assert_holds(st, "versions/1", "manifest-1");
+	/* Twice in a row (the 412 of the first retry is lost as well). */
+	dcr_s3_test_lose_replies(2);
+	assert_int_equal(dcr_store_put(st, "versions/2", "manifest-2", 10,
+				       DCR_PUT_IF_ABSENT), 0);
+	assert_holds(st, "versions/2", "manifest-2");
+	/* Empty bodies compare too. */
+	dcr_s3_test_lose_replies(1);
+	assert_int_equal(dcr_store_put(st, "empty", "", 0, DCR_PUT_IF_ABSENT), 0);
+
+	/* Someone else's: different bytes, a longer object, a shorter one. */
+	assert_int_equal(dcr_store_put(st, "other", "theirs", 6, 0), 0);
+	dcr_s3_test_lose_replies(1);
+	assert_int_equal(dcr_store_put(st, "other", "ours!!", 6,
+				       DCR_PUT_IF_ABSENT), -EEXIST);
+	dcr_s3_test_lose_replies(1);
+	assert_int_equal(dcr_store_put(st, "other", "their", 5,
+				       DCR_PUT_IF_ABSENT), -EEXIST);
+	dcr_s3_test_lose_replies(1);
+	assert_int_equal(dcr_store_put(st, "other", "theirs+", 7,
+				       DCR_PUT_IF_ABSENT), -EEXIST);
+	dcr_s3_test_lose_replies(1);
+	assert_int_equal(dcr_store_put(st, "empty", "x", 1,
+				       DCR_PUT_IF_ABSENT), -EEXIST);
+	assert_holds(st, "other", "theirs");
+	/* Without a retry a 412 is final, identical bytes or not. */
+	assert_int_equal(dcr_store_put(st, "versions/1", "manifest-1", 10,
+				       DCR_PUT_IF_ABSENT), -EEXIST);
+	dcr_s3_test_lose_replies(0);
 	dcr_store_close(st);
 }
 
@@ -269,7 +340,7 @@ static void test_multipart(void **state)
 static void test_wrong_secret(void **state)
 {
 	const char *real = getenv("AWS_SECRET_ACCESS_KEY");
-	char *saved = real ? strdup(real) : NULL;
+	char *saved;
 	struct dcr_store *st;
 	struct dcr_buf b;
 	uint64_t size;
@@ -277,6 +348,7 @@ static void test_wrong_secret(void **state)
 	(void)state;
 	if (getenv("DCR_S3_SERVER") && !strcmp(getenv("DCR_S3_SERVER"), "moto"))
 		skip(); /* moto accepts any credentials */
+	saved = real ? strdup(real) : NULL;
 	setenv("AWS_SECRET_ACCESS_KEY", "wrongwrongwrongwrongwrongwrongwrongwrong", 1);
 	st = open_store("secret");
 	int64_t t0 = dcr_mono_ns();
@@ -344,11 +416,14 @@ int main(void)
 		r = (uint32_t)dcr_mono_ns();
 	snprintf(base_url, sizeof(base_url), "s3://%s/unit-%08" PRIx32, bucket, r);
 	dcr_log_set_prog("test_s3");
+	if (getenv("DCR_TEST_DEBUG"))
+		dcr_log_set_level(DCR_LOG_DEBUG); /* retries and their causes */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_urls),
 		cmocka_unit_test(test_put_get_head),
 		cmocka_unit_test(test_list_paged_and_isolated),
 		cmocka_unit_test(test_put_if_absent_race),
+		cmocka_unit_test(test_put_if_absent_lost_reply),
 		cmocka_unit_test(test_multipart),
 		cmocka_unit_test(test_wrong_secret),
 		cmocka_unit_test(test_server_down),
