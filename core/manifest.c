@@ -79,13 +79,19 @@ int dcr_path_valid(const char *path, size_t len)
 	return 1;
 }
 
-int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path)
+int64_t dcr_manifest_find_n(const struct dcr_manifest *m, uint32_t n,
+			    const char *path, size_t len)
 {
-	uint32_t lo = 0, hi = m->nfiles;
+	uint32_t lo = 0, hi = DCR_MIN(n, m->nfiles);
 
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(m->files[mid].path, path);
+		const char *p = m->files[mid].path;
+		size_t plen = strlen(p);
+		int c = memcmp(p, path, DCR_MIN(plen, len));
+
+		if (c == 0)
+			c = plen < len ? -1 : plen > len ? 1 : 0;
 		if (c == 0)
 			return mid;
 		if (c < 0)
@@ -96,17 +102,18 @@ int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path)
 	return -1;
 }
 
+int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path)
+{
+	return dcr_manifest_find_n(m, m->nfiles, path, strlen(path));
+}
+
 static int parent_dir_listed(const struct dcr_manifest *m, const char *path)
 {
 	const char *slash = strrchr(path, '/');
 
 	if (!slash)
 		return 1;
-	size_t n = (size_t)(slash - path);
-	char tmp[DCR_PATH_MAX + 1];
-	memcpy(tmp, path, n);
-	tmp[n] = 0;
-	int64_t i = dcr_manifest_find(m, tmp);
+	int64_t i = dcr_manifest_find_n(m, m->nfiles, path, (size_t)(slash - path));
 	return i >= 0 && m->files[i].type == DCR_FT_DIR;
 }
 

@@ -133,6 +133,14 @@ int dcr_manifest_check_parent(const struct dcr_manifest *m,
 int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path);
 
 /**
+ * dcr_manifest_find_n - binary search for the @len bytes at @path (not
+ * NUL-terminated, e.g. a directory prefix of a longer path) among the
+ * first @n files (sorted by path); the index or -1.
+ */
+int64_t dcr_manifest_find_n(const struct dcr_manifest *m, uint32_t n,
+			    const char *path, size_t len);
+
+/**
  * dcr_path_valid - true if @path (length @len) is a valid relative path:
  * non-empty, no leading or trailing '/', no empty, "." or ".."
  * components, no NUL, at most DCR_PATH_MAX bytes.

@@ -34,6 +34,7 @@
 #include "cache.h"
 #include "chunk.h"
 #include "common.h"
+#include "fileio.h"
 #include "reader.h" /* DCR_CACHE_SIZE_DEFAULT */
 
 /* Verified-hash set: open addressing, cleared when it fills up. */
@@ -356,27 +357,6 @@ static void drop(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* pread exactly @n bytes; -EIO on a short file. */
-static int pread_full(int fd, void *dst, size_t n, off_t off)
-{
-	uint8_t *p = dst;
-
-	while (n) {
-		ssize_t k = pread(fd, p, n, off);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (k == 0)
-			return -EIO;
-		p += k;
-		n -= (size_t)k;
-		off += k;
-	}
-	return 0;
-}
-
 /* Read and verify the whole file; copy the slice. 0, -EBADMSG or -errno. */
 static int verify_read(int fd, const uint8_t hash[DCR_HASH_LEN],
 		       uint32_t chunk_len, uint32_t off, void *dst, size_t n)
@@ -397,8 +377,8 @@ static int verify_read(int fd, const uint8_t hash[DCR_HASH_LEN],
 		if (!buf)
 			return DCR_ERR(-ENOMEM);
 	}
-	ret = pread_full(fd, buf, chunk_len, 0);
-	if (ret == -EIO)
+	ret = dcr_pread_full(fd, buf, chunk_len, 0);
+	if (ret == -EIO || ret == -ENODATA)
 		ret = -EBADMSG;
 	if (!ret) {
 		dcr_sha256(buf, chunk_len, got);
@@ -517,14 +497,14 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		if (ret == 0 && verified) {
 			verified = 0; /* first use here: record it below */
 			if (dst) {
-				ret = pread_full(fd, dst, n, off);
-				if (ret == -EIO)
+				ret = dcr_pread_full(fd, dst, n, (uint64_t)off);
+				if (ret == -EIO || ret == -ENODATA)
 					ret = -EBADMSG;
 			}
 		}
 	} else if (dst) {
-		ret = pread_full(fd, dst, n, off);
-		if (ret == -EIO)
+		ret = dcr_pread_full(fd, dst, n, (uint64_t)off);
+		if (ret == -EIO || ret == -ENODATA)
 			ret = -EBADMSG; /* truncated behind our back */
 	}
 	if (ret || dst || !fdp)
@@ -631,23 +611,6 @@ static void evict(struct dcr_cache *c)
 	pthread_mutex_unlock(&c->evict_lock);
 }
 
-static int write_full(int fd, const void *data, size_t len)
-{
-	const uint8_t *p = data;
-
-	while (len) {
-		ssize_t k = write(fd, p, len);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += k;
-		len -= (size_t)k;
-	}
-	return 0;
-}
-
 int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		  const void *data, size_t len)
 {
@@ -672,7 +635,7 @@ int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		ret = -errno;
 		goto err_log;
 	}
-	ret = write_full(fd, data, len);
+	ret = dcr_write_full(fd, data, len);
 	if (!ret)
 		seal(fd, hash);
 	if (close(fd) < 0 && !ret)

@@ -852,24 +852,9 @@ out_unlock:
 static bool dir_listed(const struct dcr_manifest *m, uint32_t n,
 		       const char *path, size_t len)
 {
-	uint32_t lo = 0, hi = n;
+	int64_t i = dcr_manifest_find_n(m, n, path, len);
 
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		const char *p = m->files[mid].path;
-		size_t plen = strlen(p);
-		int d = memcmp(p, path, DCR_MIN(plen, len));
-
-		if (d == 0)
-			d = plen < len ? -1 : plen > len ? 1 : 0;
-		if (d == 0)
-			return m->files[mid].type == DCR_FT_DIR;
-		if (d < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return false;
+	return i >= 0 && m->files[i].type == DCR_FT_DIR;
 }
 
 /*

@@ -54,6 +54,7 @@
 #include "catalog.h"
 #include "chunk.h"
 #include "common.h"
+#include "fileio.h"
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
@@ -182,28 +183,6 @@ static void ra_stop(struct dcr_reader *r);
 
 /* ------------------------------------------------------------ helpers */
 
-/* mkdir -p with mode 0700 for every component created. */
-static int mkdir_p(const char *path)
-{
-	char buf[PATH_MAX];
-	size_t len = strlen(path);
-
-	if (len == 0 || len >= sizeof(buf))
-		return DCR_ERR(-ENAMETOOLONG);
-	memcpy(buf, path, len + 1);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 static struct dcr_codec *codec_get(struct dcr_reader *r)
 {
 	struct dcr_codec *c = NULL;
@@ -309,30 +288,6 @@ static void rver_free(struct rver *rv)
 	free(rv);
 }
 
-/* Find the index of directory @path[0..len) among files[0..n). */
-static int64_t find_prefix(const struct dcr_manifest *m, uint32_t n,
-			   const char *path, size_t len)
-{
-	uint32_t lo = 0, hi = n;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		const char *p = m->files[mid].path;
-		size_t plen = strlen(p);
-		int c = memcmp(p, path, DCR_MIN(plen, len));
-
-		if (c == 0)
-			c = plen < len ? -1 : plen > len ? 1 : 0;
-		if (c == 0)
-			return mid;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
-}
-
 /* Build rv->entries from the chunk-less manifest rv->m. */
 static int build_tree(struct rver *rv)
 {
@@ -365,7 +320,7 @@ static int build_tree(struct rver *rv)
 		uint32_t parent = 0, me = i + 1;
 
 		if (slash) {
-			int64_t k = find_prefix(m, i, f->path,
+			int64_t k = dcr_manifest_find_n(m, i, f->path,
 						(size_t)(slash - f->path));
 			if (k < 0 || m->files[k].type != DCR_FT_DIR) {
 				dcr_err("version %llu: %s has no parent directory",
@@ -583,7 +538,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	if (!st || !opts || !opts->cache_dir || !opts->cache_dir[0])
 		return DCR_ERR(-EINVAL);
 	url = st->url ? st->url : "";
-	ret = mkdir_p(opts->cache_dir);
+	ret = dcr_mkdir_p(opts->cache_dir, 0700);
 	if (ret) {
 		dcr_err("cache directory %s: %s", opts->cache_dir,
 			dcr_strerror(ret));
