@@ -102,6 +102,19 @@ static const struct dcr_entry *entry_get(const struct dcr_version_info *vi,
 	return &vi->entries[idx];
 }
 
+/* Entry @idx of version @v: 0, -ENOENT, or the reader's error. */
+static int tree_entry(struct dcrfs *fs, uint64_t v, uint32_t idx,
+		      const struct dcr_entry **e)
+{
+	const struct dcr_version_info *vi;
+	int ret = version_get(fs, v, &vi);
+
+	if (ret < 0)
+		return ret;
+	*e = entry_get(vi, idx);
+	return *e ? 0 : -ENOENT;
+}
+
 static void entry_stat(const struct dcrfs *fs,
 		       const struct dcr_version_info *vi, uint32_t idx,
 		       struct stat *st)
@@ -851,7 +864,6 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	const struct dcr_version_info *vi;
 	const struct dcr_entry *e;
 	uint64_t v;
 	uint32_t idx;
@@ -869,14 +881,9 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	ret = version_get(fs, v, &vi);
+	ret = tree_entry(fs, v, idx, &e);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
-		return;
-	}
-	e = entry_get(vi, idx);
-	if (!e) {
-		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	if (e->type != DCR_FT_DIR) {
@@ -913,7 +920,6 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	const struct dcr_version_info *vi;
 	const struct dcr_entry *e;
 	uint64_t v;
 	uint32_t idx;
@@ -928,14 +934,9 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 				    ino == DCRFS_INO_TAGS ? EISDIR : ELOOP);
 		return;
 	}
-	ret = version_get(fs, v, &vi);
+	ret = tree_entry(fs, v, idx, &e);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
-		return;
-	}
-	e = entry_get(vi, idx);
-	if (!e) {
-		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	if (e->type != DCR_FT_REG) {
