@@ -43,6 +43,8 @@
 /* Rewrite a chunk's atime at most this often (milliseconds). */
 #define TOUCH_INTERVAL_MS (60 * 1000)
 #define EVICT_BATCH 64
+/* Catalog rows written per batch (see pend_flush). */
+#define PEND_MAX 128
 
 enum { VS_EMPTY = 0, VS_USED = 1, VS_DEAD = 2 };
 
@@ -50,6 +52,14 @@ struct vset_entry {
 	uint8_t hash[DCR_HASH_LEN];
 	int64_t atime_ms; /* last atime written to the catalog */
 	uint8_t state;
+};
+
+/* A catalog row waiting for pend_flush. */
+struct pend {
+	uint8_t hash[DCR_HASH_LEN];
+	uint64_t size;
+	int64_t atime;
+	bool counted; /* already in @bytes (stored by dcr_cache_put) */
 };
 
 struct dcr_cache {
@@ -64,8 +74,11 @@ struct dcr_cache {
 	uint32_t vset_fill; /* used + dead */
 	struct dcr_cache_stats st;
 	uint64_t tmp_seq;
+	struct pend pend[PEND_MAX];
+	size_t npend;
 
 	pthread_mutex_t evict_lock;
+	pthread_mutex_t flush_lock; /* one pend_flush at a time */
 };
 
 static int64_t now_ms(void)
@@ -128,6 +141,101 @@ static void vset_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
 
 	if (e)
 		e->state = VS_DEAD;
+}
+
+/*
+ * Catalog rows are written in batches: a write transaction per chunk
+ * read or stored would cost more than the chunk's bytes do on a fast
+ * read. Up to PEND_MAX rows wait in @pend (under @lock) and pend_flush
+ * writes them in one transaction. Meanwhile this instance knows the
+ * chunks through the verified set; a row lost in a crash costs nothing
+ * but a verification of its file at the next use, which adds the row.
+ * @bytes counts stored chunks at once (so that eviction keeps up) and
+ * is corrected when a row turns out to exist already.
+ */
+
+/* Queue a row; true when the queue is full. Caller holds @lock. */
+static bool pend_add(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		     uint64_t size, int64_t atime, bool counted)
+{
+	struct pend *p = &c->pend[c->npend++];
+
+	memcpy(p->hash, hash, DCR_HASH_LEN);
+	p->size = size;
+	p->atime = atime;
+	p->counted = counted;
+	return c->npend == PEND_MAX;
+}
+
+/* Forget queued rows of @hash (its file is gone). Caller holds @lock. */
+static void pend_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
+{
+	for (size_t i = 0; i < c->npend;) {
+		struct pend *p = &c->pend[i];
+
+		if (memcmp(p->hash, hash, DCR_HASH_LEN) != 0) {
+			i++;
+			continue;
+		}
+		if (p->counted)
+			c->bytes -= DCR_MIN(p->size, c->bytes);
+		*p = c->pend[--c->npend];
+	}
+}
+
+/* Bytes of the queued rows already counted in @bytes. Holds @lock. */
+static uint64_t pend_counted(const struct dcr_cache *c)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < c->npend; i++)
+		sum += c->pend[i].counted ? c->pend[i].size : 0;
+	return sum;
+}
+
+/* Write the queued rows in one transaction and settle @bytes. */
+static void pend_flush(struct dcr_cache *c)
+{
+	uint8_t hashes[PEND_MAX][DCR_HASH_LEN];
+	uint64_t sizes[PEND_MAX];
+	int64_t atimes[PEND_MAX];
+	bool counted[PEND_MAX];
+	uint8_t added[PEND_MAX];
+	size_t n;
+	int ret;
+
+	pthread_mutex_lock(&c->flush_lock);
+	pthread_mutex_lock(&c->lock);
+	n = c->npend;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(hashes[i], c->pend[i].hash, DCR_HASH_LEN);
+		sizes[i] = c->pend[i].size;
+		atimes[i] = c->pend[i].atime;
+		counted[i] = c->pend[i].counted;
+	}
+	c->npend = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (n == 0) {
+		pthread_mutex_unlock(&c->flush_lock);
+		return;
+	}
+	ret = dcr_catalog_cache_add_many(c->cat, hashes, sizes, atimes, n,
+					 true, added);
+	if (ret)
+		dcr_warn("cache: cannot record %zu chunks in the catalog (%s); "
+			 "their files are adopted when next used", n,
+			 dcr_strerror(ret));
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < n; i++) {
+		/* A new row not counted yet, or a counted one that existed
+		 * (or was not written): make @bytes match the rows. */
+		if (added[i] && !counted[i])
+			c->bytes += sizes[i];
+		else if (!added[i] && counted[i])
+			c->bytes -= DCR_MIN(sizes[i], c->bytes);
+	}
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->flush_lock);
 }
 
 void dcr_cache_path(const struct dcr_cache *c,
@@ -202,6 +310,21 @@ static int parse_hex_name(const char *name, uint8_t h[DCR_HASH_LEN])
 
 #define ADOPT_BATCH 4096
 
+/* Add rows (atime 0) for the @n files found; the bytes of the new ones. */
+static uint64_t adopt_batch(struct dcr_cache *c,
+			    const uint8_t (*hashes)[DCR_HASH_LEN],
+			    const uint64_t *sizes, size_t n, uint8_t *added)
+{
+	uint64_t total = 0;
+
+	if (n == 0 || dcr_catalog_cache_add_many(c->cat, hashes, sizes, NULL,
+						 n, false, added) != 0)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		total += added[i] ? sizes[i] : 0;
+	return total;
+}
+
 /*
  * Account for chunk files that have no row (the catalog was just created
  * or rebuilt after corruption, see dcr_catalog_open): one readdir and
@@ -220,11 +343,12 @@ static void adopt_orphans(struct dcr_cache *c)
 {
 	uint8_t (*hashes)[DCR_HASH_LEN] = malloc(ADOPT_BATCH * DCR_HASH_LEN);
 	uint64_t *sizes = malloc(ADOPT_BATCH * sizeof(*sizes));
-	uint64_t total = 0, nfiles = 0, added;
+	uint8_t *added = malloc(ADOPT_BATCH);
+	uint64_t total = 0, nfiles = 0;
 	char sub[PATH_MAX];
 	size_t n = 0;
 
-	if (!hashes || !sizes)
+	if (!hashes || !sizes || !added)
 		goto out_free;
 	for (unsigned i = 0; i < 256; i++) {
 		struct dirent *de;
@@ -247,22 +371,19 @@ static void adopt_orphans(struct dcr_cache *c)
 			sizes[n++] = (uint64_t)sb.st_size;
 			nfiles++;
 			if (n == ADOPT_BATCH) {
-				if (dcr_catalog_cache_adopt(c->cat, hashes, sizes,
-							    n, 0, &added) == 0)
-					total += added;
+				total += adopt_batch(c, hashes, sizes, n, added);
 				n = 0;
 			}
 		}
 		closedir(d);
 	}
-	if (n && dcr_catalog_cache_adopt(c->cat, hashes, sizes, n, 0,
-					 &added) == 0)
-		total += added;
+	total += adopt_batch(c, hashes, sizes, n, added);
 	if (total)
 		dcr_info("cache %s: adopted %llu chunk files (%llu bytes) "
 			 "left by an earlier catalog", c->chunks_dir,
 			 (unsigned long long)nfiles, (unsigned long long)total);
 out_free:
+	free(added);
 	free(hashes);
 	free(sizes);
 }
@@ -310,6 +431,7 @@ int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
 	c->st.bytes = c->bytes;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->evict_lock, NULL);
+	pthread_mutex_init(&c->flush_lock, NULL);
 	if (fresh)
 		evict(c); /* the adopted files count against the budget */
 	*out = c;
@@ -327,6 +449,8 @@ void dcr_cache_close(struct dcr_cache *c)
 {
 	if (!c)
 		return;
+	pend_flush(c);
+	pthread_mutex_destroy(&c->flush_lock);
 	pthread_mutex_destroy(&c->evict_lock);
 	pthread_mutex_destroy(&c->lock);
 	free(c->vset);
@@ -337,6 +461,7 @@ void dcr_cache_close(struct dcr_cache *c)
 
 void dcr_cache_get_stats(struct dcr_cache *c, struct dcr_cache_stats *s)
 {
+	pend_flush(c);
 	pthread_mutex_lock(&c->lock);
 	*s = c->st;
 	s->bytes = c->bytes;
@@ -352,6 +477,7 @@ static void drop(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	unlink(path);
 	dcr_catalog_cache_del(c->cat, hash, &size);
 	pthread_mutex_lock(&c->lock);
+	pend_del(c, hash);
 	vset_del(c, hash);
 	c->bytes -= DCR_MIN(size, c->bytes);
 	pthread_mutex_unlock(&c->lock);
@@ -528,19 +654,15 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	}
 
 	if (!verified) {
-		int added = 0;
-		/* First use here: record it (adopts a file left without a
-		 * row by a crash) and remember that it is good. */
-		if (dcr_catalog_cache_add(c->cat, hash, chunk_len, now,
-					  &added) == 0) {
-			pthread_mutex_lock(&c->lock);
-			if (added)
-				c->bytes += chunk_len;
-			pthread_mutex_unlock(&c->lock);
-		}
+		bool full;
+		/* First use here: remember that it is good and queue its
+		 * row (which adopts a file left without one by a crash). */
 		pthread_mutex_lock(&c->lock);
 		vset_add(c, hash, now);
+		full = pend_add(c, hash, chunk_len, now, false);
 		pthread_mutex_unlock(&c->lock);
+		if (full)
+			pend_flush(c);
 	} else if (touch) {
 		dcr_catalog_cache_touch(c->cat, hash, now);
 	}
@@ -592,7 +714,7 @@ static void evict(struct dcr_cache *c)
 			uint64_t total;
 			if (dcr_catalog_cache_total(c->cat, &total) == 0) {
 				pthread_mutex_lock(&c->lock);
-				c->bytes = total;
+				c->bytes = total + pend_counted(c);
 				pthread_mutex_unlock(&c->lock);
 			}
 			break;
@@ -618,7 +740,8 @@ int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	char hex[DCR_HASH_HEX_LEN + 1];
 	int64_t now = now_ms();
 	uint64_t seq;
-	int fd, ret, added = 0;
+	bool full, over;
+	int fd, ret;
 
 	dcr_hash_hex(hash, hex);
 	dcr_cache_path(c, hash, path, sizeof(path));
@@ -646,18 +769,17 @@ int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		ret = -errno;
 		goto err_unlink;
 	}
-	ret = dcr_catalog_cache_add(c->cat, hash, len, now, &added);
-	if (ret) {
-		unlink(path);
-		return ret;
-	}
 	pthread_mutex_lock(&c->lock);
-	if (added)
-		c->bytes += len;
+	c->bytes += len;
 	c->st.inserts++;
 	vset_add(c, hash, now);
+	full = pend_add(c, hash, len, now, true);
+	over = c->bytes > c->budget;
 	pthread_mutex_unlock(&c->lock);
-	evict(c);
+	if (full || over)
+		pend_flush(c);
+	if (over)
+		evict(c);
 	return 0;
 
 err_unlink:

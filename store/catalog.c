@@ -50,9 +50,10 @@ enum dcr_stmt_id {
 
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_GET_CHUNK] =
-		"SELECT c.kind, c.off, c.len, c.hash, p.hash FROM chunks c "
+		"SELECT c.idx, c.kind, c.off, c.len, c.hash, p.hash FROM chunks c "
 		"LEFT JOIN packs p ON p.version = c.version AND p.idx = c.pack "
-		"WHERE c.version = ?1 AND c.file = ?2 AND c.idx = ?3",
+		"WHERE c.version = ?1 AND c.file = ?2 AND c.idx >= ?3 "
+		"AND c.idx < ?4 ORDER BY c.idx",
 	[ST_CACHE_ADD] =
 		"INSERT INTO cache(hash, size, atime) VALUES (?1, ?2, ?3) "
 		"ON CONFLICT(hash) DO UPDATE SET atime = excluded.atime",
@@ -1128,49 +1129,71 @@ int dcr_catalog_load_manifest(struct dcr_catalog *c, uint64_t v,
 	return ret;
 }
 
-int dcr_catalog_get_chunk(struct dcr_catalog *c, uint64_t v, uint32_t file,
-			  uint64_t idx, struct dcr_catalog_chunk *out)
+int dcr_catalog_get_chunks(struct dcr_catalog *c, uint64_t v, uint32_t file,
+			   uint64_t first, size_t n,
+			   struct dcr_catalog_chunk *out, size_t *got)
 {
 	sqlite3_stmt *st;
-	int rc, ret;
+	size_t k = 0;
+	int rc = SQLITE_DONE, ret;
 
-	memset(out, 0, sizeof(*out));
+	*got = 0;
+	if (n == 0)
+		return 0;
+	if (first > (uint64_t)INT64_MAX - n)
+		return -ENOENT;
+	memset(out, 0, n * sizeof(*out));
 	cat_lock(c);
 	ret = cached(c, ST_GET_CHUNK, &st);
 	if (ret)
 		goto out_unlock;
 	sqlite3_bind_int64(st, 1, (int64_t)v);
 	sqlite3_bind_int64(st, 2, file);
-	sqlite3_bind_int64(st, 3, (int64_t)idx);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		const void *h = sqlite3_column_blob(st, 3);
-		const void *p = sqlite3_column_blob(st, 4);
+	sqlite3_bind_int64(st, 3, (int64_t)first);
+	sqlite3_bind_int64(st, 4, (int64_t)(first + n));
+	while (k < n && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct dcr_catalog_chunk *o = &out[k];
+		const void *h = sqlite3_column_blob(st, 4);
+		const void *p = sqlite3_column_blob(st, 5);
 
-		out->kind = (uint8_t)sqlite3_column_int(st, 0);
-		out->off = (uint64_t)sqlite3_column_int64(st, 1);
-		out->len = (uint32_t)sqlite3_column_int64(st, 2);
-		if (!h || sqlite3_column_bytes(st, 3) != DCR_HASH_LEN ||
-		    (out->kind != DCR_CK_SAME &&
-		     (!p || sqlite3_column_bytes(st, 4) != DCR_HASH_LEN))) {
+		/* Stop at a hole: the caller gets the run from @first. */
+		if ((uint64_t)sqlite3_column_int64(st, 0) != first + k)
+			break;
+		o->kind = (uint8_t)sqlite3_column_int(st, 1);
+		o->off = (uint64_t)sqlite3_column_int64(st, 2);
+		o->len = (uint32_t)sqlite3_column_int64(st, 3);
+		if (!h || sqlite3_column_bytes(st, 4) != DCR_HASH_LEN ||
+		    (o->kind != DCR_CK_SAME &&
+		     (!p || sqlite3_column_bytes(st, 5) != DCR_HASH_LEN))) {
 			dcr_err("catalog %s: version %llu file %u chunk %llu: "
 				"bad row", c->path, (unsigned long long)v,
-				file, (unsigned long long)idx);
+				file, (unsigned long long)(first + k));
 			ret = DCR_ERR(-EIO);
-		} else {
-			memcpy(out->hash, h, DCR_HASH_LEN);
-			if (out->kind != DCR_CK_SAME)
-				memcpy(out->pack, p, DCR_HASH_LEN);
+			break;
 		}
-	} else if (rc == SQLITE_DONE) {
-		ret = -ENOENT;
-	} else {
-		ret = sql_err(c, rc, "read chunk");
+		memcpy(o->hash, h, DCR_HASH_LEN);
+		if (o->kind != DCR_CK_SAME)
+			memcpy(o->pack, p, DCR_HASH_LEN);
+		k++;
 	}
+	if (!ret && k < n && rc != SQLITE_ROW && rc != SQLITE_DONE)
+		ret = sql_err(c, rc, "read chunk");
+	if (!ret && k == 0)
+		ret = -ENOENT;
+	if (!ret)
+		*got = k;
 	release(st);
 out_unlock:
 	pthread_mutex_unlock(&c->lock);
 	return ret;
+}
+
+int dcr_catalog_get_chunk(struct dcr_catalog *c, uint64_t v, uint32_t file,
+			  uint64_t idx, struct dcr_catalog_chunk *out)
+{
+	size_t got;
+
+	return dcr_catalog_get_chunks(c, v, file, idx, 1, out, &got);
 }
 
 int dcr_catalog_set_tags(struct dcr_catalog *c, const char *const *names,
@@ -1375,45 +1398,61 @@ out_unlock:
 	return ret;
 }
 
-int dcr_catalog_cache_adopt(struct dcr_catalog *c,
-			    const uint8_t (*hashes)[DCR_HASH_LEN],
-			    const uint64_t *sizes, size_t n, int64_t atime,
-			    uint64_t *added_bytes)
+int dcr_catalog_cache_add_many(struct dcr_catalog *c,
+			       const uint8_t (*hashes)[DCR_HASH_LEN],
+			       const uint64_t *sizes, const int64_t *atimes,
+			       size_t n, bool touch, uint8_t *added)
 {
-	sqlite3_stmt *st;
-	uint64_t added = 0;
+	sqlite3_stmt *ins = NULL, *upd = NULL;
 	int ret;
 
-	*added_bytes = 0;
+	if (added)
+		memset(added, 0, n);
+	if (n == 0)
+		return 0;
 	cat_lock(c);
 	ret = exec_locked(c, "BEGIN IMMEDIATE");
 	if (ret)
 		goto out_unlock;
 	ret = prepare(c, "INSERT OR IGNORE INTO cache(hash, size, atime) "
-			 "VALUES (?1, ?2, ?3)", &st);
-	if (ret)
-		goto err_rollback;
+			 "VALUES (?1, ?2, ?3)", &ins);
+	if (!ret && touch)
+		ret = cached(c, ST_CACHE_TOUCH, &upd);
 	for (size_t i = 0; i < n && !ret; i++) {
-		sqlite3_bind_blob(st, 1, hashes[i], DCR_HASH_LEN,
+		int64_t at = atimes ? atimes[i] : 0;
+
+		sqlite3_bind_blob(ins, 1, hashes[i], DCR_HASH_LEN,
 				  SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, (int64_t)sizes[i]);
-		sqlite3_bind_int64(st, 3, atime);
-		ret = step_done(c, st, "adopt cached chunk");
-		if (!ret && sqlite3_changes(c->db) > 0)
-			added += sizes[i];
+		sqlite3_bind_int64(ins, 2, (int64_t)sizes[i]);
+		sqlite3_bind_int64(ins, 3, at);
+		ret = step_done(c, ins, "record cached chunk");
+		if (ret)
+			break;
+		if (sqlite3_changes(c->db) > 0) {
+			if (added)
+				added[i] = 1;
+		} else if (touch) {
+			sqlite3_bind_blob(upd, 1, hashes[i], DCR_HASH_LEN,
+					  SQLITE_STATIC);
+			sqlite3_bind_int64(upd, 2, at);
+			ret = step_done(c, upd, "touch cached chunk");
+		}
 	}
-	sqlite3_finalize(st);
+	if (upd)
+		release(upd);
+	sqlite3_finalize(ins);
 	if (ret)
 		goto err_rollback;
 	ret = exec_locked(c, "COMMIT");
 	if (ret)
 		goto err_rollback;
-	*added_bytes = added;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 
 err_rollback:
 	exec_locked(c, "ROLLBACK");
+	if (added)
+		memset(added, 0, n);
 out_unlock:
 	pthread_mutex_unlock(&c->lock);
 	return ret;

@@ -140,6 +140,17 @@ int dcr_catalog_get_chunk(struct dcr_catalog *c, uint64_t v, uint32_t file,
 			  uint64_t idx, struct dcr_catalog_chunk *out);
 
 /**
+ * dcr_catalog_get_chunks - the references of chunks @first ..
+ * @first+@n-1 of file @file of version @v into @out[0..@n), in one
+ * query: *@got is how many consecutive ones from @first exist (the rest
+ * of @out is zeroed). -ENOENT if chunk @first does not exist, else 0 or
+ * -errno.
+ */
+int dcr_catalog_get_chunks(struct dcr_catalog *c, uint64_t v, uint32_t file,
+			   uint64_t first, size_t n,
+			   struct dcr_catalog_chunk *out, size_t *got);
+
+/**
  * dcr_catalog_set_tags - replace all tags by the @n pairs
  * (@names[i], @versions[i]) in one transaction. 0 or -errno.
  */
@@ -176,15 +187,16 @@ int dcr_catalog_cache_del(struct dcr_catalog *c,
 			  const uint8_t hash[DCR_HASH_LEN], uint64_t *size);
 
 /**
- * dcr_catalog_cache_adopt - record the @n chunks @hashes of @sizes bytes
- * that have no row yet, last used at @atime, in one transaction (rows
- * that exist are left alone). *@added_bytes receives the sum of the
- * sizes of the rows added. 0 or -errno.
+ * dcr_catalog_cache_add_many - record the @n chunks @hashes of @sizes
+ * bytes, last used at @atimes (NULL: 0, the oldest), in one transaction.
+ * Rows that exist keep their size; with @touch their atime is updated,
+ * else they are left alone. @added (may be NULL) gets a flag per chunk:
+ * 1 if its row is new (all 0 on failure). 0 or -errno.
  */
-int dcr_catalog_cache_adopt(struct dcr_catalog *c,
-			    const uint8_t (*hashes)[DCR_HASH_LEN],
-			    const uint64_t *sizes, size_t n, int64_t atime,
-			    uint64_t *added_bytes);
+int dcr_catalog_cache_add_many(struct dcr_catalog *c,
+			       const uint8_t (*hashes)[DCR_HASH_LEN],
+			       const uint64_t *sizes, const int64_t *atimes,
+			       size_t n, bool touch, uint8_t *added);
 
 /** dcr_catalog_cache_total - the sum of all recorded sizes. */
 int dcr_catalog_cache_total(struct dcr_catalog *c, uint64_t *bytes);

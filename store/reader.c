@@ -114,6 +114,22 @@ struct ra_stream {
 	uint64_t stamp;    /* LRU */
 };
 
+/*
+ * Chunk references are looked up a block at a time: one catalog query
+ * for REF_BLOCK neighbours, kept in REF_SLOTS blocks (LRU, ~0.6 MiB), so
+ * a sequential reader costs one query per REF_BLOCK chunks instead of
+ * one per chunk, and readers do not queue on the catalog lock.
+ */
+#define REF_BLOCK 256
+#define REF_SLOTS 32
+
+struct refblk {
+	uint64_t v, first, stamp;
+	uint32_t file;
+	uint32_t n; /* references held; 0 = unused slot */
+	struct dcr_catalog_chunk refs[REF_BLOCK];
+};
+
 /* Read-ahead job: chunks [first, first+n) of entry idx of version rv. */
 struct ra_job {
 	struct rver *rv;
@@ -158,6 +174,10 @@ struct dcr_reader {
 	pthread_mutex_t codec_lock;
 	struct dcr_codec *codecs[CODEC_POOL_MAX];
 	int ncodecs;
+
+	pthread_mutex_t ref_lock;
+	struct refblk *refs;    /* REF_SLOTS */
+	uint64_t ref_clock;
 
 	uint64_t readahead;     /* bytes; 0 = off */
 	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
@@ -208,6 +228,63 @@ static void codec_put(struct dcr_reader *r, struct dcr_codec *c)
 /* ------------------------------------------------------------ versions */
 
 /* Index of the first version >= @v. Caller holds the lock. */
+/*
+ * The reference of chunk @idx of file @file (manifest index) of version
+ * @v: from the block cache, else one catalog query for its whole block.
+ * Versions are immutable, so a cached block never goes stale.
+ */
+static int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file,
+		   uint64_t idx, struct dcr_catalog_chunk *out)
+{
+	const uint64_t first = idx - idx % REF_BLOCK;
+	struct refblk *b = NULL, *tmp;
+	size_t got = 0;
+	int ret;
+
+	pthread_mutex_lock(&r->ref_lock);
+	for (int i = 0; i < REF_SLOTS; i++) {
+		struct refblk *x = &r->refs[i];
+
+		if (x->n && x->v == v && x->file == file &&
+		    x->first == first && idx - first < x->n) {
+			*out = x->refs[idx - first];
+			x->stamp = ++r->ref_clock;
+			pthread_mutex_unlock(&r->ref_lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&r->ref_lock);
+
+	tmp = malloc(sizeof(*tmp));
+	if (!tmp)
+		return dcr_catalog_get_chunk(r->cat, v, file, idx, out);
+	ret = dcr_catalog_get_chunks(r->cat, v, file, first, REF_BLOCK,
+				     tmp->refs, &got);
+	if (ret == 0 && idx - first < got) {
+		*out = tmp->refs[idx - first];
+		pthread_mutex_lock(&r->ref_lock);
+		for (int i = 0; i < REF_SLOTS; i++) {
+			struct refblk *x = &r->refs[i];
+
+			if (!b || !x->n || (b->n && x->stamp < b->stamp))
+				b = x;
+		}
+		memcpy(b->refs, tmp->refs, got * sizeof(tmp->refs[0]));
+		b->v = v;
+		b->file = file;
+		b->first = first;
+		b->n = (uint32_t)got;
+		b->stamp = ++r->ref_clock;
+		pthread_mutex_unlock(&r->ref_lock);
+	} else if (ret == 0 || ret == -ENOENT) {
+		/* A hole before @idx (not in a well-formed catalog): ask for
+		 * the one reference, which also gives the right error. */
+		ret = dcr_catalog_get_chunk(r->cat, v, file, idx, out);
+	}
+	free(tmp);
+	return ret;
+}
+
 static size_t vers_lower(const struct dcr_reader *r, uint64_t v)
 {
 	size_t lo = 0, hi = r->nvers;
@@ -577,8 +654,10 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	pthread_mutex_init(&r->sf_lock, NULL);
 	pthread_cond_init(&r->sf_cond, NULL);
 	pthread_mutex_init(&r->codec_lock, NULL);
+	pthread_mutex_init(&r->ref_lock, NULL);
+	r->refs = calloc(REF_SLOTS, sizeof(*r->refs));
 	r->dir = strdup(path);
-	if (!r->dir) {
+	if (!r->dir || !r->refs) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_close;
 	}
@@ -622,6 +701,8 @@ void dcr_reader_close(struct dcr_reader *r)
 	dcr_cache_close(r->cache);
 	dcr_catalog_close(r->cat);
 	pthread_mutex_destroy(&r->codec_lock);
+	pthread_mutex_destroy(&r->ref_lock);
+	free(r->refs);
 	pthread_cond_destroy(&r->ra_cond);
 	pthread_mutex_destroy(&r->ra_lock);
 	pthread_cond_destroy(&r->sf_cond);
@@ -1288,7 +1369,7 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 				(unsigned long long)pv->v);
 			return DCR_ERR(-EIO);
 		}
-		ret = dcr_catalog_get_chunk(r->cat, pv->v, pf, w->chunk, &ref);
+		ret = ref_get(r, pv->v, pf, w->chunk, &ref);
 		if (ret) {
 			RERR(WHERE_FMT ": no chunk reference in version "
 				"%llu: %s", WHERE_ARGS(w),
@@ -1433,8 +1514,7 @@ static int piece_fast(struct dcr_reader *r, struct piece *p)
 {
 	int ret;
 
-	ret = dcr_catalog_get_chunk(r->cat, p->w.rv->v, p->w.file, p->w.chunk,
-				    &p->ref);
+	ret = ref_get(r, p->w.rv->v, p->w.file, p->w.chunk, &p->ref);
 	if (ret) {
 		RERR(WHERE_FMT ": no chunk reference in the catalog: %s",
 		     WHERE_ARGS(&p->w), dcr_strerror(ret));
@@ -2082,7 +2162,7 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 		/* Any trouble: -ENOENT, and dcr_reader_read does it right
 		 * (materializes, or fails with its one log line). */
 		ret = -ENOENT;
-		if (dcr_catalog_get_chunk(r->cat, v, idx - 1, i, &ref) != 0)
+		if (ref_get(r, v, idx - 1, i, &ref) != 0)
 			goto err_close;
 		fd = dcr_cache_open_fd(r->cache, ref.hash, clen);
 		if (fd < 0)
