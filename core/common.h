@@ -22,6 +22,7 @@
 #define DCR_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define DCR_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define DCR_DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+#define DCR_ROUND_UP(n, d) (DCR_DIV_ROUND_UP(n, d) * (d))
 
 #if defined(__GNUC__)
 #define DCR_PRINTF(f, a) __attribute__((format(printf, f, a)))

@@ -1603,6 +1603,7 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 		return 0;
 	}
 	dcr_info("prefetching v%" PRIu64, v);
+	dcr_reader_keep_pagecache(true); /* this thread only does prefetch */
 	for (uint32_t i = 0; i < vi->nentries && i <= DCRFS_IDX_MAX; i++) {
 		const struct dcr_entry *e = &vi->entries[i];
 

@@ -24,11 +24,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -79,6 +81,7 @@ struct dcr_cache {
 
 	pthread_mutex_t evict_lock;
 	pthread_mutex_t flush_lock; /* one pend_flush at a time */
+	atomic_bool no_direct;      /* O_DIRECT refused here: stop trying */
 };
 
 static int64_t now_ms(void)
@@ -154,12 +157,24 @@ static void vset_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
  * is corrected when a row turns out to exist already.
  */
 
-/* Queue a row; true when the queue is full. Caller holds @lock. */
+static void pend_flush(struct dcr_cache *c);
+
+/*
+ * Queue a row; true when the queue is full (the caller then flushes it).
+ * Caller holds @lock, which is dropped and retaken to flush first if
+ * other threads filled the queue meanwhile.
+ */
 static bool pend_add(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		     uint64_t size, int64_t atime, bool counted)
 {
-	struct pend *p = &c->pend[c->npend++];
+	struct pend *p;
 
+	while (c->npend == PEND_MAX) {
+		pthread_mutex_unlock(&c->lock);
+		pend_flush(c);
+		pthread_mutex_lock(&c->lock);
+	}
+	p = &c->pend[c->npend++];
 	memcpy(p->hash, hash, DCR_HASH_LEN);
 	p->size = size;
 	p->atime = atime;
@@ -483,6 +498,47 @@ static void drop(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	pthread_mutex_unlock(&c->lock);
 }
 
+static bool aligned(const void *p, uint64_t a, uint64_t b)
+{
+	return ((uintptr_t)p | a | b) % DCR_CACHE_ALIGN == 0;
+}
+
+/*
+ * Read @n bytes at @off of the chunk file @path, open as @fd, into @dst.
+ * What the page cache holds is copied from it (RWF_NOWAIT); a file that
+ * is not resident is read around the page cache (O_DIRECT) when @dst,
+ * @off and @n are aligned, so that reading a base chunk once does not
+ * allocate and fill page-cache pages for it. Else a plain read.
+ */
+static int pread_lean(struct dcr_cache *c, int fd, const char *path,
+		      void *dst, size_t n, uint64_t off)
+{
+	struct iovec iov = { dst, n };
+	ssize_t got;
+	int dfd, ret;
+
+	if (n == 0 || atomic_load(&c->no_direct) || !aligned(dst, n, off))
+		return dcr_pread_full(fd, dst, n, off);
+	got = preadv2(fd, &iov, 1, (off_t)off, RWF_NOWAIT);
+	if (got == (ssize_t)n)
+		return 0;
+	if (got < 0 && errno != EAGAIN)
+		return dcr_pread_full(fd, dst, n, off); /* no RWF_NOWAIT */
+	dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (dfd < 0) {
+		if (errno == EINVAL)
+			atomic_store(&c->no_direct, true);
+		return dcr_pread_full(fd, dst, n, off);
+	}
+	ret = dcr_pread_full(dfd, dst, n, off);
+	close(dfd);
+	if (ret == -EINVAL) {
+		atomic_store(&c->no_direct, true);
+		ret = dcr_pread_full(fd, dst, n, off);
+	}
+	return ret;
+}
+
 /* Read and verify the whole file; copy the slice. 0, -EBADMSG or -errno. */
 static int verify_read(int fd, const uint8_t hash[DCR_HASH_LEN],
 		       uint32_t chunk_len, uint32_t off, void *dst, size_t n)
@@ -623,13 +679,14 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		if (ret == 0 && verified) {
 			verified = 0; /* first use here: record it below */
 			if (dst) {
-				ret = dcr_pread_full(fd, dst, n, (uint64_t)off);
+				ret = pread_lean(c, fd, path, dst, n,
+						 (uint64_t)off);
 				if (ret == -EIO || ret == -ENODATA)
 					ret = -EBADMSG;
 			}
 		}
 	} else if (dst) {
-		ret = dcr_pread_full(fd, dst, n, (uint64_t)off);
+		ret = pread_lean(c, fd, path, dst, n, (uint64_t)off);
 		if (ret == -EIO || ret == -ENODATA)
 			ret = -EBADMSG; /* truncated behind our back */
 	}
@@ -734,11 +791,13 @@ static void evict(struct dcr_cache *c)
 }
 
 int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		  const void *data, size_t len)
+		  const void *data, size_t len, unsigned flags)
 {
 	char path[PATH_MAX], tmp[PATH_MAX];
 	char hex[DCR_HASH_HEX_LEN + 1];
 	int64_t now = now_ms();
+	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && len &&
+		      !atomic_load(&c->no_direct) && aligned(data, 0, 0);
 	uint64_t seq;
 	bool full, over;
 	int fd, ret;
@@ -753,12 +812,36 @@ int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 
 	/* No fsync: a file torn by a crash fails verification on its first
 	 * use after the restart and is fetched again. */
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC |
+		       (direct ? O_DIRECT : 0), 0600);
+	if (fd < 0 && direct && errno == EINVAL) {
+		atomic_store(&c->no_direct, true);
+		direct = false;
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	}
 	if (fd < 0) {
 		ret = -errno;
 		goto err_log;
 	}
-	ret = dcr_write_full(fd, data, len);
+	if (direct) {
+		/* Whole blocks, then cut to size. */
+		size_t wlen = DCR_ROUND_UP(len, DCR_CACHE_ALIGN);
+
+		ret = dcr_write_full(fd, data, wlen);
+		if (ret == -EINVAL) {
+			/* Alignment refused after all: write it plainly. */
+			atomic_store(&c->no_direct, true);
+			ret = fcntl(fd, F_SETFL, 0) < 0 ? -errno : 0;
+			if (!ret && ftruncate(fd, 0) < 0)
+				ret = -errno;
+			if (!ret)
+				ret = dcr_pwrite_full(fd, data, len, 0);
+		} else if (!ret && wlen != len && ftruncate(fd, (off_t)len) < 0) {
+			ret = -errno;
+		}
+	} else {
+		ret = dcr_write_full(fd, data, len);
+	}
 	if (!ret)
 		seal(fd, hash);
 	if (close(fd) < 0 && !ret)

@@ -64,7 +64,9 @@ void dcr_cache_close(struct dcr_cache *c);
  * dcr_cache_read - copy bytes [@off, @off+@n) of the cached chunk @hash,
  * whose full length must be @chunk_len, into @dst. Returns 0 on a hit,
  * -ENOENT on a miss (including a file that failed verification, which
- * is deleted), or another -errno on a local I/O error.
+ * is deleted), or another -errno on a local I/O error. A whole chunk
+ * read into a DCR_CACHE_ALIGN-aligned @dst is copied from the page cache
+ * if it is there, and else read around it (O_DIRECT) where allowed.
  */
 int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		   uint32_t chunk_len, uint32_t off, void *dst, size_t n);
@@ -80,14 +82,33 @@ int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 int dcr_cache_open_fd(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		      uint32_t chunk_len);
 
+/* Alignment of buffers that may be written or read around the page
+ * cache (O_DIRECT); see DCR_CACHE_PUT_DIRECT. */
+#define DCR_CACHE_ALIGN 4096
+
+/* dcr_cache_put flags */
+enum {
+	/*
+	 * Write around the page cache (O_DIRECT) when the file system
+	 * allows: for chunks the caller serves from memory anyway, so that
+	 * a first read does not also fill the page cache with a second
+	 * copy of every chunk. @data must then be DCR_CACHE_ALIGN-aligned
+	 * and readable up to the next multiple of DCR_CACHE_ALIGN past
+	 * @len; otherwise (or where O_DIRECT is refused) it is a normal
+	 * write.
+	 */
+	DCR_CACHE_PUT_DIRECT = 1 << 0,
+};
+
 /**
  * dcr_cache_put - store the verified chunk @data of @len bytes, whose
  * SHA-256 is @hash (the caller has checked it), then evict to the budget.
  * Writes a temporary file and renames it into place, so readers never see
- * a partial file. 0 or -errno (the chunk is then simply not cached).
+ * a partial file. @flags: DCR_CACHE_PUT_*. 0 or -errno (the chunk is then
+ * simply not cached).
  */
 int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		  const void *data, size_t len);
+		  const void *data, size_t len, unsigned flags);
 
 /** dcr_cache_path - the file name of chunk @hash into @buf of @cap bytes. */
 void dcr_cache_path(const struct dcr_cache *c,

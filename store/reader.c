@@ -136,6 +136,34 @@ struct ra_job {
 	uint32_t idx;
 	uint64_t first;
 	uint32_t n;
+	bool pagecache; /* queued by a thread that keeps the page cache */
+};
+
+/*
+ * Chunks just materialized stay in memory ("hot"), up to hot_budget
+ * bytes (LRU), and reads take them from there: read-ahead builds chunks
+ * a little before the reader asks for them, and the cache files are
+ * written around the page cache (DCR_CACHE_PUT_DIRECT), so a first read
+ * fills neither the page cache with a second copy of the model nor
+ * fresh pages to copy it into. The buffers (DCR_CACHE_ALIGN-aligned)
+ * are recycled through a small pool, never handed back to the system
+ * while reads go on.
+ */
+#define HOT_SLOTS 256
+#define HOT_BUDGET_MIN ((uint64_t)64 << 20)
+#define POOL_MAX 32
+
+struct hot {
+	uint8_t hash[DCR_HASH_LEN];
+	uint32_t len;
+	uint8_t *data;  /* NULL: free slot */
+	unsigned refs;  /* readers copying out of it */
+	uint64_t stamp; /* LRU */
+};
+
+struct pooled {
+	void *p;
+	size_t cap;
 };
 
 struct dcr_reader {
@@ -179,6 +207,12 @@ struct dcr_reader {
 	struct refblk *refs;    /* REF_SLOTS */
 	uint64_t ref_clock;
 
+	pthread_mutex_t hot_lock;
+	struct hot *hot;        /* HOT_SLOTS */
+	uint64_t hot_bytes, hot_budget, hot_clock;
+	struct pooled pool[POOL_MAX];
+	size_t npool;
+
 	uint64_t readahead;     /* bytes; 0 = off */
 	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
 	pthread_mutex_t ra_lock;
@@ -197,6 +231,10 @@ struct dcr_reader {
  * log only; the read that really needs the chunk redoes it and logs.
  */
 static __thread bool tl_quiet;
+/* Set by dcr_reader_keep_pagecache: chunks built for this thread are
+ * written to the cache through the page cache (prefetch wants them
+ * resident for the reads to come). */
+static __thread bool tl_pagecache;
 #define RERR(...) dcr_log(tl_quiet ? DCR_LOG_DEBUG : DCR_LOG_ERR, __VA_ARGS__)
 
 static void ra_stop(struct dcr_reader *r);
@@ -283,6 +321,157 @@ static int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file,
 	}
 	free(tmp);
 	return ret;
+}
+
+/* ------------------------------------------- chunk buffers, hot chunks */
+
+static size_t buf_cap(uint32_t len)
+{
+	return DCR_ROUND_UP((size_t)DCR_MAX(len, 1u), DCR_CACHE_ALIGN);
+}
+
+/* An aligned buffer for a chunk of @len bytes (readable to buf_cap). */
+static uint8_t *buf_get(struct dcr_reader *r, uint32_t len)
+{
+	const size_t cap = buf_cap(len);
+	void *p = NULL;
+
+	pthread_mutex_lock(&r->hot_lock);
+	for (size_t i = r->npool; i-- > 0;) {
+		if (r->pool[i].cap == cap) {
+			p = r->pool[i].p;
+			r->pool[i] = r->pool[--r->npool];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&r->hot_lock);
+	if (!p && posix_memalign(&p, DCR_CACHE_ALIGN, cap) != 0)
+		p = NULL;
+	return p;
+}
+
+/* Give back a buffer of buf_get(@len). Caller holds hot_lock. */
+static void buf_put_locked(struct dcr_reader *r, uint8_t *p, uint32_t len)
+{
+	if (!p)
+		return;
+	if (r->npool < POOL_MAX) {
+		r->pool[r->npool].p = p;
+		r->pool[r->npool].cap = buf_cap(len);
+		r->npool++;
+	} else {
+		free(p);
+	}
+}
+
+static void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len)
+{
+	pthread_mutex_lock(&r->hot_lock);
+	buf_put_locked(r, p, len);
+	pthread_mutex_unlock(&r->hot_lock);
+}
+
+/* The slot of chunk @hash of @len bytes, or NULL. Holds hot_lock. */
+static struct hot *hot_find(struct dcr_reader *r,
+			    const uint8_t hash[DCR_HASH_LEN], uint32_t len)
+{
+	for (size_t i = 0; i < HOT_SLOTS; i++) {
+		struct hot *h = &r->hot[i];
+
+		if (h->data && h->len == len &&
+		    memcmp(h->hash, hash, DCR_HASH_LEN) == 0)
+			return h;
+	}
+	return NULL;
+}
+
+/*
+ * Keep the verified chunk @data (a buf_get buffer; ownership passes
+ * here) in memory, evicting the least recently used unreferenced ones
+ * to stay within the budget.
+ */
+static void hot_put(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+		    uint32_t len, uint8_t *data)
+{
+	struct hot *slot = NULL;
+
+	pthread_mutex_lock(&r->hot_lock);
+	if (hot_find(r, hash, len) || len > r->hot_budget) {
+		buf_put_locked(r, data, len);
+		pthread_mutex_unlock(&r->hot_lock);
+		return;
+	}
+	for (;;) {
+		struct hot *lru = NULL;
+
+		slot = NULL;
+		for (size_t i = 0; i < HOT_SLOTS; i++) {
+			struct hot *h = &r->hot[i];
+
+			if (!h->data) {
+				slot = slot ? slot : h;
+				continue;
+			}
+			if (!h->refs && (!lru || h->stamp < lru->stamp))
+				lru = h;
+		}
+		if (slot && r->hot_bytes + len <= r->hot_budget)
+			break;
+		if (!lru) {
+			/* Everything is being read: do not keep this one. */
+			buf_put_locked(r, data, len);
+			pthread_mutex_unlock(&r->hot_lock);
+			return;
+		}
+		r->hot_bytes -= lru->len;
+		buf_put_locked(r, lru->data, lru->len);
+		lru->data = NULL;
+	}
+	memcpy(slot->hash, hash, DCR_HASH_LEN);
+	slot->len = len;
+	slot->data = data;
+	slot->refs = 0;
+	slot->stamp = ++r->hot_clock;
+	r->hot_bytes += len;
+	pthread_mutex_unlock(&r->hot_lock);
+}
+
+/* Copy [@off, @off+@n) of hot chunk @hash into @dst: 0, or -ENOENT. */
+static int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+		    uint32_t len, uint32_t off, void *dst, size_t n)
+{
+	struct hot *h;
+
+	pthread_mutex_lock(&r->hot_lock);
+	h = hot_find(r, hash, len);
+	if (!h) {
+		pthread_mutex_unlock(&r->hot_lock);
+		return -ENOENT;
+	}
+	h->refs++;
+	h->stamp = ++r->hot_clock;
+	pthread_mutex_unlock(&r->hot_lock);
+	memcpy(dst, h->data + off, n); /* referenced: not evicted meanwhile */
+	pthread_mutex_lock(&r->hot_lock);
+	h->refs--;
+	pthread_mutex_unlock(&r->hot_lock);
+	return 0;
+}
+
+static bool hot_has(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+		    uint32_t len)
+{
+	bool ret;
+
+	pthread_mutex_lock(&r->hot_lock);
+	ret = hot_find(r, hash, len) != NULL;
+	pthread_mutex_unlock(&r->hot_lock);
+	return ret;
+}
+
+void dcr_reader_keep_pagecache(bool on)
+{
+	tl_pagecache = on;
 }
 
 static size_t vers_lower(const struct dcr_reader *r, uint64_t v)
@@ -655,9 +844,12 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	pthread_cond_init(&r->sf_cond, NULL);
 	pthread_mutex_init(&r->codec_lock, NULL);
 	pthread_mutex_init(&r->ref_lock, NULL);
+	pthread_mutex_init(&r->hot_lock, NULL);
 	r->refs = calloc(REF_SLOTS, sizeof(*r->refs));
+	r->hot = calloc(HOT_SLOTS, sizeof(*r->hot));
+	r->hot_budget = DCR_MAX(HOT_BUDGET_MIN, 2 * r->readahead);
 	r->dir = strdup(path);
-	if (!r->dir || !r->refs) {
+	if (!r->dir || !r->refs || !r->hot) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_close;
 	}
@@ -703,6 +895,12 @@ void dcr_reader_close(struct dcr_reader *r)
 	pthread_mutex_destroy(&r->codec_lock);
 	pthread_mutex_destroy(&r->ref_lock);
 	free(r->refs);
+	for (size_t i = 0; r->hot && i < HOT_SLOTS; i++)
+		free(r->hot[i].data);
+	free(r->hot);
+	for (size_t i = 0; i < r->npool; i++)
+		free(r->pool[i].p);
+	pthread_mutex_destroy(&r->hot_lock);
 	pthread_cond_destroy(&r->ra_cond);
 	pthread_mutex_destroy(&r->ra_lock);
 	pthread_cond_destroy(&r->sf_cond);
@@ -1492,7 +1690,10 @@ static void flight_release(struct dcr_reader *r, struct flight *f)
 	last = --f->refs == 0;
 	pthread_mutex_unlock(&r->sf_lock);
 	if (last) {
-		free(f->data);
+		if (f->done && f->rc == 0 && f->data)
+			hot_put(r, f->hash, f->len, f->data);
+		else
+			buf_put(r, f->data, f->len);
 		free(f);
 	}
 }
@@ -1524,9 +1725,13 @@ static int piece_fast(struct dcr_reader *r, struct piece *p)
 		/* Read-ahead only wants to know whether it is there. */
 		char path[PATH_MAX];
 
+		if (hot_has(r, p->ref.hash, p->clen))
+			return 0;
 		dcr_cache_path(r->cache, p->ref.hash, path, sizeof(path));
 		return access(path, F_OK) == 0 ? 0 : -ENOENT;
 	}
+	if (hot_read(r, p->ref.hash, p->clen, p->coff, p->dst, p->n) == 0)
+		return 0;
 	return dcr_cache_read(r->cache, p->ref.hash, p->clen, p->coff, p->dst,
 			      p->n);
 }
@@ -1600,6 +1805,7 @@ struct run {
 
 struct batch {
 	struct dcr_reader *r;
+	bool pagecache; /* write the cache through the page cache */
 	struct bchunk *c;
 	size_t nc;
 	struct fitem *it;
@@ -1676,7 +1882,8 @@ static void finish_one(void *arg, size_t i)
 	c->rc = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
 	if (!c->rc) {
 		c->ready = true;
-		dcr_cache_put(b->r->cache, p->ref.hash, c->f->data, p->clen);
+		dcr_cache_put(b->r->cache, p->ref.hash, c->f->data, p->clen,
+			      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
 	}
 }
 
@@ -1809,7 +2016,7 @@ static int plan_runs(struct batch *b)
 static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 			     int nthreads)
 {
-	struct batch b = { .r = r, .nc = n };
+	struct batch b = { .r = r, .nc = n, .pagecache = tl_pagecache };
 	int ret = 0;
 
 	b.c = calloc(n, sizeof(*b.c));
@@ -1822,7 +2029,7 @@ static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 		c->rc = batch_join(r, c);
 		if (c->rc || !c->leader)
 			continue;
-		c->f->data = malloc(c->p->clen);
+		c->f->data = buf_get(r, c->p->clen);
 		if (!c->f->data) {
 			c->rc = DCR_ERR(-ENOMEM);
 			continue;
@@ -1948,8 +2155,10 @@ static void *ra_main(void *arg)
 			if (piece_fast(r, p) == -ENOENT)
 				n++;
 		}
-		if (n)
+		if (n) {
+			tl_pagecache = job.pagecache;
 			materialize_batch(r, ps, n, 1);
+		}
 
 		pthread_mutex_lock(&r->ra_lock);
 	}
@@ -2031,6 +2240,7 @@ static void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		j->idx = idx;
 		j->first = from;
 		j->n = (uint32_t)DCR_MIN(group, to - from);
+		j->pagecache = tl_pagecache;
 		from += j->n;
 		r->ra_qlen++;
 		pthread_cond_signal(&r->ra_cond);
@@ -2162,8 +2372,9 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 		/* Any trouble: -ENOENT, and dcr_reader_read does it right
 		 * (materializes, or fails with its one log line). */
 		ret = -ENOENT;
-		if (ref_get(r, v, idx - 1, i, &ref) != 0)
-			goto err_close;
+		if (ref_get(r, v, idx - 1, i, &ref) != 0 ||
+		    hot_has(r, ref.hash, clen))
+			goto err_close; /* hot: copied from memory */
 		fd = dcr_cache_open_fd(r->cache, ref.hash, clen);
 		if (fd < 0)
 			goto err_close;

@@ -10,6 +10,7 @@
 #ifndef DCR_READER_H
 #define DCR_READER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -150,5 +151,15 @@ struct dcr_read_seg {
 ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			   uint64_t off, size_t len, struct dcr_read_seg *segs,
 			   size_t max, size_t *nbytes);
+
+/**
+ * dcr_reader_keep_pagecache - for the calling thread (and the read-ahead
+ * its reads queue): write the chunks its reads materialize to the cache
+ * through the page cache (@on), as a prefetcher wants, so the reads that
+ * follow find them resident; by default (off) they are written around
+ * it and served from memory, so that a first read does not also fill
+ * the page cache with a second copy of every chunk.
+ */
+void dcr_reader_keep_pagecache(bool on);
 
 #endif /* DCR_READER_H */

@@ -94,7 +94,7 @@ static void test_put_read(void **state)
 	open_cache(f, 0);
 	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, 0, buf,
 					CLEN), -ENOENT);
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[0], f->data[0], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[0], f->data[0], CLEN, 0),
 			 0);
 	memset(buf, 0, sizeof(buf));
 	assert_int_equal(dcr_cache_read(f->cache, f->hash[0], CLEN, 0, buf,
@@ -145,9 +145,9 @@ static void test_corrupt_file_is_dropped(void **state)
 	size_t len = 0;
 
 	open_cache(f, 0);
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[1], f->data[1], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[1], f->data[1], CLEN, 0),
 			 0);
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[2], f->data[2], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[2], f->data[2], CLEN, 0),
 			 0);
 	close_cache(f);
 
@@ -172,7 +172,7 @@ static void test_corrupt_file_is_dropped(void **state)
 	assert_int_equal(st.bytes, 0);
 
 	/* Storing it again makes it readable again. */
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[1], f->data[1], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[1], f->data[1], CLEN, 0),
 			 0);
 	assert_int_equal(dcr_cache_read(f->cache, f->hash[1], CLEN, 0, buf,
 					CLEN), 0);
@@ -189,15 +189,15 @@ static void test_eviction_lru(void **state)
 	open_cache(f, 3 * CLEN);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(dcr_cache_put(f->cache, f->hash[i], f->data[i],
-					       CLEN), 0);
+					       CLEN, 0), 0);
 		sleep_ms(3);
 	}
 	/* Chunk 0 was stored first; a put refreshes nothing else. Adding
 	 * two more evicts the two oldest: 0 and 1. */
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[3], f->data[3], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[3], f->data[3], CLEN, 0),
 			 0);
 	sleep_ms(3);
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[4], f->data[4], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[4], f->data[4], CLEN, 0),
 			 0);
 	dcr_cache_get_stats(f->cache, &st);
 	assert_int_equal(st.evictions, 2);
@@ -215,7 +215,7 @@ static void test_eviction_lru(void **state)
 
 	/* A budget smaller than one chunk: everything goes, nothing breaks. */
 	open_cache(f, 100);
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[5], f->data[5], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[5], f->data[5], CLEN, 0),
 			 0);
 	dcr_cache_get_stats(f->cache, &st);
 	assert_int_equal(st.bytes, 0);
@@ -243,7 +243,7 @@ static void test_adopts_stray_file(void **state)
 	dcr_cache_get_stats(f->cache, &st);
 	assert_int_equal(st.bytes, CLEN);
 	/* A wrong expected length is a verification failure. */
-	assert_int_equal(dcr_cache_put(f->cache, f->hash[7], f->data[7], CLEN),
+	assert_int_equal(dcr_cache_put(f->cache, f->hash[7], f->data[7], CLEN, 0),
 			 0);
 	close_cache(f);
 	open_cache(f, 0);
@@ -281,7 +281,7 @@ static void *worker_main(void *arg)
 					buf, CLEN);
 		if (rc == -ENOENT)
 			rc = dcr_cache_put(w->f->cache, w->f->hash[i],
-					   w->f->data[i], CLEN);
+					   w->f->data[i], CLEN, 0);
 		else if (rc == 0 && memcmp(buf, w->f->data[i], CLEN) != 0)
 			rc = -EBADMSG;
 		if (rc)
@@ -346,7 +346,7 @@ static void test_orphans_after_rebuild(void **state)
 	open_cache(f, 0);
 	for (int i = 0; i < 6; i++)
 		assert_int_equal(dcr_cache_put(f->cache, f->hash[i], f->data[i],
-					       CLEN), 0);
+					       CLEN, 0), 0);
 	close_cache(f);
 	/* Not chunk names: left alone, not counted. */
 	snprintf(junk, sizeof(junk), "%s/chunks/00/README", f->dir);
@@ -383,10 +383,160 @@ static void test_orphans_after_rebuild(void **state)
 	assert_int_equal(st.bytes, 4 * CLEN);
 }
 
+#define MANY 1000
+
+struct many_worker {
+	struct fixture *f;
+	uint8_t (*hash)[DCR_HASH_LEN];
+	int id, errors;
+};
+
+static void *many_main(void *arg)
+{
+	struct many_worker *w = arg;
+	uint8_t buf[64];
+
+	for (int k = 0; k < MANY; k++) {
+		int i = (k * 7 + w->id * 131) % MANY;
+
+		if (dcr_cache_read(w->f->cache, w->hash[i], CLEN, 0, buf,
+				   sizeof(buf)) != 0 ||
+		    buf[0] != (uint8_t)i || buf[1] != (uint8_t)(i >> 8))
+			w->errors++;
+	}
+	return NULL;
+}
+
+/*
+ * Catalog rows are queued and written in batches: many threads using
+ * many chunks for the first time after a remount (every use queues a
+ * row) overflow the queue over and over, concurrently. Every read must
+ * succeed, and the rows and the byte count must come out exact.
+ */
+static void test_batched_rows(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t (*hash)[DCR_HASH_LEN] = calloc(MANY, DCR_HASH_LEN);
+	struct many_worker w[8];
+	pthread_t th[8];
+	struct dcr_cache_stats st;
+	uint8_t data[CLEN];
+	uint64_t total;
+
+	open_cache(f, 0);
+	for (int i = 0; i < MANY; i++) {
+		memset(data, 0x5a, sizeof(data));
+		data[0] = (uint8_t)i;
+		data[1] = (uint8_t)(i >> 8);
+		dcr_sha256(data, CLEN, hash[i]);
+		assert_int_equal(dcr_cache_put(f->cache, hash[i], data, CLEN,
+					       0), 0);
+	}
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, (uint64_t)MANY * CLEN);
+	close_cache(f);
+
+	open_cache(f, 0);
+	for (int i = 0; i < 8; i++) {
+		w[i] = (struct many_worker){ .f = f, .hash = hash, .id = i };
+		assert_int_equal(pthread_create(&th[i], NULL, many_main,
+						&w[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].errors, 0);
+	}
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, (uint64_t)MANY * CLEN);
+	assert_int_equal(dcr_catalog_cache_total(f->cat, &total), 0);
+	assert_int_equal(total, (uint64_t)MANY * CLEN);
+	close_cache(f);
+	free(hash);
+}
+
+/*
+ * Direct puts and lean reads: an aligned chunk whose length is not a
+ * multiple of the block size is stored at its exact length and reads
+ * back bit for bit (whether or not the file system takes O_DIRECT, the
+ * bytes must be the same), including through an aligned destination
+ * (RWF_NOWAIT, then O_DIRECT) and an unaligned one; a misaligned source
+ * is written plainly.
+ */
+static void test_direct_put(void **state)
+{
+	struct fixture *f = *state;
+	const size_t lens[] = { 3 * 4096, 3 * 4096 - 777, 1 };
+	uint8_t *src = NULL, *dst = NULL, *plain;
+	char path[PATH_MAX];
+	struct stat sb;
+
+	open_cache(f, 0);
+	assert_int_equal(posix_memalign((void **)&src, DCR_CACHE_ALIGN,
+					3 * 4096), 0);
+	assert_int_equal(posix_memalign((void **)&dst, DCR_CACHE_ALIGN,
+					3 * 4096), 0);
+	plain = malloc(3 * 4096 + 1);
+	for (size_t k = 0; k < DCR_ARRAY_SIZE(lens); k++) {
+		uint8_t h[DCR_HASH_LEN];
+
+		for (size_t i = 0; i < 3 * 4096; i++)
+			src[i] = (uint8_t)(i * 31 + k * 7 + 1);
+		dcr_sha256(src, lens[k], h);
+		assert_int_equal(dcr_cache_put(f->cache, h, src, lens[k],
+					       DCR_CACHE_PUT_DIRECT), 0);
+		dcr_cache_path(f->cache, h, path, sizeof(path));
+		assert_int_equal(stat(path, &sb), 0);
+		assert_int_equal((size_t)sb.st_size, lens[k]);
+		memset(dst, 0xee, 3 * 4096);
+		assert_int_equal(dcr_cache_read(f->cache, h, (uint32_t)lens[k],
+						0, dst, lens[k]), 0);
+		assert_memory_equal(dst, src, lens[k]);
+		/* Unaligned destination: the plain path. */
+		assert_int_equal(dcr_cache_read(f->cache, h, (uint32_t)lens[k],
+						0, plain + 1, lens[k]), 0);
+		assert_memory_equal(plain + 1, src, lens[k]);
+	}
+	/* Misaligned source with the flag: written plainly, same bytes. */
+	{
+		uint8_t h[DCR_HASH_LEN];
+
+		memcpy(plain + 1, src, 4096);
+		dcr_sha256(plain + 1, 4096, h);
+		assert_int_equal(dcr_cache_put(f->cache, h, plain + 1, 4096,
+					       DCR_CACHE_PUT_DIRECT), 0);
+		assert_int_equal(dcr_cache_read(f->cache, h, 4096, 0, dst,
+						4096), 0);
+		assert_memory_equal(dst, src, 4096);
+	}
+	/* After a remount (no verified set): sealed, read around the page
+	 * cache when it is not resident, still the same bytes. */
+	close_cache(f);
+	open_cache(f, 0);
+	{
+		uint8_t h[DCR_HASH_LEN];
+
+		for (size_t i = 0; i < 3 * 4096; i++)
+			src[i] = (uint8_t)(i * 31 + 1);
+		dcr_sha256(src, 3 * 4096, h);
+		memset(dst, 0, 3 * 4096);
+		assert_int_equal(dcr_cache_read(f->cache, h, 3 * 4096, 0, dst,
+						3 * 4096), 0);
+		assert_memory_equal(dst, src, 3 * 4096);
+	}
+	free(plain);
+	free(dst);
+	free(src);
+	close_cache(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_put_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_direct_put, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_batched_rows, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_file_is_dropped,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_lru, setup,
