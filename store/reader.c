@@ -1870,6 +1870,8 @@ static void fetch_run(void *arg, size_t i)
 	}
 }
 
+static void flight_publish(struct dcr_reader *r, struct flight *f, int rc);
+
 /* Apply and verify leader chunk @i, then cache it. */
 static void finish_one(void *arg, size_t i)
 {
@@ -1882,6 +1884,8 @@ static void finish_one(void *arg, size_t i)
 	c->rc = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
 	if (!c->rc) {
 		c->ready = true;
+		/* Readers waiting for it need not wait for the write too. */
+		flight_publish(b->r, c->f, 0);
 		dcr_cache_put(b->r->cache, p->ref.hash, c->f->data, p->clen,
 			      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
 	}
@@ -1921,9 +1925,26 @@ static int batch_join(struct dcr_reader *r, struct bchunk *c)
 	return 0;
 }
 
-/* Publish the outcome of a flight we lead. */
+/*
+ * Publish the outcome of a flight we lead: its waiters go on, and new
+ * readers of the chunk still find it (and its data) until flight_done,
+ * while it is being written to the cache.
+ */
+static void flight_publish(struct dcr_reader *r, struct flight *f, int rc)
+{
+	pthread_mutex_lock(&r->sf_lock);
+	if (!f->done) {
+		f->rc = rc;
+		f->done = true;
+		pthread_cond_broadcast(&r->sf_cond);
+	}
+	pthread_mutex_unlock(&r->sf_lock);
+}
+
+/* End a flight we lead: publish @rc unless published, and unlist it. */
 static void flight_done(struct dcr_reader *r, struct flight *f, int rc)
 {
+	flight_publish(r, f, rc);
 	pthread_mutex_lock(&r->sf_lock);
 	for (struct flight **pp = &r->flights; *pp; pp = &(*pp)->next) {
 		if (*pp == f) {
@@ -1931,9 +1952,6 @@ static void flight_done(struct dcr_reader *r, struct flight *f, int rc)
 			break;
 		}
 	}
-	f->rc = rc;
-	f->done = true;
-	pthread_cond_broadcast(&r->sf_cond);
 	pthread_mutex_unlock(&r->sf_lock);
 }
 
