@@ -60,8 +60,9 @@
 #include "manifest.h"
 #include "reader.h"
 
-#define FETCH_THREADS_DEFAULT 4
-#define FETCH_THREADS_DEFAULT_S3 8   /* network waits, not CPU, bound S3 */
+/* Fetches and builds in flight: S3 waits on the network, a directory
+ * store on direct reads of base chunks (cache.c); both overlap waits. */
+#define FETCH_THREADS_DEFAULT 8
 #define READAHEAD_DEFAULT ((uint64_t)32 << 20)
 #define COALESCE_MAX_DEFAULT (8u << 20)
 #define COALESCE_GAP (64u << 10) /* bytes between frames worth reading */
@@ -150,6 +151,10 @@ struct ra_job {
  * while reads go on.
  */
 #define HOT_SLOTS 256
+/* Chunks waiting to be written to the cache, and the threads that write
+ * them (see wq_submit). */
+#define WQ_MAX 32
+#define WQ_THREADS 2
 #define HOT_BUDGET_MIN ((uint64_t)64 << 20)
 #define POOL_MAX 32
 
@@ -224,6 +229,15 @@ struct dcr_reader {
 	pthread_t ra_th[RA_THREADS_MAX];
 	int nra_th;
 	bool ra_started, ra_stop;
+
+	/* Cache writes behind the reads (see wq_submit); under wq_lock. */
+	pthread_mutex_t wq_lock;
+	pthread_cond_t wq_cond;
+	struct flight *wq[WQ_MAX];
+	size_t wq_head, wq_len;
+	pthread_t wq_th[WQ_THREADS];
+	int nwq_th;
+	bool wq_started, wq_stop;
 };
 
 /*
@@ -238,6 +252,7 @@ static __thread bool tl_pagecache;
 #define RERR(...) dcr_log(tl_quiet ? DCR_LOG_DEBUG : DCR_LOG_ERR, __VA_ARGS__)
 
 static void ra_stop(struct dcr_reader *r);
+static void wq_stop(struct dcr_reader *r);
 
 /* ------------------------------------------------------------ helpers */
 
@@ -467,6 +482,36 @@ static bool hot_has(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
 	ret = hot_find(r, hash, len) != NULL;
 	pthread_mutex_unlock(&r->hot_lock);
 	return ret;
+}
+
+static void flight_release(struct dcr_reader *r, struct flight *f);
+
+/*
+ * Copy the whole verified chunk @hash of @len bytes into @out from
+ * wherever this instance has it: hot, built and waiting to be written
+ * (a published flight), or in the cache. 0, -ENOENT, or -errno.
+ */
+static int base_get(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+		    uint32_t len, uint8_t *out)
+{
+	struct flight *f;
+
+	if (hot_read(r, hash, len, 0, out, len) == 0)
+		return 0;
+	pthread_mutex_lock(&r->sf_lock);
+	for (f = r->flights; f; f = f->next)
+		if (f->done && f->rc == 0 && f->len == len &&
+		    memcmp(f->hash, hash, DCR_HASH_LEN) == 0)
+			break;
+	if (f)
+		f->refs++;
+	pthread_mutex_unlock(&r->sf_lock);
+	if (f) {
+		memcpy(out, f->data, len);
+		flight_release(r, f);
+		return 0;
+	}
+	return dcr_cache_read(r->cache, hash, len, 0, out, len);
 }
 
 void dcr_reader_keep_pagecache(bool on)
@@ -827,9 +872,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	r->lock_fd = -1;
 	r->st = st;
 	r->fetch_threads = opts->fetch_threads > 0 ? opts->fetch_threads :
-			   strcmp(st->ops->name, "s3") == 0 ?
-				   FETCH_THREADS_DEFAULT_S3 :
-				   FETCH_THREADS_DEFAULT;
+						     FETCH_THREADS_DEFAULT;
 	r->fetch_threads = DCR_MIN(r->fetch_threads, RA_THREADS_MAX);
 	r->readahead = opts->readahead < 0 ? 0 :
 		       opts->readahead ? (uint64_t)opts->readahead :
@@ -845,6 +888,8 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	pthread_mutex_init(&r->codec_lock, NULL);
 	pthread_mutex_init(&r->ref_lock, NULL);
 	pthread_mutex_init(&r->hot_lock, NULL);
+	pthread_mutex_init(&r->wq_lock, NULL);
+	pthread_cond_init(&r->wq_cond, NULL);
 	r->refs = calloc(REF_SLOTS, sizeof(*r->refs));
 	r->hot = calloc(HOT_SLOTS, sizeof(*r->hot));
 	r->hot_budget = DCR_MAX(HOT_BUDGET_MIN, 2 * r->readahead);
@@ -883,6 +928,7 @@ void dcr_reader_close(struct dcr_reader *r)
 	if (!r)
 		return;
 	ra_stop(r);
+	wq_stop(r);
 	for (size_t i = 0; i < r->nvers; i++)
 		rver_free(r->vers[i]);
 	free(r->vers);
@@ -901,6 +947,8 @@ void dcr_reader_close(struct dcr_reader *r)
 	for (size_t i = 0; i < r->npool; i++)
 		free(r->pool[i].p);
 	pthread_mutex_destroy(&r->hot_lock);
+	pthread_cond_destroy(&r->wq_cond);
+	pthread_mutex_destroy(&r->wq_lock);
 	pthread_cond_destroy(&r->ra_cond);
 	pthread_mutex_destroy(&r->ra_lock);
 	pthread_cond_destroy(&r->sf_cond);
@@ -1507,8 +1555,7 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 			return DCR_ERR(-EIO);
 		}
 		if (!first) {
-			ret = dcr_cache_read(r->cache, ref.hash, clen, 0, out,
-					     clen);
+			ret = base_get(r, ref.hash, clen, out);
 			if (ret == 0) {
 				ch->base_cached = true;
 				memcpy(ch->base_hash, ref.hash, DCR_HASH_LEN);
@@ -1620,8 +1667,7 @@ static void blame(struct dcr_reader *r, const struct where *w,
 	if (ret == 0) {
 		/* Final hash mismatch: replay, checking every step. */
 		bool base_ok = !ch->base_cached ||
-			       dcr_cache_read(r->cache, ch->base_hash, clen, 0,
-					      out, clen) == 0;
+			       base_get(r, ch->base_hash, clen, out) == 0;
 		bad = 0;
 		if (base_ok)
 			ret = apply_chain(codec, ch, out, clen, true, &bad);
@@ -1786,6 +1832,7 @@ struct bchunk {
 	struct flight *f;
 	bool leader;  /* we build it; else we wait for f (or skip it) */
 	bool ready;   /* f->data holds the verified chunk */
+	bool handed;  /* a writer thread caches it and ends the flight */
 	struct chain ch;
 	int rc;
 };
@@ -1871,6 +1918,84 @@ static void fetch_run(void *arg, size_t i)
 }
 
 static void flight_publish(struct dcr_reader *r, struct flight *f, int rc);
+static void flight_done(struct dcr_reader *r, struct flight *f, int rc);
+
+/* ------------------------------------------------------- write-behind */
+
+/*
+ * A chunk verified for a read is written to the cache by one of
+ * WQ_THREADS writer threads, so that the thread that built it goes on
+ * building the next one instead of waiting for the disk. The queued
+ * flight keeps its buffer alive and stays listed, so a reader of the
+ * chunk meanwhile joins it rather than building it again; the writer
+ * ends it (flight_done, flight_release) once the file is in place. A
+ * full queue makes the builder write itself: the disk sets the pace.
+ */
+static void *wq_main(void *arg)
+{
+	struct dcr_reader *r = arg;
+
+	pthread_mutex_lock(&r->wq_lock);
+	for (;;) {
+		struct flight *f;
+
+		while (!r->wq_stop && !r->wq_len)
+			pthread_cond_wait(&r->wq_cond, &r->wq_lock);
+		if (!r->wq_len)
+			break; /* stopping, and everything is written */
+		f = r->wq[r->wq_head];
+		r->wq_head = (r->wq_head + 1) % WQ_MAX;
+		r->wq_len--;
+		pthread_mutex_unlock(&r->wq_lock);
+		dcr_cache_put(r->cache, f->hash, f->data, f->len,
+			      DCR_CACHE_PUT_DIRECT);
+		flight_done(r, f, 0);
+		flight_release(r, f);
+		pthread_mutex_lock(&r->wq_lock);
+	}
+	pthread_mutex_unlock(&r->wq_lock);
+	return NULL;
+}
+
+/* Queue the published flight @f for writing: true if queued. */
+static bool wq_submit(struct dcr_reader *r, struct flight *f)
+{
+	bool ok = false;
+
+	pthread_mutex_lock(&r->wq_lock);
+	if (!r->wq_started && !r->wq_stop) {
+		r->wq_started = true;
+		for (int i = 0; i < WQ_THREADS; i++) {
+			if (pthread_create(&r->wq_th[r->nwq_th], NULL, wq_main,
+					   r) != 0)
+				break;
+			r->nwq_th++;
+		}
+	}
+	if (r->nwq_th && !r->wq_stop && r->wq_len < WQ_MAX) {
+		pthread_mutex_lock(&r->sf_lock);
+		f->refs++; /* the writer's */
+		pthread_mutex_unlock(&r->sf_lock);
+		r->wq[(r->wq_head + r->wq_len) % WQ_MAX] = f;
+		r->wq_len++;
+		pthread_cond_signal(&r->wq_cond);
+		ok = true;
+	}
+	pthread_mutex_unlock(&r->wq_lock);
+	return ok;
+}
+
+/* Write what is queued, then stop and join the writers. */
+static void wq_stop(struct dcr_reader *r)
+{
+	pthread_mutex_lock(&r->wq_lock);
+	r->wq_stop = true;
+	pthread_cond_broadcast(&r->wq_cond);
+	pthread_mutex_unlock(&r->wq_lock);
+	for (int i = 0; i < r->nwq_th; i++)
+		pthread_join(r->wq_th[i], NULL);
+	r->nwq_th = 0;
+}
 
 /* Apply and verify leader chunk @i, then cache it. */
 static void finish_one(void *arg, size_t i)
@@ -1886,8 +2011,12 @@ static void finish_one(void *arg, size_t i)
 		c->ready = true;
 		/* Readers waiting for it need not wait for the write too. */
 		flight_publish(b->r, c->f, 0);
-		dcr_cache_put(b->r->cache, p->ref.hash, c->f->data, p->clen,
-			      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
+		if (!b->pagecache && wq_submit(b->r, c->f))
+			c->handed = true;
+		else
+			dcr_cache_put(b->r->cache, p->ref.hash, c->f->data,
+				      p->clen,
+				      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
 	}
 }
 
@@ -2087,7 +2216,8 @@ static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 
 		if (!c->f || !c->leader)
 			continue;
-		flight_done(r, c->f, c->rc);
+		if (!c->handed) /* else the writer ends it */
+			flight_done(r, c->f, c->rc);
 		if (!c->rc && c->p->dst)
 			memcpy(c->p->dst, c->f->data + c->p->coff, c->p->n);
 	}
