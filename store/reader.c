@@ -113,7 +113,18 @@ struct ra_stream {
 	uint64_t next_off; /* where the furthest read so far ended */
 	uint64_t queued;   /* chunks below this were queued for read-ahead */
 	uint64_t stamp;    /* LRU */
+	uint32_t hits;     /* read-ahead jobs in a row that found all cached */
+	uint32_t skipped;  /* groups not queued since the last probe */
 };
+
+/*
+ * Reading a version that is already cached, read-ahead has nothing to
+ * do but costs a thread wake-up per job. After RA_HITS_QUIET jobs in a
+ * row found every chunk cached, only one group in RA_PROBE is queued (a
+ * probe); a job or a read that has to build a chunk resumes it fully.
+ */
+#define RA_HITS_QUIET 4
+#define RA_PROBE 8
 
 /*
  * Chunk references are looked up a block at a time: one catalog query
@@ -2270,6 +2281,21 @@ static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
  * several GETs in flight. Foreground reads of a chunk being read ahead
  * join its flight. Errors of read-ahead are logged at debug level only.
  */
+/* Note whether a job (or a read) on (@v, @idx) found all it needed. */
+static void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
+{
+	pthread_mutex_lock(&r->ra_lock);
+	for (int i = 0; i < RA_STREAMS; i++) {
+		struct ra_stream *x = &r->ra_streams[i];
+
+		if (x->used && x->v == v && x->idx == idx) {
+			x->hits = hit ? x->hits + 1 : 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&r->ra_lock);
+}
+
 static void *ra_main(void *arg)
 {
 	struct dcr_reader *r = arg;
@@ -2307,6 +2333,7 @@ static void *ra_main(void *arg)
 			tl_pagecache = job.pagecache;
 			materialize_batch(r, ps, n, 1);
 		}
+		ra_hits(r, job.rv->v, job.idx, n == 0);
 
 		pthread_mutex_lock(&r->ra_lock);
 	}
@@ -2359,6 +2386,8 @@ static void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		s->idx = idx;
 		s->next_off = end;
 		s->queued = 0;
+		s->hits = 0;
+		s->skipped = 0;
 	}
 	s->stamp = ++r->ra_clock;
 	s->next_off = DCR_MAX(s->next_off, end);
@@ -2384,6 +2413,11 @@ static void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		struct ra_job *j = &r->ra_q[(r->ra_qhead + r->ra_qlen) %
 					    RA_QUEUE];
 
+		if (s->hits >= RA_HITS_QUIET && ++s->skipped < RA_PROBE) {
+			from += DCR_MIN(group, to - from); /* all cached */
+			continue;
+		}
+		s->skipped = 0;
 		j->rv = rv;
 		j->idx = idx;
 		j->first = from;
@@ -2463,6 +2497,8 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	}
 
 	/* Materialize the misses: one batch, coalesced, in parallel. */
+	if (nmiss)
+		ra_hits(r, v, idx, false); /* read-ahead fell behind */
 	ret = nmiss ? materialize_batch(r, miss, nmiss, r->fetch_threads) : 0;
 out_free:
 	if (miss != &one)
