@@ -1996,16 +1996,24 @@ static bool wq_submit(struct dcr_reader *r, struct flight *f)
 	return ok;
 }
 
+/* Set *@stop under @lock, wake the waiters on @cond, join the threads. */
+static void threads_stop(pthread_mutex_t *lock, pthread_cond_t *cond,
+			 bool *stop, pthread_t *th, int *nth)
+{
+	pthread_mutex_lock(lock);
+	*stop = true;
+	pthread_cond_broadcast(cond);
+	pthread_mutex_unlock(lock);
+	for (int i = 0; i < *nth; i++)
+		pthread_join(th[i], NULL);
+	*nth = 0;
+}
+
 /* Write what is queued, then stop and join the writers. */
 static void wq_stop(struct dcr_reader *r)
 {
-	pthread_mutex_lock(&r->wq_lock);
-	r->wq_stop = true;
-	pthread_cond_broadcast(&r->wq_cond);
-	pthread_mutex_unlock(&r->wq_lock);
-	for (int i = 0; i < r->nwq_th; i++)
-		pthread_join(r->wq_th[i], NULL);
-	r->nwq_th = 0;
+	threads_stop(&r->wq_lock, &r->wq_cond, &r->wq_stop, r->wq_th,
+		     &r->nwq_th);
 }
 
 /* Apply and verify leader chunk @i, then cache it. */
@@ -2344,13 +2352,8 @@ static void *ra_main(void *arg)
 /* Stop and join the read-ahead threads; queued jobs are dropped. */
 static void ra_stop(struct dcr_reader *r)
 {
-	pthread_mutex_lock(&r->ra_lock);
-	r->ra_stop = true;
-	pthread_cond_broadcast(&r->ra_cond);
-	pthread_mutex_unlock(&r->ra_lock);
-	for (int i = 0; i < r->nra_th; i++)
-		pthread_join(r->ra_th[i], NULL);
-	r->nra_th = 0;
+	threads_stop(&r->ra_lock, &r->ra_cond, &r->ra_stop, r->ra_th,
+		     &r->nra_th);
 }
 
 /* Note a read of [off, end) of entry @idx; queue read-ahead if sequential. */
@@ -2556,9 +2559,11 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 		/* Any trouble: -ENOENT, and dcr_reader_read does it right
 		 * (materializes, or fails with its one log line). */
 		ret = -ENOENT;
-		if (ref_get(r, v, idx - 1, i, &ref) != 0 ||
-		    hot_has(r, ref.hash, clen))
-			goto err_close; /* hot: copied from memory */
+		/* A chunk that is hot but not written yet misses here; one
+		 * written around the page cache is not resident, and the
+		 * caller copies it (from memory) instead of splicing. */
+		if (ref_get(r, v, idx - 1, i, &ref) != 0)
+			goto err_close;
 		fd = dcr_cache_open_fd(r->cache, ref.hash, clen);
 		if (fd < 0)
 			goto err_close;

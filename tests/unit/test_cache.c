@@ -266,9 +266,27 @@ static void test_tmp_cleaned(void **state)
 
 struct worker {
 	struct fixture *f;
+	uint8_t (*hash)[DCR_HASH_LEN]; /* test_batched_rows */
 	int id;
 	int errors;
 };
+
+/* Run @fn on 8 workers over @f and assert that none counted an error. */
+static void run_workers(struct fixture *f, void *(*fn)(void *),
+			uint8_t (*hash)[DCR_HASH_LEN])
+{
+	struct worker w[8];
+	pthread_t th[8];
+
+	for (int i = 0; i < 8; i++) {
+		w[i] = (struct worker){ .f = f, .hash = hash, .id = i };
+		assert_int_equal(pthread_create(&th[i], NULL, fn, &w[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].errors, 0);
+	}
+}
 
 static void *worker_main(void *arg)
 {
@@ -294,20 +312,10 @@ static void *worker_main(void *arg)
 static void test_concurrent(void **state)
 {
 	struct fixture *f = *state;
-	struct worker w[8];
-	pthread_t th[8];
 	struct dcr_cache_stats st;
 
 	open_cache(f, 4 * CLEN);
-	for (int i = 0; i < 8; i++) {
-		w[i] = (struct worker){ .f = f, .id = i };
-		assert_int_equal(pthread_create(&th[i], NULL, worker_main,
-						&w[i]), 0);
-	}
-	for (int i = 0; i < 8; i++) {
-		pthread_join(th[i], NULL);
-		assert_int_equal(w[i].errors, 0);
-	}
+	run_workers(f, worker_main, NULL);
 	dcr_cache_get_stats(f->cache, &st);
 	assert_true(st.hits > 0);
 	assert_true(st.evictions > 0);
@@ -385,15 +393,9 @@ static void test_orphans_after_rebuild(void **state)
 
 #define MANY 1000
 
-struct many_worker {
-	struct fixture *f;
-	uint8_t (*hash)[DCR_HASH_LEN];
-	int id, errors;
-};
-
 static void *many_main(void *arg)
 {
-	struct many_worker *w = arg;
+	struct worker *w = arg;
 	uint8_t buf[64];
 
 	for (int k = 0; k < MANY; k++) {
@@ -417,8 +419,6 @@ static void test_batched_rows(void **state)
 {
 	struct fixture *f = *state;
 	uint8_t (*hash)[DCR_HASH_LEN] = calloc(MANY, DCR_HASH_LEN);
-	struct many_worker w[8];
-	pthread_t th[8];
 	struct dcr_cache_stats st;
 	uint8_t data[CLEN];
 	uint64_t total;
@@ -437,15 +437,7 @@ static void test_batched_rows(void **state)
 	close_cache(f);
 
 	open_cache(f, 0);
-	for (int i = 0; i < 8; i++) {
-		w[i] = (struct many_worker){ .f = f, .hash = hash, .id = i };
-		assert_int_equal(pthread_create(&th[i], NULL, many_main,
-						&w[i]), 0);
-	}
-	for (int i = 0; i < 8; i++) {
-		pthread_join(th[i], NULL);
-		assert_int_equal(w[i].errors, 0);
-	}
+	run_workers(f, many_main, hash);
 	dcr_cache_get_stats(f->cache, &st);
 	assert_int_equal(st.bytes, (uint64_t)MANY * CLEN);
 	assert_int_equal(dcr_catalog_cache_total(f->cat, &total), 0);
