@@ -166,6 +166,11 @@ struct ra_job {
  * them (see wq_submit). */
 #define WQ_MAX 32
 #define WQ_THREADS 2
+/* Read-ahead jobs fetched and waiting for a decoder (see dq_submit). */
+#define DQ_MAX 8
+#define DQ_THREADS 2
+
+struct dq_item;
 #define HOT_BUDGET_MIN ((uint64_t)64 << 20)
 #define POOL_MAX 32
 
@@ -241,6 +246,15 @@ struct dcr_reader {
 	int nra_th;
 	bool ra_started, ra_stop;
 
+	/* Read-ahead decoding (see dq_submit); under dq_lock. */
+	pthread_mutex_t dq_lock;
+	pthread_cond_t dq_cond;
+	struct dq_item *dq[DQ_MAX];
+	size_t dq_head, dq_len;
+	pthread_t dq_th[DQ_THREADS];
+	int ndq_th;
+	bool dq_started, dq_stop;
+
 	/* Cache writes behind the reads (see wq_submit); under wq_lock. */
 	pthread_mutex_t wq_lock;
 	pthread_cond_t wq_cond;
@@ -264,6 +278,7 @@ static __thread bool tl_pagecache;
 
 static void ra_stop(struct dcr_reader *r);
 static void wq_stop(struct dcr_reader *r);
+static void dq_stop(struct dcr_reader *r);
 
 /* ------------------------------------------------------------ helpers */
 
@@ -901,6 +916,8 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	pthread_mutex_init(&r->hot_lock, NULL);
 	pthread_mutex_init(&r->wq_lock, NULL);
 	pthread_cond_init(&r->wq_cond, NULL);
+	pthread_mutex_init(&r->dq_lock, NULL);
+	pthread_cond_init(&r->dq_cond, NULL);
 	r->refs = calloc(REF_SLOTS, sizeof(*r->refs));
 	r->hot = calloc(HOT_SLOTS, sizeof(*r->hot));
 	r->hot_budget = DCR_MAX(HOT_BUDGET_MIN, 2 * r->readahead);
@@ -939,6 +956,7 @@ void dcr_reader_close(struct dcr_reader *r)
 	if (!r)
 		return;
 	ra_stop(r);
+	dq_stop(r);
 	wq_stop(r);
 	for (size_t i = 0; i < r->nvers; i++)
 		rver_free(r->vers[i]);
@@ -960,6 +978,8 @@ void dcr_reader_close(struct dcr_reader *r)
 	pthread_mutex_destroy(&r->hot_lock);
 	pthread_cond_destroy(&r->wq_cond);
 	pthread_mutex_destroy(&r->wq_lock);
+	pthread_cond_destroy(&r->dq_cond);
+	pthread_mutex_destroy(&r->dq_lock);
 	pthread_cond_destroy(&r->ra_cond);
 	pthread_mutex_destroy(&r->ra_lock);
 	pthread_cond_destroy(&r->sf_cond);
@@ -2180,16 +2200,16 @@ static int plan_runs(struct batch *b)
  * in flight. Returns 0 or the first -errno.
  */
 static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
-			     int nthreads)
-{
-	struct batch b = { .r = r, .nc = n, .pagecache = tl_pagecache };
-	int ret = 0;
+			     int nthreads);
 
-	b.c = calloc(n, sizeof(*b.c));
-	if (!b.c)
-		return DCR_ERR(-ENOMEM);
-	for (size_t i = 0; i < n; i++) {
-		struct bchunk *c = &b.c[i];
+/* Join or lead every chunk of @b, resolve the chains, plan the GETs. */
+static void batch_prepare(struct batch *b, struct piece *ps)
+{
+	struct dcr_reader *r = b->r;
+	int ret;
+
+	for (size_t i = 0; i < b->nc; i++) {
+		struct bchunk *c = &b->c[i];
 
 		c->p = &ps[i];
 		c->rc = batch_join(r, c);
@@ -2218,20 +2238,32 @@ static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 			}
 		}
 	}
-
-	ret = plan_runs(&b);
+	ret = plan_runs(b);
 	if (ret) {
-		for (size_t i = 0; i < n; i++)
-			if (b.c[i].leader && !b.c[i].ready && !b.c[i].rc)
-				b.c[i].rc = ret;
-	} else if (b.nruns) {
-		par_for(nthreads, b.nruns, fetch_run, &b);
-		par_for(nthreads, n, finish_one, &b);
+		for (size_t i = 0; i < b->nc; i++)
+			if (b->c[i].leader && !b->c[i].ready && !b->c[i].rc)
+				b->c[i].rc = ret;
+		b->nruns = 0;
 	}
+}
+
+/*
+ * Decode, verify and cache what batch_prepare planned and the GETs
+ * brought, hand the slices to their destinations, and free @b's parts.
+ * Returns 0 or the first -errno (see materialize_batch).
+ */
+static int batch_finish(struct batch *b, int nthreads)
+{
+	struct dcr_reader *r = b->r;
+	const size_t n = b->nc;
+	int ret = 0;
+
+	if (b->nruns)
+		par_for(nthreads, n, finish_one, b);
 
 	/* Leaders first: a waiter below may wait on a flight of ours. */
 	for (size_t i = 0; i < n; i++) {
-		struct bchunk *c = &b.c[i];
+		struct bchunk *c = &b->c[i];
 
 		if (!c->f || !c->leader)
 			continue;
@@ -2241,7 +2273,7 @@ static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 			memcpy(c->p->dst, c->f->data + c->p->coff, c->p->n);
 	}
 	for (size_t i = 0; i < n; i++) {
-		struct bchunk *c = &b.c[i];
+		struct bchunk *c = &b->c[i];
 		struct flight *f = c->f;
 
 		if (!f || c->leader || !c->p->dst)
@@ -2263,18 +2295,132 @@ static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 	}
 
 	for (size_t i = 0; i < n; i++) {
-		if (b.c[i].f)
-			flight_release(r, b.c[i].f);
-		chain_free(&b.c[i].ch);
-		if (!ret && b.c[i].rc && (!tl_quiet || b.c[i].leader))
-			ret = b.c[i].rc;
+		if (b->c[i].f)
+			flight_release(r, b->c[i].f);
+		chain_free(&b->c[i].ch);
+		if (!ret && b->c[i].rc && (!tl_quiet || b->c[i].leader))
+			ret = b->c[i].rc;
 	}
-	for (size_t i = 0; i < b.nruns; i++)
-		dcr_buf_free(&b.runs[i].buf);
-	free(b.runs);
-	free(b.it);
-	free(b.c);
+	for (size_t i = 0; i < b->nruns; i++)
+		dcr_buf_free(&b->runs[i].buf);
+	free(b->runs);
+	free(b->it);
+	free(b->c);
 	return ret;
+}
+
+/*
+ * Materialize the @n missed chunks @ps: join the flights of chunks that
+ * others are building, lead the rest - resolve every chain, fetch all
+ * their frames with as few ranged GETs as adjacency allows (one per run
+ * of neighbouring frames in a pack), runs in parallel, then decode,
+ * verify and cache - and copy each slice to its destination. With
+ * @nthreads > 1 fetches and decodes run in parallel. Read-ahead callers
+ * (tl_quiet) pass pieces without a destination and skip chunks already
+ * in flight. Returns 0 or the first -errno.
+ */
+static int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
+			     int nthreads)
+{
+	struct batch b = { .r = r, .nc = n, .pagecache = tl_pagecache };
+
+	b.c = calloc(n, sizeof(*b.c));
+	if (!b.c)
+		return DCR_ERR(-ENOMEM);
+	batch_prepare(&b, ps);
+	if (b.nruns)
+		par_for(nthreads, b.nruns, fetch_run, &b);
+	return batch_finish(&b, nthreads);
+}
+
+/* --------------------------------------------------- read-ahead decode */
+
+/*
+ * Read-ahead threads fetch; decoding is handed to DQ_THREADS decoder
+ * threads through a short queue. A read-ahead thread that decoded its
+ * own job would leave the link idle meanwhile, and since concurrent GETs
+ * share the link and finish together, all of them would then decode at
+ * once and fetch at once: fetching and decoding would take turns
+ * instead of overlapping. A full queue makes the fetcher decode itself.
+ */
+struct dq_item {
+	struct batch b;
+	struct piece ps[RA_JOB_MAX];
+};
+
+static void *dq_main(void *arg)
+{
+	struct dcr_reader *r = arg;
+
+	tl_quiet = true;
+	pthread_mutex_lock(&r->dq_lock);
+	for (;;) {
+		struct dq_item *it;
+
+		while (!r->dq_stop && !r->dq_len)
+			pthread_cond_wait(&r->dq_cond, &r->dq_lock);
+		if (!r->dq_len)
+			break; /* stopping, and everything is decoded */
+		it = r->dq[r->dq_head];
+		r->dq_head = (r->dq_head + 1) % DQ_MAX;
+		r->dq_len--;
+		pthread_mutex_unlock(&r->dq_lock);
+		batch_finish(&it->b, 1);
+		free(it);
+		pthread_mutex_lock(&r->dq_lock);
+	}
+	pthread_mutex_unlock(&r->dq_lock);
+	return NULL;
+}
+
+/* Queue @it for a decoder: true if queued (it is theirs then). */
+static bool dq_submit(struct dcr_reader *r, struct dq_item *it)
+{
+	bool ok = false;
+
+	pthread_mutex_lock(&r->dq_lock);
+	if (!r->dq_started && !r->dq_stop) {
+		r->dq_started = true;
+		for (int i = 0; i < DQ_THREADS; i++) {
+			if (pthread_create(&r->dq_th[r->ndq_th], NULL, dq_main,
+					   r) != 0)
+				break;
+			r->ndq_th++;
+		}
+	}
+	if (r->ndq_th && !r->dq_stop && r->dq_len < DQ_MAX) {
+		r->dq[(r->dq_head + r->dq_len) % DQ_MAX] = it;
+		r->dq_len++;
+		pthread_cond_signal(&r->dq_cond);
+		ok = true;
+	}
+	pthread_mutex_unlock(&r->dq_lock);
+	return ok;
+}
+
+/* Decode what is queued, then stop and join the decoders. */
+static void dq_stop(struct dcr_reader *r)
+{
+	threads_stop(&r->dq_lock, &r->dq_cond, &r->dq_stop, r->dq_th,
+		     &r->ndq_th);
+}
+
+/* Read-ahead of the @n pieces of @it: fetch here, decode over there. */
+static void ra_materialize(struct dcr_reader *r, struct dq_item *it, size_t n)
+{
+	it->b = (struct batch){ .r = r, .nc = n, .pagecache = tl_pagecache };
+	it->b.c = calloc(n, sizeof(*it->b.c));
+	if (!it->b.c) {
+		free(it);
+		return;
+	}
+	batch_prepare(&it->b, it->ps);
+	if (it->b.nruns)
+		par_for(1, it->b.nruns, fetch_run, &it->b);
+	if (!dq_submit(r, it)) {
+		batch_finish(&it->b, 1);
+		free(it);
+	}
 }
 
 /* ------------------------------------------------------------ read-ahead */
@@ -2312,7 +2458,8 @@ static void *ra_main(void *arg)
 	pthread_mutex_lock(&r->ra_lock);
 	for (;;) {
 		struct ra_job job;
-		struct piece ps[RA_JOB_MAX];
+		struct dq_item *it;
+		struct piece *ps;
 		size_t n = 0;
 
 		while (!r->ra_stop && !r->ra_qlen)
@@ -2324,6 +2471,12 @@ static void *ra_main(void *arg)
 		r->ra_qlen--;
 		pthread_mutex_unlock(&r->ra_lock);
 
+		it = malloc(sizeof(*it));
+		if (!it) {
+			pthread_mutex_lock(&r->ra_lock);
+			continue; /* read-ahead is an optimization */
+		}
+		ps = it->ps;
 		for (uint32_t k = 0; k < job.n; k++) {
 			struct piece *p = &ps[n];
 			uint64_t i = job.first + k;
@@ -2339,7 +2492,9 @@ static void *ra_main(void *arg)
 		}
 		if (n) {
 			tl_pagecache = job.pagecache;
-			materialize_batch(r, ps, n, 1);
+			ra_materialize(r, it, n);
+		} else {
+			free(it);
 		}
 		ra_hits(r, job.rv->v, job.idx, n == 0);
 
