@@ -110,6 +110,37 @@ int dcr_parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
+int dcr_parse_ms(const char *s, uint64_t *ms)
+{
+	uint64_t whole = 0, frac = 0;
+	const char *p = s;
+	int digits = 0;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (whole > (UINT64_MAX / 1000 - 9) / 10)
+			return -ERANGE;
+		whole = whole * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
+		for (; isdigit((unsigned char)*p); p++, digits++) {
+			if (digits >= 3)
+				return -EINVAL; /* finer than a millisecond */
+			frac = frac * 10 + (uint64_t)(*p - '0');
+		}
+		for (int k = digits; k < 3; k++)
+			frac *= 10;
+	}
+	if (*p)
+		return -EINVAL;
+	*ms = whole * 1000 + frac;
+	return 0;
+}
+
 int dcr_parse_size(const char *s, uint64_t *out)
 {
 	char *end;

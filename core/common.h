@@ -140,6 +140,13 @@ int dcr_parse_size(const char *s, uint64_t *out);
 int dcr_parse_u64(const char *s, uint64_t *out);
 
 /**
+ * dcr_parse_ms - parse seconds written as a decimal number with up to
+ * three decimals ("5", "0.25", "1.5") into milliseconds. 0, -EINVAL or
+ * -ERANGE.
+ */
+int dcr_parse_ms(const char *s, uint64_t *ms);
+
+/**
  * dcr_format_size - human-readable size ("1.5 GiB") into @buf of @cap
  * bytes; returns @buf.
  */

@@ -114,7 +114,7 @@ struct dcrfs {
 	const char *mountpoint;
 
 	/* options */
-	unsigned int poll_s;           /* 0: no periodic refresh */
+	unsigned int poll_ms;          /* 0: no periodic refresh */
 	enum dcrfs_prefetch prefetch;
 	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
 	unsigned int max_read;         /* -o max_read=N, 0 if not given */
@@ -168,7 +168,7 @@ void dcrfs_free_state(struct dcrfs *fs);
 
 /**
  * dcrfs_bg_start - start the watcher thread (polls the store every
- * poll_s seconds, tells the kernel when latest moves, raises the bdi
+ * poll_ms milliseconds, tells the kernel when latest moves, raises the bdi
  * readahead once the mount answers) and, with prefetch=latest or all,
  * the prefetch thread. Call after the session is mounted, with SIGINT,
  * SIGTERM and SIGHUP blocked so the threads inherit the mask.

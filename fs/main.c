@@ -56,6 +56,7 @@
 #define PROG "dcrfs"
 #define POLL_DEFAULT 5
 #define POLL_MAX (7 * 86400)
+#define POLL_MIN_MS 50
 #define READAHEAD_DEFAULT ((uint64_t)1 << 20)
 #define READAHEAD_MAX ((uint64_t)1 << 30)
 #define MAX_THREADS_DEFAULT 64
@@ -186,8 +187,9 @@ static void usage(FILE *f)
 "    -o cache_dir=DIR       chunk cache and catalog (default /var/cache/dcrfs\n"
 "                           for root, else ${XDG_CACHE_HOME:-~/.cache}/dcrfs)\n"
 "    -o cache_size=SIZE     cache budget, e.g. 50G (default 10G)\n"
-"    -o poll=SECONDS        look for new versions this often (default %d,\n"
-"                           0 = only when a missing vN is looked up)\n"
+"    -o poll=SECONDS        look for new versions this often (default %d;\n"
+"                           0.05 to a week, e.g. 0.25; 0 = only when a\n"
+"                           missing vN is looked up)\n"
 "    -o prefetch=none|latest|all  read each new latest version (all: and\n"
 "                           then every older one) in the background so it\n"
 "                           is cached (default none)\n"
@@ -554,14 +556,16 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	if (o->cache_size)
 		ropts->cache_size = x;
 
-	fs->poll_s = POLL_DEFAULT;
+	fs->poll_ms = POLL_DEFAULT * 1000;
 	if (o->poll) {
-		if (dcr_parse_u64(o->poll, &x) < 0 || x > POLL_MAX) {
-			fprintf(stderr, PROG ": bad poll '%s' (seconds, 0 to "
-				"%d)\n", o->poll, POLL_MAX);
+		if (dcr_parse_ms(o->poll, &x) < 0 || x > POLL_MAX * 1000ull ||
+		    (x && x < POLL_MIN_MS)) {
+			fprintf(stderr, PROG ": bad poll '%s' (seconds, 0 or "
+				"0.05 to %d; e.g. 5, 0.25)\n", o->poll,
+				POLL_MAX);
 			return -1;
 		}
-		fs->poll_s = (unsigned int)x;
+		fs->poll_ms = (unsigned int)x;
 	}
 
 	fs->prefetch = DCRFS_PREFETCH_NONE;

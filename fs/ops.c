@@ -1477,10 +1477,15 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 			      "a tag");
 }
 
-static void deadline_after(struct timespec *ts, unsigned int s)
+static void deadline_after(struct timespec *ts, unsigned int ms)
 {
 	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += (time_t)s;
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
 }
 
 static int deadline_passed(const struct timespec *ts)
@@ -1493,7 +1498,7 @@ static int deadline_passed(const struct timespec *ts)
 }
 
 /*
- * The watcher: every poll_s seconds refresh from the store; whenever
+ * The watcher: every poll_ms milliseconds refresh from the store; whenever
  * latest (or a tag) changed, by its own refresh or one a lookup did,
  * invalidate what the kernel cached about it and wake the prefetcher.
  * Notifications are sent from here, never from a request handler, so
@@ -1506,13 +1511,13 @@ static void *watcher_main(void *arg)
 	uint64_t tags_fp = 0;
 	int tags_known = 0;
 
-	deadline_after(&next, fs->poll_s);
+	deadline_after(&next, fs->poll_ms);
 	pthread_mutex_lock(&fs->bg_lock);
 	while (!fs->bg_stop) {
 		int poll_now;
 
 		if (!fs->bg_kick) {
-			if (fs->poll_s)
+			if (fs->poll_ms)
 				pthread_cond_timedwait(&fs->bg_cond,
 						       &fs->bg_lock, &next);
 			else
@@ -1520,7 +1525,7 @@ static void *watcher_main(void *arg)
 		}
 		if (fs->bg_stop)
 			break;
-		poll_now = fs->poll_s && deadline_passed(&next);
+		poll_now = fs->poll_ms && deadline_passed(&next);
 		if (!poll_now && !fs->bg_kick)
 			continue;
 		fs->bg_kick = 0;
@@ -1528,7 +1533,7 @@ static void *watcher_main(void *arg)
 
 		if (poll_now) {
 			fs_refresh(fs, 1);
-			deadline_after(&next, fs->poll_s);
+			deadline_after(&next, fs->poll_ms);
 		}
 		announce(fs, &tags_fp, &tags_known);
 

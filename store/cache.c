@@ -61,7 +61,6 @@ struct pend {
 	uint8_t hash[DCR_HASH_LEN];
 	uint64_t size;
 	int64_t atime;
-	bool counted; /* already in @bytes (stored by dcr_cache_put) */
 };
 
 struct dcr_cache {
@@ -147,14 +146,14 @@ static void vset_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
 }
 
 /*
- * Catalog rows are written in batches: a write transaction per chunk
- * read or stored would cost more than the chunk's bytes do on a fast
- * read. Up to PEND_MAX rows wait in @pend (under @lock) and pend_flush
- * writes them in one transaction. Meanwhile this instance knows the
- * chunks through the verified set; a row lost in a crash costs nothing
- * but a verification of its file at the next use, which adds the row.
- * @bytes counts stored chunks at once (so that eviction keeps up) and
- * is corrected when a row turns out to exist already.
+ * The first use of a cached chunk in this instance writes its row (the
+ * atime, or the row itself for a file a crash left without one): a
+ * write transaction per chunk read would cost more than the chunk's
+ * bytes do on a fast read, so up to PEND_MAX rows wait in @pend (under
+ * @lock) and pend_flush writes them in one transaction. A row lost in a
+ * crash costs an atime, or, for a file without a row, nothing until its
+ * next use queues it again. Stored chunks (dcr_cache_put) get their row
+ * at once: a file the catalog does not know would escape the budget.
  */
 
 static void pend_flush(struct dcr_cache *c);
@@ -165,7 +164,7 @@ static void pend_flush(struct dcr_cache *c);
  * other threads filled the queue meanwhile.
  */
 static bool pend_add(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		     uint64_t size, int64_t atime, bool counted)
+		     uint64_t size, int64_t atime)
 {
 	struct pend *p;
 
@@ -178,7 +177,6 @@ static bool pend_add(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	memcpy(p->hash, hash, DCR_HASH_LEN);
 	p->size = size;
 	p->atime = atime;
-	p->counted = counted;
 	return c->npend == PEND_MAX;
 }
 
@@ -192,29 +190,16 @@ static void pend_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
 			i++;
 			continue;
 		}
-		if (p->counted)
-			c->bytes -= DCR_MIN(p->size, c->bytes);
 		*p = c->pend[--c->npend];
 	}
 }
 
-/* Bytes of the queued rows already counted in @bytes. Holds @lock. */
-static uint64_t pend_counted(const struct dcr_cache *c)
-{
-	uint64_t sum = 0;
-
-	for (size_t i = 0; i < c->npend; i++)
-		sum += c->pend[i].counted ? c->pend[i].size : 0;
-	return sum;
-}
-
-/* Write the queued rows in one transaction and settle @bytes. */
+/* Write the queued rows in one transaction and count the new ones. */
 static void pend_flush(struct dcr_cache *c)
 {
 	uint8_t hashes[PEND_MAX][DCR_HASH_LEN];
 	uint64_t sizes[PEND_MAX];
 	int64_t atimes[PEND_MAX];
-	bool counted[PEND_MAX];
 	uint8_t added[PEND_MAX];
 	size_t n;
 	int ret;
@@ -226,7 +211,6 @@ static void pend_flush(struct dcr_cache *c)
 		memcpy(hashes[i], c->pend[i].hash, DCR_HASH_LEN);
 		sizes[i] = c->pend[i].size;
 		atimes[i] = c->pend[i].atime;
-		counted[i] = c->pend[i].counted;
 	}
 	c->npend = 0;
 	pthread_mutex_unlock(&c->lock);
@@ -238,16 +222,14 @@ static void pend_flush(struct dcr_cache *c)
 					 true, added);
 	if (ret)
 		dcr_warn("cache: cannot record %zu chunks in the catalog (%s); "
-			 "their files are adopted when next used", n,
+			 "they are recorded when next used", n,
 			 dcr_strerror(ret));
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; i < n; i++) {
-		/* A new row not counted yet, or a counted one that existed
-		 * (or was not written): make @bytes match the rows. */
-		if (added[i] && !counted[i])
-			c->bytes += sizes[i];
-		else if (!added[i] && counted[i])
-			c->bytes -= DCR_MIN(sizes[i], c->bytes);
+		if (ret)
+			vset_del(c, hashes[i]); /* next use queues it again */
+		else if (added[i])
+			c->bytes += sizes[i]; /* a file a crash left unrowed */
 	}
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->flush_lock);
@@ -530,6 +512,16 @@ static int pread_lean(struct dcr_cache *c, int fd, const char *path,
 			atomic_store(&c->no_direct, true);
 		return dcr_pread_full(fd, dst, n, off);
 	}
+	{
+		/* The file checked through @fd, not one renamed over it. */
+		struct stat a, b;
+
+		if (fstat(fd, &a) < 0 || fstat(dfd, &b) < 0 ||
+		    a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+			close(dfd);
+			return dcr_pread_full(fd, dst, n, off);
+		}
+	}
 	ret = dcr_pread_full(dfd, dst, n, off);
 	close(dfd);
 	if (ret == -EINVAL) {
@@ -716,7 +708,7 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		 * row (which adopts a file left without one by a crash). */
 		pthread_mutex_lock(&c->lock);
 		vset_add(c, hash, now);
-		full = pend_add(c, hash, chunk_len, now, false);
+		full = pend_add(c, hash, chunk_len, now);
 		pthread_mutex_unlock(&c->lock);
 		if (full)
 			pend_flush(c);
@@ -755,8 +747,11 @@ static void evict(struct dcr_cache *c)
 	char path[PATH_MAX];
 	size_t n;
 
+	bool resynced = false;
+
+again:
 	if (pthread_mutex_trylock(&c->evict_lock) != 0)
-		return; /* someone else is evicting */
+		return; /* someone else is evicting (and re-checks, below) */
 	for (;;) {
 		int over;
 
@@ -771,9 +766,10 @@ static void evict(struct dcr_cache *c)
 			uint64_t total;
 			if (dcr_catalog_cache_total(c->cat, &total) == 0) {
 				pthread_mutex_lock(&c->lock);
-				c->bytes = total + pend_counted(c);
+				c->bytes = total;
 				pthread_mutex_unlock(&c->lock);
 			}
+			resynced = true;
 			break;
 		}
 		for (size_t i = 0; i < n; i++) {
@@ -788,6 +784,17 @@ static void evict(struct dcr_cache *c)
 		}
 	}
 	pthread_mutex_unlock(&c->evict_lock);
+	/* A put whose evict found us busy after our last check relies on
+	 * us: look once more now that the lock is free. */
+	if (!resynced) {
+		int over;
+
+		pthread_mutex_lock(&c->lock);
+		over = c->bytes > c->budget;
+		pthread_mutex_unlock(&c->lock);
+		if (over)
+			goto again;
+	}
 }
 
 int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
@@ -799,8 +806,7 @@ int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && len &&
 		      !atomic_load(&c->no_direct) && aligned(data, 0, 0);
 	uint64_t seq;
-	bool full, over;
-	int fd, ret;
+	int fd, ret, added = 0;
 
 	dcr_hash_hex(hash, hex);
 	dcr_cache_path(c, hash, path, sizeof(path));
@@ -852,17 +858,18 @@ int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		ret = -errno;
 		goto err_unlink;
 	}
+	ret = dcr_catalog_cache_add(c->cat, hash, len, now, &added);
+	if (ret) {
+		unlink(path); /* a file without a row escapes the budget */
+		goto err_log;
+	}
 	pthread_mutex_lock(&c->lock);
-	c->bytes += len;
+	if (added)
+		c->bytes += len;
 	c->st.inserts++;
 	vset_add(c, hash, now);
-	full = pend_add(c, hash, len, now, true);
-	over = c->bytes > c->budget;
 	pthread_mutex_unlock(&c->lock);
-	if (full || over)
-		pend_flush(c);
-	if (over)
-		evict(c);
+	evict(c);
 	return 0;
 
 err_unlink:

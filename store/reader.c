@@ -115,6 +115,7 @@ struct ra_stream {
 	uint64_t stamp;    /* LRU */
 	uint32_t hits;     /* read-ahead jobs in a row that found all cached */
 	uint32_t skipped;  /* groups not queued since the last probe */
+	uint64_t skip_from; /* first chunk skipped; UINT64_MAX: none */
 };
 
 /*
@@ -165,6 +166,7 @@ struct ra_job {
 /* Chunks waiting to be written to the cache, and the threads that write
  * them (see wq_submit). */
 #define WQ_MAX 32
+#define WQ_BYTES ((uint64_t)32 << 20) /* and at most this many bytes */
 #define WQ_THREADS 2
 /* Read-ahead jobs fetched and waiting for a decoder (see dq_submit). */
 #define DQ_MAX 8
@@ -173,6 +175,7 @@ struct ra_job {
 struct dq_item;
 #define HOT_BUDGET_MIN ((uint64_t)64 << 20)
 #define POOL_MAX 32
+#define POOL_BYTES ((size_t)32 << 20)  /* idle buffers kept, in bytes */
 
 struct hot {
 	uint8_t hash[DCR_HASH_LEN];
@@ -232,7 +235,7 @@ struct dcr_reader {
 	struct hot *hot;        /* HOT_SLOTS */
 	uint64_t hot_bytes, hot_budget, hot_clock;
 	struct pooled pool[POOL_MAX];
-	size_t npool;
+	size_t npool, pool_bytes;
 
 	uint64_t readahead;     /* bytes; 0 = off */
 	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
@@ -245,6 +248,7 @@ struct dcr_reader {
 	pthread_t ra_th[RA_THREADS_MAX];
 	int nra_th;
 	bool ra_started, ra_stop;
+	int ra_busy;            /* jobs being worked on */
 
 	/* Read-ahead decoding (see dq_submit); under dq_lock. */
 	pthread_mutex_t dq_lock;
@@ -254,15 +258,18 @@ struct dcr_reader {
 	pthread_t dq_th[DQ_THREADS];
 	int ndq_th;
 	bool dq_started, dq_stop;
+	int dq_busy;
 
 	/* Cache writes behind the reads (see wq_submit); under wq_lock. */
 	pthread_mutex_t wq_lock;
 	pthread_cond_t wq_cond;
 	struct flight *wq[WQ_MAX];
 	size_t wq_head, wq_len;
+	uint64_t wq_bytes;
 	pthread_t wq_th[WQ_THREADS];
 	int nwq_th;
 	bool wq_started, wq_stop;
+	int wq_busy;
 };
 
 /*
@@ -355,9 +362,10 @@ static int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file,
 		b->n = (uint32_t)got;
 		b->stamp = ++r->ref_clock;
 		pthread_mutex_unlock(&r->ref_lock);
-	} else if (ret == 0 || ret == -ENOENT) {
-		/* A hole before @idx (not in a well-formed catalog): ask for
-		 * the one reference, which also gives the right error. */
+	} else if (ret == 0 || ret == -ENOENT || ret == -EIO) {
+		/* A hole or a bad row in the block (not in a well-formed
+		 * catalog): ask for the one reference, which is served if it
+		 * is good and gives the right error if not. */
 		ret = dcr_catalog_get_chunk(r->cat, v, file, idx, out);
 	}
 	free(tmp);
@@ -381,6 +389,7 @@ static uint8_t *buf_get(struct dcr_reader *r, uint32_t len)
 	for (size_t i = r->npool; i-- > 0;) {
 		if (r->pool[i].cap == cap) {
 			p = r->pool[i].p;
+			r->pool_bytes -= cap;
 			r->pool[i] = r->pool[--r->npool];
 			break;
 		}
@@ -394,12 +403,27 @@ static uint8_t *buf_get(struct dcr_reader *r, uint32_t len)
 /* Give back a buffer of buf_get(@len). Caller holds hot_lock. */
 static void buf_put_locked(struct dcr_reader *r, uint8_t *p, uint32_t len)
 {
+	const size_t cap = buf_cap(len);
+
 	if (!p)
 		return;
-	if (r->npool < POOL_MAX) {
+	/* Full: make room by dropping one of another size (a file's odd
+	 * last chunk), so the common size stays recyclable. */
+	for (size_t i = 0; (r->npool == POOL_MAX ||
+			    r->pool_bytes + cap > POOL_BYTES) && i < r->npool;) {
+		if (r->pool[i].cap == cap) {
+			i++;
+			continue;
+		}
+		r->pool_bytes -= r->pool[i].cap;
+		free(r->pool[i].p);
+		r->pool[i] = r->pool[--r->npool];
+	}
+	if (r->npool < POOL_MAX && r->pool_bytes + cap <= POOL_BYTES) {
 		r->pool[r->npool].p = p;
-		r->pool[r->npool].cap = buf_cap(len);
+		r->pool[r->npool].cap = cap;
 		r->npool++;
+		r->pool_bytes += cap;
 	} else {
 		free(p);
 	}
@@ -1977,12 +2001,16 @@ static void *wq_main(void *arg)
 		f = r->wq[r->wq_head];
 		r->wq_head = (r->wq_head + 1) % WQ_MAX;
 		r->wq_len--;
+		r->wq_bytes -= f->len;
+		r->wq_busy++;
 		pthread_mutex_unlock(&r->wq_lock);
 		dcr_cache_put(r->cache, f->hash, f->data, f->len,
 			      DCR_CACHE_PUT_DIRECT);
 		flight_done(r, f, 0);
 		flight_release(r, f);
 		pthread_mutex_lock(&r->wq_lock);
+		if (--r->wq_busy == 0 && !r->wq_len)
+			pthread_cond_broadcast(&r->wq_cond); /* dcr_reader_sync */
 	}
 	pthread_mutex_unlock(&r->wq_lock);
 	return NULL;
@@ -2003,12 +2031,14 @@ static bool wq_submit(struct dcr_reader *r, struct flight *f)
 			r->nwq_th++;
 		}
 	}
-	if (r->nwq_th && !r->wq_stop && r->wq_len < WQ_MAX) {
+	if (r->nwq_th && !r->wq_stop && r->wq_len < WQ_MAX &&
+	    r->wq_bytes + f->len <= WQ_BYTES) {
 		pthread_mutex_lock(&r->sf_lock);
 		f->refs++; /* the writer's */
 		pthread_mutex_unlock(&r->sf_lock);
 		r->wq[(r->wq_head + r->wq_len) % WQ_MAX] = f;
 		r->wq_len++;
+		r->wq_bytes += f->len;
 		pthread_cond_signal(&r->wq_cond);
 		ok = true;
 	}
@@ -2109,11 +2139,19 @@ static void flight_publish(struct dcr_reader *r, struct flight *f, int rc)
 	pthread_mutex_unlock(&r->sf_lock);
 }
 
-/* End a flight we lead: publish @rc unless published, and unlist it. */
+/*
+ * End a flight we lead: publish @rc unless published, and unlist it, in
+ * one step (a failed flight must not be joined after it ended: a new
+ * reader leads a new attempt instead).
+ */
 static void flight_done(struct dcr_reader *r, struct flight *f, int rc)
 {
-	flight_publish(r, f, rc);
 	pthread_mutex_lock(&r->sf_lock);
+	if (!f->done) {
+		f->rc = rc;
+		f->done = true;
+		pthread_cond_broadcast(&r->sf_cond);
+	}
 	for (struct flight **pp = &r->flights; *pp; pp = &(*pp)->next) {
 		if (*pp == f) {
 			*pp = f->next;
@@ -2364,10 +2402,13 @@ static void *dq_main(void *arg)
 		it = r->dq[r->dq_head];
 		r->dq_head = (r->dq_head + 1) % DQ_MAX;
 		r->dq_len--;
+		r->dq_busy++;
 		pthread_mutex_unlock(&r->dq_lock);
 		batch_finish(&it->b, 1);
 		free(it);
 		pthread_mutex_lock(&r->dq_lock);
+		if (--r->dq_busy == 0 && !r->dq_len)
+			pthread_cond_broadcast(&r->dq_cond); /* dcr_reader_sync */
 	}
 	pthread_mutex_unlock(&r->dq_lock);
 	return NULL;
@@ -2444,6 +2485,11 @@ static void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
 
 		if (x->used && x->v == v && x->idx == idx) {
 			x->hits = hit ? x->hits + 1 : 0;
+			if (!hit && x->skip_from != UINT64_MAX) {
+				/* Queue what was skipped, from its start. */
+				x->queued = DCR_MIN(x->queued, x->skip_from);
+				x->skip_from = UINT64_MAX;
+			}
 			break;
 		}
 	}
@@ -2469,11 +2515,13 @@ static void *ra_main(void *arg)
 		job = r->ra_q[r->ra_qhead];
 		r->ra_qhead = (r->ra_qhead + 1) % RA_QUEUE;
 		r->ra_qlen--;
+		r->ra_busy++;
 		pthread_mutex_unlock(&r->ra_lock);
 
 		it = malloc(sizeof(*it));
 		if (!it) {
 			pthread_mutex_lock(&r->ra_lock);
+			r->ra_busy--;
 			continue; /* read-ahead is an optimization */
 		}
 		ps = it->ps;
@@ -2499,6 +2547,8 @@ static void *ra_main(void *arg)
 		ra_hits(r, job.rv->v, job.idx, n == 0);
 
 		pthread_mutex_lock(&r->ra_lock);
+		if (--r->ra_busy == 0 && !r->ra_qlen)
+			pthread_cond_broadcast(&r->ra_cond); /* dcr_reader_sync */
 	}
 	pthread_mutex_unlock(&r->ra_lock);
 	return NULL;
@@ -2546,6 +2596,7 @@ static void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		s->queued = 0;
 		s->hits = 0;
 		s->skipped = 0;
+		s->skip_from = UINT64_MAX;
 	}
 	s->stamp = ++r->ra_clock;
 	s->next_off = DCR_MAX(s->next_off, end);
@@ -2572,6 +2623,8 @@ static void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 					    RA_QUEUE];
 
 		if (s->hits >= RA_HITS_QUIET && ++s->skipped < RA_PROBE) {
+			if (s->skip_from == UINT64_MAX)
+				s->skip_from = from;
 			from += DCR_MIN(group, to - from); /* all cached */
 			continue;
 		}
@@ -2735,4 +2788,27 @@ err_close:
 	while (nseg)
 		close(segs[--nseg].fd);
 	return ret;
+}
+
+/* -------------------------------------------------------------- sync */
+
+/* Wait until nothing is queued in @q's queue and no worker is busy. */
+#define WAIT_IDLE(r, lock, cond, len, busy)                                  \
+	do {                                                                 \
+		pthread_mutex_lock(&(r)->lock);                              \
+		while ((r)->len || (r)->busy)                                \
+			pthread_cond_wait(&(r)->cond, &(r)->lock);           \
+		pthread_mutex_unlock(&(r)->lock);                            \
+	} while (0)
+
+void dcr_reader_sync(struct dcr_reader *r)
+{
+	/* In pipeline order: read-ahead feeds the decoders, which (like
+	 * every read) feed the writers. */
+	if (r->nra_th)
+		WAIT_IDLE(r, ra_lock, ra_cond, ra_qlen, ra_busy);
+	if (r->ndq_th)
+		WAIT_IDLE(r, dq_lock, dq_cond, dq_len, dq_busy);
+	if (r->nwq_th)
+		WAIT_IDLE(r, wq_lock, wq_cond, wq_len, wq_busy);
 }

@@ -162,4 +162,12 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
  */
 void dcr_reader_keep_pagecache(bool on);
 
+/**
+ * dcr_reader_sync - wait until the background work queued so far is
+ * done: read-ahead, its decoding, and the writes of materialized chunks
+ * to the cache (which a reader otherwise does behind the reads). For
+ * tests and tools that look at the cache directory.
+ */
+void dcr_reader_sync(struct dcr_reader *r);
+
 #endif /* DCR_READER_H */

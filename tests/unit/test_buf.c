@@ -108,6 +108,29 @@ static void test_parse_size(void **state)
 	assert_int_equal(dcr_parse_u64("18446744073709551616", &v), -ERANGE);
 }
 
+static void test_parse_ms(void **state)
+{
+	uint64_t v;
+
+	assert_int_equal(dcr_parse_ms("5", &v), 0);
+	assert_true(v == 5000);
+	assert_int_equal(dcr_parse_ms("0", &v), 0);
+	assert_true(v == 0);
+	assert_int_equal(dcr_parse_ms("0.25", &v), 0);
+	assert_true(v == 250);
+	assert_int_equal(dcr_parse_ms("1.5", &v), 0);
+	assert_true(v == 1500);
+	assert_int_equal(dcr_parse_ms("0.001", &v), 0);
+	assert_true(v == 1);
+	assert_int_equal(dcr_parse_ms("0.0001", &v), -EINVAL);
+	assert_int_equal(dcr_parse_ms(".5", &v), -EINVAL);
+	assert_int_equal(dcr_parse_ms("1.", &v), -EINVAL);
+	assert_int_equal(dcr_parse_ms("1s", &v), -EINVAL);
+	assert_int_equal(dcr_parse_ms("often", &v), -EINVAL);
+	assert_int_equal(dcr_parse_ms("-1", &v), -EINVAL);
+	assert_int_equal(dcr_parse_ms("99999999999999999999", &v), -ERANGE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -115,6 +138,7 @@ int main(void)
 		cmocka_unit_test(test_varint_roundtrip),
 		cmocka_unit_test(test_varint_hostile),
 		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_parse_ms),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

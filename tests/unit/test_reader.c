@@ -902,7 +902,8 @@ static void test_corrupt_cache_file(void **state)
 	check_version(f, 2); /* detected, deleted, fetched again */
 	assert_true(f->cs->gets_packs >= 1);
 	assert_int_equal(log_errors, 0);
-	/* And cached again, correctly. */
+	/* And cached again (behind the read), correctly. */
+	dcr_reader_sync(f->r);
 	cache_file(f, h, path, sizeof(path));
 	assert_int_equal(tu_read_file(path, &bytes, &len), 0);
 	assert_memory_equal(bytes, f->v[2].f[1].data, CS);
@@ -940,6 +941,7 @@ static void test_tiny_budget(void **state)
 	for (int round = 0; round < 2; round++)
 		for (uint64_t v = 5; v >= 1; v--)
 			check_version(f, v);
+	dcr_reader_sync(f->r); /* the cache is written behind the reads */
 	dcr_sha256(f->st->url, strlen(f->st->url), id);
 	dcr_hash_hex(id, idhex);
 	idhex[16] = 0;
