@@ -210,7 +210,7 @@ static void usage(FILE *f)
 "\n"
 "fetching (any store):\n"
 "    -o fetch_threads=N     parallel fetches per read and read-ahead threads\n"
-"                           (default 8 for s3://, else 4)\n"
+"                           (default 8)\n"
 "    -o fetch_ahead=SIZE    fetch this far ahead of sequential reads in the\n"
 "                           background (default 32M, 0 = off)\n"
 "\n"

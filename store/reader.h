@@ -23,7 +23,7 @@ struct dcr_reader_opts {
 	const char *cache_dir;  /* required; created (mode 0700) if absent */
 	uint64_t cache_size;    /* byte budget for cached chunks; 0 = default */
 	/* Threads materializing the misses of one read, and read-ahead
-	 * threads; 0 = default (8 for an S3 store, else 4). */
+	 * threads; 0 = default (8). */
 	int fetch_threads;
 	/* Bytes materialized in the background ahead of a sequential reader
 	 * (reads starting at 0 or where the last read of the file ended);
