@@ -1196,42 +1196,39 @@ int dcr_catalog_get_chunk(struct dcr_catalog *c, uint64_t v, uint32_t file,
 	return dcr_catalog_get_chunks(c, v, file, idx, 1, out, &got);
 }
 
-int dcr_catalog_set_tags(struct dcr_catalog *c, const char *const *names,
-			 const uint64_t *versions, size_t n)
-{
-	sqlite3_stmt *st;
-	int ret;
+struct set_tags_args {
+	const char *const *names;
+	const uint64_t *versions;
+	size_t n;
+};
 
-	cat_lock(c);
-	ret = exec_locked(c, "BEGIN IMMEDIATE");
+static int set_tags_txn(struct dcr_catalog *c, void *arg)
+{
+	const struct set_tags_args *a = arg;
+	sqlite3_stmt *st;
+	int ret = exec_locked(c, "DELETE FROM tags");
+
 	if (ret)
-		goto out_unlock;
-	ret = exec_locked(c, "DELETE FROM tags");
-	if (ret)
-		goto err_rollback;
+		return ret;
 	ret = prepare(c, "INSERT OR REPLACE INTO tags(name, version) "
 			 "VALUES (?1, ?2)", &st);
 	if (ret)
-		goto err_rollback;
-	for (size_t i = 0; i < n && !ret; i++) {
-		sqlite3_bind_text(st, 1, names[i], -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, (int64_t)versions[i]);
+		return ret;
+	for (size_t i = 0; i < a->n && !ret; i++) {
+		sqlite3_bind_text(st, 1, a->names[i], -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, (int64_t)a->versions[i]);
 		ret = step_done(c, st, "insert tag");
 	}
 	sqlite3_finalize(st);
-	if (ret)
-		goto err_rollback;
-	ret = exec_locked(c, "COMMIT");
-	if (ret)
-		goto err_rollback;
-	pthread_mutex_unlock(&c->lock);
-	return 0;
-
-err_rollback:
-	exec_locked(c, "ROLLBACK");
-out_unlock:
-	pthread_mutex_unlock(&c->lock);
 	return ret;
+}
+
+int dcr_catalog_set_tags(struct dcr_catalog *c, const char *const *names,
+			 const uint64_t *versions, size_t n)
+{
+	struct set_tags_args a = { names, versions, n };
+
+	return in_txn(c, set_tags_txn, &a);
 }
 
 int dcr_catalog_tags(struct dcr_catalog *c,
@@ -1398,41 +1395,41 @@ out_unlock:
 	return ret;
 }
 
-int dcr_catalog_cache_add_many(struct dcr_catalog *c,
-			       const uint8_t (*hashes)[DCR_HASH_LEN],
-			       const uint64_t *sizes, const int64_t *atimes,
-			       size_t n, bool touch, uint8_t *added)
+struct add_many_args {
+	const uint8_t (*hashes)[DCR_HASH_LEN];
+	const uint64_t *sizes;
+	const int64_t *atimes;
+	size_t n;
+	bool touch;
+	uint8_t *added;
+};
+
+static int add_many_txn(struct dcr_catalog *c, void *arg)
 {
-	sqlite3_stmt *ins = NULL, *upd = NULL;
-	int ret;
+	const struct add_many_args *a = arg;
+	sqlite3_stmt *ins, *upd = NULL;
+	int ret = prepare(c, "INSERT OR IGNORE INTO cache(hash, size, atime) "
+			     "VALUES (?1, ?2, ?3)", &ins);
 
-	if (added)
-		memset(added, 0, n);
-	if (n == 0)
-		return 0;
-	cat_lock(c);
-	ret = exec_locked(c, "BEGIN IMMEDIATE");
 	if (ret)
-		goto out_unlock;
-	ret = prepare(c, "INSERT OR IGNORE INTO cache(hash, size, atime) "
-			 "VALUES (?1, ?2, ?3)", &ins);
-	if (!ret && touch)
+		return ret;
+	if (a->touch)
 		ret = cached(c, ST_CACHE_TOUCH, &upd);
-	for (size_t i = 0; i < n && !ret; i++) {
-		int64_t at = atimes ? atimes[i] : 0;
+	for (size_t i = 0; i < a->n && !ret; i++) {
+		int64_t at = a->atimes ? a->atimes[i] : 0;
 
-		sqlite3_bind_blob(ins, 1, hashes[i], DCR_HASH_LEN,
+		sqlite3_bind_blob(ins, 1, a->hashes[i], DCR_HASH_LEN,
 				  SQLITE_STATIC);
-		sqlite3_bind_int64(ins, 2, (int64_t)sizes[i]);
+		sqlite3_bind_int64(ins, 2, (int64_t)a->sizes[i]);
 		sqlite3_bind_int64(ins, 3, at);
 		ret = step_done(c, ins, "record cached chunk");
 		if (ret)
 			break;
 		if (sqlite3_changes(c->db) > 0) {
-			if (added)
-				added[i] = 1;
-		} else if (touch) {
-			sqlite3_bind_blob(upd, 1, hashes[i], DCR_HASH_LEN,
+			if (a->added)
+				a->added[i] = 1;
+		} else if (a->touch) {
+			sqlite3_bind_blob(upd, 1, a->hashes[i], DCR_HASH_LEN,
 					  SQLITE_STATIC);
 			sqlite3_bind_int64(upd, 2, at);
 			ret = step_done(c, upd, "touch cached chunk");
@@ -1441,19 +1438,23 @@ int dcr_catalog_cache_add_many(struct dcr_catalog *c,
 	if (upd)
 		release(upd);
 	sqlite3_finalize(ins);
-	if (ret)
-		goto err_rollback;
-	ret = exec_locked(c, "COMMIT");
-	if (ret)
-		goto err_rollback;
-	pthread_mutex_unlock(&c->lock);
-	return 0;
+	return ret;
+}
 
-err_rollback:
-	exec_locked(c, "ROLLBACK");
+int dcr_catalog_cache_add_many(struct dcr_catalog *c,
+			       const uint8_t (*hashes)[DCR_HASH_LEN],
+			       const uint64_t *sizes, const int64_t *atimes,
+			       size_t n, bool touch, uint8_t *added)
+{
+	struct add_many_args a = { hashes, sizes, atimes, n, touch, added };
+	int ret;
+
 	if (added)
 		memset(added, 0, n);
-out_unlock:
-	pthread_mutex_unlock(&c->lock);
+	if (n == 0)
+		return 0;
+	ret = in_txn(c, add_many_txn, &a);
+	if (ret && added)
+		memset(added, 0, n); /* rolled back: nothing was added */
 	return ret;
 }
