@@ -5,6 +5,13 @@
 #include <string.h>
 
 #include <openssl/evp.h>
+#include <xxhash.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xxh_x86dispatch.h>
+#define DCR_XXH3_128 XXH3_128bits_dispatch
+#else
+#define DCR_XXH3_128 XXH3_128bits
+#endif
 
 #include "common.h"
 #include "hash.h"
@@ -20,6 +27,13 @@ void dcr_sha256(const void *data, size_t len, uint8_t out[DCR_HASH_LEN])
 	/* EVP_Digest picks the SHA-NI/AVX implementation when present. */
 	if (!EVP_Digest(data, len, out, &n, EVP_sha256(), NULL))
 		abort(); /* only fails on allocation failure inside OpenSSL */
+}
+
+void dcr_xxh128(const void *data, size_t len, uint8_t out[DCR_XXH_LEN])
+{
+	XXH128_hash_t h = DCR_XXH3_128(data, len);
+
+	XXH128_canonicalFromHash((XXH128_canonical_t *)out, h);
 }
 
 struct dcr_sha256_ctx *dcr_sha256_new(void)

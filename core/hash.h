@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * hash.h - SHA-256 (OpenSSL EVP) for files, chunks, packs and manifests.
+ * hash.h - SHA-256 (OpenSSL EVP) for files, chunks, packs and manifests,
+ * and XXH3-128 (libxxhash) as the fast check of bytes already proven
+ * once: cached chunk files against local bit rot, and materialized
+ * chunks against the manifest (see manifest.h).
  */
 #ifndef DCR_HASH_H
 #define DCR_HASH_H
@@ -27,6 +30,17 @@ void dcr_sha256_update(struct dcr_sha256_ctx *c, const void *data, size_t len);
 void dcr_sha256_final(struct dcr_sha256_ctx *c, uint8_t out[DCR_HASH_LEN]);
 /** Free; NULL is accepted. */
 void dcr_sha256_free(struct dcr_sha256_ctx *c);
+
+#define DCR_XXH_LEN 16
+
+/**
+ * dcr_xxh128 - XXH3-128 of @len bytes into @out, in canonical (big-endian)
+ * byte order, with the widest vector code the CPU has (dispatched at run
+ * time on x86-64). Not cryptographic: it detects accidents (bit rot, a
+ * decoder that disagrees with the committer's), never an adversary.
+ * Thread-safe.
+ */
+void dcr_xxh128(const void *data, size_t len, uint8_t out[DCR_XXH_LEN]);
 
 /** Lower-case hex of a hash into @hex (DCR_HASH_HEX_LEN + 1 bytes, NUL-terminated). */
 void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1]);

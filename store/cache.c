@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -81,6 +82,7 @@ struct dcr_cache {
 	pthread_mutex_t evict_lock;
 	pthread_mutex_t flush_lock; /* one pend_flush at a time */
 	atomic_bool no_direct;      /* O_DIRECT refused here: stop trying */
+	atomic_bool no_xattr;       /* user xattrs refused here */
 };
 
 static int64_t now_ms(void)
@@ -329,7 +331,7 @@ static uint64_t adopt_batch(struct dcr_cache *c,
  *
  * Adopt rather than delete: the files are the expensive part (a 2 TB
  * cache is hours of downloads), they are content-addressed, and every
- * one is still verified before use (sealed or hashed, see cache.h), so
+ * one is still verified before its first use (see cache.h), so
  * keeping them costs nothing in safety. They get atime 0, the oldest, so
  * that eviction takes them first if the budget is exceeded (which
  * happens here, before the first read). Names that are not chunk names
@@ -531,91 +533,85 @@ static int pread_lean(struct dcr_cache *c, int fd, const char *path,
 	return ret;
 }
 
-/* Read and verify the whole file; copy the slice. 0, -EBADMSG or -errno. */
-static int verify_read(int fd, const uint8_t hash[DCR_HASH_LEN],
-		       uint32_t chunk_len, uint32_t off, void *dst, size_t n)
+/*
+ * The check value: every file this cache writes, or verifies against its
+ * name, carries the XXH3-128 of its bytes in the extended attribute
+ * XATTR_XXH. The bytes were proven once (by their SHA-256, when they were
+ * built from the store or when a file without the attribute was first
+ * used); the attribute lets the first use in a later mount re-prove them
+ * against bit rot at ~20 GB/s instead of re-hashing them with SHA-256.
+ * A damaged attribute fails the check like damaged bytes do. Where the
+ * file system has no user xattrs, every first use hashes with SHA-256.
+ */
+#define XATTR_XXH "user.dcrfs.xxh128"
+
+static void xxh_set(struct dcr_cache *c, int fd, const void *data, size_t len)
 {
-	uint8_t got[DCR_HASH_LEN];
-	struct stat sb;
+	uint8_t x[DCR_XXH_LEN];
+
+	if (atomic_load(&c->no_xattr))
+		return;
+	dcr_xxh128(data, len, x);
+	if (fsetxattr(fd, XATTR_XXH, x, sizeof(x), 0) < 0 &&
+	    (errno == ENOTSUP || errno == EOPNOTSUPP) &&
+	    !atomic_exchange(&c->no_xattr, true))
+		dcr_info("cache %s: no user extended attributes here: every "
+			 "cached chunk is re-hashed with SHA-256 on its first "
+			 "use in a mount", c->chunks_dir);
+}
+
+/*
+ * Read the whole file, prove it (its XXH3-128 attribute, else its
+ * SHA-256 against its name, then record the attribute), copy the slice
+ * [@off, @off+@n) into @dst if given. 0, -EBADMSG or -errno.
+ */
+static int verify_read(struct dcr_cache *c, int fd, const char *path,
+		       const uint8_t hash[DCR_HASH_LEN], uint32_t chunk_len,
+		       uint32_t off, void *dst, size_t n)
+{
+	uint8_t want[DCR_XXH_LEN], got[DCR_HASH_LEN];
 	uint8_t *buf;
+	ssize_t xl;
 	int ret;
 
-	if (fstat(fd, &sb) < 0)
-		return -errno;
-	if ((uint64_t)sb.st_size != chunk_len)
-		return -EBADMSG;
 	if (dst && off == 0 && n == chunk_len) {
 		buf = dst; /* read in place; dst is unspecified on a miss */
 	} else {
-		buf = malloc(chunk_len ? chunk_len : 1);
+		buf = aligned_alloc(DCR_CACHE_ALIGN,
+				    DCR_ROUND_UP(chunk_len ? chunk_len : 1,
+						 DCR_CACHE_ALIGN));
 		if (!buf)
 			return DCR_ERR(-ENOMEM);
 	}
-	ret = dcr_pread_full(fd, buf, chunk_len, 0);
+	ret = pread_lean(c, fd, path, buf, chunk_len, 0);
 	if (ret == -EIO || ret == -ENODATA)
 		ret = -EBADMSG;
-	if (!ret) {
+	if (ret)
+		goto out_free;
+	xl = atomic_load(&c->no_xattr) ? -1
+		: fgetxattr(fd, XATTR_XXH, want, sizeof(want));
+	if (xl == (ssize_t)sizeof(want)) {
+		dcr_xxh128(buf, chunk_len, got);
+		if (memcmp(got, want, DCR_XXH_LEN) != 0)
+			ret = -EBADMSG;
+	} else {
 		dcr_sha256(buf, chunk_len, got);
 		if (!dcr_hash_eq(got, hash))
 			ret = -EBADMSG;
+		else
+			xxh_set(c, fd, buf, chunk_len);
 	}
 	if (!ret && buf != dst && n)
 		memcpy(dst, buf + off, n);
+out_free:
 	if (buf != dst)
 		free(buf);
 	return ret;
 }
 
 /*
- * The seal: the mtime a file gets when this cache writes it, a value no
- * write(2), truncate(2) or copy would produce (a fixed second in 2001 and
- * nanoseconds derived from the chunk hash, the inode number and the
- * size). A file that still carries its seal was written whole by a cache
- * and not modified through the file system since, so it is trusted
- * without re-reading and hashing it: that is what makes the first read
- * after a remount as fast as a plain file. Anything else (no seal, a
- * file system without nanosecond times, a file copied in) is verified.
- */
-#define SEAL_SEC 1000000000
-
-static long seal_nsec(const uint8_t hash[DCR_HASH_LEN], uint64_t ino,
-		      uint64_t size)
-{
-	uint8_t in[DCR_HASH_LEN + 16], out[DCR_HASH_LEN];
-
-	memcpy(in, hash, DCR_HASH_LEN);
-	memcpy(in + DCR_HASH_LEN, &ino, 8);
-	memcpy(in + DCR_HASH_LEN + 8, &size, 8);
-	dcr_sha256(in, sizeof(in), out);
-	return (long)(dcr_get_le32(out) % 1000000000u);
-}
-
-static int sealed(const uint8_t hash[DCR_HASH_LEN], const struct stat *sb)
-{
-	return sb->st_mtim.tv_sec == SEAL_SEC &&
-	       sb->st_mtim.tv_nsec == seal_nsec(hash, (uint64_t)sb->st_ino,
-						(uint64_t)sb->st_size);
-}
-
-/* Seal the file just written through @fd (see SEAL_SEC). Best effort. */
-static void seal(int fd, const uint8_t hash[DCR_HASH_LEN])
-{
-	struct timespec ts[2];
-	struct stat sb;
-
-	if (fstat(fd, &sb) < 0)
-		return;
-	ts[0].tv_sec = 0;
-	ts[0].tv_nsec = UTIME_OMIT;
-	ts[1].tv_sec = SEAL_SEC;
-	ts[1].tv_nsec = seal_nsec(hash, (uint64_t)sb.st_ino,
-				  (uint64_t)sb.st_size);
-	futimens(fd, ts);
-}
-
-/*
  * Open the cached chunk @hash and make sure it is good: known good to
- * this instance, sealed, or read whole and hashed now. With @dst, copy
+ * this instance, or read whole and checked now (verify_read). With @dst, copy
  * bytes [@off, @off+@n) into it and close; else return the open file in
  * *@fdp. 0 on a hit, -ENOENT on a miss (a bad file is deleted), or
  * another -errno on a local I/O error.
@@ -660,23 +656,9 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 			ret = -errno;
 		else if ((uint64_t)sb.st_size != chunk_len)
 			ret = -EBADMSG;
-		else if (sealed(hash, &sb))
-			verified = 1;
-		else if (dst)
-			ret = verify_read(fd, hash, chunk_len, off, dst, n);
 		else
-			ret = verify_read(fd, hash, chunk_len, 0, NULL, 0);
-		if (ret == 0 && !verified)
-			seal(fd, hash); /* good: trusted after a remount */
-		if (ret == 0 && verified) {
-			verified = 0; /* first use here: record it below */
-			if (dst) {
-				ret = pread_lean(c, fd, path, dst, n,
-						 (uint64_t)off);
-				if (ret == -EIO || ret == -ENODATA)
-					ret = -EBADMSG;
-			}
-		}
+			ret = verify_read(c, fd, path, hash, chunk_len, off,
+					  dst, n);
 	} else if (dst) {
 		ret = pread_lean(c, fd, path, dst, n, (uint64_t)off);
 		if (ret == -EIO || ret == -ENODATA)
@@ -849,7 +831,7 @@ int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		ret = dcr_write_full(fd, data, len);
 	}
 	if (!ret)
-		seal(fd, hash);
+		xxh_set(c, fd, data, len);
 	if (close(fd) < 0 && !ret)
 		ret = -errno;
 	if (ret)

@@ -10,16 +10,17 @@
  * Eviction never breaks a read: an evicted chunk is simply materialized
  * again by the caller.
  *
- * A cached file is verified against its name (SHA-256) the first time it
- * is used by this cache instance, unless it carries the cache's seal: the
- * cache stamps every file it writes or verifies with an mtime no write,
- * truncate or copy produces (derived from the hash, the inode number and
- * the size), so a file still sealed has not been modified through the
- * file system and is trusted after a fstat(2). (Silent media corruption
- * under an unchanged inode is not detected; the store's chunk hashes
- * still guard everything materialized from the store.) The set of
- * verified hashes is bounded. A file that fails verification is deleted
- * with a warning and reported as a miss.
+ * Every cached file is verified the first time it is used by this cache
+ * instance (that is, once per mount), whatever its inode or times say:
+ * it is read whole and checked against the XXH3-128 of its bytes that
+ * the cache recorded in an extended attribute when it wrote the file
+ * (from bytes proven against their SHA-256), or, for a file without that
+ * attribute, hashed with SHA-256 against its name and then given the
+ * attribute. A byte flipped on disk, even under unchanged inode and
+ * times, is therefore caught before it is served. The set of verified
+ * hashes is bounded (forgotten hashes are simply verified again). A file
+ * that fails verification is deleted with a warning and reported as a
+ * miss.
  *
  * Thread-safety: all functions may be called concurrently.
  */
