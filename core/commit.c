@@ -375,6 +375,7 @@ static int encode_job(struct worker *w, const struct job *j)
 	int fd, ret, kind;
 
 	dcr_sha256(j->buf, j->len, ref->hash);
+	dcr_xxh128(j->buf, j->len, ref->xxh);
 	const void *base = NULL;
 	if (f->base != DCR_NO_BASE) {
 		const struct dcr_chunk_ref *pref = &p->pm->files[f->base].chunks[j->cidx];
@@ -420,6 +421,7 @@ static int encode_job(struct worker *w, const struct job *j)
 		return DCR_ERR(-EIO);
 	}
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
+	dcr_sha256(w->frame.data, w->frame.len, ref->fhash);
 	__atomic_add_fetch(kind == DCR_FRAME_DELTA ? &p->delta : &p->full, 1,
 			   __ATOMIC_RELAXED);
 	return pack_frame(p, &w->frame, ref);
@@ -711,6 +713,7 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	if (ret)
 		goto err_free_manifest;
 	qsort(m.files, m.nfiles, sizeof(*m.files), cmp_files);
+	m.format = DCR_MANIFEST_FORMAT;
 	m.parent = o->parent;
 	m.chunk_size = cs;
 	m.ctime_ns = dcr_now_ns();

@@ -11,8 +11,10 @@
  *     regular files only:
  *       sha256 (32 bytes), base + 1 (0 = no base)
  *       per chunk (count derived from size and chunk_size):
- *         kind (u8); unless SAME: pack index, offset, length;
- *         chunk hash (32 bytes)
+ *         kind (u8); unless SAME: pack index, offset, length,
+ *         and in format 2 the frame's SHA-256 (32 bytes);
+ *         chunk hash (32 bytes); in format 2 the chunk's XXH3-128
+ *         (16 bytes)
  */
 #include "config.h"
 
@@ -119,7 +121,9 @@ static int parent_dir_listed(const struct dcr_manifest *m, const char *path)
 
 int dcr_manifest_validate(const struct dcr_manifest *m)
 {
-	if (m->version == 0 || m->version > DCR_VERSION_MAX ||
+	if ((m->format && (m->format < DCR_MANIFEST_FORMAT_MIN ||
+			   m->format > DCR_MANIFEST_FORMAT)) ||
+	    m->version == 0 || m->version > DCR_VERSION_MAX ||
 	    m->parent >= m->version ||
 	    !dcr_chunk_size_valid(m->chunk_size))
 		return DCR_ERR(-EBADMSG);
@@ -184,7 +188,10 @@ int dcr_manifest_check_parent(const struct dcr_manifest *m,
 			return DCR_ERR(-EBADMSG);
 		for (uint64_t c = 0; c < f->nchunks; c++)
 			if (f->chunks[c].kind == DCR_CK_SAME &&
-			    !dcr_hash_eq(f->chunks[c].hash, b->chunks[c].hash))
+			    (!dcr_hash_eq(f->chunks[c].hash, b->chunks[c].hash) ||
+			     (m->format >= 2 && p->format >= 2 &&
+			      memcmp(f->chunks[c].xxh, b->chunks[c].xxh,
+				     DCR_XXH_LEN) != 0)))
 				return DCR_ERR(-EBADMSG);
 	}
 	return 0;
@@ -199,7 +206,8 @@ int dcr_manifest_check_parent(const struct dcr_manifest *m,
 			return ret_;  \
 	} while (0)
 
-static int encode_body(const struct dcr_manifest *m, struct dcr_buf *b)
+static int encode_body(const struct dcr_manifest *m, uint32_t fmt,
+		       struct dcr_buf *b)
 {
 	TRY(dcr_buf_put_varint(b, m->version));
 	TRY(dcr_buf_put_varint(b, m->parent));
@@ -229,8 +237,13 @@ static int encode_body(const struct dcr_manifest *m, struct dcr_buf *b)
 				TRY(dcr_buf_put_varint(b, r->pack));
 				TRY(dcr_buf_put_varint(b, r->off));
 				TRY(dcr_buf_put_varint(b, r->len));
+				if (fmt >= 2)
+					TRY(dcr_buf_append(b, r->fhash,
+							   DCR_HASH_LEN));
 			}
 			TRY(dcr_buf_append(b, r->hash, DCR_HASH_LEN));
+			if (fmt >= 2)
+				TRY(dcr_buf_append(b, r->xxh, DCR_XXH_LEN));
 		}
 	}
 	return 0;
@@ -238,13 +251,14 @@ static int encode_body(const struct dcr_manifest *m, struct dcr_buf *b)
 
 int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out)
 {
+	uint32_t fmt = m->format ? m->format : DCR_MANIFEST_FORMAT;
 	struct dcr_buf body;
 	int ret = dcr_manifest_validate(m);
 
 	if (ret)
 		return DCR_ERR(-EINVAL);
 	dcr_buf_init(&body, DCR_MANIFEST_BODY_MAX);
-	ret = encode_body(m, &body);
+	ret = encode_body(m, fmt, &body);
 	if (ret)
 		goto err_free_body;
 	size_t bound = ZSTD_compressBound(body.len);
@@ -260,7 +274,7 @@ int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out)
 		goto err_free_body;
 	}
 	memcpy(h, man_magic, 8);
-	dcr_put_le32(h + 8, DCR_MANIFEST_FORMAT);
+	dcr_put_le32(h + 8, fmt);
 	dcr_put_le32(h + 12, 0);
 	dcr_put_le64(h + 16, body.len);
 	dcr_put_le64(h + 24, clen);
@@ -326,9 +340,17 @@ static int decode_file(struct dcr_rd *r, const struct dcr_manifest *m,
 			cr->pack = (uint32_t)pack;
 			cr->off = off;
 			cr->len = (uint32_t)len;
+			if (m->format >= 2) {
+				TRY(dcr_rd_bytes(r, DCR_HASH_LEN, &p));
+				memcpy(cr->fhash, p, DCR_HASH_LEN);
+			}
 		}
 		TRY(dcr_rd_bytes(r, DCR_HASH_LEN, &p));
 		memcpy(cr->hash, p, DCR_HASH_LEN);
+		if (m->format >= 2) {
+			TRY(dcr_rd_bytes(r, DCR_XXH_LEN, &p));
+			memcpy(cr->xxh, p, DCR_XXH_LEN);
+		}
 	}
 	return 0;
 }
@@ -372,7 +394,8 @@ int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
 
 	memset(m, 0, sizeof(*m));
 	if (n < MAN_HDR_LEN + DCR_HASH_LEN || memcmp(h, man_magic, 8) != 0 ||
-	    dcr_get_le32(h + 8) != DCR_MANIFEST_FORMAT ||
+	    dcr_get_le32(h + 8) < DCR_MANIFEST_FORMAT_MIN ||
+	    dcr_get_le32(h + 8) > DCR_MANIFEST_FORMAT ||
 	    dcr_get_le32(h + 12) != 0)
 		return DCR_ERR(-EBADMSG);
 	uint64_t blen = dcr_get_le64(h + 16);
@@ -393,6 +416,7 @@ int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
 	}
 	struct dcr_rd r;
 	dcr_rd_init(&r, body, blen);
+	m->format = dcr_get_le32(h + 8);
 	ret = decode_body(&r, m);
 	if (!ret)
 		ret = dcr_manifest_validate(m);

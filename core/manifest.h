@@ -8,10 +8,25 @@
  * frame against the parent's chunk, each with the SHA-256 of the
  * materialized chunk so every chunk is verified when it is built.
  *
+ * Format 2 adds, per chunk, the SHA-256 of its frame's bytes (unless
+ * SAME) and the XXH3-128 of the materialized chunk. A reader then proves
+ * a chunk it builds by hashing with SHA-256 only the frames it fetched
+ * (a few percent of the bytes for a delta) and checking the result's
+ * XXH3-128: the frames are exactly what the committer published, the
+ * base was proven the same way (or from its SHA-256), and the committer
+ * checked that these frames on that base decode to the chunk, so the
+ * only way left to a wrong byte is a decoder or memory that disagrees
+ * with the committer's, which XXH3-128 catches (it is not a defence
+ * against an adversary, who would have to change the frames, which the
+ * SHA-256 of every frame rules out). The chunk's SHA-256 stays for full
+ * verification (dcr_manifest_check_parent, format 1 readers' path).
+ * Format 1 manifests (no frame hashes, no check values) stay readable;
+ * their chunks are proven by their SHA-256.
+ *
  * On-store encoding (little-endian, see manifest.c for the body):
  *
  *   0   8  magic "DCRMANIF"
- *   8   4  format version (1)
+ *   8   4  format version (1 or 2)
  *   12  4  flags (0)
  *   16  8  body length after decompression (bounded)
  *   24  8  compressed body length
@@ -32,7 +47,9 @@
 #include "buf.h"
 #include "hash.h"
 
-#define DCR_MANIFEST_FORMAT 1
+/* The format new manifests are written in; the oldest still read. */
+#define DCR_MANIFEST_FORMAT 2
+#define DCR_MANIFEST_FORMAT_MIN 1
 #define DCR_NO_BASE UINT32_MAX
 #define DCR_PATH_MAX 4096
 /**
@@ -64,6 +81,9 @@ struct dcr_chunk_ref {
 	uint32_t len;       /* frame length in bytes (not for SAME) */
 	uint64_t off;       /* frame offset in the pack (not for SAME) */
 	uint8_t hash[DCR_HASH_LEN]; /* SHA-256 of the materialized chunk */
+	/* Format 2 only (zero in format 1 manifests): */
+	uint8_t fhash[DCR_HASH_LEN]; /* SHA-256 of the frame (not for SAME) */
+	uint8_t xxh[DCR_XXH_LEN];    /* XXH3-128 of the materialized chunk */
 };
 
 struct dcr_file {
@@ -84,6 +104,7 @@ struct dcr_file {
 };
 
 struct dcr_manifest {
+	uint32_t format;    /* 1 or 2; 0 when building means DCR_MANIFEST_FORMAT */
 	uint64_t version;   /* 1..DCR_VERSION_MAX */
 	uint64_t parent;    /* 0 = no parent; < version */
 	int64_t ctime_ns;   /* commit time */
@@ -98,8 +119,10 @@ struct dcr_manifest {
 void dcr_manifest_free(struct dcr_manifest *m);
 
 /**
- * dcr_manifest_encode - serialise @m into @out (appended).
- * The manifest must be valid (see dcr_manifest_validate). 0 or -errno.
+ * dcr_manifest_encode - serialise @m into @out (appended), in format
+ * @m->format (0: DCR_MANIFEST_FORMAT; 1 writes what older readers read,
+ * for tests). The manifest must be valid (see dcr_manifest_validate).
+ * 0 or -errno.
  */
 int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out);
 
@@ -123,7 +146,8 @@ int dcr_manifest_validate(const struct dcr_manifest *m);
  * dcr_manifest_check_parent - check that @m's base references are
  * consistent with its parent @p: every base file exists in @p, is a
  * regular file of the same size, the chunk sizes match, and SAME chunks
- * carry the parent chunk's hash. A version with a different chunk size
+ * carry the parent chunk's hash (and check value, when both are format
+ * 2). A version with a different chunk size
  * is valid if it has no base references (all full frames). 0 or -EBADMSG.
  */
 int dcr_manifest_check_parent(const struct dcr_manifest *m,

@@ -35,7 +35,7 @@
 #include "chunk.h"
 #include "common.h"
 
-#define DCR_CATALOG_SCHEMA "1"
+#define DCR_CATALOG_SCHEMA "2"
 #define DCR_CATALOG_BUSY_MS 10000
 
 enum dcr_stmt_id {
@@ -50,7 +50,8 @@ enum dcr_stmt_id {
 
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_GET_CHUNK] =
-		"SELECT c.idx, c.kind, c.off, c.len, c.hash, p.hash FROM chunks c "
+		"SELECT c.idx, c.kind, c.off, c.len, c.hash, p.hash, c.fhash, "
+		"c.xxh FROM chunks c "
 		"LEFT JOIN packs p ON p.version = c.version AND p.idx = c.pack "
 		"WHERE c.version = ?1 AND c.file = ?2 AND c.idx >= ?3 "
 		"AND c.idx < ?4 ORDER BY c.idx",
@@ -106,7 +107,8 @@ static const char schema_sql[] =
 	"CREATE TABLE IF NOT EXISTS versions("
 	" version INTEGER PRIMARY KEY, parent INTEGER NOT NULL,"
 	" ctime_ns INTEGER NOT NULL, chunk_size INTEGER NOT NULL,"
-	" nfiles INTEGER NOT NULL, npacks INTEGER NOT NULL);"
+	" nfiles INTEGER NOT NULL, npacks INTEGER NOT NULL,"
+	" format INTEGER NOT NULL DEFAULT 1);"
 	"CREATE TABLE IF NOT EXISTS packs("
 	" version INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,"
 	" PRIMARY KEY(version, idx)) WITHOUT ROWID;"
@@ -119,7 +121,7 @@ static const char schema_sql[] =
 	"CREATE TABLE IF NOT EXISTS chunks("
 	" version INTEGER NOT NULL, file INTEGER NOT NULL, idx INTEGER NOT NULL,"
 	" kind INTEGER NOT NULL, pack INTEGER NOT NULL, off INTEGER NOT NULL,"
-	" len INTEGER NOT NULL, hash BLOB NOT NULL,"
+	" len INTEGER NOT NULL, hash BLOB NOT NULL, fhash BLOB, xxh BLOB,"
 	" PRIMARY KEY(version, file, idx)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS tags("
 	" name TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;"
@@ -262,6 +264,23 @@ static int check_meta(struct dcr_catalog *c, const char *url)
 			snprintf(c->why, sizeof(c->why),
 				 "bad schema number '%.32s'", schema);
 			return CAT_CORRUPT;
+		}
+		if (n == 1) {
+			/* Schema 1 knew format 1 manifests only: their rows
+			 * are valid as they are, with no frame hashes and
+			 * no check values. */
+			ret = exec_locked(c,
+				"ALTER TABLE versions ADD COLUMN format "
+				"INTEGER NOT NULL DEFAULT 1;"
+				"ALTER TABLE chunks ADD COLUMN fhash BLOB;"
+				"ALTER TABLE chunks ADD COLUMN xxh BLOB;"
+				"UPDATE meta SET value = '" DCR_CATALOG_SCHEMA
+				"' WHERE key = 'schema';");
+			if (ret)
+				return ret;
+			dcr_info("catalog %s: upgraded from schema 1 to "
+				 DCR_CATALOG_SCHEMA, c->path);
+			n = strtoull(DCR_CATALOG_SCHEMA, NULL, 10);
 		}
 		if (n != strtoull(DCR_CATALOG_SCHEMA, NULL, 10)) {
 			dcr_err("catalog %s has schema %s, this dcrfs only "
@@ -608,8 +627,8 @@ static int add_batch(struct dcr_catalog *c, const struct dcr_manifest *m,
 	}
 	if (left) {
 		ret = prepare(c, "INSERT INTO chunks(version, file, idx, kind, "
-				 "pack, off, len, hash) "
-				 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8)", &st);
+				 "pack, off, len, hash, fhash, xxh) "
+				 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)", &st);
 		if (ret)
 			return ret;
 		while (pos->cfile < m->nfiles && left && !ret) {
@@ -633,6 +652,16 @@ static int add_batch(struct dcr_catalog *c, const struct dcr_manifest *m,
 			sqlite3_bind_int64(st, 7, same ? 0 : ref->len);
 			sqlite3_bind_blob(st, 8, ref->hash, DCR_HASH_LEN,
 					  SQLITE_STATIC);
+			if (m->format >= 2 && !same)
+				sqlite3_bind_blob(st, 9, ref->fhash,
+						  DCR_HASH_LEN, SQLITE_STATIC);
+			else
+				sqlite3_bind_null(st, 9);
+			if (m->format >= 2)
+				sqlite3_bind_blob(st, 10, ref->xxh, DCR_XXH_LEN,
+						  SQLITE_STATIC);
+			else
+				sqlite3_bind_null(st, 10);
 			ret = step_done(c, st, "insert chunk");
 			pos->chunk++;
 			left--;
@@ -721,8 +750,8 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 	int ret;
 
 	ret = prepare(c, "INSERT INTO versions(version, parent, ctime_ns, "
-			 "chunk_size, nfiles, npacks) VALUES (?1,?2,?3,?4,?5,?6)",
-		      &st);
+			 "chunk_size, nfiles, npacks, format) "
+			 "VALUES (?1,?2,?3,?4,?5,?6,?7)", &st);
 	if (ret)
 		return ret;
 	sqlite3_bind_int64(st, 1, (int64_t)m->version);
@@ -731,6 +760,7 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 	sqlite3_bind_int64(st, 4, m->chunk_size);
 	sqlite3_bind_int64(st, 5, m->nfiles);
 	sqlite3_bind_int64(st, 6, m->npacks);
+	sqlite3_bind_int64(st, 7, m->format ? m->format : DCR_MANIFEST_FORMAT);
 	ret = step_done(c, st, "insert version");
 	sqlite3_finalize(st);
 	return ret;
@@ -906,7 +936,7 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 	bool invalid = false;
 	int rc, ret;
 
-	ret = prepare(c, "SELECT parent, ctime_ns, chunk_size, nfiles "
+	ret = prepare(c, "SELECT parent, ctime_ns, chunk_size, nfiles, format "
 			 "FROM versions WHERE version = ?1", &st);
 	if (ret)
 		return ret;
@@ -922,8 +952,11 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 	m->ctime_ns = sqlite3_column_int64(st, 1);
 	m->chunk_size = (uint32_t)sqlite3_column_int64(st, 2);
 	nfiles = (uint32_t)sqlite3_column_int64(st, 3);
+	m->format = (uint32_t)sqlite3_column_int64(st, 4);
 	if (!header_ok(v, m->parent, sqlite3_column_int64(st, 2),
-		       sqlite3_column_int64(st, 3), 0)) {
+		       sqlite3_column_int64(st, 3), 0) ||
+	    m->format < DCR_MANIFEST_FORMAT_MIN ||
+	    m->format > DCR_MANIFEST_FORMAT) {
 		sqlite3_finalize(st);
 		dcr_err("catalog %s: version %llu: invalid row",
 			c->path, (unsigned long long)v);
@@ -1069,8 +1102,8 @@ static int load_chunks_locked(struct dcr_catalog *c, struct dcr_manifest *m)
 		if (!f->chunks)
 			return DCR_ERR(-ENOMEM);
 	}
-	ret = prepare(c, "SELECT file, idx, kind, pack, off, len, hash "
-			 "FROM chunks WHERE version = ?1", &st);
+	ret = prepare(c, "SELECT file, idx, kind, pack, off, len, hash, fhash, "
+			 "xxh FROM chunks WHERE version = ?1", &st);
 	if (ret)
 		return ret;
 	sqlite3_bind_int64(st, 1, (int64_t)m->version);
@@ -1094,6 +1127,15 @@ static int load_chunks_locked(struct dcr_catalog *c, struct dcr_manifest *m)
 		ref->off = (uint64_t)sqlite3_column_int64(st, 4);
 		ref->len = (uint32_t)sqlite3_column_int64(st, 5);
 		memcpy(ref->hash, h, DCR_HASH_LEN);
+		{
+			const void *fh = sqlite3_column_blob(st, 7);
+			const void *x = sqlite3_column_blob(st, 8);
+
+			if (fh && sqlite3_column_bytes(st, 7) == DCR_HASH_LEN)
+				memcpy(ref->fhash, fh, DCR_HASH_LEN);
+			if (x && sqlite3_column_bytes(st, 8) == DCR_XXH_LEN)
+				memcpy(ref->xxh, x, DCR_XXH_LEN);
+		}
 	}
 	ret = rc == SQLITE_DONE ? 0 : sql_err(c, rc, "read chunks");
 	sqlite3_finalize(st);
@@ -1174,6 +1216,24 @@ int dcr_catalog_get_chunks(struct dcr_catalog *c, uint64_t v, uint32_t file,
 		memcpy(o->hash, h, DCR_HASH_LEN);
 		if (o->kind != DCR_CK_SAME)
 			memcpy(o->pack, p, DCR_HASH_LEN);
+		/* Format 2 rows: the frame's SHA-256 and the chunk's check
+		 * value; a row with only part of them is treated as format 1
+		 * (proven by its SHA-256), never trusted more. */
+		{
+			const void *fh = sqlite3_column_blob(st, 6);
+			const void *x = sqlite3_column_blob(st, 7);
+
+			o->has_check =
+				x && sqlite3_column_bytes(st, 7) == DCR_XXH_LEN &&
+				(o->kind == DCR_CK_SAME ||
+				 (fh && sqlite3_column_bytes(st, 6) ==
+						DCR_HASH_LEN));
+			if (o->has_check) {
+				if (o->kind != DCR_CK_SAME)
+					memcpy(o->fhash, fh, DCR_HASH_LEN);
+				memcpy(o->xxh, x, DCR_XXH_LEN);
+			}
+		}
 		k++;
 	}
 	if (!ret && k < n && rc != SQLITE_ROW && rc != SQLITE_DONE)

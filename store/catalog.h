@@ -9,15 +9,17 @@
  * <cache_dir>/<id>/catalog.db and survives a restart, so a remount never
  * fetches a manifest twice.
  *
- * Schema (version 1):
+ * Schema (version 2; a version 1 catalog is upgraded in place when
+ * opened, its rows kept):
  *
  *   meta(key TEXT PRIMARY KEY, value TEXT)            'schema', 'url'
  *   versions(version INTEGER PRIMARY KEY, parent, ctime_ns, chunk_size,
- *            nfiles, npacks)
+ *            nfiles, npacks, format)       format: the manifest's
  *   packs(version, idx, hash BLOB)          PRIMARY KEY (version, idx)
  *   files(version, idx, path, type, mode, size, mtime_ns, sha256, base,
  *         nchunks)                          PRIMARY KEY (version, idx)
- *   chunks(version, file, idx, kind, pack, off, len, hash BLOB)
+ *   chunks(version, file, idx, kind, pack, off, len, hash BLOB,
+ *          fhash BLOB, xxh BLOB)          both NULL for format 1
  *                                           PRIMARY KEY (version, file, idx)
  *   tags(name TEXT PRIMARY KEY, version)
  *   cache(hash BLOB PRIMARY KEY, size, atime)  + INDEX cache_atime(atime)
@@ -64,6 +66,13 @@ struct dcr_catalog_chunk {
 	uint64_t off;      /* frame offset in the pack (not for SAME) */
 	uint8_t pack[DCR_HASH_LEN]; /* pack hash (zero for SAME) */
 	uint8_t hash[DCR_HASH_LEN]; /* SHA-256 of the materialized chunk */
+	/*
+	 * Format 2 manifests (see manifest.h): the frame's SHA-256 (not for
+	 * SAME) and the chunk's XXH3-128; has_check false for format 1.
+	 */
+	bool has_check;
+	uint8_t fhash[DCR_HASH_LEN];
+	uint8_t xxh[DCR_XXH_LEN];
 };
 
 /**

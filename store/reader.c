@@ -1741,9 +1741,27 @@ static void blame(struct dcr_reader *r, const struct where *w,
 }
 
 /*
+ * Whether @ch can be proven the fast way (manifest.h, format 2): the
+ * chunk and every frame on its chain carry check values.
+ */
+static bool chain_has_check(const struct dcr_catalog_chunk *ref0,
+			    const struct chain *ch)
+{
+	if (!ref0->has_check)
+		return false;
+	for (size_t k = 0; k < ch->n; k++)
+		if (!ch->s[k].ref.has_check)
+			return false;
+	return true;
+}
+
+/*
  * Check the fetched frames of @ch, apply them onto @out (which holds the
- * cached base, if any) and verify the result against ref0->hash. Errors
- * are logged once (a failed fetch was logged by fetch_run).
+ * cached base, if any) and prove the result equal to the committed
+ * chunk: for format 2 chains, every frame against its SHA-256 and the
+ * result against its XXH3-128 (see manifest.h for why that proves it);
+ * else the result against its SHA-256. Errors are logged once (a failed
+ * fetch was logged by fetch_run).
  */
 static int finish_chain(struct dcr_reader *r, const struct where *w,
 			const struct dcr_catalog_chunk *ref0, uint32_t clen,
@@ -1751,12 +1769,28 @@ static int finish_chain(struct dcr_reader *r, const struct where *w,
 {
 	struct dcr_codec *codec = NULL;
 	uint8_t got[DCR_HASH_LEN];
+	bool fast = chain_has_check(ref0, ch);
 	size_t bad = 0;
 	int ret = 0;
 
 	for (size_t k = 0; k < ch->n; k++)
 		if (ch->s[k].rc)
 			return ch->s[k].rc == -ENOMEM ? -ENOMEM : DCR_ERR(-EIO);
+	for (size_t k = 0; fast && k < ch->n; k++) {
+		dcr_sha256(ch->s[k].data, ch->s[k].ref.len, got);
+		if (!dcr_hash_eq(got, ch->s[k].ref.fhash)) {
+			char key[DCR_HASH_HEX_LEN + 16];
+
+			dcr_pack_key(ch->s[k].ref.pack, key, sizeof(key));
+			RERR("%s: corrupt frame (frame hash mismatch) of "
+			     "version %llu at %llu+%u (needed for "
+			     WHERE_FMT ")", key,
+			     (unsigned long long)ch->s[k].rv->v,
+			     (unsigned long long)ch->s[k].ref.off,
+			     ch->s[k].ref.len, WHERE_ARGS(w));
+			return DCR_ERR(-EIO);
+		}
+	}
 	if (ch->n) {
 		codec = codec_get(r);
 		if (!codec)
@@ -1765,10 +1799,24 @@ static int finish_chain(struct dcr_reader *r, const struct where *w,
 		if (ret == -ENOMEM)
 			goto out_codec;
 	}
-	if (!ret) {
-		dcr_sha256(out, clen, got);
-		if (dcr_hash_eq(got, ref0->hash))
+	if (!ret && fast) {
+		dcr_xxh128(out, clen, got);
+		if (memcmp(got, ref0->xxh, DCR_XXH_LEN) == 0)
 			goto out_codec;
+	}
+	if (!ret) {
+		/* Format 1, or a check value that disagrees: the chunk's
+		 * SHA-256 decides (it alone proves the bytes). */
+		dcr_sha256(out, clen, got);
+		if (dcr_hash_eq(got, ref0->hash)) {
+			if (fast)
+				dcr_warn(WHERE_FMT ": the check value in the "
+					 "manifest does not match the chunk, "
+					 "which matches its SHA-256 (a "
+					 "committer bug?); served",
+					 WHERE_ARGS(w));
+			goto out_codec;
+		}
 	}
 	if (ch->n) {
 		blame(r, w, codec, ch, out, clen, ret, bad);

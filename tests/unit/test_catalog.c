@@ -81,6 +81,9 @@ static void set_file(struct dcr_file *fl, const char *path, int type,
 		       (int)((r->kind == DCR_CK_SAME ? seed - 1 : seed) * 16 +
 			     (int)i + 1),
 		       DCR_HASH_LEN);
+		memset(r->xxh, r->hash[0] ^ 0x33, DCR_XXH_LEN);
+		if (r->kind != DCR_CK_SAME)
+			memset(r->fhash, r->hash[0] ^ 0x55, DCR_HASH_LEN);
 	}
 }
 
@@ -91,6 +94,7 @@ static void build(struct dcr_manifest *m, uint64_t v)
 	uint32_t base = v == 1 ? DCR_NO_BASE : 1;
 
 	memset(m, 0, sizeof(*m));
+	m->format = DCR_MANIFEST_FORMAT;
 	m->version = v;
 	m->parent = v - 1;
 	m->ctime_ns = 1700000000000000000 + (int64_t)v;
@@ -564,9 +568,54 @@ static void test_newer_schema(void **state)
 	struct dcr_catalog *c = NULL;
 
 	make_two(f);
-	raw_sql(f->db, "UPDATE meta SET value = '2' WHERE key = 'schema'");
+	raw_sql(f->db, "UPDATE meta SET value = '3' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), -EPROTONOSUPPORT);
 	assert_null(c);
+	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
+}
+
+/*
+ * A schema 1 catalog (written before format 2 manifests) is upgraded in
+ * place: its rows stay, read as format 1 (no check values), and format
+ * 2 versions indexed after the upgrade carry theirs.
+ */
+static void test_schema1_upgraded(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_chunk ref;
+	struct dcr_manifest m3, got;
+
+	make_two(f);
+	raw_sql(f->db, "ALTER TABLE chunks DROP COLUMN fhash;"
+		       "ALTER TABLE chunks DROP COLUMN xxh;"
+		       "ALTER TABLE versions DROP COLUMN format;"
+		       "UPDATE meta SET value = '1' WHERE key = 'schema'");
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_false(dcr_catalog_is_new(c));
+	assert_int_equal(dcr_catalog_load_manifest(c, 2, &got), 0);
+	assert_int_equal(got.format, 1);
+	dcr_manifest_free(&got);
+	assert_int_equal(dcr_catalog_get_chunk(c, 2, 1, 1, &ref), 0);
+	assert_false(ref.has_check);
+
+	build(&m3, 3);
+	assert_int_equal(dcr_catalog_add_version(c, &m3), 0);
+	assert_int_equal(dcr_catalog_load_manifest(c, 3, &got), 0);
+	assert_int_equal(got.format, DCR_MANIFEST_FORMAT);
+	assert_memory_equal(got.files[1].chunks[1].xxh,
+			    m3.files[1].chunks[1].xxh, DCR_XXH_LEN);
+	dcr_manifest_free(&got);
+	assert_int_equal(dcr_catalog_get_chunk(c, 3, 1, 1, &ref), 0);
+	assert_true(ref.has_check);
+	assert_memory_equal(ref.xxh, m3.files[1].chunks[1].xxh, DCR_XXH_LEN);
+	assert_memory_equal(ref.fhash, m3.files[1].chunks[1].fhash,
+			    DCR_HASH_LEN);
+	dcr_manifest_free(&m3);
+	dcr_catalog_close(c);
+	/* Reopened: schema 2 now, nothing set aside. */
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	dcr_catalog_close(c);
 	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
 }
 
@@ -726,6 +775,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_garbage_db, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_truncated_db, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_schema1_upgraded, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_newer_schema, setup,
 						teardown),

@@ -13,6 +13,7 @@
 
 #include "chunk.h"
 #include "frame.h"
+#include "common.h"
 #include "manifest.h"
 
 static void set_file(struct dcr_file *f, const char *path, int type,
@@ -38,6 +39,9 @@ static void set_file(struct dcr_file *f, const char *path, int type,
 			r->len = 100 + (uint32_t)i;
 		}
 		memset(r->hash, (int)(i + 1), DCR_HASH_LEN);
+		memset(r->xxh, (int)(i + 0x41), DCR_XXH_LEN);
+		if (r->kind != DCR_CK_SAME)
+			memset(r->fhash, (int)(i + 0x81), DCR_HASH_LEN);
 		f->sha256[i % DCR_HASH_LEN] = (uint8_t)i;
 	}
 }
@@ -48,6 +52,7 @@ static void build(struct dcr_manifest *m)
 	uint32_t cs = 4096;
 
 	memset(m, 0, sizeof(*m));
+	m->format = DCR_MANIFEST_FORMAT;
 	m->version = 3;
 	m->parent = 2;
 	m->ctime_ns = 1700000000123456789;
@@ -66,6 +71,7 @@ static void build(struct dcr_manifest *m)
 
 static void assert_same(const struct dcr_manifest *a, const struct dcr_manifest *b)
 {
+	assert_int_equal(a->format, b->format);
 	assert_true(a->version == b->version);
 	assert_true(a->parent == b->parent);
 	assert_true(a->ctime_ns == b->ctime_ns);
@@ -87,6 +93,8 @@ static void assert_same(const struct dcr_manifest *a, const struct dcr_manifest 
 		for (uint64_t c = 0; c < x->nchunks; c++) {
 			assert_int_equal(x->chunks[c].kind, y->chunks[c].kind);
 			assert_memory_equal(x->chunks[c].hash, y->chunks[c].hash, DCR_HASH_LEN);
+			assert_memory_equal(x->chunks[c].xxh, y->chunks[c].xxh, DCR_XXH_LEN);
+			assert_memory_equal(x->chunks[c].fhash, y->chunks[c].fhash, DCR_HASH_LEN);
 			if (x->chunks[c].kind != DCR_CK_SAME) {
 				assert_int_equal(x->chunks[c].pack, y->chunks[c].pack);
 				assert_true(x->chunks[c].off == y->chunks[c].off);
@@ -110,6 +118,46 @@ static void test_roundtrip(void **state)
 	assert_int_equal(dcr_manifest_find(&d, "a/b/model.safetensors"), 2);
 	assert_int_equal(dcr_manifest_find(&d, "empty"), 3);
 	assert_int_equal(dcr_manifest_find(&d, "nope"), -1);
+	dcr_manifest_free(&d);
+	dcr_manifest_free(&m);
+	dcr_buf_free(&b);
+}
+
+/*
+ * Format 1 (what dcrfs-commit wrote before check values): still encoded
+ * on request and decoded, without frame hashes or check values; a reader
+ * of format 2 does not accept a format it does not know.
+ */
+static void test_format1(void **state)
+{
+	struct dcr_manifest m, d;
+	struct dcr_buf b;
+
+	build(&m);
+	m.format = 1;
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
+	assert_int_equal(dcr_get_le32(b.data + 8), 1);
+	assert_int_equal(dcr_manifest_decode(b.data, b.len, &d), 0);
+	assert_int_equal(d.format, 1);
+	for (uint64_t c = 0; c < d.files[2].nchunks; c++) {
+		static const uint8_t zero[DCR_HASH_LEN];
+		assert_memory_equal(d.files[2].chunks[c].xxh, zero, DCR_XXH_LEN);
+		assert_memory_equal(d.files[2].chunks[c].fhash, zero, DCR_HASH_LEN);
+		assert_memory_equal(d.files[2].chunks[c].hash,
+				    m.files[2].chunks[c].hash, DCR_HASH_LEN);
+	}
+	/* A format-2 manifest is larger by its check values. */
+	{
+		struct dcr_buf b2;
+		dcr_buf_init(&b2, 1 << 20);
+		m.format = 0; /* the default: DCR_MANIFEST_FORMAT */
+		assert_int_equal(dcr_manifest_encode(&m, &b2), 0);
+		assert_int_equal(dcr_get_le32(b2.data + 8), DCR_MANIFEST_FORMAT);
+		dcr_buf_free(&b2);
+	}
+	m.format = 3;
+	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
 	dcr_manifest_free(&d);
 	dcr_manifest_free(&m);
 	dcr_buf_free(&b);
@@ -213,6 +261,13 @@ static void test_check_parent(void **state)
 	p.files[2].chunks[0].hash[0] ^= 1; /* chunk 0 is SAME in m */
 	assert_int_equal(dcr_manifest_check_parent(&m, &p), -EBADMSG);
 	p.files[2].chunks[0].hash[0] ^= 1;
+	/* ... and carries the parent's check value, in format 2. */
+	p.files[2].chunks[0].xxh[5] ^= 1;
+	assert_int_equal(dcr_manifest_check_parent(&m, &p), -EBADMSG);
+	p.format = 1; /* a format 1 parent has none to compare */
+	assert_int_equal(dcr_manifest_check_parent(&m, &p), 0);
+	p.format = DCR_MANIFEST_FORMAT;
+	p.files[2].chunks[0].xxh[5] ^= 1;
 	p.files[2].size++;
 	assert_int_equal(dcr_manifest_check_parent(&m, &p), -EBADMSG);
 	p.files[2].size--;
@@ -284,6 +339,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_format1),
 		cmocka_unit_test(test_empty_version),
 		cmocka_unit_test(test_validate_rejects),
 		cmocka_unit_test(test_paths),

@@ -41,7 +41,8 @@
 /* ------------------------------------------------------------ log capture */
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static int log_errors;
+static int log_errors, log_warnings;
+static char log_last_warn[1024];
 static char log_last[1024];
 
 static void log_sink(enum dcr_log_level lvl, const char *msg)
@@ -50,6 +51,9 @@ static void log_sink(enum dcr_log_level lvl, const char *msg)
 	if (lvl == DCR_LOG_ERR) {
 		log_errors++;
 		snprintf(log_last, sizeof(log_last), "%s", msg);
+	} else if (lvl == DCR_LOG_WARN) {
+		log_warnings++;
+		snprintf(log_last_warn, sizeof(log_last_warn), "%s", msg);
 	}
 	pthread_mutex_unlock(&log_lock);
 	if (getenv("DCR_TEST_VERBOSE"))
@@ -60,6 +64,7 @@ static void log_reset(void)
 {
 	pthread_mutex_lock(&log_lock);
 	log_errors = 0;
+	log_warnings = 0;
 	log_last[0] = 0;
 	pthread_mutex_unlock(&log_lock);
 }
@@ -247,6 +252,17 @@ static int find_path(const struct tver *t, const char *path)
  * manifest, and publish it to @st. Files must be listed in path order.
  * With @garbage the manifest object is replaced by junk.
  */
+/*
+ * The manifest format publish() writes: g_format (1: as an older
+ * dcrfs-commit) up to version g_format_from - 1 (when set), the current
+ * format from there on. g_bad_xxh_v: that version's first chunk gets a
+ * wrong check value (a committer or decoder that disagrees).
+ */
+static uint32_t g_format = DCR_MANIFEST_FORMAT;
+static uint64_t g_format_from;
+static uint64_t g_bad_xxh_v;
+static uint64_t g_bad_chunk; /* the chunk that got it */
+
 static void publish(struct dcr_store *st, struct tver *cur,
 		    const struct tver *prev, enum bmode mode, int garbage)
 {
@@ -260,6 +276,8 @@ static void publish(struct dcr_store *st, struct tver *cur,
 	dcr_buf_init(&pk[0], 1 << 26);
 	dcr_buf_init(&pk[1], 1 << 26);
 	memset(&m, 0, sizeof(m));
+	m.format = g_format_from && cur->v >= g_format_from
+			   ? DCR_MANIFEST_FORMAT : g_format;
 	m.version = cur->v;
 	m.parent = prev ? prev->v : 0;
 	cur->parent = m.parent;
@@ -299,6 +317,7 @@ static void publish(struct dcr_store *st, struct tver *cur,
 			struct dcr_buf *p;
 
 			dcr_sha256(c, len, r->hash);
+			dcr_xxh128(c, len, r->xxh);
 			if (b && mode == B_AUTO && !memcmp(b, c, len)) {
 				r->kind = tf->kind[k] = DCR_CK_SAME;
 				continue;
@@ -310,6 +329,12 @@ static void publish(struct dcr_store *st, struct tver *cur,
 							  mode == B_FULL ? NULL : b,
 							  len, p, &kind), 0);
 			r->len = tf->flen[k] = (uint32_t)(p->len - r->off);
+			dcr_sha256(p->data + r->off, r->len, r->fhash);
+			if (cur->v == g_bad_xxh_v && i == 1 &&
+			    g_bad_chunk == UINT64_MAX) {
+				r->xxh[3] ^= 0x10;
+				g_bad_chunk = k;
+			}
 			r->kind = tf->kind[k] = (uint8_t)kind;
 			nframes++;
 		}
@@ -395,6 +420,10 @@ static int setup(void **state)
 	open_store(f);
 	f->cached = calloc(4096, DCR_HASH_LEN);
 	log_reset();
+	g_format = DCR_MANIFEST_FORMAT;
+	g_format_from = 0;
+	g_bad_xxh_v = 0;
+	g_bad_chunk = UINT64_MAX;
 	*state = f;
 	return 0;
 }
@@ -1520,6 +1549,118 @@ static void test_readahead(void **state)
 	assert_non_null(strstr(log_last, key));
 }
 
+/* Format 1 manifests (older stores): proven by SHA-256, same bytes. */
+static void test_format1_store(void **state)
+{
+	g_format = 1;
+	test_chain_fully_cold(state);
+}
+
+static void test_format1_corrupt_delta(void **state)
+{
+	g_format = 1;
+	test_corrupt_delta_in_chain(state);
+}
+
+/*
+ * tests/golden/store-format1: two versions committed by dcrfs-commit
+ * before format 2 (4 KiB chunks; v2 changes two chunks of sub/w.bin).
+ * The new reader reads them, proven by SHA-256, and each file's bytes
+ * hash to what its manifest says.
+ */
+static void test_golden_format1_store(void **state)
+{
+	static const char *const want_hex[] = {
+		/* v2 a.txt, sub/w.bin */
+		"5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03",
+		"b8ab1902ed1a029ebd0fc71ed7e1053106de8876493d057a35b69b33b8919630",
+	};
+	struct fx *f = *state;
+	char cmd[2 * PATH_MAX];
+	uint8_t want[DCR_HASH_LEN], got[DCR_HASH_LEN], buf[4 * 4096];
+	uint64_t latest = 0;
+
+	snprintf(cmd, sizeof(cmd), "cp -r '%s/store-format1/versions' "
+		 "'%s/store-format1/packs' '%s/'", DCR_GOLDEN_DIR,
+		 DCR_GOLDEN_DIR, f->store_dir);
+	assert_int_equal(system(cmd), 0);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 2);
+	for (uint32_t idx = 1, k = 0; idx <= 3; idx++) {
+		ssize_t n;
+
+		if (idx == 2)
+			continue; /* "sub", the directory */
+		n = dcr_reader_read(f->r, 2, idx, 0, buf, sizeof(buf));
+		assert_true(n > 0);
+		dcr_sha256(buf, (size_t)n, got);
+		assert_int_equal(dcr_hash_unhex(want_hex[k++], want), 0);
+		assert_memory_equal(got, want, DCR_HASH_LEN);
+	}
+	/* v1's w.bin differs from v2's in exactly two bytes. */
+	{
+		uint8_t v1[4 * 4096];
+		ssize_t n1 = dcr_reader_read(f->r, 1, 3, 0, v1, sizeof(v1));
+		ssize_t n2 = dcr_reader_read(f->r, 2, 3, 0, buf, sizeof(buf));
+		int diff = 0;
+
+		assert_int_equal(n1, 3 * 4096 + 100);
+		assert_int_equal(n2, n1);
+		for (ssize_t i = 0; i < n1; i++)
+			diff += v1[i] != buf[i];
+		assert_int_equal(diff, 2);
+	}
+	assert_int_equal(log_errors, 0);
+}
+
+/* A store that switched format mid-chain: v1-v2 format 1, v3- format 2;
+ * chains that mix them are proven by the chunk's SHA-256. */
+static void test_mixed_format_chain(void **state)
+{
+	struct fx *f = *state;
+
+	g_format = 1;
+	g_format_from = 3;
+	build_chain(f, 5);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	for (uint64_t v = 5; v >= 1; v--)
+		check_version(f, v);
+}
+
+/*
+ * A chunk whose frames are intact but whose check value in the manifest
+ * is wrong (a committer bug) is proven by its SHA-256 instead, served,
+ * and reported with a warning. (A decoder that disagrees with the
+ * committer's fails both and is EIO: test_corrupt_delta_in_chain.)
+ */
+static void test_wrong_check_value(void **state)
+{
+	struct fx *f = *state;
+	uint8_t buf[CS];
+
+	g_bad_xxh_v = 2;
+	build_chain(f, 2);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	assert_true(g_bad_chunk < 5);
+	log_reset();
+	assert_int_equal(dcr_reader_read(f->r, 2, 2, g_bad_chunk * CS, buf,
+					 CS), CS);
+	assert_memory_equal(buf, f->v[2].f[1].data + g_bad_chunk * CS, CS);
+	assert_int_equal(log_errors, 0);
+	assert_int_equal(log_warnings, 1);
+	assert_non_null(strstr(log_last_warn, "check value"));
+	/* Its neighbours and the parent's chunk are fine. */
+	for (uint64_t k = 0; k < 5; k++) {
+		assert_int_equal(dcr_reader_read(f->r, 2, 2, k * CS, buf, CS),
+				 CS);
+		assert_memory_equal(buf, f->v[2].f[1].data + k * CS, CS);
+	}
+	check_file(f, 1, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1544,6 +1685,11 @@ int main(void)
 		T(test_unreadable_version_skipped),
 		T(test_transient_version_retried),
 		T(test_cache_dir_locked),
+		T(test_format1_store),
+		T(test_format1_corrupt_delta),
+		T(test_mixed_format_chain),
+		T(test_golden_format1_store),
+		T(test_wrong_check_value),
 #undef T
 	};
 
