@@ -561,13 +561,72 @@ static void xxh_set(struct dcr_cache *c, int fd, const void *data, size_t len)
 }
 
 /*
+ * A per-thread scratch buffer for whole-chunk reads of which the caller
+ * wants a slice (or nothing: dcr_cache_open_fd), kept for the thread's
+ * life: a fresh 1 MiB buffer per read costs 256 page faults where freed
+ * memory goes back to the kernel, more than the read and the check.
+ */
+struct scratch {
+	uint8_t *p;
+	size_t cap;
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_key_ok;
+
+static void scratch_free(void *arg)
+{
+	struct scratch *sc = arg;
+
+	free(sc->p);
+	free(sc);
+}
+
+static void scratch_key_init(void)
+{
+	scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
+}
+
+/* An aligned buffer of at least @len bytes owned by this thread, or NULL. */
+static uint8_t *scratch_get(size_t len)
+{
+	struct scratch *sc;
+	size_t cap = DCR_ROUND_UP(len ? len : 1, DCR_CACHE_ALIGN);
+
+	pthread_once(&scratch_once, scratch_key_init);
+	if (!scratch_key_ok)
+		return NULL;
+	sc = pthread_getspecific(scratch_key);
+	if (!sc) {
+		sc = calloc(1, sizeof(*sc));
+		if (!sc)
+			return NULL;
+		if (pthread_setspecific(scratch_key, sc) != 0) {
+			free(sc);
+			return NULL;
+		}
+	}
+	if (sc->cap < cap) {
+		uint8_t *p = aligned_alloc(DCR_CACHE_ALIGN, cap);
+
+		if (!p)
+			return NULL;
+		free(sc->p);
+		sc->p = p;
+		sc->cap = cap;
+	}
+	return sc->p;
+}
+
+/*
  * Read the whole file, prove it (its XXH3-128 attribute, else its
  * SHA-256 against its name, then record the attribute), copy the slice
  * [@off, @off+@n) into @dst if given. 0, -EBADMSG or -errno.
  */
 static int verify_read(struct dcr_cache *c, int fd, const char *path,
 		       const uint8_t hash[DCR_HASH_LEN], uint32_t chunk_len,
-		       uint32_t off, void *dst, size_t n)
+		       uint32_t off, void *dst, size_t n, bool pagecache)
 {
 	uint8_t want[DCR_XXH_LEN], got[DCR_HASH_LEN];
 	uint8_t *buf;
@@ -577,17 +636,16 @@ static int verify_read(struct dcr_cache *c, int fd, const char *path,
 	if (dst && off == 0 && n == chunk_len) {
 		buf = dst; /* read in place; dst is unspecified on a miss */
 	} else {
-		buf = aligned_alloc(DCR_CACHE_ALIGN,
-				    DCR_ROUND_UP(chunk_len ? chunk_len : 1,
-						 DCR_CACHE_ALIGN));
+		buf = scratch_get(chunk_len);
 		if (!buf)
 			return DCR_ERR(-ENOMEM);
 	}
-	ret = pread_lean(c, fd, path, buf, chunk_len, 0);
+	ret = pagecache ? dcr_pread_full(fd, buf, chunk_len, 0)
+			: pread_lean(c, fd, path, buf, chunk_len, 0);
 	if (ret == -EIO || ret == -ENODATA)
 		ret = -EBADMSG;
 	if (ret)
-		goto out_free;
+		goto out;
 	xl = atomic_load(&c->no_xattr) ? -1
 		: fgetxattr(fd, XATTR_XXH, want, sizeof(want));
 	if (xl == (ssize_t)sizeof(want)) {
@@ -603,22 +661,22 @@ static int verify_read(struct dcr_cache *c, int fd, const char *path,
 	}
 	if (!ret && buf != dst && n)
 		memcpy(dst, buf + off, n);
-out_free:
-	if (buf != dst)
-		free(buf);
+out:
 	return ret;
 }
 
 /*
  * Open the cached chunk @hash and make sure it is good: known good to
- * this instance, or read whole and checked now (verify_read). With @dst, copy
- * bytes [@off, @off+@n) into it and close; else return the open file in
- * *@fdp. 0 on a hit, -ENOENT on a miss (a bad file is deleted), or
- * another -errno on a local I/O error.
+ * this instance, or read whole and checked now (verify_read, through
+ * the page cache with @pagecache). With @dst, copy bytes [@off, @off+@n)
+ * into it and close; else return the open file in *@fdp if it was known
+ * good (-EAGAIN if not). 0 on a hit, 1 on a hit proven now, -ENOENT on
+ * a miss (a bad file is deleted), or another -errno on a local I/O
+ * error.
  */
 static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		     uint32_t chunk_len, uint32_t off, void *dst, size_t n,
-		     int *fdp)
+		     int *fdp, bool pagecache)
 {
 	char path[PATH_MAX];
 	struct vset_entry *e;
@@ -651,6 +709,13 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	pthread_mutex_unlock(&c->lock);
 
 	ret = 0;
+	if (!verified && !dst) {
+		/* A descriptor is for splicing a chunk already proven here;
+		 * the first use reads and proves it in the caller's buffer
+		 * (dcr_cache_read), which costs no extra copy. */
+		close(fd);
+		return -EAGAIN;
+	}
 	if (!verified) {
 		if (fstat(fd, &sb) < 0)
 			ret = -errno;
@@ -658,7 +723,7 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 			ret = -EBADMSG;
 		else
 			ret = verify_read(c, fd, path, hash, chunk_len, off,
-					  dst, n);
+					  dst, n, pagecache);
 	} else if (dst) {
 		ret = pread_lean(c, fd, path, dst, n, (uint64_t)off);
 		if (ret == -EIO || ret == -ENODATA)
@@ -700,7 +765,7 @@ static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	pthread_mutex_lock(&c->lock);
 	c->st.hits++;
 	pthread_mutex_unlock(&c->lock);
-	return 0;
+	return verified ? 0 : 1;
 }
 
 int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
@@ -709,16 +774,27 @@ int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 	static uint8_t none[1];
 
 	/* @dst must be non-NULL to mean "copy" even when @n is 0. */
-	return chunk_get(c, hash, chunk_len, off, dst ? dst : none, n, NULL);
+	int ret = chunk_get(c, hash, chunk_len, off, dst ? dst : none, n,
+			    NULL, false);
+
+	return ret > 0 ? 0 : ret;
+}
+
+int dcr_cache_check(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		    uint32_t chunk_len)
+{
+	static uint8_t none[1];
+
+	return chunk_get(c, hash, chunk_len, 0, none, 0, NULL, true);
 }
 
 int dcr_cache_open_fd(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		      uint32_t chunk_len)
 {
 	int fd = -1;
-	int ret = chunk_get(c, hash, chunk_len, 0, NULL, 0, &fd);
+	int ret = chunk_get(c, hash, chunk_len, 0, NULL, 0, &fd, false);
 
-	return ret ? ret : fd;
+	return ret < 0 ? ret : fd;
 }
 
 /* Evict least recently used chunks until within the budget. */

@@ -74,14 +74,30 @@ int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 
 /**
  * dcr_cache_open_fd - open the cached chunk @hash, whose full length must
- * be @chunk_len, for reading, after the same checks as dcr_cache_read
- * (so the file is good when it returns). For zero-copy replies (splice).
+ * be @chunk_len, for reading, if this instance has already proven it
+ * (written it, or read it through dcr_cache_read or dcr_cache_check), so
+ * the file is good when it returns. For zero-copy replies (splice).
  * Returns the descriptor (the caller closes it; the chunk may be evicted
- * meanwhile, the open file stays readable), -ENOENT on a miss, or
- * another -errno on a local I/O error.
+ * meanwhile, the open file stays readable), -EAGAIN if the file exists
+ * but is not proven yet (read it with dcr_cache_read, which proves it in
+ * the caller's buffer), -ENOENT on a miss, or another -errno on a local
+ * I/O error.
  */
 int dcr_cache_open_fd(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
 		      uint32_t chunk_len);
+
+/**
+ * dcr_cache_check - make sure the cached chunk @hash (full length
+ * @chunk_len) is proven in this instance, reading and checking it now if
+ * it is not, through the page cache (so that a reader that follows finds
+ * it resident and can splice it: dcr_cache_open_fd). For read-ahead
+ * over cached chunks, on a thread other than the reader's. 0 if it is
+ * cached and was proven already, 1 if it is cached and was proven now,
+ * -ENOENT on a miss (a bad file is deleted), or another -errno on a
+ * local I/O error.
+ */
+int dcr_cache_check(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
+		    uint32_t chunk_len);
 
 /* Alignment of buffers that may be written or read around the page
  * cache (O_DIRECT); see DCR_CACHE_PUT_DIRECT. */

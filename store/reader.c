@@ -1859,6 +1859,9 @@ struct piece {
 /*
  * Fast path: look up the chunk's reference and try the cache. 0 on a
  * hit, -ENOENT on a miss (p->ref is then filled), else -errno (logged).
+ * Without p->dst (read-ahead), a cached chunk is proven now if this
+ * mount has not yet (on the read-ahead thread, through the page cache,
+ * so the reader that follows splices it): 1 if that work was done.
  */
 static int piece_fast(struct dcr_reader *r, struct piece *p)
 {
@@ -1871,13 +1874,10 @@ static int piece_fast(struct dcr_reader *r, struct piece *p)
 		return DCR_ERR(-EIO);
 	}
 	if (!p->dst) {
-		/* Read-ahead only wants to know whether it is there. */
-		char path[PATH_MAX];
-
 		if (hot_has(r, p->ref.hash, p->clen))
 			return 0;
-		dcr_cache_path(r->cache, p->ref.hash, path, sizeof(path));
-		return access(path, F_OK) == 0 ? 0 : -ENOENT;
+		ret = dcr_cache_check(r->cache, p->ref.hash, p->clen);
+		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
 	}
 	if (hot_read(r, p->ref.hash, p->clen, p->coff, p->dst, p->n) == 0)
 		return 0;
@@ -2573,9 +2573,12 @@ static void *ra_main(void *arg)
 			continue; /* read-ahead is an optimization */
 		}
 		ps = it->ps;
+		bool proved = false;
+
 		for (uint32_t k = 0; k < job.n; k++) {
 			struct piece *p = &ps[n];
 			uint64_t i = job.first + k;
+			int ret;
 
 			memset(p, 0, sizeof(*p));
 			p->w.rv = job.rv;
@@ -2583,8 +2586,11 @@ static void *ra_main(void *arg)
 			p->w.chunk = i;
 			p->clen = dcr_chunk_len(job.rv->entries[job.idx].size,
 						job.rv->chunk_size, i);
-			if (piece_fast(r, p) == -ENOENT)
+			ret = piece_fast(r, p);
+			if (ret == -ENOENT)
 				n++;
+			else if (ret == 1)
+				proved = true;
 		}
 		if (n) {
 			tl_pagecache = job.pagecache;
@@ -2592,7 +2598,9 @@ static void *ra_main(void *arg)
 		} else {
 			free(it);
 		}
-		ra_hits(r, job.rv->v, job.idx, n == 0);
+		/* Proving cached chunks ahead of the reader is work too:
+		 * read-ahead stays on while it finds some to do. */
+		ra_hits(r, job.rv->v, job.idx, n == 0 && !proved);
 
 		pthread_mutex_lock(&r->ra_lock);
 		if (--r->ra_busy == 0 && !r->ra_qlen)
