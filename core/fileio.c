@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -89,4 +90,26 @@ int dcr_mkdir_p(const char *path, mode_t mode)
 	if (stat(tmp, &sb) < 0)
 		return DCR_ERR(-errno);
 	return S_ISDIR(sb.st_mode) ? 0 : DCR_ERR(-ENOTDIR);
+}
+
+#ifndef __NR_cachestat
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__)
+#define __NR_cachestat 451
+#endif
+#endif
+
+int dcr_resident(int fd, uint64_t off, uint64_t len)
+{
+#ifdef __NR_cachestat
+	struct { uint64_t off, len; } range = { off, len };
+	struct { uint64_t cache, dirty, writeback, evicted,
+		 recently_evicted; } cs;
+	uint64_t pages = (off + len + 4095) / 4096 - off / 4096;
+
+	if (syscall(__NR_cachestat, fd, &range, &cs, 0) != 0)
+		return -1;
+	return cs.cache >= pages;
+#else
+	return -1;
+#endif
 }

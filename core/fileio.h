@@ -16,6 +16,14 @@
  */
 int dcr_pread_full(int fd, void *buf, size_t len, uint64_t off);
 
+/**
+ * dcr_resident - whether bytes [@off, @off+@len) of @fd are all in the
+ * page cache, asked without reading (cachestat(2), Linux 6.5): 1 yes,
+ * 0 no, -1 cannot tell (an older kernel). Unlike a RWF_NOWAIT read, it
+ * starts no read-ahead I/O.
+ */
+int dcr_resident(int fd, uint64_t off, uint64_t len);
+
 /** dcr_write_full - write all @len bytes of @buf at the file offset. 0 or -errno. */
 int dcr_write_full(int fd, const void *buf, size_t len);
 

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fileio.h"
 #include "manifest.h"
 #include "fs.h"
 
@@ -1006,30 +1007,6 @@ static void *rbuf_get(size_t size)
 	return b->p;
 }
 
-/*
- * Is [@off, @off+@len) of @fd all in the page cache? cachestat(2)
- * (Linux 6.5; no glibc wrapper yet). 1 yes, 0 no, -1 cannot tell.
- */
-#ifndef __NR_cachestat
-#if defined(__x86_64__) || defined(__aarch64__) || defined(__i386__)
-#define __NR_cachestat 451
-#endif
-#endif
-static int resident(int fd, uint64_t off, uint64_t len)
-{
-#ifdef __NR_cachestat
-	struct { uint64_t off, len; } range = { off, len };
-	struct { uint64_t cache, dirty, writeback, evicted,
-		 recently_evicted; } cs;
-	uint64_t pages = (off + len + 4095) / 4096 - off / 4096;
-
-	if (syscall(__NR_cachestat, fd, &range, &cs, 0) != 0)
-		return -1;
-	return cs.cache >= pages;
-#else
-	return -1;
-#endif
-}
 
 /*
  * A struct fuse_bufvec for @n buffers. Its buf[] is declared with one
@@ -1097,7 +1074,7 @@ static int reply_spliced(fuse_req_t req, struct dcrfs *fs, uint64_t v,
 	 * reply). Such reads take our copy path, which reads it in.
 	 */
 	for (ssize_t i = 0; i < n; i++) {
-		int res = resident(segs[i].fd, segs[i].off, segs[i].len);
+		int res = dcr_resident(segs[i].fd, segs[i].off, segs[i].len);
 
 		if (res == 1)
 			continue;

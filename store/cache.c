@@ -1,27 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cache.c - the content-addressed chunk cache (see cache.h).
+ * cache.c - the chunk cache of slab files (see cache.h).
  *
- * Locking: @lock guards the byte count, the verified set and the
- * counters and is never held across I/O or catalog calls; @evict_lock
- * lets one thread at a time evict (others skip: one evictor suffices).
- * Files are only ever created by rename(2) of a complete temporary file,
- * so a reader sees the whole chunk or nothing, and a reader that opened a
- * file keeps reading it even if it is evicted meanwhile.
+ * Locking: @lock guards the slab table, every slab's descriptors,
+ * bitmaps, byte count, last use and reference count, the byte total and
+ * the counters; it is held for bookkeeping and for opening a slab (one
+ * open(2) and a SEEK_DATA scan, once per slab and mount), never across
+ * the reads and writes of chunk data. A slab in use holds a reference:
+ * eviction takes it off the table and unlinks it at once, and the last
+ * user closes it. @evict_lock lets one thread at a time evict (others
+ * skip: one evictor suffices).
  *
- * The catalog rows are the accounting, the files are the data. They can
- * disagree after a crash or a race between an evictor and an insert of
- * the same hash; every such case degrades to a miss (row without file)
- * or is repaired when the file is next used (file without row: the row
- * is added when the file is verified). When the catalog is new (first
- * mount, or rebuilt after corruption) every chunk file is adopted at
- * open (adopt_orphans), so the budget covers what is on disk.
+ * A chunk is "present" once its whole range is allocated in its slab
+ * and "proven" once this instance wrote it or checked it. A reader uses
+ * a present chunk only after proving it (or the proof it has), and a
+ * writer marks a chunk present only after its write completed, so no
+ * reader sees half a chunk; a chunk that a crash tore is allocated but
+ * fails its check on first use and is punched out.
  */
 #include "config.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,7 +33,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -40,49 +42,42 @@
 #include "fileio.h"
 #include "reader.h" /* DCR_CACHE_SIZE_DEFAULT */
 
-/* Verified-hash set: open addressing, cleared when it fills up. */
-#define VSET_CAP (1u << 15)
-#define VSET_MAX_FILL (VSET_CAP / 4 * 3)
-/* Rewrite a chunk's atime at most this often (milliseconds). */
-#define TOUCH_INTERVAL_MS (60 * 1000)
-#define EVICT_BATCH 64
-/* Catalog rows written per batch (see pend_flush). */
-#define PEND_MAX 128
+/* Slabs kept open (descriptors and bitmaps) when idle. */
+#define SLAB_OPEN_MAX 64
+/* Rewrite a slab's mtime (its last use) at most this often. */
+#define STAMP_INTERVAL_MS (60 * 1000)
 
-enum { VS_EMPTY = 0, VS_USED = 1, VS_DEAD = 2 };
-
-struct vset_entry {
-	uint8_t hash[DCR_HASH_LEN];
-	int64_t atime_ms; /* last atime written to the catalog */
-	uint8_t state;
-};
-
-/* A catalog row waiting for pend_flush. */
-struct pend {
-	uint8_t hash[DCR_HASH_LEN];
-	uint64_t size;
-	int64_t atime;
+struct slab {
+	uint64_t v;
+	uint32_t file;
+	int fd;              /* read-write; -1 while closed */
+	int dfd;             /* O_DIRECT, opened on first need; -1 */
+	uint32_t cs;         /* slot stride: the version's chunk size */
+	uint64_t size;       /* the file's size (slab length) */
+	uint64_t nbits;      /* chunks the bitmaps cover */
+	uint64_t *present;   /* allocated in the slab */
+	uint64_t *proven;    /* written or checked by this instance */
+	uint64_t bytes;      /* accounted against the budget */
+	int64_t used_ms;     /* last use */
+	int64_t stamped_ms;  /* last use written as the mtime */
+	unsigned refs;       /* users; a dead slab is freed by the last */
+	bool dead;           /* evicted: off the table, unlinked */
 };
 
 struct dcr_cache {
-	char *chunks_dir;
-	char *tmp_dir;
-	struct dcr_catalog *cat;
+	char *dir;       /* <dir>/slabs */
 	uint64_t budget;
 
 	pthread_mutex_t lock;
+	struct slab **tab; /* sorted by (v, file) */
+	size_t n, cap;
+	size_t nopen;
 	uint64_t bytes;
-	struct vset_entry *vset;
-	uint32_t vset_fill; /* used + dead */
 	struct dcr_cache_stats st;
-	uint64_t tmp_seq;
-	struct pend pend[PEND_MAX];
-	size_t npend;
 
 	pthread_mutex_t evict_lock;
-	pthread_mutex_t flush_lock; /* one pend_flush at a time */
-	atomic_bool no_direct;      /* O_DIRECT refused here: stop trying */
-	atomic_bool no_xattr;       /* user xattrs refused here */
+	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
+	atomic_bool no_punch;  /* hole punching refused here */
 };
 
 static int64_t now_ms(void)
@@ -90,356 +85,467 @@ static int64_t now_ms(void)
 	return dcr_now_ns() / 1000000;
 }
 
-static uint32_t vset_slot(const uint8_t hash[DCR_HASH_LEN])
+static bool bit(const uint64_t *m, uint64_t nbits, uint64_t i)
 {
-	return dcr_get_le32(hash) & (VSET_CAP - 1);
+	return i < nbits && (m[i / 64] >> (i % 64)) & 1;
 }
 
-/* Find @hash; NULL if absent. Caller holds the lock. */
-static struct vset_entry *vset_find(struct dcr_cache *c,
-				    const uint8_t hash[DCR_HASH_LEN])
+static void bit_set(uint64_t *m, uint64_t i, bool on)
 {
-	uint32_t i = vset_slot(hash);
+	if (on)
+		m[i / 64] |= UINT64_C(1) << (i % 64);
+	else
+		m[i / 64] &= ~(UINT64_C(1) << (i % 64));
+}
 
-	for (uint32_t n = 0; n < VSET_CAP; n++, i = (i + 1) & (VSET_CAP - 1)) {
-		struct vset_entry *e = &c->vset[i];
-		if (e->state == VS_EMPTY)
-			return NULL;
-		if (e->state == VS_USED &&
-		    memcmp(e->hash, hash, DCR_HASH_LEN) == 0)
-			return e;
+/* Length of chunk @i of slab @s. */
+static uint32_t slot_len(const struct slab *s, uint64_t i)
+{
+	return dcr_chunk_len(s->size, s->cs, i);
+}
+
+void dcr_cache_slab_path(const struct dcr_cache *c, uint64_t v, uint32_t file,
+			 char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/v%010" PRIu64 ".f%" PRIu32, c->dir, v, file);
+}
+
+static int parse_slab_name(const char *name, uint64_t *v, uint32_t *file)
+{
+	unsigned long long vv;
+	unsigned ff;
+	int end = 0;
+
+	if (sscanf(name, "v%10llu.f%u%n", &vv, &ff, &end) != 2 ||
+	    name[end] != '\0' || strlen(name) < 14 || vv == 0)
+		return -1;
+	*v = vv;
+	*file = ff;
+	return 0;
+}
+
+/* ------------------------------------------------------------ table */
+
+static int cmp_key(uint64_t v, uint32_t file, const struct slab *s)
+{
+	if (v != s->v)
+		return v < s->v ? -1 : 1;
+	return file < s->file ? -1 : file > s->file ? 1 : 0;
+}
+
+/* Index of the first slab >= (@v, @file). Caller holds @lock. */
+static size_t tab_lower(const struct dcr_cache *c, uint64_t v, uint32_t file)
+{
+	size_t lo = 0, hi = c->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (cmp_key(v, file, c->tab[mid]) > 0)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	return NULL;
+	return lo;
 }
 
-/* Insert @hash (or refresh its atime). Caller holds the lock. */
-static void vset_add(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		     int64_t atime_ms)
+static int tab_insert(struct dcr_cache *c, size_t at, struct slab *s)
 {
-	struct vset_entry *e = vset_find(c, hash);
-	uint32_t i;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 64;
+		struct slab **t = realloc(c->tab, cap * sizeof(*t));
+		if (!t)
+			return DCR_ERR(-ENOMEM);
+		c->tab = t;
+		c->cap = cap;
+	}
+	memmove(&c->tab[at + 1], &c->tab[at], (c->n - at) * sizeof(*c->tab));
+	c->tab[at] = s;
+	c->n++;
+	return 0;
+}
 
-	if (e) {
-		e->atime_ms = atime_ms;
+static void tab_remove(struct dcr_cache *c, struct slab *s)
+{
+	size_t i = tab_lower(c, s->v, s->file);
+
+	if (i < c->n && c->tab[i] == s) {
+		memmove(&c->tab[i], &c->tab[i + 1],
+			(c->n - i - 1) * sizeof(*c->tab));
+		c->n--;
+	}
+}
+
+/* Close @s's descriptors and drop its bitmaps. Caller holds @lock. */
+static void slab_shut(struct dcr_cache *c, struct slab *s)
+{
+	if (s->fd < 0)
 		return;
+	if (s->used_ms > s->stamped_ms) {
+		/* Its last use outlives this mount: the mtime. */
+		struct timespec ts[2] = {
+			{ .tv_nsec = UTIME_OMIT },
+			{ .tv_sec = s->used_ms / 1000,
+			  .tv_nsec = (s->used_ms % 1000) * 1000000 },
+		};
+		futimens(s->fd, ts);
 	}
-	if (c->vset_fill >= VSET_MAX_FILL) {
-		/* Bounded: forget everything; files get verified again. */
-		memset(c->vset, 0, VSET_CAP * sizeof(*c->vset));
-		c->vset_fill = 0;
-	}
-	i = vset_slot(hash);
-	while (c->vset[i].state == VS_USED)
-		i = (i + 1) & (VSET_CAP - 1);
-	if (c->vset[i].state == VS_EMPTY)
-		c->vset_fill++;
-	e = &c->vset[i];
-	memcpy(e->hash, hash, DCR_HASH_LEN);
-	e->atime_ms = atime_ms;
-	e->state = VS_USED;
+	close(s->fd);
+	if (s->dfd >= 0)
+		close(s->dfd);
+	s->fd = s->dfd = -1;
+	free(s->present);
+	free(s->proven);
+	s->present = s->proven = NULL;
+	s->nbits = 0;
+	c->nopen--;
 }
 
-static void vset_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
+/* Close the least recently used idle open slab but @keep. */
+static void close_idle(struct dcr_cache *c, const struct slab *keep)
 {
-	struct vset_entry *e = vset_find(c, hash);
+	struct slab *lru = NULL;
 
-	if (e)
-		e->state = VS_DEAD;
+	for (size_t i = 0; i < c->n; i++) {
+		struct slab *s = c->tab[i];
+		if (s != keep && s->fd >= 0 && !s->refs &&
+		    (!lru || s->used_ms < lru->used_ms))
+			lru = s;
+	}
+	if (lru)
+		slab_shut(c, lru);
 }
 
 /*
- * The first use of a cached chunk in this instance writes its row (the
- * atime, or the row itself for a file a crash left without one): a
- * write transaction per chunk read would cost more than the chunk's
- * bytes do on a fast read, so up to PEND_MAX rows wait in @pend (under
- * @lock) and pend_flush writes them in one transaction. A row lost in a
- * crash costs an atime, or, for a file without a row, nothing until its
- * next use queues it again. Stored chunks (dcr_cache_put) get their row
- * at once: a file the catalog does not know would escape the budget.
+ * Mark the chunks of @s whose whole range is allocated: one
+ * SEEK_DATA/SEEK_HOLE walk. Caller holds @lock; @s is open.
  */
+static void scan_present(struct slab *s)
+{
+	off_t off = 0, d, h;
 
-static void pend_flush(struct dcr_cache *c);
+	while ((d = lseek(s->fd, off, SEEK_DATA)) >= 0) {
+		uint64_t i;
+
+		h = lseek(s->fd, d, SEEK_HOLE);
+		if (h < 0)
+			break;
+		for (i = DCR_ROUND_UP((uint64_t)d, s->cs) / s->cs;
+		     i < s->nbits && i * s->cs + slot_len(s, i) <= (uint64_t)h;
+		     i++)
+			bit_set(s->present, i, true);
+		off = h;
+	}
+}
+
+static uint64_t present_bytes(const struct slab *s)
+{
+	uint64_t b = 0;
+
+	for (uint64_t i = 0; i < s->nbits; i++)
+		if (bit(s->present, s->nbits, i))
+			b += slot_len(s, i);
+	return b;
+}
 
 /*
- * Queue a row; true when the queue is full (the caller then flushes it).
- * Caller holds @lock, which is dropped and retaken to flush first if
- * other threads filled the queue meanwhile.
+ * Open @s for key @k (created if @create). Caller holds @lock. 0,
+ * -ENOENT (absent and not @create) or -errno.
  */
-static bool pend_add(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		     uint64_t size, int64_t atime)
+static int slab_open(struct dcr_cache *c, struct slab *s,
+		     const struct dcr_cache_key *k, bool create)
 {
-	struct pend *p;
+	char path[PATH_MAX];
+	uint64_t words;
+	struct stat sb;
+	int fd;
 
-	while (c->npend == PEND_MAX) {
-		pthread_mutex_unlock(&c->lock);
-		pend_flush(c);
-		pthread_mutex_lock(&c->lock);
+	dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
+	fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+	if (fd < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	if (fstat(fd, &sb) < 0 ||
+	    ((uint64_t)sb.st_size < k->file_size &&
+	     ftruncate(fd, (off_t)k->file_size) < 0)) {
+		int e = -errno;
+		close(fd);
+		return e;
 	}
-	p = &c->pend[c->npend++];
-	memcpy(p->hash, hash, DCR_HASH_LEN);
-	p->size = size;
-	p->atime = atime;
-	return c->npend == PEND_MAX;
+	s->cs = k->chunk_size;
+	s->size = k->file_size;
+	s->nbits = dcr_chunk_count(k->file_size, k->chunk_size);
+	words = s->nbits / 64 + 1;
+	s->present = calloc(words, sizeof(uint64_t));
+	s->proven = calloc(words, sizeof(uint64_t));
+	if (!s->present || !s->proven) {
+		free(s->present);
+		free(s->proven);
+		s->present = s->proven = NULL;
+		close(fd);
+		return DCR_ERR(-ENOMEM);
+	}
+	s->fd = fd;
+	s->dfd = -1;
+	scan_present(s);
+	/* The estimate from the allocated size becomes the exact count. */
+	c->bytes -= DCR_MIN(c->bytes, s->bytes);
+	s->bytes = present_bytes(s);
+	c->bytes += s->bytes;
+	if (++c->nopen > SLAB_OPEN_MAX)
+		close_idle(c, s);
+	return 0;
 }
 
-/* Forget queued rows of @hash (its file is gone). Caller holds @lock. */
-static void pend_del(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN])
+/* Drop a reference; the last one frees an evicted slab. Takes @lock. */
+static void slab_put(struct dcr_cache *c, struct slab *s)
 {
-	for (size_t i = 0; i < c->npend;) {
-		struct pend *p = &c->pend[i];
-
-		if (memcmp(p->hash, hash, DCR_HASH_LEN) != 0) {
-			i++;
-			continue;
-		}
-		*p = c->pend[--c->npend];
-	}
-}
-
-/* Write the queued rows in one transaction and count the new ones. */
-static void pend_flush(struct dcr_cache *c)
-{
-	uint8_t hashes[PEND_MAX][DCR_HASH_LEN];
-	uint64_t sizes[PEND_MAX];
-	int64_t atimes[PEND_MAX];
-	uint8_t added[PEND_MAX];
-	size_t n;
-	int ret;
-
-	pthread_mutex_lock(&c->flush_lock);
 	pthread_mutex_lock(&c->lock);
-	n = c->npend;
-	for (size_t i = 0; i < n; i++) {
-		memcpy(hashes[i], c->pend[i].hash, DCR_HASH_LEN);
-		sizes[i] = c->pend[i].size;
-		atimes[i] = c->pend[i].atime;
-	}
-	c->npend = 0;
-	pthread_mutex_unlock(&c->lock);
-	if (n == 0) {
-		pthread_mutex_unlock(&c->flush_lock);
-		return;
-	}
-	ret = dcr_catalog_cache_add_many(c->cat, hashes, sizes, atimes, n,
-					 true, added);
-	if (ret)
-		dcr_warn("cache: cannot record %zu chunks in the catalog (%s); "
-			 "they are recorded when next used", n,
-			 dcr_strerror(ret));
-	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < n; i++) {
-		if (ret)
-			vset_del(c, hashes[i]); /* next use queues it again */
-		else if (added[i])
-			c->bytes += sizes[i]; /* a file a crash left unrowed */
+	if (--s->refs == 0 && s->dead) {
+		slab_shut(c, s);
+		free(s);
 	}
 	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&c->flush_lock);
 }
 
-void dcr_cache_path(const struct dcr_cache *c,
-		    const uint8_t hash[DCR_HASH_LEN], char *buf, size_t cap)
+/* Take @s off the table and unlink it. Caller holds @lock. */
+static void slab_evict(struct dcr_cache *c, struct slab *s)
 {
-	char hex[DCR_HASH_HEX_LEN + 1];
-
-	dcr_hash_hex(hash, hex);
-	snprintf(buf, cap, "%s/%.2s/%s", c->chunks_dir, hex, hex);
-}
-
-/* mkdir that accepts an existing directory. */
-static int mkdir_0700(const char *path)
-{
-	if (mkdir(path, 0700) == 0 || errno == EEXIST)
-		return 0;
-	return -errno;
-}
-
-/* Remove leftover temporary files of a previous run. */
-static void clean_tmp(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
 	char path[PATH_MAX];
 
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		unlink(path);
+	dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
+	tab_remove(c, s);
+	s->dead = true;
+	c->bytes -= DCR_MIN(c->bytes, s->bytes);
+	s->bytes = 0;
+	c->st.evictions++;
+	unlink(path);
+	if (s->refs == 0) {
+		slab_shut(c, s);
+		free(s);
 	}
-	closedir(d);
-}
-
-static char *path_join(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	char *p = malloc(la + lb + 2);
-
-	if (!p)
-		return NULL;
-	memcpy(p, a, la);
-	p[la] = '/';
-	memcpy(p + la + 1, b, lb + 1);
-	return p;
-}
-
-static void evict(struct dcr_cache *c);
-
-/* Parse a 64-digit lowercase hex chunk name. */
-static int parse_hex_name(const char *name, uint8_t h[DCR_HASH_LEN])
-{
-	for (int i = 0; i < DCR_HASH_LEN; i++) {
-		int v = 0;
-		for (int k = 0; k < 2; k++) {
-			char ch = name[2 * i + k];
-			v <<= 4;
-			if (ch >= '0' && ch <= '9')
-				v |= ch - '0';
-			else if (ch >= 'a' && ch <= 'f')
-				v |= ch - 'a' + 10;
-			else
-				return -1;
-		}
-		h[i] = (uint8_t)v;
-	}
-	return name[2 * DCR_HASH_LEN] == '\0' ? 0 : -1;
-}
-
-#define ADOPT_BATCH 4096
-
-/* Add rows (atime 0) for the @n files found; the bytes of the new ones. */
-static uint64_t adopt_batch(struct dcr_cache *c,
-			    const uint8_t (*hashes)[DCR_HASH_LEN],
-			    const uint64_t *sizes, size_t n, uint8_t *added)
-{
-	uint64_t total = 0;
-
-	if (n == 0 || dcr_catalog_cache_add_many(c->cat, hashes, sizes, NULL,
-						 n, false, added) != 0)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		total += added[i] ? sizes[i] : 0;
-	return total;
 }
 
 /*
- * Account for chunk files that have no row (the catalog was just created
- * or rebuilt after corruption, see dcr_catalog_open): one readdir and
- * fstatat per file, rows added in batches.
- *
- * Adopt rather than delete: the files are the expensive part (a 2 TB
- * cache is hours of downloads), they are content-addressed, and every
- * one is still verified before its first use (see cache.h), so
- * keeping them costs nothing in safety. They get atime 0, the oldest, so
- * that eviction takes them first if the budget is exceeded (which
- * happens here, before the first read). Names that are not chunk names
- * are left alone. Runs only when the catalog is new, so a normal mount
- * does not pay for the scan.
+ * The open slab of @k with a reference, created with @create; NULL with
+ * *@err (-ENOENT: not cached). A slab laid out for another chunk size
+ * or a shorter file (a store recreated under this cache) is replaced.
  */
-static void adopt_orphans(struct dcr_cache *c)
+static struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
+			     bool create, int *err)
 {
-	uint8_t (*hashes)[DCR_HASH_LEN] = malloc(ADOPT_BATCH * DCR_HASH_LEN);
-	uint64_t *sizes = malloc(ADOPT_BATCH * sizeof(*sizes));
-	uint8_t *added = malloc(ADOPT_BATCH);
-	uint64_t total = 0, nfiles = 0;
-	char sub[PATH_MAX];
-	size_t n = 0;
+	struct slab *s = NULL;
+	size_t i;
+	int ret;
 
-	if (!hashes || !sizes || !added)
-		goto out_free;
-	for (unsigned i = 0; i < 256; i++) {
-		struct dirent *de;
-		struct stat sb;
-		DIR *d;
-
-		snprintf(sub, sizeof(sub), "%s/%02x", c->chunks_dir, i);
-		d = opendir(sub);
-		if (!d)
-			continue;
-		while ((de = readdir(d))) {
-			uint8_t *h = hashes[n];
-
-			if (parse_hex_name(de->d_name, h) != 0 || h[0] != i)
-				continue;
-			if (fstatat(dirfd(d), de->d_name, &sb,
-				    AT_SYMLINK_NOFOLLOW) < 0 ||
-			    !S_ISREG(sb.st_mode))
-				continue;
-			sizes[n++] = (uint64_t)sb.st_size;
-			nfiles++;
-			if (n == ADOPT_BATCH) {
-				total += adopt_batch(c, hashes, sizes, n, added);
-				n = 0;
-			}
+	pthread_mutex_lock(&c->lock);
+	i = tab_lower(c, k->v, k->file);
+	if (i < c->n && cmp_key(k->v, k->file, c->tab[i]) == 0) {
+		s = c->tab[i];
+		if (s->fd >= 0 && (s->cs != k->chunk_size ||
+				   s->size < k->file_size)) {
+			slab_evict(c, s);
+			s = NULL;
 		}
-		closedir(d);
 	}
-	total += adopt_batch(c, hashes, sizes, n, added);
-	if (total)
-		dcr_info("cache %s: adopted %llu chunk files (%llu bytes) "
-			 "left by an earlier catalog", c->chunks_dir,
-			 (unsigned long long)nfiles, (unsigned long long)total);
-out_free:
-	free(added);
-	free(hashes);
-	free(sizes);
+	if (!s) {
+		if (!create) {
+			*err = -ENOENT;
+			goto out_unlock;
+		}
+		s = calloc(1, sizeof(*s));
+		if (!s) {
+			*err = DCR_ERR(-ENOMEM);
+			goto out_unlock;
+		}
+		s->v = k->v;
+		s->file = k->file;
+		s->fd = s->dfd = -1;
+		i = tab_lower(c, k->v, k->file);
+		ret = tab_insert(c, i, s);
+		if (ret) {
+			free(s);
+			s = NULL;
+			*err = ret;
+			goto out_unlock;
+		}
+	}
+	if (s->fd < 0) {
+		ret = slab_open(c, s, k, create);
+		if (ret) {
+			if (ret == -ENOENT) {
+				/* Gone behind our back: forget it. */
+				slab_evict(c, s);
+				c->st.evictions--;
+			} else {
+				dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32
+					 ": %s", k->v, k->file,
+					 dcr_strerror(ret));
+			}
+			s = NULL;
+			*err = ret;
+			goto out_unlock;
+		}
+	}
+	s->refs++;
+out_unlock:
+	pthread_mutex_unlock(&c->lock);
+	return s;
 }
 
-int dcr_cache_open(const char *dir, struct dcr_catalog *cat, uint64_t budget,
-		   struct dcr_cache **out)
+/* The O_DIRECT descriptor of @s, or -1. Takes @lock. */
+static int slab_dfd(struct dcr_cache *c, struct slab *s)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	if (atomic_load(&c->no_direct))
+		return -1;
+	pthread_mutex_lock(&c->lock);
+	if (s->dfd < 0) {
+		dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
+		s->dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+		if (s->dfd < 0 && errno == EINVAL)
+			atomic_store(&c->no_direct, true);
+		else if (s->dfd >= 0) {
+			/* The slab checked through fd, not one renamed over it. */
+			struct stat a, b;
+			if (fstat(s->fd, &a) < 0 || fstat(s->dfd, &b) < 0 ||
+			    a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+				close(s->dfd);
+				s->dfd = -1;
+			}
+		}
+	}
+	fd = s->dfd;
+	pthread_mutex_unlock(&c->lock);
+	return fd;
+}
+
+/* Punch out chunk @i of @s (after a failed check or write). */
+static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
+{
+	uint64_t off = i * s->cs;
+	uint64_t len = DCR_ROUND_UP((uint64_t)slot_len(s, i), DCR_CACHE_ALIGN);
+
+	pthread_mutex_lock(&c->lock);
+	if (bit(s->present, s->nbits, i)) {
+		bit_set(s->present, i, false);
+		if (!s->dead) {
+			s->bytes -= DCR_MIN(s->bytes, slot_len(s, i));
+			c->bytes -= DCR_MIN(c->bytes, slot_len(s, i));
+		}
+	}
+	if (i < s->nbits)
+		bit_set(s->proven, i, false);
+	pthread_mutex_unlock(&c->lock);
+	if (!atomic_load(&c->no_punch) &&
+	    fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)off, (off_t)len) < 0 &&
+	    (errno == EOPNOTSUPP || errno == ENOSYS) &&
+	    !atomic_exchange(&c->no_punch, true))
+		dcr_warn("cache %s: the file system cannot punch holes; "
+			 "chunks that fail their check stay allocated and "
+			 "are checked again at every mount", c->dir);
+}
+
+/* ------------------------------------------------------------- open */
+
+/* Count the slabs on disk: allocated bytes and last use of each. */
+static int scan_slabs(struct dcr_cache *c)
+{
+	struct dirent *de;
+	DIR *d = opendir(c->dir);
+	int ret = 0;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		struct slab *s;
+		struct stat sb;
+		uint64_t v;
+		uint32_t file;
+
+		if (parse_slab_name(de->d_name, &v, &file) != 0 ||
+		    fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(sb.st_mode))
+			continue;
+		s = calloc(1, sizeof(*s));
+		if (!s) {
+			ret = DCR_ERR(-ENOMEM);
+			break;
+		}
+		s->v = v;
+		s->file = file;
+		s->fd = s->dfd = -1;
+		s->bytes = (uint64_t)sb.st_blocks * 512;
+		s->used_ms = s->stamped_ms = (int64_t)sb.st_mtim.tv_sec * 1000 +
+					    sb.st_mtim.tv_nsec / 1000000;
+		ret = tab_insert(c, c->n, s);
+		if (ret) {
+			free(s);
+			break;
+		}
+		c->bytes += s->bytes;
+	}
+	closedir(d);
+	return ret;
+}
+
+static int cmp_slab(const void *a, const void *b)
+{
+	const struct slab *x = *(const struct slab *const *)a;
+	const struct slab *y = *(const struct slab *const *)b;
+
+	return cmp_key(x->v, x->file, y);
+}
+
+static void evict(struct dcr_cache *c, struct slab *keep, uint64_t keep_chunk);
+
+int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 {
 	struct dcr_cache *c;
-	bool fresh;
+	char old[PATH_MAX];
+	struct stat sb;
 	int ret;
 
 	*out = NULL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return DCR_ERR(-ENOMEM);
-	c->cat = cat;
 	c->budget = budget ? budget : DCR_CACHE_SIZE_DEFAULT;
-	c->chunks_dir = path_join(dir, "chunks");
-	c->tmp_dir = path_join(dir, "tmp");
-	c->vset = calloc(VSET_CAP, sizeof(*c->vset));
-	if (!c->chunks_dir || !c->tmp_dir || !c->vset) {
+	c->dir = malloc(strlen(dir) + sizeof("/slabs"));
+	if (!c->dir) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_free;
 	}
-	ret = mkdir_0700(c->chunks_dir);
-	if (!ret)
-		ret = mkdir_0700(c->tmp_dir);
-	/* All 256 fan-out directories up front: no mkdir on the read path. */
-	for (unsigned i = 0; i < 256 && !ret; i++) {
-		char sub[PATH_MAX];
-		snprintf(sub, sizeof(sub), "%s/%02x", c->chunks_dir, i);
-		ret = mkdir_0700(sub);
+	sprintf(c->dir, "%s/slabs", dir);
+	if (mkdir(c->dir, 0700) < 0 && errno != EEXIST) {
+		ret = -errno;
+		dcr_err("cache %s: %s", c->dir, dcr_strerror(ret));
+		goto err_free;
 	}
+	ret = scan_slabs(c);
 	if (ret) {
-		dcr_err("cache %s: %s", dir, dcr_strerror(ret));
+		dcr_err("cache %s: %s", c->dir, dcr_strerror(ret));
 		goto err_free;
 	}
-	clean_tmp(c->tmp_dir);
-	fresh = dcr_catalog_is_new(cat);
-	if (fresh)
-		adopt_orphans(c);
-	ret = dcr_catalog_cache_total(cat, &c->bytes);
-	if (ret)
-		goto err_free;
-	c->st.bytes = c->bytes;
+	qsort(c->tab, c->n, sizeof(*c->tab), cmp_slab);
+	snprintf(old, sizeof(old), "%s/chunks", dir);
+	if (stat(old, &sb) == 0)
+		dcr_info("cache %s: %s holds chunk files of an older dcrfs, "
+			 "which this one does not use; remove it to free its "
+			 "space", dir, old);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->evict_lock, NULL);
-	pthread_mutex_init(&c->flush_lock, NULL);
-	if (fresh)
-		evict(c); /* the adopted files count against the budget */
+	c->st.bytes = c->bytes;
+	evict(c, NULL, 0);
 	*out = c;
 	return 0;
 
 err_free:
-	free(c->vset);
-	free(c->tmp_dir);
-	free(c->chunks_dir);
+	for (size_t i = 0; i < c->n; i++)
+		free(c->tab[i]);
+	free(c->tab);
+	free(c->dir);
 	free(c);
 	return ret;
 }
@@ -448,39 +554,26 @@ void dcr_cache_close(struct dcr_cache *c)
 {
 	if (!c)
 		return;
-	pend_flush(c);
-	pthread_mutex_destroy(&c->flush_lock);
-	pthread_mutex_destroy(&c->evict_lock);
+	for (size_t i = 0; i < c->n; i++) {
+		slab_shut(c, c->tab[i]);
+		free(c->tab[i]);
+	}
 	pthread_mutex_destroy(&c->lock);
-	free(c->vset);
-	free(c->tmp_dir);
-	free(c->chunks_dir);
+	pthread_mutex_destroy(&c->evict_lock);
+	free(c->tab);
+	free(c->dir);
 	free(c);
 }
 
 void dcr_cache_get_stats(struct dcr_cache *c, struct dcr_cache_stats *s)
 {
-	pend_flush(c);
 	pthread_mutex_lock(&c->lock);
 	*s = c->st;
 	s->bytes = c->bytes;
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Forget @hash: file, row, accounting. */
-static void drop(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		 const char *path)
-{
-	uint64_t size = 0;
-
-	unlink(path);
-	dcr_catalog_cache_del(c->cat, hash, &size);
-	pthread_mutex_lock(&c->lock);
-	pend_del(c, hash);
-	vset_del(c, hash);
-	c->bytes -= DCR_MIN(size, c->bytes);
-	pthread_mutex_unlock(&c->lock);
-}
+/* ------------------------------------------------------------- reads */
 
 static bool aligned(const void *p, uint64_t a, uint64_t b)
 {
@@ -488,81 +581,49 @@ static bool aligned(const void *p, uint64_t a, uint64_t b)
 }
 
 /*
- * Read @n bytes at @off of the chunk file @path, open as @fd, into @dst.
- * What the page cache holds is copied from it (RWF_NOWAIT); a file that
- * is not resident is read around the page cache (O_DIRECT) when @dst,
- * @off and @n are aligned, so that reading a base chunk once does not
- * allocate and fill page-cache pages for it. Else a plain read.
+ * Read @n bytes at @off of slab @s into @dst. A range the page cache
+ * holds is copied from it; one that is not resident is read around the
+ * page cache (O_DIRECT) when @dst, @off and @n are aligned, so that
+ * reading a base chunk once neither allocates and fills page-cache pages
+ * for it nor starts read-ahead (which a RWF_NOWAIT read would, and the
+ * next chunks would then be read twice). Else (or with @pagecache) a
+ * plain read.
  */
-static int pread_lean(struct dcr_cache *c, int fd, const char *path,
-		      void *dst, size_t n, uint64_t off)
+static int pread_lean(struct dcr_cache *c, struct slab *s, void *dst,
+		      size_t n, uint64_t off, bool pagecache)
 {
-	struct iovec iov = { dst, n };
-	ssize_t got;
-	int dfd, ret;
+	int dfd, ret, res;
 
-	if (n == 0 || atomic_load(&c->no_direct) || !aligned(dst, n, off))
-		return dcr_pread_full(fd, dst, n, off);
-	got = preadv2(fd, &iov, 1, (off_t)off, RWF_NOWAIT);
-	if (got == (ssize_t)n)
-		return 0;
-	if (got < 0 && errno != EAGAIN)
-		return dcr_pread_full(fd, dst, n, off); /* no RWF_NOWAIT */
-	dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-	if (dfd < 0) {
-		if (errno == EINVAL)
-			atomic_store(&c->no_direct, true);
-		return dcr_pread_full(fd, dst, n, off);
-	}
-	{
-		/* The file checked through @fd, not one renamed over it. */
-		struct stat a, b;
+	if (pagecache || n == 0 || atomic_load(&c->no_direct) ||
+	    !aligned(dst, n, off))
+		return dcr_pread_full(s->fd, dst, n, off);
+	res = dcr_resident(s->fd, off, n);
+	if (res == 1)
+		return dcr_pread_full(s->fd, dst, n, off);
+	if (res < 0) {
+		/* No cachestat(2) (before Linux 6.5): ask by reading. */
+		struct iovec iov = { dst, n };
+		ssize_t got = preadv2(s->fd, &iov, 1, (off_t)off, RWF_NOWAIT);
 
-		if (fstat(fd, &a) < 0 || fstat(dfd, &b) < 0 ||
-		    a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
-			close(dfd);
-			return dcr_pread_full(fd, dst, n, off);
-		}
+		if (got == (ssize_t)n)
+			return 0;
+		if (got < 0 && errno != EAGAIN)
+			return dcr_pread_full(s->fd, dst, n, off);
 	}
+	dfd = slab_dfd(c, s);
+	if (dfd < 0)
+		return dcr_pread_full(s->fd, dst, n, off);
 	ret = dcr_pread_full(dfd, dst, n, off);
-	close(dfd);
 	if (ret == -EINVAL) {
 		atomic_store(&c->no_direct, true);
-		ret = dcr_pread_full(fd, dst, n, off);
+		ret = dcr_pread_full(s->fd, dst, n, off);
 	}
 	return ret;
 }
 
 /*
- * The check value: every file this cache writes, or verifies against its
- * name, carries the XXH3-128 of its bytes in the extended attribute
- * XATTR_XXH. The bytes were proven once (by their SHA-256, when they were
- * built from the store or when a file without the attribute was first
- * used); the attribute lets the first use in a later mount re-prove them
- * against bit rot at ~20 GB/s instead of re-hashing them with SHA-256.
- * A damaged attribute fails the check like damaged bytes do. Where the
- * file system has no user xattrs, every first use hashes with SHA-256.
- */
-#define XATTR_XXH "user.dcrfs.xxh128"
-
-static void xxh_set(struct dcr_cache *c, int fd, const void *data, size_t len)
-{
-	uint8_t x[DCR_XXH_LEN];
-
-	if (atomic_load(&c->no_xattr))
-		return;
-	dcr_xxh128(data, len, x);
-	if (fsetxattr(fd, XATTR_XXH, x, sizeof(x), 0) < 0 &&
-	    (errno == ENOTSUP || errno == EOPNOTSUPP) &&
-	    !atomic_exchange(&c->no_xattr, true))
-		dcr_info("cache %s: no user extended attributes here: every "
-			 "cached chunk is re-hashed with SHA-256 on its first "
-			 "use in a mount", c->chunks_dir);
-}
-
-/*
  * A per-thread scratch buffer for whole-chunk reads of which the caller
- * wants a slice (or nothing: dcr_cache_open_fd), kept for the thread's
+ * wants a slice (or nothing: dcr_cache_check), kept for the thread's
  * life: a fresh 1 MiB buffer per read costs 256 page faults where freed
  * memory goes back to the kernel, more than the read and the check.
  */
@@ -619,320 +680,285 @@ static uint8_t *scratch_get(size_t len)
 	return sc->p;
 }
 
-/*
- * Read the whole file, prove it (its XXH3-128 attribute, else its
- * SHA-256 against its name, then record the attribute), copy the slice
- * [@off, @off+@n) into @dst if given. 0, -EBADMSG or -errno.
- */
-static int verify_read(struct dcr_cache *c, int fd, const char *path,
-		       const uint8_t hash[DCR_HASH_LEN], uint32_t chunk_len,
-		       uint32_t off, void *dst, size_t n, bool pagecache)
+/* Whether @len bytes at @p are the chunk @k says (see cache.h). */
+static bool proves(const struct dcr_cache_key *k, const void *p, size_t len)
 {
-	uint8_t want[DCR_XXH_LEN], got[DCR_HASH_LEN];
-	uint8_t *buf;
-	ssize_t xl;
-	int ret;
+	uint8_t got[DCR_HASH_LEN];
 
-	if (dst && off == 0 && n == chunk_len) {
-		buf = dst; /* read in place; dst is unspecified on a miss */
-	} else {
-		buf = scratch_get(chunk_len);
-		if (!buf)
-			return DCR_ERR(-ENOMEM);
+	if (k->xxh) {
+		dcr_xxh128(p, len, got);
+		return memcmp(got, k->xxh, DCR_XXH_LEN) == 0;
 	}
-	ret = pagecache ? dcr_pread_full(fd, buf, chunk_len, 0)
-			: pread_lean(c, fd, path, buf, chunk_len, 0);
-	if (ret == -EIO || ret == -ENODATA)
-		ret = -EBADMSG;
-	if (ret)
-		goto out;
-	xl = atomic_load(&c->no_xattr) ? -1
-		: fgetxattr(fd, XATTR_XXH, want, sizeof(want));
-	if (xl == (ssize_t)sizeof(want)) {
-		dcr_xxh128(buf, chunk_len, got);
-		if (memcmp(got, want, DCR_XXH_LEN) != 0)
-			ret = -EBADMSG;
-	} else {
-		dcr_sha256(buf, chunk_len, got);
-		if (!dcr_hash_eq(got, hash))
-			ret = -EBADMSG;
-		else
-			xxh_set(c, fd, buf, chunk_len);
-	}
-	if (!ret && buf != dst && n)
-		memcpy(dst, buf + off, n);
-out:
-	return ret;
+	dcr_sha256(p, len, got);
+	return dcr_hash_eq(got, k->hash);
 }
 
 /*
- * Open the cached chunk @hash and make sure it is good: known good to
- * this instance, or read whole and checked now (verify_read, through
- * the page cache with @pagecache). With @dst, copy bytes [@off, @off+@n)
- * into it and close; else return the open file in *@fdp if it was known
- * good (-EAGAIN if not). 0 on a hit, 1 on a hit proven now, -ENOENT on
- * a miss (a bad file is deleted), or another -errno on a local I/O
- * error.
+ * Read chunk @k whole from @s and prove it; copy the slice [@off,
+ * @off+@n) into @dst. 0, -EBADMSG (it fails its check) or -errno.
  */
-static int chunk_get(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		     uint32_t chunk_len, uint32_t off, void *dst, size_t n,
-		     int *fdp, bool pagecache)
+static int verify_read(struct dcr_cache *c, struct slab *s,
+		       const struct dcr_cache_key *k, uint32_t off, void *dst,
+		       size_t n, bool pagecache)
 {
-	char path[PATH_MAX];
-	struct vset_entry *e;
-	struct stat sb;
+	uint8_t *buf;
+	int ret;
+
+	if (off == 0 && n == k->len) {
+		buf = dst; /* read in place; dst is unspecified on a miss */
+	} else {
+		buf = scratch_get(k->len);
+		if (!buf)
+			return DCR_ERR(-ENOMEM);
+	}
+	ret = pread_lean(c, s, buf, k->len, k->chunk * s->cs, pagecache);
+	if (ret == -EIO || ret == -ENODATA)
+		ret = -EBADMSG;
+	if (!ret && !proves(k, buf, k->len))
+		ret = -EBADMSG;
+	if (!ret && buf != dst && n)
+		memcpy(dst, buf + off, n);
+	return ret;
+}
+
+/* Write @s's last use as its mtime if it is due. */
+static void stamp(struct slab *s, int64_t now)
+{
+	struct timespec ts[2] = {
+		{ .tv_nsec = UTIME_OMIT },
+		{ .tv_sec = now / 1000, .tv_nsec = (now % 1000) * 1000000 },
+	};
+
+	futimens(s->fd, ts);
+}
+
+enum { GET_COPY, GET_CHECK, GET_FD };
+
+/*
+ * Find chunk @k and make sure it is good: proven by this instance, or
+ * read whole and proven now. GET_COPY: copy bytes [@off, @off+@n) into
+ * @dst; GET_CHECK: only prove it, through the page cache; GET_FD:
+ * return a descriptor of its slab (and its offset in *@pos) if it was
+ * proven already, -EAGAIN if not. 0 on a hit, 1 on a hit proven now,
+ * -ENOENT on a miss (a chunk that fails is punched out), or another
+ * -errno on a local I/O error.
+ */
+static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
+		     int how, uint32_t off, void *dst, size_t n, uint64_t *pos)
+{
 	int64_t now = now_ms();
-	int verified, touch = 0, fd, ret;
+	bool present, proven, due;
+	struct slab *s;
+	int ret;
 
-	if ((uint64_t)off + n > chunk_len)
+	if ((uint64_t)off + n > k->len || k->len == 0)
 		return DCR_ERR(-EINVAL);
-	dcr_cache_path(c, hash, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		ret = -errno;
-		pthread_mutex_lock(&c->lock);
-		c->st.misses++;
-		pthread_mutex_unlock(&c->lock);
-		if (ret == -ENOENT)
-			return -ENOENT;
-		dcr_warn("cache: %s: %s", path, dcr_strerror(ret));
-		return ret == -ENOMEM ? ret : -ENOENT;
-	}
-
+	s = slab_get(c, k, false, &ret);
+	if (!s)
+		goto out_miss;
 	pthread_mutex_lock(&c->lock);
-	e = vset_find(c, hash);
-	verified = e != NULL;
-	if (e && now - e->atime_ms >= TOUCH_INTERVAL_MS) {
-		e->atime_ms = now;
-		touch = 1;
-	}
+	present = bit(s->present, s->nbits, k->chunk);
+	proven = bit(s->proven, s->nbits, k->chunk);
+	if (present && now > s->used_ms)
+		s->used_ms = now;
+	due = present && now - s->stamped_ms >= STAMP_INTERVAL_MS;
+	if (due)
+		s->stamped_ms = now;
 	pthread_mutex_unlock(&c->lock);
+	if (!present) {
+		slab_put(c, s);
+		ret = -ENOENT;
+		goto out_miss;
+	}
+	if (due)
+		stamp(s, now);
 
 	ret = 0;
-	if (!verified && !dst) {
-		/* A descriptor is for splicing a chunk already proven here;
-		 * the first use reads and proves it in the caller's buffer
-		 * (dcr_cache_read), which costs no extra copy. */
-		close(fd);
-		return -EAGAIN;
-	}
-	if (!verified) {
-		if (fstat(fd, &sb) < 0)
+	if (how == GET_FD) {
+		if (!proven) {
+			slab_put(c, s);
+			return -EAGAIN;
+		}
+		ret = fcntl(s->fd, F_DUPFD_CLOEXEC, 0);
+		if (ret < 0)
 			ret = -errno;
-		else if ((uint64_t)sb.st_size != chunk_len)
-			ret = -EBADMSG;
 		else
-			ret = verify_read(c, fd, path, hash, chunk_len, off,
-					  dst, n, pagecache);
-	} else if (dst) {
-		ret = pread_lean(c, fd, path, dst, n, (uint64_t)off);
+			*pos = k->chunk * s->cs;
+	} else if (!proven) {
+		ret = verify_read(c, s, k, off, dst, n, how == GET_CHECK);
+		if (ret == 0) {
+			pthread_mutex_lock(&c->lock);
+			bit_set(s->proven, k->chunk, true);
+			pthread_mutex_unlock(&c->lock);
+			ret = 1;
+		}
+	} else if (n) {
+		ret = pread_lean(c, s, dst, n, k->chunk * s->cs + off, false);
 		if (ret == -EIO || ret == -ENODATA)
-			ret = -EBADMSG; /* truncated behind our back */
+			ret = -EBADMSG; /* cut short behind our back */
 	}
-	if (ret || dst || !fdp)
-		close(fd);
-	else
-		*fdp = fd;
-
 	if (ret == -EBADMSG) {
-		dcr_warn("cache: %s failed verification; deleted, the chunk "
-			 "will be fetched again", path);
-		drop(c, hash, path);
+		char path[PATH_MAX];
+
+		dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
+		dcr_warn("cache: %s: chunk %" PRIu64 " failed its check; "
+			 "punched out, it will be fetched again", path,
+			 k->chunk);
+		punch(c, s, k->chunk);
+		slab_put(c, s);
 		pthread_mutex_lock(&c->lock);
 		c->st.corrupt++;
 		c->st.misses++;
 		pthread_mutex_unlock(&c->lock);
 		return -ENOENT;
 	}
-	if (ret) {
-		dcr_warn("cache: %s: %s", path, dcr_strerror(ret));
+	slab_put(c, s);
+	if (ret < 0) {
+		dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32 " chunk %"
+			 PRIu64 ": %s", k->v, k->file, k->chunk,
+			 dcr_strerror(ret));
 		return ret == -ENOMEM ? ret : -ENOENT;
-	}
-
-	if (!verified) {
-		bool full;
-		/* First use here: remember that it is good and queue its
-		 * row (which adopts a file left without one by a crash). */
-		pthread_mutex_lock(&c->lock);
-		vset_add(c, hash, now);
-		full = pend_add(c, hash, chunk_len, now);
-		pthread_mutex_unlock(&c->lock);
-		if (full)
-			pend_flush(c);
-	} else if (touch) {
-		dcr_catalog_cache_touch(c->cat, hash, now);
 	}
 	pthread_mutex_lock(&c->lock);
 	c->st.hits++;
 	pthread_mutex_unlock(&c->lock);
-	return verified ? 0 : 1;
+	return ret;
+
+out_miss:
+	pthread_mutex_lock(&c->lock);
+	c->st.misses++;
+	pthread_mutex_unlock(&c->lock);
+	return ret == -ENOENT || ret == -ENOMEM ? ret : -ENOENT;
 }
 
-int dcr_cache_read(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		   uint32_t chunk_len, uint32_t off, void *dst, size_t n)
+int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
+		   uint32_t off, void *dst, size_t n)
 {
-	static uint8_t none[1];
-
-	/* @dst must be non-NULL to mean "copy" even when @n is 0. */
-	int ret = chunk_get(c, hash, chunk_len, off, dst ? dst : none, n,
-			    NULL, false);
+	int ret = chunk_get(c, k, GET_COPY, off, dst, n, NULL);
 
 	return ret > 0 ? 0 : ret;
 }
 
-int dcr_cache_check(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		    uint32_t chunk_len)
+int dcr_cache_check(struct dcr_cache *c, const struct dcr_cache_key *k)
 {
-	static uint8_t none[1];
-
-	return chunk_get(c, hash, chunk_len, 0, none, 0, NULL, true);
+	return chunk_get(c, k, GET_CHECK, 0, NULL, 0, NULL);
 }
 
-int dcr_cache_open_fd(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		      uint32_t chunk_len)
+int dcr_cache_open_fd(struct dcr_cache *c, const struct dcr_cache_key *k,
+		      uint64_t *pos)
 {
-	int fd = -1;
-	int ret = chunk_get(c, hash, chunk_len, 0, NULL, 0, &fd, false);
-
-	return ret < 0 ? ret : fd;
+	return chunk_get(c, k, GET_FD, 0, NULL, 0, pos);
 }
 
-/* Evict least recently used chunks until within the budget. */
-static void evict(struct dcr_cache *c)
-{
-	uint8_t hashes[EVICT_BATCH][DCR_HASH_LEN];
-	uint64_t sizes[EVICT_BATCH];
-	char path[PATH_MAX];
-	size_t n;
+/* ------------------------------------------------------------ writes */
 
-	bool resynced = false;
+/*
+ * Evict until within the budget: whole slabs, least recently used
+ * first, but never @keep; when @keep is all that is left, its lowest
+ * chunks but @keep_chunk are punched out.
+ */
+static void evict(struct dcr_cache *c, struct slab *keep, uint64_t keep_chunk)
+{
+	bool progress, over;
 
 again:
 	if (pthread_mutex_trylock(&c->evict_lock) != 0)
-		return; /* someone else is evicting (and re-checks, below) */
-	for (;;) {
-		int over;
+		return; /* someone else is evicting (and looks again below) */
+	progress = false;
+	pthread_mutex_lock(&c->lock);
+	while (c->bytes > c->budget) {
+		struct slab *lru = NULL;
+		uint64_t i = 0;
 
-		pthread_mutex_lock(&c->lock);
-		over = c->bytes > c->budget;
+		for (size_t k = 0; k < c->n; k++) {
+			struct slab *s = c->tab[k];
+			if (s != keep && (!lru || s->used_ms < lru->used_ms))
+				lru = s;
+		}
+		if (lru) {
+			slab_evict(c, lru);
+			progress = true;
+			continue;
+		}
+		if (!keep)
+			break;
+		while (i < keep->nbits && (i == keep_chunk ||
+					   !bit(keep->present, keep->nbits, i)))
+			i++;
+		if (i >= keep->nbits)
+			break;
+		c->st.evictions++;
 		pthread_mutex_unlock(&c->lock);
-		if (!over)
-			break;
-		if (dcr_catalog_cache_oldest(c->cat, EVICT_BATCH, hashes, sizes,
-					     &n) || n == 0) {
-			/* Accounting drifted from the rows: resync. */
-			uint64_t total;
-			if (dcr_catalog_cache_total(c->cat, &total) == 0) {
-				pthread_mutex_lock(&c->lock);
-				c->bytes = total;
-				pthread_mutex_unlock(&c->lock);
-			}
-			resynced = true;
-			break;
-		}
-		for (size_t i = 0; i < n; i++) {
-			dcr_cache_path(c, hashes[i], path, sizeof(path));
-			drop(c, hashes[i], path);
-			pthread_mutex_lock(&c->lock);
-			c->st.evictions++;
-			over = c->bytes > c->budget;
-			pthread_mutex_unlock(&c->lock);
-			if (!over)
-				break;
-		}
+		punch(c, keep, i);
+		progress = true;
+		pthread_mutex_lock(&c->lock);
 	}
+	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->evict_lock);
-	/* A put whose evict found us busy after our last check relies on
-	 * us: look once more now that the lock is free. */
-	if (!resynced) {
-		int over;
-
-		pthread_mutex_lock(&c->lock);
-		over = c->bytes > c->budget;
-		pthread_mutex_unlock(&c->lock);
-		if (over)
-			goto again;
-	}
+	/* A put whose evict found us busy relies on us: look once more now
+	 * that the lock is free, while evicting gets somewhere. */
+	pthread_mutex_lock(&c->lock);
+	over = c->bytes > c->budget;
+	pthread_mutex_unlock(&c->lock);
+	if (over && progress)
+		goto again;
 }
 
-int dcr_cache_put(struct dcr_cache *c, const uint8_t hash[DCR_HASH_LEN],
-		  const void *data, size_t len, unsigned flags)
+int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
+		  const void *data, unsigned flags)
 {
-	char path[PATH_MAX], tmp[PATH_MAX];
-	char hex[DCR_HASH_HEX_LEN + 1];
-	int64_t now = now_ms();
-	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && len &&
-		      !atomic_load(&c->no_direct) && aligned(data, 0, 0);
-	uint64_t seq;
-	int fd, ret, added = 0;
+	uint64_t off = k->chunk * (uint64_t)k->chunk_size;
+	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && aligned(data, 0, 0);
+	struct slab *s;
+	bool was;
+	int ret, dfd = -1;
 
-	dcr_hash_hex(hash, hex);
-	dcr_cache_path(c, hash, path, sizeof(path));
-	pthread_mutex_lock(&c->lock);
-	seq = ++c->tmp_seq;
-	pthread_mutex_unlock(&c->lock);
-	snprintf(tmp, sizeof(tmp), "%s/%s.%ld.%llu", c->tmp_dir, hex,
-		 (long)getpid(), (unsigned long long)seq);
-
-	/* No fsync: a file torn by a crash fails verification on its first
-	 * use after the restart and is fetched again. */
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC |
-		       (direct ? O_DIRECT : 0), 0600);
-	if (fd < 0 && direct && errno == EINVAL) {
-		atomic_store(&c->no_direct, true);
-		direct = false;
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	}
-	if (fd < 0) {
-		ret = -errno;
+	if (k->len == 0)
+		return 0;
+	s = slab_get(c, k, true, &ret);
+	if (!s)
 		goto err_log;
+	if (k->chunk >= s->nbits) {
+		slab_put(c, s);
+		return DCR_ERR(-EINVAL);
 	}
-	if (direct) {
-		/* Whole blocks, then cut to size. */
-		size_t wlen = DCR_ROUND_UP(len, DCR_CACHE_ALIGN);
-
-		ret = dcr_write_full(fd, data, wlen);
+	if (direct)
+		dfd = slab_dfd(c, s);
+	if (dfd >= 0) {
+		/* Whole blocks: past the last chunk's end is padding. */
+		ret = dcr_pwrite_full(dfd, data,
+				      DCR_ROUND_UP((size_t)k->len,
+						   DCR_CACHE_ALIGN), off);
 		if (ret == -EINVAL) {
-			/* Alignment refused after all: write it plainly. */
 			atomic_store(&c->no_direct, true);
-			ret = fcntl(fd, F_SETFL, 0) < 0 ? -errno : 0;
-			if (!ret && ftruncate(fd, 0) < 0)
-				ret = -errno;
-			if (!ret)
-				ret = dcr_pwrite_full(fd, data, len, 0);
-		} else if (!ret && wlen != len && ftruncate(fd, (off_t)len) < 0) {
-			ret = -errno;
+			dfd = -1;
 		}
-	} else {
-		ret = dcr_write_full(fd, data, len);
 	}
-	if (!ret)
-		xxh_set(c, fd, data, len);
-	if (close(fd) < 0 && !ret)
-		ret = -errno;
-	if (ret)
-		goto err_unlink;
-	if (rename(tmp, path) < 0) {
-		ret = -errno;
-		goto err_unlink;
-	}
-	ret = dcr_catalog_cache_add(c->cat, hash, len, now, &added);
+	if (dfd < 0)
+		ret = dcr_pwrite_full(s->fd, data, k->len, off);
 	if (ret) {
-		unlink(path); /* a file without a row escapes the budget */
+		punch(c, s, k->chunk);
+		slab_put(c, s);
 		goto err_log;
 	}
 	pthread_mutex_lock(&c->lock);
-	if (added)
-		c->bytes += len;
+	was = bit(s->present, s->nbits, k->chunk);
+	bit_set(s->present, k->chunk, true);
+	bit_set(s->proven, k->chunk, true);
+	if (!was && !s->dead) {
+		s->bytes += k->len;
+		c->bytes += k->len;
+	}
+	s->used_ms = DCR_MAX(s->used_ms, now_ms());
 	c->st.inserts++;
-	vset_add(c, hash, now);
 	pthread_mutex_unlock(&c->lock);
-	evict(c);
+	evict(c, s, k->chunk);
+	slab_put(c, s);
 	return 0;
 
-err_unlink:
-	unlink(tmp);
 err_log:
-	dcr_warn("cache: cannot store chunk %s: %s", hex, dcr_strerror(ret));
+	dcr_warn("cache: cannot store chunk %" PRIu64 " of slab v%" PRIu64
+		 ".f%" PRIu32 ": %s", k->chunk, k->v, k->file,
+		 dcr_strerror(ret));
 	return ret;
 }

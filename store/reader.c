@@ -98,6 +98,11 @@ struct flight {
 	struct flight *next;
 	uint8_t hash[DCR_HASH_LEN];
 	uint32_t len;
+	/* Where the leader's chunk goes in the cache (dcr_cache_put). */
+	const struct rver *rv;
+	uint32_t file;
+	uint64_t chunk;
+	struct dcr_catalog_chunk ref;
 	uint8_t *data;  /* the materialized chunk once done && rc == 0 */
 	int rc;
 	bool done;
@@ -537,31 +542,50 @@ static bool hot_has(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
 static void flight_release(struct dcr_reader *r, struct flight *f);
 
 /*
- * Copy the whole verified chunk @hash of @len bytes into @out from
- * wherever this instance has it: hot, built and waiting to be written
- * (a published flight), or in the cache. 0, -ENOENT, or -errno.
+ * The cache key of chunk @chunk of file @file (manifest index) of @rv,
+ * whose reference is @ref (which must outlive the key).
  */
-static int base_get(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-		    uint32_t len, uint8_t *out)
+static void cache_key(struct dcr_cache_key *k, const struct rver *rv,
+		      uint32_t file, uint64_t chunk,
+		      const struct dcr_catalog_chunk *ref)
+{
+	k->v = rv->v;
+	k->file = file;
+	k->chunk = chunk;
+	k->file_size = rv->m.files[file].size;
+	k->chunk_size = rv->chunk_size;
+	k->len = dcr_chunk_len(k->file_size, k->chunk_size, chunk);
+	k->hash = ref->hash;
+	k->xxh = ref->has_check ? ref->xxh : NULL;
+}
+
+/*
+ * Copy the whole verified chunk @k into @out from wherever this
+ * instance has it: hot or built and waiting to be written (a published
+ * flight), by content, or in its place in the cache. 0, -ENOENT, or
+ * -errno.
+ */
+static int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
+		    uint8_t *out)
 {
 	struct flight *f;
 
-	if (hot_read(r, hash, len, 0, out, len) == 0)
+	if (hot_read(r, k->hash, k->len, 0, out, k->len) == 0)
 		return 0;
 	pthread_mutex_lock(&r->sf_lock);
 	for (f = r->flights; f; f = f->next)
-		if (f->done && f->rc == 0 && f->len == len &&
-		    memcmp(f->hash, hash, DCR_HASH_LEN) == 0)
+		if (f->done && f->rc == 0 && f->len == k->len &&
+		    memcmp(f->hash, k->hash, DCR_HASH_LEN) == 0)
 			break;
 	if (f)
 		f->refs++;
 	pthread_mutex_unlock(&r->sf_lock);
 	if (f) {
-		memcpy(out, f->data, len);
+		memcpy(out, f->data, k->len);
 		flight_release(r, f);
 		return 0;
 	}
-	return dcr_cache_read(r->cache, hash, len, 0, out, len);
+	return dcr_cache_read(r->cache, k, 0, out, k->len);
 }
 
 void dcr_reader_keep_pagecache(bool on)
@@ -961,7 +985,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	ret = dcr_catalog_open(path, url, &r->cat);
 	if (ret)
 		goto err_close;
-	ret = dcr_cache_open(r->dir, r->cat, opts->cache_size, &r->cache);
+	ret = dcr_cache_open(r->dir, opts->cache_size, &r->cache);
 	if (ret)
 		goto err_close;
 	ret = load_catalog(r);
@@ -1543,8 +1567,10 @@ struct step {
 struct chain {
 	struct step *s;
 	size_t n, cap;
-	bool base_cached; /* out[] holds a cached ancestor chunk */
-	uint8_t base_hash[DCR_HASH_LEN];
+	bool base_cached; /* out[] holds a cached ancestor chunk: */
+	const struct rver *base_rv;
+	uint32_t base_file;
+	struct dcr_catalog_chunk base_ref;
 };
 
 static void chain_free(struct chain *ch)
@@ -1610,10 +1636,15 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 			return DCR_ERR(-EIO);
 		}
 		if (!first) {
-			ret = base_get(r, ref.hash, clen, out);
+			struct dcr_cache_key k;
+
+			cache_key(&k, cur, cf, w->chunk, &ref);
+			ret = base_get(r, &k, out);
 			if (ret == 0) {
 				ch->base_cached = true;
-				memcpy(ch->base_hash, ref.hash, DCR_HASH_LEN);
+				ch->base_rv = cur;
+				ch->base_file = cf;
+				ch->base_ref = ref;
 				return 0;
 			}
 			if (ret == -ENOMEM)
@@ -1721,8 +1752,14 @@ static void blame(struct dcr_reader *r, const struct where *w,
 
 	if (ret == 0) {
 		/* Final hash mismatch: replay, checking every step. */
-		bool base_ok = !ch->base_cached ||
-			       base_get(r, ch->base_hash, clen, out) == 0;
+		struct dcr_cache_key k;
+		bool base_ok = true;
+
+		if (ch->base_cached) {
+			cache_key(&k, ch->base_rv, ch->base_file, w->chunk,
+				  &ch->base_ref);
+			base_ok = base_get(r, &k, out) == 0;
+		}
 		bad = 0;
 		if (base_ok)
 			ret = apply_chain(codec, ch, out, clen, true, &bad);
@@ -1865,6 +1902,7 @@ struct piece {
  */
 static int piece_fast(struct dcr_reader *r, struct piece *p)
 {
+	struct dcr_cache_key k;
 	int ret;
 
 	ret = ref_get(r, p->w.rv->v, p->w.file, p->w.chunk, &p->ref);
@@ -1876,13 +1914,14 @@ static int piece_fast(struct dcr_reader *r, struct piece *p)
 	if (!p->dst) {
 		if (hot_has(r, p->ref.hash, p->clen))
 			return 0;
-		ret = dcr_cache_check(r->cache, p->ref.hash, p->clen);
+		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+		ret = dcr_cache_check(r->cache, &k);
 		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
 	}
 	if (hot_read(r, p->ref.hash, p->clen, p->coff, p->dst, p->n) == 0)
 		return 0;
-	return dcr_cache_read(r->cache, p->ref.hash, p->clen, p->coff, p->dst,
-			      p->n);
+	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+	return dcr_cache_read(r->cache, &k, p->coff, p->dst, p->n);
 }
 
 /* ---------------------------------------------- parallel for, batches */
@@ -2052,8 +2091,10 @@ static void *wq_main(void *arg)
 		r->wq_bytes -= f->len;
 		r->wq_busy++;
 		pthread_mutex_unlock(&r->wq_lock);
-		dcr_cache_put(r->cache, f->hash, f->data, f->len,
-			      DCR_CACHE_PUT_DIRECT);
+		struct dcr_cache_key k;
+
+		cache_key(&k, f->rv, f->file, f->chunk, &f->ref);
+		dcr_cache_put(r->cache, &k, f->data, DCR_CACHE_PUT_DIRECT);
 		flight_done(r, f, 0);
 		flight_release(r, f);
 		pthread_mutex_lock(&r->wq_lock);
@@ -2114,6 +2155,30 @@ static void wq_stop(struct dcr_reader *r)
 		     &r->nwq_th);
 }
 
+/*
+ * Leader chunk @c is built and proven: release its waiters (they need
+ * not wait for the write too) and store it in its place in the cache,
+ * behind the read (write-behind) or now. Every version's chunks go into
+ * its own slab, those equal to an older version's too, so that evicting
+ * old versions never costs a newer one its chunks.
+ */
+static void chunk_built(struct batch *b, struct bchunk *c)
+{
+	struct piece *p = c->p;
+
+	c->ready = true;
+	flight_publish(b->r, c->f, 0);
+	if (!b->pagecache && wq_submit(b->r, c->f)) {
+		c->handed = true;
+	} else {
+		struct dcr_cache_key k;
+
+		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+		dcr_cache_put(b->r->cache, &k, c->f->data,
+			      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
+	}
+}
+
 /* Apply and verify leader chunk @i, then cache it. */
 static void finish_one(void *arg, size_t i)
 {
@@ -2124,17 +2189,8 @@ static void finish_one(void *arg, size_t i)
 	if (!c->leader || c->ready || c->rc)
 		return;
 	c->rc = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
-	if (!c->rc) {
-		c->ready = true;
-		/* Readers waiting for it need not wait for the write too. */
-		flight_publish(b->r, c->f, 0);
-		if (!b->pagecache && wq_submit(b->r, c->f))
-			c->handed = true;
-		else
-			dcr_cache_put(b->r->cache, p->ref.hash, c->f->data,
-				      p->clen,
-				      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
-	}
+	if (!c->rc)
+		chunk_built(b, c);
 }
 
 /* Register chunk @c: lead a new flight or join the one in progress. */
@@ -2161,6 +2217,10 @@ static int batch_join(struct dcr_reader *r, struct bchunk *c)
 	}
 	memcpy(f->hash, hash, DCR_HASH_LEN);
 	f->len = c->p->clen;
+	f->rv = c->p->w.rv;
+	f->file = c->p->w.file;
+	f->chunk = c->p->w.chunk;
+	f->ref = c->p->ref;
 	f->refs = 1;
 	f->quiet = tl_quiet;
 	f->next = r->flights;
@@ -2308,19 +2368,27 @@ static void batch_prepare(struct batch *b, struct piece *ps)
 		}
 		/* A leader that just finished may have cached it after our
 		 * miss: look once more before fetching. */
-		c->rc = dcr_cache_read(r->cache, c->p->ref.hash, c->p->clen, 0,
-				       c->f->data, c->p->clen);
+		{
+			struct dcr_cache_key k;
+
+			cache_key(&k, c->p->w.rv, c->p->w.file, c->p->w.chunk,
+				  &c->p->ref);
+			c->rc = dcr_cache_read(r->cache, &k, 0, c->f->data,
+					       c->p->clen);
+		}
 		if (c->rc == 0) {
 			c->ready = true;
 		} else if (c->rc == -ENOENT) {
 			c->rc = resolve_chain(r, &c->p->w, &c->p->ref,
 					      c->p->clen, c->f->data, &c->ch);
 			if (!c->rc && !c->ch.n) {
-				/* A cached base that is the chunk itself? */
+				/* An older version's cached chunk that is this
+				 * one (SAME): proven, and stored as ours. */
 				c->rc = finish_chain(r, &c->p->w, &c->p->ref,
 						     c->p->clen, c->f->data,
 						     &c->ch);
-				c->ready = c->rc == 0;
+				if (!c->rc)
+					chunk_built(b, c);
 			}
 		}
 	}
@@ -2811,9 +2879,11 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	for (pos = off; pos < end;) {
 		uint64_t i = dcr_chunk_index(pos, cs);
 		struct dcr_catalog_chunk ref;
+		struct dcr_cache_key k;
 		uint32_t clen = dcr_chunk_len(size, cs, i);
 		uint32_t coff = (uint32_t)(pos - i * cs);
 		size_t n = (size_t)DCR_MIN(end - pos, (uint64_t)clen - coff);
+		uint64_t slab_off;
 		int fd;
 
 		if (nseg == max) {
@@ -2828,11 +2898,12 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 		 * caller copies it (from memory) instead of splicing. */
 		if (ref_get(r, v, idx - 1, i, &ref) != 0)
 			goto err_close;
-		fd = dcr_cache_open_fd(r->cache, ref.hash, clen);
+		cache_key(&k, rv, idx - 1, i, &ref);
+		fd = dcr_cache_open_fd(r->cache, &k, &slab_off);
 		if (fd < 0)
 			goto err_close;
 		segs[nseg].fd = fd;
-		segs[nseg].off = coff;
+		segs[nseg].off = slab_off + coff;
 		segs[nseg].len = n;
 		nseg++;
 		pos += n;

@@ -30,9 +30,9 @@ check_all() { # what
 mount_dcrfs "$STORE" "$MNT" "cache_dir=$CACHE,poll=1"
 check_all "first mount"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
-nchunks=$(find "$CACHE" -path '*/chunks/*' -type f | wc -l)
-[ "$nchunks" -gt 0 ] || fail "nothing under $CACHE/*/chunks after reading"
-log "$nchunks chunk files cached"
+nslabs=$(find "$CACHE" -path '*/slabs/*' -type f | wc -l)
+[ "$nslabs" -gt 0 ] || fail "nothing under $CACHE/*/slabs after reading"
+log "$nslabs slab files cached"
 
 # 2. warm: the packs are gone, the cache alone serves every byte
 mv "$STORE/packs" "$T/packs.away"
@@ -45,17 +45,7 @@ mv "$T/packs.away" "$STORE/packs"
 
 # 3. damaged cache: flip a byte in every cached chunk; reads must still
 #    return the right bytes, fetched again from the store
-find "$CACHE" -path '*/chunks/*' -type f -print0 |
-	xargs -0 python3 -c '
-import sys
-for p in sys.argv[1:]:
-    with open(p, "r+b") as f:
-        d = bytearray(f.read())
-        if d:
-            d[len(d) // 2] ^= 0x10
-            f.seek(0)
-            f.write(d)
-'
+rot_cache "$CACHE" >/dev/null
 mount_dcrfs "$STORE" "$MNT" "cache_dir=$CACHE,poll=1"
 check_all "remount with a damaged cache"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"

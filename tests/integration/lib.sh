@@ -261,6 +261,40 @@ PY
 }
 
 # stat_size PATH
+# rot_cache CACHE_DIR - silent media corruption of a dcrfs cache: flip
+# one byte in every allocated 4 KiB block of every slab, put each file's
+# times back (same inode, size and mtime) and drop its pages. Prints the
+# number of blocks flipped.
+rot_cache() {
+	find "$1" -path '*/slabs/*' -type f -print0 | xargs -0 python3 -c 'import os, sys
+n = 0
+for p in sys.argv[1:]:
+    st = os.stat(p)
+    fd = os.open(p, os.O_RDWR)
+    off = 0
+    while True:  # one byte in every allocated 4 KiB block
+        try:
+            d = os.lseek(fd, off, os.SEEK_DATA)
+        except OSError:
+            break
+        h = os.lseek(fd, d, os.SEEK_HOLE)
+        for b in range(d, h, 4096):
+            x = bytearray(os.pread(fd, 1, b + 7))
+            x[0] ^= 0x01
+            os.pwrite(fd, bytes(x), b + 7)
+            n += 1
+        off = h
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    st2 = os.stat(p)
+    assert (st2.st_ino, st2.st_size, st2.st_mtime_ns) == \
+        (st.st_ino, st.st_size, st.st_mtime_ns), p
+print(n)
+'
+}
+
 stat_size() { t stat -c %s "$1"; }
 
 # expect_fail_msg MESSAGE CMD... - CMD must fail and print MESSAGE.

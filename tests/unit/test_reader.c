@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -95,6 +96,7 @@ static int c_get(struct dcr_store *st, const char *key, uint64_t off,
 		c->gets_versions++;
 	else if (!strncmp(key, "packs/", 6)) {
 		c->gets_packs++;
+
 		if (c->delay_us) {
 			struct timespec ts = { 0, (long)c->delay_us * 1000 };
 			nanosleep(&ts, NULL);
@@ -730,10 +732,13 @@ static void test_reopen_no_refetch(void **state)
 	struct fx *f = *state;
 	uint64_t latest = 0;
 
-	build_chain(f, 4);
+	/* Three versions of SAME, delta and full chunks (v4 of build_chain
+	 * is all-delta, whose unchanged chunks only a cache addressed by
+	 * content would share). */
+	build_chain(f, 3);
 	open_reader(f, 0);
 	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
-	for (uint64_t v = 1; v <= 4; v++)
+	for (uint64_t v = 1; v <= 3; v++)
 		check_version(f, v);
 	dcr_reader_close(f->r);
 	f->r = NULL;
@@ -742,25 +747,25 @@ static void test_reopen_no_refetch(void **state)
 	 * is fetched again. */
 	counts_reset(f->cs);
 	open_reader(f, 0);
-	assert_int_equal(dcr_reader_latest(f->r), 4);
-	for (uint64_t v = 1; v <= 4; v++)
+	assert_int_equal(dcr_reader_latest(f->r), 3);
+	for (uint64_t v = 1; v <= 3; v++)
 		check_version(f, v);
 	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
-	assert_int_equal(latest, 4);
+	assert_int_equal(latest, 3);
 	assert_int_equal(f->cs->gets_versions, 0);
 	assert_int_equal(f->cs->gets_packs, 0);
 
 	/* A new version after the restart: only its manifest is fetched,
-	 * and reading it needs only its own frames (v4 is cached). */
-	f->v[5].v = 5;
-	copy_tree(&f->v[5], &f->v[4]);
-	nudge(&f->v[5].f[1], 1, 4, 4242);
-	publish(f->st, &f->v[5], &f->v[4], B_AUTO, 0);
+	 * and reading it needs only its own frames (v3 is cached). */
+	f->v[4].v = 4;
+	copy_tree(&f->v[4], &f->v[3]);
+	nudge(&f->v[4].f[1], 1, 4, 4242);
+	publish(f->st, &f->v[4], &f->v[3], B_AUTO, 0);
 	counts_reset(f->cs);
 	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
-	assert_int_equal(latest, 5);
-	assert_int_equal(f->cs->gets_versions, 2); /* v5, probe of v6 */
-	check_version(f, 5);
+	assert_int_equal(latest, 4);
+	assert_int_equal(f->cs->gets_versions, 2); /* v4, probe of v5 */
+	check_version(f, 4);
 	assert_int_equal(f->cs->gets_packs, 1);
 	assert_int_equal(log_errors, 0);
 }
@@ -884,27 +889,53 @@ static void test_missing_pack(void **state)
 	assert_int_equal(log_errors, 0);
 }
 
-static void cache_file(struct fx *f, const uint8_t h[DCR_HASH_LEN],
-		       char *path, size_t cap)
+/*
+ * The slab holding file @fi (tver index) of version @v in the reader's
+ * private cache: <cache_dir>/<id>/slabs/v<version>.f<manifest index>.
+ * Chunk k is at k * CS in it.
+ */
+static void cache_file(struct fx *f, uint64_t v, int fi, char *path,
+		       size_t cap)
 {
 	uint8_t id[DCR_HASH_LEN];
-	char idhex[DCR_HASH_HEX_LEN + 1], hex[DCR_HASH_HEX_LEN + 1];
+	char idhex[DCR_HASH_HEX_LEN + 1];
 
 	dcr_sha256(f->st->url, strlen(f->st->url), id);
 	dcr_hash_hex(id, idhex);
-	dcr_hash_hex(h, hex);
 	idhex[16] = 0;
-	snprintf(path, cap, "%.3000s/%s/chunks/%.2s/%s", f->cache_dir, idhex,
-		 hex, hex);
+	/* Manifest index = tver index: files are added in path order. */
+	snprintf(path, cap, "%.3000s/%s/slabs/v%010llu.f%d", f->cache_dir,
+		 idhex, (unsigned long long)v, fi);
+}
+
+/* Whether chunk @k of file @fi of @v is in its slab with the right
+ * bytes. */
+static bool in_slab(struct fx *f, uint64_t v, int fi, uint64_t k)
+{
+	const struct tfile *tf = &f->v[v].f[fi];
+	uint32_t n = dcr_chunk_len(tf->size, CS, k);
+	char path[PATH_MAX];
+	uint8_t buf[CS];
+	int fd;
+	bool ok;
+
+	cache_file(f, v, fi, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return false;
+	ok = pread(fd, buf, n, (off_t)(k * CS)) == (ssize_t)n &&
+	     memcmp(buf, tf->data + k * CS, n) == 0;
+	close(fd);
+	return ok;
 }
 
 static void test_corrupt_cache_file(void **state)
 {
 	struct fx *f = *state;
-	uint8_t h[DCR_HASH_LEN], *bytes = NULL;
 	char path[PATH_MAX];
-	size_t len = 0;
 	struct stat sb;
+	uint8_t byte;
+	int fd;
 
 	build_chain(f, 2);
 	open_reader(f, 0);
@@ -913,14 +944,17 @@ static void test_corrupt_cache_file(void **state)
 	dcr_reader_close(f->r);
 	f->r = NULL;
 
-	/* Private layout: <cache_dir>/<id>/{catalog.db,chunks/xx/hash}. */
-	chunk_hash(&f->v[2], 1, 0, h);
-	cache_file(f, h, path, sizeof(path));
-	assert_int_equal(tu_read_file(path, &bytes, &len), 0);
-	assert_int_equal(len, CS);
-	bytes[17] ^= 0xff;
-	assert_int_equal(tu_write_file(path, bytes, len), 0);
-	free(bytes);
+	/* Private layout: <cache_dir>/<id>/{catalog.db,slabs/...}. Flip a
+	 * byte of v2's chunk 0 of a/w.bin in its slab. */
+	assert_true(in_slab(f, 2, 1, 0));
+	cache_file(f, 2, 1, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &byte, 1, 17), 1);
+	byte ^= 0xff;
+	assert_int_equal(pwrite(fd, &byte, 1, 17), 1);
+	close(fd);
+	assert_false(in_slab(f, 2, 1, 0));
 	snprintf(path, sizeof(path), "%s", f->cache_dir);
 	assert_int_equal(stat(path, &sb), 0);
 	assert_int_equal(sb.st_mode & 0777, 0700);
@@ -928,15 +962,12 @@ static void test_corrupt_cache_file(void **state)
 	counts_reset(f->cs);
 	open_reader(f, 0);
 	log_reset();
-	check_version(f, 2); /* detected, deleted, fetched again */
+	check_version(f, 2); /* detected, punched out, fetched again */
 	assert_true(f->cs->gets_packs >= 1);
 	assert_int_equal(log_errors, 0);
 	/* And cached again (behind the read), correctly. */
 	dcr_reader_sync(f->r);
-	cache_file(f, h, path, sizeof(path));
-	assert_int_equal(tu_read_file(path, &bytes, &len), 0);
-	assert_memory_equal(bytes, f->v[2].f[1].data, CS);
-	free(bytes);
+	assert_true(in_slab(f, 2, 1, 0));
 }
 
 static long long dir_bytes(const char *dir)
@@ -1495,7 +1526,7 @@ static void test_readahead(void **state)
 	struct fx *f = *state;
 	const struct tfile *tf;
 	uint8_t buf[CS];
-	char key[128], path[PATH_MAX];
+	char key[128];
 	int all = 0;
 
 	build_chain(f, 1);
@@ -1508,14 +1539,9 @@ static void test_readahead(void **state)
 	assert_int_equal(dcr_reader_read(f->r, 1, 2, 0, buf, 10), 10);
 	for (int i = 0; i < 500 && !all; i++) {
 		all = 1;
-		for (uint64_t k = 0; k < 6; k++) {
-			uint8_t h[DCR_HASH_LEN];
-
-			chunk_hash(&f->v[1], 1, k, h);
-			cache_file(f, h, path, sizeof(path));
-			if (access(path, F_OK) != 0)
+		for (uint64_t k = 0; k < 6; k++)
+			if (!in_slab(f, 1, 1, k))
 				all = 0;
-		}
 		if (!all)
 			usleep(10000);
 	}
