@@ -40,11 +40,6 @@
 
 enum dcr_stmt_id {
 	ST_GET_CHUNK,
-	ST_CACHE_ADD,
-	ST_CACHE_TOUCH,
-	ST_CACHE_GET_SIZE,
-	ST_CACHE_DEL,
-	ST_CACHE_OLDEST,
 	ST_COUNT,
 };
 
@@ -55,14 +50,6 @@ static const char *const stmt_sql[ST_COUNT] = {
 		"LEFT JOIN packs p ON p.version = c.version AND p.idx = c.pack "
 		"WHERE c.version = ?1 AND c.file = ?2 AND c.idx >= ?3 "
 		"AND c.idx < ?4 ORDER BY c.idx",
-	[ST_CACHE_ADD] =
-		"INSERT INTO cache(hash, size, atime) VALUES (?1, ?2, ?3) "
-		"ON CONFLICT(hash) DO UPDATE SET atime = excluded.atime",
-	[ST_CACHE_TOUCH] = "UPDATE cache SET atime = ?2 WHERE hash = ?1",
-	[ST_CACHE_GET_SIZE] = "SELECT size FROM cache WHERE hash = ?1",
-	[ST_CACHE_DEL] = "DELETE FROM cache WHERE hash = ?1",
-	[ST_CACHE_OLDEST] =
-		"SELECT hash, size FROM cache ORDER BY atime, hash LIMIT ?1",
 };
 
 struct dcr_catalog {
@@ -124,11 +111,7 @@ static const char schema_sql[] =
 	" len INTEGER NOT NULL, hash BLOB NOT NULL, fhash BLOB, xxh BLOB,"
 	" PRIMARY KEY(version, file, idx)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS tags("
-	" name TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;"
-	"CREATE TABLE IF NOT EXISTS cache("
-	" hash BLOB PRIMARY KEY, size INTEGER NOT NULL,"
-	" atime INTEGER NOT NULL) WITHOUT ROWID;"
-	"CREATE INDEX IF NOT EXISTS cache_atime ON cache(atime);";
+	" name TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;";
 
 static void mark_corrupt(struct dcr_catalog *c, const char *why);
 
@@ -274,6 +257,7 @@ static int check_meta(struct dcr_catalog *c, const char *url)
 				"INTEGER NOT NULL DEFAULT 1;"
 				"ALTER TABLE chunks ADD COLUMN fhash BLOB;"
 				"ALTER TABLE chunks ADD COLUMN xxh BLOB;"
+				"DROP TABLE IF EXISTS cache;"
 				"UPDATE meta SET value = '" DCR_CATALOG_SCHEMA
 				"' WHERE key = 'schema';");
 			if (ret)
@@ -477,9 +461,9 @@ int dcr_catalog_open(const char *path, const char *url,
 		/*
 		 * The store is the source of truth: set the damaged file
 		 * aside (for a post-mortem) and start afresh. Versions are
-		 * indexed again from the store; the cached chunk files stay
-		 * and are re-adopted (see dcr_cache_open), then verified on
-		 * their first use.
+		 * indexed again from the store; the cache's slabs (which
+		 * keep their own bookkeeping) stay, and every chunk in them
+		 * is checked on its first use.
 		 */
 		ret = set_aside(path, aside, sizeof(aside));
 		if (ret)
@@ -1175,7 +1159,7 @@ int dcr_catalog_get_chunks(struct dcr_catalog *c, uint64_t v, uint32_t file,
 			   uint64_t first, size_t n,
 			   struct dcr_catalog_chunk *out, size_t *got)
 {
-	sqlite3_stmt *st;
+	sqlite3_stmt *st = NULL;
 	size_t k = 0;
 	int rc = SQLITE_DONE, ret;
 
@@ -1314,207 +1298,5 @@ int dcr_catalog_tags(struct dcr_catalog *c,
 	sqlite3_finalize(st);
 out_unlock:
 	pthread_mutex_unlock(&c->lock);
-	return ret;
-}
-
-int dcr_catalog_cache_add(struct dcr_catalog *c,
-			  const uint8_t hash[DCR_HASH_LEN], uint64_t size,
-			  int64_t atime, int *added)
-{
-	sqlite3_stmt *st;
-	int rc, ret, existed = 0;
-
-	cat_lock(c);
-	ret = cached(c, ST_CACHE_GET_SIZE, &st);
-	if (ret)
-		goto out_unlock;
-	sqlite3_bind_blob(st, 1, hash, DCR_HASH_LEN, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW)
-		existed = 1;
-	else if (rc != SQLITE_DONE)
-		ret = sql_err(c, rc, "read cache");
-	release(st);
-	if (ret)
-		goto out_unlock;
-	ret = cached(c, ST_CACHE_ADD, &st);
-	if (ret)
-		goto out_unlock;
-	sqlite3_bind_blob(st, 1, hash, DCR_HASH_LEN, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, (int64_t)size);
-	sqlite3_bind_int64(st, 3, atime);
-	ret = step_done(c, st, "record cached chunk");
-	sqlite3_clear_bindings(st);
-	if (!ret && added)
-		*added = !existed;
-out_unlock:
-	pthread_mutex_unlock(&c->lock);
-	return ret;
-}
-
-int dcr_catalog_cache_touch(struct dcr_catalog *c,
-			    const uint8_t hash[DCR_HASH_LEN], int64_t atime)
-{
-	sqlite3_stmt *st;
-	int ret;
-
-	cat_lock(c);
-	ret = cached(c, ST_CACHE_TOUCH, &st);
-	if (!ret) {
-		sqlite3_bind_blob(st, 1, hash, DCR_HASH_LEN, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 2, atime);
-		ret = step_done(c, st, "touch cached chunk");
-		sqlite3_clear_bindings(st);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return ret;
-}
-
-int dcr_catalog_cache_del(struct dcr_catalog *c,
-			  const uint8_t hash[DCR_HASH_LEN], uint64_t *size)
-{
-	sqlite3_stmt *st;
-	uint64_t sz = 0;
-	int rc, ret;
-
-	cat_lock(c);
-	ret = cached(c, ST_CACHE_GET_SIZE, &st);
-	if (ret)
-		goto out_unlock;
-	sqlite3_bind_blob(st, 1, hash, DCR_HASH_LEN, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW)
-		sz = (uint64_t)sqlite3_column_int64(st, 0);
-	else if (rc != SQLITE_DONE)
-		ret = sql_err(c, rc, "read cache");
-	release(st);
-	if (ret)
-		goto out_unlock;
-	ret = cached(c, ST_CACHE_DEL, &st);
-	if (ret)
-		goto out_unlock;
-	sqlite3_bind_blob(st, 1, hash, DCR_HASH_LEN, SQLITE_STATIC);
-	ret = step_done(c, st, "forget cached chunk");
-	sqlite3_clear_bindings(st);
-	if (!ret && size)
-		*size = sz;
-out_unlock:
-	pthread_mutex_unlock(&c->lock);
-	return ret;
-}
-
-int dcr_catalog_cache_total(struct dcr_catalog *c, uint64_t *bytes)
-{
-	sqlite3_stmt *st;
-	int rc, ret;
-
-	*bytes = 0;
-	cat_lock(c);
-	ret = prepare(c, "SELECT COALESCE(SUM(size), 0) FROM cache", &st);
-	if (ret)
-		goto out_unlock;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW)
-		*bytes = (uint64_t)sqlite3_column_int64(st, 0);
-	else
-		ret = sql_err(c, rc, "sum cache");
-	sqlite3_finalize(st);
-out_unlock:
-	pthread_mutex_unlock(&c->lock);
-	return ret;
-}
-
-int dcr_catalog_cache_oldest(struct dcr_catalog *c, size_t max,
-			     uint8_t (*hashes)[DCR_HASH_LEN], uint64_t *sizes,
-			     size_t *n)
-{
-	sqlite3_stmt *st;
-	size_t cnt = 0;
-	int rc = SQLITE_DONE, ret;
-
-	*n = 0;
-	cat_lock(c);
-	ret = cached(c, ST_CACHE_OLDEST, &st);
-	if (ret)
-		goto out_unlock;
-	sqlite3_bind_int64(st, 1, (int64_t)max);
-	while (cnt < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const void *h = sqlite3_column_blob(st, 0);
-		if (!h || sqlite3_column_bytes(st, 0) != DCR_HASH_LEN)
-			continue;
-		memcpy(hashes[cnt], h, DCR_HASH_LEN);
-		sizes[cnt] = (uint64_t)sqlite3_column_int64(st, 1);
-		cnt++;
-	}
-	if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-		ret = sql_err(c, rc, "list cache");
-	release(st);
-	*n = cnt;
-out_unlock:
-	pthread_mutex_unlock(&c->lock);
-	return ret;
-}
-
-struct add_many_args {
-	const uint8_t (*hashes)[DCR_HASH_LEN];
-	const uint64_t *sizes;
-	const int64_t *atimes;
-	size_t n;
-	bool touch;
-	uint8_t *added;
-};
-
-static int add_many_txn(struct dcr_catalog *c, void *arg)
-{
-	const struct add_many_args *a = arg;
-	sqlite3_stmt *ins, *upd = NULL;
-	int ret = prepare(c, "INSERT OR IGNORE INTO cache(hash, size, atime) "
-			     "VALUES (?1, ?2, ?3)", &ins);
-
-	if (ret)
-		return ret;
-	if (a->touch)
-		ret = cached(c, ST_CACHE_TOUCH, &upd);
-	for (size_t i = 0; i < a->n && !ret; i++) {
-		int64_t at = a->atimes ? a->atimes[i] : 0;
-
-		sqlite3_bind_blob(ins, 1, a->hashes[i], DCR_HASH_LEN,
-				  SQLITE_STATIC);
-		sqlite3_bind_int64(ins, 2, (int64_t)a->sizes[i]);
-		sqlite3_bind_int64(ins, 3, at);
-		ret = step_done(c, ins, "record cached chunk");
-		if (ret)
-			break;
-		if (sqlite3_changes(c->db) > 0) {
-			if (a->added)
-				a->added[i] = 1;
-		} else if (a->touch) {
-			sqlite3_bind_blob(upd, 1, a->hashes[i], DCR_HASH_LEN,
-					  SQLITE_STATIC);
-			sqlite3_bind_int64(upd, 2, at);
-			ret = step_done(c, upd, "touch cached chunk");
-		}
-	}
-	if (upd)
-		release(upd);
-	sqlite3_finalize(ins);
-	return ret;
-}
-
-int dcr_catalog_cache_add_many(struct dcr_catalog *c,
-			       const uint8_t (*hashes)[DCR_HASH_LEN],
-			       const uint64_t *sizes, const int64_t *atimes,
-			       size_t n, bool touch, uint8_t *added)
-{
-	struct add_many_args a = { hashes, sizes, atimes, n, touch, added };
-	int ret;
-
-	if (added)
-		memset(added, 0, n);
-	if (n == 0)
-		return 0;
-	ret = in_txn(c, add_many_txn, &a);
-	if (ret && added)
-		memset(added, 0, n); /* rolled back: nothing was added */
 	return ret;
 }

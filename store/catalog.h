@@ -3,11 +3,10 @@
  * catalog.h - the SQLite catalog of one store on one node.
  *
  * The catalog records every version the node has indexed (the decoded
- * manifest as rows: files, packs and one row per chunk), the store's
- * tags, and the bookkeeping of the local chunk cache (size and last use
- * of every cached chunk, for LRU eviction). It lives in
- * <cache_dir>/<id>/catalog.db and survives a restart, so a remount never
- * fetches a manifest twice.
+ * manifest as rows: files, packs and one row per chunk) and the store's
+ * tags; the chunk cache keeps its own bookkeeping in its slab files
+ * (cache.h). It lives in <cache_dir>/<id>/catalog.db and survives a
+ * restart, so a remount never fetches a manifest twice.
  *
  * Schema (version 2; a version 1 catalog is upgraded in place when
  * opened, its rows kept):
@@ -22,7 +21,6 @@
  *          fhash BLOB, xxh BLOB)          both NULL for format 1
  *                                           PRIMARY KEY (version, file, idx)
  *   tags(name TEXT PRIMARY KEY, version)
- *   cache(hash BLOB PRIMARY KEY, size, atime)  + INDEX cache_atime(atime)
  *
  * All keyed tables are WITHOUT ROWID, so a chunk lookup is one O(log n)
  * B-tree descent. A version's rows are written in batches, its versions
@@ -174,48 +172,5 @@ int dcr_catalog_set_tags(struct dcr_catalog *c, const char *const *names,
 int dcr_catalog_tags(struct dcr_catalog *c,
 		     int (*fn)(const char *name, uint64_t version, void *arg),
 		     void *arg);
-
-/**
- * dcr_catalog_cache_add - record that chunk @hash of @size bytes is
- * cached, last used at @atime (seconds). *@added (may be NULL) is set to
- * 1 if the row is new, 0 if it existed (its atime is then updated).
- */
-int dcr_catalog_cache_add(struct dcr_catalog *c,
-			  const uint8_t hash[DCR_HASH_LEN], uint64_t size,
-			  int64_t atime, int *added);
-
-/** dcr_catalog_cache_touch - set the last use of @hash to @atime. */
-int dcr_catalog_cache_touch(struct dcr_catalog *c,
-			    const uint8_t hash[DCR_HASH_LEN], int64_t atime);
-
-/**
- * dcr_catalog_cache_del - forget @hash; *@size (may be NULL) receives
- * the recorded size, or 0 if there was no row. 0 or -errno.
- */
-int dcr_catalog_cache_del(struct dcr_catalog *c,
-			  const uint8_t hash[DCR_HASH_LEN], uint64_t *size);
-
-/**
- * dcr_catalog_cache_add_many - record the @n chunks @hashes of @sizes
- * bytes, last used at @atimes (NULL: 0, the oldest), in one transaction.
- * Rows that exist keep their size; with @touch their atime is updated,
- * else they are left alone. @added (may be NULL) gets a flag per chunk:
- * 1 if its row is new (all 0 on failure). 0 or -errno.
- */
-int dcr_catalog_cache_add_many(struct dcr_catalog *c,
-			       const uint8_t (*hashes)[DCR_HASH_LEN],
-			       const uint64_t *sizes, const int64_t *atimes,
-			       size_t n, bool touch, uint8_t *added);
-
-/** dcr_catalog_cache_total - the sum of all recorded sizes. */
-int dcr_catalog_cache_total(struct dcr_catalog *c, uint64_t *bytes);
-
-/**
- * dcr_catalog_cache_oldest - up to @max least recently used entries,
- * oldest first, into @hashes/@sizes; *@n receives the count. 0 or -errno.
- */
-int dcr_catalog_cache_oldest(struct dcr_catalog *c, size_t max,
-			     uint8_t (*hashes)[DCR_HASH_LEN], uint64_t *sizes,
-			     size_t *n);
 
 #endif /* DCR_CATALOG_H */

@@ -316,60 +316,6 @@ static void test_tags(void **state)
 	dcr_catalog_close(c);
 }
 
-static void test_cache_rows(void **state)
-{
-	struct fixture *f = *state;
-	struct dcr_catalog *c = NULL;
-	uint8_t h[4][DCR_HASH_LEN], out[8][DCR_HASH_LEN];
-	uint64_t sizes[8], total, sz;
-	size_t n;
-	int added = -1;
-
-	for (int i = 0; i < 4; i++)
-		memset(h[i], 0x10 * (i + 1), DCR_HASH_LEN);
-	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
-	assert_int_equal(dcr_catalog_cache_total(c, &total), 0);
-	assert_int_equal(total, 0);
-	assert_int_equal(dcr_catalog_cache_oldest(c, 8, out, sizes, &n), 0);
-	assert_int_equal(n, 0);
-
-	assert_int_equal(dcr_catalog_cache_add(c, h[0], 100, 50, &added), 0);
-	assert_int_equal(added, 1);
-	assert_int_equal(dcr_catalog_cache_add(c, h[1], 200, 10, &added), 0);
-	assert_int_equal(dcr_catalog_cache_add(c, h[2], 300, 30, NULL), 0);
-	assert_int_equal(dcr_catalog_cache_add(c, h[3], 400, 40, &added), 0);
-	/* Re-adding updates the atime but keeps one row. */
-	assert_int_equal(dcr_catalog_cache_add(c, h[0], 100, 5, &added), 0);
-	assert_int_equal(added, 0);
-	assert_int_equal(dcr_catalog_cache_total(c, &total), 0);
-	assert_int_equal(total, 1000);
-
-	assert_int_equal(dcr_catalog_cache_oldest(c, 8, out, sizes, &n), 0);
-	assert_int_equal(n, 4);
-	assert_memory_equal(out[0], h[0], DCR_HASH_LEN);
-	assert_memory_equal(out[1], h[1], DCR_HASH_LEN);
-	assert_memory_equal(out[2], h[2], DCR_HASH_LEN);
-	assert_int_equal(sizes[2], 300);
-
-	assert_int_equal(dcr_catalog_cache_touch(c, h[0], 99), 0);
-	assert_int_equal(dcr_catalog_cache_oldest(c, 2, out, sizes, &n), 0);
-	assert_int_equal(n, 2);
-	assert_memory_equal(out[0], h[1], DCR_HASH_LEN);
-	assert_memory_equal(out[1], h[2], DCR_HASH_LEN);
-
-	assert_int_equal(dcr_catalog_cache_del(c, h[1], &sz), 0);
-	assert_int_equal(sz, 200);
-	assert_int_equal(dcr_catalog_cache_del(c, h[1], &sz), 0);
-	assert_int_equal(sz, 0);
-	dcr_catalog_close(c);
-
-	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
-	assert_int_equal(dcr_catalog_cache_total(c, &total), 0);
-	assert_int_equal(total, 800);
-	dcr_catalog_close(c);
-}
-
-/* A big version goes in one transaction and lookups stay exact. */
 static void test_many_chunks(void **state)
 {
 	struct fixture *f = *state;
@@ -762,8 +708,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_versions_and_chunks,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tags, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_cache_rows, setup,
-						teardown),
 		cmocka_unit_test_setup_teardown(test_many_chunks, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_invalid_version_rows,
