@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,4 +118,57 @@ int dcr_rd_bytes(struct dcr_rd *r, size_t n, const uint8_t **out)
 	*out = r->p;
 	r->p += n;
 	return 0;
+}
+
+struct tbuf {
+	void *p;
+	size_t cap;
+};
+
+static pthread_key_t tbuf_key;
+static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
+static bool tbuf_key_ok;
+
+static void tbuf_free(void *arg)
+{
+	struct tbuf *t = arg;
+
+	for (int i = 0; i < DCR_TBUF_COUNT; i++)
+		free(t[i].p);
+	free(t);
+}
+
+static void tbuf_key_init(void)
+{
+	tbuf_key_ok = pthread_key_create(&tbuf_key, tbuf_free) == 0;
+}
+
+void *dcr_thread_buf(enum dcr_tbuf which, size_t size)
+{
+	size_t cap = DCR_ROUND_UP(size ? size : 1, (size_t)4096);
+	struct tbuf *t;
+
+	pthread_once(&tbuf_once, tbuf_key_init);
+	if (!tbuf_key_ok || which >= DCR_TBUF_COUNT)
+		return NULL;
+	t = pthread_getspecific(tbuf_key);
+	if (!t) {
+		t = calloc(DCR_TBUF_COUNT, sizeof(*t));
+		if (!t)
+			return NULL;
+		if (pthread_setspecific(tbuf_key, t) != 0) {
+			free(t);
+			return NULL;
+		}
+	}
+	if (t[which].cap < cap) {
+		void *p = aligned_alloc(4096, cap);
+
+		if (!p)
+			return NULL;
+		free(t[which].p);
+		t[which].p = p;
+		t[which].cap = cap;
+	}
+	return t[which].p;
 }

@@ -34,6 +34,23 @@ int dcr_buf_put_varint(struct dcr_buf *b, uint64_t v);
 /** Empty the buffer without freeing it. */
 static inline void dcr_buf_reset(struct dcr_buf *b) { b->len = 0; }
 
+/* Per-thread buffers (dcr_thread_buf): one per use that may be live at
+ * the same time in one thread. */
+enum dcr_tbuf {
+	DCR_TBUF_REPLY,   /* fs: the reply to a FUSE read */
+	DCR_TBUF_SCRATCH, /* store/cache: a whole chunk to check */
+	DCR_TBUF_COUNT,
+};
+
+/**
+ * dcr_thread_buf - this thread's buffer @which, of at least @size bytes,
+ * 4096-aligned, grown on demand and kept for the thread's life (freed
+ * when it exits): a fresh 1 MiB buffer per request would cost 256 page
+ * faults wherever freed memory goes back to the kernel. NULL when out of
+ * memory. The contents are not kept when it grows.
+ */
+void *dcr_thread_buf(enum dcr_tbuf which, size_t size);
+
 /**
  * struct dcr_rd - bounded reader over untrusted bytes.
  * Every getter fails with -EBADMSG instead of reading past @end.

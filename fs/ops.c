@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "common.h"
 #include "fileio.h"
 #include "manifest.h"
@@ -951,63 +952,6 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
-/* Per-thread read buffer, grown on demand, freed when the thread ends. */
-struct rbuf {
-	void *p;
-	size_t cap;
-};
-
-static pthread_key_t rbuf_key;
-static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
-static int rbuf_key_ok;
-
-static void rbuf_free(void *arg)
-{
-	struct rbuf *b = arg;
-
-	if (b) {
-		free(b->p);
-		free(b);
-	}
-}
-
-static void rbuf_key_init(void)
-{
-	rbuf_key_ok = pthread_key_create(&rbuf_key, rbuf_free) == 0;
-}
-
-/* A buffer of at least @size bytes owned by this thread, or NULL. */
-static void *rbuf_get(size_t size)
-{
-	struct rbuf *b;
-
-	pthread_once(&rbuf_once, rbuf_key_init);
-	if (!rbuf_key_ok)
-		return NULL;
-	b = pthread_getspecific(rbuf_key);
-	if (!b) {
-		b = calloc(1, sizeof(*b));
-		if (!b)
-			return NULL;
-		if (pthread_setspecific(rbuf_key, b) != 0) {
-			free(b);
-			return NULL;
-		}
-	}
-	if (b->cap < size) {
-		size_t cap = DCR_MAX(size, (size_t)DCRFS_READ_MAX);
-		void *p = malloc(cap);
-
-		if (!p)
-			return NULL;
-		free(b->p);
-		b->p = p;
-		b->cap = cap;
-	}
-	return b->p;
-}
-
-
 /*
  * A struct fuse_bufvec for @n buffers. Its buf[] is declared with one
  * element, so a vector of more must be allocated with room for the rest
@@ -1125,7 +1069,8 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	if (fs->splice && reply_spliced(req, fs, v, idx, off, size))
 		return;
-	buf = rbuf_get(size);
+	buf = dcr_thread_buf(DCR_TBUF_REPLY,
+			     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "cache.h"
 #include "chunk.h"
 #include "common.h"
@@ -621,65 +622,6 @@ static int pread_lean(struct dcr_cache *c, struct slab *s, void *dst,
 	return ret;
 }
 
-/*
- * A per-thread scratch buffer for whole-chunk reads of which the caller
- * wants a slice (or nothing: dcr_cache_check), kept for the thread's
- * life: a fresh 1 MiB buffer per read costs 256 page faults where freed
- * memory goes back to the kernel, more than the read and the check.
- */
-struct scratch {
-	uint8_t *p;
-	size_t cap;
-};
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static bool scratch_key_ok;
-
-static void scratch_free(void *arg)
-{
-	struct scratch *sc = arg;
-
-	free(sc->p);
-	free(sc);
-}
-
-static void scratch_key_init(void)
-{
-	scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0;
-}
-
-/* An aligned buffer of at least @len bytes owned by this thread, or NULL. */
-static uint8_t *scratch_get(size_t len)
-{
-	struct scratch *sc;
-	size_t cap = DCR_ROUND_UP(len ? len : 1, DCR_CACHE_ALIGN);
-
-	pthread_once(&scratch_once, scratch_key_init);
-	if (!scratch_key_ok)
-		return NULL;
-	sc = pthread_getspecific(scratch_key);
-	if (!sc) {
-		sc = calloc(1, sizeof(*sc));
-		if (!sc)
-			return NULL;
-		if (pthread_setspecific(scratch_key, sc) != 0) {
-			free(sc);
-			return NULL;
-		}
-	}
-	if (sc->cap < cap) {
-		uint8_t *p = aligned_alloc(DCR_CACHE_ALIGN, cap);
-
-		if (!p)
-			return NULL;
-		free(sc->p);
-		sc->p = p;
-		sc->cap = cap;
-	}
-	return sc->p;
-}
-
 /* Whether @len bytes at @p are the chunk @k says (see cache.h). */
 static bool proves(const struct dcr_cache_key *k, const void *p, size_t len)
 {
@@ -707,7 +649,7 @@ static int verify_read(struct dcr_cache *c, struct slab *s,
 	if (off == 0 && n == k->len) {
 		buf = dst; /* read in place; dst is unspecified on a miss */
 	} else {
-		buf = scratch_get(k->len);
+		buf = dcr_thread_buf(DCR_TBUF_SCRATCH, k->len);
 		if (!buf)
 			return DCR_ERR(-ENOMEM);
 	}
