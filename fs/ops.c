@@ -30,7 +30,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
