@@ -77,7 +77,8 @@ struct dcr_ent_slot {
 struct dcr_ent_dec {
 	union {
 		struct dcr_ent_slot slot[DCR_ENT_TOTAL];
-		/* plane mode 3: freq | bias << 12 | symbol << 24 */
+		/* plane mode 3: freq | bias << 12 | symbol << 24;
+		 * sparse segments pack theirs as in codec_elem.c */
 		uint32_t packed[DCR_ENT_TOTAL];
 	};
 	uint8_t sym[DCR_ENT_TOTAL];
