@@ -1,0 +1,521 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reader_int.h - private to the read path (reader.h is its API): struct
+ * dcr_reader, the internal structs, and what one part of the read path
+ * calls in another. Included only by these store/ files:
+ *
+ *   reader.c        the facade: open/close, dcr_reader_read,
+ *                   dcr_reader_read_fd, dcr_reader_sync
+ *   rversions.c     the versions, their trees, refresh, tags
+ *   rchunks.c       chunk references, chunk buffers and their pool, hot
+ *                   chunks, the in-flight table (single-flight)
+ *   rmaterialize.c  the codec pool; chains resolved, applied and
+ *                   verified; batches of misses and their ranged GETs
+ *   rqueues.c       the background queues: write-behind, read-ahead
+ *                   decode, read-ahead
+ *
+ * Locks. struct dcr_reader has nine mutexes, four of them with a
+ * condition variable. Only two nestings exist (outer first):
+ *
+ *     refresh_lock -> lock
+ *     wq_lock -> sf_lock
+ *
+ * Every other acquisition is of one lock alone, so the order is: never
+ * take refresh_lock or wq_lock while holding any other of these, and
+ * take nothing while holding lock, sf_lock, codec_lock, ref_lock,
+ * hot_lock, ra_lock or dq_lock.
+ *
+ *  - refresh_lock (rversions.c) serialises dcr_reader_refresh and
+ *    guards listed, flog[] and flog_next. Held across store GETs and
+ *    LISTs and catalog calls; takes lock inside (vers_insert, mark_bad,
+ *    get_ver, the tag swap).
+ *  - lock (rversions.c) guards the version array (vers, nvers,
+ *    capvers), the bad-manifest list (bad, nbad, capbad, max_bad), the
+ *    tags (tags, ntags) and the lazy install of a version's tree
+ *    (rver.loaded, m, entries, info: immutable once loaded). The
+ *    catalog read and tree build of rver_load run outside it.
+ *  - sf_lock / sf_cond (rchunks.c; batch_finish and wq_submit in the
+ *    other files) guard the in-flight table (flights; single-flight:
+ *    concurrent readers of one chunk hash share one fetch and decode)
+ *    and each flight's done, rc and refs; sf_cond is broadcast when a
+ *    flight is done. A flight's data is written by its leader before
+ *    it is published.
+ *  - codec_lock (rmaterialize.c) guards the pool of per-thread codec
+ *    states (codecs, ncodecs).
+ *  - ref_lock (rchunks.c) guards the chunk-reference blocks (refs,
+ *    ref_clock); the catalog query that fills a block runs outside it.
+ *  - hot_lock (rchunks.c) guards the hot chunks (hot[], hot_bytes,
+ *    hot_clock) and the buffer pool (pool, npool, pool_bytes). A hot
+ *    slot with refs > 0 is copied from outside the lock and is not
+ *    evicted meanwhile.
+ *  - ra_lock / ra_cond (rqueues.c) guard the read-ahead streams
+ *    (ra_streams, ra_clock), the job queue (ra_q, ra_qhead, ra_qlen),
+ *    ra_busy and the threads (ra_th, nra_th, ra_started, ra_stop).
+ *    ra_cond wakes the read-ahead threads, and dcr_reader_sync when
+ *    the queue drained and no job is being worked on.
+ *  - dq_lock / dq_cond (rqueues.c) the same for the decode queue (dq,
+ *    dq_head, dq_len, dq_busy, dq_th, ndq_th, dq_started, dq_stop).
+ *  - wq_lock / wq_cond (rqueues.c) the same for the write-behind queue
+ *    (wq, wq_head, wq_len, wq_bytes, wq_busy, wq_th, nwq_th,
+ *    wq_started, wq_stop); wq_submit takes sf_lock inside it to add the
+ *    writer's reference to the flight.
+ *
+ * Set at open and read without a lock: st, dir, cat, cache,
+ * fetch_threads, readahead, coalesce_max, hot_budget. dcr_reader_sync
+ * reads nra_th, ndq_th and nwq_th without their locks, and
+ * threads_stop zeroes them after joining. lock_fd holds an flock(2) on
+ * <dir>/lock against other processes, not threads. The catalog and the
+ * cache have their own internal locks; refresh_lock is the only one of
+ * ours held while calling into them.
+ */
+#ifndef DCR_READER_INT_H
+#define DCR_READER_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "cache.h"
+#include "catalog.h"
+#include "common.h"
+#include "hash.h"
+#include "manifest.h"
+#include "reader.h"
+
+/* Fetches and builds in flight: S3 waits on the network, a directory
+ * store on direct reads of base chunks (cache.c); both overlap waits. */
+#define FETCH_THREADS_DEFAULT 8
+#define READAHEAD_DEFAULT ((uint64_t)32 << 20)
+#define COALESCE_MAX_DEFAULT (8u << 20)
+#define COALESCE_GAP (64u << 10) /* bytes between frames worth reading */
+#define RA_STREAMS 32            /* files whose last read is remembered */
+#define RA_QUEUE 256             /* queued read-ahead jobs */
+#define RA_JOB_BYTES (4u << 20)  /* about one coalesced GET per job */
+#define RA_JOB_MAX 64            /* chunks per job */
+#define RA_THREADS_MAX 64
+#define CODEC_POOL_MAX 16
+/* Hex digits of the store-URL hash naming the per-store directory. */
+#define STORE_ID_LEN 16
+/* A manifest object larger than this is refused (as core/objstore.c). */
+#define MANIFEST_OBJ_MAX ((size_t)2 << 30)
+/* A failure to read the same manifest is logged at most this often. */
+#define FETCH_LOG_INTERVAL_NS ((int64_t)600 * 1000000000)
+#define FETCH_LOG_SLOTS 8
+
+/* One known version. The tree (m, entries, info) is built lazily. */
+struct rver {
+	uint64_t v;
+	uint64_t parent;
+	int64_t ctime_ns;
+	uint32_t chunk_size;
+	uint32_t nfiles;
+	bool loaded;
+	struct dcr_manifest m;    /* files only: no chunks, no packs */
+	struct dcr_entry *entries;
+	struct dcr_version_info info;
+};
+
+/* A chunk being materialized by one thread while others wait for it. */
+struct flight {
+	struct flight *next;
+	uint8_t hash[DCR_HASH_LEN];
+	uint32_t len;
+	/* Where the leader's chunk goes in the cache (dcr_cache_put). */
+	const struct rver *rv;
+	uint32_t file;
+	uint64_t chunk;
+	struct dcr_catalog_chunk ref;
+	uint8_t *data;  /* the materialized chunk once done && rc == 0 */
+	int rc;
+	bool done;
+	unsigned refs;  /* leader + waiters; the last one frees */
+	bool quiet;     /* led by read-ahead: a failure was not logged */
+};
+
+/* A file being read sequentially (see ra_note). */
+struct ra_stream {
+	bool used;
+	uint64_t v;
+	uint32_t idx;
+	uint64_t next_off; /* where the furthest read so far ended */
+	uint64_t queued;   /* chunks below this were queued for read-ahead */
+	uint64_t stamp;    /* LRU */
+	uint32_t hits;     /* read-ahead jobs in a row that found all cached */
+	uint32_t skipped;  /* groups not queued since the last probe */
+	uint64_t skip_from; /* first chunk skipped; UINT64_MAX: none */
+};
+
+/*
+ * Reading a version that is already cached, read-ahead has nothing to
+ * do but costs a thread wake-up per job. After RA_HITS_QUIET jobs in a
+ * row found every chunk cached, only one group in RA_PROBE is queued (a
+ * probe); a job or a read that has to build a chunk resumes it fully.
+ */
+#define RA_HITS_QUIET 4
+#define RA_PROBE 8
+
+/*
+ * Chunk references are looked up a block at a time: one catalog query
+ * for REF_BLOCK neighbours, kept in REF_SLOTS blocks (LRU, ~0.6 MiB), so
+ * a sequential reader costs one query per REF_BLOCK chunks instead of
+ * one per chunk, and readers do not queue on the catalog lock.
+ */
+#define REF_BLOCK 256
+#define REF_SLOTS 32
+
+struct refblk {
+	uint64_t v, first, stamp;
+	uint32_t file;
+	uint32_t n; /* references held; 0 = unused slot */
+	struct dcr_catalog_chunk refs[REF_BLOCK];
+};
+
+/* Read-ahead job: chunks [first, first+n) of entry idx of version rv. */
+struct ra_job {
+	struct rver *rv;
+	uint32_t idx;
+	uint64_t first;
+	uint32_t n;
+	bool pagecache; /* queued by a thread that keeps the page cache */
+};
+
+/*
+ * Chunks just materialized stay in memory ("hot"), up to hot_budget
+ * bytes (LRU), and reads take them from there: read-ahead builds chunks
+ * a little before the reader asks for them, and the cache files are
+ * written around the page cache (DCR_CACHE_PUT_DIRECT), so a first read
+ * fills neither the page cache with a second copy of the model nor
+ * fresh pages to copy it into. The buffers (DCR_CACHE_ALIGN-aligned)
+ * are recycled through a small pool, never handed back to the system
+ * while reads go on.
+ */
+#define HOT_SLOTS 256
+/* Chunks waiting to be written to the cache, and the threads that write
+ * them (see wq_submit). */
+#define WQ_MAX 32
+#define WQ_BYTES ((uint64_t)32 << 20) /* and at most this many bytes */
+#define WQ_THREADS 2
+/* Read-ahead jobs fetched and waiting for a decoder (see dq_submit). */
+#define DQ_MAX 8
+#define DQ_THREADS 2
+
+struct dq_item;
+#define HOT_BUDGET_MIN ((uint64_t)64 << 20)
+#define POOL_MAX 32
+#define POOL_BYTES ((size_t)32 << 20)  /* idle buffers kept, in bytes */
+
+struct hot {
+	uint8_t hash[DCR_HASH_LEN];
+	uint32_t len;
+	uint8_t *data;  /* NULL: free slot */
+	unsigned refs;  /* readers copying out of it */
+	uint64_t stamp; /* LRU */
+};
+
+struct pooled {
+	void *p;
+	size_t cap;
+};
+
+struct dcr_reader {
+	struct dcr_store *st;
+	char *dir; /* <cache_dir>/<id> */
+	struct dcr_catalog *cat;
+	struct dcr_cache *cache;
+	int fetch_threads;
+
+	int lock_fd;           /* flock on <dir>/lock for our lifetime */
+
+	pthread_mutex_t refresh_lock;
+	bool listed;           /* "versions/" listed once in this process */
+	/* Last logged store failures, by version (0 = the listing), for
+	 * rate-limiting; under refresh_lock. */
+	struct {
+		uint64_t v;
+		int err;
+		int64_t at_ns;
+	} flog[FETCH_LOG_SLOTS];
+	unsigned flog_next;
+
+	pthread_mutex_t lock;
+	struct rver **vers;    /* ascending by v */
+	size_t nvers, capvers;
+	uint64_t *bad;         /* corrupt manifests, logged once, skipped */
+	size_t nbad, capbad;
+	uint64_t max_bad;
+	struct dcr_tag *tags;
+	size_t ntags;
+
+	pthread_mutex_t sf_lock;
+	pthread_cond_t sf_cond;
+	struct flight *flights;
+
+	pthread_mutex_t codec_lock;
+	struct dcr_codec *codecs[CODEC_POOL_MAX];
+	int ncodecs;
+
+	pthread_mutex_t ref_lock;
+	struct refblk *refs;    /* REF_SLOTS */
+	uint64_t ref_clock;
+
+	pthread_mutex_t hot_lock;
+	struct hot *hot;        /* HOT_SLOTS */
+	uint64_t hot_bytes, hot_budget, hot_clock;
+	struct pooled pool[POOL_MAX];
+	size_t npool, pool_bytes;
+
+	uint64_t readahead;     /* bytes; 0 = off */
+	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
+	pthread_mutex_t ra_lock;
+	pthread_cond_t ra_cond;
+	struct ra_stream ra_streams[RA_STREAMS];
+	uint64_t ra_clock;
+	struct ra_job ra_q[RA_QUEUE];
+	size_t ra_qhead, ra_qlen;
+	pthread_t ra_th[RA_THREADS_MAX];
+	int nra_th;
+	bool ra_started, ra_stop;
+	int ra_busy;            /* jobs being worked on */
+
+	/* Read-ahead decoding (see dq_submit); under dq_lock. */
+	pthread_mutex_t dq_lock;
+	pthread_cond_t dq_cond;
+	struct dq_item *dq[DQ_MAX];
+	size_t dq_head, dq_len;
+	pthread_t dq_th[DQ_THREADS];
+	int ndq_th;
+	bool dq_started, dq_stop;
+	int dq_busy;
+
+	/* Cache writes behind the reads (see wq_submit); under wq_lock. */
+	pthread_mutex_t wq_lock;
+	pthread_cond_t wq_cond;
+	struct flight *wq[WQ_MAX];
+	size_t wq_head, wq_len;
+	uint64_t wq_bytes;
+	pthread_t wq_th[WQ_THREADS];
+	int nwq_th;
+	bool wq_started, wq_stop;
+	int wq_busy;
+};
+
+/*
+ * Set in read-ahead threads: errors of speculative work go to the debug
+ * log only; the read that really needs the chunk redoes it and logs.
+ * Defined in reader.c.
+ */
+extern __thread bool tl_quiet;
+/* Set by dcr_reader_keep_pagecache: chunks built for this thread are
+ * written to the cache through the page cache (prefetch wants them
+ * resident for the reads to come). Defined in reader.c. */
+extern __thread bool tl_pagecache;
+#define RERR(...) dcr_log(tl_quiet ? DCR_LOG_DEBUG : DCR_LOG_ERR, __VA_ARGS__)
+
+/* ------------------------------------------------------------ chains */
+
+/* One frame on a chunk's chain, newest first. */
+struct step {
+	struct rver *rv;
+	uint32_t file;
+	struct dcr_catalog_chunk ref;
+	const uint8_t *data; /* the fetched frame (ref.len bytes), in a run */
+	int rc;              /* the fetch's outcome */
+};
+
+struct chain {
+	struct step *s;
+	size_t n, cap;
+	bool base_cached; /* out[] holds a cached ancestor chunk: */
+	const struct rver *base_rv;
+	uint32_t base_file;
+	struct dcr_catalog_chunk base_ref;
+};
+
+/* Where the chunk being materialized is, for log lines. */
+struct where {
+	const struct rver *rv;
+	uint32_t file;
+	uint64_t chunk;
+};
+
+#define WHERE_FMT "version %llu %s chunk %llu"
+#define WHERE_ARGS(w)                                                    \
+	(unsigned long long)(w)->rv->v, (w)->rv->m.files[(w)->file].path, \
+		(unsigned long long)(w)->chunk
+
+/* One chunk of a read: where it is and where its bytes go. */
+struct piece {
+	struct where w;
+	struct dcr_catalog_chunk ref;
+	uint32_t clen, coff;
+	size_t n;
+	uint8_t *dst; /* NULL: read-ahead, only cache the chunk */
+};
+
+/* ----------------------------------------------------------- batches */
+
+typedef void (*par_fn)(void *arg, size_t i);
+
+/* A chunk of a batch. */
+struct bchunk {
+	struct piece *p;
+	struct flight *f;
+	bool leader;  /* we build it; else we wait for f (or skip it) */
+	bool ready;   /* f->data holds the verified chunk */
+	bool handed;  /* a writer thread caches it and ends the flight */
+	struct chain ch;
+	int rc;
+};
+
+/* A frame to fetch: step @s of chunk @c. */
+struct fitem {
+	struct step *s;
+	size_t c;
+};
+
+/* One ranged GET covering items [first, first+n) of one pack. */
+struct run {
+	size_t first, n;
+	uint64_t off, len;
+	struct dcr_buf buf;
+};
+
+struct batch {
+	struct dcr_reader *r;
+	bool pagecache; /* write the cache through the page cache */
+	struct bchunk *c;
+	size_t nc;
+	struct fitem *it;
+	size_t nit;
+	struct run *runs;
+	size_t nruns;
+};
+
+/* ------------------------------------------- rversions.c: versions */
+
+/* Free @rv (NULL is fine). Not thread-safe: only at close. */
+void rver_free(struct rver *rv);
+
+/* The loaded version @v (tree built on first use), or -ENOENT; other
+ * -errno if its tree cannot be loaded. The pointer stays valid until
+ * close. Thread-safe (takes lock). */
+int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out);
+
+/* Load the versions and tags recorded in the catalog: 0 or -errno.
+ * Only at open, before the reader is shared. */
+int load_catalog(struct dcr_reader *r);
+
+/* ------------------------------- rchunks.c: references, buffers, hot */
+
+/* The reference of chunk @idx of file @file (manifest index) of
+ * version @v into @out, through the block cache: 0 or -errno.
+ * Thread-safe (ref_lock). */
+int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file, uint64_t idx,
+	    struct dcr_catalog_chunk *out);
+
+/* An aligned buffer for a chunk of @len bytes, from the pool or new;
+ * NULL when out of memory. Given back by the flight that owns it.
+ * Thread-safe (hot_lock). */
+uint8_t *buf_get(struct dcr_reader *r, uint32_t len);
+
+/* Copy [@off, @off+@n) of hot chunk @hash (of @len bytes) into @dst: 0,
+ * or -ENOENT if it is not hot. Thread-safe (hot_lock). */
+int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+	     uint32_t len, uint32_t off, void *dst, size_t n);
+
+/* Whether chunk @hash of @len bytes is hot. Thread-safe (hot_lock). */
+bool hot_has(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+	     uint32_t len);
+
+/* Fill @k, the cache key of chunk @chunk of file @file of @rv whose
+ * reference is @ref (which must outlive the key). No locks. */
+void cache_key(struct dcr_cache_key *k, const struct rver *rv,
+	       uint32_t file, uint64_t chunk,
+	       const struct dcr_catalog_chunk *ref);
+
+/* Copy the whole verified chunk @k into @out from wherever this
+ * instance has it (hot, a published flight, the cache): 0, -ENOENT, or
+ * -errno. Thread-safe. */
+int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
+	     uint8_t *out);
+
+/* ---------------------------------------- rchunks.c: single-flight */
+
+/* Drop a reference to @f; the last one keeps its data hot (if built)
+ * or gives the buffer back, and frees @f. Thread-safe (sf_lock). */
+void flight_release(struct dcr_reader *r, struct flight *f);
+
+/* Register batch chunk @c: lead a new flight (c->leader) or join the
+ * one in progress; either way c->f holds a reference. 0 or -ENOMEM.
+ * Thread-safe (sf_lock). */
+int batch_join(struct dcr_reader *r, struct bchunk *c);
+
+/* Publish the outcome @rc of a flight we lead; it stays listed until
+ * flight_done. Thread-safe (sf_lock). */
+void flight_publish(struct dcr_reader *r, struct flight *f, int rc);
+
+/* End a flight we lead: publish @rc unless published, and unlist it.
+ * Thread-safe (sf_lock). */
+void flight_done(struct dcr_reader *r, struct flight *f, int rc);
+
+/* ------------------------------------- rmaterialize.c: chains, batches */
+
+/* Look up piece @p's reference and serve it from the hot set or the
+ * cache: 0 on a hit, -ENOENT on a miss (p->ref filled), else -errno
+ * (logged); without p->dst, 1 if a cached chunk was proven now.
+ * Thread-safe. */
+int piece_fast(struct dcr_reader *r, struct piece *p);
+
+/* Run @fn(@arg, 0..@n-1) on up to @nthreads threads (the caller plus
+ * short-lived helpers, which inherit tl_quiet). */
+void par_for(int nthreads, size_t n, par_fn fn, void *arg);
+
+/* par_for body: fetch run @i of batch @arg and point its steps at
+ * their frames (or set their rc). */
+void fetch_run(void *arg, size_t i);
+
+/* Join or lead every chunk of @b (b->r, b->nc, b->c allocated by the
+ * caller) for pieces @ps, resolve the chains and plan the GETs. */
+void batch_prepare(struct batch *b, struct piece *ps);
+
+/* Decode, verify and cache what @b planned and fetched, copy the
+ * slices out, and free @b's parts (b->c included): 0 or the first
+ * -errno. */
+int batch_finish(struct batch *b, int nthreads);
+
+/* Materialize the @n missed chunks @ps (one batch, coalesced, on up to
+ * @nthreads threads) and copy each slice to its destination: 0 or the
+ * first -errno. Thread-safe. */
+int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
+		      int nthreads);
+
+/* ---------------------------------- rqueues.c: the background queues */
+
+/* Queue the published flight @f for a writer thread (which takes a
+ * reference and ends the flight): true if queued, false if the caller
+ * must write it. Starts the writers on first use. Thread-safe. */
+bool wq_submit(struct dcr_reader *r, struct flight *f);
+
+/* Write what is queued, then stop and join the writers. At close. */
+void wq_stop(struct dcr_reader *r);
+
+/* Decode what is queued, then stop and join the decoders. At close. */
+void dq_stop(struct dcr_reader *r);
+
+/* Stop and join the read-ahead threads; queued jobs are dropped. At
+ * close. */
+void ra_stop(struct dcr_reader *r);
+
+/* Note whether a job (or a read) on (@v, @idx) found all it needed.
+ * Thread-safe (ra_lock). */
+void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit);
+
+/* Note a read of [@off, @end) of entry @idx of @rv; queue read-ahead if
+ * it is sequential (starting the threads on first use). Thread-safe
+ * (ra_lock). */
+void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
+	     uint64_t off, uint64_t end);
+
+#endif /* DCR_READER_INT_H */

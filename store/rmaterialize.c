@@ -1,0 +1,715 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rmaterialize.c - building chunks that the cache does not hold (see
+ * reader_int.h).
+ *
+ * Contract: a batch of missed chunks (materialize_batch, or
+ * batch_prepare + fetch_run + batch_finish for read-ahead) joins the
+ * flights of chunks others build and leads the rest: it resolves each
+ * chain back to a cached ancestor or a full frame, fetches the frames
+ * sorted by pack and offset with neighbours merged into one ranged GET
+ * (a run), applies them oldest first, proves the result against the
+ * committed chunk (a corrupt frame is named once in the log), stores
+ * it in the cache (now or through the write-behind queue) and copies
+ * the slices out. Errors are logged once, at debug level under
+ * tl_quiet. Locks: codec_lock (the codec pool); waits on sf_cond.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "catalog.h"
+#include "chunk.h"
+#include "common.h"
+#include "frame.h"
+#include "hash.h"
+#include "manifest.h"
+#include "reader_int.h"
+
+/* --------------------------------------------------------- codec pool */
+
+static struct dcr_codec *codec_get(struct dcr_reader *r)
+{
+	struct dcr_codec *c = NULL;
+
+	pthread_mutex_lock(&r->codec_lock);
+	if (r->ncodecs > 0)
+		c = r->codecs[--r->ncodecs];
+	pthread_mutex_unlock(&r->codec_lock);
+	return c ? c : dcr_codec_new(0);
+}
+
+static void codec_put(struct dcr_reader *r, struct dcr_codec *c)
+{
+	pthread_mutex_lock(&r->codec_lock);
+	if (r->ncodecs < CODEC_POOL_MAX) {
+		r->codecs[r->ncodecs++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&r->codec_lock);
+	dcr_codec_free(c);
+}
+
+/* ------------------------------------------------------------ read path */
+
+static void chain_free(struct chain *ch)
+{
+	free(ch->s);
+	ch->s = NULL;
+	ch->n = ch->cap = 0;
+}
+
+static int chain_push(struct chain *ch, struct rver *rv, uint32_t file,
+		      const struct dcr_catalog_chunk *ref)
+{
+	if (ch->n == ch->cap) {
+		size_t cap = ch->cap ? ch->cap * 2 : 4;
+		struct step *tmp = realloc(ch->s, cap * sizeof(*tmp));
+		if (!tmp)
+			return DCR_ERR(-ENOMEM);
+		ch->s = tmp;
+		ch->cap = cap;
+	}
+	memset(&ch->s[ch->n], 0, sizeof(ch->s[ch->n]));
+	ch->s[ch->n].rv = rv;
+	ch->s[ch->n].file = file;
+	ch->s[ch->n].ref = *ref;
+	ch->n++;
+	return 0;
+}
+
+/*
+ * Walk from @rv's chunk towards the anchor, stopping at the first
+ * ancestor whose chunk is cached (read into @out) or that is a full
+ * frame. Fills @ch with the frames to apply, newest first.
+ */
+static int resolve_chain(struct dcr_reader *r, const struct where *w,
+			 const struct dcr_catalog_chunk *ref0, uint32_t clen,
+			 uint8_t *out, struct chain *ch)
+{
+	struct dcr_catalog_chunk ref = *ref0;
+	struct rver *cur = (struct rver *)w->rv, *pv;
+	uint32_t cf = w->file, pf;
+	uint64_t steps = 0;
+	bool first = true;
+	int ret;
+
+	for (;;) {
+		/* Parents strictly decrease, so a chain has at most v links;
+		 * anything else is a damaged catalog, not a reason to spin. */
+		if (++steps > w->rv->v) {
+			RERR(WHERE_FMT ": the parent chain is longer than the "
+			     "version number", WHERE_ARGS(w));
+			return DCR_ERR(-EIO);
+		}
+		if (!first) {
+			struct dcr_cache_key k;
+
+			cache_key(&k, cur, cf, w->chunk, &ref);
+			ret = base_get(r, &k, out);
+			if (ret == 0) {
+				ch->base_cached = true;
+				ch->base_rv = cur;
+				ch->base_file = cf;
+				ch->base_ref = ref;
+				return 0;
+			}
+			if (ret == -ENOMEM)
+				return ret;
+		}
+		first = false;
+		switch (ref.kind) {
+		case DCR_CK_FULL:
+			return chain_push(ch, cur, cf, &ref);
+		case DCR_CK_DELTA:
+			ret = chain_push(ch, cur, cf, &ref);
+			if (ret)
+				return ret;
+			break;
+		case DCR_CK_SAME:
+			break;
+		default:
+			RERR(WHERE_FMT ": version %llu has an invalid "
+				"chunk kind %u", WHERE_ARGS(w),
+				(unsigned long long)cur->v, ref.kind);
+			return DCR_ERR(-EIO);
+		}
+
+		pf = cur->m.files[cf].base;
+		if (cur->parent >= cur->v) {
+			RERR(WHERE_FMT ": version %llu has parent %llu, which "
+			     "is not older", WHERE_ARGS(w),
+			     (unsigned long long)cur->v,
+			     (unsigned long long)cur->parent);
+			return DCR_ERR(-EIO);
+		}
+		if (!cur->parent || pf == DCR_NO_BASE) {
+			RERR(WHERE_FMT ": version %llu refers to a parent "
+				"chunk but has no parent", WHERE_ARGS(w),
+				(unsigned long long)cur->v);
+			return DCR_ERR(-EIO);
+		}
+		ret = get_ver(r, cur->parent, &pv);
+		if (ret) {
+			RERR(WHERE_FMT ": needs version %llu (%s), which is "
+				"missing or corrupt", WHERE_ARGS(w),
+				(unsigned long long)cur->parent,
+				ret == -ENOENT ? "not indexed"
+					       : dcr_strerror(ret));
+			return DCR_ERR(-EIO);
+		}
+		if (pf >= pv->m.nfiles || pv->m.files[pf].type != DCR_FT_REG ||
+		    pv->chunk_size != cur->chunk_size ||
+		    dcr_chunk_len(pv->m.files[pf].size, pv->chunk_size,
+				  w->chunk) != clen) {
+			RERR(WHERE_FMT ": base file %u of version %llu does "
+				"not match", WHERE_ARGS(w), pf,
+				(unsigned long long)pv->v);
+			return DCR_ERR(-EIO);
+		}
+		ret = ref_get(r, pv->v, pf, w->chunk, &ref);
+		if (ret) {
+			RERR(WHERE_FMT ": no chunk reference in version "
+				"%llu: %s", WHERE_ARGS(w),
+				(unsigned long long)pv->v, dcr_strerror(ret));
+			return DCR_ERR(-EIO);
+		}
+		cur = pv;
+		cf = pf;
+	}
+}
+
+/*
+ * Apply the frames oldest-first onto @out. With @check, verify every
+ * intermediate chunk against its own hash and set *@bad to the index of
+ * the first step that fails (used only to name the culprit).
+ */
+static int apply_chain(struct dcr_codec *codec, struct chain *ch,
+		       uint8_t *out, uint32_t clen, bool check, size_t *bad)
+{
+	uint8_t got[DCR_HASH_LEN];
+
+	for (size_t k = ch->n; k-- > 0;) {
+		struct step *s = &ch->s[k];
+		int ret = dcr_frame_apply(codec, s->data, s->ref.len,
+					  out, clen);
+		if (ret) {
+			*bad = k;
+			return ret;
+		}
+		if (check) {
+			dcr_sha256(out, clen, got);
+			if (!dcr_hash_eq(got, s->ref.hash)) {
+				*bad = k;
+				return -EILSEQ; /* decodes, but wrong bytes */
+			}
+		}
+	}
+	return 0;
+}
+
+/* Name the frame that made the chain fail verification; one log line. */
+static void blame(struct dcr_reader *r, const struct where *w,
+		  struct dcr_codec *codec, struct chain *ch, uint8_t *out,
+		  uint32_t clen, int first_err, size_t first_bad)
+{
+	char key[DCR_HASH_HEX_LEN + 16];
+	size_t bad = first_bad;
+	int ret = first_err;
+
+	if (ret == 0) {
+		/* Final hash mismatch: replay, checking every step. */
+		struct dcr_cache_key k;
+		bool base_ok = true;
+
+		if (ch->base_cached) {
+			cache_key(&k, ch->base_rv, ch->base_file, w->chunk,
+				  &ch->base_ref);
+			base_ok = base_get(r, &k, out) == 0;
+		}
+		bad = 0;
+		if (base_ok)
+			ret = apply_chain(codec, ch, out, clen, true, &bad);
+		if (ret == 0)
+			bad = 0;
+	}
+	dcr_pack_key(ch->s[bad].ref.pack, key, sizeof(key));
+	RERR("%s: %s in the frame of version %llu at %llu+%u (needed for "
+		WHERE_FMT ")", key,
+		ret == -EBADMSG ? "corrupt frame (does not decode)"
+		: ret == -EILSEQ || ret == 0 ? "corrupt data (chunk hash mismatch)"
+					     : dcr_strerror(ret),
+		(unsigned long long)ch->s[bad].rv->v,
+		(unsigned long long)ch->s[bad].ref.off, ch->s[bad].ref.len,
+		WHERE_ARGS(w));
+}
+
+/*
+ * Whether @ch can be proven the fast way (manifest.h, format 2): the
+ * chunk and every frame on its chain carry check values.
+ */
+static bool chain_has_check(const struct dcr_catalog_chunk *ref0,
+			    const struct chain *ch)
+{
+	if (!ref0->has_check)
+		return false;
+	for (size_t k = 0; k < ch->n; k++)
+		if (!ch->s[k].ref.has_check)
+			return false;
+	return true;
+}
+
+/*
+ * Check the fetched frames of @ch, apply them onto @out (which holds the
+ * cached base, if any) and prove the result equal to the committed
+ * chunk: for format 2 chains, every frame against its SHA-256 and the
+ * result against its XXH3-128 (see manifest.h for why that proves it);
+ * else the result against its SHA-256. Errors are logged once (a failed
+ * fetch was logged by fetch_run).
+ */
+static int finish_chain(struct dcr_reader *r, const struct where *w,
+			const struct dcr_catalog_chunk *ref0, uint32_t clen,
+			uint8_t *out, struct chain *ch)
+{
+	struct dcr_codec *codec = NULL;
+	uint8_t got[DCR_HASH_LEN];
+	bool fast = chain_has_check(ref0, ch);
+	size_t bad = 0;
+	int ret = 0;
+
+	for (size_t k = 0; k < ch->n; k++)
+		if (ch->s[k].rc)
+			return ch->s[k].rc == -ENOMEM ? -ENOMEM : DCR_ERR(-EIO);
+	for (size_t k = 0; fast && k < ch->n; k++) {
+		dcr_sha256(ch->s[k].data, ch->s[k].ref.len, got);
+		if (!dcr_hash_eq(got, ch->s[k].ref.fhash)) {
+			char key[DCR_HASH_HEX_LEN + 16];
+
+			dcr_pack_key(ch->s[k].ref.pack, key, sizeof(key));
+			RERR("%s: corrupt frame (frame hash mismatch) of "
+			     "version %llu at %llu+%u (needed for "
+			     WHERE_FMT ")", key,
+			     (unsigned long long)ch->s[k].rv->v,
+			     (unsigned long long)ch->s[k].ref.off,
+			     ch->s[k].ref.len, WHERE_ARGS(w));
+			return DCR_ERR(-EIO);
+		}
+	}
+	if (ch->n) {
+		codec = codec_get(r);
+		if (!codec)
+			return DCR_ERR(-ENOMEM);
+		ret = apply_chain(codec, ch, out, clen, false, &bad);
+		if (ret == -ENOMEM)
+			goto out_codec;
+	}
+	if (!ret && fast) {
+		dcr_xxh128(out, clen, got);
+		if (memcmp(got, ref0->xxh, DCR_XXH_LEN) == 0)
+			goto out_codec;
+	}
+	if (!ret) {
+		/* Format 1, or a check value that disagrees: the chunk's
+		 * SHA-256 decides (it alone proves the bytes). */
+		dcr_sha256(out, clen, got);
+		if (dcr_hash_eq(got, ref0->hash)) {
+			if (fast)
+				dcr_warn(WHERE_FMT ": the check value in the "
+					 "manifest does not match the chunk, "
+					 "which matches its SHA-256 (a "
+					 "committer bug?); served",
+					 WHERE_ARGS(w));
+			goto out_codec;
+		}
+	}
+	if (ch->n) {
+		blame(r, w, codec, ch, out, clen, ret, bad);
+	} else {
+		RERR(WHERE_FMT ": cached base does not match (hash "
+		     "mismatch)", WHERE_ARGS(w));
+	}
+	ret = DCR_ERR(-EIO);
+out_codec:
+	if (codec)
+		codec_put(r, codec);
+	return ret;
+}
+
+/*
+ * Fast path: look up the chunk's reference and try the cache. 0 on a
+ * hit, -ENOENT on a miss (p->ref is then filled), else -errno (logged).
+ * Without p->dst (read-ahead), a cached chunk is proven now if this
+ * mount has not yet (on the read-ahead thread, through the page cache,
+ * so the reader that follows splices it): 1 if that work was done.
+ */
+int piece_fast(struct dcr_reader *r, struct piece *p)
+{
+	struct dcr_cache_key k;
+	int ret;
+
+	ret = ref_get(r, p->w.rv->v, p->w.file, p->w.chunk, &p->ref);
+	if (ret) {
+		RERR(WHERE_FMT ": no chunk reference in the catalog: %s",
+		     WHERE_ARGS(&p->w), dcr_strerror(ret));
+		return DCR_ERR(-EIO);
+	}
+	if (!p->dst) {
+		if (hot_has(r, p->ref.hash, p->clen))
+			return 0;
+		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+		ret = dcr_cache_check(r->cache, &k);
+		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
+	}
+	if (hot_read(r, p->ref.hash, p->clen, p->coff, p->dst, p->n) == 0)
+		return 0;
+	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+	return dcr_cache_read(r->cache, &k, p->coff, p->dst, p->n);
+}
+
+/* ---------------------------------------------- parallel for, batches */
+
+struct par {
+	par_fn fn;
+	void *arg;
+	size_t n;
+	atomic_size_t next;
+	bool quiet;
+};
+
+static void *par_worker(void *arg)
+{
+	struct par *pp = arg;
+	size_t i;
+
+	tl_quiet = pp->quiet;
+	while ((i = atomic_fetch_add(&pp->next, 1)) < pp->n)
+		pp->fn(pp->arg, i);
+	return NULL;
+}
+
+/*
+ * Run @fn(@arg, 0..@n-1) on up to @nthreads threads: the caller plus
+ * short-lived helpers (a network wait blocks only its own thread).
+ */
+void par_for(int nthreads, size_t n, par_fn fn, void *arg)
+{
+	struct par pp = { .fn = fn, .arg = arg, .n = n, .quiet = tl_quiet };
+	pthread_t th[63];
+	size_t nth = 0, want;
+
+	atomic_init(&pp.next, 0);
+	want = DCR_MIN((size_t)DCR_MAX(nthreads, 1), n);
+	want = DCR_MIN(want, DCR_ARRAY_SIZE(th) + 1);
+	for (; nth + 1 < want; nth++)
+		if (pthread_create(&th[nth], NULL, par_worker, &pp) != 0)
+			break;
+	par_worker(&pp);
+	for (size_t i = 0; i < nth; i++)
+		pthread_join(th[i], NULL);
+}
+
+static int cmp_fitem(const void *a, const void *b)
+{
+	const struct step *x = ((const struct fitem *)a)->s;
+	const struct step *y = ((const struct fitem *)b)->s;
+	int c = memcmp(x->ref.pack, y->ref.pack, DCR_HASH_LEN);
+
+	if (c)
+		return c;
+	return x->ref.off < y->ref.off ? -1 : x->ref.off > y->ref.off;
+}
+
+/* Fetch run @i and point its steps at their frames. */
+void fetch_run(void *arg, size_t i)
+{
+	struct batch *b = arg;
+	struct run *ru = &b->runs[i];
+	const struct fitem *first = &b->it[ru->first];
+	const struct where *w = &b->c[first->c].p->w;
+	char key[DCR_HASH_HEX_LEN + 16];
+	bool logged = false;
+	int ret;
+
+	dcr_pack_key(first->s->ref.pack, key, sizeof(key));
+	dcr_buf_init(&ru->buf, (size_t)ru->len);
+	ret = dcr_store_get(b->r->st, key, ru->off, ru->len, &ru->buf);
+	if (ret && ret != -ENOMEM) {
+		RERR("%s: %s (needed for " WHERE_FMT ")", key,
+		     ret == -ENOENT ? "missing object" : dcr_strerror(ret),
+		     WHERE_ARGS(w));
+		ret = DCR_ERR(-EIO);
+	}
+	for (size_t k = 0; k < ru->n; k++) {
+		struct step *s = b->it[ru->first + k].s;
+		uint64_t rel = s->ref.off - ru->off;
+
+		s->rc = ret;
+		if (ret)
+			continue;
+		if (rel + s->ref.len > ru->buf.len) {
+			/* The pack ends early: frames before the cut are fine. */
+			if (!logged)
+				RERR("%s: truncated: %llu of %u bytes at %llu "
+				     "(needed for " WHERE_FMT ")", key,
+				     (unsigned long long)(ru->buf.len > rel ?
+							  ru->buf.len - rel : 0),
+				     s->ref.len,
+				     (unsigned long long)s->ref.off,
+				     WHERE_ARGS(&b->c[b->it[ru->first + k].c].p->w));
+			logged = true;
+			s->rc = DCR_ERR(-EIO);
+			continue;
+		}
+		s->data = ru->buf.data + rel;
+	}
+}
+
+/*
+ * Leader chunk @c is built and proven: release its waiters (they need
+ * not wait for the write too) and store it in its place in the cache,
+ * behind the read (write-behind) or now. Every version's chunks go into
+ * its own slab, those equal to an older version's too, so that evicting
+ * old versions never costs a newer one its chunks.
+ */
+static void chunk_built(struct batch *b, struct bchunk *c)
+{
+	struct piece *p = c->p;
+
+	c->ready = true;
+	flight_publish(b->r, c->f, 0);
+	if (!b->pagecache && wq_submit(b->r, c->f)) {
+		c->handed = true;
+	} else {
+		struct dcr_cache_key k;
+
+		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+		dcr_cache_put(b->r->cache, &k, c->f->data,
+			      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
+	}
+}
+
+/* Apply and verify leader chunk @i, then cache it. */
+static void finish_one(void *arg, size_t i)
+{
+	struct batch *b = arg;
+	struct bchunk *c = &b->c[i];
+	struct piece *p = c->p;
+
+	if (!c->leader || c->ready || c->rc)
+		return;
+	c->rc = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
+	if (!c->rc)
+		chunk_built(b, c);
+}
+
+/* Collect the frames to fetch and merge adjacent ones into runs. */
+static int plan_runs(struct batch *b)
+{
+	struct dcr_reader *r = b->r;
+	size_t nit = 0;
+
+	for (size_t i = 0; i < b->nc; i++)
+		if (b->c[i].leader && !b->c[i].ready && !b->c[i].rc)
+			nit += b->c[i].ch.n;
+	if (!nit)
+		return 0;
+	b->it = calloc(nit, sizeof(*b->it));
+	b->runs = calloc(nit, sizeof(*b->runs));
+	if (!b->it || !b->runs)
+		return DCR_ERR(-ENOMEM);
+	for (size_t i = 0; i < b->nc; i++) {
+		struct bchunk *c = &b->c[i];
+
+		if (!c->leader || c->ready || c->rc)
+			continue;
+		for (size_t k = 0; k < c->ch.n; k++) {
+			struct step *s = &c->ch.s[k];
+
+			if (s->ref.len < DCR_FRAME_HDR_LEN) {
+				char key[DCR_HASH_HEX_LEN + 16];
+
+				dcr_pack_key(s->ref.pack, key, sizeof(key));
+				RERR("%s: frame of version %llu at %llu has a "
+				     "bad length %u (" WHERE_FMT ")", key,
+				     (unsigned long long)s->rv->v,
+				     (unsigned long long)s->ref.off,
+				     s->ref.len, WHERE_ARGS(&c->p->w));
+				c->rc = DCR_ERR(-EIO);
+				break;
+			}
+		}
+		if (c->rc)
+			continue;
+		for (size_t k = 0; k < c->ch.n; k++)
+			b->it[b->nit++] = (struct fitem){ &c->ch.s[k], i };
+	}
+	qsort(b->it, b->nit, sizeof(*b->it), cmp_fitem);
+	for (size_t k = 0; k < b->nit; k++) {
+		const struct step *s = b->it[k].s;
+		struct run *ru = b->nruns ? &b->runs[b->nruns - 1] : NULL;
+		uint64_t end = s->ref.off + s->ref.len;
+
+		if (ru && r->coalesce_max > 1 &&
+		    !memcmp(b->it[ru->first].s->ref.pack, s->ref.pack,
+			    DCR_HASH_LEN) &&
+		    s->ref.off <= ru->off + ru->len + COALESCE_GAP &&
+		    DCR_MAX(end, ru->off + ru->len) - ru->off <=
+			    r->coalesce_max) {
+			ru->len = DCR_MAX(end, ru->off + ru->len) - ru->off;
+			ru->n++;
+			continue;
+		}
+		ru = &b->runs[b->nruns++];
+		ru->first = k;
+		ru->n = 1;
+		ru->off = s->ref.off;
+		ru->len = s->ref.len;
+	}
+	return 0;
+}
+
+/* Join or lead every chunk of @b, resolve the chains, plan the GETs. */
+void batch_prepare(struct batch *b, struct piece *ps)
+{
+	struct dcr_reader *r = b->r;
+	int ret;
+
+	for (size_t i = 0; i < b->nc; i++) {
+		struct bchunk *c = &b->c[i];
+
+		c->p = &ps[i];
+		c->rc = batch_join(r, c);
+		if (c->rc || !c->leader)
+			continue;
+		c->f->data = buf_get(r, c->p->clen);
+		if (!c->f->data) {
+			c->rc = DCR_ERR(-ENOMEM);
+			continue;
+		}
+		/* A leader that just finished may have cached it after our
+		 * miss: look once more before fetching. */
+		{
+			struct dcr_cache_key k;
+
+			cache_key(&k, c->p->w.rv, c->p->w.file, c->p->w.chunk,
+				  &c->p->ref);
+			c->rc = dcr_cache_read(r->cache, &k, 0, c->f->data,
+					       c->p->clen);
+		}
+		if (c->rc == 0) {
+			c->ready = true;
+		} else if (c->rc == -ENOENT) {
+			c->rc = resolve_chain(r, &c->p->w, &c->p->ref,
+					      c->p->clen, c->f->data, &c->ch);
+			if (!c->rc && !c->ch.n) {
+				/* An older version's cached chunk that is this
+				 * one (SAME): proven, and stored as ours. */
+				c->rc = finish_chain(r, &c->p->w, &c->p->ref,
+						     c->p->clen, c->f->data,
+						     &c->ch);
+				if (!c->rc)
+					chunk_built(b, c);
+			}
+		}
+	}
+	ret = plan_runs(b);
+	if (ret) {
+		for (size_t i = 0; i < b->nc; i++)
+			if (b->c[i].leader && !b->c[i].ready && !b->c[i].rc)
+				b->c[i].rc = ret;
+		b->nruns = 0;
+	}
+}
+
+/*
+ * Decode, verify and cache what batch_prepare planned and the GETs
+ * brought, hand the slices to their destinations, and free @b's parts.
+ * Returns 0 or the first -errno (see materialize_batch).
+ */
+int batch_finish(struct batch *b, int nthreads)
+{
+	struct dcr_reader *r = b->r;
+	const size_t n = b->nc;
+	int ret = 0;
+
+	if (b->nruns)
+		par_for(nthreads, n, finish_one, b);
+
+	/* Leaders first: a waiter below may wait on a flight of ours. */
+	for (size_t i = 0; i < n; i++) {
+		struct bchunk *c = &b->c[i];
+
+		if (!c->f || !c->leader)
+			continue;
+		if (!c->handed) /* else the writer ends it */
+			flight_done(r, c->f, c->rc);
+		if (!c->rc && c->p->dst)
+			memcpy(c->p->dst, c->f->data + c->p->coff, c->p->n);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct bchunk *c = &b->c[i];
+		struct flight *f = c->f;
+
+		if (!f || c->leader || !c->p->dst)
+			continue;
+		pthread_mutex_lock(&r->sf_lock);
+		while (!f->done)
+			pthread_cond_wait(&r->sf_cond, &r->sf_lock);
+		pthread_mutex_unlock(&r->sf_lock);
+		c->rc = f->rc;
+		if (!c->rc) {
+			memcpy(c->p->dst, f->data + c->p->coff, c->p->n);
+		} else if (f->quiet && !tl_quiet) {
+			/* Read-ahead failed quietly: do it ourselves, so the
+			 * failure is logged by the read that needs it. */
+			flight_release(r, f);
+			c->f = NULL;
+			c->rc = materialize_batch(r, c->p, 1, 1);
+		}
+	}
+
+	for (size_t i = 0; i < n; i++) {
+		if (b->c[i].f)
+			flight_release(r, b->c[i].f);
+		chain_free(&b->c[i].ch);
+		if (!ret && b->c[i].rc && (!tl_quiet || b->c[i].leader))
+			ret = b->c[i].rc;
+	}
+	for (size_t i = 0; i < b->nruns; i++)
+		dcr_buf_free(&b->runs[i].buf);
+	free(b->runs);
+	free(b->it);
+	free(b->c);
+	return ret;
+}
+
+/*
+ * Materialize the @n missed chunks @ps: join the flights of chunks that
+ * others are building, lead the rest - resolve every chain, fetch all
+ * their frames with as few ranged GETs as adjacency allows (one per run
+ * of neighbouring frames in a pack), runs in parallel, then decode,
+ * verify and cache - and copy each slice to its destination. With
+ * @nthreads > 1 fetches and decodes run in parallel. Read-ahead callers
+ * (tl_quiet) pass pieces without a destination and skip chunks already
+ * in flight. Returns 0 or the first -errno.
+ */
+int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
+		      int nthreads)
+{
+	struct batch b = { .r = r, .nc = n, .pagecache = tl_pagecache };
+
+	b.c = calloc(n, sizeof(*b.c));
+	if (!b.c)
+		return DCR_ERR(-ENOMEM);
+	batch_prepare(&b, ps);
+	if (b.nruns)
+		par_for(nthreads, b.nruns, fetch_run, &b);
+	return batch_finish(&b, nthreads);
+}

@@ -1,0 +1,810 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rversions.c - the versions a reader knows (see reader_int.h).
+ *
+ * Contract: one struct rver per indexed version, in r->vers ascending,
+ * created from the catalog at open (load_catalog) or by a refresh that
+ * fetched, verified and indexed a new manifest; corrupt manifests are
+ * remembered (bad list) and skipped. A version's tree is built on first
+ * use (get_ver) and then never changes until close, so callers keep
+ * the pointers. refresh_lock serialises refreshes; lock guards the
+ * version array, the bad list, the tags and the tree install.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "catalog.h"
+#include "common.h"
+#include "manifest.h"
+#include "reader.h"
+#include "reader_int.h"
+
+/* ------------------------------------------------------------ versions */
+
+/* Index of the first version >= @v. Caller holds the lock. */
+static size_t vers_lower(const struct dcr_reader *r, uint64_t v)
+{
+	size_t lo = 0, hi = r->nvers;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (r->vers[mid]->v < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static struct rver *vers_find(const struct dcr_reader *r, uint64_t v)
+{
+	size_t i = vers_lower(r, v);
+
+	return i < r->nvers && r->vers[i]->v == v ? r->vers[i] : NULL;
+}
+
+/* Insert @rv in order. Caller holds the lock. */
+static int vers_insert(struct dcr_reader *r, struct rver *rv)
+{
+	size_t i = vers_lower(r, rv->v);
+
+	if (i < r->nvers && r->vers[i]->v == rv->v)
+		return -EEXIST;
+	if (r->nvers == r->capvers) {
+		size_t cap = r->capvers ? r->capvers * 2 : 16;
+		struct rver **tmp = realloc(r->vers, cap * sizeof(*tmp));
+		if (!tmp)
+			return DCR_ERR(-ENOMEM);
+		r->vers = tmp;
+		r->capvers = cap;
+	}
+	memmove(&r->vers[i + 1], &r->vers[i],
+		(r->nvers - i) * sizeof(*r->vers));
+	r->vers[i] = rv;
+	r->nvers++;
+	return 0;
+}
+
+static bool is_bad(const struct dcr_reader *r, uint64_t v)
+{
+	for (size_t i = 0; i < r->nbad; i++)
+		if (r->bad[i] == v)
+			return true;
+	return false;
+}
+
+/* Remember a corrupt manifest so it is neither fetched nor logged again. */
+static void mark_bad(struct dcr_reader *r, uint64_t v)
+{
+	pthread_mutex_lock(&r->lock);
+	if (!is_bad(r, v)) {
+		if (r->nbad == r->capbad) {
+			size_t cap = r->capbad ? r->capbad * 2 : 8;
+			uint64_t *tmp = realloc(r->bad, cap * sizeof(*tmp));
+			if (tmp) {
+				r->bad = tmp;
+				r->capbad = cap;
+			}
+		}
+		if (r->nbad < r->capbad)
+			r->bad[r->nbad++] = v;
+	}
+	r->max_bad = DCR_MAX(r->max_bad, v);
+	pthread_mutex_unlock(&r->lock);
+}
+
+void rver_free(struct rver *rv)
+{
+	if (!rv)
+		return;
+	dcr_manifest_free(&rv->m);
+	free(rv->entries);
+	free(rv);
+}
+
+/* Build rv->entries from the chunk-less manifest rv->m. */
+static int build_tree(struct rver *rv)
+{
+	const struct dcr_manifest *m = &rv->m;
+	uint32_t n = m->nfiles + 1, *last;
+	struct dcr_entry *e;
+
+	if (m->nfiles >= UINT32_MAX - 1)
+		return DCR_ERR(-EIO);
+	e = calloc(n, sizeof(*e));
+	last = malloc(n * sizeof(*last));
+	if (!e || !last) {
+		free(e);
+		free(last);
+		return DCR_ERR(-ENOMEM);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		last[i] = UINT32_MAX;
+		e[i].first_child = UINT32_MAX;
+		e[i].next_sibling = UINT32_MAX;
+	}
+	e[0].path = "";
+	e[0].name = "";
+	e[0].type = DCR_FT_DIR;
+	e[0].mode = 0755;
+	e[0].mtime_ns = m->ctime_ns;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		const char *slash = strrchr(f->path, '/');
+		uint32_t parent = 0, me = i + 1;
+
+		if (slash) {
+			int64_t k = dcr_manifest_find_n(m, i, f->path,
+						(size_t)(slash - f->path));
+			if (k < 0 || m->files[k].type != DCR_FT_DIR) {
+				dcr_err("version %llu: %s has no parent directory",
+					(unsigned long long)m->version, f->path);
+				free(e);
+				free(last);
+				return DCR_ERR(-EIO);
+			}
+			parent = (uint32_t)k + 1;
+		}
+		e[me].path = f->path;
+		e[me].name = slash ? slash + 1 : f->path;
+		e[me].parent = parent;
+		e[me].type = f->type;
+		e[me].mode = f->mode;
+		e[me].size = f->type == DCR_FT_REG ? f->size : 0;
+		e[me].mtime_ns = f->mtime_ns;
+		if (last[parent] == UINT32_MAX)
+			e[parent].first_child = me;
+		else
+			e[last[parent]].next_sibling = me;
+		last[parent] = me;
+	}
+	free(last);
+	rv->entries = e;
+	rv->info.version = rv->v;
+	rv->info.parent = rv->parent;
+	rv->info.ctime_ns = rv->ctime_ns;
+	rv->info.chunk_size = rv->chunk_size;
+	rv->info.nentries = n;
+	rv->info.entries = e;
+	return 0;
+}
+
+/*
+ * Make sure @rv's tree is loaded. Called without the lock: the catalog
+ * read and the tree build run unlocked (the catalog may be busy indexing
+ * a new version), and the result is installed under the lock; two
+ * threads racing to load the same version both build it and the loser
+ * frees its copy. Once loaded, m, entries and info never change.
+ */
+static int rver_load(struct dcr_reader *r, struct rver *rv)
+{
+	struct rver tmp;
+	bool loaded;
+	int ret;
+
+	pthread_mutex_lock(&r->lock);
+	loaded = rv->loaded;
+	pthread_mutex_unlock(&r->lock);
+	if (loaded)
+		return 0;
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.v = rv->v;
+	tmp.parent = rv->parent;
+	tmp.ctime_ns = rv->ctime_ns;
+	tmp.chunk_size = rv->chunk_size;
+	tmp.nfiles = rv->nfiles;
+	ret = dcr_catalog_load_files(r->cat, rv->v, &tmp.m);
+	if (ret)
+		return ret == -ENOENT ? DCR_ERR(-EIO) : ret;
+	ret = build_tree(&tmp);
+	if (ret) {
+		dcr_manifest_free(&tmp.m);
+		return ret;
+	}
+	pthread_mutex_lock(&r->lock);
+	if (!rv->loaded) {
+		rv->m = tmp.m;
+		rv->entries = tmp.entries;
+		rv->info = tmp.info;
+		rv->info.entries = rv->entries;
+		rv->loaded = true;
+		tmp.entries = NULL;
+		memset(&tmp.m, 0, sizeof(tmp.m));
+	}
+	pthread_mutex_unlock(&r->lock);
+	dcr_manifest_free(&tmp.m);
+	free(tmp.entries);
+	return 0;
+}
+
+/* The loaded version @v, or -ENOENT. The pointer stays valid until close. */
+int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out)
+{
+	struct rver *rv;
+	int ret;
+
+	pthread_mutex_lock(&r->lock);
+	rv = vers_find(r, v);
+	pthread_mutex_unlock(&r->lock);
+	ret = rv ? rver_load(r, rv) : -ENOENT;
+	*out = ret ? NULL : rv;
+	return ret;
+}
+
+static struct rver *rver_new(uint64_t v, uint64_t parent, int64_t ctime_ns,
+			     uint32_t chunk_size, uint32_t nfiles)
+{
+	struct rver *rv = calloc(1, sizeof(*rv));
+
+	if (!rv)
+		return NULL;
+	rv->v = v;
+	rv->parent = parent;
+	rv->ctime_ns = ctime_ns;
+	rv->chunk_size = chunk_size;
+	rv->nfiles = nfiles;
+	return rv;
+}
+
+static int load_tag(const char *name, uint64_t version, void *arg)
+{
+	struct dcr_reader *r = arg;
+	struct dcr_tag *tmp = realloc(r->tags, (r->ntags + 1) * sizeof(*tmp));
+
+	if (!tmp)
+		return DCR_ERR(-ENOMEM);
+	r->tags = tmp;
+	tmp[r->ntags].name = strdup(name);
+	if (!tmp[r->ntags].name)
+		return DCR_ERR(-ENOMEM);
+	tmp[r->ntags].version = version;
+	r->ntags++;
+	return 0;
+}
+
+/* Load the versions and tags recorded in the catalog. */
+int load_catalog(struct dcr_reader *r)
+{
+	struct dcr_catalog_version *vs;
+	size_t n;
+	int ret;
+
+	ret = dcr_catalog_versions(r->cat, &vs, &n);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n && !ret; i++) {
+		struct rver *rv = rver_new(vs[i].version, vs[i].parent,
+					   vs[i].ctime_ns, vs[i].chunk_size,
+					   vs[i].nfiles);
+		if (!rv) {
+			ret = DCR_ERR(-ENOMEM);
+			break;
+		}
+		ret = vers_insert(r, rv);
+		if (ret)
+			rver_free(rv);
+	}
+	free(vs);
+	if (ret)
+		return ret;
+	return dcr_catalog_tags(r->cat, load_tag, r);
+}
+
+/* ------------------------------------------------------------ refresh */
+
+/* State of one refresh: the last manifest indexed, kept whole so that
+ * the next version can be checked against it without reloading it. */
+struct refresh_ctx {
+	struct dcr_manifest last;
+	bool have_last;
+};
+
+static void refresh_ctx_free(struct refresh_ctx *ctx)
+{
+	if (ctx->have_last)
+		dcr_manifest_free(&ctx->last);
+	ctx->have_last = false;
+}
+
+/* Check @m against its parent, if the parent is known. 0 or -EBADMSG. */
+static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
+			const struct dcr_manifest *m, const char *key)
+{
+	struct dcr_manifest pm;
+	struct rver *parent;
+	int ret;
+
+	if (ctx->have_last && ctx->last.version == m->parent) {
+		ret = dcr_manifest_check_parent(m, &ctx->last);
+	} else if (get_ver(r, m->parent, &parent) == 0) {
+		/* A transient full load of the parent from the catalog. */
+		ret = dcr_catalog_load_manifest(r->cat, m->parent, &pm);
+		if (ret) {
+			dcr_warn("%s: cannot load parent version %llu to check "
+				 "it: %s", key, (unsigned long long)m->parent,
+				 dcr_strerror(ret));
+			return ret == -ENOMEM ? ret : 0;
+		}
+		ret = dcr_manifest_check_parent(m, &pm);
+		dcr_manifest_free(&pm);
+	} else {
+		dcr_warn("%s: parent version %llu is missing or corrupt; reads "
+			 "that need it will fail", key,
+			 (unsigned long long)m->parent);
+		return 0;
+	}
+	if (ret)
+		dcr_err("%s: corrupt manifest: inconsistent with its parent "
+			"version %llu", key, (unsigned long long)m->parent);
+	return ret;
+}
+
+/*
+ * Fetch and decode version @v's manifest. -ENOENT if absent, -EBADMSG if
+ * corrupt (logged, naming the key), other -errno for a store failure,
+ * which is not logged here (see fetch_failed).
+ */
+static int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
+			  struct dcr_manifest *m)
+{
+	const char *url = r->st->url ? r->st->url : "store";
+	struct dcr_buf b;
+	int ret;
+
+	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
+	ret = dcr_store_get(r->st, key, 0, DCR_GET_ALL, &b);
+	if (ret)
+		goto out_free;
+	ret = dcr_manifest_decode(b.data, b.len, m);
+	if (ret) {
+		dcr_err("%s: manifest %s is corrupt or invalid (%s)", url, key,
+			dcr_strerror(ret));
+	} else if (m->version != v) {
+		dcr_err("%s: manifest %s claims to be version %llu", url, key,
+			(unsigned long long)m->version);
+		dcr_manifest_free(m);
+		memset(m, 0, sizeof(*m));
+		ret = DCR_ERR(-EBADMSG);
+	}
+out_free:
+	dcr_buf_free(&b);
+	return ret;
+}
+
+/*
+ * Errors of one object that the next poll would meet again: such a
+ * version is skipped like a corrupt one (a directory where the manifest
+ * should be, a manifest over the size limit, access refused to this one
+ * key). Anything else (EIO, ETIMEDOUT, ... from a sick server) is
+ * retried at the next refresh.
+ */
+static bool permanent_err(int e)
+{
+	return e == -EBADMSG || e == -EISDIR || e == -ENOTDIR ||
+	       e == -EFBIG || e == -E2BIG || e == -EACCES || e == -EPERM ||
+	       e == -ELOOP || e == -ENAMETOOLONG || e == -EINVAL;
+}
+
+/*
+ * Log a failure to read version @v's manifest (@v 0: to list versions/),
+ * at most once per FETCH_LOG_INTERVAL_NS for the same version and
+ * error; repeats go to the debug log. Caller holds refresh_lock.
+ */
+static void fetch_failed(struct dcr_reader *r, uint64_t v, int err,
+			 const char *what)
+{
+	const char *url = r->st->url ? r->st->url : "store";
+	int64_t now = dcr_now_ns();
+	unsigned slot = FETCH_LOG_SLOTS;
+	char key[64] = "versions/";
+
+	if (v)
+		dcr_version_key(v, key, sizeof(key));
+	for (unsigned i = 0; i < FETCH_LOG_SLOTS; i++)
+		if (r->flog[i].at_ns && r->flog[i].v == v)
+			slot = i;
+	if (slot < FETCH_LOG_SLOTS && r->flog[slot].err == err &&
+	    now - r->flog[slot].at_ns < FETCH_LOG_INTERVAL_NS) {
+		dcr_debug("%s: cannot read %s: %s (again)", url, key,
+			  dcr_strerror(err));
+		return;
+	}
+	if (slot == FETCH_LOG_SLOTS)
+		slot = r->flog_next++ % FETCH_LOG_SLOTS;
+	r->flog[slot].v = v;
+	r->flog[slot].err = err;
+	r->flog[slot].at_ns = now;
+	dcr_err("%s: cannot read %s: %s%s", url, key, dcr_strerror(err), what);
+}
+
+/*
+ * Fetch, verify and index version @v. 0 if indexed or skipped as
+ * corrupt (logged once), -ENOENT if it does not exist, other -errno for
+ * a store failure (not logged: the caller marks or retries and logs).
+ */
+static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
+			 uint64_t v)
+{
+	char key[64];
+	struct dcr_manifest m;
+	struct rver *rv;
+	int ret;
+
+	dcr_version_key(v, key, sizeof(key));
+	memset(&m, 0, sizeof(m));
+	ret = fetch_manifest(r, v, key, &m);
+	if (ret == -EBADMSG) {
+		/* fetch_manifest logged it, naming the key. */
+		mark_bad(r, v);
+		return 0;
+	}
+	if (ret)
+		return ret; /* not logged: the caller decides */
+	ret = dcr_manifest_validate(&m);
+	if (ret) {
+		dcr_err("%s: corrupt manifest: %s", key, dcr_strerror(ret));
+	} else if (m.parent >= v) {
+		dcr_err("%s: corrupt manifest: parent %llu is not older",
+			key, (unsigned long long)m.parent);
+		ret = -EBADMSG;
+	} else if (m.parent) {
+		ret = check_parent(r, ctx, &m, key);
+		if (ret == -ENOMEM) {
+			dcr_manifest_free(&m);
+			return ret;
+		}
+	}
+	if (ret) {
+		mark_bad(r, v);
+		dcr_manifest_free(&m);
+		return 0;
+	}
+
+	ret = dcr_catalog_add_version(r->cat, &m);
+	if (ret && ret != -EEXIST) {
+		/* Our catalog failed (and logged), not the manifest: never
+		 * a reason to skip the version, retry it. */
+		dcr_manifest_free(&m);
+		return ret == -ENOMEM ? ret : DCR_ERR(-EIO);
+	}
+	rv = rver_new(v, m.parent, m.ctime_ns, m.chunk_size, m.nfiles);
+	refresh_ctx_free(ctx);
+	ctx->last = m; /* moved: the next version is likely its child */
+	ctx->have_last = true;
+	if (!rv)
+		return DCR_ERR(-ENOMEM);
+	pthread_mutex_lock(&r->lock);
+	ret = vers_insert(r, rv);
+	pthread_mutex_unlock(&r->lock);
+	if (ret)
+		rver_free(rv);
+	return ret == -EEXIST ? 0 : ret;
+}
+
+struct vlist {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int collect_version(const char *key, uint64_t size, void *arg)
+{
+	struct vlist *l = arg;
+	uint64_t v;
+
+	if (dcr_version_from_key(key, &v) != 0 || v == 0)
+		return 0; /* not a manifest name: ignore */
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		uint64_t *tmp = realloc(l->v, cap * sizeof(*tmp));
+		if (!tmp)
+			return DCR_ERR(-ENOMEM);
+		l->v = tmp;
+		l->cap = cap;
+	}
+	l->v[l->n++] = v;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * List versions/ and index every version not known yet. The first
+ * refresh of a process does this, and so does a probe that met an error
+ * other than "absent" (@fail_v, @fail_err: not fetched again here), so
+ * that one unreadable version does not hide the ones after it. A
+ * version that fails with a permanent error (permanent_err) is marked
+ * bad and logged once; after a transient one the next refresh lists
+ * again, so that it is retried and not skipped by probing past it.
+ */
+static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
+			uint64_t fail_v, int fail_err)
+{
+	struct vlist l = { 0 };
+	bool transient = false, seen_fail = false;
+	char key[64];
+	int ret;
+
+	ret = dcr_store_list(r->st, "versions/", collect_version, &l);
+	if (ret && ret != -ENOENT) {
+		if (fail_v)
+			fetch_failed(r, fail_v, fail_err, "");
+		fetch_failed(r, 0, ret, "");
+		free(l.v);
+		return ret;
+	}
+	ret = 0;
+	qsort(l.v, l.n, sizeof(*l.v), cmp_u64);
+	for (size_t i = 0; i < l.n; i++) {
+		bool known;
+		int rc;
+
+		if (i > 0 && l.v[i] == l.v[i - 1])
+			continue;
+		pthread_mutex_lock(&r->lock);
+		known = vers_find(r, l.v[i]) || is_bad(r, l.v[i]);
+		pthread_mutex_unlock(&r->lock);
+		if (known)
+			continue;
+		if (l.v[i] == fail_v) {
+			rc = fail_err;
+			seen_fail = true;
+		} else {
+			rc = index_version(r, ctx, l.v[i]);
+		}
+		if (rc == -ENOMEM) {
+			ret = rc;
+			break;
+		}
+		if (!rc)
+			continue;
+		if (permanent_err(rc)) {
+			/* Would fail the same way forever: skip it, once. */
+			dcr_version_key(l.v[i], key, sizeof(key));
+			dcr_err("%s: cannot read %s: %s; version %llu is "
+				"skipped", r->st->url ? r->st->url : "store",
+				key, dcr_strerror(rc),
+				(unsigned long long)l.v[i]);
+			mark_bad(r, l.v[i]);
+			continue;
+		}
+		if (rc != -ENOENT) /* deleted since listed: nothing to say */
+			fetch_failed(r, l.v[i], rc, "; retrying at the next "
+						    "refresh");
+		transient = true;
+	}
+	if (fail_v && !seen_fail)
+		fetch_failed(r, fail_v, fail_err, ""); /* not even listed */
+	free(l.v);
+	if (!ret)
+		r->listed = !transient;
+	return ret;
+}
+
+/*
+ * Later refreshes: probe n+1, n+2, ... until one does not exist (one
+ * cheap GET when nothing is new). Any other failure falls back to a
+ * listing (refresh_list), which finds the versions after it.
+ */
+static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
+{
+	uint64_t next;
+	int ret;
+
+	pthread_mutex_lock(&r->lock);
+	next = DCR_MAX(r->nvers ? r->vers[r->nvers - 1]->v : 0, r->max_bad);
+	pthread_mutex_unlock(&r->lock);
+	for (;;) {
+		ret = index_version(r, ctx, ++next);
+		if (ret == -ENOENT)
+			return 0;
+		if (ret == -ENOMEM)
+			return ret;
+		if (ret)
+			return refresh_list(r, ctx, next, ret);
+	}
+}
+
+struct tlist {
+	char **names;
+	size_t n, cap;
+};
+
+static int collect_tag(const char *key, uint64_t size, void *arg)
+{
+	struct tlist *l = arg;
+	const char *name = key;
+
+	if (strncmp(name, "tags/", 5) == 0)
+		name += 5;
+	if (!dcr_tag_name_valid(name))
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		char **tmp = realloc(l->names, cap * sizeof(*tmp));
+		if (!tmp)
+			return DCR_ERR(-ENOMEM);
+		l->names = tmp;
+		l->cap = cap;
+	}
+	l->names[l->n] = strdup(name);
+	if (!l->names[l->n])
+		return DCR_ERR(-ENOMEM);
+	l->n++;
+	return 0;
+}
+
+static int cmp_tag(const void *a, const void *b)
+{
+	return strcmp(((const struct dcr_tag *)a)->name,
+		      ((const struct dcr_tag *)b)->name);
+}
+
+/* Re-list tags/ and replace the tag set. */
+static int refresh_tags(struct dcr_reader *r)
+{
+	struct tlist l = { 0 };
+	struct dcr_tag *tags = NULL, *old;
+	const char **names = NULL;
+	uint64_t *vs = NULL;
+	size_t nt = 0, nold;
+	int ret;
+
+	ret = dcr_store_list(r->st, "tags/", collect_tag, &l);
+	if (ret == -ENOENT)
+		ret = 0;
+	if (ret) {
+		dcr_err("%s: cannot list tags/: %s",
+			r->st->url ? r->st->url : "store", dcr_strerror(ret));
+		goto out_free;
+	}
+	tags = calloc(l.n ? l.n : 1, sizeof(*tags));
+	names = calloc(l.n ? l.n : 1, sizeof(*names));
+	vs = calloc(l.n ? l.n : 1, sizeof(*vs));
+	if (!tags || !names || !vs) {
+		ret = DCR_ERR(-ENOMEM);
+		goto out_free;
+	}
+	for (size_t i = 0; i < l.n; i++) {
+		uint64_t v;
+		int rc = dcr_store_get_tag(r->st, l.names[i], &v);
+
+		if (rc) {
+			if (rc != -ENOENT)
+				dcr_warn("tags/%s: %s", l.names[i],
+					 dcr_strerror(rc));
+			continue;
+		}
+		tags[nt].name = l.names[i];
+		tags[nt].version = v;
+		l.names[i] = NULL;
+		nt++;
+	}
+	qsort(tags, nt, sizeof(*tags), cmp_tag);
+	for (size_t i = 0; i < nt; i++) {
+		names[i] = tags[i].name;
+		vs[i] = tags[i].version;
+	}
+	ret = dcr_catalog_set_tags(r->cat, names, vs, nt);
+	if (ret)
+		goto out_free;
+	pthread_mutex_lock(&r->lock);
+	old = r->tags;
+	nold = r->ntags;
+	r->tags = tags;
+	r->ntags = nt;
+	pthread_mutex_unlock(&r->lock);
+	tags = old;
+	nt = nold;
+
+out_free:
+	dcr_reader_tags_free(tags, nt);
+	for (size_t i = 0; i < l.n; i++)
+		free(l.names[i]);
+	free(l.names);
+	free(names);
+	free(vs);
+	return ret;
+}
+
+int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
+{
+	struct refresh_ctx ctx = { .have_last = false };
+	int ret;
+
+	pthread_mutex_lock(&r->refresh_lock);
+	ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
+	refresh_ctx_free(&ctx);
+	if (!ret)
+		ret = refresh_tags(r);
+	pthread_mutex_unlock(&r->refresh_lock);
+	if (latest)
+		*latest = dcr_reader_latest(r);
+	return ret;
+}
+
+uint64_t dcr_reader_latest(struct dcr_reader *r)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&r->lock);
+	v = r->nvers ? r->vers[r->nvers - 1]->v : 0;
+	pthread_mutex_unlock(&r->lock);
+	return v;
+}
+
+int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n)
+{
+	uint64_t *arr;
+
+	pthread_mutex_lock(&r->lock);
+	arr = malloc((r->nvers ? r->nvers : 1) * sizeof(*arr));
+	if (!arr) {
+		pthread_mutex_unlock(&r->lock);
+		return DCR_ERR(-ENOMEM);
+	}
+	for (size_t i = 0; i < r->nvers; i++)
+		arr[i] = r->vers[i]->v;
+	*n = r->nvers;
+	pthread_mutex_unlock(&r->lock);
+	*vs = arr;
+	return 0;
+}
+
+int dcr_reader_version(struct dcr_reader *r, uint64_t v,
+		       const struct dcr_version_info **out)
+{
+	struct rver *rv;
+	int ret = get_ver(r, v, &rv);
+
+	*out = ret ? NULL : &rv->info;
+	return ret;
+}
+
+int dcr_reader_tags(struct dcr_reader *r, struct dcr_tag **tags, size_t *n)
+{
+	struct dcr_tag *t;
+	size_t i;
+
+	*tags = NULL;
+	*n = 0;
+	pthread_mutex_lock(&r->lock);
+	t = calloc(r->ntags ? r->ntags : 1, sizeof(*t));
+	if (!t)
+		goto err_unlock;
+	for (i = 0; i < r->ntags; i++) {
+		t[i].name = strdup(r->tags[i].name);
+		if (!t[i].name)
+			goto err_free;
+		t[i].version = r->tags[i].version;
+	}
+	*n = r->ntags;
+	pthread_mutex_unlock(&r->lock);
+	*tags = t;
+	return 0;
+
+err_free:
+	dcr_reader_tags_free(t, i);
+err_unlock:
+	pthread_mutex_unlock(&r->lock);
+	return DCR_ERR(-ENOMEM);
+}
+
+void dcr_reader_tags_free(struct dcr_tag *tags, size_t n)
+{
+	if (!tags)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(tags[i].name);
+	free(tags);
+}
