@@ -17,6 +17,14 @@
  * writer marks a chunk present only after its write completed, so no
  * reader sees half a chunk; a chunk that a crash tore is allocated but
  * fails its check on first use and is punched out.
+ *
+ * A proven chunk is never punched out or rewritten with other bytes, so
+ * a reader that found it proven (and a descriptor handed out to splice
+ * it) reads it whole after the lock is dropped: the budget evicts whole
+ * slabs (unlinked, their open descriptors still read), and a chunk is
+ * punched only when it failed its check, under its slab's @wlock, which
+ * every write of a chunk holds too, and only if no write proved it
+ * meanwhile.
  */
 #include "config.h"
 
@@ -61,6 +69,7 @@ struct slab {
 	uint64_t bytes;      /* accounted against the budget */
 	int64_t used_ms;     /* last use */
 	int64_t stamped_ms;  /* last use written as the mtime */
+	pthread_mutex_t wlock; /* writes and punches of its chunks */
 	unsigned refs;       /* users; a dead slab is freed by the last */
 	bool dead;           /* evicted: off the table, unlinked */
 };
@@ -79,6 +88,7 @@ struct dcr_cache {
 	pthread_mutex_t evict_lock;
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
+	atomic_bool said_small; /* warned that one slab exceeds the budget */
 };
 
 static int64_t now_ms(void)
@@ -103,6 +113,12 @@ static void bit_set(uint64_t *m, uint64_t i, bool on)
 static uint32_t slot_len(const struct slab *s, uint64_t i)
 {
 	return dcr_chunk_len(s->size, s->cs, i);
+}
+
+/* What a chunk of @len bytes occupies on disk, as the budget counts it. */
+static uint64_t alloc_len(uint32_t len)
+{
+	return DCR_ROUND_UP((uint64_t)len, DCR_CACHE_ALIGN);
 }
 
 void dcr_cache_slab_path(const struct dcr_cache *c, uint64_t v, uint32_t file,
@@ -244,7 +260,7 @@ static uint64_t present_bytes(const struct slab *s)
 
 	for (uint64_t i = 0; i < s->nbits; i++)
 		if (bit(s->present, s->nbits, i))
-			b += slot_len(s, i);
+			b += alloc_len(slot_len(s, i));
 	return b;
 }
 
@@ -296,13 +312,20 @@ static int slab_open(struct dcr_cache *c, struct slab *s,
 	return 0;
 }
 
+/* Free a slab off the table, descriptors closed. */
+static void slab_free(struct slab *s)
+{
+	pthread_mutex_destroy(&s->wlock);
+	free(s);
+}
+
 /* Drop a reference; the last one frees an evicted slab. Takes @lock. */
 static void slab_put(struct dcr_cache *c, struct slab *s)
 {
 	pthread_mutex_lock(&c->lock);
 	if (--s->refs == 0 && s->dead) {
 		slab_shut(c, s);
-		free(s);
+		slab_free(s);
 	}
 	pthread_mutex_unlock(&c->lock);
 }
@@ -321,7 +344,7 @@ static void slab_evict(struct dcr_cache *c, struct slab *s)
 	unlink(path);
 	if (s->refs == 0) {
 		slab_shut(c, s);
-		free(s);
+		slab_free(s);
 	}
 }
 
@@ -360,10 +383,11 @@ static struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		s->v = k->v;
 		s->file = k->file;
 		s->fd = s->dfd = -1;
+		pthread_mutex_init(&s->wlock, NULL);
 		i = tab_lower(c, k->v, k->file);
 		ret = tab_insert(c, i, s);
 		if (ret) {
-			free(s);
+			slab_free(s);
 			s = NULL;
 			*err = ret;
 			goto out_unlock;
@@ -421,7 +445,10 @@ static int slab_dfd(struct dcr_cache *c, struct slab *s)
 	return fd;
 }
 
-/* Punch out chunk @i of @s (after a failed check or write). */
+/*
+ * Punch out chunk @i of @s after a failed check or write. Caller holds
+ * @s->wlock, and the chunk is not proven (see the locking notes).
+ */
 static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 {
 	uint64_t off = i * s->cs;
@@ -431,8 +458,8 @@ static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 	if (bit(s->present, s->nbits, i)) {
 		bit_set(s->present, i, false);
 		if (!s->dead) {
-			s->bytes -= DCR_MIN(s->bytes, slot_len(s, i));
-			c->bytes -= DCR_MIN(c->bytes, slot_len(s, i));
+			s->bytes -= DCR_MIN(s->bytes, alloc_len(slot_len(s, i)));
+			c->bytes -= DCR_MIN(c->bytes, alloc_len(slot_len(s, i)));
 		}
 	}
 	if (i < s->nbits)
@@ -477,12 +504,13 @@ static int scan_slabs(struct dcr_cache *c)
 		s->v = v;
 		s->file = file;
 		s->fd = s->dfd = -1;
+		pthread_mutex_init(&s->wlock, NULL);
 		s->bytes = (uint64_t)sb.st_blocks * 512;
 		s->used_ms = s->stamped_ms = (int64_t)sb.st_mtim.tv_sec * 1000 +
 					    sb.st_mtim.tv_nsec / 1000000;
 		ret = tab_insert(c, c->n, s);
 		if (ret) {
-			free(s);
+			slab_free(s);
 			break;
 		}
 		c->bytes += s->bytes;
@@ -499,7 +527,7 @@ static int cmp_slab(const void *a, const void *b)
 	return cmp_key(x->v, x->file, y);
 }
 
-static void evict(struct dcr_cache *c, struct slab *keep, uint64_t keep_chunk);
+static void evict(struct dcr_cache *c, struct slab *keep);
 
 int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 {
@@ -529,7 +557,8 @@ int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 		dcr_err("cache %s: %s", c->dir, dcr_strerror(ret));
 		goto err_free;
 	}
-	qsort(c->tab, c->n, sizeof(*c->tab), cmp_slab);
+	if (c->n)
+		qsort(c->tab, c->n, sizeof(*c->tab), cmp_slab);
 	snprintf(old, sizeof(old), "%s/chunks", dir);
 	if (stat(old, &sb) == 0)
 		dcr_info("cache %s: %s holds chunk files of an older dcrfs, "
@@ -538,13 +567,13 @@ int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->evict_lock, NULL);
 	c->st.bytes = c->bytes;
-	evict(c, NULL, 0);
+	evict(c, NULL);
 	*out = c;
 	return 0;
 
 err_free:
 	for (size_t i = 0; i < c->n; i++)
-		free(c->tab[i]);
+		slab_free(c->tab[i]);
 	free(c->tab);
 	free(c->dir);
 	free(c);
@@ -557,7 +586,7 @@ void dcr_cache_close(struct dcr_cache *c)
 		return;
 	for (size_t i = 0; i < c->n; i++) {
 		slab_shut(c, c->tab[i]);
-		free(c->tab[i]);
+		slab_free(c->tab[i]);
 	}
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->evict_lock);
@@ -741,15 +770,27 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 	}
 	if (ret == -EBADMSG) {
 		char path[PATH_MAX];
+		bool rewritten;
 
-		dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
-		dcr_warn("cache: %s: chunk %" PRIu64 " failed its check; "
-			 "punched out, it will be fetched again", path,
-			 k->chunk);
-		punch(c, s, k->chunk);
+		/* A write may have proven it while we read: then what we
+		 * read was that write in progress, not damage. */
+		pthread_mutex_lock(&s->wlock);
+		pthread_mutex_lock(&c->lock);
+		rewritten = bit(s->proven, s->nbits, k->chunk);
+		pthread_mutex_unlock(&c->lock);
+		if (!rewritten)
+			punch(c, s, k->chunk);
+		pthread_mutex_unlock(&s->wlock);
+		if (!rewritten) {
+			dcr_cache_slab_path(c, s->v, s->file, path,
+					    sizeof(path));
+			dcr_warn("cache: %s: chunk %" PRIu64 " failed its "
+				 "check; punched out, it will be fetched "
+				 "again", path, k->chunk);
+		}
 		slab_put(c, s);
 		pthread_mutex_lock(&c->lock);
-		c->st.corrupt++;
+		c->st.corrupt += !rewritten;
 		c->st.misses++;
 		pthread_mutex_unlock(&c->lock);
 		return -ENOENT;
@@ -796,10 +837,11 @@ int dcr_cache_open_fd(struct dcr_cache *c, const struct dcr_cache_key *k,
 
 /*
  * Evict until within the budget: whole slabs, least recently used
- * first, but never @keep; when @keep is all that is left, its lowest
- * chunks but @keep_chunk are punched out.
+ * first, @keep (the slab just written) last. A slab is unlinked, never
+ * cut into (see the locking notes): a budget smaller than one file's
+ * slab keeps nothing of it, which is said once.
  */
-static void evict(struct dcr_cache *c, struct slab *keep, uint64_t keep_chunk)
+static void evict(struct dcr_cache *c, struct slab *keep)
 {
 	bool progress, over;
 
@@ -810,39 +852,35 @@ again:
 	pthread_mutex_lock(&c->lock);
 	while (c->bytes > c->budget) {
 		struct slab *lru = NULL;
-		uint64_t i = 0;
 
 		for (size_t k = 0; k < c->n; k++) {
 			struct slab *s = c->tab[k];
 			if (s != keep && (!lru || s->used_ms < lru->used_ms))
 				lru = s;
 		}
-		if (lru) {
-			slab_evict(c, lru);
-			progress = true;
-			continue;
+		if (!lru && keep && !keep->dead) {
+			lru = keep;
+			if (!atomic_exchange(&c->said_small, true))
+				dcr_warn("cache %s: the budget (%" PRIu64
+					 " bytes) is smaller than one file of a "
+					 "version; that file is not kept in "
+					 "the cache: raise cache_size",
+					 c->dir, c->budget);
 		}
-		if (!keep)
+		if (!lru)
 			break;
-		while (i < keep->nbits && (i == keep_chunk ||
-					   !bit(keep->present, keep->nbits, i)))
-			i++;
-		if (i >= keep->nbits)
-			break;
-		c->st.evictions++;
-		pthread_mutex_unlock(&c->lock);
-		punch(c, keep, i);
+		slab_evict(c, lru);
 		progress = true;
-		pthread_mutex_lock(&c->lock);
 	}
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&c->evict_lock);
 	/* A put whose evict found us busy relies on us: look once more now
-	 * that the lock is free, while evicting gets somewhere. */
+	 * that the lock is free (every round evicts a slab, or finds none
+	 * to evict and stops). */
 	pthread_mutex_lock(&c->lock);
-	over = c->bytes > c->budget;
+	over = c->bytes > c->budget && (progress || c->n > 0);
 	pthread_mutex_unlock(&c->lock);
-	if (over && progress)
+	if (over)
 		goto again;
 }
 
@@ -864,6 +902,16 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		slab_put(c, s);
 		return DCR_ERR(-EINVAL);
 	}
+	pthread_mutex_lock(&s->wlock);
+	pthread_mutex_lock(&c->lock);
+	was = bit(s->proven, s->nbits, k->chunk);
+	pthread_mutex_unlock(&c->lock);
+	if (was) {
+		/* There and proven: readers may be splicing it. */
+		pthread_mutex_unlock(&s->wlock);
+		slab_put(c, s);
+		return 0;
+	}
 	if (direct)
 		dfd = slab_dfd(c, s);
 	if (dfd >= 0) {
@@ -880,6 +928,7 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		ret = dcr_pwrite_full(s->fd, data, k->len, off);
 	if (ret) {
 		punch(c, s, k->chunk);
+		pthread_mutex_unlock(&s->wlock);
 		slab_put(c, s);
 		goto err_log;
 	}
@@ -888,13 +937,14 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 	bit_set(s->present, k->chunk, true);
 	bit_set(s->proven, k->chunk, true);
 	if (!was && !s->dead) {
-		s->bytes += k->len;
-		c->bytes += k->len;
+		s->bytes += alloc_len(k->len);
+		c->bytes += alloc_len(k->len);
 	}
 	s->used_ms = DCR_MAX(s->used_ms, now_ms());
 	c->st.inserts++;
 	pthread_mutex_unlock(&c->lock);
-	evict(c, s, k->chunk);
+	pthread_mutex_unlock(&s->wlock);
+	evict(c, s);
 	slab_put(c, s);
 	return 0;
 
