@@ -401,11 +401,14 @@ err_close:
 
 /* -------------------------------------------------------------- sync */
 
-/* Wait until nothing is queued in @q's queue and no worker is busy. */
-#define WAIT_IDLE(r, lock, cond, len, busy)                                  \
+/*
+ * Wait until a queue is idle: nothing queued in @len and no worker
+ * @busy, or no worker threads (@nth) at all, all read under @lock.
+ */
+#define WAIT_IDLE(r, lock, cond, nth, len, busy)                             \
 	do {                                                                 \
 		pthread_mutex_lock(&(r)->lock);                              \
-		while ((r)->len || (r)->busy)                                \
+		while ((r)->nth && ((r)->len || (r)->busy))                  \
 			pthread_cond_wait(&(r)->cond, &(r)->lock);           \
 		pthread_mutex_unlock(&(r)->lock);                            \
 	} while (0)
@@ -414,10 +417,7 @@ void dcr_reader_sync(struct dcr_reader *r)
 {
 	/* In pipeline order: read-ahead feeds the decoders, which (like
 	 * every read) feed the writers. */
-	if (r->nra_th)
-		WAIT_IDLE(r, ra_lock, ra_cond, ra_qlen, ra_busy);
-	if (r->ndq_th)
-		WAIT_IDLE(r, dq_lock, dq_cond, dq_len, dq_busy);
-	if (r->nwq_th)
-		WAIT_IDLE(r, wq_lock, wq_cond, wq_len, wq_busy);
+	WAIT_IDLE(r, ra_lock, ra_cond, nra_th, ra_qlen, ra_busy);
+	WAIT_IDLE(r, dq_lock, dq_cond, ndq_th, dq_len, dq_busy);
+	WAIT_IDLE(r, wq_lock, wq_cond, nwq_th, wq_len, wq_busy);
 }

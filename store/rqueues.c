@@ -92,24 +92,36 @@ bool wq_submit(struct dcr_reader *r, struct flight *f)
 		r->wq[(r->wq_head + r->wq_len) % WQ_MAX] = f;
 		r->wq_len++;
 		r->wq_bytes += f->len;
-		pthread_cond_signal(&r->wq_cond);
+		/* Broadcast: dcr_reader_sync waits on the same condvar,
+		 * and a signal could wake it instead of an idle writer. */
+		pthread_cond_broadcast(&r->wq_cond);
 		ok = true;
 	}
 	pthread_mutex_unlock(&r->wq_lock);
 	return ok;
 }
 
-/* Set *@stop under @lock, wake the waiters on @cond, join the threads. */
+/*
+ * Set *@stop under @lock, wake the waiters on @cond, join the threads,
+ * then clear *@nth under @lock (dcr_reader_sync reads it there) and wake
+ * the waiters again.
+ */
 static void threads_stop(pthread_mutex_t *lock, pthread_cond_t *cond,
 			 bool *stop, pthread_t *th, int *nth)
 {
+	int n;
+
 	pthread_mutex_lock(lock);
 	*stop = true;
+	n = *nth;
 	pthread_cond_broadcast(cond);
 	pthread_mutex_unlock(lock);
-	for (int i = 0; i < *nth; i++)
+	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
+	pthread_mutex_lock(lock);
 	*nth = 0;
+	pthread_cond_broadcast(cond);
+	pthread_mutex_unlock(lock);
 }
 
 /* Write what is queued, then stop and join the writers. */
@@ -180,7 +192,7 @@ static bool dq_submit(struct dcr_reader *r, struct dq_item *it)
 	if (r->ndq_th && !r->dq_stop && r->dq_len < DQ_MAX) {
 		r->dq[(r->dq_head + r->dq_len) % DQ_MAX] = it;
 		r->dq_len++;
-		pthread_cond_signal(&r->dq_cond);
+		pthread_cond_broadcast(&r->dq_cond); /* see wq_submit */
 		ok = true;
 	}
 	pthread_mutex_unlock(&r->dq_lock);
@@ -269,7 +281,8 @@ static void *ra_main(void *arg)
 		it = malloc(sizeof(*it));
 		if (!it) {
 			pthread_mutex_lock(&r->ra_lock);
-			r->ra_busy--;
+			if (--r->ra_busy == 0 && !r->ra_qlen)
+				pthread_cond_broadcast(&r->ra_cond);
 			continue; /* read-ahead is an optimization */
 		}
 		ps = it->ps;
@@ -392,7 +405,7 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		j->pagecache = tl_pagecache;
 		from += j->n;
 		r->ra_qlen++;
-		pthread_cond_signal(&r->ra_cond);
+		pthread_cond_broadcast(&r->ra_cond); /* see wq_submit */
 	}
 	s->queued = DCR_MAX(s->queued, from);
 out_unlock:
