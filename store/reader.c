@@ -249,10 +249,40 @@ void dcr_reader_close(struct dcr_reader *r)
 
 /* ------------------------------------------------------------ reads */
 
+/*
+ * The version and the bytes a read of [@off, @off+@len) of entry @idx of
+ * version @v covers: *@rvp, the file's *@size and the end of the range
+ * clamped to it in *@end; the read is noted for read-ahead. 1 when there
+ * is something to read, 0 at or past the end (or @len 0), or -errno.
+ */
+static int read_range(struct dcr_reader *r, uint64_t v, uint32_t idx,
+		      uint64_t off, size_t len, struct rver **rvp,
+		      uint64_t *size, uint64_t *end)
+{
+	const struct dcr_entry *e;
+	int ret;
+
+	ret = get_ver(r, v, rvp);
+	if (ret)
+		return ret;
+	if (idx >= (*rvp)->info.nentries)
+		return -ENOENT;
+	e = &(*rvp)->entries[idx];
+	if (e->type == DCR_FT_DIR)
+		return -EISDIR;
+	if (e->type != DCR_FT_REG)
+		return DCR_ERR(-EIO);
+	*size = e->size;
+	if (off >= *size || len == 0)
+		return 0;
+	*end = off + DCR_MIN((uint64_t)len, *size - off);
+	ra_note(r, *rvp, idx, off, *end);
+	return 1;
+}
+
 ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			uint64_t off, void *dst, size_t len)
 {
-	const struct dcr_entry *e;
 	struct piece one, *miss = &one;
 	size_t nmiss = 0, cap = 1;
 	struct rver *rv;
@@ -260,24 +290,12 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	uint32_t cs;
 	int ret;
 
-	ret = get_ver(r, v, &rv);
-	if (ret)
-		return ret;
-	if (idx >= rv->info.nentries)
-		return -ENOENT;
-	e = &rv->entries[idx];
-	if (e->type == DCR_FT_DIR)
-		return -EISDIR;
-	if (e->type != DCR_FT_REG)
-		return DCR_ERR(-EIO);
-	size = e->size;
-	if (off >= size || len == 0)
-		return 0;
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
-	end = off + DCR_MIN((uint64_t)len, size - off);
+	ret = read_range(r, v, idx, off, len, &rv, &size, &end);
+	if (ret <= 0)
+		return ret;
 	cs = rv->chunk_size;
-	ra_note(r, rv, idx, off, end);
 
 	/* Serve what the cache holds; collect the misses. */
 	for (pos = off; pos < end;) {
@@ -333,7 +351,6 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			   uint64_t off, size_t len, struct dcr_read_seg *segs,
 			   size_t max, size_t *nbytes)
 {
-	const struct dcr_entry *e;
 	struct rver *rv;
 	uint64_t size, end, pos;
 	size_t nseg = 0;
@@ -341,22 +358,10 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	int ret;
 
 	*nbytes = 0;
-	ret = get_ver(r, v, &rv);
-	if (ret)
+	ret = read_range(r, v, idx, off, len, &rv, &size, &end);
+	if (ret <= 0)
 		return ret;
-	if (idx >= rv->info.nentries)
-		return -ENOENT;
-	e = &rv->entries[idx];
-	if (e->type == DCR_FT_DIR)
-		return -EISDIR;
-	if (e->type != DCR_FT_REG)
-		return DCR_ERR(-EIO);
-	size = e->size;
-	if (off >= size || len == 0)
-		return 0;
-	end = off + DCR_MIN((uint64_t)len, size - off);
 	cs = rv->chunk_size;
-	ra_note(r, rv, idx, off, end);
 
 	for (pos = off; pos < end;) {
 		uint64_t i = dcr_chunk_index(pos, cs);

@@ -36,25 +36,18 @@
 #include "frame.h"
 #include "safetensors.h"
 
+#include "benchutil.h"
+
 #define RUNS_MAX 64
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return bench_cpu_s();
 }
 
 static void *xmalloc(size_t n)
 {
-	void *p = malloc(n ? n : 1);
-
-	if (!p) {
-		fprintf(stderr, "bench_apply: out of memory (%zu bytes)\n", n);
-		exit(1);
-	}
-	return p;
+	return bench_xmalloc("bench_apply", n);
 }
 
 static uint8_t *load(const char *path, size_t *n)

@@ -54,25 +54,18 @@
 #include "manifest.h"
 #include "safetensors.h"
 
+#include "benchutil.h"
+
 #define RUNS 3
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return bench_cpu_s();
 }
 
 static void *xmalloc(size_t n)
 {
-	void *p = malloc(n ? n : 1);
-
-	if (!p) {
-		fprintf(stderr, "bench_codec: out of memory (%zu bytes)\n", n);
-		exit(1);
-	}
-	return p;
+	return bench_xmalloc("bench_codec", n);
 }
 
 /* ------------------------------------------------------------ random */
