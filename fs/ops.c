@@ -1529,7 +1529,6 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 		return 0;
 	}
 	dcr_info("prefetching v%" PRIu64, v);
-	dcr_reader_keep_pagecache(true); /* this thread only does prefetch */
 	for (uint32_t i = 0; i < vi->nentries && i <= DCRFS_IDX_MAX; i++) {
 		const struct dcr_entry *e = &vi->entries[i];
 
@@ -1546,7 +1545,7 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 							 sizeof(sz)));
 				return 1;
 			}
-			n = dcr_reader_read(fs->r, v, i, off, buf, bs);
+			n = dcr_reader_prefetch(fs->r, v, i, off, buf, bs);
 			if (n < 0) {
 				dcr_warn("prefetch of v%" PRIu64 "/%s: %s", v,
 					 e->path, dcr_strerror((int)n));

@@ -59,14 +59,8 @@
 #include "reader.h"
 #include "reader_int.h"
 
-/* The thread-locals declared (and described) in reader_int.h. */
+/* The thread-local declared (and described) in reader_int.h. */
 __thread bool tl_quiet;
-__thread bool tl_pagecache;
-
-void dcr_reader_keep_pagecache(bool on)
-{
-	tl_pagecache = on;
-}
 
 /* ------------------------------------------------------------ open/close */
 
@@ -252,12 +246,13 @@ void dcr_reader_close(struct dcr_reader *r)
 /*
  * The version and the bytes a read of [@off, @off+@len) of entry @idx of
  * version @v covers: *@rvp, the file's *@size and the end of the range
- * clamped to it in *@end; the read is noted for read-ahead. 1 when there
- * is something to read, 0 at or past the end (or @len 0), or -errno.
+ * clamped to it in *@end; the read is noted for read-ahead (whose
+ * chunks go through the page cache with @pagecache). 1 when there is
+ * something to read, 0 at or past the end (or @len 0), or -errno.
  */
 static int read_range(struct dcr_reader *r, uint64_t v, uint32_t idx,
-		      uint64_t off, size_t len, struct rver **rvp,
-		      uint64_t *size, uint64_t *end)
+		      uint64_t off, size_t len, bool pagecache,
+		      struct rver **rvp, uint64_t *size, uint64_t *end)
 {
 	const struct dcr_entry *e;
 	int ret;
@@ -276,12 +271,13 @@ static int read_range(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	if (off >= *size || len == 0)
 		return 0;
 	*end = off + DCR_MIN((uint64_t)len, *size - off);
-	ra_note(r, *rvp, idx, off, *end);
+	ra_note(r, *rvp, idx, off, *end, pagecache);
 	return 1;
 }
 
-ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			uint64_t off, void *dst, size_t len)
+/* dcr_reader_read and dcr_reader_prefetch (@pagecache). */
+static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			 uint64_t off, void *dst, size_t len, bool pagecache)
 {
 	struct piece one, *miss = &one;
 	size_t nmiss = 0, cap = 1;
@@ -292,7 +288,7 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
-	ret = read_range(r, v, idx, off, len, &rv, &size, &end);
+	ret = read_range(r, v, idx, off, len, pagecache, &rv, &size, &end);
 	if (ret <= 0)
 		return ret;
 	cs = rv->chunk_size;
@@ -334,11 +330,24 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	/* Materialize the misses: one batch, coalesced, in parallel. */
 	if (nmiss)
 		ra_hits(r, v, idx, false); /* read-ahead fell behind */
-	ret = nmiss ? materialize_batch(r, miss, nmiss, r->fetch_threads) : 0;
+	ret = nmiss ? materialize_batch(r, miss, nmiss, r->fetch_threads,
+					pagecache) : 0;
 out_free:
 	if (miss != &one)
 		free(miss);
 	return ret ? ret : (ssize_t)(end - off);
+}
+
+ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			uint64_t off, void *dst, size_t len)
+{
+	return read_impl(r, v, idx, off, dst, len, false);
+}
+
+ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			    uint64_t off, void *dst, size_t len)
+{
+	return read_impl(r, v, idx, off, dst, len, true);
 }
 
 /* ------------------------------------------------ zero-copy reads (fs/)
@@ -358,7 +367,7 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	int ret;
 
 	*nbytes = 0;
-	ret = read_range(r, v, idx, off, len, &rv, &size, &end);
+	ret = read_range(r, v, idx, off, len, false, &rv, &size, &end);
 	if (ret <= 0)
 		return ret;
 	cs = rv->chunk_size;

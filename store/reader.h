@@ -153,14 +153,16 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			   size_t max, size_t *nbytes);
 
 /**
- * dcr_reader_keep_pagecache - for the calling thread (and the read-ahead
- * its reads queue): write the chunks its reads materialize to the cache
- * through the page cache (@on), as a prefetcher wants, so the reads that
- * follow find them resident; by default (off) they are written around
- * it and served from memory, so that a first read does not also fill
- * the page cache with a second copy of every chunk.
+ * dcr_reader_prefetch - dcr_reader_read for a prefetcher: the chunks this
+ * read (and the read-ahead it queues) materializes are written to the
+ * cache through the page cache, so that the reads that follow find them
+ * resident. dcr_reader_read writes them around it and serves them from
+ * memory instead, so that a first read does not also fill the page cache
+ * with a second copy of every chunk. Same returns and thread-safety as
+ * dcr_reader_read.
  */
-void dcr_reader_keep_pagecache(bool on);
+ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			    uint64_t off, void *dst, size_t len);
 
 /**
  * dcr_reader_sync - wait until the background work queued so far is

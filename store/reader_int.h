@@ -307,10 +307,6 @@ struct dcr_reader {
  * Defined in reader.c.
  */
 extern __thread bool tl_quiet;
-/* Set by dcr_reader_keep_pagecache: chunks built for this thread are
- * written to the cache through the page cache (prefetch wants them
- * resident for the reads to come). Defined in reader.c. */
-extern __thread bool tl_pagecache;
 #define RERR(...) dcr_log(tl_quiet ? DCR_LOG_DEBUG : DCR_LOG_ERR, __VA_ARGS__)
 
 /* ------------------------------------------------------------ chains */
@@ -489,7 +485,7 @@ int batch_finish(struct batch *b, int nthreads);
  * @nthreads threads) and copy each slice to its destination: 0 or the
  * first -errno. Thread-safe. */
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
-		      int nthreads);
+		      int nthreads, bool pagecache);
 
 /* ---------------------------------- rqueues.c: the background queues */
 
@@ -513,9 +509,9 @@ void ra_stop(struct dcr_reader *r);
 void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit);
 
 /* Note a read of [@off, @end) of entry @idx of @rv; queue read-ahead if
- * it is sequential (starting the threads on first use). Thread-safe
- * (ra_lock). */
+ * it is sequential (starting the threads on first use), its chunks to be
+ * written through the page cache with @pagecache. Thread-safe (ra_lock). */
 void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
-	     uint64_t off, uint64_t end);
+	     uint64_t off, uint64_t end, bool pagecache);
 
 #endif /* DCR_READER_INT_H */

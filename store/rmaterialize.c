@@ -671,7 +671,7 @@ int batch_finish(struct batch *b, int nthreads)
 			 * failure is logged by the read that needs it. */
 			flight_release(r, f);
 			c->f = NULL;
-			c->rc = materialize_batch(r, c->p, 1, 1);
+			c->rc = materialize_batch(r, c->p, 1, 1, b->pagecache);
 		}
 	}
 
@@ -701,9 +701,9 @@ int batch_finish(struct batch *b, int nthreads)
  * in flight. Returns 0 or the first -errno.
  */
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
-		      int nthreads)
+		      int nthreads, bool pagecache)
 {
-	struct batch b = { .r = r, .nc = n, .pagecache = tl_pagecache };
+	struct batch b = { .r = r, .nc = n, .pagecache = pagecache };
 
 	b.c = calloc(n, sizeof(*b.c));
 	if (!b.c)

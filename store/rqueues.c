@@ -206,10 +206,12 @@ void dq_stop(struct dcr_reader *r)
 		     &r->ndq_th);
 }
 
-/* Read-ahead of the @n pieces of @it: fetch here, decode over there. */
-static void ra_materialize(struct dcr_reader *r, struct dq_item *it, size_t n)
+/* Read-ahead of the @n pieces of @it: fetch here, decode over there;
+ * through the page cache with @pagecache (a prefetcher's). */
+static void ra_materialize(struct dcr_reader *r, struct dq_item *it, size_t n,
+			   bool pagecache)
 {
-	it->b = (struct batch){ .r = r, .nc = n, .pagecache = tl_pagecache };
+	it->b = (struct batch){ .r = r, .nc = n, .pagecache = pagecache };
 	it->b.c = calloc(n, sizeof(*it->b.c));
 	if (!it->b.c) {
 		free(it);
@@ -306,8 +308,7 @@ static void *ra_main(void *arg)
 				proved = true;
 		}
 		if (n) {
-			tl_pagecache = job.pagecache;
-			ra_materialize(r, it, n);
+			ra_materialize(r, it, n, job.pagecache);
 		} else {
 			free(it);
 		}
@@ -332,7 +333,7 @@ void ra_stop(struct dcr_reader *r)
 
 /* Note a read of [off, end) of entry @idx; queue read-ahead if sequential. */
 void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
-	     uint64_t off, uint64_t end)
+	     uint64_t off, uint64_t end, bool pagecache)
 {
 	const uint64_t size = rv->entries[idx].size, cs = rv->chunk_size;
 	const uint64_t slack = DCR_MAX((uint64_t)4 << 20, 4 * cs);
@@ -402,7 +403,7 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		j->idx = idx;
 		j->first = from;
 		j->n = (uint32_t)DCR_MIN(group, to - from);
-		j->pagecache = tl_pagecache;
+		j->pagecache = pagecache;
 		from += j->n;
 		r->ra_qlen++;
 		pthread_cond_broadcast(&r->ra_cond); /* see wq_submit */
