@@ -178,7 +178,7 @@ struct ra_job {
 	uint32_t idx;
 	uint64_t first;
 	uint32_t n;
-	bool pagecache; /* queued by a thread that keeps the page cache */
+	bool pagecache; /* queued by dcr_reader_prefetch: through the page cache */
 };
 
 /*
