@@ -192,20 +192,24 @@ static void tab_remove(struct dcr_cache *c, struct slab *s)
 	}
 }
 
+/* Write @ms (milliseconds) as @s's mtime: its last use. Best effort. */
+static void stamp(struct slab *s, int64_t ms)
+{
+	struct timespec ts[2] = {
+		{ .tv_nsec = UTIME_OMIT },
+		{ .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 },
+	};
+
+	futimens(s->fd, ts);
+}
+
 /* Close @s's descriptors and drop its bitmaps. Caller holds @lock. */
 static void slab_shut(struct dcr_cache *c, struct slab *s)
 {
 	if (s->fd < 0)
 		return;
-	if (s->used_ms > s->stamped_ms) {
-		/* Its last use outlives this mount: the mtime. */
-		struct timespec ts[2] = {
-			{ .tv_nsec = UTIME_OMIT },
-			{ .tv_sec = s->used_ms / 1000,
-			  .tv_nsec = (s->used_ms % 1000) * 1000000 },
-		};
-		futimens(s->fd, ts);
-	}
+	if (s->used_ms > s->stamped_ms)
+		stamp(s, s->used_ms); /* its last use outlives this mount */
 	close(s->fd);
 	if (s->dfd >= 0)
 		close(s->dfd);
@@ -340,7 +344,6 @@ static void slab_evict(struct dcr_cache *c, struct slab *s)
 	s->dead = true;
 	c->bytes -= DCR_MIN(c->bytes, s->bytes);
 	s->bytes = 0;
-	c->st.evictions++;
 	unlink(path);
 	if (s->refs == 0) {
 		slab_shut(c, s);
@@ -399,7 +402,6 @@ static struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 			if (ret == -ENOENT) {
 				/* Gone behind our back: forget it. */
 				slab_evict(c, s);
-				c->st.evictions--;
 			} else {
 				dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32
 					 ": %s", k->v, k->file,
@@ -692,17 +694,6 @@ static int verify_read(struct dcr_cache *c, struct slab *s,
 	return ret;
 }
 
-/* Write @s's last use as its mtime if it is due. */
-static void stamp(struct slab *s, int64_t now)
-{
-	struct timespec ts[2] = {
-		{ .tv_nsec = UTIME_OMIT },
-		{ .tv_sec = now / 1000, .tv_nsec = (now % 1000) * 1000000 },
-	};
-
-	futimens(s->fd, ts);
-}
-
 enum { GET_COPY, GET_CHECK, GET_FD };
 
 /*
@@ -870,6 +861,7 @@ again:
 		if (!lru)
 			break;
 		slab_evict(c, lru);
+		c->st.evictions++;
 		progress = true;
 	}
 	pthread_mutex_unlock(&c->lock);

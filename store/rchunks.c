@@ -357,14 +357,20 @@ int batch_join(struct dcr_reader *r, struct bchunk *c)
  * readers of the chunk still find it (and its data) until flight_done,
  * while it is being written to the cache.
  */
-void flight_publish(struct dcr_reader *r, struct flight *f, int rc)
+/* flight_publish with sf_lock held. */
+static void publish_locked(struct dcr_reader *r, struct flight *f, int rc)
 {
-	pthread_mutex_lock(&r->sf_lock);
 	if (!f->done) {
 		f->rc = rc;
 		f->done = true;
 		pthread_cond_broadcast(&r->sf_cond);
 	}
+}
+
+void flight_publish(struct dcr_reader *r, struct flight *f, int rc)
+{
+	pthread_mutex_lock(&r->sf_lock);
+	publish_locked(r, f, rc);
 	pthread_mutex_unlock(&r->sf_lock);
 }
 
@@ -376,11 +382,7 @@ void flight_publish(struct dcr_reader *r, struct flight *f, int rc)
 void flight_done(struct dcr_reader *r, struct flight *f, int rc)
 {
 	pthread_mutex_lock(&r->sf_lock);
-	if (!f->done) {
-		f->rc = rc;
-		f->done = true;
-		pthread_cond_broadcast(&r->sf_cond);
-	}
+	publish_locked(r, f, rc);
 	for (struct flight **pp = &r->flights; *pp; pp = &(*pp)->next) {
 		if (*pp == f) {
 			*pp = f->next;
