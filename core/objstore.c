@@ -1,21 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * objstore.c - store-level helpers built only on the ops table:
- * finding the latest version, fetching manifests, tags.
+ * finding the latest version, fetching manifests, tags, the store
+ * marker.
  */
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common.h"
+#include "hash.h"
 #include "manifest.h"
 #include "objstore.h"
 
 /* A manifest or tag object larger than this is refused outright. */
 #define MANIFEST_OBJ_MAX ((size_t)2 << 30)
 #define TAG_OBJ_MAX 64
+#define MARKER_OBJ_MAX 4096
 
 static int latest_cb(const char *key, uint64_t size, void *arg)
 {
@@ -114,4 +120,140 @@ int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v)
 	snprintf(key, sizeof(key), "tags/%s", name);
 	int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", v);
 	return dcr_store_put(st, key, text, (uint64_t)n, 0);
+}
+
+/* ------------------------------------------------------------ marker */
+
+/* Parse marker text @t (NUL-terminated) into @info. */
+static int parse_marker(struct dcr_store *st, char *t,
+			struct dcr_store_info *info)
+{
+	char *save = NULL, *line = strtok_r(t, "\n", &save);
+	unsigned long fmt;
+	char *end;
+
+	if (!line || strncmp(line, DCR_STORE_MARKER " ", 12) != 0)
+		goto bad;
+	errno = 0;
+	fmt = strtoul(line + 12, &end, 10);
+	if (errno || *end || end == line + 12 || fmt == 0)
+		goto bad;
+	if (fmt > DCR_STORE_FORMAT) {
+		dcr_err("%s: the store has format %lu; this dcrfs knows format "
+			"%d only: use a newer dcrfs", st->url, fmt,
+			DCR_STORE_FORMAT);
+		return DCR_ERR(-EPROTONOSUPPORT);
+	}
+	line = strtok_r(NULL, "\n", &save);
+	if (!line || strncmp(line, "id ", 3) != 0 || strlen(line + 3) != 32 ||
+	    strspn(line + 3, "0123456789abcdef") != 32)
+		goto bad;
+	memset(info, 0, sizeof(*info));
+	memcpy(info->id, line + 3, 32);
+	info->format = (unsigned int)fmt;
+	return 0;
+bad:
+	dcr_err("%s: the store marker %s is malformed", st->url,
+		DCR_STORE_MARKER);
+	return DCR_ERR(-EBADMSG);
+}
+
+struct lowest {
+	uint64_t v;
+};
+
+static int lowest_cb(const char *key, uint64_t size, void *arg)
+{
+	struct lowest *lo = arg;
+	uint64_t v;
+
+	(void)size;
+	if (dcr_version_from_key(key, &v) == 0 && (!lo->v || v < lo->v))
+		lo->v = v;
+	return 0;
+}
+
+/* A store without a marker: named by its lowest manifest, if any. */
+static int identify_legacy(struct dcr_store *st, struct dcr_store_info *info)
+{
+	uint8_t h[DCR_HASH_LEN];
+	char hex[DCR_HASH_HEX_LEN + 1], key[64];
+	struct lowest lo = { 0 };
+	struct dcr_buf b;
+	int ret;
+
+	ret = dcr_store_list(st, "versions/", lowest_cb, &lo);
+	if (ret)
+		return ret;
+	if (!lo.v)
+		return -ENOENT;
+	dcr_version_key(lo.v, key, sizeof(key));
+	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
+	ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
+	if (!ret) {
+		dcr_sha256(b.data, b.len, h);
+		dcr_hash_hex(h, hex);
+		memset(info, 0, sizeof(*info));
+		snprintf(info->id, sizeof(info->id), "legacy-%.24s", hex);
+		info->legacy = true;
+	}
+	dcr_buf_free(&b);
+	return ret;
+}
+
+int dcr_store_identify(struct dcr_store *st, struct dcr_store_info *info)
+{
+	char text[MARKER_OBJ_MAX + 1];
+	struct dcr_buf b;
+	int ret;
+
+	dcr_buf_init(&b, MARKER_OBJ_MAX);
+	ret = dcr_store_get(st, DCR_STORE_MARKER, 0, DCR_GET_ALL, &b);
+	if (!ret || ret == -EFBIG) {
+		/* Too long or holding a NUL: malformed all the same. */
+		text[0] = 0;
+		if (!ret && !memchr(b.data, 0, b.len)) {
+			memcpy(text, b.data, b.len);
+			text[b.len] = 0;
+		}
+		ret = parse_marker(st, text, info);
+	} else if (ret == -ENOENT) {
+		ret = identify_legacy(st, info);
+	}
+	dcr_buf_free(&b);
+	return ret;
+}
+
+int dcr_store_init(struct dcr_store *st, struct dcr_store_info *info)
+{
+	uint8_t rnd[16];
+	char text[128];
+	int n, ret;
+
+	ret = dcr_store_identify(st, info);
+	if (ret != -ENOENT)
+		return ret ? ret : -EEXIST;
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		dcr_err("cannot draw a store id: %s", dcr_strerror(-errno));
+		return DCR_ERR(-EIO);
+	}
+	n = snprintf(text, sizeof(text), DCR_STORE_MARKER " %d\nid ",
+		     DCR_STORE_FORMAT);
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		n += snprintf(text + n, sizeof(text) - (size_t)n, "%02x",
+			      rnd[i]);
+	n += snprintf(text + n, sizeof(text) - (size_t)n, "\ncreated %lld\n",
+		      (long long)time(NULL));
+	ret = dcr_store_put(st, DCR_STORE_MARKER, text, (uint64_t)n,
+			    DCR_PUT_IF_ABSENT);
+	if (ret == -EEXIST) { /* a racing init won: report its id */
+		ret = dcr_store_identify(st, info);
+		return ret ? ret : -EEXIST;
+	}
+	if (ret) {
+		dcr_err("%s: cannot create the store marker: %s", st->url,
+			dcr_strerror(ret));
+		return ret;
+	}
+	return dcr_store_identify(st, info);
 }

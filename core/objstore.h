@@ -21,6 +21,7 @@
 #ifndef DCR_OBJSTORE_H
 #define DCR_OBJSTORE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "buf.h"
@@ -129,5 +130,52 @@ int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
 int dcr_store_get_tag(struct dcr_store *st, const char *name, uint64_t *v);
 int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v);
 int dcr_tag_name_valid(const char *name);
+
+/*
+ * The store marker. A store is created explicitly (dcrfs-commit --init,
+ * dcrfs-ctl init), which writes the object DCR_STORE_MARKER:
+ *
+ *     dcrfs-store 1
+ *     id <32 lowercase hex digits, random>
+ *     created <unix time>
+ *
+ * Lines after the first two that this code does not know are ignored, so
+ * later formats may add some. The id names this incarnation of the store:
+ * a store deleted and created again at the same URL gets a new id, and
+ * every local state keyed by it (a mount's catalog and cache) is dropped.
+ *
+ * Stores written before the marker existed have versions/ but no marker.
+ * They stay valid; their id is "legacy-" and the first 24 hex digits of
+ * the SHA-256 of their lowest version's manifest object, which changes
+ * too when such a store is recreated.
+ */
+#define DCR_STORE_MARKER "dcrfs-store"
+#define DCR_STORE_FORMAT 1
+#define DCR_STORE_ID_MAX 40 /* longest id, without the NUL */
+
+struct dcr_store_info {
+	char id[DCR_STORE_ID_MAX + 1];
+	unsigned int format; /* the marker's; 0 for a legacy store */
+	bool legacy;         /* no marker, but versions/ */
+};
+
+/**
+ * dcr_store_identify - read the store's marker, or recognize a legacy
+ * store. Returns 0 and fills @info; -ENOENT if @st holds neither a
+ * marker nor any version (not a dcrfs store: nothing is logged, the
+ * caller says what it was doing); -EBADMSG for a malformed marker and
+ * -EPROTONOSUPPORT for a newer store format (both logged); other -errno
+ * from the backend.
+ */
+int dcr_store_identify(struct dcr_store *st, struct dcr_store_info *info);
+
+/**
+ * dcr_store_init - create a store: write a new marker if @st holds no
+ * store. Returns 0 (created) or -EEXIST (a store, marked or legacy, is
+ * there already: left alone), filling @info either way; other -errno on
+ * failure (logged). Safe against a racing init: one marker wins and both
+ * callers report the winner's id.
+ */
+int dcr_store_init(struct dcr_store *st, struct dcr_store_info *info);
 
 #endif /* DCR_OBJSTORE_H */

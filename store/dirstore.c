@@ -136,6 +136,23 @@ static int fsync_dir_of(int root_fd, const char *key)
 	return ret;
 }
 
+/*
+ * Create a temporary file in .tmp, its path into @tmp. .tmp is made on
+ * the first put, not at open, so that opening a directory that is not a
+ * store writes nothing into it.
+ */
+static int open_tmp(struct dcr_dir_store *d, char *tmp, size_t cap)
+{
+	for (int tries = 0;; tries++) {
+		snprintf(tmp, cap, "%s/%s/put.XXXXXX", d->root, TMP_DIR);
+		int fd = mkostemp(tmp, O_CLOEXEC);
+		if (fd >= 0 || errno != ENOENT || tries)
+			return fd;
+		if (mkdirat(d->root_fd, TMP_DIR, 0755) < 0 && errno != EEXIST)
+			return -1;
+	}
+}
+
 static int dir_put(struct dcr_store *st, const char *key, const void *data,
 		   uint64_t len, int flags)
 {
@@ -148,8 +165,7 @@ static int dir_put(struct dcr_store *st, const char *key, const void *data,
 	ret = make_parents(d->root_fd, key);
 	if (ret)
 		goto err_log;
-	snprintf(tmp, sizeof(tmp), "%s/%s/put.XXXXXX", d->root, TMP_DIR);
-	int fd = mkostemp(tmp, O_CLOEXEC);
+	int fd = open_tmp(d, tmp, sizeof(tmp));
 	if (fd < 0) {
 		ret = DCR_ERR(-errno);
 		goto err_log;
@@ -386,12 +402,6 @@ int dcr_dir_open(const char *path, int create, struct dcr_store **out)
 		ret = DCR_ERR(-errno);
 		dcr_err("%s: cannot open store: %s", path, dcr_strerror(ret));
 		goto err_free_root;
-	}
-	if (mkdirat(d->root_fd, TMP_DIR, 0755) < 0 && errno != EEXIST &&
-	    errno != EROFS && errno != EACCES) {
-		ret = DCR_ERR(-errno);
-		dcr_err("%s: cannot create %s: %s", path, TMP_DIR, dcr_strerror(ret));
-		goto err_close;
 	}
 	size_t ul = strlen(d->root) + 8;
 	if (!(d->base.url = malloc(ul))) {

@@ -37,6 +37,7 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -110,6 +111,130 @@ static int lock_dir(struct dcr_reader *r, const char *shown)
 	return 0;
 }
 
+/* Remove the files of directory @path, then the directory: 0 or -errno. */
+static int remove_flat_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int ret = 0;
+
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) < 0 && errno != ENOENT)
+			ret = -errno;
+	}
+	closedir(d);
+	if (!ret && rmdir(path) < 0 && errno != ENOENT)
+		ret = -errno;
+	return ret;
+}
+
+/* Drop what <dir> holds of a store: the catalog and every slab. */
+static int drop_store_state(struct dcr_reader *r)
+{
+	static const char *const names[] = {
+		"catalog.db", "catalog.db-wal", "catalog.db-shm",
+		"catalog.db.rebuild", "store-id",
+	};
+	char path[PATH_MAX];
+	int ret;
+
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(names); i++) {
+		snprintf(path, sizeof(path), "%s/%s", r->dir, names[i]);
+		if (unlink(path) < 0 && errno != ENOENT)
+			return -errno;
+	}
+	snprintf(path, sizeof(path), "%s/slabs", r->dir);
+	ret = remove_flat_dir(path);
+	return ret;
+}
+
+/*
+ * Bind the per-store directory to the store's incarnation. <dir>/store-id
+ * holds the id of the store it was filled from (dcr_store_identify). If
+ * the store now has another id - it was deleted and created again at the
+ * same URL - or the directory was filled before ids were recorded, the
+ * catalog and every slab are dropped first: nothing of another store is
+ * ever served. A store that cannot be asked (down, unreachable) keeps a
+ * directory already bound, so a mount still starts from its cache.
+ */
+static int bind_store(struct dcr_reader *r)
+{
+	struct dcr_store_info info;
+	char path[PATH_MAX], tmp[PATH_MAX + 8], have[DCR_STORE_ID_MAX + 2];
+	struct stat sb;
+	bool filled;
+	ssize_t n = -1;
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/store-id", r->dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, have, sizeof(have) - 1);
+		close(fd);
+	}
+	have[n > 0 ? n : 0] = '\0';
+	have[strcspn(have, "\n")] = '\0';
+
+	ret = dcr_store_identify(r->st, &info);
+	if (ret == -ENOENT) {
+		info.id[0] = '\0'; /* no store (yet): nothing to bind to */
+	} else if (ret) {
+		if (!have[0])
+			return ret;
+		dcr_warn("%s: cannot identify the store (%s); using the cache "
+			 "directory as it is, bound to store id %s",
+			 r->st->url, dcr_strerror(ret), have);
+		return 0;
+	}
+	if (!strcmp(have, info.id))
+		return 0;
+	snprintf(tmp, sizeof(tmp), "%s/catalog.db", r->dir);
+	filled = stat(tmp, &sb) == 0;
+	snprintf(tmp, sizeof(tmp), "%s/slabs", r->dir);
+	filled = filled || stat(tmp, &sb) == 0;
+	if (filled && (have[0] || info.id[0])) {
+		if (have[0])
+			dcr_warn("%s: the store was created anew (id %s, the "
+				 "cache had %s): dropping its catalog and "
+				 "cached chunks", r->st->url,
+				 info.id[0] ? info.id : "none", have);
+		else
+			dcr_info("%s: the cache directory predates store ids: "
+				 "starting it afresh", r->st->url);
+		ret = drop_store_state(r);
+		if (ret) {
+			dcr_err("cache directory %s: cannot drop the old "
+				"store's state: %s", r->dir, dcr_strerror(ret));
+			return ret;
+		}
+	}
+	if (!info.id[0])
+		return 0;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ret = fd < 0 ? -errno : 0;
+	if (!ret) {
+		snprintf(have, sizeof(have), "%s\n", info.id);
+		ret = dcr_write_full(fd, have, strlen(have));
+		if (close(fd) < 0 && !ret)
+			ret = -errno;
+		if (!ret && rename(tmp, path) < 0)
+			ret = -errno;
+		if (ret)
+			unlink(tmp);
+	}
+	if (ret) {
+		dcr_err("cache directory %s: cannot record the store id: %s",
+			r->dir, dcr_strerror(ret));
+		return ret;
+	}
+	return 0;
+}
+
 int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		    struct dcr_reader **out)
 {
@@ -176,6 +301,8 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		goto err_close;
 	}
 	ret = lock_dir(r, opts->cache_dir);
+	if (!ret)
+		ret = bind_store(r);
 	if (ret)
 		goto err_close;
 	if (snprintf(path, sizeof(path), "%s/catalog.db", r->dir) >=

@@ -28,6 +28,16 @@ int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
 	}
 	if (!strncmp(url, "s3://", 5))
 		return dcr_s3_open(url, cfg, flags, out);
+	/* Anything that starts like a URL ("s3:/bucket", "file:x") is
+	 * one, malformed: never a local directory named so. */
+	size_t sl = strspn(url, "abcdefghijklmnopqrstuvwxyz"
+				"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
+	if (sl > 0 && url[sl] == ':' && strncmp(url + sl, "://", 3) != 0) {
+		dcr_err("%s: malformed store URL (use s3://bucket/prefix, "
+			"file:///path, or ./%s for a local directory of that "
+			"name)", url, url);
+		return DCR_ERR(-EINVAL);
+	}
 	const char *colon = strstr(url, "://");
 	if (colon) {
 		dcr_err("%s: unknown store scheme (use a path, file:///path or s3://bucket/prefix)", url);

@@ -203,6 +203,11 @@ static void test_open_errors(void **state)
 	assert_int_equal(dcr_store_open(path, NULL, 0, &st), -ENOENT);
 	assert_int_equal(dcr_store_open("s3x://foo", NULL, 0, &st), -EPROTONOSUPPORT);
 	assert_int_equal(dcr_store_open("file://relative", NULL, 0, &st), -EINVAL);
+	/* Malformed URLs are errors, never local directories. */
+	assert_int_equal(dcr_store_open("s3:/bucket/x", NULL, 1, &st), -EINVAL);
+	assert_int_equal(dcr_store_open("s3:bucket", NULL, 1, &st), -EINVAL);
+	assert_int_equal(dcr_store_open("file:/tmp/x", NULL, 1, &st), -EINVAL);
+	assert_int_equal(access("s3:", F_OK), -1);
 	snprintf(path, sizeof(path), "%s/afile", f->root);
 	FILE *fp = fopen(path, "w");
 	fclose(fp);
@@ -211,6 +216,80 @@ static void test_open_errors(void **state)
 	assert_int_equal(dcr_store_open(path, NULL, 0, &st), 0);
 	assert_non_null(strstr(st->url, "file:///"));
 	dcr_store_close(st);
+}
+
+/* Write @text under the marker key, replacing what is there. */
+static void put_marker(struct dcr_store *st, const char *text)
+{
+	assert_int_equal(dcr_store_put(st, DCR_STORE_MARKER, text,
+				       strlen(text), 0), 0);
+}
+
+static void test_marker(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_store_info a, b;
+	struct dcr_store *st;
+	char path[160];
+
+	/* A directory that is not a store: -ENOENT, and opening it wrote
+	 * nothing into it. */
+	snprintf(path, sizeof(path), "%s/plain", f->root);
+	assert_int_equal(mkdir(path, 0755), 0);
+	assert_int_equal(dcr_store_open(path, NULL, 0, &st), 0);
+	assert_int_equal(dcr_store_identify(st, &a), -ENOENT);
+	dcr_store_close(st);
+	assert_int_equal(rmdir(path), 0); /* still empty */
+
+	/* init creates once; a second init reports the same id. */
+	assert_int_equal(dcr_store_identify(f->st, &a), -ENOENT);
+	assert_int_equal(dcr_store_init(f->st, &a), 0);
+	assert_int_equal(strlen(a.id), 32);
+	assert_int_equal(a.format, DCR_STORE_FORMAT);
+	assert_false(a.legacy);
+	assert_int_equal(dcr_store_init(f->st, &b), -EEXIST);
+	assert_string_equal(a.id, b.id);
+	assert_int_equal(dcr_store_identify(f->st, &b), 0);
+	assert_string_equal(a.id, b.id);
+
+	/* Another incarnation gets another id. */
+	assert_int_equal(dcr_store_del(f->st, DCR_STORE_MARKER), 0);
+	assert_int_equal(dcr_store_init(f->st, &b), 0);
+	assert_string_not_equal(a.id, b.id);
+
+	/* Later lines are ignored; bad ones and newer formats refused. */
+	put_marker(f->st, "dcrfs-store 1\nid 0123456789abcdef0123456789abcdef\n"
+			  "created 1\nfuture thing\n");
+	assert_int_equal(dcr_store_identify(f->st, &b), 0);
+	assert_string_equal(b.id, "0123456789abcdef0123456789abcdef");
+	put_marker(f->st, "dcrfs-store 1\nid 0123\n");
+	assert_int_equal(dcr_store_identify(f->st, &b), -EBADMSG);
+	put_marker(f->st, "dcrfs-store 1\nid 0123456789ABCDEF0123456789abcdef\n");
+	assert_int_equal(dcr_store_identify(f->st, &b), -EBADMSG);
+	put_marker(f->st, "dcrfs-stor 1\nid 0123456789abcdef0123456789abcdef\n");
+	assert_int_equal(dcr_store_identify(f->st, &b), -EBADMSG);
+	put_marker(f->st, "");
+	assert_int_equal(dcr_store_identify(f->st, &b), -EBADMSG);
+	assert_int_equal(dcr_store_put(f->st, DCR_STORE_MARKER,
+				       "dcrfs-store 1\0id", 16, 0), 0);
+	assert_int_equal(dcr_store_identify(f->st, &b), -EBADMSG);
+	put_marker(f->st, "dcrfs-store 2\nid 0123456789abcdef0123456789abcdef\n");
+	assert_int_equal(dcr_store_identify(f->st, &b), -EPROTONOSUPPORT);
+	assert_int_equal(dcr_store_init(f->st, &b), -EPROTONOSUPPORT);
+
+	/* A store from before markers: named by its lowest manifest. */
+	assert_int_equal(dcr_store_del(f->st, DCR_STORE_MARKER), 0);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000003", "m3", 2, 0), 0);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000002", "m2", 2, 0), 0);
+	assert_int_equal(dcr_store_identify(f->st, &a), 0);
+	assert_true(a.legacy);
+	assert_int_equal(strncmp(a.id, "legacy-", 7), 0);
+	assert_int_equal(strlen(a.id), 7 + 24);
+	assert_int_equal(dcr_store_init(f->st, &b), -EEXIST);
+	assert_string_equal(a.id, b.id);
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000002", "M2", 2, 0), 0);
+	assert_int_equal(dcr_store_identify(f->st, &b), 0);
+	assert_string_not_equal(a.id, b.id);
 }
 
 int main(void)
@@ -222,6 +301,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_list_and_latest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_keys_and_tags, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_marker, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -391,7 +391,12 @@ static void open_store(struct fx *f)
 {
 	struct dcr_store *in;
 
+	struct dcr_store_info info;
+	int ret;
+
 	assert_int_equal(dcr_dir_open(f->store_dir, 1, &in), 0);
+	ret = dcr_store_init(in, &info); /* as dcrfs-commit --init does */
+	assert_true(ret == 0 || ret == -EEXIST);
 	f->cs = calloc(1, sizeof(*f->cs));
 	f->cs->base.ops = &cstore_ops;
 	f->cs->base.url = in->url;
