@@ -740,6 +740,26 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 				f->base = (uint32_t)b;
 		}
 	}
+	if (!res->files && !o->allow_empty) {
+		dcr_err("%s holds no files: an empty version would empty every "
+			"mount's latest; nothing was published (pass "
+			"--allow-empty to publish one)", dir);
+		ret = DCR_ERR(-ENODATA);
+		goto err_free_manifest;
+	}
+	if (pm) {
+		uint64_t had = 0;
+		char a[32], b[32];
+
+		for (uint32_t i = 0; i < pm->nfiles; i++)
+			had += pm->files[i].type == DCR_FT_REG ?
+				       pm->files[i].size : 0;
+		if (pr.bytes_total < had / 2)
+			dcr_warn("%s holds %s, less than half of version %" PRIu64
+				 "'s %s: is it the right directory?", dir,
+				 dcr_format_size(pr.bytes_total, a, sizeof(a)),
+				 o->parent, dcr_format_size(had, b, sizeof(b)));
+	}
 	bool staging = o->stage_dir && make_stage_dirs(&m, o->stage_dir) == 0;
 
 	int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);

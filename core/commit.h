@@ -48,6 +48,13 @@ struct dcr_commit_opts {
 	 */
 	const char *stage_dir;
 	int full;            /* encode every chunk as a full frame (anchor) */
+	/*
+	 * A tree without a regular file fails with -ENODATA (logged)
+	 * unless this is set: an empty latest empties every mount. A tree
+	 * with less than half the parent's bytes is committed with a
+	 * warning.
+	 */
+	bool allow_empty;
 	uint32_t chunk_size; /* 0: the parent's, else DCR_CHUNK_DEFAULT */
 	int jobs;            /* encoder threads; 0 = number of CPUs */
 	int zstd_level;      /* 0 = default */

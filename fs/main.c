@@ -28,11 +28,13 @@
 #include "config.h"
 #endif
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +81,7 @@ struct opts {
 	int path_style;
 	int no_splice;
 	int prefetch_pagecache;
+	int nonempty;
 	/* session loop */
 	int foreground;
 	int debug;
@@ -115,6 +118,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("prefetch=%s", prefetch, 0),
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
 	OPT("nosplice", no_splice, 1),
+	OPT("nonempty", nonempty, 1),
 	OPT("readahead=%s", readahead, 0),
 	OPT("endpoint=%s", endpoint, 0),
 	OPT("region=%s", region, 0),
@@ -195,6 +199,8 @@ static void usage(FILE *f)
 "                           is cached (default none)\n"
 "    -o prefetch_pagecache  also push prefetched bytes into the kernel's\n"
 "                           page cache of files already looked up\n"
+"    -o nonempty            allow a mount point that is not empty (its\n"
+"                           files are hidden while mounted)\n"
 "    -o nosplice            copy replies from cached chunks instead of\n"
 "                           splicing them\n"
 "    -o readahead=SIZE      kernel readahead of the mount (default 1M,\n"
@@ -354,18 +360,59 @@ static char *absolute(const char *path)
 	return join(cwd, path);
 }
 
+/*
+ * Refuse a mount point that is already a mount (two dcrfs stacked on one
+ * path) or, unless -o nonempty, holds files the mount would hide; rclone
+ * and s3fs refuse both too. 0 or -1 with the reason printed.
+ */
+static int check_mountpoint(const char *mnt, int nonempty)
+{
+	char parent[PATH_MAX];
+	struct stat sb, psb;
+	struct dirent *e;
+	DIR *d;
+
+	if (snprintf(parent, sizeof(parent), "%s/..", mnt) >=
+	    (int)sizeof(parent) || stat(mnt, &sb) < 0 ||
+	    stat(parent, &psb) < 0) {
+		fprintf(stderr, PROG ": mount point %s: %s\n", mnt,
+			strerror(errno ? errno : ENAMETOOLONG));
+		return -1;
+	}
+	if (sb.st_dev != psb.st_dev && strcmp(mnt, "/") != 0) {
+		fprintf(stderr, PROG ": %s is already a mount point; unmount it "
+			"first (fusermount3 -u %s)\n", mnt, mnt);
+		return -1;
+	}
+	if (nonempty)
+		return 0;
+	d = opendir(mnt);
+	if (!d) {
+		fprintf(stderr, PROG ": mount point %s: %s\n", mnt,
+			strerror(errno));
+		return -1;
+	}
+	bool empty = true;
+	while (empty && (e = readdir(d)))
+		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+	closedir(d);
+	if (!empty) {
+		fprintf(stderr, PROG ": mount point %s is not empty; its files "
+			"would be hidden while mounted (pass -o nonempty to "
+			"mount there anyway)\n", mnt);
+		return -1;
+	}
+	return 0;
+}
+
+/* "name:" at the start, as in s3://b, file:///p and malformed s3:/b:
+ * a URL for dcr_store_open to accept or refuse, not a local path. */
 static int has_scheme(const char *s)
 {
-	const char *p = strstr(s, "://");
+	size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyz"
+			     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
 
-	if (!p || p == s)
-		return 0;
-	for (const char *q = s; q < p; q++)
-		if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') ||
-		      (*q >= '0' && *q <= '9') || *q == '+' || *q == '-' ||
-		      *q == '.'))
-			return 0;
-	return 1;
+	return n > 0 && s[n] == ':';
 }
 
 /* Undo the octal escapes of /proc/self/mountinfo (\040 etc.) in place. */
@@ -682,6 +729,7 @@ int main(int argc, char *argv[])
 	struct dcrfs fs;
 	struct dcr_store_cfg cfg;
 	struct dcr_reader_opts ropts;
+	struct dcr_store_info sinfo;
 	struct fuse_loop_config *lcfg = NULL;
 	char *store = NULL, *mountpoint = NULL, *cache_dir = NULL;
 	sigset_t sigs, oldsigs;
@@ -746,6 +794,9 @@ int main(int argc, char *argv[])
 			goto out_args;
 		}
 	}
+	if (strncmp(mountpoint, "/dev/fd/", 8) != 0 &&
+	    check_mountpoint(mountpoint, o.nonempty) < 0)
+		goto out_args;
 	if (has_scheme(o.store)) {
 		store = strdup(o.store);
 	} else {
@@ -814,6 +865,18 @@ int main(int argc, char *argv[])
 		dcr_err("cannot open store %s: %s", store, dcr_strerror(ret));
 		goto out_signals;
 	}
+	ret = dcr_store_identify(fs.st, &sinfo);
+	if (ret == -ENOENT) {
+		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
+			"versions): nothing to mount; stores are created by "
+			"'dcrfs-commit --init' or 'dcrfs-ctl init'", store,
+			DCR_STORE_MARKER);
+		goto out_store;
+	}
+	if (ret == -EBADMSG || ret == -EPROTONOSUPPORT)
+		goto out_store; /* logged */
+	/* Other errors (a store that is down): the reader starts from its
+	 * cache if it has one, and says so. */
 	ret = dcr_mkdir_p(cache_dir, 0700);
 	if (ret < 0) {
 		dcr_err("cannot create cache directory %s: %s", cache_dir,

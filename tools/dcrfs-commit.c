@@ -47,6 +47,11 @@ static void usage(FILE *f)
 "\n"
 "  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
 "                         (default: $DCRFS_STORE)\n"
+"      --init             create the store if there is none (else a store\n"
+"                         that does not exist is an error); harmless on an\n"
+"                         existing store\n"
+"      --allow-empty      publish a tree without regular files (refused\n"
+"                         otherwise: it would empty every mount's latest)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
 "  -t, --tag NAME         also point tag NAME at the new version\n"
 "  -f, --full             store every chunk in full (an anchor version)\n"
@@ -86,6 +91,8 @@ struct args {
 	int full;
 	int no_cache;
 	int no_copy;
+	int init;
+	int allow_empty;
 	uint32_t chunk_size;
 	int jobs;
 	int quiet;
@@ -104,6 +111,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "cache-dir", required_argument, NULL, 'C' },
 		{ "no-cache", no_argument, NULL, 'N' },
 		{ "no-copy", no_argument, NULL, 'R' },
+		{ "init", no_argument, NULL, 'I' },
+		{ "allow-empty", no_argument, NULL, 'E' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -158,6 +167,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'R':
 			a->no_copy = 1;
+			break;
+		case 'I':
+			a->init = 1;
+			break;
+		case 'E':
+			a->allow_empty = 1;
 			break;
 		case 'q':
 			a->quiet = 1;
@@ -376,18 +391,64 @@ struct progress {
 static void on_progress(void *arg, const struct dcr_commit_progress *p)
 {
 	struct progress *pg = arg;
-	char a[32], b[32], c[32];
+	char done[32], total[32], rate_s[32], up[32], eta[32] = "";
 
 	if (!pg->tty)
 		return;
 	double secs = (double)(dcr_mono_ns() - pg->start) / 1e9;
 	double rate = secs > 0 ? (double)p->bytes_done / secs : 0;
-	fprintf(stderr, "\r\033[K%s: %s / %s (%3.0f%%), %s/s, %s uploaded",
-		p->phase, dcr_format_size(p->bytes_done, a, sizeof(a)),
-		dcr_format_size(p->bytes_total, b, sizeof(b)),
+	if (rate > 0 && p->bytes_done < p->bytes_total) {
+		double left = (double)(p->bytes_total - p->bytes_done) / rate;
+		snprintf(eta, sizeof(eta), ", ETA %d:%02d", (int)left / 60,
+			 (int)left % 60);
+	}
+	fprintf(stderr, "\r\033[K%s: %s / %s (%3.0f%%), %s/s, %s uploaded%s",
+		p->phase, dcr_format_size(p->bytes_done, done, sizeof(done)),
+		dcr_format_size(p->bytes_total, total, sizeof(total)),
 		p->bytes_total ? 100.0 * (double)p->bytes_done / (double)p->bytes_total : 100.0,
-		dcr_format_size((uint64_t)rate, c, sizeof(c)),
-		dcr_format_size(p->bytes_uploaded, a, sizeof(a)));
+		dcr_format_size((uint64_t)rate, rate_s, sizeof(rate_s)),
+		dcr_format_size(p->bytes_uploaded, up, sizeof(up)), eta);
+}
+
+/* ------------------------------------------------------------- store */
+
+/*
+ * Open the store and make sure it is one: with --init, create it if
+ * there is none; without, a path or prefix that holds no store is an
+ * error, so a mistyped --store never starts a new store silently.
+ */
+static int open_store(const struct args *a, struct dcr_store **out)
+{
+	struct dcr_store_info info;
+	struct dcr_store *st;
+	int ret;
+
+	ret = dcr_store_open(a->store, NULL, a->init ? DCR_OPEN_CREATE : 0, &st);
+	if (ret) {
+		if (ret == -ENOENT && !a->init)
+			dcr_err("%s: no store there; create one with 'dcrfs-commit "
+				"--init' or 'dcrfs-ctl init'", a->store);
+		return ret;
+	}
+	ret = a->init ? dcr_store_init(st, &info) : dcr_store_identify(st, &info);
+	if (ret == 0 && a->init) {
+		dcr_info("%s: created a new store (id %s)", st->url, info.id);
+	} else if (ret == -ENOENT) {
+		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
+			"versions); create one with 'dcrfs-commit --init' or "
+			"'dcrfs-ctl init'", st->url, DCR_STORE_MARKER);
+	} else if (ret && ret != -EEXIST) {
+		dcr_err("%s: cannot tell whether this is a dcrfs store: %s",
+			st->url, dcr_strerror(ret));
+	} else {
+		ret = 0;
+	}
+	if (ret) {
+		dcr_store_close(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
 }
 
 /* ---------------------------------------------------------------- main */
@@ -413,7 +474,7 @@ int main(int argc, char **argv)
 		dcr_err("%s: %s", a.dir, stat(a.dir, &sb) < 0 ? strerror(errno) : "not a directory");
 		return 1;
 	}
-	if ((ret = dcr_store_open(a.store, NULL, DCR_OPEN_CREATE, &st)))
+	if ((ret = open_store(&a, &st)))
 		return 1;
 
 	uint64_t latest;
@@ -466,6 +527,7 @@ locked:
 		.parent_dir = tree,
 		.stage_dir = a.no_cache || a.no_copy ? NULL : stage,
 		.full = a.full,
+		.allow_empty = a.allow_empty,
 		.chunk_size = a.chunk_size,
 		.jobs = a.jobs,
 		.progress = on_progress,

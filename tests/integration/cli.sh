@@ -84,10 +84,41 @@ expect_status 1 "99" "$C" --store "$STORE" "${CC[@]}" --parent 99 "$T/tree"
 # the store still works
 [ "$(commit "$STORE" "$T/tree" --parent 1)" = 2 ] || fail "a commit after the errors failed"
 
+# Stores are created explicitly: without --init, a path that holds no
+# store is an error naming it, and nothing is created or written there.
+expect_status 1 "no store there.*--init" "$C" --store "$T/typo" "${CC[@]}" "$T/tree"
+[ ! -e "$T/typo" ] || fail "a commit to a missing store created $T/typo"
+mkdir -p "$T/plain"
+cp -a "$T/tree/." "$T/plain/"
+expect_status 1 "not a dcrfs store" "$C" --store "$T/plain" "${CC[@]}" "$T/tree"
+[ -z "$(find "$T/plain" -mindepth 1 ! -name x)" ] ||
+	fail "a commit to a non-store wrote into it: $(ls -A "$T/plain")"
+# a malformed URL is an error, never a local directory named so
+(cd "$T" && expect_status 1 "malformed store URL" "$C" --init --store s3:/bucket/x "${CC[@]}" "$T/tree")
+[ ! -e "$T/s3:" ] || fail "s3:/bucket/x was taken for a local path"
+# --init on an existing store is a no-op (the id stays)
+id1=$(cat "$STORE/dcrfs-store")
+[ "$(commit "$STORE" "$T/tree")" = 3 ] || fail "--init on an existing store did not just commit"
+[ "$(cat "$STORE/dcrfs-store")" = "$id1" ] || fail "--init rewrote the store marker"
+
+# An empty tree is refused unless --allow-empty; a shrunk one warns.
+mkdir -p "$T/empty/sub"
+expect_status 1 "holds no files.*--allow-empty" "$C" --store "$STORE" "${CC[@]}" "$T/empty"
+[ "$(nversions)" = 3 ] || fail "an empty commit was published"
+v=$(t "$C" --store "$STORE" "${CC[@]}" --quiet --allow-empty "$T/empty") ||
+	fail "--allow-empty did not commit"
+[ "$v" = 4 ] || fail "--allow-empty printed '$v'"
+mkdir -p "$T/big"
+rand_file "$T/big/w.bin" $((256 * 1024)) big
+[ "$(commit "$STORE" "$T/big")" = 5 ] || fail "commit of big"
+mkdir -p "$T/small"
+head -c 1000 "$T/big/w.bin" >"$T/small/w.bin"
+expect_status 0 "less than half" "$C" --store "$STORE" "${CC[@]}" "$T/small"
+
 # the store from the environment
 v=$(DCRFS_STORE=$STORE t "$C" "${CC[@]}" --quiet "$T/tree") ||
 	fail "commit with DCRFS_STORE failed"
-[ "$v" = 3 ] || fail "commit with DCRFS_STORE printed '$v'"
+[ "$v" = 7 ] || fail "commit with DCRFS_STORE printed '$v'"
 
 # dcrfs: bad command lines and bad stores leave no mount behind
 no_mount() {
@@ -129,6 +160,40 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
 	[ "$rc" -ne 0 ] || fail "dcrfs accepted a secret on the command line"
 	! grep -q hunter2 "$T/out" || fail "dcrfs echoed a secret: $(cat "$T/out")"
 	no_mount "dcrfs with a secret option"
+	# a directory that is not a store: refused, and nothing written in it
+	rc=0
+	t "$DCRFS" "$T/plain" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?
+	[ "$rc" -ne 0 ] || fail "dcrfs mounted a directory that is not a store"
+	grep -q "not a dcrfs store" "$T/out" || fail "dcrfs on a non-store: $(cat "$T/out")"
+	[ -z "$(find "$T/plain" -mindepth 1 ! -name x)" ] ||
+		fail "dcrfs wrote into a non-store: $(ls -A "$T/plain")"
+	no_mount "dcrfs on a non-store"
+	# a malformed URL
+	rc=0
+	t "$DCRFS" "s3:/bucket/x" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?
+	[ "$rc" -ne 0 ] && grep -q "malformed store URL" "$T/out" ||
+		fail "dcrfs on s3:/bucket/x: status $rc: $(cat "$T/out")"
+	no_mount "dcrfs on a malformed URL"
+	# a mount point with files: refused unless -o nonempty
+	touch "$MNT/hidden"
+	rc=0
+	t "$DCRFS" "$STORE" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?
+	[ "$rc" -ne 0 ] && grep -q "not empty.*nonempty" "$T/out" ||
+		fail "dcrfs on a non-empty mount point: status $rc: $(cat "$T/out")"
+	no_mount "dcrfs on a non-empty mount point"
+	_forget_mount "$MNT"
+	mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,nonempty"
+	[ -e "$MNT/latest" ] || fail "-o nonempty did not mount"
+	# a second mount on the same mount point: refused
+	rc=0
+	t "$DCRFS" "$STORE" "$MNT" -f -o "cache_dir=$T/cache2" >"$T/out" 2>&1 || rc=$?
+	[ "$rc" -ne 0 ] && grep -q "already a mount point" "$T/out" ||
+		fail "dcrfs stacked a second mount: status $rc: $(cat "$T/out")"
+	[ "$(grep -c " $MNT " /proc/self/mountinfo)" = 1 ] ||
+		fail "two mounts on $MNT"
+	umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+	rm -f "$MNT/hidden"
+	register_mount "$MNT"
 	# s3 is not built yet: a clear error, no mount
 	rc=0
 	t "$DCRFS" "s3://bucket/prefix" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?

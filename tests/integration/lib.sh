@@ -85,7 +85,7 @@ need_root() {
 commit() {
 	local store=$1 dir=$2
 	shift 2
-	t "$DCRFS_COMMIT" --store "$store" --cache-dir "$T/commit-cache" \
+	t "$DCRFS_COMMIT" --init --store "$store" --cache-dir "$T/commit-cache" \
 		--quiet "$@" "$dir"
 }
 

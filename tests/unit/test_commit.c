@@ -270,6 +270,23 @@ static void test_rejects_special_files(void **state)
 	assert_int_equal(dcr_commit(f->st, missing, &o, &res), -ENOENT);
 }
 
+static void test_empty_tree(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_commit_result res;
+	struct dcr_commit_opts o = { .chunk_size = CS };
+	uint64_t latest;
+
+	/* Directories only: refused, nothing published. */
+	sh("mkdir -p '%s/a/b'", f->src);
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), -ENODATA);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 0);
+	o.allow_empty = true;
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), 0);
+	assert_true(res.version == 1 && res.files == 0 && res.dirs == 2);
+}
+
 static void test_stale_parent_tree(void **state)
 {
 	struct fx *f = *state;
@@ -323,6 +340,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_chain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejects_special_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_tree, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_parent_tree, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lost_race_takes_next_number, setup, teardown),
 	};
