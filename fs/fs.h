@@ -128,9 +128,9 @@ struct dcrfs {
 	gid_t gid;
 	int64_t mount_ns;              /* mtime of the root of an empty store */
 
-	/* refresh_lock: serialises refreshes, rate-limits lookup misses */
+	/* refresh_lock: serialises refreshes; lookup misses share one */
 	pthread_mutex_t refresh_lock;
-	int64_t last_refresh_ns;
+	int64_t last_refresh_ns; /* when the last refresh started */
 
 	/* tag_lock: tag-name table, slot k <-> inode DCRFS_INO_TAG_BASE + k */
 	pthread_mutex_t tag_lock;

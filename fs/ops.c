@@ -41,7 +41,6 @@
 
 #define NO_ENTRY UINT32_MAX
 /* A lookup miss of a future "vN" refreshes at most this often. */
-#define LOOKUP_REFRESH_MIN_NS (250 * 1000 * 1000LL)
 #define NAME_MAX_SHOWN 255
 
 static struct dcrfs *fs_of(fuse_req_t req)
@@ -306,23 +305,27 @@ static void watcher_kick(struct dcrfs *fs)
 }
 
 /*
- * Look for new versions and tags. Unless @force, does nothing if the
- * last refresh is less than LOOKUP_REFRESH_MIN_NS old (lookup misses of
- * future versions must not hammer the store). Logs a failing store once
- * per failure streak, not once per poll.
+ * Look for new versions in the store. Forced (the watcher), always. From
+ * a lookup that missed (@since_ns: when it started), unless a refresh
+ * that started after it has finished meanwhile: concurrent misses share
+ * one refresh, and a version published before the lookup began is always
+ * found - a lookup never answers ENOENT from a look at the store older
+ * than itself (rollout workers open vN the moment it is announced).
+ * Returns 0 or the refresh's -errno.
  */
-static int fs_refresh(struct dcrfs *fs, int force)
+static int fs_refresh(struct dcrfs *fs, int force, int64_t since_ns)
 {
 	static int failing;
 	uint64_t latest = 0;
+	int64_t start;
 	int ret = 0;
 
 	pthread_mutex_lock(&fs->refresh_lock);
-	if (!force && fs->last_refresh_ns &&
-	    dcr_mono_ns() - fs->last_refresh_ns < LOOKUP_REFRESH_MIN_NS)
+	if (!force && fs->last_refresh_ns >= since_ns)
 		goto out;
+	start = dcr_mono_ns();
 	ret = dcr_reader_refresh(fs->r, &latest);
-	fs->last_refresh_ns = dcr_mono_ns();
+	fs->last_refresh_ns = start;
 	if (ret < 0 && !failing) {
 		dcr_warn("refreshing versions from the store failed: %s "
 			 "(will retry)", dcr_strerror(ret));
@@ -373,6 +376,7 @@ static int parse_version_name(const char *name, uint64_t *v)
 
 static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 {
+	const int64_t since = dcr_mono_ns();
 	const struct dcr_version_info *vi;
 	struct stat st;
 	uint64_t v;
@@ -396,7 +400,7 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 	}
 	ret = version_get(fs, v, &vi);
 	if (ret == -ENOENT && v > dcr_reader_latest(fs->r) &&
-	    fs_refresh(fs, 0) == 0)
+	    fs_refresh(fs, 0, since) == 0)
 		ret = version_get(fs, v, &vi);
 	if (ret < 0)
 		goto err;
@@ -1453,7 +1457,7 @@ static void *watcher_main(void *arg)
 		pthread_mutex_unlock(&fs->bg_lock);
 
 		if (poll_now) {
-			fs_refresh(fs, 1);
+			fs_refresh(fs, 1, 0);
 			deadline_after(&next, fs->poll_ms);
 		}
 		announce(fs, &tags_fp, &tags_known);

@@ -90,4 +90,39 @@ assert got == want, "an open file changed version under its reader"
 PY
 
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly on unmount"
+
+# A version is found the moment it is published, however recently a
+# lookup missed it: workers open vN as soon as the trainer announces it
+# (a lookup answered from a store look older than itself gave ENOENT).
+mount_dcrfs "$STORE" "$MNT" "poll=3600"
+python3 - "$MNT" "$T" "$STORE" "$DCRFS_COMMIT" <<'PY' || fail "a published version was not found at once"
+import os, shutil, subprocess, sys, threading
+mnt, tmp, store, commit = sys.argv[1:5]
+latest = int(os.readlink(os.path.join(mnt, "latest"))[1:])
+stop = False
+def probe(v):
+    # misses of vN while it is being committed, as impatient workers do
+    while not stop:
+        os.path.exists(os.path.join(mnt, "v%d" % v))
+for k in range(5):
+    v = latest + 1 + k
+    src = os.path.join(tmp, "tree.p%d" % k)
+    shutil.copytree(os.path.join(tmp, "tree.1"), src)
+    with open(os.path.join(src, "which"), "w") as f:
+        f.write("p%d\n" % k)
+    stop = False
+    th = threading.Thread(target=probe, args=(v,))
+    th.start()
+    out = subprocess.run([commit, "--store", store, "--cache-dir",
+                          os.path.join(tmp, "commit-cache"), "--quiet", src],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == str(v), out
+    try:
+        with open(os.path.join(mnt, "v%d" % v, "which")) as f:
+            assert f.read() == "p%d\n" % k
+    finally:
+        stop = True
+        th.join()
+PY
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly on unmount"
 log "ok"
