@@ -279,6 +279,9 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 					 READAHEAD_DEFAULT;
 	r->coalesce_max = opts->coalesce_max ? opts->coalesce_max :
 					       COALESCE_MAX_DEFAULT;
+	r->bad_retry_after = opts->retry_bad_ms ?
+				     (int64_t)opts->retry_bad_ms * 1000000 :
+				     BAD_RETRY_NS_DEFAULT;
 	pthread_mutex_init(&r->ra_lock, NULL);
 	pthread_cond_init(&r->ra_cond, NULL);
 	pthread_mutex_init(&r->refresh_lock, NULL);

@@ -32,6 +32,10 @@ struct dcr_reader_opts {
 	/* Largest ranged GET that merges frames lying next to each other in
 	 * one pack; 0 = default (8 MiB), 1 = one GET per frame. */
 	uint32_t coalesce_max;
+	/* A version given up as corrupt (its manifest failed to decode
+	 * MANIFEST_TRIES times) is looked for again this long after;
+	 * 0 = default (60 s). */
+	uint32_t retry_bad_ms;
 };
 
 #define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)

@@ -103,6 +103,10 @@
 /* A failure to read the same manifest is logged at most this often. */
 #define FETCH_LOG_INTERVAL_NS ((int64_t)600 * 1000000000)
 #define FETCH_LOG_SLOTS 8
+/* A manifest that does not decode is fetched this many times in all. */
+#define MANIFEST_TRIES 3
+/* A version given up as corrupt is looked for again after this long. */
+#define BAD_RETRY_NS_DEFAULT ((int64_t)60 * 1000000000)
 
 /* One known version. The tree (m, entries, info) is built lazily. */
 struct rver {
@@ -245,6 +249,8 @@ struct dcr_reader {
 	uint64_t *bad;         /* corrupt manifests, logged once, skipped */
 	size_t nbad, capbad;
 	uint64_t max_bad;
+	int64_t bad_retry_ns;  /* when the bad list is forgotten (mono) */
+	int64_t bad_retry_after; /* ns, from dcr_reader_opts.retry_bad_ms */
 	struct dcr_tag *tags;
 	size_t ntags;
 

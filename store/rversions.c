@@ -16,8 +16,10 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "catalog.h"
 #include "common.h"
@@ -79,7 +81,8 @@ static bool is_bad(const struct dcr_reader *r, uint64_t v)
 	return false;
 }
 
-/* Remember a corrupt manifest so it is neither fetched nor logged again. */
+/* Remember a corrupt manifest so that it is neither fetched nor logged
+ * again until r->bad_retry_after has passed (see forget_bad). */
 static void mark_bad(struct dcr_reader *r, uint64_t v)
 {
 	pthread_mutex_lock(&r->lock);
@@ -95,6 +98,8 @@ static void mark_bad(struct dcr_reader *r, uint64_t v)
 		if (r->nbad < r->capbad)
 			r->bad[r->nbad++] = v;
 	}
+	if (r->nbad == 1 || !r->bad_retry_ns)
+		r->bad_retry_ns = dcr_mono_ns() + r->bad_retry_after;
 	r->max_bad = DCR_MAX(r->max_bad, v);
 	pthread_mutex_unlock(&r->lock);
 }
@@ -348,31 +353,48 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
 /*
  * Fetch and decode version @v's manifest. -ENOENT if absent, -EBADMSG if
  * corrupt (logged, naming the key), other -errno for a store failure,
- * which is not logged here (see fetch_failed).
+ * which is not logged here (see fetch_failed). A manifest that fails to
+ * decode is fetched again, MANIFEST_TRIES times in all, before it is
+ * called corrupt: a body damaged on the way (a flipped byte, a short
+ * body under a matching Content-Length) is transient, not the store's.
  */
 static int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 			  struct dcr_manifest *m)
 {
 	const char *url = r->st->url ? r->st->url : "store";
+	char why[96];
 	struct dcr_buf b;
 	int ret;
 
 	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
-	ret = dcr_store_get(r->st, key, 0, DCR_GET_ALL, &b);
-	if (ret)
-		goto out_free;
-	ret = dcr_manifest_decode(b.data, b.len, m);
-	if (ret) {
-		dcr_err("%s: manifest %s is corrupt or invalid (%s)", url, key,
-			dcr_strerror(ret));
-	} else if (m->version != v) {
-		dcr_err("%s: manifest %s claims to be version %llu", url, key,
-			(unsigned long long)m->version);
-		dcr_manifest_free(m);
-		memset(m, 0, sizeof(*m));
-		ret = DCR_ERR(-EBADMSG);
+	for (int attempt = 1;; attempt++) {
+		b.len = 0;
+		ret = dcr_store_get(r->st, key, 0, DCR_GET_ALL, &b);
+		if (ret)
+			break;
+		ret = dcr_manifest_decode(b.data, b.len, m);
+		if (ret) {
+			snprintf(why, sizeof(why), "is corrupt or invalid (%s)",
+				 dcr_strerror(ret));
+		} else if (m->version != v) {
+			snprintf(why, sizeof(why), "claims to be version %llu",
+				 (unsigned long long)m->version);
+			dcr_manifest_free(m);
+			memset(m, 0, sizeof(*m));
+			ret = DCR_ERR(-EBADMSG);
+		}
+		if (!ret)
+			break;
+		if (attempt == MANIFEST_TRIES) {
+			dcr_err("%s: manifest %s %s, %d times in a row", url,
+				key, why, attempt);
+			break;
+		}
+		dcr_debug("%s: manifest %s %s; fetching it again", url, key,
+			  why);
+		struct timespec ts = { 0, 100L * 1000 * 1000 * attempt };
+		nanosleep(&ts, NULL);
 	}
-out_free:
 	dcr_buf_free(&b);
 	return ret;
 }
@@ -717,12 +739,32 @@ out_free:
 	return ret;
 }
 
+/*
+ * A version given up as corrupt is looked for again bad_retry_after later:
+ * the store may have healed (a repaired object, a proxy that stopped
+ * damaging bodies), and its children, given up with it, come back too.
+ * Forgetting the bad list makes the next refresh list versions/ again.
+ * Caller holds refresh_lock.
+ */
+static void forget_bad(struct dcr_reader *r)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->nbad && dcr_mono_ns() >= r->bad_retry_ns) {
+		r->nbad = 0;
+		r->max_bad = 0;
+		r->bad_retry_ns = 0;
+		r->listed = false;
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
 int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 {
 	struct refresh_ctx ctx = { .have_last = false };
 	int ret;
 
 	pthread_mutex_lock(&r->refresh_lock);
+	forget_bad(r);
 	ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
 	refresh_ctx_free(&ctx);
 	if (!ret)

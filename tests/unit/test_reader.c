@@ -80,6 +80,10 @@ struct cstore {
 	/* Fault injection: a get of fail_key fails with fail_err. */
 	char fail_key[64];
 	int fail_err;
+	/* ... and the next damage_left gets of damage_key come back with
+	 * their last byte flipped (a body damaged on the way). */
+	char damage_key[64];
+	int damage_left;
 };
 
 static struct cstore *to_c(struct dcr_store *st)
@@ -105,7 +109,14 @@ static int c_get(struct dcr_store *st, const char *key, uint64_t off,
 		c->gets_tags++;
 	if (c->fail_err && !strcmp(key, c->fail_key))
 		return c->fail_err;
-	return dcr_store_get(c->in, key, off, len, out);
+	size_t had = out->len;
+	int ret = dcr_store_get(c->in, key, off, len, out);
+	if (!ret && c->damage_left > 0 && !strcmp(key, c->damage_key) &&
+	    out->len > had) {
+		c->damage_left--;
+		out->data[out->len - 1] ^= 0x40;
+	}
+	return ret;
 }
 
 static int c_put(struct dcr_store *st, const char *key, const void *data,
@@ -382,6 +393,7 @@ struct fx {
 	uint32_t coalesce_max;
 	struct tver v[MAXV + 1]; /* v[1..] */
 	int nv;
+	uint32_t retry_bad_ms;
 	/* Chunk hashes known to be in the cache, for expected fetch counts. */
 	uint8_t (*cached)[DCR_HASH_LEN];
 	size_t ncached;
@@ -412,6 +424,7 @@ static void open_reader(struct fx *f, uint64_t budget)
 		.fetch_threads = f->fetch_threads,
 		.readahead = f->readahead ? f->readahead : -1,
 		.coalesce_max = f->coalesce_max ? f->coalesce_max : 1,
+		.retry_bad_ms = f->retry_bad_ms,
 	};
 
 	assert_int_equal(dcr_reader_open(f->st, &o, &f->r), 0);
@@ -1346,6 +1359,69 @@ static void test_unreadable_version_skipped(void **state)
 }
 
 /*
+ * A manifest body damaged on the way is fetched again before the version
+ * is given up; one given up is looked for again later, and its children
+ * (given up with it) come back with it.
+ */
+static void test_damaged_manifest_retried(void **state)
+{
+	struct fx *f = *state;
+	const uint64_t some[] = { 1, 3 }, all[] = { 1, 2, 3 };
+	uint64_t latest = 0;
+
+	build_chain(f, 1);
+	f->retry_bad_ms = 300;
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+
+	/* Damaged twice, right the third time: indexed, nothing logged. */
+	publish_child(f, 2, 1);
+	dcr_version_key(2, f->cs->damage_key, sizeof(f->cs->damage_key));
+	f->cs->damage_left = 2;
+	log_reset();
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 2);
+	assert_int_equal(log_errors, 0);
+	assert_int_equal(f->cs->damage_left, 0);
+	check_version(f, 2);
+
+	/* Damaged every time: v2 is given up (logged), v3 is indexed but
+	 * cannot be read ... */
+	teardown(state);
+	setup(state);
+	f = *state;
+	build_chain(f, 1);
+	f->retry_bad_ms = 300;
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	publish_child(f, 2, 1);
+	publish_child(f, 3, 2);
+	dcr_version_key(2, f->cs->damage_key, sizeof(f->cs->damage_key));
+	f->cs->damage_left = 1000;
+	log_reset();
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	expect_versions(f, some, 2);
+	assert_true(log_errors >= 1);
+	uint8_t buf[64];
+	assert_true(dcr_reader_read(f->r, 3, 2, 0, buf, sizeof(buf)) < 0);
+	/* ... v2 is not fetched again before the retry time ... */
+	f->cs->damage_left = 0;
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	expect_versions(f, some, 2);
+	/* ... and found after it, and its child reads again. */
+	struct timespec ts = { 0, 350L * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	expect_versions(f, all, 3);
+	assert_int_equal(dcr_reader_read(f->r, 3, 2, 0, buf, sizeof(buf)),
+			 sizeof(buf));
+	check_version(f, 2);
+	check_version(f, 3);
+}
+
+/*
  * C2: a transient failure (a dead server) is not a verdict: the version
  * after it is still found, the failing one is retried at every refresh
  * (logged once, not every poll) and indexed once the store recovers.
@@ -1726,6 +1802,7 @@ int main(void)
 		T(test_commit_roundtrip),
 		T(test_coalesce),
 		T(test_readahead),
+		T(test_damaged_manifest_retried),
 		T(test_unreadable_version_skipped),
 		T(test_transient_version_retried),
 		T(test_cache_dir_locked),
