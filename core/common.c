@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,19 +15,62 @@
 
 static const char *log_prog = "dcrfs";
 static enum dcr_log_level log_level = DCR_LOG_INFO;
-static dcr_log_sink_fn log_sink;
-
-void dcr_log_set_prog(const char *prog) { log_prog = prog; }
-void dcr_log_set_level(enum dcr_log_level lvl) { log_level = lvl; }
-void dcr_log_set_sink(dcr_log_sink_fn fn) { log_sink = fn; }
-enum dcr_log_level dcr_log_get_level(void) { return log_level; }
-
 static const char *const level_names[] = {
 	[DCR_LOG_ERR] = "error",
 	[DCR_LOG_WARN] = "warning",
 	[DCR_LOG_INFO] = "info",
 	[DCR_LOG_DEBUG] = "debug",
 };
+
+static dcr_log_sink_fn log_sink;
+static int log_file_fd = -1;
+static bool log_sink_quiet;
+
+void dcr_log_set_prog(const char *prog) { log_prog = prog; }
+void dcr_log_set_level(enum dcr_log_level lvl) { log_level = lvl; }
+void dcr_log_set_sink(dcr_log_sink_fn fn) { log_sink = fn; }
+enum dcr_log_level dcr_log_get_level(void) { return log_level; }
+void dcr_log_quiet_sink(bool quiet) { log_sink_quiet = quiet; }
+
+int dcr_log_to_file(const char *path)
+{
+	int fd = -1;
+
+	if (path) {
+		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+		if (fd < 0)
+			return -errno;
+	}
+	if (log_file_fd >= 0)
+		close(log_file_fd);
+	log_file_fd = fd;
+	return 0;
+}
+
+/* "2026-12-01T12:34:56.789Z prog[pid]: level: msg\n" to the log file. */
+static void log_file_line(enum dcr_log_level lvl, const char *msg)
+{
+	struct timespec ts;
+	struct tm tm;
+	char line[1300];
+	int n;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	n = snprintf(line, sizeof(line),
+		     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%ld]: %s: %s\n",
+		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+		     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_prog,
+		     (long)getpid(), level_names[lvl], msg);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line)) {
+		n = sizeof(line) - 1;
+		line[n - 1] = '\n';
+	}
+	ssize_t w DCR_UNUSED = write(log_file_fd, line, (size_t)n);
+}
+
 
 void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap)
 {
@@ -34,6 +79,11 @@ void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap)
 	if (lvl > log_level)
 		return;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (log_file_fd >= 0) {
+		log_file_line(lvl, msg);
+		if (log_sink_quiet)
+			return;
+	}
 	if (log_sink) {
 		log_sink(lvl, msg);
 		return;

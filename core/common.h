@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -60,6 +61,16 @@ void dcr_log_set_prog(const char *prog);
 void dcr_log_set_level(enum dcr_log_level lvl);
 /** Replace the sink; NULL restores the stderr sink. */
 void dcr_log_set_sink(dcr_log_sink_fn fn);
+/**
+ * dcr_log_to_file - also append every line, prefixed with a UTC time and
+ * the pid, to @path (created 0640; O_APPEND, so several processes may
+ * share it). @path NULL stops. Lines still go to the sink (or stderr)
+ * unless dcr_log_quiet_sink(true). 0, or -errno with nothing changed.
+ */
+int dcr_log_to_file(const char *path);
+/** With @quiet, lines go only to the log file, not to the sink or
+ * stderr (a detached daemon with -o log=FILE). */
+void dcr_log_quiet_sink(bool quiet);
 /** Current level, to skip building expensive debug messages. */
 enum dcr_log_level dcr_log_get_level(void);
 

@@ -62,6 +62,7 @@
 #define READAHEAD_DEFAULT ((uint64_t)1 << 20)
 #define READAHEAD_MAX ((uint64_t)1 << 30)
 #define MAX_THREADS_DEFAULT 64
+#define EXIT_USAGE 2
 
 struct opts {
 	/* dcrfs's own -o options, as given */
@@ -82,6 +83,7 @@ struct opts {
 	int no_splice;
 	int prefetch_pagecache;
 	int nonempty;
+	char *log;
 	/* session loop */
 	int foreground;
 	int debug;
@@ -119,6 +121,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
 	OPT("nosplice", no_splice, 1),
 	OPT("nonempty", nonempty, 1),
+	OPT("log=%s", log, 0),
 	OPT("readahead=%s", readahead, 0),
 	OPT("endpoint=%s", endpoint, 0),
 	OPT("region=%s", region, 0),
@@ -180,6 +183,10 @@ static void usage(FILE *f)
 "Mount the versions in STORE (a directory, file:///path or s3://bucket/prefix)\n"
 "read-only on MOUNTPOINT: /latest, /v1 ... /vN, /tags/NAME.\n"
 "\n"
+"Every dcrfs option below may also be spelled as the other tools spell\n"
+"theirs: --cache-dir DIR or --cache-dir=DIR for -o cache_dir=DIR.\n"
+"Exit status: 0 mounted (or unmounted cleanly with -f), 1 failure, 2 usage.\n"
+"\n"
 "general options:\n"
 "    -h, --help             print this help and exit\n"
 "    -V, --version          print the version and exit\n"
@@ -199,6 +206,9 @@ static void usage(FILE *f)
 "                           is cached (default none)\n"
 "    -o prefetch_pagecache  also push prefetched bytes into the kernel's\n"
 "                           page cache of files already looked up\n"
+"    -o log=FILE            append every message to FILE (with -f: and to\n"
+"                           stderr); default: syslog once detached, or\n"
+"                           CACHE_DIR/dcrfs.log where there is no syslog\n"
 "    -o nonempty            allow a mount point that is not empty (its\n"
 "                           files are hidden while mounted)\n"
 "    -o nosplice            copy replies from cached chunks instead of\n"
@@ -562,16 +572,21 @@ static int detach_begin(void)
 	return fds[1];
 }
 
-/* In the child, once mounted: leave the terminal and release the parent. */
-static void detach_finish(int fd)
+/* In the child, once mounted: leave the terminal and release the parent.
+ * Messages go to the log file if @to_file, else to syslog. */
+static void detach_finish(int fd, bool to_file)
 {
 	int null = open("/dev/null", O_RDWR);
 	char c = 0;
 
 	if (chdir("/") < 0)
 		dcr_debug("chdir /: %s", strerror(errno));
-	openlog(PROG, LOG_PID, LOG_DAEMON);
-	dcr_log_set_sink(syslog_sink);
+	if (to_file) {
+		dcr_log_quiet_sink(true);
+	} else {
+		openlog(PROG, LOG_PID, LOG_DAEMON);
+		dcr_log_set_sink(syslog_sink);
+	}
 	fuse_set_log_func(fuse_log_forward);
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
@@ -583,6 +598,117 @@ static void detach_finish(int fd)
 	if (write(fd, &c, 1) != 1)
 		dcr_warn("could not report readiness to the parent process");
 	close(fd);
+}
+
+/*
+ * Where messages go once detached: -o log=FILE, else syslog, else (no
+ * syslog socket, as in many containers) CACHE_DIR/dcrfs.log - never
+ * nowhere: the line that explains an EIO must survive. Says so on stderr
+ * before detaching. In the foreground messages go to stderr, and to
+ * -o log=FILE too. *@path: the file in use (malloc'd) or NULL. 0 or -1.
+ */
+static int open_log(const struct opts *o, const char *cache_dir, char **path)
+{
+	struct stat sb;
+	int ret;
+
+	*path = NULL;
+	if (o->log) {
+		*path = absolute(o->log);
+	} else if (!o->foreground &&
+		   (stat("/dev/log", &sb) < 0 || !S_ISSOCK(sb.st_mode))) {
+		if (dcr_mkdir_p(cache_dir, 0700) == 0)
+			*path = join(cache_dir, "dcrfs.log");
+		if (*path)
+			fprintf(stderr, PROG ": no syslog here (/dev/log): "
+				"messages go to %s\n", *path);
+	} else {
+		return 0;
+	}
+	if (!*path) {
+		fprintf(stderr, PROG ": log: %s\n", strerror(ENOMEM));
+		return -1;
+	}
+	ret = dcr_log_to_file(*path);
+	if (ret < 0) {
+		fprintf(stderr, PROG ": cannot open log file %s: %s\n", *path,
+			strerror(-ret));
+		free(*path);
+		*path = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The tools' spelling, --cache-dir DIR or --cache-dir=DIR, for every
+ * dcrfs option: rewritten to -o cache_dir=DIR before libfuse parses the
+ * command line, so both spellings mean the same everywhere. Options are
+ * those of opt_spec ('-' and '_' alike). Returns a new argv (its strings
+ * are @argv's or leaked with it, for the process's lifetime) or NULL.
+ */
+static char **long_opts(int argc, char **argv, int *out_argc)
+{
+	char **nv = calloc((size_t)argc * 2 + 1, sizeof(*nv));
+	int n = 0;
+
+	if (!nv)
+		return NULL;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i], *eq;
+		char name[64], *opt;
+		size_t len;
+		int found = -1;
+
+		if (i == 0 || strncmp(a, "--", 2) != 0 || !a[2]) {
+			nv[n++] = argv[i];
+			continue;
+		}
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		if (len >= sizeof(name)) {
+			nv[n++] = argv[i];
+			continue;
+		}
+		for (size_t k = 0; k < len; k++)
+			name[k] = a[2 + k] == '-' ? '_' : a[2 + k];
+		name[len] = '\0';
+		for (size_t k = 0; opt_spec[k].templ; k++) {
+			const char *t = opt_spec[k].templ;
+
+			if (opt_spec[k].offset == -1U || strncmp(t, name, len))
+				continue; /* keys (-f, --help, ...) stay */
+			if (t[len] == '=' || (t[len] == '\0' && !eq))
+				found = t[len] == '=';
+			if (found >= 0)
+				break;
+		}
+		if (found < 0) {
+			nv[n++] = argv[i];
+			continue;
+		}
+		const char *val = eq ? eq + 1 : NULL;
+		if (found && !val) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, PROG ": option '%s' needs a "
+					"value\n", a);
+				free(nv);
+				return NULL;
+			}
+			val = argv[++i];
+		}
+		size_t cap = len + (val ? strlen(val) + 2 : 1);
+		opt = malloc(cap);
+		if (!opt) {
+			free(nv);
+			return NULL;
+		}
+		snprintf(opt, cap, val ? "%s=%s" : "%s", name, val ? val : "");
+		nv[n++] = (char *)"-o";
+		nv[n++] = opt;
+	}
+	*out_argc = n;
+	return nv;
 }
 
 /* ----------------------------------------------------------------- main */
@@ -714,7 +840,8 @@ static void free_opts(struct opts *o)
 			  &o->prefetch, &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
-			  &o->fetch_ahead, &o->store, &o->mountpoint };
+			  &o->fetch_ahead, &o->store, &o->mountpoint,
+			  &o->log };
 
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(strs); i++) {
 		free(*strs[i]);
@@ -724,7 +851,9 @@ static void free_opts(struct opts *o)
 
 int main(int argc, char *argv[])
 {
-	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	int nargc = 0;
+	char **nargv = long_opts(argc, argv, &nargc);
+	struct fuse_args args = FUSE_ARGS_INIT(nargc, nargv);
 	struct opts o;
 	struct dcrfs fs;
 	struct dcr_store_cfg cfg;
@@ -732,6 +861,7 @@ int main(int argc, char *argv[])
 	struct dcr_store_info sinfo;
 	struct fuse_loop_config *lcfg = NULL;
 	char *store = NULL, *mountpoint = NULL, *cache_dir = NULL;
+	char *log_path = NULL;
 	sigset_t sigs, oldsigs;
 	uint64_t latest = 0;
 	int ready_fd = -1;
@@ -739,12 +869,17 @@ int main(int argc, char *argv[])
 	int ret;
 
 	dcr_log_set_prog(PROG);
+	if (!nargv) {
+		fprintf(stderr, "Try '" PROG " --help' for more information.\n");
+		return EXIT_USAGE;
+	}
 	memset(&o, 0, sizeof(o));
 	memset(&fs, 0, sizeof(fs));
 	memset(&cfg, 0, sizeof(cfg));
 	memset(&ropts, 0, sizeof(ropts));
 	o.path_style = -1;
 
+	exit_code = EXIT_USAGE; /* until the command line is checked */
 	if (fuse_opt_parse(&args, &o, opt_spec, opt_proc) < 0) {
 		fprintf(stderr, "Try '" PROG " --help' for more "
 			"information.\n");
@@ -775,6 +910,7 @@ int main(int argc, char *argv[])
 		dcr_log_set_level(DCR_LOG_DEBUG);
 	if (check_opts(&o, &fs, &cfg, &ropts) < 0)
 		goto out_args;
+	exit_code = 1;
 
 	/* Paths are resolved now: the daemon runs in "/". */
 	if (strncmp(o.mountpoint, "/dev/fd/", 8) == 0) {
@@ -839,9 +975,12 @@ int main(int argc, char *argv[])
 	if (!fs.se) {
 		fprintf(stderr, PROG ": invalid mount options; see "
 			PROG " --help\n");
+		exit_code = EXIT_USAGE;
 		goto out_state;
 	}
 
+	if (open_log(&o, cache_dir, &log_path) < 0)
+		goto out_session;
 	if (!o.foreground) {
 		ready_fd = detach_begin();
 		if (ready_fd < 0)
@@ -903,7 +1042,7 @@ int main(int argc, char *argv[])
 
 	/* From here on, messages go to syslog unless -f. */
 	if (ready_fd >= 0) {
-		detach_finish(ready_fd);
+		detach_finish(ready_fd, log_path != NULL);
 		ready_fd = -1;
 	}
 	ret = dcrfs_bg_start(&fs);
@@ -967,5 +1106,7 @@ out_args:
 	free(store);
 	free(mountpoint);
 	free(cache_dir);
+	free(log_path);
+	free(nargv);
 	return exit_code;
 }

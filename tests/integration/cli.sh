@@ -194,6 +194,49 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
 	umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 	rm -f "$MNT/hidden"
 	register_mount "$MNT"
+	# usage errors exit 2, as in dcrfs-commit
+	rc=0
+	t "$DCRFS" "$STORE" >/dev/null 2>&1 || rc=$?
+	[ "$rc" = 2 ] || fail "dcrfs with a missing mount point exited $rc, not 2"
+	rc=0
+	t "$DCRFS" "$STORE" "$MNT" -f --cache-dir >/dev/null 2>&1 || rc=$?
+	[ "$rc" = 2 ] || fail "dcrfs --cache-dir without a value exited $rc, not 2"
+	rc=0
+	t "$DCRFS" "$STORE" "$MNT" -f -o "poll=often" >/dev/null 2>&1 || rc=$?
+	[ "$rc" = 2 ] || fail "dcrfs -o poll=often exited $rc, not 2"
+	# the tools' spelling: --cache-dir DIR, --log=FILE; in the foreground
+	# messages go to stderr and to the log file
+	"$DCRFS" "$STORE" "$MNT" -f --cache-dir "$T/cache" --log="$T/fg.log" \
+		--poll 0.5 >"$T/fg.err" 2>&1 &
+	fgpid=$!
+	_pids+=("$fgpid")
+	register_mount "$MNT"
+	for ((i = 0; i < 100; i++)); do mountpoint -q "$MNT" && break; sleep 0.1; done
+	mountpoint -q "$MNT" || fail "dcrfs --cache-dir DIR did not mount: $(cat "$T/fg.err")"
+	[ -d "$T/cache" ] || fail "--cache-dir was not used"
+	t fusermount3 -u "$MNT"
+	wait "$fgpid" || fail "dcrfs -f exited non-zero after unmount"
+	grep -q "info: mounted" "$T/fg.err" || fail "-f did not log to stderr: $(cat "$T/fg.err")"
+	grep -qE '^[0-9-]+T[0-9:.]+Z dcrfs\[[0-9]+\]: info: mounted' "$T/fg.log" ||
+		fail "--log did not get the messages: $(cat "$T/fg.log")"
+	# detached: with no syslog socket, says where messages go, and they
+	# go there (the line explaining an EIO must never be lost)
+	if [ ! -S /dev/log ]; then
+		t "$DCRFS" "$STORE" "$MNT" -o "cache_dir=$T/cache3" >"$T/bg.err" 2>&1 ||
+			fail "dcrfs (detached) failed: $(cat "$T/bg.err")"
+		grep -q "messages go to $T/cache3/dcrfs.log" "$T/bg.err" ||
+			fail "no word on where messages go: $(cat "$T/bg.err")"
+		cat "$MNT/latest/x" >/dev/null
+		t fusermount3 -u "$MNT"
+		for ((i = 0; i < 50; i++)); do
+			grep -q "info: unmounting" "$T/cache3/dcrfs.log" && break
+			sleep 0.1
+		done
+		grep -q "info: unmounting" "$T/cache3/dcrfs.log" ||
+			fail "the detached daemon's messages were lost: $(cat "$T/cache3/dcrfs.log")"
+	else
+		log "this machine has syslog: the no-syslog fallback is not tried"
+	fi
 	# s3 is not built yet: a clear error, no mount
 	rc=0
 	t "$DCRFS" "s3://bucket/prefix" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?
