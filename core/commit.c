@@ -3,11 +3,14 @@
  * commit.c - turn a directory tree into a new version (see commit.h).
  *
  * Pipeline: the calling thread walks the tree, then reads every regular
- * file once, sequentially, chunk by chunk, feeding the whole-file SHA-256
- * (and the optional stage copy) as it goes, and queues each chunk. Worker
- * threads hash the chunk, compare the hash with the parent's (equal: no
- * frame at all), otherwise read the parent's chunk from parent_dir, verify
- * it, encode a delta or full frame and append it to the open pack. A pack
+ * file once, sequentially, chunk by chunk, feeding the optional stage copy
+ * as it goes, and queues each chunk. Worker threads hash the chunk (the
+ * only SHA-256 pass over the source bytes: a file's digest is the hash of
+ * its chunk hashes, manifest.h format 3), compare the hash with the
+ * parent's (equal: no frame at all), otherwise read the parent's chunk
+ * from parent_dir, verify it (XXH3-128 against a format 2+ parent, else
+ * SHA-256), encode a delta or full frame, decode it again onto the parent
+ * copy and compare, and append it to the open pack. A pack
  * that reaches its target size is sealed and queued for the uploader
  * threads, which name it by its SHA-256 and upload it while encoding goes
  * on; a bounded number of packs is in flight, so memory stays bounded.
@@ -361,11 +364,32 @@ err_unlock:
 struct worker {
 	struct pipe *p;
 	struct dcr_codec *codec;
-	uint8_t *pbuf;          /* parent chunk */
-	uint8_t *vbuf;          /* the frame decoded again, to check it */
+	uint8_t *pbuf;          /* parent chunk, then the frame decoded again */
 	struct dcr_buf frame;
 	pthread_t tid;
 };
+
+/*
+ * Whether @buf[0..len) is the parent's chunk @pref. The parent's bytes in
+ * parent_dir were proven when they were committed or materialized; this
+ * only catches a copy that changed since (a --no-copy source rewritten,
+ * bit rot, a stale cache), an accident, so XXH3-128 is enough where the
+ * parent manifest has it (format 2+). Format 1 parents carry only the
+ * SHA-256.
+ */
+static bool parent_chunk_ok(const struct dcr_manifest *pm,
+			    const struct dcr_chunk_ref *pref, const void *buf,
+			    size_t len)
+{
+	uint8_t h[DCR_HASH_LEN];
+
+	if (pm->format >= 2) {
+		dcr_xxh128(buf, len, h);
+		return memcmp(h, pref->xxh, DCR_XXH_LEN) == 0;
+	}
+	dcr_sha256(buf, len, h);
+	return dcr_hash_eq(h, pref->hash);
+}
 
 static int encode_job(struct worker *w, const struct job *j)
 {
@@ -388,10 +412,7 @@ static int encode_job(struct worker *w, const struct job *j)
 		fd = p->fs[j->fidx].parent_fd;
 		pthread_mutex_unlock(&p->lock);
 		ret = dcr_pread_full(fd, w->pbuf, j->len, j->cidx * (uint64_t)p->cs);
-		uint8_t h[DCR_HASH_LEN];
-		if (!ret)
-			dcr_sha256(w->pbuf, j->len, h);
-		if (ret || !dcr_hash_eq(h, pref->hash)) {
+		if (ret || !parent_chunk_ok(p->pm, pref, w->pbuf, j->len)) {
 			dcr_warn("parent copy of %s (chunk %" PRIu64 ") in %s does not match version %" PRIu64,
 				 f->path, j->cidx, p->o->parent_dir, p->m->parent);
 			return DCR_ERR(-ESTALE);
@@ -409,12 +430,12 @@ static int encode_job(struct worker *w, const struct job *j)
 	/*
 	 * Decode what we are about to publish: an encoder bug must fail this
 	 * commit, not every later read of the version (a reader that sees a
-	 * manifest must be able to read every byte it names).
+	 * manifest must be able to read every byte it names). A delta is
+	 * applied in place onto the parent's chunk, which pbuf still holds
+	 * (the encoder only reads it); a full frame overwrites pbuf.
 	 */
-	if (kind == DCR_FRAME_DELTA)
-		memcpy(w->vbuf, base, j->len);
-	if (dcr_frame_apply(w->codec, w->frame.data, w->frame.len, w->vbuf, j->len) ||
-	    memcmp(w->vbuf, j->buf, j->len) != 0) {
+	if (dcr_frame_apply(w->codec, w->frame.data, w->frame.len, w->pbuf, j->len) ||
+	    memcmp(w->pbuf, j->buf, j->len) != 0) {
 		dcr_err("internal error: the frame encoded for %s (chunk %" PRIu64
 			") does not decode to the chunk; nothing is published",
 			f->path, j->cidx);
@@ -527,7 +548,7 @@ static void stage_failed(struct pipe *p, const char *path, int err)
 
 /* Read one file sequentially and queue its chunks. */
 static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
-		     struct dcr_sha256_ctx *sha, struct dcr_commit_progress *pr,
+		     struct dcr_commit_progress *pr,
 		     int64_t *last)
 {
 	struct dcr_file *f = &p->m->files[fi];
@@ -569,7 +590,6 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		goto err_close;
 	ret = 0;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	dcr_sha256_reset(sha);
 	for (uint64_t c = 0; c < f->nchunks; c++) {
 		struct job j = { .fidx = fi, .cidx = c,
 				 .len = dcr_chunk_len(f->size, p->cs, c) };
@@ -588,7 +608,6 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 			pthread_mutex_unlock(&p->lock);
 			goto err_close;
 		}
-		dcr_sha256_update(sha, j.buf, j.len);
 		if (sfd >= 0 && (ret = dcr_write_full(sfd, j.buf, j.len))) {
 			stage_failed(p, f->path, ret);
 			close(sfd);
@@ -599,7 +618,6 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		pr->bytes_done += j.len;
 		report(p, pr, last, false);
 	}
-	dcr_sha256_final(sha, f->sha256);
 	/* A file that grew while being read would be silently truncated. */
 	struct stat sb;
 	if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size != f->size) {
@@ -788,9 +806,8 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	p.queue = calloc(p.nbufs, sizeof(*p.queue));
 	p.free_bufs = calloc(p.nbufs, sizeof(*p.free_bufs));
 	p.fs = calloc(m.nfiles ? m.nfiles : 1, sizeof(*p.fs));
-	struct dcr_sha256_ctx *sha = dcr_sha256_new();
 	int started = 0;
-	if (!ws || !p.queue || !p.free_bufs || !p.fs || !sha || !p.upq || !ups) {
+	if (!ws || !p.queue || !p.free_bufs || !p.fs || !p.upq || !ups) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_free_pipe;
 	}
@@ -811,8 +828,7 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 		dcr_buf_init(&ws[i].frame, SIZE_MAX);
 		ws[i].codec = dcr_codec_new(o->zstd_level);
 		ws[i].pbuf = malloc(cs);
-		ws[i].vbuf = malloc(cs);
-		if (!ws[i].codec || !ws[i].pbuf || !ws[i].vbuf) {
+		if (!ws[i].codec || !ws[i].pbuf) {
 			ret = DCR_ERR(-ENOMEM);
 			goto err_stop_workers;
 		}
@@ -826,7 +842,7 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++) {
 		if (m.files[i].type != DCR_FT_REG)
 			continue;
-		ret = feed_file(&p, i, dir, sha, &pr, &last);
+		ret = feed_file(&p, i, dir, &pr, &last);
 		res->bytes_in += m.files[i].size;
 	}
 	if (ret)
@@ -864,6 +880,10 @@ err_stop_workers:
 	}
 	while (p.nspare)
 		dcr_buf_free(&p.spare[--p.nspare]);
+	/* Every chunk is hashed now: the files' digests (format 3). */
+	for (uint32_t i = 0; i < m.nfiles && !ret; i++)
+		if (m.files[i].type == DCR_FT_REG)
+			ret = dcr_file_digest(&m.files[i], m.files[i].sha256);
 	if (!ret) {
 		pr.phase = "publish";
 		report(&p, &pr, &last, true);
@@ -881,14 +901,12 @@ err_free_pipe:
 	for (int i = 0; ws && i < jobs; i++) {
 		dcr_codec_free(ws[i].codec);
 		free(ws[i].pbuf);
-		free(ws[i].vbuf);
 		dcr_buf_free(&ws[i].frame);
 	}
 	for (size_t i = 0; p.free_bufs && i < p.nfree; i++)
 		free(p.free_bufs[i]);
 	for (uint32_t i = 0; p.fs && i < m.nfiles; i++)
 		fstate_release(&p.fs[i]);
-	dcr_sha256_free(sha);
 	free(ups);
 	free(p.upq);
 	free(p.fs);

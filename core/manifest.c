@@ -9,11 +9,12 @@
  *   nfiles, then per file, in path order:
  *     path length, path bytes, type (u8), mode, size, zigzag(mtime_ns)
  *     regular files only:
- *       sha256 (32 bytes), base + 1 (0 = no base)
+ *       sha256 (32 bytes; from format 3 dcr_file_digest),
+ *       base + 1 (0 = no base)
  *       per chunk (count derived from size and chunk_size):
  *         kind (u8); unless SAME: pack index, offset, length,
- *         and in format 2 the frame's SHA-256 (32 bytes);
- *         chunk hash (32 bytes); in format 2 the chunk's XXH3-128
+ *         and from format 2 the frame's SHA-256 (32 bytes);
+ *         chunk hash (32 bytes); from format 2 the chunk's XXH3-128
  *         (16 bytes)
  */
 #include "config.h"
@@ -107,6 +108,19 @@ int64_t dcr_manifest_find_n(const struct dcr_manifest *m, uint32_t n,
 int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path)
 {
 	return dcr_manifest_find_n(m, m->nfiles, path, strlen(path));
+}
+
+int dcr_file_digest(const struct dcr_file *f, uint8_t out[DCR_HASH_LEN])
+{
+	struct dcr_sha256_ctx *c = dcr_sha256_new();
+
+	if (!c)
+		return DCR_ERR(-ENOMEM);
+	for (uint64_t i = 0; i < f->nchunks; i++)
+		dcr_sha256_update(c, f->chunks[i].hash, DCR_HASH_LEN);
+	dcr_sha256_final(c, out);
+	dcr_sha256_free(c);
+	return 0;
 }
 
 static int parent_dir_listed(const struct dcr_manifest *m, const char *path)

@@ -23,6 +23,16 @@
  * Format 1 manifests (no frame hashes, no check values) stay readable;
  * their chunks are proven by their SHA-256.
  *
+ * Format 3 has format 2's bytes; only the meaning of a file's digest
+ * (dcr_file.sha256) changes: in format 3 it is dcr_file_digest, the
+ * SHA-256 of the file's chunk SHA-256s in order (a hash list), not the
+ * SHA-256 of the file's bytes. It binds the same bytes (a second
+ * preimage of it is one of SHA-256 over the list or of a chunk's
+ * SHA-256), and it lets the committer hash every byte once instead of
+ * twice. No reader verifies files by it; a verifier that does must
+ * follow the format (dcr_file_digest for 3, a SHA-256 of the bytes
+ * before).
+ *
  * On-store encoding (little-endian, see manifest.c for the body):
  *
  *   0   8  magic "DCRMANIF"
@@ -48,7 +58,7 @@
 #include "hash.h"
 
 /* The format new manifests are written in; the oldest still read. */
-#define DCR_MANIFEST_FORMAT 2
+#define DCR_MANIFEST_FORMAT 3
 #define DCR_MANIFEST_FORMAT_MIN 1
 #define DCR_NO_BASE UINT32_MAX
 #define DCR_PATH_MAX 4096
@@ -92,7 +102,9 @@ struct dcr_file {
 	uint32_t mode;     /* permission bits only (07777) */
 	uint64_t size;     /* bytes; 0 for directories */
 	int64_t mtime_ns;  /* of the source file when committed */
-	uint8_t sha256[DCR_HASH_LEN]; /* of the whole file (zero for dirs) */
+	/* Zero for dirs. Format 1 and 2: SHA-256 of the file's bytes;
+	 * format 3: dcr_file_digest (SHA-256 of the chunk SHA-256s). */
+	uint8_t sha256[DCR_HASH_LEN];
 	/*
 	 * Index of the same path in the parent manifest, DCR_NO_BASE if none.
 	 * SAME and DELTA chunks refer to chunk i of that file, which must have
@@ -104,7 +116,7 @@ struct dcr_file {
 };
 
 struct dcr_manifest {
-	uint32_t format;    /* 1 or 2; 0 when building means DCR_MANIFEST_FORMAT */
+	uint32_t format;    /* 1..3; 0 when building means DCR_MANIFEST_FORMAT */
 	uint64_t version;   /* 1..DCR_VERSION_MAX */
 	uint64_t parent;    /* 0 = no parent; < version */
 	int64_t ctime_ns;   /* commit time */
@@ -114,6 +126,14 @@ struct dcr_manifest {
 	uint32_t nfiles;
 	struct dcr_file *files; /* sorted by path (bytewise), unique */
 };
+
+/**
+ * dcr_file_digest - the format 3 digest of regular file @f: SHA-256 of
+ * the concatenation of @f's f->nchunks chunk hashes (the SHA-256 of no
+ * bytes for an empty file, as the SHA-256 of its bytes would be).
+ * Returns 0, or -ENOMEM. Thread-safe.
+ */
+int dcr_file_digest(const struct dcr_file *f, uint8_t out[DCR_HASH_LEN]);
 
 /** Free everything a decoded or built manifest owns (not @m itself). NULL ok. */
 void dcr_manifest_free(struct dcr_manifest *m);

@@ -156,8 +156,47 @@ static void test_format1(void **state)
 		assert_int_equal(dcr_get_le32(b2.data + 8), DCR_MANIFEST_FORMAT);
 		dcr_buf_free(&b2);
 	}
-	m.format = 3;
+	m.format = DCR_MANIFEST_FORMAT + 1;
 	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
+	dcr_manifest_free(&d);
+	dcr_manifest_free(&m);
+	dcr_buf_free(&b);
+}
+
+/*
+ * Format 3's file digest is the SHA-256 of the chunk hashes in order; an
+ * empty file's is the SHA-256 of no bytes; and format 2, with the same
+ * bytes, still encodes and decodes.
+ */
+static void test_file_digest(void **state)
+{
+	struct dcr_manifest m, d;
+	struct dcr_buf b;
+	uint8_t h[DCR_HASH_LEN], want[DCR_HASH_LEN], list[4 * DCR_HASH_LEN];
+
+	build(&m);
+	const struct dcr_file *f = &m.files[2];
+	assert_int_equal(f->nchunks, 4);
+	for (uint64_t c = 0; c < f->nchunks; c++)
+		memcpy(list + c * DCR_HASH_LEN, f->chunks[c].hash, DCR_HASH_LEN);
+	dcr_sha256(list, sizeof(list), want);
+	assert_int_equal(dcr_file_digest(f, h), 0);
+	assert_memory_equal(h, want, DCR_HASH_LEN);
+	/* Order matters: swapping two chunks changes the digest. */
+	m.files[2].chunks[0].hash[0] ^= 1;
+	assert_int_equal(dcr_file_digest(f, h), 0);
+	assert_memory_not_equal(h, want, DCR_HASH_LEN);
+	dcr_sha256("", 0, want);
+	assert_int_equal(dcr_file_digest(&m.files[3], h), 0);
+	assert_memory_equal(h, want, DCR_HASH_LEN);
+
+	m.format = 2;
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
+	assert_int_equal(dcr_get_le32(b.data + 8), 2);
+	assert_int_equal(dcr_manifest_decode(b.data, b.len, &d), 0);
+	assert_int_equal(d.format, 2);
+	assert_memory_equal(d.files[2].chunks[1].xxh, m.files[2].chunks[1].xxh, DCR_XXH_LEN);
 	dcr_manifest_free(&d);
 	dcr_manifest_free(&m);
 	dcr_buf_free(&b);
@@ -340,6 +379,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_format1),
+		cmocka_unit_test(test_file_digest),
 		cmocka_unit_test(test_empty_version),
 		cmocka_unit_test(test_validate_rejects),
 		cmocka_unit_test(test_paths),
