@@ -40,6 +40,7 @@
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
+#include "nonfinite.h"
 #include "safetensors.h"
 
 #define PACK_MAGIC "DCRPACK1"
@@ -164,6 +165,10 @@ struct fstate {
 	bool read_done;
 	/* dtype regions from a safetensors header; empty = byte mode */
 	struct dcr_regions regions;
+	/* Its float tensors and, per tensor, the NaN/Inf found so far
+	 * (atomic adds); nonfinite is NULL when nothing is checked. */
+	struct dcr_tensors floats;
+	uint64_t *nonfinite;
 };
 
 /* Called with p->lock held once a file is read and all its chunks encoded. */
@@ -174,6 +179,9 @@ static void fstate_release(struct fstate *fs)
 		fs->parent_fd = -1;
 	}
 	dcr_regions_free(&fs->regions);
+	dcr_tensors_free(&fs->floats);
+	free(fs->nonfinite);
+	fs->nonfinite = NULL;
 }
 
 struct pack {
@@ -216,6 +224,8 @@ struct pipe {
 	uint32_t nup;              /* uploader threads */
 
 	uint64_t same, delta, full;
+	/* A non-finite value was found (atomic): encode no more, fail. */
+	bool refused;
 	/* false once the stage copy failed: the commit goes on without it */
 	bool staging;
 };
@@ -369,6 +379,107 @@ struct worker {
 	pthread_t tid;
 };
 
+/* Index of the first tensor of @ts that ends after file offset @off. */
+static size_t first_tensor(const struct dcr_tensors *ts, uint64_t off)
+{
+	size_t lo = 0, hi = ts->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (ts->t[mid].off + ts->t[mid].len <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
+ * Count the NaN/Inf elements of the float tensors that lie wholly in the
+ * chunk @buf[0..len) at file offset @off into fs->nonfinite; an element
+ * cut by the chunk's edges is check_edge's. Called by the workers, only
+ * for chunks they encode. True if any was found.
+ */
+static bool check_chunk(struct fstate *fs, const uint8_t *buf, uint64_t off,
+			uint32_t len)
+{
+	const struct dcr_tensors *ts = &fs->floats;
+	uint64_t end = off + len;
+	bool found = false;
+
+	if (!fs->nonfinite)
+		return false;
+	for (size_t i = first_tensor(ts, off); i < ts->n && ts->t[i].off < end; i++) {
+		const struct dcr_tensor *t = &ts->t[i];
+		unsigned w = dcr_float_width(t->fmt);
+		uint64_t a = DCR_MAX(off, t->off), b = DCR_MIN(end, t->off + t->len);
+		uint64_t e0 = t->off + (a - t->off + w - 1) / w * w;
+		uint64_t e1 = t->off + (b - t->off) / w * w;
+		if (e1 <= e0)
+			continue;
+		uint64_t c = dcr_nonfinite_count(buf + (e0 - off), (e1 - e0) / w, t->fmt);
+		if (c) {
+			__atomic_add_fetch(&fs->nonfinite[i], c, __ATOMIC_RELAXED);
+			found = true;
+		}
+	}
+	return found;
+}
+
+/*
+ * The element of a float tensor that straddles file offset @off (a chunk
+ * boundary), if any, from the last bytes of the chunk before (@tail, the
+ * 8 bytes ending at @off) and the first of the chunk at @off (@head).
+ * Called by the feeder, which sees both chunks, whether or not either is
+ * encoded. True if it is NaN or Inf.
+ */
+static bool check_edge(struct fstate *fs, const uint8_t tail[8],
+		       const uint8_t *head, uint64_t off)
+{
+	const struct dcr_tensors *ts = &fs->floats;
+	size_t i = first_tensor(ts, off);
+
+	if (!fs->nonfinite || i >= ts->n || ts->t[i].off >= off)
+		return false;
+	const struct dcr_tensor *t = &ts->t[i];
+	unsigned w = dcr_float_width(t->fmt);
+	unsigned before = (unsigned)((off - t->off) % w);
+	if (!before)
+		return false;
+	uint8_t e[8];
+	memcpy(e, tail + 8 - before, before);
+	memcpy(e + before, head, w - before);
+	if (!dcr_nonfinite_count(e, 1, t->fmt))
+		return false;
+	__atomic_add_fetch(&fs->nonfinite[i], 1, __ATOMIC_RELAXED);
+	return true;
+}
+
+/*
+ * Log what check_chunk and check_edge found in file @fi, once all its
+ * chunks are done. Called with p->lock held.
+ */
+static void report_nonfinite(struct pipe *p, uint32_t fi)
+{
+	const struct fstate *fs = &p->fs[fi];
+	unsigned shown = 0, more = 0;
+
+	for (size_t i = 0; fs->nonfinite && i < fs->floats.n; i++) {
+		uint64_t c = __atomic_load_n(&fs->nonfinite[i], __ATOMIC_RELAXED);
+		if (!c)
+			continue;
+		if (shown++ < 10)
+			dcr_err("%s: tensor %s has %" PRIu64 " non-finite value%s (NaN or Inf)",
+				p->m->files[fi].path, fs->floats.t[i].name, c,
+				c == 1 ? "" : "s");
+		else
+			more++;
+	}
+	if (more)
+		dcr_err("%s: and %u more tensors with non-finite values",
+			p->m->files[fi].path, more);
+}
+
 /*
  * Whether @buf[0..len) is the parent's chunk @pref. The parent's bytes in
  * parent_dir were proven when they were committed or materialized; this
@@ -401,13 +512,19 @@ static int encode_job(struct worker *w, const struct job *j)
 	dcr_sha256(j->buf, j->len, ref->hash);
 	dcr_xxh128(j->buf, j->len, ref->xxh);
 	const void *base = NULL;
-	if (f->base != DCR_NO_BASE) {
-		const struct dcr_chunk_ref *pref = &p->pm->files[f->base].chunks[j->cidx];
-		if (dcr_hash_eq(pref->hash, ref->hash)) {
-			ref->kind = DCR_CK_SAME;
-			__atomic_add_fetch(&p->same, 1, __ATOMIC_RELAXED);
-			return 0;
-		}
+	const struct dcr_chunk_ref *pref = f->base == DCR_NO_BASE ? NULL :
+		&p->pm->files[f->base].chunks[j->cidx];
+	if (pref && dcr_hash_eq(pref->hash, ref->hash)) {
+		ref->kind = DCR_CK_SAME;
+		__atomic_add_fetch(&p->same, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	if (check_chunk(&p->fs[j->fidx], j->buf, j->cidx * (uint64_t)p->cs, j->len))
+		__atomic_store_n(&p->refused, true, __ATOMIC_RELAXED);
+	/* A refused commit only goes on counting, for the message. */
+	if (__atomic_load_n(&p->refused, __ATOMIC_RELAXED))
+		return 0;
+	if (pref) {
 		pthread_mutex_lock(&p->lock);
 		fd = p->fs[j->fidx].parent_fd;
 		pthread_mutex_unlock(&p->lock);
@@ -448,6 +565,13 @@ static int encode_job(struct worker *w, const struct job *j)
 	return pack_frame(p, &w->frame, ref);
 }
 
+/* A file is read and all its chunks are done. Called with p->lock held. */
+static void file_done(struct pipe *p, uint32_t fi)
+{
+	report_nonfinite(p, fi);
+	fstate_release(&p->fs[fi]);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -472,7 +596,7 @@ static void *worker_main(void *arg)
 		p->free_bufs[p->nfree++] = j.buf;
 		struct fstate *fs = &p->fs[j.fidx];
 		if (--fs->pending == 0 && fs->read_done)
-			fstate_release(fs);
+			file_done(p, j.fidx);
 		pthread_cond_signal(&p->cond_free);
 		pthread_mutex_unlock(&p->lock);
 		if (ret) {
@@ -585,10 +709,17 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 	}
 	/* Element hints for the codec; a file that is not safetensors (or
 	 * whose header does not parse) is simply coded as bytes. */
-	ret = dcr_safetensors_regions_fd(fd, f->size, &p->fs[fi].regions);
+	struct fstate *fs = &p->fs[fi];
+	ret = dcr_safetensors_parse_fd(fd, f->size, &fs->regions,
+				       p->o->allow_nonfinite ? NULL : &fs->floats);
 	if (ret == -ENOMEM)
 		goto err_close;
 	ret = 0;
+	if (fs->floats.n && !(fs->nonfinite = calloc(fs->floats.n, sizeof(*fs->nonfinite)))) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_close;
+	}
+	uint8_t tail[8] = { 0 };
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (uint64_t c = 0; c < f->nchunks; c++) {
 		struct job j = { .fidx = fi, .cidx = c,
@@ -608,6 +739,10 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 			pthread_mutex_unlock(&p->lock);
 			goto err_close;
 		}
+		if (c && j.len >= 8 && check_edge(fs, tail, j.buf, c * (uint64_t)p->cs))
+			__atomic_store_n(&p->refused, true, __ATOMIC_RELAXED);
+		if (j.len >= 8)
+			memcpy(tail, j.buf + j.len - 8, 8);
 		if (sfd >= 0 && (ret = dcr_write_full(sfd, j.buf, j.len))) {
 			stage_failed(p, f->path, ret);
 			close(sfd);
@@ -628,7 +763,7 @@ err_close:
 	pthread_mutex_lock(&p->lock);
 	p->fs[fi].read_done = true;
 	if (p->fs[fi].pending == 0)
-		fstate_release(&p->fs[fi]);
+		file_done(p, fi);
 	pthread_mutex_unlock(&p->lock);
 	if (sfd >= 0 && close(sfd) < 0)
 		stage_failed(p, f->path, -errno);
@@ -860,6 +995,11 @@ err_stop_workers:
 		p.free_bufs[p.nfree++] = p.queue[p.qhead].buf;
 	if (!ret)
 		ret = get_err(&p);
+	if (!ret && p.refused) {
+		dcr_err("%s: refusing to commit non-finite weights (named above); nothing "
+			"is published (--allow-nonfinite commits them anyway)", dir);
+		ret = DCR_ERR(-EDOM);
+	}
 	/* Seal the last pack, let the uploaders drain the queue and stop. */
 	pthread_mutex_lock(&p.pack_lock);
 	if (!ret && p.cur && ups_started) {

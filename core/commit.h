@@ -55,6 +55,16 @@ struct dcr_commit_opts {
 	 * warning.
 	 */
 	bool allow_empty;
+	/*
+	 * false (the default): a NaN or Inf in a float tensor (BF16, F16,
+	 * F32, F64, F8_E4M3, F8_E5M2) of a safetensors file fails the commit
+	 * with -EDOM before anything is published, after logging, per
+	 * tensor, the file, the tensor and how many. Only chunks that are
+	 * encoded are checked (an unchanged chunk equals the parent's, which
+	 * was checked when committed), plus every element that straddles two
+	 * chunks. true: commit such values as they are.
+	 */
+	bool allow_nonfinite;
 	uint32_t chunk_size; /* 0: the parent's, else DCR_CHUNK_DEFAULT */
 	int jobs;            /* encoder threads; 0 = number of CPUs */
 	int zstd_level;      /* 0 = default */

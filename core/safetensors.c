@@ -171,6 +171,22 @@ static int skip_value(struct js *j, int depth)
 	}
 }
 
+static enum dcr_float_fmt map_float(const char *s, size_t n)
+{
+	static const struct {
+		const char *name;
+		enum dcr_float_fmt ff;
+	} map[] = {
+		{ "BF16", DCR_FF_BF16 }, { "F16", DCR_FF_F16 },
+		{ "F32", DCR_FF_F32 }, { "F64", DCR_FF_F64 },
+		{ "F8_E4M3", DCR_FF_F8_E4M3 }, { "F8_E5M2", DCR_FF_F8_E5M2 },
+	};
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(map); i++)
+		if (str_is(s, n, map[i].name))
+			return map[i].ff;
+	return DCR_FF_NONE;
+}
+
 static int map_dtype(const char *s, size_t n)
 {
 	static const struct {
@@ -193,7 +209,8 @@ static int map_dtype(const char *s, size_t n)
 }
 
 /* One tensor entry {"dtype":..., "shape":[...], "data_offsets":[b,e]}. */
-static int tensor(struct js *j, int *dt, uint64_t *b, uint64_t *e)
+static int tensor(struct js *j, int *dt, enum dcr_float_fmt *ff, uint64_t *b,
+		  uint64_t *e)
 {
 	const char *s;
 	size_t n;
@@ -210,6 +227,7 @@ static int tensor(struct js *j, int *dt, uint64_t *b, uint64_t *e)
 			if (str(j, &v, &vn))
 				return -1;
 			*dt = map_dtype(v, vn);
+			*ff = map_float(v, vn);
 			have |= 1;
 		} else if (str_is(s, n, "data_offsets")) {
 			if (expect(j, '[') || json_uint(j, b) || expect(j, ',') ||
@@ -260,15 +278,66 @@ int dcr_safetensors_prefix_len(const void *p, size_t n, uint64_t file_size,
 	return 0;
 }
 
+void dcr_tensors_free(struct dcr_tensors *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->n; i++)
+		free(t->t[i].name);
+	free(t->t);
+	t->t = NULL;
+	t->n = 0;
+}
+
+static int cmp_tensor(const void *a, const void *b)
+{
+	const struct dcr_tensor *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Append a float tensor named by the raw string @s[0..sn). */
+static int add_float(struct dcr_tensors *ts, size_t *cap, const char *s,
+		     size_t sn, enum dcr_float_fmt ff, uint64_t off, uint64_t len)
+{
+	if (ts->n == *cap) {
+		*cap = *cap ? 2 * *cap : 64;
+		void *nt = realloc(ts->t, *cap * sizeof(*ts->t));
+		if (!nt)
+			return DCR_ERR(-ENOMEM);
+		ts->t = nt;
+	}
+	struct dcr_tensor *t = &ts->t[ts->n];
+	if (!(t->name = strndup(s, sn)))
+		return DCR_ERR(-ENOMEM);
+	t->off = off;
+	t->len = len;
+	t->fmt = (uint8_t)ff;
+	ts->n++;
+	return 0;
+}
+
 int dcr_safetensors_regions(const void *file_prefix, size_t n,
 			    uint64_t file_size, struct dcr_regions *out)
 {
+	return dcr_safetensors_parse(file_prefix, n, file_size, out, NULL);
+}
+
+int dcr_safetensors_parse(const void *file_prefix, size_t n,
+			  uint64_t file_size, struct dcr_regions *out,
+			  struct dcr_tensors *floats)
+{
 	struct dcr_regions rs = { NULL, 0 };
-	size_t need, cap = 0;
+	struct dcr_tensors ts = { NULL, 0 };
+	size_t need, cap = 0, tcap = 0;
 	int ret = dcr_safetensors_prefix_len(file_prefix, n, file_size, &need);
 
 	out->r = NULL;
 	out->n = 0;
+	if (floats) {
+		floats->t = NULL;
+		floats->n = 0;
+	}
 	if (ret)
 		return ret;
 	if (n < need)
@@ -292,9 +361,16 @@ int dcr_safetensors_regions(const void *file_prefix, size_t n,
 				goto err_bad;
 		} else {
 			int dt = -1;
+			enum dcr_float_fmt ff = DCR_FF_NONE;
 			uint64_t b = 0, e = 0;
-			if (tensor(&j, &dt, &b, &e) || e > file_size - data0)
+			if (tensor(&j, &dt, &ff, &b, &e) || e > file_size - data0)
 				goto err_bad;
+			if (floats && ff != DCR_FF_NONE && e > b) {
+				if ((e - b) % dcr_float_width(ff))
+					goto err_bad;
+				if ((ret = add_float(&ts, &tcap, s, sn, ff, data0 + b, e - b)))
+					goto err_free;
+			}
 			if (dt > 0 && e > b) {
 				if (rs.n == cap) {
 					cap = cap ? 2 * cap : 64;
@@ -333,17 +409,31 @@ done:
 	for (size_t i = 1; i < rs.n; i++)
 		if (rs.r[i].off < rs.r[i - 1].off + rs.r[i - 1].len)
 			goto err_bad;
+	if (ts.n)
+		qsort(ts.t, ts.n, sizeof(*ts.t), cmp_tensor);
+	for (size_t i = 1; i < ts.n; i++)
+		if (ts.t[i].off < ts.t[i - 1].off + ts.t[i - 1].len)
+			goto err_bad;
 	*out = rs;
+	if (floats)
+		*floats = ts;
 	return 0;
 err_bad:
 	ret = DCR_ERR(-EBADMSG);
 err_free:
 	free(rs.r);
+	dcr_tensors_free(&ts);
 	return ret;
 }
 
 int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 			       struct dcr_regions *out)
+{
+	return dcr_safetensors_parse_fd(fd, file_size, out, NULL);
+}
+
+int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
+			     struct dcr_regions *out, struct dcr_tensors *floats)
 {
 	uint8_t h[8];
 	size_t need;
@@ -351,6 +441,10 @@ int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 
 	out->r = NULL;
 	out->n = 0;
+	if (floats) {
+		floats->t = NULL;
+		floats->n = 0;
+	}
 	if (file_size < 8)
 		return DCR_ERR(-EBADMSG);
 	if ((ret = dcr_pread_full(fd, h, 8, 0)))
@@ -362,7 +456,7 @@ int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 		return DCR_ERR(-ENOMEM);
 	ret = dcr_pread_full(fd, buf, need, 0);
 	if (!ret)
-		ret = dcr_safetensors_regions(buf, need, file_size, out);
+		ret = dcr_safetensors_parse(buf, need, file_size, out, floats);
 	free(buf);
 	return ret;
 }

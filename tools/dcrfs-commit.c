@@ -67,6 +67,8 @@ static void usage(FILE *f)
 "                         the parent is rebuilt from the store)\n"
 "      --no-cache         keep no copy of the committed tree (the next commit\n"
 "                         rebuilds its parent from the store)\n"
+"      --allow-nonfinite  commit NaN and Inf values in float tensors of\n"
+"                         safetensors files (default: refuse, publish nothing)\n"
 "  -q, --quiet            no progress or summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -93,6 +95,7 @@ struct args {
 	int no_copy;
 	int init;
 	int allow_empty;
+	int allow_nonfinite;
 	uint32_t chunk_size;
 	int jobs;
 	int quiet;
@@ -113,6 +116,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "no-copy", no_argument, NULL, 'R' },
 		{ "init", no_argument, NULL, 'I' },
 		{ "allow-empty", no_argument, NULL, 'E' },
+		{ "allow-nonfinite", no_argument, NULL, 'F' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -173,6 +177,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'E':
 			a->allow_empty = 1;
+			break;
+		case 'F':
+			a->allow_nonfinite = 1;
 			break;
 		case 'q':
 			a->quiet = 1;
@@ -528,6 +535,7 @@ locked:
 		.stage_dir = a.no_cache || a.no_copy ? NULL : stage,
 		.full = a.full,
 		.allow_empty = a.allow_empty,
+		.allow_nonfinite = a.allow_nonfinite,
 		.chunk_size = a.chunk_size,
 		.jobs = a.jobs,
 		.progress = on_progress,

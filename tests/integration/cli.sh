@@ -120,6 +120,37 @@ v=$(DCRFS_STORE=$STORE t "$C" "${CC[@]}" --quiet "$T/tree") ||
 	fail "commit with DCRFS_STORE failed"
 [ "$v" = 7 ] || fail "commit with DCRFS_STORE printed '$v'"
 
+# non-finite weights: a NaN or Inf in a float tensor of a safetensors
+# file is refused, naming file, tensor and count; --allow-nonfinite
+# commits it. st_file PATH W0 W1: an F32 tensor "a" (1.0, 2.0) and a
+# BF16 tensor "layers.0.w" of four elements, the first two W0 and W1
+# (little-endian hex bytes, e.g. 803f = 1.0, c07f = NaN, 807f = Inf).
+st_file() {
+	local hdr='{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"layers.0.w":{"dtype":"BF16","shape":[4],"data_offsets":[8,16]}}'
+	while [ $(( ${#hdr} % 8 )) -ne 0 ]; do hdr="$hdr "; done
+	{
+		printf "\\x$(printf %02x $(( ${#hdr} & 255 )))\\x$(printf %02x $(( ${#hdr} >> 8 )))\\0\\0\\0\\0\\0\\0"
+		printf '%s' "$hdr"
+		printf '\x00\x00\x80\x3f\x00\x00\x00\x40'
+		printf "\\x${2:0:2}\\x${2:2:2}\\x${3:0:2}\\x${3:2:2}\\x00\\x40\\x80\\x3f"
+	} >"$1"
+}
+mkdir -p "$T/st"
+st_file "$T/st/model.safetensors" 803f 7f7f
+n=$(nversions)
+[ "$(commit "$STORE" "$T/st")" = $((n + 1)) ] || fail "a finite safetensors commit failed"
+st_file "$T/st/model.safetensors" c07f 807f
+expect_status 1 "model.safetensors: tensor layers.0.w has 2 non-finite values" \
+	"$C" --store "$STORE" "${CC[@]}" "$T/st"
+grep -q "nothing was published" "$T/out" || fail "non-finite refusal: $(cat "$T/out")"
+[ "$(nversions)" = $((n + 1)) ] || fail "a commit with a NaN published a version"
+st_file "$T/st/model.safetensors" 803f 80ff
+expect_status 1 "tensor layers.0.w has 1 non-finite value " \
+	"$C" --store "$STORE" "${CC[@]}" "$T/st"
+[ "$(commit "$STORE" "$T/st" --allow-nonfinite)" = $((n + 2)) ] ||
+	fail "--allow-nonfinite did not commit"
+t "$C" --help | grep -q -- --allow-nonfinite || fail "--help does not list --allow-nonfinite"
+
 # dcrfs: bad command lines and bad stores leave no mount behind
 no_mount() {
 	! mountpoint -q "$MNT" || fail "$* left a mount on $MNT"

@@ -26,6 +26,7 @@
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
+#include "nonfinite.h"
 
 #define CS 4096u
 
@@ -343,6 +344,139 @@ static void test_lost_race_takes_next_number(void **state)
 	dcr_manifest_free(&m);
 }
 
+/* The encodings of every float format the guard knows, edge values included. */
+static void test_nonfinite_encodings(void **state)
+{
+	static const uint16_t bf16[] = { 0x7f80, 0xff80, 0x7fc0, 0xffff, 0x7f81, /* non-finite */
+					 0x7f7f, 0xff7f, 0x0000, 0x8000, 0x3f80, 0x0001 };
+	static const uint16_t f16[] = { 0x7c00, 0xfc00, 0x7e00, 0x7c01, /* non-finite */
+					0x7bff, 0xfbff, 0x0000, 0x3c00, 0x03ff };
+	static const uint32_t f32[] = { 0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001,
+					0x7f7fffff, 0x00000000, 0x3f800000, 0x807fffff };
+	static const uint64_t f64[] = { UINT64_C(0x7ff0000000000000), UINT64_C(0xfff8000000000000),
+					UINT64_C(0x7fefffffffffffff), UINT64_C(0x3ff0000000000000), 0 };
+	/* e4m3fn: only S.1111.111 is NaN; S.1111.110 is 448, no Inf exists */
+	static const uint8_t e4m3[] = { 0x7f, 0xff, 0x7e, 0xfe, 0x78, 0x00, 0x80, 0x01 };
+	/* e5m2: exponent 11111 is Inf (mantissa 0) or NaN */
+	static const uint8_t e5m2[] = { 0x7c, 0xfc, 0x7d, 0x7f, 0xff, 0x7b, 0xfb, 0x00, 0x3c };
+	uint8_t odd[1 + sizeof(f32)];
+
+	assert_int_equal(dcr_nonfinite_count(bf16, 11, DCR_FF_BF16), 5);
+	assert_int_equal(dcr_nonfinite_count(f16, 9, DCR_FF_F16), 4);
+	assert_int_equal(dcr_nonfinite_count(f32, 8, DCR_FF_F32), 4);
+	assert_int_equal(dcr_nonfinite_count(f64, 5, DCR_FF_F64), 2);
+	assert_int_equal(dcr_nonfinite_count(e4m3, 8, DCR_FF_F8_E4M3), 2);
+	assert_int_equal(dcr_nonfinite_count(e5m2, 9, DCR_FF_F8_E5M2), 5);
+	assert_int_equal(dcr_nonfinite_count(bf16, 11, DCR_FF_NONE), 0);
+	/* Any alignment. */
+	memcpy(odd + 1, f32, sizeof(f32));
+	assert_int_equal(dcr_nonfinite_count(odd + 1, 8, DCR_FF_F32), 4);
+	assert_int_equal(dcr_float_width(DCR_FF_F64), 8);
+	assert_int_equal(dcr_float_width(DCR_FF_F8_E4M3), 1);
+}
+
+/*
+ * A safetensors file whose BF16 tensor "w" starts at an odd file offset
+ * (after a 3-byte U8 tensor), so its elements straddle chunk boundaries,
+ * followed by an F8_E4M3 tensor "e" holding 448 (finite) and an F64 "d".
+ * Returns its length; @w_off gets the file offset of "w".
+ */
+static size_t st_build(uint8_t *buf, size_t cap, size_t nw, uint64_t *w_off)
+{
+	char hdr[512];
+	int n = snprintf(hdr, sizeof(hdr),
+			 "{\"pad\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+			 "\"w\":{\"dtype\":\"BF16\",\"shape\":[%zu],\"data_offsets\":[3,%zu]},"
+			 "\"e\":{\"dtype\":\"F8_E4M3\",\"shape\":[4],\"data_offsets\":[%zu,%zu]},"
+			 "\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[%zu,%zu]}}",
+			 nw, 3 + 2 * nw, 3 + 2 * nw, 7 + 2 * nw, 7 + 2 * nw, 23 + 2 * nw);
+	while (n % 8)
+		hdr[n++] = ' ';
+	size_t data0 = 8 + (size_t)n, len = data0 + 23 + 2 * nw;
+	assert_true(len <= cap);
+	dcr_put_le64(buf, (uint64_t)n);
+	memcpy(buf + 8, hdr, (size_t)n);
+	buf[data0] = 1, buf[data0 + 1] = 2, buf[data0 + 2] = 0xff;
+	for (size_t i = 0; i < nw; i++) /* finite values, some large */
+		dcr_put_le16(buf + data0 + 3 + 2 * i, (uint16_t)(0x3f00 + (i * 37 % 0x4080)));
+	memcpy(buf + data0 + 3 + 2 * nw, "\x7e\xfe\x00\x01", 4);
+	double d[2] = { 1.5, -1e300 };
+	memcpy(buf + data0 + 7 + 2 * nw, d, sizeof(d));
+	*w_off = data0 + 3;
+	return len;
+}
+
+static int commit_opts(struct fx *f, bool allow, struct dcr_commit_result *res)
+{
+	struct dcr_commit_opts o = {
+		.parent = f->nver, .parent_manifest = f->nver ? &f->man[f->nver] : NULL,
+		.parent_dir = f->par, .chunk_size = CS, .jobs = 2,
+		.allow_nonfinite = allow,
+	};
+	return dcr_commit(f->st, f->src, &o, res);
+}
+
+/*
+ * NaN and Inf stop a commit before anything is published (in a first
+ * version and in a step, in an element inside a chunk and in one that
+ * straddles two chunks, in every format), allow_nonfinite commits them,
+ * and finite extremes (bf16 max, e4m3fn 448) are not refused.
+ */
+static void test_refuses_nonfinite(void **state)
+{
+	struct fx *f = *state;
+	size_t nw = 3 * CS / 2 + 100, cap = 4 * CS;
+	uint8_t *a = calloc(1, cap);
+	uint64_t w, latest;
+	struct dcr_commit_result res;
+	size_t len = st_build(a, cap, nw, &w);
+
+	/* e4m3fn 448 and bf16 max are finite: version 1 commits. */
+	dcr_put_le16(a + w + 2 * 10, 0x7f7f);
+	write_file(f->src, "m.safetensors", a, len);
+	commit(f, 0, NULL);
+
+	/* An Inf inside chunk 1 and a NaN straddling the chunk 0/1 edge. */
+	uint64_t edge = w + ((CS - 1 - w) / 2) * 2;
+	assert_true(edge == CS - 1); /* the element is cut by the edge */
+	dcr_put_le16(a + edge, 0xffc1);
+	dcr_put_le16(a + CS + 501, 0x7f80);
+	write_file(f->src, "m.safetensors", a, len);
+	assert_int_equal(commit_opts(f, false, &res), -EDOM);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 1);
+	/* Only the element cut by the edge: no chunk holds all of it. */
+	dcr_put_le16(a + CS + 501, 0x3f80);
+	write_file(f->src, "m.safetensors", a, len);
+	assert_int_equal(commit_opts(f, false, &res), -EDOM);
+
+	/* Each format, in a step: e4m3fn NaN, f64 Inf. */
+	dcr_put_le16(a + edge, 0x3f80);
+	a[w + 2 * nw + 2] = 0x7f;
+	write_file(f->src, "m.safetensors", a, len);
+	assert_int_equal(commit_opts(f, false, &res), -EDOM);
+	a[w + 2 * nw + 2] = 0x00;
+	dcr_put_le64(a + w + 2 * nw + 4 + 8, UINT64_C(0xfff0000000000000));
+	write_file(f->src, "m.safetensors", a, len);
+	assert_int_equal(commit_opts(f, false, &res), -EDOM);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 1);
+
+	/* The override publishes it, bit for bit. */
+	assert_int_equal(commit_opts(f, true, &res), 0);
+	assert_true(res.version == 2);
+	assert_int_equal(dcr_store_get_manifest(f->st, 2, &f->man[2]), 0);
+	f->nver = 2;
+	verify(f, 2, f->src);
+	/* A file that is not safetensors is not checked. */
+	memset(a, 0xff, cap);
+	write_file(f->src, "raw.bin", a, cap);
+	sh("rm -rf '%s/m.safetensors'", f->src);
+	sh("rm -rf '%s' && mkdir -p '%s'", f->par, f->par);
+	assert_int_equal(commit_opts(f, false, &res), 0);
+	free(a);
+}
+
 int main(void)
 {
 	dcr_log_set_level(DCR_LOG_ERR);
@@ -352,6 +486,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_empty_tree, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_parent_tree, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lost_race_takes_next_number, setup, teardown),
+		cmocka_unit_test(test_nonfinite_encodings),
+		cmocka_unit_test_setup_teardown(test_refuses_nonfinite, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
