@@ -372,6 +372,24 @@ static void test_nonfinite_encodings(void **state)
 	memcpy(odd + 1, f32, sizeof(f32));
 	assert_int_equal(dcr_nonfinite_count(odd + 1, 8, DCR_FF_F32), 4);
 	assert_int_equal(dcr_float_width(DCR_FF_F64), 8);
+	/* Against the obvious per-element test, at every offset and length. */
+	uint8_t rnd[203];
+	fill(rnd, sizeof(rnd), 9);
+	for (size_t i = 0; i < sizeof(rnd); i += 7)
+		rnd[i] |= 0x7f, rnd[i + 1] |= 0xf8; /* many exponents all ones */
+	for (int ff = DCR_FF_BF16; ff <= DCR_FF_F8_E5M2; ff++) {
+		unsigned wd = dcr_float_width((enum dcr_float_fmt)ff);
+		for (size_t off = 0; off < 9; off++) {
+			size_t ne = (sizeof(rnd) - off) / wd;
+			uint64_t want = 0;
+			for (size_t e = 0; e < ne; e++)
+				want += dcr_nonfinite_count(rnd + off + e * wd, 1,
+							    (enum dcr_float_fmt)ff);
+			assert_true(want > 0);
+			assert_int_equal(dcr_nonfinite_count(rnd + off, ne,
+							     (enum dcr_float_fmt)ff), want);
+		}
+	}
 	assert_int_equal(dcr_float_width(DCR_FF_F8_E4M3), 1);
 }
 
