@@ -375,8 +375,10 @@ static void test_nonfinite_encodings(void **state)
 	/* Against the obvious per-element test, at every offset and length. */
 	uint8_t rnd[203];
 	fill(rnd, sizeof(rnd), 9);
-	for (size_t i = 0; i < sizeof(rnd); i += 7)
-		rnd[i] |= 0x7f, rnd[i + 1] |= 0xf8; /* many exponents all ones */
+	/* Many exponents all ones: the byte pair (0xf8|r, 0x7f|r) makes a
+	 * non-finite element of every format ending on it. */
+	for (size_t i = 0; i + 1 < sizeof(rnd); i += 7)
+		rnd[i] |= 0xf8, rnd[i + 1] |= 0x7f;
 	for (int ff = DCR_FF_BF16; ff <= DCR_FF_F8_E5M2; ff++) {
 		unsigned wd = dcr_float_width((enum dcr_float_fmt)ff);
 		for (size_t off = 0; off < 9; off++) {
