@@ -128,18 +128,26 @@ static void test_roundtrip(void **state)
  * on request and decoded, without frame hashes or check values; a reader
  * of format 2 does not accept a format it does not know.
  */
+/* Encode @m in format @fmt into @b (initialised here), check the header
+ * says so, and decode it into @d, which must say so too. */
+static void roundtrip_format(struct dcr_manifest *m, uint32_t fmt,
+			     struct dcr_buf *b, struct dcr_manifest *d)
+{
+	m->format = fmt;
+	dcr_buf_init(b, 1 << 20);
+	assert_int_equal(dcr_manifest_encode(m, b), 0);
+	assert_int_equal(dcr_get_le32(b->data + 8), fmt);
+	assert_int_equal(dcr_manifest_decode(b->data, b->len, d), 0);
+	assert_int_equal(d->format, fmt);
+}
+
 static void test_format1(void **state)
 {
 	struct dcr_manifest m, d;
 	struct dcr_buf b;
 
 	build(&m);
-	m.format = 1;
-	dcr_buf_init(&b, 1 << 20);
-	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
-	assert_int_equal(dcr_get_le32(b.data + 8), 1);
-	assert_int_equal(dcr_manifest_decode(b.data, b.len, &d), 0);
-	assert_int_equal(d.format, 1);
+	roundtrip_format(&m, 1, &b, &d);
 	for (uint64_t c = 0; c < d.files[2].nchunks; c++) {
 		static const uint8_t zero[DCR_HASH_LEN];
 		assert_memory_equal(d.files[2].chunks[c].xxh, zero, DCR_XXH_LEN);
@@ -190,12 +198,7 @@ static void test_file_digest(void **state)
 	assert_int_equal(dcr_file_digest(&m.files[3], h), 0);
 	assert_memory_equal(h, want, DCR_HASH_LEN);
 
-	m.format = 2;
-	dcr_buf_init(&b, 1 << 20);
-	assert_int_equal(dcr_manifest_encode(&m, &b), 0);
-	assert_int_equal(dcr_get_le32(b.data + 8), 2);
-	assert_int_equal(dcr_manifest_decode(b.data, b.len, &d), 0);
-	assert_int_equal(d.format, 2);
+	roundtrip_format(&m, 2, &b, &d);
 	assert_memory_equal(d.files[2].chunks[1].xxh, m.files[2].chunks[1].xxh, DCR_XXH_LEN);
 	dcr_manifest_free(&d);
 	dcr_manifest_free(&m);
