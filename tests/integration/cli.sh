@@ -257,7 +257,7 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
 			fail "dcrfs (detached) failed: $(cat "$T/bg.err")"
 		grep -q "messages go to $T/cache3/dcrfs.log" "$T/bg.err" ||
 			fail "no word on where messages go: $(cat "$T/bg.err")"
-		cat "$MNT/latest/x" >/dev/null
+		ls "$MNT/latest/" >/dev/null
 		t fusermount3 -u "$MNT"
 		for ((i = 0; i < 50; i++)); do
 			grep -q "info: unmounting" "$T/cache3/dcrfs.log" && break
