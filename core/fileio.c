@@ -2,7 +2,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -90,6 +92,21 @@ int dcr_mkdir_p(const char *path, mode_t mode)
 	if (stat(tmp, &sb) < 0)
 		return DCR_ERR(-errno);
 	return S_ISDIR(sb.st_mode) ? 0 : DCR_ERR(-ENOTDIR);
+}
+
+static int rm_cb(const char *path, const struct stat *sb, int flag,
+		 struct FTW *ftw)
+{
+	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+int dcr_rm_rf(const char *path)
+{
+	struct stat sb;
+
+	if (lstat(path, &sb) < 0)
+		return errno == ENOENT ? 0 : DCR_ERR(-errno);
+	return nftw(path, rm_cb, 32, FTW_DEPTH | FTW_PHYS) ? DCR_ERR(-errno) : 0;
 }
 
 #ifndef __NR_cachestat

@@ -36,4 +36,10 @@ int dcr_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
  */
 int dcr_mkdir_p(const char *path, mode_t mode);
 
+/**
+ * dcr_rm_rf - remove @path and, if it is a directory, everything below
+ * it, never following symlinks; an absent @path is fine. 0 or -errno.
+ */
+int dcr_rm_rf(const char *path);
+
 #endif /* DCR_FILEIO_H */

@@ -111,6 +111,16 @@ err_free_buf:
 	return ret;
 }
 
+int dcr_store_del_tag(struct dcr_store *st, const char *name)
+{
+	char key[160];
+
+	if (!dcr_tag_name_valid(name))
+		return DCR_ERR(-EINVAL);
+	snprintf(key, sizeof(key), "tags/%s", name);
+	return dcr_store_del(st, key);
+}
+
 int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v)
 {
 	char key[160], text[32];

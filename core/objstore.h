@@ -130,6 +130,8 @@ int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
 int dcr_store_get_tag(struct dcr_store *st, const char *name, uint64_t *v);
 int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v);
 int dcr_tag_name_valid(const char *name);
+/** dcr_store_del_tag - remove tag @name; -ENOENT if it does not exist. */
+int dcr_store_del_tag(struct dcr_store *st, const char *name);
 
 /*
  * The store marker. A store is created explicitly (dcrfs-commit --init,

@@ -171,22 +171,6 @@ static int skip_value(struct js *j, int depth)
 	}
 }
 
-static enum dcr_float_fmt map_float(const char *s, size_t n)
-{
-	static const struct {
-		const char *name;
-		enum dcr_float_fmt ff;
-	} map[] = {
-		{ "BF16", DCR_FF_BF16 }, { "F16", DCR_FF_F16 },
-		{ "F32", DCR_FF_F32 }, { "F64", DCR_FF_F64 },
-		{ "F8_E4M3", DCR_FF_F8_E4M3 }, { "F8_E5M2", DCR_FF_F8_E5M2 },
-	};
-	for (size_t i = 0; i < DCR_ARRAY_SIZE(map); i++)
-		if (str_is(s, n, map[i].name))
-			return map[i].ff;
-	return DCR_FF_NONE;
-}
-
 static int map_dtype(const char *s, size_t n)
 {
 	static const struct {
@@ -209,8 +193,8 @@ static int map_dtype(const char *s, size_t n)
 }
 
 /* One tensor entry {"dtype":..., "shape":[...], "data_offsets":[b,e]}. */
-static int tensor(struct js *j, int *dt, enum dcr_float_fmt *ff, uint64_t *b,
-		  uint64_t *e)
+static int tensor(struct js *j, int *dt, const char **dts, size_t *dtn,
+		  uint64_t *b, uint64_t *e)
 {
 	const char *s;
 	size_t n;
@@ -222,12 +206,9 @@ static int tensor(struct js *j, int *dt, enum dcr_float_fmt *ff, uint64_t *b,
 		if (str(j, &s, &n) || expect(j, ':'))
 			return -1;
 		if (str_is(s, n, "dtype")) {
-			const char *v;
-			size_t vn;
-			if (str(j, &v, &vn))
+			if (str(j, dts, dtn))
 				return -1;
-			*dt = map_dtype(v, vn);
-			*ff = map_float(v, vn);
+			*dt = map_dtype(*dts, *dtn);
 			have |= 1;
 		} else if (str_is(s, n, "data_offsets")) {
 			if (expect(j, '[') || json_uint(j, b) || expect(j, ',') ||
@@ -278,15 +259,198 @@ int dcr_safetensors_prefix_len(const void *p, size_t n, uint64_t file_size,
 	return 0;
 }
 
-void dcr_tensors_free(struct dcr_tensors *t)
+/*
+ * One tensor of the header: its raw (still escaped) name and dtype
+ * strings, the codec's dtype (-1 unknown) and its data offsets relative
+ * to the end of the header. Return non-zero to stop the walk.
+ */
+typedef int (*tensor_fn)(const char *name, size_t name_len, const char *dtype,
+			 size_t dtype_len, int dt, uint64_t b, uint64_t e,
+			 void *arg);
+
+/*
+ * Walk the header in @file_prefix[0..n) of a file of @file_size bytes,
+ * calling @fn per tensor; *@data0 gets the file offset of the data
+ * before the first call.
+ * 0, -EBADMSG, -ENODATA, or what @fn returned.
+ */
+static int walk(const void *file_prefix, size_t n, uint64_t file_size,
+		uint64_t *data0, tensor_fn fn, void *arg)
 {
-	if (!t)
-		return;
-	for (size_t i = 0; i < t->n; i++)
-		free(t->t[i].name);
-	free(t->t);
-	t->t = NULL;
-	t->n = 0;
+	size_t need;
+	int ret = dcr_safetensors_prefix_len(file_prefix, n, file_size, &need);
+
+	if (ret)
+		return ret;
+	if (n < need)
+		return DCR_ERR(-ENODATA);
+	*data0 = need;
+	struct js j = { (const char *)file_prefix + 8, (const char *)file_prefix + need };
+	if (expect(&j, '{'))
+		return DCR_ERR(-EBADMSG);
+	ws(&j);
+	if (j.p < j.end && *j.p == '}') {
+		j.p++;
+		goto done;
+	}
+	for (;;) {
+		const char *s, *dts = "";
+		size_t sn, dtn = 0;
+		if (str(&j, &s, &sn) || expect(&j, ':'))
+			return DCR_ERR(-EBADMSG);
+		if (str_is(s, sn, "__metadata__")) {
+			if (skip_value(&j, 1))
+				return DCR_ERR(-EBADMSG);
+		} else {
+			int dt = -1;
+			uint64_t b = 0, e = 0;
+			if (tensor(&j, &dt, &dts, &dtn, &b, &e) || e > file_size - need)
+				return DCR_ERR(-EBADMSG);
+			if ((ret = fn(s, sn, dts, dtn, dt, b, e, arg)))
+				return ret;
+		}
+		ws(&j);
+		if (j.p >= j.end)
+			return DCR_ERR(-EBADMSG);
+		if (*j.p == '}') {
+			j.p++;
+			break;
+		}
+		if (*j.p++ != ',')
+			return DCR_ERR(-EBADMSG);
+	}
+done:
+	/* Only padding may follow the object. */
+	ws(&j);
+	while (j.p < j.end && *j.p == '\0')
+		j.p++;
+	return j.p == j.end ? 0 : DCR_ERR(-EBADMSG);
+}
+
+/* Make room for one more element in *@arr of *@n (capacity *@cap). */
+static int grow(void *arr, size_t elem, size_t n, size_t *cap)
+{
+	void **a = arr;
+
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : 64;
+	void *na = realloc(*a, nc * elem);
+	if (!na)
+		return DCR_ERR(-ENOMEM);
+	*a = na;
+	*cap = nc;
+	return 0;
+}
+
+struct regions_walk {
+	struct dcr_regions rs;
+	size_t cap;
+	uint64_t data0;
+};
+
+static int region_cb(const char *name, size_t name_len, const char *dtype,
+		     size_t dtype_len, int dt, uint64_t b, uint64_t e, void *arg)
+{
+	struct regions_walk *w = arg;
+
+	if (dt <= 0 || e == b)
+		return 0;
+	if (grow(&w->rs.r, sizeof(*w->rs.r), w->rs.n, &w->cap))
+		return DCR_ERR(-ENOMEM);
+	w->rs.r[w->rs.n].off = w->data0 + b;
+	w->rs.r[w->rs.n].len = e - b;
+	w->rs.r[w->rs.n].dtype = (uint8_t)dt;
+	w->rs.n++;
+	return 0;
+}
+
+int dcr_safetensors_regions(const void *file_prefix, size_t n,
+			    uint64_t file_size, struct dcr_regions *out)
+{
+	struct regions_walk w = { { NULL, 0 }, 0, 0 };
+
+	out->r = NULL;
+	out->n = 0;
+	int ret = walk(file_prefix, n, file_size, &w.data0, region_cb, &w);
+	if (ret)
+		goto err_free;
+	if (w.rs.n)
+		qsort(w.rs.r, w.rs.n, sizeof(*w.rs.r), cmp_region);
+	for (size_t i = 1; i < w.rs.n; i++)
+		if (w.rs.r[i].off < w.rs.r[i - 1].off + w.rs.r[i - 1].len) {
+			ret = DCR_ERR(-EBADMSG);
+			goto err_free;
+		}
+	*out = w.rs;
+	return 0;
+err_free:
+	free(w.rs.r);
+	return ret;
+}
+
+/* Append the JSON string body @s[0..n) unescaped to @dst (NUL-terminated). */
+static void unescape(const char *s, size_t n, char *dst)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] != '\\') {
+			*dst++ = s[i];
+			continue;
+		}
+		char c = s[++i]; /* str() checked every escape */
+		if (c != 'u') {
+			static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+			*dst++ = to[strchr(from, c) - from];
+			continue;
+		}
+		unsigned cp = 0;
+		for (int k = 0; k < 4; k++) {
+			char h = s[++i];
+			cp = cp << 4 | (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+		}
+		/* Surrogates and NUL are kept as '?': names are for display. */
+		if (cp == 0 || (cp >= 0xd800 && cp < 0xe000)) {
+			*dst++ = '?';
+		} else if (cp < 0x80) {
+			*dst++ = (char)cp;
+		} else if (cp < 0x800) {
+			*dst++ = (char)(0xc0 | cp >> 6);
+			*dst++ = (char)(0x80 | (cp & 0x3f));
+		} else {
+			*dst++ = (char)(0xe0 | cp >> 12);
+			*dst++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+			*dst++ = (char)(0x80 | (cp & 0x3f));
+		}
+	}
+	*dst = 0;
+}
+
+struct tensors_walk {
+	struct dcr_tensors ts;
+	size_t cap;
+	uint64_t data0;
+};
+
+static int tensor_cb(const char *name, size_t name_len, const char *dtype,
+		     size_t dtype_len, int dt, uint64_t b, uint64_t e, void *arg)
+{
+	struct tensors_walk *w = arg;
+
+	if (grow(&w->ts.t, sizeof(*w->ts.t), w->ts.n, &w->cap))
+		return DCR_ERR(-ENOMEM);
+	struct dcr_tensor *t = &w->ts.t[w->ts.n];
+	/* an escape never takes fewer bytes than its UTF-8 */
+	if (!(t->name = malloc(name_len + 1)))
+		return DCR_ERR(-ENOMEM);
+	w->ts.n++;
+	unescape(name, name_len, t->name);
+	if (dtype_len >= sizeof(t->dtype))
+		dtype_len = sizeof(t->dtype) - 1;
+	memcpy(t->dtype, dtype, dtype_len);
+	t->dtype[dtype_len] = 0;
+	t->off = w->data0 + b;
+	t->len = e - b;
+	return 0;
 }
 
 static int cmp_tensor(const void *a, const void *b)
@@ -296,144 +460,37 @@ static int cmp_tensor(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Append a float tensor named by the raw string @s[0..sn). */
-static int add_float(struct dcr_tensors *ts, size_t *cap, const char *s,
-		     size_t sn, enum dcr_float_fmt ff, uint64_t off, uint64_t len)
+int dcr_safetensors_tensors(const void *file_prefix, size_t n,
+			    uint64_t file_size, struct dcr_tensors *out)
 {
-	if (ts->n == *cap) {
-		*cap = *cap ? 2 * *cap : 64;
-		void *nt = realloc(ts->t, *cap * sizeof(*ts->t));
-		if (!nt)
-			return DCR_ERR(-ENOMEM);
-		ts->t = nt;
-	}
-	struct dcr_tensor *t = &ts->t[ts->n];
-	if (!(t->name = strndup(s, sn)))
-		return DCR_ERR(-ENOMEM);
-	t->off = off;
-	t->len = len;
-	t->fmt = (uint8_t)ff;
-	ts->n++;
-	return 0;
-}
+	struct tensors_walk w = { { NULL, 0 }, 0, 0 };
 
-int dcr_safetensors_regions(const void *file_prefix, size_t n,
-			    uint64_t file_size, struct dcr_regions *out)
-{
-	return dcr_safetensors_parse(file_prefix, n, file_size, out, NULL);
-}
-
-int dcr_safetensors_parse(const void *file_prefix, size_t n,
-			  uint64_t file_size, struct dcr_regions *out,
-			  struct dcr_tensors *floats)
-{
-	struct dcr_regions rs = { NULL, 0 };
-	struct dcr_tensors ts = { NULL, 0 };
-	size_t need, cap = 0, tcap = 0;
-	int ret = dcr_safetensors_prefix_len(file_prefix, n, file_size, &need);
-
-	out->r = NULL;
+	out->t = NULL;
 	out->n = 0;
-	if (floats) {
-		floats->t = NULL;
-		floats->n = 0;
-	}
-	if (ret)
+	int ret = walk(file_prefix, n, file_size, &w.data0, tensor_cb, &w);
+	if (ret) {
+		dcr_tensors_free(&w.ts);
 		return ret;
-	if (n < need)
-		return DCR_ERR(-ENODATA);
-	uint64_t data0 = need;
-	struct js j = { (const char *)file_prefix + 8, (const char *)file_prefix + need };
-	if (expect(&j, '{'))
-		goto err_bad;
-	ws(&j);
-	if (j.p < j.end && *j.p == '}') {
-		j.p++;
-		goto done;
 	}
-	for (;;) {
-		const char *s;
-		size_t sn;
-		if (str(&j, &s, &sn) || expect(&j, ':'))
-			goto err_bad;
-		if (str_is(s, sn, "__metadata__")) {
-			if (skip_value(&j, 1))
-				goto err_bad;
-		} else {
-			int dt = -1;
-			enum dcr_float_fmt ff = DCR_FF_NONE;
-			uint64_t b = 0, e = 0;
-			if (tensor(&j, &dt, &ff, &b, &e) || e > file_size - data0)
-				goto err_bad;
-			if (floats && ff != DCR_FF_NONE && e > b) {
-				if ((e - b) % dcr_float_width(ff))
-					goto err_bad;
-				if ((ret = add_float(&ts, &tcap, s, sn, ff, data0 + b, e - b)))
-					goto err_free;
-			}
-			if (dt > 0 && e > b) {
-				if (rs.n == cap) {
-					cap = cap ? 2 * cap : 64;
-					void *nr = realloc(rs.r, cap * sizeof(*rs.r));
-					if (!nr) {
-						ret = DCR_ERR(-ENOMEM);
-						goto err_free;
-					}
-					rs.r = nr;
-				}
-				rs.r[rs.n].off = data0 + b;
-				rs.r[rs.n].len = e - b;
-				rs.r[rs.n].dtype = (uint8_t)dt;
-				rs.n++;
-			}
-		}
-		ws(&j);
-		if (j.p >= j.end)
-			goto err_bad;
-		if (*j.p == '}') {
-			j.p++;
-			break;
-		}
-		if (*j.p++ != ',')
-			goto err_bad;
-	}
-done:
-	/* Only padding may follow the object. */
-	ws(&j);
-	while (j.p < j.end && *j.p == '\0')
-		j.p++;
-	if (j.p != j.end)
-		goto err_bad;
-	if (rs.n)
-		qsort(rs.r, rs.n, sizeof(*rs.r), cmp_region);
-	for (size_t i = 1; i < rs.n; i++)
-		if (rs.r[i].off < rs.r[i - 1].off + rs.r[i - 1].len)
-			goto err_bad;
-	if (ts.n)
-		qsort(ts.t, ts.n, sizeof(*ts.t), cmp_tensor);
-	for (size_t i = 1; i < ts.n; i++)
-		if (ts.t[i].off < ts.t[i - 1].off + ts.t[i - 1].len)
-			goto err_bad;
-	*out = rs;
-	if (floats)
-		*floats = ts;
+	if (w.ts.n)
+		qsort(w.ts.t, w.ts.n, sizeof(*w.ts.t), cmp_tensor);
+	*out = w.ts;
 	return 0;
-err_bad:
-	ret = DCR_ERR(-EBADMSG);
-err_free:
-	free(rs.r);
-	dcr_tensors_free(&ts);
-	return ret;
+}
+
+void dcr_tensors_free(struct dcr_tensors *ts)
+{
+	if (!ts)
+		return;
+	for (size_t i = 0; i < ts->n; i++)
+		free(ts->t[i].name);
+	free(ts->t);
+	ts->t = NULL;
+	ts->n = 0;
 }
 
 int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 			       struct dcr_regions *out)
-{
-	return dcr_safetensors_parse_fd(fd, file_size, out, NULL);
-}
-
-int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
-			     struct dcr_regions *out, struct dcr_tensors *floats)
 {
 	uint8_t h[8];
 	size_t need;
@@ -441,10 +498,6 @@ int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
 
 	out->r = NULL;
 	out->n = 0;
-	if (floats) {
-		floats->t = NULL;
-		floats->n = 0;
-	}
 	if (file_size < 8)
 		return DCR_ERR(-EBADMSG);
 	if ((ret = dcr_pread_full(fd, h, 8, 0)))
@@ -456,7 +509,7 @@ int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
 		return DCR_ERR(-ENOMEM);
 	ret = dcr_pread_full(fd, buf, need, 0);
 	if (!ret)
-		ret = dcr_safetensors_parse(buf, need, file_size, out, floats);
+		ret = dcr_safetensors_regions(buf, need, file_size, out);
 	free(buf);
 	return ret;
 }

@@ -18,7 +18,6 @@
 #include <stdint.h>
 
 #include "frame.h"
-#include "nonfinite.h"
 
 /** Largest header accepted (as the safetensors reference does). */
 #define DCR_SAFETENSORS_HDR_MAX ((uint64_t)100 << 20)
@@ -26,20 +25,6 @@
 /** Regions of one file; free with dcr_regions_free. */
 struct dcr_regions {
 	struct dcr_region *r;
-	size_t n;
-};
-
-/** A float tensor of a file: where its data is, its format, its name. */
-struct dcr_tensor {
-	uint64_t off;   /* file offset of the first element */
-	uint64_t len;   /* bytes (a multiple of the element width) */
-	char *name;     /* as spelled in the header (JSON escapes kept) */
-	uint8_t fmt;    /* enum dcr_float_fmt, never DCR_FF_NONE */
-};
-
-/** The float tensors of one file, sorted by offset; dcr_tensors_free. */
-struct dcr_tensors {
-	struct dcr_tensor *t;
 	size_t n;
 };
 
@@ -72,28 +57,36 @@ int dcr_safetensors_regions(const void *file_prefix, size_t n,
 int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 			       struct dcr_regions *out);
 
-/**
- * dcr_safetensors_parse - dcr_safetensors_regions that also fills
- * @floats (if non-NULL) with the file's non-empty float tensors (BF16,
- * F16, F32, F64, F8_E4M3, F8_E5M2), for the non-finite check. One parse
- * for both; on failure both are empty. Returns as
- * dcr_safetensors_regions (a float tensor whose length is not a multiple
- * of its width is -EBADMSG).
- */
-int dcr_safetensors_parse(const void *file_prefix, size_t n,
-			  uint64_t file_size, struct dcr_regions *regions,
-			  struct dcr_tensors *floats);
+/** One tensor of a safetensors file, by name (for reports such as diffs). */
+struct dcr_tensor {
+	char *name;      /* unescaped UTF-8 (a \u0000 or surrogate shows as '?') */
+	char dtype[16];  /* as the header spells it ("BF16"), truncated */
+	uint64_t off;    /* file offset of the first byte */
+	uint64_t len;    /* bytes */
+};
 
-/** dcr_safetensors_parse of the open file @fd (pread, offset unmoved). */
-int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
-			     struct dcr_regions *regions,
-			     struct dcr_tensors *floats);
+/** Tensors of one file; free with dcr_tensors_free. */
+struct dcr_tensors {
+	struct dcr_tensor *t;
+	size_t n;
+};
+
+/**
+ * dcr_safetensors_tensors - parse the header in @file_prefix[0..n) of a
+ * file of @file_size bytes into every tensor it names, of any dtype,
+ * sorted by offset (allocated; the caller frees it with
+ * dcr_tensors_free). Same validation and returns as
+ * dcr_safetensors_regions, except that overlapping tensors are not an
+ * error here. Thread-safe.
+ */
+int dcr_safetensors_tensors(const void *file_prefix, size_t n,
+			    uint64_t file_size, struct dcr_tensors *out);
+
+/** Free every name and the array of @ts and empty it; NULL accepted. */
+void dcr_tensors_free(struct dcr_tensors *ts);
 
 /** Free @r's array and empty it; NULL accepted. */
 void dcr_regions_free(struct dcr_regions *r);
-
-/** Free @t's tensors and names and empty it; NULL accepted. */
-void dcr_tensors_free(struct dcr_tensors *t);
 
 /**
  * dcr_regions_hint - the element hint of the chunk at file offset

@@ -1,0 +1,1456 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dcrfs-ctl - inspect and administer a dcrfs store: log, show, diff,
+ * tag, untag, verify.
+ *
+ * Argument parsing and output. Manifests come from core/objstore.h;
+ * bytes that must be materialized (diff, verify --deep, format 1 delta
+ * chunks) go through the read path (store/reader.h) with a scratch
+ * catalog and cache in a temporary directory removed on exit.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chunk.h"
+#include "common.h"
+#include "fileio.h"
+#include "frame.h"
+#include "hash.h"
+#include "json.h"
+#include "manifest.h"
+#include "reader.h"
+#include "safetensors.h"
+#include "store.h"
+
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+/* A pack larger than this is not read into memory by verify. */
+#define PACK_OBJ_MAX ((size_t)1 << 30)
+/* Cache budget of the scratch reader (diff, verify --deep). */
+#define SCRATCH_CACHE ((uint64_t)1 << 30)
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"Usage: dcrfs-ctl [OPTIONS] COMMAND [ARGS]\n"
+"Inspect and administer a dcrfs store.\n"
+"\n"
+"Commands:\n"
+"  log                    the versions, newest first\n"
+"  show V                 the files of version V, their sizes and SHA-256\n"
+"  diff A B               what changed from version A to version B, per file\n"
+"                         and per safetensors tensor\n"
+"  tag NAME V             point tag NAME at version V\n"
+"  untag NAME             remove tag NAME\n"
+"  verify [V...]          check that every object the versions (default: all)\n"
+"                         need exists and matches its hashes\n"
+"\n"
+"A version V is a number, a tag name, or 'latest'.\n"
+"\n"
+"  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
+"                         (default: $DCRFS_STORE)\n"
+"      --json             machine-readable output (log, show, diff, verify)\n"
+"      --deep             verify: also materialize every chunk and check every\n"
+"                         file's SHA-256\n"
+"  -q, --quiet            no summary on stderr\n"
+"  -v, --verbose          more messages on stderr\n"
+"  -h, --help             show this help\n"
+"  -V, --version          show the version\n"
+"\n"
+"An s3:// store takes its settings as dcrfs-commit does (AWS_* variables,\n"
+"~/.aws/credentials and ~/.aws/config).\n"
+"\n"
+"Exit status: 0 on success, 1 on failure or damage found, 2 on a usage error.\n");
+}
+
+struct args {
+	const char *store;
+	const char *cmd;
+	char **pos;  /* arguments after the command */
+	int npos;
+	int json;
+	int deep;
+	int quiet;
+	int verbose;
+};
+
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	static const struct option longopts[] = {
+		{ "store", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'J' },
+		{ "deep", no_argument, NULL, 'D' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	static const struct {
+		const char *name;
+		int min, max; /* positional arguments; max -1: any */
+		int json;     /* takes --json */
+	} cmds[] = {
+		{ "log", 0, 0, 1 },    { "show", 1, 1, 1 },
+		{ "diff", 2, 2, 1 },   { "tag", 2, 2, 0 },
+		{ "untag", 1, 1, 0 },  { "verify", 0, -1, 1 },
+	};
+	int c;
+
+	a->store = getenv("DCRFS_STORE");
+	while ((c = getopt_long(argc, argv, "s:qvhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			a->store = optarg;
+			break;
+		case 'J':
+			a->json = 1;
+			break;
+		case 'D':
+			a->deep = 1;
+			break;
+		case 'q':
+			a->quiet = 1;
+			break;
+		case 'v':
+			a->verbose = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("dcrfs-ctl %s\n", PACKAGE_VERSION);
+			exit(0);
+		default:
+			return -1;
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "dcrfs-ctl: no command given\n");
+		return -1;
+	}
+	a->cmd = argv[optind];
+	a->pos = argv + optind + 1;
+	a->npos = argc - optind - 1;
+	size_t i;
+	for (i = 0; i < DCR_ARRAY_SIZE(cmds); i++)
+		if (!strcmp(a->cmd, cmds[i].name))
+			break;
+	if (i == DCR_ARRAY_SIZE(cmds)) {
+		fprintf(stderr, "dcrfs-ctl: unknown command '%s'\n", a->cmd);
+		return -1;
+	}
+	if (a->npos < cmds[i].min || (cmds[i].max >= 0 && a->npos > cmds[i].max)) {
+		fprintf(stderr, "dcrfs-ctl: %s: wrong number of arguments\n", a->cmd);
+		return -1;
+	}
+	if (a->json && !cmds[i].json) {
+		fprintf(stderr, "dcrfs-ctl: %s does not take --json\n", a->cmd);
+		return -1;
+	}
+	if (a->deep && strcmp(a->cmd, "verify")) {
+		fprintf(stderr, "dcrfs-ctl: only verify takes --deep\n");
+		return -1;
+	}
+	if (!a->store) {
+		fprintf(stderr, "dcrfs-ctl: no store given (use --store URL or set DCRFS_STORE)\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------- the store's index */
+
+struct ver {
+	uint64_t v;
+	uint64_t obj_size;  /* bytes of the manifest object */
+	int state;          /* 0 not loaded, 1 loaded, -errno unreadable */
+	struct dcr_manifest m;
+};
+
+struct pack {
+	uint8_t h[DCR_HASH_LEN];
+	uint64_t size;
+};
+
+struct tag {
+	char *name;
+	uint64_t v;
+};
+
+struct ctl {
+	struct dcr_store *st;
+	struct ver *vs;   /* ascending */
+	size_t nvs, cap_vs;
+	struct pack *packs; /* sorted by name */
+	size_t npacks, cap_packs;
+	struct tag *tags;
+	size_t ntags, cap_tags;
+	struct dcr_reader *r;        /* scratch reader, opened on demand */
+	char scratch[PATH_MAX];      /* its directory ("" = none) */
+	int json;
+};
+
+/* Make room for one more element of @elem bytes in *@arr of @n (cap *@cap). */
+static int grow(void *arr, size_t elem, size_t n, size_t *cap)
+{
+	void **a = arr;
+
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : 64;
+	void *na = realloc(*a, nc * elem);
+	if (!na)
+		return -ENOMEM;
+	*a = na;
+	*cap = nc;
+	return 0;
+}
+
+static int versions_cb(const char *key, uint64_t size, void *arg)
+{
+	struct ctl *c = arg;
+	uint64_t v;
+
+	if (dcr_version_from_key(key, &v))
+		return 0;
+	if (grow(&c->vs, sizeof(*c->vs), c->nvs, &c->cap_vs))
+		return -ENOMEM;
+	c->vs[c->nvs++] = (struct ver){ .v = v, .obj_size = size };
+	return 0;
+}
+
+static int packs_cb(const char *key, uint64_t size, void *arg)
+{
+	struct ctl *c = arg;
+	uint8_t h[DCR_HASH_LEN];
+
+	if (strncmp(key, "packs/", 6) || strlen(key + 6) != DCR_HASH_HEX_LEN ||
+	    dcr_hash_unhex(key + 6, h))
+		return 0;
+	if (grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
+		return -ENOMEM;
+	memcpy(c->packs[c->npacks].h, h, DCR_HASH_LEN);
+	c->packs[c->npacks++].size = size;
+	return 0;
+}
+
+static int tags_cb(const char *key, uint64_t size, void *arg)
+{
+	struct ctl *c = arg;
+	const char *name = key + 5;
+
+	if (strncmp(key, "tags/", 5) || !dcr_tag_name_valid(name))
+		return 0;
+	if (grow(&c->tags, sizeof(*c->tags), c->ntags, &c->cap_tags))
+		return -ENOMEM;
+	if (!(c->tags[c->ntags].name = strdup(name)))
+		return -ENOMEM;
+	c->tags[c->ntags++].v = 0;
+	return 0;
+}
+
+static int cmp_ver(const void *a, const void *b)
+{
+	const struct ver *x = a, *y = b;
+
+	return x->v < y->v ? -1 : x->v > y->v;
+}
+
+static int cmp_pack(const void *a, const void *b)
+{
+	return memcmp(a, b, DCR_HASH_LEN);
+}
+
+static int cmp_tag(const void *a, const void *b)
+{
+	const struct tag *x = a, *y = b;
+
+	return strcmp(x->name, y->name);
+}
+
+/* List the store's versions, packs and tags (each tag's target read). */
+static int ctl_index(struct ctl *c)
+{
+	int ret;
+
+	if ((ret = dcr_store_list(c->st, "versions/", versions_cb, c)) ||
+	    (ret = dcr_store_list(c->st, "packs/", packs_cb, c)) ||
+	    (ret = dcr_store_list(c->st, "tags/", tags_cb, c))) {
+		dcr_err("%s: cannot list the store: %s", c->st->url, dcr_strerror(ret));
+		return ret;
+	}
+	qsort(c->vs, c->nvs, sizeof(*c->vs), cmp_ver);
+	qsort(c->packs, c->npacks, sizeof(*c->packs), cmp_pack);
+	qsort(c->tags, c->ntags, sizeof(*c->tags), cmp_tag);
+	for (size_t i = 0; i < c->ntags; i++) {
+		ret = dcr_store_get_tag(c->st, c->tags[i].name, &c->tags[i].v);
+		if (ret && ret != -ENOENT && ret != -EBADMSG)
+			return ret;
+		if (ret)
+			c->tags[i].v = 0; /* vanished or malformed: shown nowhere */
+	}
+	return 0;
+}
+
+static void ctl_free(struct ctl *c)
+{
+	dcr_reader_close(c->r);
+	if (c->scratch[0])
+		dcr_rm_rf(c->scratch);
+	for (size_t i = 0; i < c->nvs; i++)
+		dcr_manifest_free(&c->vs[i].m);
+	free(c->vs);
+	free(c->packs);
+	for (size_t i = 0; i < c->ntags; i++)
+		free(c->tags[i].name);
+	free(c->tags);
+	dcr_store_close(c->st);
+}
+
+static struct ver *ver_find(struct ctl *c, uint64_t v)
+{
+	struct ver key = { .v = v };
+
+	return bsearch(&key, c->vs, c->nvs, sizeof(*c->vs), cmp_ver);
+}
+
+static const struct pack *pack_find(const struct ctl *c, const uint8_t h[DCR_HASH_LEN])
+{
+	return bsearch(h, c->packs, c->npacks, sizeof(*c->packs), cmp_pack);
+}
+
+/* Version @v's manifest, fetched once; NULL (logged) if it cannot be had. */
+static const struct dcr_manifest *ver_manifest(struct ctl *c, struct ver *x)
+{
+	if (x->state == 0) {
+		int ret = dcr_store_get_manifest(c->st, x->v, &x->m);
+		x->state = ret ? ret : 1;
+		if (ret == -ENOENT)
+			dcr_err("%s: versions/%010" PRIu64 " vanished while reading",
+				c->st->url, x->v);
+	}
+	return x->state == 1 ? &x->m : NULL;
+}
+
+/* Resolve "latest", a number or a tag name into a listed version. */
+static struct ver *resolve(struct ctl *c, const char *arg)
+{
+	uint64_t v = 0;
+
+	if (!strcmp(arg, "latest")) {
+		if (c->nvs)
+			return &c->vs[c->nvs - 1];
+		dcr_err("%s: the store has no versions", c->st->url);
+		return NULL;
+	}
+	if (dcr_parse_u64(arg, &v)) {
+		for (size_t i = 0; i < c->ntags; i++)
+			if (!strcmp(c->tags[i].name, arg))
+				v = c->tags[i].v;
+		if (!v) {
+			dcr_err("%s: '%s' is neither a version number nor a tag", c->st->url, arg);
+			return NULL;
+		}
+	}
+	struct ver *x = ver_find(c, v);
+	if (!x)
+		dcr_err("%s: version %s does not exist", c->st->url, arg);
+	return x;
+}
+
+/* ------------------------------------------------------ the scratch reader */
+
+static int ctl_reader(struct ctl *c)
+{
+	const char *tmp = getenv("TMPDIR");
+	int ret;
+
+	if (c->r)
+		return 0;
+	snprintf(c->scratch, sizeof(c->scratch), "%s/dcrfs-ctl.XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(c->scratch)) {
+		ret = -errno;
+		dcr_err("%s: %s", c->scratch, strerror(errno));
+		c->scratch[0] = 0;
+		return ret;
+	}
+	struct dcr_reader_opts ro = { .cache_dir = c->scratch, .cache_size = SCRATCH_CACHE };
+	if ((ret = dcr_reader_open(c->st, &ro, &c->r)))
+		return ret;
+	return dcr_reader_refresh(c->r, NULL);
+}
+
+/* Read exactly @len bytes at @off of file @fi of version @v. */
+static int read_bytes(struct ctl *c, uint64_t v, uint32_t fi, const char *path,
+		      uint64_t off, void *buf, size_t len)
+{
+	const struct dcr_version_info *vi;
+	int ret;
+
+	if ((ret = ctl_reader(c)) || (ret = dcr_reader_version(c->r, v, &vi)))
+		return ret;
+	/* Entry 0 is the root; the manifest's files follow in order. */
+	if (fi + 1 >= vi->nentries || strcmp(vi->entries[fi + 1].path, path))
+		return DCR_ERR(-EIO);
+	for (size_t done = 0; done < len;) {
+		ssize_t n = dcr_reader_read(c->r, v, fi + 1, off + done,
+					    (uint8_t *)buf + done, len - done);
+		if (n <= 0)
+			return n < 0 ? (int)n : DCR_ERR(-EIO);
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------- summaries */
+
+struct mstats {
+	uint64_t files, dirs, bytes;
+	uint64_t same, delta, full;
+	uint64_t frame_bytes;
+};
+
+static void mstats(const struct dcr_manifest *m, struct mstats *s)
+{
+	memset(s, 0, sizeof(*s));
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		if (f->type == DCR_FT_DIR) {
+			s->dirs++;
+			continue;
+		}
+		s->files++;
+		s->bytes += f->size;
+		for (uint64_t k = 0; k < f->nchunks; k++) {
+			const struct dcr_chunk_ref *r = &f->chunks[k];
+			s->same += r->kind == DCR_CK_SAME;
+			s->delta += r->kind == DCR_CK_DELTA;
+			s->full += r->kind == DCR_CK_FULL;
+			if (r->kind != DCR_CK_SAME)
+				s->frame_bytes += r->len;
+		}
+	}
+}
+
+static const char *kind_name(const struct dcr_manifest *m, const struct mstats *s)
+{
+	return !m->parent || (!s->same && !s->delta) ? "anchor" : "delta";
+}
+
+/* Bytes the version added to the store: its packs (as listed) and manifest. */
+static uint64_t stored_bytes(const struct ctl *c, const struct ver *x)
+{
+	uint64_t n = x->obj_size;
+
+	for (uint32_t i = 0; i < x->m.npacks; i++) {
+		const struct pack *p = pack_find(c, x->m.packs[i]);
+		if (p)
+			n += p->size;
+	}
+	return n;
+}
+
+static char *fmt_time(int64_t ns, char *buf, size_t cap)
+{
+	time_t t = (time_t)(ns / 1000000000);
+	struct tm tm;
+
+	if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(buf, cap, "?");
+	return buf;
+}
+
+/* The tags of version @v, comma-separated (text) or as a JSON array. */
+static void print_tags(const struct ctl *c, uint64_t v, int json)
+{
+	int n = 0;
+
+	if (json)
+		putchar('[');
+	for (size_t i = 0; i < c->ntags; i++) {
+		if (c->tags[i].v != v)
+			continue;
+		if (n++)
+			fputs(json ? ", " : ",", stdout);
+		if (json)
+			dcr_json_str(stdout, c->tags[i].name);
+		else
+			fputs(c->tags[i].name, stdout);
+	}
+	if (json)
+		putchar(']');
+	else if (!n)
+		putchar('-');
+}
+
+/* ------------------------------------------------------------------- log */
+
+static int cmd_log(struct ctl *c)
+{
+	int status = 0, n = 0;
+	char tm[40], b1[32], b2[32];
+
+	if (c->json)
+		fputs("[", stdout);
+	else
+		printf("%10s %10s  %-20s %10s %10s  %-6s  %s\n", "VERSION", "PARENT",
+		       "TIME", "BYTES", "STORED", "KIND", "TAGS");
+	for (size_t i = c->nvs; i-- > 0;) {
+		struct ver *x = &c->vs[i];
+		const struct dcr_manifest *m = ver_manifest(c, x);
+		struct mstats s;
+		if (!m) {
+			status = EXIT_FAIL;
+			continue;
+		}
+		mstats(m, &s);
+		uint64_t stored = stored_bytes(c, x);
+		if (c->json) {
+			printf("%s\n  {\"version\": %" PRIu64 ", \"parent\": %" PRIu64
+			       ", \"time\": \"%s\", \"time_ns\": %" PRId64
+			       ", \"bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
+			       ", \"kind\": \"%s\", \"files\": %" PRIu64
+			       ", \"chunks\": {\"same\": %" PRIu64 ", \"delta\": %" PRIu64
+			       ", \"full\": %" PRIu64 "}, \"tags\": ",
+			       n++ ? "," : "", x->v, m->parent,
+			       fmt_time(m->ctime_ns, tm, sizeof(tm)), m->ctime_ns,
+			       s.bytes, stored, kind_name(m, &s), s.files, s.same,
+			       s.delta, s.full);
+			print_tags(c, x->v, 1);
+			fputs("}", stdout);
+		} else {
+			printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-6s  ",
+			       x->v, m->parent, fmt_time(m->ctime_ns, tm, sizeof(tm)),
+			       dcr_format_size(s.bytes, b1, sizeof(b1)),
+			       dcr_format_size(stored, b2, sizeof(b2)),
+			       kind_name(m, &s));
+			print_tags(c, x->v, 0);
+			putchar('\n');
+		}
+	}
+	if (c->json)
+		fputs(n ? "\n]\n" : "]\n", stdout);
+	return status;
+}
+
+/* ------------------------------------------------------------------ show */
+
+static int cmd_show(struct ctl *c, const char *arg)
+{
+	struct ver *x = resolve(c, arg);
+	const struct dcr_manifest *m = x ? ver_manifest(c, x) : NULL;
+	char tm[40], hex[DCR_HASH_HEX_LEN + 1], b1[32], b2[32];
+	struct mstats s;
+
+	if (!m)
+		return EXIT_FAIL;
+	mstats(m, &s);
+	uint64_t stored = stored_bytes(c, x);
+	fmt_time(m->ctime_ns, tm, sizeof(tm));
+	if (c->json) {
+		printf("{\"version\": %" PRIu64 ", \"parent\": %" PRIu64
+		       ", \"time\": \"%s\", \"time_ns\": %" PRId64
+		       ", \"format\": %" PRIu32 ", \"chunk_size\": %" PRIu32
+		       ", \"kind\": \"%s\", \"bytes\": %" PRIu64
+		       ", \"stored_bytes\": %" PRIu64 ", \"packs\": %" PRIu32
+		       ", \"tags\": ", x->v, m->parent, tm, m->ctime_ns, m->format,
+		       m->chunk_size, kind_name(m, &s), s.bytes, stored, m->npacks);
+		print_tags(c, x->v, 1);
+		fputs(", \"files\": [", stdout);
+	} else {
+		printf("version %" PRIu64 ", parent %" PRIu64 ", %s, %s, format %" PRIu32
+		       ", chunk size %s\n", x->v, m->parent, tm, kind_name(m, &s),
+		       m->format, dcr_format_size(m->chunk_size, b1, sizeof(b1)));
+		printf("%" PRIu64 " files, %s; %s stored in %" PRIu32 " packs; tags: ",
+		       s.files, dcr_format_size(s.bytes, b1, sizeof(b1)),
+		       dcr_format_size(stored, b2, sizeof(b2)), m->npacks);
+		print_tags(c, x->v, 0);
+		putchar('\n');
+	}
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		int dir = f->type == DCR_FT_DIR;
+		uint64_t fb = 0;
+		for (uint64_t k = 0; k < f->nchunks; k++)
+			if (f->chunks[k].kind != DCR_CK_SAME)
+				fb += f->chunks[k].len;
+		dcr_hash_hex(f->sha256, hex);
+		if (c->json) {
+			printf("%s\n  {\"path\": ", i ? "," : "");
+			dcr_json_str(stdout, f->path);
+			printf(", \"type\": \"%s\", \"mode\": \"%04" PRIo32 "\", \"size\": %" PRIu64,
+			       dir ? "dir" : "file", f->mode, f->size);
+			if (!dir)
+				printf(", \"sha256\": \"%s\", \"chunks\": %" PRIu64
+				       ", \"stored_bytes\": %" PRIu64, hex, f->nchunks, fb);
+			putchar('}');
+		} else {
+			printf("%c%04" PRIo32 " %14" PRIu64 "  %-64s  %s%s\n", dir ? 'd' : '-',
+			       f->mode, f->size, dir ? "-" : hex, f->path, dir ? "/" : "");
+		}
+	}
+	if (c->json)
+		fputs(m->nfiles ? "\n]}\n" : "]}\n", stdout);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ diff */
+
+struct dstat {
+	uint64_t chunks, changed_chunks, changed_bytes, stored_bytes;
+};
+
+static uint64_t ndiff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	uint64_t d = 0;
+
+	for (size_t i = 0; i < n; i++)
+		d += a[i] != b[i];
+	return d;
+}
+
+/*
+ * Per chunk of file @fi of version @b, the bytes of the frames a node
+ * holding version @a (or nothing, a = 0) downloads to build it: those of
+ * the versions on @b's chain newer than @a, down to the first full frame.
+ */
+static int chain_stored(struct ctl *c, struct ver *b, uint32_t fi, uint64_t a,
+			uint64_t *stored)
+{
+	const struct dcr_manifest *m = ver_manifest(c, b);
+	uint64_t n = m->files[fi].nchunks;
+	uint8_t *done = calloc(n ? n : 1, 1);
+
+	if (!done)
+		return -ENOMEM;
+	memset(stored, 0, n * sizeof(*stored));
+	for (;;) {
+		const struct dcr_file *f = &m->files[fi];
+		for (uint64_t k = 0; k < n && k < f->nchunks; k++) {
+			if (done[k] || f->chunks[k].kind == DCR_CK_SAME)
+				continue;
+			stored[k] += f->chunks[k].len;
+			done[k] = f->chunks[k].kind == DCR_CK_FULL;
+		}
+		if (!m->parent || m->parent <= a || f->base == DCR_NO_BASE)
+			break;
+		struct ver *p = ver_find(c, m->parent);
+		if (!p || !(m = ver_manifest(c, p)) || f->base >= m->nfiles)
+			break; /* the rest of the chain is gone: verify reports it */
+		fi = f->base;
+	}
+	free(done);
+	return 0;
+}
+
+struct tstat {
+	const struct dcr_tensor *t;
+	struct dstat d;
+};
+
+/* The tensors of file @fi of version @v, if it is a safetensors file. */
+static void file_tensors(struct ctl *c, uint64_t v, const struct dcr_file *f,
+			 uint32_t fi, struct dcr_tensors *ts)
+{
+	uint8_t h[8];
+	size_t need, len = strlen(f->path);
+
+	ts->t = NULL;
+	ts->n = 0;
+	if (len < 12 || strcmp(f->path + len - 12, ".safetensors") || f->size < 8 ||
+	    read_bytes(c, v, fi, f->path, 0, h, 8) ||
+	    dcr_safetensors_prefix_len(h, 8, f->size, &need))
+		return;
+	uint8_t *buf = malloc(need);
+	if (buf && !read_bytes(c, v, fi, f->path, 0, buf, need) &&
+	    dcr_safetensors_tensors(buf, need, f->size, ts))
+		dcr_warn("version %" PRIu64 ": %s: safetensors header not understood; "
+			 "no per-tensor diff", v, f->path);
+	free(buf);
+}
+
+/*
+ * Compare file @fa of version @va (NULL: absent) with file @fb of @vb
+ * chunk by chunk (in @vb's chunks): a chunk whose SHA-256 is the same is
+ * unchanged; the others are materialized and compared byte for byte.
+ */
+static int diff_file(struct ctl *c, struct ver *va, const struct dcr_file *fa,
+		     uint32_t ia, struct ver *vb, const struct dcr_file *fb,
+		     uint32_t ib, struct dstat *d, struct tstat *ts, size_t nts)
+{
+	const struct dcr_manifest *ma = &va->m, *mb = &vb->m;
+	uint32_t cs = mb->chunk_size;
+	uint64_t *stored = calloc(fb->nchunks ? fb->nchunks : 1, sizeof(*stored));
+	uint8_t *ba = malloc(cs), *bb = malloc(cs);
+	int ret = -ENOMEM;
+
+	if (!stored || !ba || !bb ||
+	    (ret = chain_stored(c, vb, ib, va->v, stored)))
+		goto err_free;
+	d->chunks = fb->nchunks;
+	size_t t0 = 0;
+	for (uint64_t k = 0; k < fb->nchunks; k++) {
+		uint64_t off = k * cs;
+		uint32_t len = dcr_chunk_len(fb->size, cs, k);
+		d->stored_bytes += stored[k];
+		if (fa && ma->chunk_size == cs && k < fa->nchunks &&
+		    dcr_chunk_len(fa->size, cs, k) == len &&
+		    dcr_hash_eq(fa->chunks[k].hash, fb->chunks[k].hash))
+			continue;
+		/* bytes of A that overlap the chunk; the rest of it is new */
+		size_t na = !fa || fa->size <= off ? 0 : (size_t)DCR_MIN(fa->size - off, len);
+		if ((ret = read_bytes(c, vb->v, ib, fb->path, off, bb, len)) ||
+		    (na && (ret = read_bytes(c, va->v, ia, fa->path, off, ba, na))))
+			goto err_free;
+		uint64_t nd = ndiff(ba, bb, na) + (len - na);
+		d->changed_bytes += nd;
+		d->changed_chunks += nd != 0;
+		while (t0 < nts && ts[t0].t->off + ts[t0].t->len <= off)
+			t0++;
+		for (size_t t = t0; t < nts && ts[t].t->off < off + len; t++) {
+			uint64_t lo = DCR_MAX(ts[t].t->off, off);
+			uint64_t hi = DCR_MIN(ts[t].t->off + ts[t].t->len, off + len);
+			if (hi <= lo)
+				continue;
+			uint64_t tna = lo - off >= na ? 0 : DCR_MIN(hi, off + na) - lo;
+			uint64_t tnd = ndiff(ba + (lo - off), bb + (lo - off), tna) +
+				       (hi - lo - tna);
+			ts[t].d.changed_bytes += tnd;
+			ts[t].d.changed_chunks += tnd != 0;
+			/* frames are per chunk: apportion by overlap */
+			ts[t].d.stored_bytes += stored[k] * (hi - lo) / len;
+		}
+	}
+	if (fa && fa->size > fb->size) {
+		/* A's bytes past B's end are removed: changed */
+		d->changed_bytes += fa->size - fb->size;
+		d->changed_chunks += dcr_chunk_count(fa->size - fb->size, cs);
+	}
+	ret = 0;
+err_free:
+	free(stored);
+	free(ba);
+	free(bb);
+	return ret;
+}
+
+static void print_dstat(const struct dstat *d, int json)
+{
+	char b1[32], b2[32];
+
+	if (json)
+		printf("\"chunks\": %" PRIu64 ", \"changed_chunks\": %" PRIu64
+		       ", \"changed_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64,
+		       d->chunks, d->changed_chunks, d->changed_bytes, d->stored_bytes);
+	else
+		printf("%" PRIu64 "/%" PRIu64 " chunks, %s changed, %s stored",
+		       d->changed_chunks, d->chunks,
+		       dcr_format_size(d->changed_bytes, b1, sizeof(b1)),
+		       dcr_format_size(d->stored_bytes, b2, sizeof(b2)));
+}
+
+static void print_diff_file(const char *path, const char *status,
+			    const struct dstat *d, const struct tstat *ts,
+			    size_t nts, int json, int first)
+{
+	if (json) {
+		printf("%s\n  {\"path\": ", first ? "" : ",");
+		dcr_json_str(stdout, path);
+		printf(", \"status\": \"%s\", ", status);
+		print_dstat(d, 1);
+		if (nts)
+			fputs(", \"tensors\": [", stdout);
+		for (size_t t = 0; t < nts; t++) {
+			printf("%s\n    {\"name\": ", t ? "," : "");
+			dcr_json_str(stdout, ts[t].t->name);
+			printf(", \"dtype\": ");
+			dcr_json_str(stdout, ts[t].t->dtype);
+			printf(", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64
+			       ", \"changed_chunks\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
+			       ", \"stored_bytes\": %" PRIu64 "}", ts[t].t->off,
+			       ts[t].t->len, ts[t].d.changed_chunks,
+			       ts[t].d.changed_bytes, ts[t].d.stored_bytes);
+		}
+		fputs(nts ? "]}" : "}", stdout);
+		return;
+	}
+	if (!strcmp(status, "unchanged"))
+		return;
+	printf("%-9s %s: ", status, path);
+	print_dstat(d, 0);
+	putchar('\n');
+	for (size_t t = 0; t < nts; t++) {
+		if (!ts[t].d.changed_bytes)
+			continue;
+		printf("            %s [%s]: ", ts[t].t->name, ts[t].t->dtype);
+		print_dstat(&ts[t].d, 0);
+		putchar('\n');
+	}
+}
+
+static int cmd_diff(struct ctl *c, const char *arg_a, const char *arg_b)
+{
+	struct ver *va = resolve(c, arg_a), *vb = resolve(c, arg_b);
+	const struct dcr_manifest *ma = va ? ver_manifest(c, va) : NULL;
+	const struct dcr_manifest *mb = vb ? ver_manifest(c, vb) : NULL;
+	struct dstat total = { 0 };
+	int ret = 0, n = 0;
+
+	if (!ma || !mb)
+		return EXIT_FAIL;
+	if (c->json)
+		printf("{\"from\": %" PRIu64 ", \"to\": %" PRIu64 ", \"files\": [",
+		       va->v, vb->v);
+	for (uint32_t i = 0, j = 0; (i < ma->nfiles || j < mb->nfiles) && !ret;) {
+		int cmp = i == ma->nfiles ? 1 : j == mb->nfiles ? -1 :
+			  strcmp(ma->files[i].path, mb->files[j].path);
+		const struct dcr_file *fa = cmp <= 0 ? &ma->files[i] : NULL;
+		const struct dcr_file *fb = cmp >= 0 ? &mb->files[j] : NULL;
+		uint32_t ia = i, ib = j;
+		i += cmp <= 0;
+		j += cmp >= 0;
+		if (fa && fb && fa->type != fb->type) {
+			/* a directory became a file or back: removed and added */
+			if (cmp == 0)
+				j--;
+			fb = NULL;
+		}
+		const char *path = fb ? fb->path : fa->path;
+		const char *status = !fa ? "added" : !fb ? "removed" : "changed";
+		struct dstat d = { 0 };
+		struct dcr_tensors tens = { NULL, 0 };
+		struct tstat *ts = NULL;
+		if ((fb ? fb : fa)->type == DCR_FT_DIR) {
+			if (!fa || !fb)
+				print_diff_file(path, status, &d, NULL, 0, c->json, !n++);
+			continue;
+		}
+		if (!fb) {
+			d.chunks = d.changed_chunks = fa->nchunks;
+			d.changed_bytes = fa->size;
+		} else if (fa && fa->size == fb->size && dcr_hash_eq(fa->sha256, fb->sha256)) {
+			d.chunks = fb->nchunks;
+			status = "unchanged";
+		} else {
+			file_tensors(c, vb->v, fb, ib, &tens);
+			ts = calloc(tens.n ? tens.n : 1, sizeof(*ts));
+			if (!ts) {
+				ret = -ENOMEM;
+				break;
+			}
+			for (size_t t = 0; t < tens.n; t++) {
+				const struct dcr_tensor *tn = &tens.t[t];
+				uint32_t cs = mb->chunk_size;
+				ts[t].t = tn;
+				ts[t].d.chunks = !tn->len ? 0 :
+					(tn->off + tn->len - 1) / cs - tn->off / cs + 1;
+			}
+			ret = diff_file(c, va, fa, ia, vb, fb, ib, &d, ts, tens.n);
+			if (ret)
+				dcr_err("diff of %s: %s", path, dcr_strerror(ret));
+		}
+		if (!ret) {
+			total.chunks += d.chunks;
+			total.changed_chunks += d.changed_chunks;
+			total.changed_bytes += d.changed_bytes;
+			total.stored_bytes += d.stored_bytes;
+			print_diff_file(path, status, &d, ts, tens.n, c->json, !n++);
+		}
+		free(ts);
+		dcr_tensors_free(&tens);
+	}
+	if (c->json) {
+		fputs("\n], \"total\": {", stdout);
+		print_dstat(&total, 1);
+		fputs("}}\n", stdout);
+	} else {
+		printf("total: ");
+		print_dstat(&total, 0);
+		putchar('\n');
+	}
+	return ret ? EXIT_FAIL : 0;
+}
+
+/* ------------------------------------------------------------ tag, untag */
+
+static int cmd_tag(struct ctl *c, const char *name, const char *arg)
+{
+	struct ver *x;
+	int ret;
+
+	if (!(x = resolve(c, arg)))
+		return EXIT_FAIL;
+	if ((ret = dcr_store_put_tag(c->st, name, x->v))) {
+		dcr_err("%s: cannot write tags/%s: %s", c->st->url, name, dcr_strerror(ret));
+		return EXIT_FAIL;
+	}
+	dcr_info("tag %s -> version %" PRIu64, name, x->v);
+	return 0;
+}
+
+static int cmd_untag(struct ctl *c, const char *name)
+{
+	int ret = dcr_store_del_tag(c->st, name);
+
+	if (ret == -ENOENT)
+		dcr_err("%s: there is no tag '%s'", c->st->url, name);
+	else if (ret)
+		dcr_err("%s: cannot remove tags/%s: %s", c->st->url, name, dcr_strerror(ret));
+	return ret ? EXIT_FAIL : 0;
+}
+
+/* ---------------------------------------------------------------- verify */
+
+/*
+ * Every damaged object is a "cause"; every chunk of every version checked
+ * carries the cause that makes it unreadable (0: none), its own frame's
+ * or one inherited down its chain.
+ */
+struct cause {
+	char key[80];
+	char why[200];
+};
+
+struct vstate {
+	int in_set, target;
+	uint32_t vcause;  /* the manifest itself is damaged */
+	uint8_t **need;   /* [file][chunk] */
+	uint32_t **cause; /* [file][chunk] */
+};
+
+struct fref {
+	const uint8_t *pack;
+	uint64_t off;
+	uint32_t len;
+	uint32_t vi, f;
+	uint64_t k;
+};
+
+struct verify {
+	struct ctl *c;
+	struct vstate *vs; /* parallel to c->vs */
+	struct cause *causes;
+	size_t ncauses, cap_causes;
+	struct fref *refs;
+	size_t nrefs, cap_refs;
+	struct fref *f1; /* format 1 delta chunks, proven by materializing */
+	size_t nf1, cap_f1;
+	uint64_t packs_checked, bytes_checked;
+};
+
+static uint32_t add_cause(struct verify *w, const char *key, const char *fmt, ...)
+	DCR_PRINTF(3, 4);
+
+/* A new cause (or the existing one of @key); its id, 0 on ENOMEM. */
+static uint32_t add_cause(struct verify *w, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+
+	for (size_t i = 0; i < w->ncauses; i++)
+		if (!strcmp(w->causes[i].key, key))
+			return (uint32_t)i + 1;
+	if (grow(&w->causes, sizeof(*w->causes), w->ncauses, &w->cap_causes))
+		return 0;
+	struct cause *k = &w->causes[w->ncauses];
+	snprintf(k->key, sizeof(k->key), "%s", key);
+	va_start(ap, fmt);
+	vsnprintf(k->why, sizeof(k->why), fmt, ap);
+	va_end(ap);
+	return (uint32_t)++w->ncauses;
+}
+
+static int vstate_alloc(struct vstate *s, const struct dcr_manifest *m)
+{
+	if (!(s->need = calloc(m->nfiles ? m->nfiles : 1, sizeof(*s->need))) ||
+	    !(s->cause = calloc(m->nfiles ? m->nfiles : 1, sizeof(*s->cause))))
+		return -ENOMEM;
+	for (uint32_t f = 0; f < m->nfiles; f++) {
+		uint64_t n = m->files[f].nchunks;
+		if (!n)
+			continue;
+		if (!(s->need[f] = calloc(n, 1)) ||
+		    !(s->cause[f] = calloc(n, sizeof(**s->cause))))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void vstate_free(struct vstate *s, const struct dcr_manifest *m)
+{
+	for (uint32_t f = 0; s->need && f < m->nfiles; f++) {
+		free(s->need[f]);
+		free(s->cause[f]);
+	}
+	free(s->need);
+	free(s->cause);
+}
+
+static int cmp_fref(const void *a, const void *b)
+{
+	const struct fref *x = a, *y = b;
+	int r = memcmp(x->pack, y->pack, DCR_HASH_LEN);
+
+	return r ? r : x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Load the targets and every version their chains reach; mark what they need. */
+static int verify_load(struct verify *w)
+{
+	struct ctl *c = w->c;
+	char key[64];
+
+	for (size_t i = c->nvs; i-- > 0;) {
+		struct vstate *s = &w->vs[i];
+		struct ver *x = &c->vs[i];
+		if (!s->in_set)
+			continue;
+		const struct dcr_manifest *m = ver_manifest(c, x);
+		dcr_version_key(x->v, key, sizeof(key));
+		if (!m) {
+			s->vcause = add_cause(w, key, "manifest %s", x->state == -ENOENT ?
+					      "missing" : "unreadable or corrupt");
+			continue;
+		}
+		if (!s->need && vstate_alloc(s, m))
+			return -ENOMEM;
+		if (s->target)
+			for (uint32_t f = 0; f < m->nfiles; f++)
+				memset(s->need[f], 1, m->files[f].nchunks);
+		if (!m->parent)
+			continue;
+		struct ver *p = ver_find(c, m->parent);
+		if (!p) {
+			dcr_version_key(m->parent, key, sizeof(key));
+			uint32_t k = add_cause(w, key, "manifest missing (the parent of version %"
+					       PRIu64 ")", x->v);
+			s->vcause = s->vcause ? s->vcause : k;
+			continue;
+		}
+		struct vstate *ps = &w->vs[p - c->vs];
+		ps->in_set = 1;
+		const struct dcr_manifest *pm = ver_manifest(c, p);
+		if (pm && dcr_manifest_check_parent(m, pm)) {
+			s->vcause = add_cause(w, key, "manifest inconsistent with its parent, version %"
+					      PRIu64, m->parent);
+		}
+		/* the parent's chunks our SAME and DELTA chunks build on */
+		if (!pm)
+			continue;
+		if (!ps->need && vstate_alloc(ps, pm))
+			return -ENOMEM;
+		for (uint32_t f = 0; f < m->nfiles; f++) {
+			const struct dcr_file *fl = &m->files[f];
+			if (fl->base == DCR_NO_BASE || fl->base >= pm->nfiles)
+				continue;
+			for (uint64_t k = 0; k < fl->nchunks && k < pm->files[fl->base].nchunks; k++)
+				if (s->need[f][k] && fl->chunks[k].kind != DCR_CK_FULL)
+					ps->need[fl->base][k] = 1;
+		}
+	}
+	return 0;
+}
+
+/* Collect the frames needed, sorted by pack and offset. */
+static int verify_refs(struct verify *w)
+{
+	struct ctl *c = w->c;
+
+	for (size_t i = 0; i < c->nvs; i++) {
+		const struct dcr_manifest *m = &c->vs[i].m;
+		if (!w->vs[i].need)
+			continue;
+		for (uint32_t f = 0; f < m->nfiles; f++)
+			for (uint64_t k = 0; k < m->files[f].nchunks; k++) {
+				const struct dcr_chunk_ref *r = &m->files[f].chunks[k];
+				if (!w->vs[i].need[f][k] || r->kind == DCR_CK_SAME)
+					continue;
+				if (grow(&w->refs, sizeof(*w->refs), w->nrefs, &w->cap_refs))
+					return -ENOMEM;
+				w->refs[w->nrefs++] = (struct fref){ m->packs[r->pack], r->off,
+					r->len, (uint32_t)i, f, k };
+			}
+	}
+	qsort(w->refs, w->nrefs, sizeof(*w->refs), cmp_fref);
+	return 0;
+}
+
+/* Check one frame of a pack already fetched; 0 or a reason. */
+static const char *check_frame(struct verify *w, struct dcr_codec *codec,
+			       const struct dcr_buf *pk, const struct fref *r,
+			       uint8_t *chunk)
+{
+	const struct dcr_manifest *m = &w->c->vs[r->vi].m;
+	const struct dcr_file *f = &m->files[r->f];
+	const struct dcr_chunk_ref *cr = &f->chunks[r->k];
+	uint32_t len = dcr_chunk_len(f->size, m->chunk_size, r->k);
+	struct dcr_frame_hdr h;
+	uint8_t hash[DCR_HASH_LEN];
+
+	if (r->off > pk->len || r->len > pk->len - r->off)
+		return "frame runs past the end of the pack";
+	const uint8_t *p = pk->data + r->off;
+	if (dcr_frame_parse_hdr(p, r->len, &h) || h.raw_len != len)
+		return "frame header is malformed";
+	if (m->format >= 2) {
+		dcr_sha256(p, r->len, hash);
+		return dcr_hash_eq(hash, cr->fhash) ? NULL : "frame does not match its SHA-256";
+	}
+	/* format 1: no frame hash; a full frame must give the chunk's SHA-256 */
+	memset(chunk, 0, len);
+	if (dcr_frame_apply(codec, p, r->len, chunk, len))
+		return "frame does not decode";
+	if (h.kind == DCR_FRAME_FULL) {
+		dcr_sha256(chunk, len, hash);
+		return dcr_hash_eq(hash, cr->hash) ? NULL : "frame does not decode to its chunk's SHA-256";
+	}
+	if (!grow(&w->f1, sizeof(*w->f1), w->nf1, &w->cap_f1))
+		w->f1[w->nf1++] = *r;
+	return NULL;
+}
+
+static void set_cause(struct verify *w, const struct fref *r, uint32_t k)
+{
+	uint32_t *cp = &w->vs[r->vi].cause[r->f][r->k];
+
+	if (!*cp)
+		*cp = k;
+}
+
+static int verify_packs(struct verify *w)
+{
+	struct ctl *c = w->c;
+	struct dcr_codec *codec = dcr_codec_new(0);
+	uint8_t *chunk = malloc(DCR_CHUNK_MAX);
+	struct dcr_buf pk;
+	char key[80], hex[DCR_HASH_HEX_LEN + 1];
+	int ret = 0;
+
+	if (!codec || !chunk) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	dcr_buf_init(&pk, PACK_OBJ_MAX);
+	for (size_t i = 0, j; i < w->nrefs; i = j) {
+		for (j = i + 1; j < w->nrefs && !memcmp(w->refs[j].pack, w->refs[i].pack, DCR_HASH_LEN); j++)
+			;
+		dcr_pack_key(w->refs[i].pack, key, sizeof(key));
+		dcr_hash_hex(w->refs[i].pack, hex);
+		dcr_buf_reset(&pk);
+		ret = dcr_store_get(c->st, key, 0, DCR_GET_ALL, &pk);
+		if (ret == -ENOMEM)
+			goto err_free_buf;
+		if (ret) {
+			uint32_t k = add_cause(w, key, "%s", ret == -ENOENT ? "missing" :
+					       ret == -EFBIG ? "too large to check" :
+					       dcr_strerror(ret));
+			for (size_t x = i; x < j; x++)
+				set_cause(w, &w->refs[x], k);
+			ret = 0;
+			continue;
+		}
+		w->packs_checked++;
+		w->bytes_checked += pk.len;
+		uint8_t h[DCR_HASH_LEN];
+		dcr_sha256(pk.data, pk.len, h);
+		if (!dcr_hash_eq(h, w->refs[i].pack))
+			add_cause(w, key, "content does not match its name");
+		for (size_t x = i; x < j; x++) {
+			const char *why = check_frame(w, codec, &pk, &w->refs[x], chunk);
+			if (why)
+				set_cause(w, &w->refs[x], add_cause(w, key, "%s (at offset %" PRIu64 ")",
+								 why, w->refs[x].off));
+		}
+	}
+	ret = 0;
+err_free_buf:
+	dcr_buf_free(&pk);
+err_free:
+	free(chunk);
+	dcr_codec_free(codec);
+	return ret;
+}
+
+/* Pass every chunk's cause down the chains, oldest version first. */
+static void verify_propagate(struct verify *w)
+{
+	struct ctl *c = w->c;
+
+	for (size_t i = 0; i < c->nvs; i++) {
+		struct vstate *s = &w->vs[i];
+		const struct dcr_manifest *m = &c->vs[i].m;
+		if (!s->need)
+			continue;
+		struct ver *p = m->parent ? ver_find(c, m->parent) : NULL;
+		struct vstate *ps = p ? &w->vs[p - c->vs] : NULL;
+		for (uint32_t f = 0; f < m->nfiles; f++) {
+			const struct dcr_file *fl = &m->files[f];
+			for (uint64_t k = 0; k < fl->nchunks; k++) {
+				uint32_t *cp = &s->cause[f][k];
+				if (*cp || !s->need[f][k])
+					continue;
+				if (s->vcause)
+					*cp = s->vcause;
+				else if (fl->chunks[k].kind != DCR_CK_FULL && ps && ps->cause &&
+					 fl->base < p->m.nfiles && k < p->m.files[fl->base].nchunks)
+					*cp = ps->cause[fl->base][k];
+				else if (fl->chunks[k].kind != DCR_CK_FULL && ps && ps->vcause)
+					*cp = ps->vcause;
+			}
+		}
+	}
+}
+
+/* Format 1 delta chunks: the read path proves them against their SHA-256. */
+static int verify_format1(struct verify *w)
+{
+	struct ctl *c = w->c;
+	uint8_t *buf = w->nf1 ? malloc(DCR_CHUNK_MAX) : NULL;
+	char key[80];
+
+	if (w->nf1 && !buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < w->nf1; i++) {
+		const struct fref *r = &w->f1[i];
+		const struct dcr_manifest *m = &c->vs[r->vi].m;
+		const struct dcr_file *f = &m->files[r->f];
+		if (w->vs[r->vi].cause[r->f][r->k])
+			continue;
+		uint32_t len = dcr_chunk_len(f->size, m->chunk_size, r->k);
+		if (read_bytes(c, c->vs[r->vi].v, r->f, f->path, r->k * m->chunk_size, buf, len)) {
+			dcr_pack_key(r->pack, key, sizeof(key));
+			set_cause(w, r, add_cause(w, key, "delta frame at offset %" PRIu64
+						  " does not give its chunk's SHA-256", r->off));
+		}
+	}
+	free(buf);
+	return 0;
+}
+
+/* --deep: read every file of every target through the read path. */
+static int verify_deep(struct verify *w)
+{
+	struct ctl *c = w->c;
+	size_t bufsz = 4u << 20;
+	uint8_t *buf = malloc(bufsz), h[DCR_HASH_LEN];
+	struct dcr_sha256_ctx *sc = dcr_sha256_new();
+	char key[64];
+	int ret = 0;
+
+	if (!buf || !sc) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	for (size_t i = 0; i < c->nvs; i++) {
+		struct vstate *s = &w->vs[i];
+		const struct dcr_manifest *m = &c->vs[i].m;
+		if (!s->target || !s->need)
+			continue;
+		dcr_version_key(c->vs[i].v, key, sizeof(key));
+		for (uint32_t f = 0; f < m->nfiles; f++) {
+			const struct dcr_file *fl = &m->files[f];
+			int bad = 0;
+			if (fl->type != DCR_FT_REG)
+				continue;
+			for (uint64_t k = 0; k < fl->nchunks && !bad; k++)
+				bad = s->cause[f][k] != 0;
+			if (bad)
+				continue; /* already reported */
+			dcr_sha256_reset(sc);
+			for (uint64_t off = 0; off < fl->size && !bad; off += bufsz) {
+				size_t n = (size_t)DCR_MIN(bufsz, fl->size - off);
+				bad = read_bytes(c, c->vs[i].v, f, fl->path, off, buf, n) != 0;
+				dcr_sha256_update(sc, buf, n);
+			}
+			dcr_sha256_final(sc, h);
+			if (bad || !dcr_hash_eq(h, fl->sha256)) {
+				char why[64 + DCR_PATH_MAX];
+				snprintf(why, sizeof(why), "%s/%s", key, fl->path);
+				uint32_t k = add_cause(w, why, "%s", bad ? "does not materialize" :
+						       "materialized file does not match its SHA-256");
+				for (uint64_t x = 0; x < fl->nchunks; x++)
+					s->cause[f][x] = k;
+			}
+		}
+	}
+err_free:
+	dcr_sha256_free(sc);
+	free(buf);
+	return ret;
+}
+
+static void verify_report(struct verify *w)
+{
+	struct ctl *c = w->c;
+	int json = c->json, nt = 0;
+
+	if (json) {
+		printf("{\"ok\": %s, \"packs_checked\": %" PRIu64 ", \"bytes_checked\": %" PRIu64
+		       ", \"versions\": [", w->ncauses ? "false" : "true", w->packs_checked,
+		       w->bytes_checked);
+		for (size_t i = 0; i < c->nvs; i++)
+			if (w->vs[i].target)
+				printf("%s%" PRIu64, nt++ ? ", " : "", c->vs[i].v);
+		fputs("], \"damage\": [", stdout);
+	}
+	for (size_t k = 1; k <= w->ncauses; k++) {
+		const struct cause *ca = &w->causes[k - 1];
+		int na = 0;
+		if (json) {
+			printf("%s\n  {\"object\": ", k > 1 ? "," : "");
+			dcr_json_str(stdout, ca->key);
+			fputs(", \"reason\": ", stdout);
+			dcr_json_str(stdout, ca->why);
+			fputs(", \"affects\": [", stdout);
+		} else {
+			printf("damaged: %s: %s\n", ca->key, ca->why);
+		}
+		for (size_t i = 0; i < c->nvs; i++) {
+			const struct vstate *s = &w->vs[i];
+			const struct dcr_manifest *m = &c->vs[i].m;
+			if (!s->target)
+				continue;
+			if (s->vcause == k && !s->need) {
+				if (json)
+					printf("%s{\"version\": %" PRIu64 ", \"path\": null, \"chunks\": null}",
+					       na++ ? ", " : "", c->vs[i].v);
+				else if (++na)
+					printf("  affects version %" PRIu64 " (all of it)\n", c->vs[i].v);
+				continue;
+			}
+			for (uint32_t f = 0; s->cause && f < m->nfiles; f++) {
+				uint64_t n = 0;
+				for (uint64_t x = 0; x < m->files[f].nchunks; x++)
+					n += s->cause[f][x] == k;
+				if (!n)
+					continue;
+				if (json) {
+					printf("%s{\"version\": %" PRIu64 ", \"path\": ", na++ ? ", " : "",
+					       c->vs[i].v);
+					dcr_json_str(stdout, m->files[f].path);
+					printf(", \"chunks\": %" PRIu64 "}", n);
+				} else if (++na) {
+					printf("  affects version %" PRIu64 ": %s (%" PRIu64 " of %" PRIu64
+					       " chunks)\n", c->vs[i].v, m->files[f].path, n,
+					       m->files[f].nchunks);
+				}
+			}
+		}
+		if (json)
+			fputs("]}", stdout);
+		else if (!na)
+			printf("  affects no frame a checked version needs\n");
+	}
+	if (json)
+		fputs(w->ncauses ? "\n]}\n" : "]}\n", stdout);
+}
+
+static int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet)
+{
+	struct verify w = { .c = c };
+	int ret, status = 0;
+	char b[32];
+
+	if (!(w.vs = calloc(c->nvs ? c->nvs : 1, sizeof(*w.vs))))
+		return EXIT_FAIL;
+	for (int i = 0; i < nargs; i++) {
+		struct ver *x = resolve(c, args[i]);
+		if (!x) {
+			status = EXIT_FAIL;
+			goto err_free;
+		}
+		w.vs[x - c->vs].target = w.vs[x - c->vs].in_set = 1;
+	}
+	for (size_t i = 0; i < c->nvs && !nargs; i++)
+		w.vs[i].target = w.vs[i].in_set = 1;
+	if ((ret = verify_load(&w)) || (ret = verify_refs(&w)) ||
+	    (ret = verify_packs(&w)))
+		goto err_fail;
+	verify_propagate(&w);
+	if ((ret = verify_format1(&w)))
+		goto err_fail;
+	verify_propagate(&w);
+	if (deep && (ret = verify_deep(&w)))
+		goto err_fail;
+	verify_report(&w);
+	if (!quiet) {
+		size_t nt = 0;
+		for (size_t i = 0; i < c->nvs; i++)
+			nt += w.vs[i].target;
+		dcr_info("%zu versions, %" PRIu64 " packs (%s) checked%s: %s", nt,
+			 w.packs_checked, dcr_format_size(w.bytes_checked, b, sizeof(b)),
+			 deep ? ", every file materialized" : "",
+			 w.ncauses ? "DAMAGED" : "ok");
+	}
+	status = w.ncauses ? EXIT_FAIL : 0;
+	goto err_free;
+err_fail:
+	dcr_err("verify: %s", dcr_strerror(ret));
+	status = EXIT_FAIL;
+err_free:
+	for (size_t i = 0; i < c->nvs; i++)
+		vstate_free(&w.vs[i], &c->vs[i].m);
+	free(w.vs);
+	free(w.causes);
+	free(w.refs);
+	free(w.f1);
+	return status;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+	struct args a = { 0 };
+	struct ctl c = { 0 };
+	int status;
+
+	dcr_log_set_prog("dcrfs-ctl");
+	if (parse_args(argc, argv, &a)) {
+		fprintf(stderr, "Try 'dcrfs-ctl --help' for more information.\n");
+		return EXIT_USAGE;
+	}
+	if ((!strcmp(a.cmd, "tag") || !strcmp(a.cmd, "untag")) &&
+	    !dcr_tag_name_valid(a.pos[0])) {
+		fprintf(stderr, "dcrfs-ctl: %s: '%s' is not a valid tag name (letters, digits, "
+			"'.', '_', '-'; at most 128; not starting with '.')\n", a.cmd, a.pos[0]);
+		return EXIT_USAGE;
+	}
+	dcr_log_set_level(a.verbose ? DCR_LOG_DEBUG : a.quiet ? DCR_LOG_WARN : DCR_LOG_INFO);
+	c.json = a.json;
+	if (dcr_store_open(a.store, NULL, 0, &c.st))
+		return EXIT_FAIL;
+	if (ctl_index(&c)) {
+		status = EXIT_FAIL;
+		goto out;
+	}
+	if (!strcmp(a.cmd, "log"))
+		status = cmd_log(&c);
+	else if (!strcmp(a.cmd, "show"))
+		status = cmd_show(&c, a.pos[0]);
+	else if (!strcmp(a.cmd, "diff"))
+		status = cmd_diff(&c, a.pos[0], a.pos[1]);
+	else if (!strcmp(a.cmd, "tag"))
+		status = cmd_tag(&c, a.pos[0], a.pos[1]);
+	else if (!strcmp(a.cmd, "untag"))
+		status = cmd_untag(&c, a.pos[0]);
+	else
+		status = cmd_verify(&c, a.pos, a.npos, a.deep, a.quiet);
+	if (fflush(stdout) || ferror(stdout)) {
+		dcr_err("writing the output: %s", strerror(errno));
+		status = EXIT_FAIL;
+	}
+out:
+	ctl_free(&c);
+	return status;
+}
