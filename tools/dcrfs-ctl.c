@@ -563,9 +563,14 @@ static int cmd_show(struct ctl *c, const char *arg)
 		       ", \"time\": \"%s\", \"time_ns\": %" PRId64
 		       ", \"format\": %" PRIu32 ", \"chunk_size\": %" PRIu32
 		       ", \"kind\": \"%s\", \"bytes\": %" PRIu64
-		       ", \"stored_bytes\": %" PRIu64 ", \"packs\": %" PRIu32
-		       ", \"tags\": ", x->v, m->parent, tm, m->ctime_ns, m->format,
-		       m->chunk_size, kind_name(m, &s), s.bytes, stored, m->npacks);
+		       ", \"stored_bytes\": %" PRIu64 ", \"packs\": [",
+		       x->v, m->parent, tm, m->ctime_ns, m->format, m->chunk_size,
+		       kind_name(m, &s), s.bytes, stored);
+		for (uint32_t i = 0; i < m->npacks; i++) {
+			dcr_hash_hex(m->packs[i], hex);
+			printf("%s\"%s\"", i ? ", " : "", hex);
+		}
+		fputs("], \"tags\": ", stdout);
 		print_tags(c, x->v, 1);
 		fputs(", \"files\": [", stdout);
 	} else {

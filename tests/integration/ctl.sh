@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# ctl.sh - dcrfs-ctl on a local store: log --json lists every version with
+# its fields, show gives the sources' sizes and SHA-256, diff counts what
+# changed (checked against the files themselves), tag/untag round trip,
+# verify passes a good store and names a damaged or missing pack (exit 1),
+# usage errors exit 2. No mount needed.
+. "$(dirname "$0")/lib.sh"
+DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
+need_bins "$DCRFS_SYNTH" "$DCRFS_CTL"
+command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
+
+STORE=$T/store
+ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
+
+# expect_status WANT PATTERN CMD... - CMD exits WANT and its output
+# (stdout and stderr) matches PATTERN (grep -E)
+expect_status() {
+	local want=$1 pat=$2 rc=0
+	shift 2
+	t "$@" >"$T/out" 2>&1 </dev/null || rc=$?
+	[ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want: $(cat "$T/out")"
+	grep -qE -- "$pat" "$T/out" || fail "'$*': no '$pat' in: $(cat "$T/out")"
+}
+
+# py FILE SCRIPT [ARGS...] - run SCRIPT with the JSON document in FILE as d
+py() {
+	local f=$1 s=$2
+	shift 2
+	python3 -c "import json, sys, hashlib, os
+d = json.load(open(sys.argv[1]))
+$s" "$f" "$@"
+}
+
+# Three versions: an anchor, a step, a step that also adds a file.
+t "$DCRFS_SYNTH" init --size 3M --seed 1 --quiet "$T/s1"
+t "$DCRFS_SYNTH" step --mode uniform --rate 0.02 --seed 2 --in "$T/s1" --out "$T/s2" --quiet
+t "$DCRFS_SYNTH" step --mode uniform --rate 0.02 --seed 3 --in "$T/s2" --out "$T/s3" --quiet
+rand_file "$T/s3/extra.bin" 100000 x
+for i in 1 2 3; do
+	rm -f "$T"/s$i/.dcrfs-synth.state
+	[ "$(commit "$STORE" "$T/s$i")" = "$i" ] || fail "commit of s$i is not version $i"
+done
+
+# --- log
+ctl log >"$T/log.txt"
+grep -qE '^ +3 +2 ' "$T/log.txt" || fail "log: no line for version 3: $(cat "$T/log.txt")"
+ctl log --json >"$T/log.json"
+py "$T/log.json" '
+T = sys.argv[2]
+assert [e["version"] for e in d] == [3, 2, 1], d
+assert [e["parent"] for e in d] == [2, 1, 0], d
+assert [e["kind"] for e in d] == ["delta", "delta", "anchor"], d
+for e in d:
+    for k in ("version", "parent", "time", "bytes", "stored_bytes", "kind", "tags"):
+        assert k in e, (k, e)
+    src = os.path.join(T, "s%d" % e["version"])
+    want = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(src) for f in fs)
+    assert e["bytes"] == want, (e, want)
+    assert e["tags"] == [], e
+    assert e["time"].endswith("Z"), e
+# a step stores far less than the anchor
+assert 0 < d[1]["stored_bytes"] < d[2]["stored_bytes"] / 4, d
+' "$T" || fail "log --json is wrong: $(cat "$T/log.json")"
+# DCRFS_STORE names the store too
+DCRFS_STORE=$STORE t "$DCRFS_CTL" log --json | py /dev/stdin 'assert len(d) == 3' ||
+	fail "DCRFS_STORE is not used"
+
+# --- show: sizes and SHA-256 of the source files
+ctl show 3 --json >"$T/show.json"
+(cd "$T/s3" && sha256sum ./* | sed 's| \./| |') >"$T/s3.sha"
+py "$T/show.json" '
+want = dict(reversed(l.split()) for l in open(sys.argv[2]))
+files = {f["path"]: f for f in d["files"]}
+assert set(files) == set(want), (sorted(files), sorted(want))
+for p, h in want.items():
+    assert files[p]["sha256"] == h, p
+    assert files[p]["size"] == os.path.getsize(os.path.join(sys.argv[3], p)), p
+assert d["version"] == 3 and d["parent"] == 2 and d["format"] == 2
+' "$T/s3.sha" "$T/s3" || fail "show --json disagrees with sha256sum"
+ctl show latest | grep -q extra.bin || fail "show latest does not list extra.bin"
+
+# --- diff: exact changed bytes and chunks against the files themselves
+ctl diff 1 2 --json >"$T/diff.json"
+py "$T/diff.json" '
+cs = 1 << 20
+a = open(sys.argv[2] + "/model.safetensors", "rb").read()
+b = open(sys.argv[3] + "/model.safetensors", "rb").read()
+nd = sum(x != y for x, y in zip(a, b))
+nc = sum(a[i:i + cs] != b[i:i + cs] for i in range(0, len(b), cs))
+f = {f["path"]: f for f in d["files"]}
+m = f["model.safetensors"]
+assert m["status"] == "changed" and m["changed_bytes"] == nd, (m, nd)
+assert m["changed_chunks"] == nc, (m, nc)
+assert 0 < m["stored_bytes"] < len(b) / 4, m
+assert f["config.json"]["status"] == "unchanged"
+assert d["total"]["changed_bytes"] == nd
+# every changed byte is inside a tensor (the header did not change)
+assert sum(t["changed_bytes"] for t in m["tensors"]) == nd, m
+assert any(t["changed_bytes"] == 0 for t in m["tensors"]) or nd > 0
+' "$T/s1" "$T/s2" || fail "diff --json is wrong"
+ctl diff 2 3 --json | py /dev/stdin '
+f = {f["path"]: f for f in d["files"]}
+assert f["extra.bin"]["status"] == "added" and f["extra.bin"]["changed_bytes"] == 100000, f
+' || fail "diff 2 3 does not show extra.bin as added"
+ctl diff 1 2 | grep -qE '^changed +model.safetensors' || fail "diff text output has no changed model"
+
+# --- tag / untag
+ctl tag eval 2
+ctl log --json | py /dev/stdin 'assert [e["tags"] for e in d] == [[], ["eval"], []], d' ||
+	fail "log does not show tag eval on version 2"
+[ "$(ctl show eval --json | py /dev/stdin 'print(d["version"])')" = 2 ] ||
+	fail "show eval is not version 2"
+ctl tag eval latest
+[ "$(ctl show eval --json | py /dev/stdin 'print(d["version"])')" = 3 ] ||
+	fail "tag eval latest did not move the tag"
+ctl untag eval
+ctl log --json | py /dev/stdin 'assert all(e["tags"] == [] for e in d), d' ||
+	fail "untag left the tag"
+expect_status 1 "no tag" "$DCRFS_CTL" --store "$STORE" untag eval
+expect_status 1 "does not exist" "$DCRFS_CTL" --store "$STORE" tag eval 99
+expect_status 1 "does not exist" "$DCRFS_CTL" --store "$STORE" show 99
+
+# --- verify: a good store
+ctl verify -q
+ctl verify --deep -q
+ctl verify --json -q 2 | py /dev/stdin 'assert d["ok"] and d["versions"] == [2] and d["damage"] == []' ||
+	fail "verify --json 2 is wrong"
+
+# one flipped byte in version 2's pack: named, with the versions it breaks
+cp -a "$STORE" "$T/bad"
+pack=$(ctl show 2 --json | py /dev/stdin 'print(d["packs"][0])')
+python3 -c 'import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[len(b) // 2] ^= 0x40
+open(p, "wb").write(b)' "$T/bad/packs/$pack"
+expect_status 1 "damaged: packs/$pack" "$DCRFS_CTL" --store "$T/bad" verify
+grep -q "affects version 2: model.safetensors" "$T/out" || fail "verify does not name version 2: $(cat "$T/out")"
+grep -q "affects version 3: model.safetensors" "$T/out" || fail "verify does not name version 3, built on 2: $(cat "$T/out")"
+expect_status 1 "packs/$pack" "$DCRFS_CTL" --store "$T/bad" verify 3
+t "$DCRFS_CTL" --store "$T/bad" verify -q 1 || fail "verify 1 fails, but version 1 needs nothing of version 2's pack"
+rc=0
+t "$DCRFS_CTL" --store "$T/bad" verify --json -q >"$T/v.json" || rc=$?
+[ "$rc" = 1 ] || fail "verify --json of a damaged store exited $rc"
+py "$T/v.json" '
+assert not d["ok"]
+o = d["damage"][0]
+assert o["object"] == "packs/" + sys.argv[2], o
+assert {a["version"] for a in o["affects"]} == {2, 3}, o
+' "$pack" || fail "verify --json: $(cat "$T/v.json")"
+
+# the anchor's pack missing: every version is damaged
+rm -rf "$T/bad" && cp -a "$STORE" "$T/bad"
+anchor=$(ctl show 1 --json | py /dev/stdin 'print(d["packs"][0])')
+rm "$T/bad/packs/$anchor"
+expect_status 1 "packs/$anchor: missing" "$DCRFS_CTL" --store "$T/bad" verify 3
+# a corrupt manifest
+rm -rf "$T/bad" && cp -a "$STORE" "$T/bad"
+printf 'garbage' >"$T/bad/versions/0000000002"
+expect_status 1 "versions/0000000002" "$DCRFS_CTL" --store "$T/bad" verify 3
+expect_status 1 "" "$DCRFS_CTL" --store "$T/bad" log
+
+# --- usage errors: status 2
+U="Usage|usage|--help"
+expect_status 0 "Usage" "$DCRFS_CTL" --help
+expect_status 0 "[0-9]+\.[0-9]+" "$DCRFS_CTL" --version
+expect_status 2 "$U" "$DCRFS_CTL" --store "$STORE"
+expect_status 2 "unknown command" "$DCRFS_CTL" --store "$STORE" frobnicate
+expect_status 2 "$U" "$DCRFS_CTL" --store "$STORE" --bogus log
+expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" show
+expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" diff 1
+expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" log 1
+expect_status 2 "deep" "$DCRFS_CTL" --store "$STORE" log --deep
+expect_status 2 "json" "$DCRFS_CTL" --store "$STORE" tag --json x 1
+expect_status 2 "tag name" "$DCRFS_CTL" --store "$STORE" tag ../x 1
+expect_status 2 "no store" env -u DCRFS_STORE "$DCRFS_CTL" log
+expect_status 1 "$T/nothing" "$DCRFS_CTL" --store "$T/nothing" log
+[ ! -e "$T/nothing" ] || fail "dcrfs-ctl created a store"
+log "ok"
