@@ -706,6 +706,40 @@ static void test_safetensors(void **state)
 	assert_int_equal(rs.n, 0);
 }
 
+/* Named tensors (dcrfs-ctl diff): every dtype, unescaped names, sorted. */
+static void test_safetensors_tensors(void **state)
+{
+	(void)state;
+	static uint8_t buf[4096];
+	struct dcr_tensors ts;
+	const char *json =
+		"{\"__metadata__\":{\"format\":\"pt\"},"
+		"\"w\\\"q\\u00e9\\n\": {\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[8,16]},"
+		"\"mask\": {\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[16,19]},"
+		"\"a\": {\"dtype\":\"SOMETHING_VERY_LONG_TYPE\",\"shape\":[8],\"data_offsets\":[0,8]}}";
+	size_t n = make_st(buf, json, 19);
+	uint64_t d0 = 8 + strlen(json);
+
+	assert_int_equal(dcr_safetensors_tensors(buf, n, n, &ts), 0);
+	assert_int_equal(ts.n, 3);
+	assert_string_equal(ts.t[0].name, "a");
+	assert_int_equal(ts.t[0].off, d0);
+	assert_int_equal(ts.t[0].len, 8);
+	assert_int_equal(strlen(ts.t[0].dtype), sizeof(ts.t[0].dtype) - 1);
+	assert_string_equal(ts.t[1].name, "w\"q\xc3\xa9\n");
+	assert_string_equal(ts.t[1].dtype, "BF16");
+	assert_int_equal(ts.t[1].off, d0 + 8);
+	assert_string_equal(ts.t[2].name, "mask");
+	assert_int_equal(ts.t[2].len, 3);
+	dcr_tensors_free(&ts);
+	dcr_tensors_free(NULL);
+	/* the same validation as the regions */
+	n = make_st(buf, "{\"a\":{\"dtype\":\"BF16\"}}", 8);
+	assert_int_equal(dcr_safetensors_tensors(buf, n, n, &ts), -EBADMSG);
+	assert_null(ts.t);
+	assert_int_equal(dcr_safetensors_tensors(buf, 9, n, &ts), -ENODATA);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -718,6 +752,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_elem_frames, setup, teardown),
 		cmocka_unit_test(test_entropy_tables),
+		cmocka_unit_test(test_safetensors_tensors),
 		cmocka_unit_test(test_plane_x32),
 		cmocka_unit_test_setup_teardown(test_full_simd_scalar, setup, teardown),
 		cmocka_unit_test(test_safetensors),
