@@ -160,6 +160,40 @@ int dcr_parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
+int dcr_parse_duration(const char *s, uint64_t *secs)
+{
+	static const struct {
+		char unit;
+		uint64_t mul;
+	} units[] = { { 's', 1 }, { 'm', 60 }, { 'h', 3600 }, { 'd', 86400 },
+		      { 'w', 7 * 86400 } };
+	uint64_t v = 0;
+	const char *p = s;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (!*p) {
+		*secs = v;
+		return 0;
+	}
+	if (p[1])
+		return -EINVAL;
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(units); i++) {
+		if (*p != units[i].unit)
+			continue;
+		if (v > UINT64_MAX / units[i].mul)
+			return -ERANGE;
+		*secs = v * units[i].mul;
+		return 0;
+	}
+	return -EINVAL;
+}
+
 int dcr_parse_ms(const char *s, uint64_t *ms)
 {
 	uint64_t whole = 0, frac = 0;

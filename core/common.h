@@ -177,6 +177,13 @@ int dcr_parse_u64(const char *s, uint64_t *out);
 int dcr_parse_ms(const char *s, uint64_t *ms);
 
 /**
+ * dcr_parse_duration - parse a duration: a non-negative integer with an
+ * optional unit, s (the default), m, h, d or w ("90", "15m", "24h",
+ * "7d") into seconds. 0, -EINVAL or -ERANGE.
+ */
+int dcr_parse_duration(const char *s, uint64_t *secs);
+
+/**
  * dcr_format_size - human-readable size ("1.5 GiB") into @buf of @cap
  * bytes; returns @buf.
  */

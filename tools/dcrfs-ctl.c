@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dcrfs-ctl - inspect and administer a dcrfs store: log, show, diff,
- * tag, untag, verify.
+ * tag, untag, verify, gc.
  *
  * Argument parsing and output. Manifests come from core/objstore.h;
  * bytes that must be materialized (diff, verify --deep, format 1 delta
@@ -53,6 +53,8 @@ static void usage(FILE *f)
 "  untag NAME             remove tag NAME\n"
 "  verify [V...]          check that every object the versions (default: all)\n"
 "                         need exists and matches its hashes\n"
+"  gc --keep-last N       remove the versions outside retention and the packs\n"
+"                         no kept version needs\n"
 "\n"
 "A version V is a number, a tag name, or 'latest'.\n"
 "\n"
@@ -61,6 +63,15 @@ static void usage(FILE *f)
 "      --json             machine-readable output (log, show, diff, verify)\n"
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
+"gc options:\n"
+"      --keep-last N      keep the newest N versions (N >= 1, required)\n"
+"      --keep-tagged      keep tagged versions (the default)\n"
+"      --no-keep-tagged   tagged versions may go too (their tags with them)\n"
+"      --keep-newer-than DURATION  keep versions committed within DURATION\n"
+"                         (90, 90s, 15m, 24h, 7d, 2w)\n"
+"      --grace DURATION   packs no manifest names are deleted only with\n"
+"                         --grace 0 (default 24h; see dcrfs-ctl(8))\n"
+"  -n, --dry-run          gc: say what would be removed, remove nothing\n"
 "  -q, --quiet            no summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -81,6 +92,12 @@ struct args {
 	int deep;
 	int quiet;
 	int verbose;
+	/* gc */
+	uint64_t keep_last;
+	int keep_tagged;
+	uint64_t keep_newer; /* seconds; 0 = no such rule */
+	uint64_t grace;      /* seconds */
+	int dry_run;
 };
 
 static int parse_args(int argc, char **argv, struct args *a)
@@ -91,6 +108,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "deep", no_argument, NULL, 'D' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "keep-last", required_argument, NULL, 'L' },
+		{ "keep-tagged", no_argument, NULL, 'T' },
+		{ "no-keep-tagged", no_argument, NULL, 'U' },
+		{ "keep-newer-than", required_argument, NULL, 'N' },
+		{ "grace", required_argument, NULL, 'G' },
+		{ "dry-run", no_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -103,11 +126,15 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "log", 0, 0, 1 },    { "show", 1, 1, 1 },
 		{ "diff", 2, 2, 1 },   { "tag", 2, 2, 0 },
 		{ "untag", 1, 1, 0 },  { "verify", 0, -1, 1 },
+		{ "gc", 0, 0, 0 },
 	};
-	int c;
+	int c, gc_opt = 0;
 
 	a->store = getenv("DCRFS_STORE");
-	while ((c = getopt_long(argc, argv, "s:qvhV", longopts, NULL)) != -1) {
+	a->keep_tagged = 1;
+	a->grace = 86400;
+	while ((c = getopt_long(argc, argv, "s:nqvhV", longopts, NULL)) != -1) {
+		gc_opt |= strchr("LTUNGn", c) != NULL;
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -120,6 +147,27 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'q':
 			a->quiet = 1;
+			break;
+		case 'L':
+			if (dcr_parse_u64(optarg, &a->keep_last) || !a->keep_last) {
+				fprintf(stderr, "dcrfs-ctl: --keep-last: '%s' must be a number of at least 1\n", optarg);
+				return -1;
+			}
+			break;
+		case 'T':
+		case 'U':
+			a->keep_tagged = c == 'T';
+			break;
+		case 'N':
+		case 'G':
+			if (dcr_parse_duration(optarg, c == 'N' ? &a->keep_newer : &a->grace)) {
+				fprintf(stderr, "dcrfs-ctl: --%s: '%s' is not a duration (90, 90s, 15m, 24h, 7d, 2w)\n",
+					c == 'N' ? "keep-newer-than" : "grace", optarg);
+				return -1;
+			}
+			break;
+		case 'n':
+			a->dry_run = 1;
 			break;
 		case 'v':
 			a->verbose = 1;
@@ -159,6 +207,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (a->deep && strcmp(a->cmd, "verify")) {
 		fprintf(stderr, "dcrfs-ctl: only verify takes --deep\n");
+		return -1;
+	}
+	if (gc_opt && strcmp(a->cmd, "gc")) {
+		fprintf(stderr, "dcrfs-ctl: only gc takes --keep-*, --grace and --dry-run\n");
+		return -1;
+	}
+	if (!strcmp(a->cmd, "gc") && !a->keep_last) {
+		fprintf(stderr, "dcrfs-ctl: gc needs --keep-last N\n");
 		return -1;
 	}
 	if (!a->store) {
@@ -915,6 +971,16 @@ static int cmd_untag(struct ctl *c, const char *name)
 	return ret ? EXIT_FAIL : 0;
 }
 
+/* Whether some chunk of @m is built on its parent's (SAME or DELTA). */
+static int needs_parent(const struct dcr_manifest *m)
+{
+	for (uint32_t f = 0; f < m->nfiles; f++)
+		for (uint64_t k = 0; k < m->files[f].nchunks; k++)
+			if (m->files[f].chunks[k].kind != DCR_CK_FULL)
+				return 1;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- verify */
 
 /*
@@ -930,6 +996,7 @@ struct cause {
 struct vstate {
 	int in_set, target;
 	uint32_t vcause;  /* the manifest itself is damaged */
+	uint32_t pcause;  /* the parent's manifest is missing */
 	uint8_t **need;   /* [file][chunk] */
 	uint32_t **cause; /* [file][chunk] */
 };
@@ -1036,10 +1103,11 @@ static int verify_load(struct verify *w)
 			continue;
 		struct ver *p = ver_find(c, m->parent);
 		if (!p) {
+			/* gone: only the chunks built on it suffer (an anchor is fine) */
 			dcr_version_key(m->parent, key, sizeof(key));
-			uint32_t k = add_cause(w, key, "manifest missing (the parent of version %"
-					       PRIu64 ")", x->v);
-			s->vcause = s->vcause ? s->vcause : k;
+			if (needs_parent(m))
+				s->pcause = add_cause(w, key, "manifest missing (the parent of "
+						      "version %" PRIu64 ")", x->v);
 			continue;
 		}
 		struct vstate *ps = &w->vs[p - c->vs];
@@ -1211,6 +1279,8 @@ static void verify_propagate(struct verify *w)
 					*cp = ps->cause[fl->base][k];
 				else if (fl->chunks[k].kind != DCR_CK_FULL && ps && ps->vcause)
 					*cp = ps->vcause;
+				else if (fl->chunks[k].kind != DCR_CK_FULL && !ps)
+					*cp = s->pcause;
 			}
 		}
 	}
@@ -1412,6 +1482,152 @@ err_free:
 	return status;
 }
 
+/* -------------------------------------------------------------------- gc */
+
+enum keep_why { KEEP_NOT = 0, KEEP_LAST, KEEP_TAGGED, KEEP_NEWER, KEEP_CHAIN };
+
+/* Mark the packs of @m in @ps (parallel to c->packs) with at least @mark. */
+static void mark_packs(const struct ctl *c, const struct dcr_manifest *m,
+		       uint8_t *ps, uint8_t mark)
+{
+	for (uint32_t i = 0; i < m->npacks; i++) {
+		const struct pack *p = pack_find(c, m->packs[i]);
+		if (p && ps[p - c->packs] < mark)
+			ps[p - c->packs] = mark;
+	}
+}
+
+static int gc_del(struct ctl *c, const char *key, int dry_run)
+{
+	int ret = dry_run ? 0 : dcr_store_del(c->st, key);
+
+	if (ret && ret != -ENOENT) {
+		dcr_err("%s: cannot delete %s: %s", c->st->url, key, dcr_strerror(ret));
+		return ret;
+	}
+	return 0;
+}
+
+static int cmd_gc(struct ctl *c, const struct args *a)
+{
+	enum { P_ORPHAN = 0, P_REMOVED = 1, P_KEPT = 2 };
+	uint8_t *keep = calloc(c->nvs ? c->nvs : 1, 1);
+	uint64_t *by = calloc(c->nvs ? c->nvs : 1, sizeof(*by));
+	uint8_t *ps = calloc(c->npacks ? c->npacks : 1, 1);
+	const char *would = a->dry_run ? "would " : "";
+	int64_t now = dcr_now_ns();
+	int status = EXIT_FAIL;
+	char key[160], b1[32], b2[32];
+
+	if (!keep || !by || !ps)
+		goto err_free;
+	/* the rules */
+	for (size_t i = 0; i < c->nvs; i++) {
+		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
+		if (i + a->keep_last >= c->nvs)
+			keep[i] = KEEP_LAST;
+		else if (m && a->keep_newer &&
+			 now - m->ctime_ns < (int64_t)DCR_MIN(a->keep_newer, INT64_MAX / 1000000000) * 1000000000)
+			keep[i] = KEEP_NEWER;
+	}
+	for (size_t t = 0; t < c->ntags && a->keep_tagged; t++) {
+		struct ver *x = c->tags[t].v ? ver_find(c, c->tags[t].v) : NULL;
+		if (x && !keep[x - c->vs])
+			keep[x - c->vs] = KEEP_TAGGED;
+	}
+	/* what the kept versions' chains need, newest first */
+	for (size_t i = c->nvs; i-- > 0;) {
+		const struct dcr_manifest *m = keep[i] ? ver_manifest(c, &c->vs[i]) : NULL;
+		if (!keep[i])
+			continue;
+		if (!m) {
+			dcr_err("%s: cannot read the manifest of version %" PRIu64
+				", which is kept: nothing removed", c->st->url, c->vs[i].v);
+			goto err_free;
+		}
+		if (!m->parent || !needs_parent(m))
+			continue;
+		struct ver *p = ver_find(c, m->parent);
+		if (!p) {
+			dcr_warn("version %" PRIu64 " is built on version %" PRIu64
+				 ", which is already gone (dcrfs-ctl verify shows what it breaks)",
+				 c->vs[i].v, m->parent);
+			continue;
+		}
+		if (!keep[p - c->vs]) {
+			keep[p - c->vs] = KEEP_CHAIN;
+			by[p - c->vs] = by[i] ? by[i] : c->vs[i].v;
+		}
+	}
+	/* packs: kept, only of removed versions, or named by no manifest */
+	size_t nkept = 0, nchain = 0, nrm = 0, npk = 0, norphan = 0;
+	uint64_t freed = 0, orphan_bytes = 0;
+	for (size_t i = 0; i < c->nvs; i++) {
+		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
+		if (m)
+			mark_packs(c, m, ps, keep[i] ? P_KEPT : P_REMOVED);
+		nkept += keep[i] != KEEP_NOT;
+		nchain += keep[i] == KEEP_CHAIN;
+	}
+	/* tags of versions that go, then manifests, then packs: a failure
+	 * part way leaves no manifest naming a deleted pack */
+	for (size_t t = 0; t < c->ntags; t++) {
+		struct ver *x = c->tags[t].v ? ver_find(c, c->tags[t].v) : NULL;
+		if (!x || keep[x - c->vs])
+			continue;
+		printf("%sremove tag %s (version %" PRIu64 ")\n", would, c->tags[t].name, x->v);
+		int ret = a->dry_run ? 0 : dcr_store_del_tag(c->st, c->tags[t].name);
+		if (ret && ret != -ENOENT) {
+			dcr_err("%s: cannot remove tag %s: %s", c->st->url, c->tags[t].name,
+				dcr_strerror(ret));
+			goto err_free;
+		}
+	}
+	for (size_t i = 0; i < c->nvs; i++) {
+		if (keep[i] == KEEP_CHAIN)
+			printf("keep version %" PRIu64 ": the chain of version %" PRIu64
+			       " needs it\n", c->vs[i].v, by[i]);
+		if (keep[i])
+			continue;
+		printf("%sremove version %" PRIu64 "\n", would, c->vs[i].v);
+		dcr_version_key(c->vs[i].v, key, sizeof(key));
+		if (gc_del(c, key, a->dry_run))
+			goto err_free;
+		nrm++;
+	}
+	for (size_t i = 0; i < c->npacks; i++) {
+		if (ps[i] == P_KEPT)
+			continue;
+		if (ps[i] == P_ORPHAN && a->grace) {
+			norphan++;
+			orphan_bytes += c->packs[i].size;
+			continue;
+		}
+		dcr_pack_key(c->packs[i].h, key, sizeof(key));
+		printf("%sdelete %s (%s%s)\n", would, key,
+		       dcr_format_size(c->packs[i].size, b1, sizeof(b1)),
+		       ps[i] == P_ORPHAN ? ", named by no manifest" : "");
+		if (gc_del(c, key, a->dry_run))
+			goto err_free;
+		npk++;
+		freed += c->packs[i].size;
+	}
+	if (!a->quiet)
+		dcr_info("%s%zu versions kept (%zu only for the chains of kept versions), "
+			 "%zu removed; %zu packs deleted (%s)", a->dry_run ? "dry run: " : "",
+			 nkept, nchain, nrm, npk, dcr_format_size(freed, b1, sizeof(b1)));
+	if (norphan && !a->quiet)
+		dcr_info("%zu packs (%s) named by no manifest were kept: a commit may still "
+			 "be publishing them (collected with --grace 0)", norphan,
+			 dcr_format_size(orphan_bytes, b2, sizeof(b2)));
+	status = 0;
+err_free:
+	free(keep);
+	free(by);
+	free(ps);
+	return status;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -1449,6 +1665,8 @@ int main(int argc, char **argv)
 		status = cmd_tag(&c, a.pos[0], a.pos[1]);
 	else if (!strcmp(a.cmd, "untag"))
 		status = cmd_untag(&c, a.pos[0]);
+	else if (!strcmp(a.cmd, "gc"))
+		status = cmd_gc(&c, &a);
 	else
 		status = cmd_verify(&c, a.pos, a.npos, a.deep, a.quiet);
 	if (fflush(stdout) || ferror(stdout)) {

@@ -3,6 +3,7 @@
 # its fields, show gives the sources' sizes and SHA-256, diff counts what
 # changed (checked against the files themselves), tag/untag round trip,
 # verify passes a good store and names a damaged or missing pack (exit 1),
+# gc keeps what the chains of kept versions need and collects the rest,
 # usage errors exit 2. No mount needed.
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
@@ -160,6 +161,45 @@ printf 'garbage' >"$T/bad/versions/0000000002"
 expect_status 1 "versions/0000000002" "$DCRFS_CTL" --store "$T/bad" verify 3
 expect_status 1 "" "$DCRFS_CTL" --store "$T/bad" log
 
+# --- gc: 1 anchor, 2 3 deltas, 4 anchor, 5 delta; tag eval on 2; an orphan
+G=$T/gcstore
+cp -a "$STORE" "$G"
+gc() { t "$DCRFS_CTL" --store "$G" "$@"; }
+gc tag eval 2
+[ "$(commit "$G" "$T/s3" --full)" = 4 ] || fail "the anchor is not version 4"
+t "$DCRFS_SYNTH" step --mode uniform --rate 0.02 --seed 4 --in "$T/s3" --out "$T/s4" --quiet
+rm -f "$T/s4/.dcrfs-synth.state"
+[ "$(commit "$G" "$T/s4")" = 5 ] || fail "s4 is not version 5"
+printf 'orphan' >"$G/packs/$(printf '%064d' 7)"
+versions() { gc log --json | py /dev/stdin 'print(" ".join(str(e["version"]) for e in d))'; }
+packs_of() { for v in "$@"; do gc show "$v" --json | py /dev/stdin 'print("\n".join(d["packs"]))'; done | sort; }
+
+gc gc --keep-last 2 --dry-run >"$T/gc.out"
+grep -q "would remove version 3" "$T/gc.out" || fail "gc --dry-run: $(cat "$T/gc.out")"
+grep -q "keep version 1: the chain of version 2 needs it" "$T/gc.out" ||
+	fail "gc does not report the chain it keeps: $(cat "$T/gc.out")"
+[ "$(versions)" = "5 4 3 2 1" ] || fail "gc --dry-run removed something: $(versions)"
+
+want=$(packs_of 1 2 4 5)
+gc gc --keep-last 2 -q >"$T/gc.out"
+[ "$(versions)" = "5 4 2 1" ] || fail "gc --keep-last 2 left $(versions), expected 5 4 2 1"
+[ -e "$G/packs/$(printf '%064d' 7)" ] || fail "gc deleted an orphan pack within the grace period"
+[ "$(cd "$G/packs" && ls | grep -v '^0000' | sort)" = "$want" ] || fail "gc left other packs than versions 1 2 4 5 need"
+gc verify --deep -q || fail "a kept version is broken after gc"
+[ "$(gc show 5 --json |
+	py /dev/stdin 'print([f["sha256"] for f in d["files"] if f["path"] == "model.safetensors"][0])')" = \
+	"$(sha256sum "$T/s4/model.safetensors" | cut -d' ' -f1)" ] || fail "version 5 changed"
+
+want=$(packs_of 4 5)
+gc gc --keep-last 2 --no-keep-tagged --grace 0 -q
+[ "$(versions)" = "5 4" ] || fail "gc --no-keep-tagged left $(versions)"
+[ "$(cd "$G/packs" && ls | sort)" = "$want" ] || fail "gc --grace 0 left packs no version needs"
+[ -z "$(ls "$G/tags")" ] || fail "the tag of a removed version is still there"
+gc verify --deep -q || fail "version 4 or 5 is broken after gc"
+# only the last version, built on 4: 4 stays for its chain
+gc gc --keep-last 1 -q
+[ "$(versions)" = "5 4" ] || fail "gc --keep-last 1 removed the anchor version 5 is built on"
+
 # --- usage errors: status 2
 U="Usage|usage|--help"
 expect_status 0 "Usage" "$DCRFS_CTL" --help
@@ -173,6 +213,10 @@ expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" log 1
 expect_status 2 "deep" "$DCRFS_CTL" --store "$STORE" log --deep
 expect_status 2 "json" "$DCRFS_CTL" --store "$STORE" tag --json x 1
 expect_status 2 "tag name" "$DCRFS_CTL" --store "$STORE" tag ../x 1
+expect_status 2 "keep-last" "$DCRFS_CTL" --store "$STORE" gc
+expect_status 2 "keep-last" "$DCRFS_CTL" --store "$STORE" gc --keep-last 0
+expect_status 2 "duration" "$DCRFS_CTL" --store "$STORE" gc --keep-last 1 --grace soon
+expect_status 2 "only gc" "$DCRFS_CTL" --store "$STORE" log --keep-last 1
 expect_status 2 "no store" env -u DCRFS_STORE "$DCRFS_CTL" log
 expect_status 1 "$T/nothing" "$DCRFS_CTL" --store "$T/nothing" log
 [ ! -e "$T/nothing" ] || fail "dcrfs-ctl created a store"

@@ -108,6 +108,30 @@ static void test_parse_size(void **state)
 	assert_int_equal(dcr_parse_u64("18446744073709551616", &v), -ERANGE);
 }
 
+static void test_parse_duration(void **state)
+{
+	uint64_t v;
+
+	assert_int_equal(dcr_parse_duration("0", &v), 0);
+	assert_true(v == 0);
+	assert_int_equal(dcr_parse_duration("90", &v), 0);
+	assert_true(v == 90);
+	assert_int_equal(dcr_parse_duration("15m", &v), 0);
+	assert_true(v == 900);
+	assert_int_equal(dcr_parse_duration("24h", &v), 0);
+	assert_true(v == 86400);
+	assert_int_equal(dcr_parse_duration("7d", &v), 0);
+	assert_true(v == 7 * 86400);
+	assert_int_equal(dcr_parse_duration("2w", &v), 0);
+	assert_true(v == 14 * 86400);
+	assert_int_equal(dcr_parse_duration("", &v), -EINVAL);
+	assert_int_equal(dcr_parse_duration("h", &v), -EINVAL);
+	assert_int_equal(dcr_parse_duration("1x", &v), -EINVAL);
+	assert_int_equal(dcr_parse_duration("1hh", &v), -EINVAL);
+	assert_int_equal(dcr_parse_duration("-1s", &v), -EINVAL);
+	assert_int_equal(dcr_parse_duration("99999999999999999w", &v), -ERANGE);
+}
+
 static void test_parse_ms(void **state)
 {
 	uint64_t v;
@@ -138,6 +162,7 @@ int main(void)
 		cmocka_unit_test(test_varint_roundtrip),
 		cmocka_unit_test(test_varint_hostile),
 		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_ms),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
