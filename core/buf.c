@@ -45,6 +45,23 @@ int dcr_buf_reserve(struct dcr_buf *b, size_t need)
 	return 0;
 }
 
+int dcr_array_grow(void *arr, size_t elem, size_t n, size_t *cap)
+{
+	void **a = arr;
+
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : 64;
+	if (nc < *cap || nc > SIZE_MAX / elem)
+		return DCR_ERR(-ENOMEM);
+	void *na = realloc(*a, nc * elem);
+	if (!na)
+		return DCR_ERR(-ENOMEM);
+	*a = na;
+	*cap = nc;
+	return 0;
+}
+
 int dcr_buf_append(struct dcr_buf *b, const void *p, size_t n)
 {
 	if (n > SIZE_MAX - b->len)

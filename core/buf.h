@@ -34,6 +34,15 @@ int dcr_buf_put_varint(struct dcr_buf *b, uint64_t v);
 /** Empty the buffer without freeing it. */
 static inline void dcr_buf_reset(struct dcr_buf *b) { b->len = 0; }
 
+/**
+ * dcr_array_grow - make room for one more element of @elem bytes in the
+ * malloc'ed array *@arr holding @n elements, of capacity *@cap: when
+ * full it doubles (64 at first) with realloc and updates *@arr and
+ * *@cap. @arr is the address of the array pointer (e.g. &v->items).
+ * 0, or -ENOMEM (overflow included) with the array left as it was.
+ */
+int dcr_array_grow(void *arr, size_t elem, size_t n, size_t *cap);
+
 /* Per-thread buffers (dcr_thread_buf): one per use that may be live at
  * the same time in one thread. */
 enum dcr_tbuf {

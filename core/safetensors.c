@@ -327,22 +327,6 @@ done:
 	return j.p == j.end ? 0 : DCR_ERR(-EBADMSG);
 }
 
-/* Make room for one more element in *@arr of *@n (capacity *@cap). */
-static int grow(void *arr, size_t elem, size_t n, size_t *cap)
-{
-	void **a = arr;
-
-	if (n < *cap)
-		return 0;
-	size_t nc = *cap ? 2 * *cap : 64;
-	void *na = realloc(*a, nc * elem);
-	if (!na)
-		return DCR_ERR(-ENOMEM);
-	*a = na;
-	*cap = nc;
-	return 0;
-}
-
 struct regions_walk {
 	struct dcr_regions rs;
 	size_t cap;
@@ -356,7 +340,7 @@ static int region_cb(const char *name, size_t name_len, const char *dtype,
 
 	if (dt <= 0 || e == b)
 		return 0;
-	if (grow(&w->rs.r, sizeof(*w->rs.r), w->rs.n, &w->cap))
+	if (dcr_array_grow(&w->rs.r, sizeof(*w->rs.r), w->rs.n, &w->cap))
 		return DCR_ERR(-ENOMEM);
 	w->rs.r[w->rs.n].off = w->data0 + b;
 	w->rs.r[w->rs.n].len = e - b;
@@ -436,7 +420,7 @@ static int tensor_cb(const char *name, size_t name_len, const char *dtype,
 {
 	struct tensors_walk *w = arg;
 
-	if (grow(&w->ts.t, sizeof(*w->ts.t), w->ts.n, &w->cap))
+	if (dcr_array_grow(&w->ts.t, sizeof(*w->ts.t), w->ts.n, &w->cap))
 		return DCR_ERR(-ENOMEM);
 	struct dcr_tensor *t = &w->ts.t[w->ts.n];
 	/* an escape never takes fewer bytes than its UTF-8 */

@@ -256,22 +256,6 @@ struct ctl {
 	int json;
 };
 
-/* Make room for one more element of @elem bytes in *@arr of @n (cap *@cap). */
-static int grow(void *arr, size_t elem, size_t n, size_t *cap)
-{
-	void **a = arr;
-
-	if (n < *cap)
-		return 0;
-	size_t nc = *cap ? 2 * *cap : 64;
-	void *na = realloc(*a, nc * elem);
-	if (!na)
-		return -ENOMEM;
-	*a = na;
-	*cap = nc;
-	return 0;
-}
-
 static int versions_cb(const char *key, uint64_t size, void *arg)
 {
 	struct ctl *c = arg;
@@ -279,7 +263,7 @@ static int versions_cb(const char *key, uint64_t size, void *arg)
 
 	if (dcr_version_from_key(key, &v))
 		return 0;
-	if (grow(&c->vs, sizeof(*c->vs), c->nvs, &c->cap_vs))
+	if (dcr_array_grow(&c->vs, sizeof(*c->vs), c->nvs, &c->cap_vs))
 		return -ENOMEM;
 	c->vs[c->nvs++] = (struct ver){ .v = v, .obj_size = size };
 	return 0;
@@ -293,7 +277,7 @@ static int packs_cb(const char *key, uint64_t size, void *arg)
 	if (strncmp(key, "packs/", 6) || strlen(key + 6) != DCR_HASH_HEX_LEN ||
 	    dcr_hash_unhex(key + 6, h))
 		return 0;
-	if (grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
+	if (dcr_array_grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
 		return -ENOMEM;
 	memcpy(c->packs[c->npacks].h, h, DCR_HASH_LEN);
 	c->packs[c->npacks++].size = size;
@@ -307,7 +291,7 @@ static int tags_cb(const char *key, uint64_t size, void *arg)
 
 	if (strncmp(key, "tags/", 5) || !dcr_tag_name_valid(name))
 		return 0;
-	if (grow(&c->tags, sizeof(*c->tags), c->ntags, &c->cap_tags))
+	if (dcr_array_grow(&c->tags, sizeof(*c->tags), c->ntags, &c->cap_tags))
 		return -ENOMEM;
 	if (!(c->tags[c->ntags].name = strdup(name)))
 		return -ENOMEM;
@@ -550,6 +534,20 @@ static void print_tags(const struct ctl *c, uint64_t v, int json)
 		putchar('-');
 }
 
+/* The members log and show share, for loaded version @x with stats @s. */
+static void print_summary_json(const struct ctl *c, const struct ver *x,
+			       const struct mstats *s)
+{
+	char tm[40];
+
+	printf("\"version\": %" PRIu64 ", \"parent\": %" PRIu64 ", \"time\": \"%s\""
+	       ", \"time_ns\": %" PRId64 ", \"bytes\": %" PRIu64
+	       ", \"stored_bytes\": %" PRIu64 ", \"kind\": \"%s\", \"tags\": ",
+	       x->v, x->m.parent, fmt_time(x->m.ctime_ns, tm, sizeof(tm)),
+	       x->m.ctime_ns, s->bytes, stored_bytes(c, x), kind_name(&x->m, s));
+	print_tags(c, x->v, 1);
+}
+
 /* ------------------------------------------------------------------- log */
 
 static int cmd_log(struct ctl *c)
@@ -573,18 +571,11 @@ static int cmd_log(struct ctl *c)
 		mstats(m, &s);
 		uint64_t stored = stored_bytes(c, x);
 		if (c->json) {
-			printf("%s\n  {\"version\": %" PRIu64 ", \"parent\": %" PRIu64
-			       ", \"time\": \"%s\", \"time_ns\": %" PRId64
-			       ", \"bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
-			       ", \"kind\": \"%s\", \"files\": %" PRIu64
-			       ", \"chunks\": {\"same\": %" PRIu64 ", \"delta\": %" PRIu64
-			       ", \"full\": %" PRIu64 "}, \"tags\": ",
-			       n++ ? "," : "", x->v, m->parent,
-			       fmt_time(m->ctime_ns, tm, sizeof(tm)), m->ctime_ns,
-			       s.bytes, stored, kind_name(m, &s), s.files, s.same,
-			       s.delta, s.full);
-			print_tags(c, x->v, 1);
-			fputs("}", stdout);
+			printf("%s\n  {", n++ ? "," : "");
+			print_summary_json(c, x, &s);
+			printf(", \"files\": %" PRIu64 ", \"chunks\": {\"same\": %" PRIu64
+			       ", \"delta\": %" PRIu64 ", \"full\": %" PRIu64 "}}",
+			       s.files, s.same, s.delta, s.full);
 		} else {
 			printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-6s  ",
 			       x->v, m->parent, fmt_time(m->ctime_ns, tm, sizeof(tm)),
@@ -615,20 +606,15 @@ static int cmd_show(struct ctl *c, const char *arg)
 	uint64_t stored = stored_bytes(c, x);
 	fmt_time(m->ctime_ns, tm, sizeof(tm));
 	if (c->json) {
-		printf("{\"version\": %" PRIu64 ", \"parent\": %" PRIu64
-		       ", \"time\": \"%s\", \"time_ns\": %" PRId64
-		       ", \"format\": %" PRIu32 ", \"chunk_size\": %" PRIu32
-		       ", \"kind\": \"%s\", \"bytes\": %" PRIu64
-		       ", \"stored_bytes\": %" PRIu64 ", \"packs\": [",
-		       x->v, m->parent, tm, m->ctime_ns, m->format, m->chunk_size,
-		       kind_name(m, &s), s.bytes, stored);
+		putchar('{');
+		print_summary_json(c, x, &s);
+		printf(", \"format\": %" PRIu32 ", \"chunk_size\": %" PRIu32 ", \"packs\": [",
+		       m->format, m->chunk_size);
 		for (uint32_t i = 0; i < m->npacks; i++) {
 			dcr_hash_hex(m->packs[i], hex);
 			printf("%s\"%s\"", i ? ", " : "", hex);
 		}
-		fputs("], \"tags\": ", stdout);
-		print_tags(c, x->v, 1);
-		fputs(", \"files\": [", stdout);
+		fputs("], \"files\": [", stdout);
 	} else {
 		printf("version %" PRIu64 ", parent %" PRIu64 ", %s, %s, format %" PRIu32
 		       ", chunk size %s\n", x->v, m->parent, tm, kind_name(m, &s),
@@ -1032,7 +1018,7 @@ static uint32_t add_cause(struct verify *w, const char *key, const char *fmt, ..
 	for (size_t i = 0; i < w->ncauses; i++)
 		if (!strcmp(w->causes[i].key, key))
 			return (uint32_t)i + 1;
-	if (grow(&w->causes, sizeof(*w->causes), w->ncauses, &w->cap_causes))
+	if (dcr_array_grow(&w->causes, sizeof(*w->causes), w->ncauses, &w->cap_causes))
 		return 0;
 	struct cause *k = &w->causes[w->ncauses];
 	snprintf(k->key, sizeof(k->key), "%s", key);
@@ -1148,7 +1134,7 @@ static int verify_refs(struct verify *w)
 				const struct dcr_chunk_ref *r = &m->files[f].chunks[k];
 				if (!w->vs[i].need[f][k] || r->kind == DCR_CK_SAME)
 					continue;
-				if (grow(&w->refs, sizeof(*w->refs), w->nrefs, &w->cap_refs))
+				if (dcr_array_grow(&w->refs, sizeof(*w->refs), w->nrefs, &w->cap_refs))
 					return -ENOMEM;
 				w->refs[w->nrefs++] = (struct fref){ m->packs[r->pack], r->off,
 					r->len, (uint32_t)i, f, k };
@@ -1187,7 +1173,7 @@ static const char *check_frame(struct verify *w, struct dcr_codec *codec,
 		dcr_sha256(chunk, len, hash);
 		return dcr_hash_eq(hash, cr->hash) ? NULL : "frame does not decode to its chunk's SHA-256";
 	}
-	if (!grow(&w->f1, sizeof(*w->f1), w->nf1, &w->cap_f1))
+	if (!dcr_array_grow(&w->f1, sizeof(*w->f1), w->nf1, &w->cap_f1))
 		w->f1[w->nf1++] = *r;
 	return NULL;
 }
