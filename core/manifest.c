@@ -123,6 +123,85 @@ int dcr_file_digest(const struct dcr_file *f, uint8_t out[DCR_HASH_LEN])
 	return 0;
 }
 
+struct dcr_file_hasher {
+	struct dcr_sha256_ctx *file;  /* the bytes (< 3) or the list (3) */
+	struct dcr_sha256_ctx *chunk; /* the current chunk (3) */
+	uint32_t chunk_size;          /* 0 before format 3 */
+	uint64_t in_chunk;            /* bytes of the current chunk */
+};
+
+struct dcr_file_hasher *dcr_file_hasher_new(uint32_t format,
+					    uint32_t chunk_size)
+{
+	struct dcr_file_hasher *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->chunk_size = format >= 3 ? chunk_size : 0;
+	h->file = dcr_sha256_new();
+	h->chunk = h->chunk_size ? dcr_sha256_new() : NULL;
+	if (!h->file || (h->chunk_size && !h->chunk)) {
+		dcr_file_hasher_free(h);
+		return NULL;
+	}
+	return h;
+}
+
+/* Close the current chunk into the list. */
+static void hasher_end_chunk(struct dcr_file_hasher *h)
+{
+	uint8_t d[DCR_HASH_LEN];
+
+	dcr_sha256_final(h->chunk, d);
+	dcr_sha256_reset(h->chunk);
+	dcr_sha256_update(h->file, d, sizeof(d));
+	h->in_chunk = 0;
+}
+
+void dcr_file_hasher_update(struct dcr_file_hasher *h, const void *data,
+			    size_t len)
+{
+	const uint8_t *p = data;
+
+	if (!h->chunk_size) {
+		dcr_sha256_update(h->file, p, len);
+		return;
+	}
+	while (len) {
+		size_t n = (size_t)DCR_MIN((uint64_t)len,
+					   h->chunk_size - h->in_chunk);
+		dcr_sha256_update(h->chunk, p, n);
+		h->in_chunk += n;
+		p += n;
+		len -= n;
+		if (h->in_chunk == h->chunk_size)
+			hasher_end_chunk(h);
+	}
+}
+
+void dcr_file_hasher_final(struct dcr_file_hasher *h,
+			   uint8_t out[DCR_HASH_LEN])
+{
+	if (h->chunk_size && h->in_chunk)
+		hasher_end_chunk(h);
+	dcr_sha256_final(h->file, out);
+	dcr_sha256_reset(h->file);
+}
+
+void dcr_file_hasher_free(struct dcr_file_hasher *h)
+{
+	if (!h)
+		return;
+	dcr_sha256_free(h->file);
+	dcr_sha256_free(h->chunk);
+	free(h);
+}
+
+const char *dcr_file_digest_kind(uint32_t format)
+{
+	return format >= 3 ? "sha256-of-chunks" : "sha256";
+}
+
 static int parent_dir_listed(const struct dcr_manifest *m, const char *path)
 {
 	const char *slash = strrchr(path, '/');

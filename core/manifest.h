@@ -135,6 +135,25 @@ struct dcr_manifest {
  */
 int dcr_file_digest(const struct dcr_file *f, uint8_t out[DCR_HASH_LEN]);
 
+/**
+ * dcr_file_hasher - a file's digest (dcr_file.sha256) from its bytes, as
+ * manifest format @format defines it: the SHA-256 of the bytes before 3,
+ * dcr_file_digest of the chunk SHA-256s (chunks of @chunk_size) from 3
+ * on. For verifiers that read a file back (dcrfs-ctl verify --deep).
+ * Feed the bytes in order, in pieces of any size. NULL on ENOMEM.
+ */
+struct dcr_file_hasher;
+struct dcr_file_hasher *dcr_file_hasher_new(uint32_t format,
+					    uint32_t chunk_size);
+void dcr_file_hasher_update(struct dcr_file_hasher *h, const void *data,
+			    size_t len);
+/** The digest into @out; the hasher is reset for the next file. */
+void dcr_file_hasher_final(struct dcr_file_hasher *h,
+			   uint8_t out[DCR_HASH_LEN]);
+void dcr_file_hasher_free(struct dcr_file_hasher *h);
+/** "sha256" (of the bytes) or "sha256-of-chunks" for @format. */
+const char *dcr_file_digest_kind(uint32_t format);
+
 /** Free everything a decoded or built manifest owns (not @m itself). NULL ok. */
 void dcr_manifest_free(struct dcr_manifest *m);
 

@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -169,6 +170,22 @@ static int skip_value(struct js *j, int depth)
 			j->p++;
 		return 0;
 	}
+}
+
+static enum dcr_float_fmt map_float(const char *s, size_t n)
+{
+	static const struct {
+		const char *name;
+		enum dcr_float_fmt ff;
+	} map[] = {
+		{ "BF16", DCR_FF_BF16 }, { "F16", DCR_FF_F16 },
+		{ "F32", DCR_FF_F32 }, { "F64", DCR_FF_F64 },
+		{ "F8_E4M3", DCR_FF_F8_E4M3 }, { "F8_E5M2", DCR_FF_F8_E5M2 },
+	};
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(map); i++)
+		if (str_is(s, n, map[i].name))
+			return map[i].ff;
+	return DCR_FF_NONE;
 }
 
 static int map_dtype(const char *s, size_t n)
@@ -352,25 +369,7 @@ static int region_cb(const char *name, size_t name_len, const char *dtype,
 int dcr_safetensors_regions(const void *file_prefix, size_t n,
 			    uint64_t file_size, struct dcr_regions *out)
 {
-	struct regions_walk w = { { NULL, 0 }, 0, 0 };
-
-	out->r = NULL;
-	out->n = 0;
-	int ret = walk(file_prefix, n, file_size, &w.data0, region_cb, &w);
-	if (ret)
-		goto err_free;
-	if (w.rs.n)
-		qsort(w.rs.r, w.rs.n, sizeof(*w.rs.r), cmp_region);
-	for (size_t i = 1; i < w.rs.n; i++)
-		if (w.rs.r[i].off < w.rs.r[i - 1].off + w.rs.r[i - 1].len) {
-			ret = DCR_ERR(-EBADMSG);
-			goto err_free;
-		}
-	*out = w.rs;
-	return 0;
-err_free:
-	free(w.rs.r);
-	return ret;
+	return dcr_safetensors_parse(file_prefix, n, file_size, out, NULL);
 }
 
 /* Append the JSON string body @s[0..n) unescaped to @dst (NUL-terminated). */
@@ -415,6 +414,13 @@ struct tensors_walk {
 	uint64_t data0;
 };
 
+/* dcr_safetensors_parse's walk: regions, and float tensors if wanted. */
+struct parse_walk {
+	struct regions_walk rw;
+	struct tensors_walk tw;
+	bool floats;
+};
+
 static int tensor_cb(const char *name, size_t name_len, const char *dtype,
 		     size_t dtype_len, int dt, uint64_t b, uint64_t e, void *arg)
 {
@@ -434,6 +440,7 @@ static int tensor_cb(const char *name, size_t name_len, const char *dtype,
 	t->dtype[dtype_len] = 0;
 	t->off = w->data0 + b;
 	t->len = e - b;
+	t->fmt = (uint8_t)map_float(dtype, dtype_len);
 	return 0;
 }
 
@@ -462,6 +469,56 @@ int dcr_safetensors_tensors(const void *file_prefix, size_t n,
 	return 0;
 }
 
+static int parse_cb(const char *name, size_t name_len, const char *dtype,
+		    size_t dtype_len, int dt, uint64_t b, uint64_t e, void *arg)
+{
+	struct parse_walk *w = arg;
+	enum dcr_float_fmt ff = map_float(dtype, dtype_len);
+	int ret = region_cb(name, name_len, dtype, dtype_len, dt, b, e, &w->rw);
+
+	if (ret || !w->floats || ff == DCR_FF_NONE || e == b)
+		return ret;
+	if ((e - b) % dcr_float_width(ff))
+		return DCR_ERR(-EBADMSG);
+	w->tw.data0 = w->rw.data0;
+	return tensor_cb(name, name_len, dtype, dtype_len, dt, b, e, &w->tw);
+}
+
+int dcr_safetensors_parse(const void *file_prefix, size_t n,
+			  uint64_t file_size, struct dcr_regions *regions,
+			  struct dcr_tensors *floats)
+{
+	struct parse_walk w = { .floats = floats != NULL };
+	int ret;
+
+	regions->r = NULL;
+	regions->n = 0;
+	if (floats) {
+		floats->t = NULL;
+		floats->n = 0;
+	}
+	ret = walk(file_prefix, n, file_size, &w.rw.data0, parse_cb, &w);
+	if (ret)
+		goto err_free;
+	if (w.rw.rs.n)
+		qsort(w.rw.rs.r, w.rw.rs.n, sizeof(*w.rw.rs.r), cmp_region);
+	for (size_t i = 1; i < w.rw.rs.n; i++)
+		if (w.rw.rs.r[i].off < w.rw.rs.r[i - 1].off + w.rw.rs.r[i - 1].len) {
+			ret = DCR_ERR(-EBADMSG);
+			goto err_free;
+		}
+	if (w.tw.ts.n)
+		qsort(w.tw.ts.t, w.tw.ts.n, sizeof(*w.tw.ts.t), cmp_tensor);
+	*regions = w.rw.rs;
+	if (floats)
+		*floats = w.tw.ts;
+	return 0;
+err_free:
+	free(w.rw.rs.r);
+	dcr_tensors_free(&w.tw.ts);
+	return ret;
+}
+
 void dcr_tensors_free(struct dcr_tensors *ts)
 {
 	if (!ts)
@@ -476,12 +533,23 @@ void dcr_tensors_free(struct dcr_tensors *ts)
 int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 			       struct dcr_regions *out)
 {
+	return dcr_safetensors_parse_fd(fd, file_size, out, NULL);
+}
+
+int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
+			     struct dcr_regions *regions,
+			     struct dcr_tensors *floats)
+{
 	uint8_t h[8];
 	size_t need;
 	int ret;
 
-	out->r = NULL;
-	out->n = 0;
+	regions->r = NULL;
+	regions->n = 0;
+	if (floats) {
+		floats->t = NULL;
+		floats->n = 0;
+	}
 	if (file_size < 8)
 		return DCR_ERR(-EBADMSG);
 	if ((ret = dcr_pread_full(fd, h, 8, 0)))
@@ -493,7 +561,8 @@ int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
 		return DCR_ERR(-ENOMEM);
 	ret = dcr_pread_full(fd, buf, need, 0);
 	if (!ret)
-		ret = dcr_safetensors_regions(buf, need, file_size, out);
+		ret = dcr_safetensors_parse(buf, need, file_size, regions,
+					    floats);
 	free(buf);
 	return ret;
 }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "frame.h"
+#include "nonfinite.h"
 
 /** Largest header accepted (as the safetensors reference does). */
 #define DCR_SAFETENSORS_HDR_MAX ((uint64_t)100 << 20)
@@ -63,6 +64,7 @@ struct dcr_tensor {
 	char dtype[16];  /* as the header spells it ("BF16"), truncated */
 	uint64_t off;    /* file offset of the first byte */
 	uint64_t len;    /* bytes */
+	uint8_t fmt;     /* enum dcr_float_fmt; DCR_FF_NONE if not a float */
 };
 
 /** Tensors of one file; free with dcr_tensors_free. */
@@ -81,6 +83,23 @@ struct dcr_tensors {
  */
 int dcr_safetensors_tensors(const void *file_prefix, size_t n,
 			    uint64_t file_size, struct dcr_tensors *out);
+
+/**
+ * dcr_safetensors_parse - dcr_safetensors_regions that also fills
+ * @floats (if non-NULL) with the file's non-empty float tensors (BF16,
+ * F16, F32, F64, F8_E4M3, F8_E5M2; fmt set), for the commit's non-finite
+ * check: one parse for both. On failure both are empty. Returns as
+ * dcr_safetensors_regions; a float tensor whose length is not a multiple
+ * of its element width is -EBADMSG.
+ */
+int dcr_safetensors_parse(const void *file_prefix, size_t n,
+			  uint64_t file_size, struct dcr_regions *regions,
+			  struct dcr_tensors *floats);
+
+/** dcr_safetensors_parse of the open file @fd (pread, offset unmoved). */
+int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
+			     struct dcr_regions *regions,
+			     struct dcr_tensors *floats);
 
 /** Free every name and the array of @ts and empty it; NULL accepted. */
 void dcr_tensors_free(struct dcr_tensors *ts);

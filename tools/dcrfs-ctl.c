@@ -624,6 +624,9 @@ static int cmd_show(struct ctl *c, const char *arg)
 		       dcr_format_size(stored, b2, sizeof(b2)), m->npacks);
 		print_tags(c, x->v, 0);
 		putchar('\n');
+		printf("file digests: %s\n", m->format >= 3 ?
+		       "SHA-256 of each file's chunk SHA-256s (dcrfs-ctl verify "
+		       "--deep checks them)" : "SHA-256 of each file's bytes");
 	}
 	for (uint32_t i = 0; i < m->nfiles; i++) {
 		const struct dcr_file *f = &m->files[i];
@@ -638,9 +641,12 @@ static int cmd_show(struct ctl *c, const char *arg)
 			dcr_json_str(stdout, f->path);
 			printf(", \"type\": \"%s\", \"mode\": \"%04" PRIo32 "\", \"size\": %" PRIu64,
 			       dir ? "dir" : "file", f->mode, f->size);
+			if (!dir && m->format < 3)
+				printf(", \"sha256\": \"%s\"", hex);
 			if (!dir)
-				printf(", \"sha256\": \"%s\", \"chunks\": %" PRIu64
-				       ", \"stored_bytes\": %" PRIu64, hex, f->nchunks, fb);
+				printf(", \"digest\": \"%s\", \"digest_kind\": \"%s\", "
+				       "\"chunks\": %" PRIu64 ", \"stored_bytes\": %" PRIu64,
+				       hex, dcr_file_digest_kind(m->format), f->nchunks, fb);
 			putchar('}');
 		} else {
 			printf("%c%04" PRIo32 " %14" PRIu64 "  %-64s  %s%s\n", dir ? 'd' : '-',
@@ -1304,11 +1310,11 @@ static int verify_deep(struct verify *w)
 	struct ctl *c = w->c;
 	size_t bufsz = 4u << 20;
 	uint8_t *buf = malloc(bufsz), h[DCR_HASH_LEN];
-	struct dcr_sha256_ctx *sc = dcr_sha256_new();
+	struct dcr_file_hasher *sc = NULL;
 	char key[64];
 	int ret = 0;
 
-	if (!buf || !sc) {
+	if (!buf) {
 		ret = -ENOMEM;
 		goto err_free;
 	}
@@ -1317,6 +1323,12 @@ static int verify_deep(struct verify *w)
 		const struct dcr_manifest *m = &c->vs[i].m;
 		if (!s->target || !s->need)
 			continue;
+		dcr_file_hasher_free(sc);
+		sc = dcr_file_hasher_new(m->format, m->chunk_size);
+		if (!sc) {
+			ret = -ENOMEM;
+			goto err_free;
+		}
 		dcr_version_key(c->vs[i].v, key, sizeof(key));
 		for (uint32_t f = 0; f < m->nfiles; f++) {
 			const struct dcr_file *fl = &m->files[f];
@@ -1327,25 +1339,24 @@ static int verify_deep(struct verify *w)
 				bad = s->cause[f][k] != 0;
 			if (bad)
 				continue; /* already reported */
-			dcr_sha256_reset(sc);
 			for (uint64_t off = 0; off < fl->size && !bad; off += bufsz) {
 				size_t n = (size_t)DCR_MIN(bufsz, fl->size - off);
 				bad = read_bytes(c, c->vs[i].v, f, fl->path, off, buf, n) != 0;
-				dcr_sha256_update(sc, buf, n);
+				dcr_file_hasher_update(sc, buf, n);
 			}
-			dcr_sha256_final(sc, h);
+			dcr_file_hasher_final(sc, h);
 			if (bad || !dcr_hash_eq(h, fl->sha256)) {
 				char why[64 + DCR_PATH_MAX];
 				snprintf(why, sizeof(why), "%s/%s", key, fl->path);
 				uint32_t k = add_cause(w, why, "%s", bad ? "does not materialize" :
-						       "materialized file does not match its SHA-256");
+						       "materialized file does not match its digest");
 				for (uint64_t x = 0; x < fl->nchunks; x++)
 					s->cause[f][x] = k;
 			}
 		}
 	}
 err_free:
-	dcr_sha256_free(sc);
+	dcr_file_hasher_free(sc);
 	free(buf);
 	return ret;
 }

@@ -68,16 +68,22 @@ DCRFS_STORE=$STORE t "$DCRFS_CTL" log --json | py /dev/stdin 'assert len(d) == 3
 
 # --- show: sizes and SHA-256 of the source files
 ctl show 3 --json >"$T/show.json"
-(cd "$T/s3" && sha256sum ./* | sed 's| \./| |') >"$T/s3.sha"
+fmt=$(py "$T/show.json" 'print(d["format"])')
+cs=$(py "$T/show.json" 'print(d["chunk_size"])')
+for f in "$T"/s3/*; do
+	printf '%s %s\n' "$(file_digest "$f" "$fmt" "$cs")" "$(basename "$f")"
+done >"$T/s3.sha"
 py "$T/show.json" '
 want = dict(reversed(l.split()) for l in open(sys.argv[2]))
 files = {f["path"]: f for f in d["files"]}
 assert set(files) == set(want), (sorted(files), sorted(want))
+kind = "sha256" if d["format"] < 3 else "sha256-of-chunks"
 for p, h in want.items():
-    assert files[p]["sha256"] == h, p
+    assert files[p]["digest"] == h and files[p]["digest_kind"] == kind, p
+    assert files[p].get("sha256", h) == h, p
     assert files[p]["size"] == os.path.getsize(os.path.join(sys.argv[3], p)), p
-assert d["version"] == 3 and d["parent"] == 2 and d["format"] == 2
-' "$T/s3.sha" "$T/s3" || fail "show --json disagrees with sha256sum"
+assert d["version"] == 3 and d["parent"] == 2 and d["format"] >= 2
+' "$T/s3.sha" "$T/s3" || fail "show --json disagrees with the files"
 ctl show latest | grep -q extra.bin || fail "show latest does not list extra.bin"
 
 # --- diff: exact changed bytes and chunks against the files themselves
@@ -186,9 +192,10 @@ gc gc --keep-last 2 -q >"$T/gc.out"
 [ -e "$G/packs/$(printf '%064d' 7)" ] || fail "gc deleted an orphan pack within the grace period"
 [ "$(cd "$G/packs" && ls | grep -v '^0000' | sort)" = "$want" ] || fail "gc left other packs than versions 1 2 4 5 need"
 gc verify --deep -q || fail "a kept version is broken after gc"
-[ "$(gc show 5 --json |
-	py /dev/stdin 'print([f["sha256"] for f in d["files"] if f["path"] == "model.safetensors"][0])')" = \
-	"$(sha256sum "$T/s4/model.safetensors" | cut -d' ' -f1)" ] || fail "version 5 changed"
+gc show 5 --json >"$T/show5.json"
+[ "$(py "$T/show5.json" 'print([f["digest"] for f in d["files"] if f["path"] == "model.safetensors"][0])')" = \
+	"$(file_digest "$T/s4/model.safetensors" "$(py "$T/show5.json" 'print(d["format"])')" \
+		"$(py "$T/show5.json" 'print(d["chunk_size"])')")" ] || fail "version 5 changed"
 
 want=$(packs_of 4 5)
 gc gc --keep-last 2 --no-keep-tagged --grace 0 -q

@@ -310,3 +310,21 @@ expect_fail_msg() {
 }
 
 cd "$T"
+
+# file_digest FILE FORMAT CHUNK_SIZE - the digest a manifest of FORMAT
+# records for FILE: its SHA-256 before format 3, the SHA-256 of its chunk
+# SHA-256s from 3 on (dcr_file_hasher).
+file_digest() {
+	python3 - "$@" <<'PY'
+import hashlib, sys
+path, fmt, cs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = open(path, "rb").read()
+if fmt < 3:
+    print(hashlib.sha256(data).hexdigest())
+else:
+    h = hashlib.sha256()
+    for i in range(0, len(data), cs):
+        h.update(hashlib.sha256(data[i:i + cs]).digest())
+    print(h.hexdigest())
+PY
+}

@@ -24,9 +24,11 @@ done
 
 ctl log --json | py 'assert [e["version"] for e in d] == [3, 2, 1], d
 assert [e["parent"] for e in d] == [2, 1, 0], d' || fail "log --json over S3"
-want=$(sha256sum "$T/tree.2/a.bin" | cut -d' ' -f1)
-[ "$(ctl show 2 --json | py 'print([f["sha256"] for f in d["files"] if f["path"] == "a.bin"][0])')" = "$want" ] ||
-	fail "show 2 over S3: wrong SHA-256 of a.bin"
+ctl show 2 --json >"$T/show2.json"
+want=$(file_digest "$T/tree.2/a.bin" "$(py 'print(d["format"])' <"$T/show2.json")" \
+	"$(py 'print(d["chunk_size"])' <"$T/show2.json")")
+[ "$(py 'print([f["digest"] for f in d["files"] if f["path"] == "a.bin"][0])' <"$T/show2.json")" = "$want" ] ||
+	fail "show 2 over S3: wrong digest of a.bin"
 ctl diff 1 2 --json | py '
 f = {f["path"]: f for f in d["files"]}
 assert f["a.bin"]["status"] == "changed" and f["a.bin"]["changed_bytes"] > 0, f["a.bin"]

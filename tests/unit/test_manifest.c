@@ -205,6 +205,50 @@ static void test_file_digest(void **state)
 	dcr_buf_free(&b);
 }
 
+/* dcr_file_hasher: from the bytes, fed in odd pieces, per format. */
+static void test_file_hasher(void **state)
+{
+	const uint32_t cs = 4096;
+	const size_t len = 2 * cs + 1234;
+	uint8_t *data = malloc(len), h[DCR_HASH_LEN], want[DCR_HASH_LEN];
+	uint8_t list[3 * DCR_HASH_LEN];
+	struct dcr_file_hasher *fh;
+
+	(void)state;
+	for (size_t i = 0; i < len; i++)
+		data[i] = (uint8_t)(i * 131 + (i >> 9));
+	for (uint32_t fmt = 1; fmt <= DCR_MANIFEST_FORMAT; fmt++) {
+		if (fmt < 3) {
+			dcr_sha256(data, len, want);
+		} else {
+			for (size_t c = 0; c < 3; c++)
+				dcr_sha256(data + c * cs,
+					   DCR_MIN((size_t)cs, len - c * cs),
+					   list + c * DCR_HASH_LEN);
+			dcr_sha256(list, sizeof(list), want);
+		}
+		fh = dcr_file_hasher_new(fmt, cs);
+		assert_non_null(fh);
+		for (int round = 0; round < 2; round++) { /* reset by final */
+			for (size_t off = 0, step = 1; off < len; step = step * 3 + 7) {
+				size_t n = DCR_MIN(step, len - off);
+				dcr_file_hasher_update(fh, data + off, n);
+				off += n;
+			}
+			dcr_file_hasher_final(fh, h);
+			assert_memory_equal(h, want, DCR_HASH_LEN);
+		}
+		/* an empty file: the SHA-256 of no bytes in every format */
+		dcr_file_hasher_final(fh, h);
+		dcr_sha256("", 0, want);
+		assert_memory_equal(h, want, DCR_HASH_LEN);
+		dcr_file_hasher_free(fh);
+	}
+	assert_string_equal(dcr_file_digest_kind(2), "sha256");
+	assert_string_equal(dcr_file_digest_kind(3), "sha256-of-chunks");
+	free(data);
+}
+
 static void test_empty_version(void **state)
 {
 	struct dcr_manifest m = { .version = 1, .chunk_size = DCR_CHUNK_DEFAULT }, d;
@@ -383,6 +427,7 @@ int main(void)
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_format1),
 		cmocka_unit_test(test_file_digest),
+		cmocka_unit_test(test_file_hasher),
 		cmocka_unit_test(test_empty_version),
 		cmocka_unit_test(test_validate_rejects),
 		cmocka_unit_test(test_paths),
