@@ -80,6 +80,7 @@ struct opts {
 	char *fetch_threads;
 	char *fetch_ahead;
 	int path_style;
+	int no_sign_request;
 	int no_splice;
 	int prefetch_pagecache;
 	int nonempty;
@@ -133,6 +134,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("fetch_ahead=%s", fetch_ahead, 0),
 	OPT("path_style", path_style, 1),
 	OPT("nopath_style", path_style, 0),
+	OPT("no_sign_request", no_sign_request, 1),
 	OPT("clone_fd", clone_fd, 1),
 	OPT("max_threads=%u", max_threads, 0),
 	OPT("max_idle_threads=%u", max_idle_threads, 0),
@@ -222,6 +224,8 @@ static void usage(FILE *f)
 "S3 options (no secrets: use credentials files or AWS_* variables):\n"
 "    -o endpoint=URL  -o region=NAME  -o profile=NAME\n"
 "    -o credentials=FILE  -o ca_bundle=FILE  -o path_style|nopath_style\n"
+"    -o no_sign_request     unsigned requests (a public bucket); without it,\n"
+"                           no credentials found is an error\n"
 "    -o s3_timeout=SECONDS  bound on one S3 request and its retries (default 30)\n"
 "\n"
 "fetching (any store):\n"
@@ -772,6 +776,7 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	cfg->credentials = o->credentials;
 	cfg->ca_bundle = o->ca_bundle;
 	cfg->path_style = o->path_style;
+	cfg->no_sign_request = o->no_sign_request;
 	if (o->s3_timeout) {
 		if (dcr_parse_u64(o->s3_timeout, &x) < 0 || x == 0 ||
 		    x > 86400) {

@@ -454,7 +454,13 @@ int dcr_aws_cfg_load(const struct dcr_store_cfg *o, struct dcr_aws_cfg *c)
 			return ret;
 	}
 
-	ret = load_credentials(o, profile, &conf, c);
+	if (o && o->no_sign_request) {
+		/* Unsigned on purpose (a public bucket), as the aws CLI's
+		 * --no-sign-request: credentials are not even looked for. */
+		ret = 0;
+	} else {
+		ret = load_credentials(o, profile, &conf, c);
+	}
 	if (ret == -ENOENT) {
 		if (o && o->credentials)
 			goto err_free;
@@ -463,8 +469,17 @@ int dcr_aws_cfg_load(const struct dcr_store_cfg *o, struct dcr_aws_cfg *c)
 				profile);
 			goto err_free;
 		}
-		dcr_info("no AWS credentials found; sending unsigned requests");
-		ret = 0;
+		char *cp = aws_path("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+		char *fp = aws_path("AWS_CONFIG_FILE", "config");
+		dcr_err("no AWS credentials found: looked in AWS_ACCESS_KEY_ID and "
+			"AWS_SECRET_ACCESS_KEY, then profile [%s] of %s and %s; "
+			"set them, or pass --no-sign-request (dcrfs: -o "
+			"no_sign_request) for a bucket that allows anonymous "
+			"access", profile, cp ? cp : "~/.aws/credentials",
+			fp ? fp : "~/.aws/config");
+		free(cp);
+		free(fp);
+		ret = DCR_ERR(-EACCES);
 	}
 	if (ret)
 		goto err_free;

@@ -15,8 +15,12 @@
  *                3. profile options->profile, AWS_PROFILE, or "default" in
  *                   AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), then
  *                   in AWS_CONFIG_FILE (~/.aws/config, "[profile NAME]").
- *                4. none: requests are sent unsigned (public buckets). A
- *                   profile named explicitly but found nowhere is an error.
+ *                4. none: an error (-EACCES, logged, naming where it
+ *                   looked), as the aws CLI's "Unable to locate
+ *                   credentials". Requests are sent unsigned (a public
+ *                   bucket) only with options->no_sign_request, which
+ *                   skips 1-3. A profile named explicitly but found
+ *                   nowhere is an error.
  *   region       options->region, AWS_REGION, AWS_DEFAULT_REGION, the
  *                profile's "region" in the config file, "us-east-1".
  *   endpoint     options->endpoint, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL,

@@ -31,6 +31,10 @@
 #define S3_KEY_MAX 1024             /* S3's limit on object key bytes */
 #define S3_POOL_MAX 64              /* idle easy handles kept */
 #define S3_ATTEMPTS_MAX 10
+/* A host name that does not resolve is asked again this often, not for
+ * the whole retry budget: DNS answers "no such name" quickly and for
+ * good, and the message that names the host is what the user needs. */
+#define S3_RESOLVE_ATTEMPTS 2
 #define S3_BACKOFF_BASE_MS 100
 #define S3_BACKOFF_CAP_MS 4000
 #define S3_CONNECT_TIMEOUT_MS 5000
@@ -347,6 +351,7 @@ struct s3_req {
 
 	/* results */
 	bool maybe_applied;    /* a failed attempt may have taken effect */
+	bool unresolved;       /* the last attempt could not resolve the host */
 	long status;
 	char etag[S3_ETAG_MAX];
 	uint64_t clen;
@@ -456,6 +461,22 @@ static size_t on_read(char *p, size_t sz, size_t nm, void *arg)
 	memcpy(p, (const char *)x->r->body + x->up_off, n);
 	x->up_off += n;
 	return n;
+}
+
+/*
+ * Let curl rewind an upload body (it does on a connection that was
+ * reset while a PUT body was being sent, and on some redirects): without
+ * this it fails with "rewinding of the data stream failed" instead of
+ * sending the body again.
+ */
+static int on_seek(void *arg, curl_off_t off, int origin)
+{
+	struct xfer *x = arg;
+
+	if (origin != SEEK_SET || off < 0 || (uint64_t)off > x->r->body_len)
+		return CURL_SEEKFUNC_CANTSEEK;
+	x->up_off = (size_t)off;
+	return CURL_SEEKFUNC_OK;
 }
 
 /* Build the signed header list for one attempt. NULL on no memory. */
@@ -594,6 +615,7 @@ static bool curl_transient(CURLcode c)
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_OPERATION_TIMEDOUT:
 	case CURLE_SEND_ERROR:
+	case CURLE_SEND_FAIL_REWIND:
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
@@ -704,6 +726,8 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, &x);
+		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+		curl_easy_setopt(h, CURLOPT_SEEKDATA, &x);
 	} else if (!strcmp(r->method, "POST")) {
 		curl_easy_setopt(h, CURLOPT_POST, 1L);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
@@ -732,9 +756,14 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		snprintf(why, wc, "%s", dcr_strerror(x.werr));
 		goto out;
 	}
+	r->unresolved = cc == CURLE_COULDNT_RESOLVE_HOST;
 	if (cc != CURLE_OK) {
 		*ret = DCR_ERR(-EIO);
-		snprintf(why, wc, "%s", curl_easy_strerror(cc));
+		if (r->unresolved)
+			snprintf(why, wc, "cannot resolve the host of %s "
+				 "(check the endpoint and DNS)", s->origin);
+		else
+			snprintf(why, wc, "%s", curl_easy_strerror(cc));
 		oc = curl_transient(cc) ? OUT_RETRY : OUT_DONE;
 		/* Sent, perhaps acted on, reply lost (not: never connected). */
 		if (cc != CURLE_COULDNT_RESOLVE_HOST &&
@@ -835,7 +864,8 @@ static int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 		if (oc == OUT_DONE)
 			break;
 		int64_t left = deadline - dcr_mono_ns();
-		if (n >= S3_ATTEMPTS_MAX || left < 20 * 1000000LL)
+		if (n >= S3_ATTEMPTS_MAX || left < 20 * 1000000LL ||
+		    (r->unresolved && n >= S3_RESOLVE_ATTEMPTS))
 			break;
 		/* Full jitter: uniform in [0, min(cap, base * 2^n)). */
 		int64_t cap_ms = DCR_MIN((int64_t)S3_BACKOFF_CAP_MS,

@@ -18,6 +18,10 @@ struct dcr_store_cfg {
 	const char *profile;
 	const char *credentials; /* path of an AWS credentials file */
 	int path_style;          /* S3: -1 = default, 0 = virtual, 1 = path */
+	/* S3: send unsigned requests (a public bucket); without it, finding
+	 * no credentials is an error (-EACCES, logged, naming the places
+	 * looked in), never a silent fallback to unsigned requests. */
+	int no_sign_request;
 	const char *ca_bundle;
 	/* S3: bound on one operation including its retries, in ms; 0 picks
 	 * the default (30 s for get/head/list/del, 600 s per put or part). */

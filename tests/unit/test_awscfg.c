@@ -204,16 +204,28 @@ static void test_profiles(void **state)
 	o.profile = "bad]name";
 	assert_int_equal(dcr_aws_cfg_load(&o, &c), -EINVAL);
 
-	/* no credentials anywhere: anonymous */
+	/* no credentials anywhere: an error naming where it looked, never
+	 * a silent fallback to unsigned requests ... */
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
 	unsetenv("AWS_PROFILE");
 	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/creds", 1);
 	setenv("AWS_CONFIG_FILE", "/nonexistent/config", 1);
-	assert_int_equal(dcr_aws_cfg_load(NULL, &c), 0);
+	assert_int_equal(dcr_aws_cfg_load(NULL, &c), -EACCES);
+	/* ... unless asked for: anonymous */
+	struct dcr_store_cfg anon = { .path_style = -1, .no_sign_request = 1 };
+	assert_int_equal(dcr_aws_cfg_load(&anon, &c), 0);
 	assert_null(c.access_key);
 	assert_string_equal(c.region, "us-east-1");
 	dcr_aws_cfg_free(&c);
+	/* and then even present keys are not used */
+	setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "SKENV", 1);
+	assert_int_equal(dcr_aws_cfg_load(&anon, &c), 0);
+	assert_null(c.access_key);
+	dcr_aws_cfg_free(&c);
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
 }
 
 static void test_credentials_file(void **state)
