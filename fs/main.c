@@ -833,8 +833,16 @@ static int build_fuse_args(struct fuse_args *args, const struct opts *o,
 		ret = fuse_opt_insert_arg(args, 2, head);
 	if (ret == 0)
 		ret = fuse_opt_add_arg(args, "-o");
+	/*
+	 * Test hook (HACKING): DCRFS_TEST_KERNEL_RW=1 mounts without the
+	 * kernel's ro flag, so that writes reach dcrfs's own handlers, which
+	 * must refuse them (EROFS) by themselves; tests/integration/
+	 * readonly.sh checks both layers.
+	 */
+	const char *rw = getenv("DCRFS_TEST_KERNEL_RW");
 	if (ret == 0)
-		ret = fuse_opt_add_arg(args, "ro,nosuid,nodev");
+		ret = fuse_opt_add_arg(args, rw && !strcmp(rw, "1") ?
+				       "nosuid,nodev" : "ro,nosuid,nodev");
 	free(head);
 	return ret;
 }

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # readonly.sh - every kind of write to the mount fails with EROFS
-# ("Read-only file system"), and nothing changes.
+# ("Read-only file system"), and nothing changes: first as mounted (the
+# kernel's ro flag refuses most writes before dcrfs sees them), then with
+# the kernel flag off (DCRFS_TEST_KERNEL_RW=1), where dcrfs's own write
+# handlers must refuse every one.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_bins
@@ -13,8 +16,9 @@ mkdir -p "$T/tree/d"
 rand_file "$T/tree/f" 100000 f
 printf 'x\n' >"$T/tree/d/g"
 [ "$(commit "$STORE" "$T/tree" --tag t1)" = 1 ] || fail "commit is not version 1"
-mount_dcrfs "$STORE" "$MNT" poll=1
 
+# writes_fail - the battery of writes, against the mount at $MNT
+writes_fail() {
 V=$MNT/v1
 expect_fail_msg "$EROFS" touch "$V/new"
 expect_fail_msg "$EROFS" touch "$V/f"
@@ -44,6 +48,11 @@ expect_fail_msg "$EROFS" python3 -c "import os; os.open('$V/f', os.O_RDWR)"
 expect_fail_msg "$EROFS" python3 -c "import os; os.open('$V/f', os.O_WRONLY | os.O_TRUNC)"
 expect_fail_msg "$EROFS" python3 -c "import os; os.open('$V/new', os.O_CREAT | os.O_WRONLY)"
 expect_fail_msg "$EROFS" mknod "$V/fifo" p
+expect_fail_msg "$EROFS" python3 -c "import os; os.setxattr('$V/f', 'user.x', b'1')"
+}
+
+mount_dcrfs "$STORE" "$MNT" poll=1
+writes_fail
 
 # nothing changed, and the mount is still serving
 mountpoint -q "$MNT" || fail "the mount went away"
@@ -55,5 +64,14 @@ t diff -r "$T/tree" "$V" || fail "v1 changed"
 findmnt -n -o OPTIONS --target "$MNT" | tr ',' '\n' | grep -qx ro ||
 	fail "the mount is not ro: $(findmnt -n -o OPTIONS --target "$MNT")"
 
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly on unmount"
+
+# The same without the kernel's ro flag: now every refusal is dcrfs's.
+DCRFS_TEST_KERNEL_RW=1 mount_dcrfs "$STORE" "$MNT" poll=1
+! findmnt -n -o OPTIONS --target "$MNT" | tr ',' '\n' | grep -qx ro ||
+	fail "DCRFS_TEST_KERNEL_RW=1 still mounted ro: the handlers are not reached"
+writes_fail
+t diff -r "$T/tree" "$V" || fail "v1 changed through dcrfs's own handlers"
+[ "$(t readlink "$MNT/latest")" = v1 ] || fail "latest changed"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly on unmount"
 log "ok"
