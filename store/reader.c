@@ -22,10 +22,10 @@
  * to fetch are sorted by pack and offset and neighbours merged into one
  * ranged GET ("runs", up to opts->coalesce_max bytes), the runs fetched
  * and the chunks decoded on up to opts->fetch_threads threads (the caller
- * plus short-lived helpers). The FUSE layer already calls us from many
+ * plus idle threads of a pool). The FUSE layer already calls us from many
  * threads, and single-flight keeps them from fetching or decoding a
  * chunk twice. Sequential reads also queue read-ahead (ra_note), which
- * long-lived threads materialize into the cache in the background, so a
+ * background threads materialize into the cache in the background, so a
  * cold sequential reader keeps several GETs in flight.
  *
  * This file is the facade: open/close, the reads (dcr_reader_read and
@@ -273,7 +273,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	r->st = st;
 	r->fetch_threads = opts->fetch_threads > 0 ? opts->fetch_threads :
 						     FETCH_THREADS_DEFAULT;
-	r->fetch_threads = DCR_MIN(r->fetch_threads, RA_THREADS_MAX);
+	r->fetch_threads = DCR_MIN(r->fetch_threads, FETCH_THREADS_MAX);
 	r->readahead = opts->readahead < 0 ? 0 :
 		       opts->readahead ? (uint64_t)opts->readahead :
 					 READAHEAD_DEFAULT;
@@ -283,7 +283,6 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 				     (int64_t)opts->retry_bad_ms * 1000000 :
 				     BAD_RETRY_NS_DEFAULT;
 	pthread_mutex_init(&r->ra_lock, NULL);
-	pthread_cond_init(&r->ra_cond, NULL);
 	pthread_mutex_init(&r->refresh_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_mutex_init(&r->sf_lock, NULL);
@@ -291,10 +290,6 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	pthread_mutex_init(&r->codec_lock, NULL);
 	pthread_mutex_init(&r->ref_lock, NULL);
 	pthread_mutex_init(&r->hot_lock, NULL);
-	pthread_mutex_init(&r->wq_lock, NULL);
-	pthread_cond_init(&r->wq_cond, NULL);
-	pthread_mutex_init(&r->dq_lock, NULL);
-	pthread_cond_init(&r->dq_cond, NULL);
 	r->refs = calloc(REF_SLOTS, sizeof(*r->refs));
 	r->hot = calloc(HOT_SLOTS, sizeof(*r->hot));
 	r->hot_budget = DCR_MAX(HOT_BUDGET_MIN, 2 * r->readahead);
@@ -303,6 +298,9 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		ret = DCR_ERR(-ENOMEM);
 		goto err_close;
 	}
+	ret = queues_open(r);
+	if (ret)
+		goto err_close;
 	ret = lock_dir(r, opts->cache_dir);
 	if (!ret)
 		ret = bind_store(r);
@@ -334,9 +332,7 @@ void dcr_reader_close(struct dcr_reader *r)
 {
 	if (!r)
 		return;
-	ra_stop(r);
-	dq_stop(r);
-	wq_stop(r);
+	queues_close(r);
 	for (size_t i = 0; i < r->nvers; i++)
 		rver_free(r->vers[i]);
 	free(r->vers);
@@ -355,11 +351,6 @@ void dcr_reader_close(struct dcr_reader *r)
 	for (size_t i = 0; i < r->npool; i++)
 		free(r->pool[i].p);
 	pthread_mutex_destroy(&r->hot_lock);
-	pthread_cond_destroy(&r->wq_cond);
-	pthread_mutex_destroy(&r->wq_lock);
-	pthread_cond_destroy(&r->dq_cond);
-	pthread_mutex_destroy(&r->dq_lock);
-	pthread_cond_destroy(&r->ra_cond);
 	pthread_mutex_destroy(&r->ra_lock);
 	pthread_cond_destroy(&r->sf_cond);
 	pthread_mutex_destroy(&r->sf_lock);
@@ -545,23 +536,7 @@ err_close:
 
 /* -------------------------------------------------------------- sync */
 
-/*
- * Wait until a queue is idle: nothing queued in @len and no worker
- * @busy, or no worker threads (@nth) at all, all read under @lock.
- */
-#define WAIT_IDLE(r, lock, cond, nth, len, busy)                             \
-	do {                                                                 \
-		pthread_mutex_lock(&(r)->lock);                              \
-		while ((r)->nth && ((r)->len || (r)->busy))                  \
-			pthread_cond_wait(&(r)->cond, &(r)->lock);           \
-		pthread_mutex_unlock(&(r)->lock);                            \
-	} while (0)
-
 void dcr_reader_sync(struct dcr_reader *r)
 {
-	/* In pipeline order: read-ahead feeds the decoders, which (like
-	 * every read) feed the writers. */
-	WAIT_IDLE(r, ra_lock, ra_cond, nra_th, ra_qlen, ra_busy);
-	WAIT_IDLE(r, dq_lock, dq_cond, ndq_th, dq_len, dq_busy);
-	WAIT_IDLE(r, wq_lock, wq_cond, nwq_th, wq_len, wq_busy);
+	queues_sync(r);
 }

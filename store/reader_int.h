@@ -11,19 +11,20 @@
  *                   chunks, the in-flight table (single-flight)
  *   rmaterialize.c  the codec pool; chains resolved, applied and
  *                   verified; batches of misses and their ranged GETs
- *   rqueues.c       the background queues: write-behind, read-ahead
- *                   decode, read-ahead
+ *   rqueues.c       the background queues (core/wq.h): write-behind,
+ *                   read-ahead decode, read-ahead, the par_for pool
  *
- * Locks. struct dcr_reader has nine mutexes, four of them with a
- * condition variable. Only two nestings exist (outer first):
+ * Locks. struct dcr_reader has seven mutexes, one of them with a
+ * condition variable. Only one nesting exists (outer first):
  *
  *     refresh_lock -> lock
- *     wq_lock -> sf_lock
  *
  * Every other acquisition is of one lock alone, so the order is: never
- * take refresh_lock or wq_lock while holding any other of these, and
- * take nothing while holding lock, sf_lock, codec_lock, ref_lock,
- * hot_lock, ra_lock or dq_lock.
+ * take refresh_lock while holding any other of these, and take nothing
+ * while holding lock, sf_lock, codec_lock, ref_lock, hot_lock or
+ * ra_lock. The queues (ra, dq, wq, par) have their own internal
+ * locks, leaves below all of ours: ra_note submits under ra_lock, and
+ * no job or hook runs under a queue's lock.
  *
  *  - refresh_lock (rversions.c) serialises dcr_reader_refresh and
  *    guards listed, flog[] and flog_next. Held across store GETs and
@@ -48,22 +49,12 @@
  *    hot_clock) and the buffer pool (pool, npool, pool_bytes). A hot
  *    slot with refs > 0 is copied from outside the lock and is not
  *    evicted meanwhile.
- *  - ra_lock / ra_cond (rqueues.c) guard the read-ahead streams
- *    (ra_streams, ra_clock), the job queue (ra_q, ra_qhead, ra_qlen),
- *    ra_busy and the threads (ra_th, nra_th, ra_started, ra_stop).
- *    ra_cond wakes the read-ahead threads, and dcr_reader_sync when
- *    the queue drained and no job is being worked on.
- *  - dq_lock / dq_cond (rqueues.c) the same for the decode queue (dq,
- *    dq_head, dq_len, dq_busy, dq_th, ndq_th, dq_started, dq_stop).
- *  - wq_lock / wq_cond (rqueues.c) the same for the write-behind queue
- *    (wq, wq_head, wq_len, wq_bytes, wq_busy, wq_th, nwq_th,
- *    wq_started, wq_stop); wq_submit takes sf_lock inside it to add the
- *    writer's reference to the flight.
+ *  - ra_lock (rqueues.c) guards the read-ahead streams (ra_streams,
+ *    ra_clock).
  *
  * Set at open and read without a lock: st, dir, cat, cache,
- * fetch_threads, readahead, coalesce_max, hot_budget. dcr_reader_sync
- * reads nra_th, ndq_th and nwq_th without their locks, and
- * threads_stop zeroes them after joining. lock_fd holds an flock(2) on
+ * fetch_threads, readahead, coalesce_max, hot_budget and the queue
+ * pointers (ra, dq, wq, par; thread-safe themselves). lock_fd holds an flock(2) on
  * <dir>/lock against other processes, not threads. The catalog and the
  * cache have their own internal locks; refresh_lock is the only one of
  * ours held while calling into them.
@@ -83,6 +74,7 @@
 #include "hash.h"
 #include "manifest.h"
 #include "reader.h"
+#include "wq.h"
 
 /* Fetches and builds in flight: S3 waits on the network, a directory
  * store on direct reads of base chunks (cache.c); both overlap waits. */
@@ -94,7 +86,7 @@
 #define RA_QUEUE 256             /* queued read-ahead jobs */
 #define RA_JOB_BYTES (4u << 20)  /* about one coalesced GET per job */
 #define RA_JOB_MAX 64            /* chunks per job */
-#define RA_THREADS_MAX 64
+#define FETCH_THREADS_MAX 64
 #define CODEC_POOL_MAX 16
 /* Hex digits of the store-URL hash naming the per-store directory. */
 #define STORE_ID_LEN 16
@@ -176,15 +168,6 @@ struct refblk {
 	struct dcr_catalog_chunk refs[REF_BLOCK];
 };
 
-/* Read-ahead job: chunks [first, first+n) of entry idx of version rv. */
-struct ra_job {
-	struct rver *rv;
-	uint32_t idx;
-	uint64_t first;
-	uint32_t n;
-	bool pagecache; /* queued by dcr_reader_prefetch: through the page cache */
-};
-
 /*
  * Chunks just materialized stay in memory ("hot"), up to hot_budget
  * bytes (LRU), and reads take them from there: read-ahead builds chunks
@@ -196,16 +179,6 @@ struct ra_job {
  * while reads go on.
  */
 #define HOT_SLOTS 256
-/* Chunks waiting to be written to the cache, and the threads that write
- * them (see wq_submit). */
-#define WQ_MAX 32
-#define WQ_BYTES ((uint64_t)32 << 20) /* and at most this many bytes */
-#define WQ_THREADS 2
-/* Read-ahead jobs fetched and waiting for a decoder (see dq_submit). */
-#define DQ_MAX 8
-#define DQ_THREADS 2
-
-struct dq_item;
 #define HOT_BUDGET_MIN ((uint64_t)64 << 20)
 #define POOL_MAX 32
 #define POOL_BYTES ((size_t)32 << 20)  /* idle buffers kept, in bytes */
@@ -275,40 +248,16 @@ struct dcr_reader {
 	uint64_t readahead;     /* bytes; 0 = off */
 	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
 	pthread_mutex_t ra_lock;
-	pthread_cond_t ra_cond;
 	struct ra_stream ra_streams[RA_STREAMS];
 	uint64_t ra_clock;
-	struct ra_job ra_q[RA_QUEUE];
-	size_t ra_qhead, ra_qlen;
-	pthread_t ra_th[RA_THREADS_MAX];
-	int nra_th;
-	bool ra_started, ra_stop;
-	int ra_busy;            /* jobs being worked on */
 
-	/* Read-ahead decoding (see dq_submit); under dq_lock. */
-	pthread_mutex_t dq_lock;
-	pthread_cond_t dq_cond;
-	struct dq_item *dq[DQ_MAX];
-	size_t dq_head, dq_len;
-	pthread_t dq_th[DQ_THREADS];
-	int ndq_th;
-	bool dq_started, dq_stop;
-	int dq_busy;
-
-	/* Cache writes behind the reads (see wq_submit); under wq_lock. */
-	pthread_mutex_t wq_lock;
-	pthread_cond_t wq_cond;
-	struct flight *wq[WQ_MAX];
-	size_t wq_head, wq_len;
-	uint64_t wq_bytes;
-	pthread_t wq_th[WQ_THREADS];
-	int nwq_th;
-	bool wq_started, wq_stop;
-	int wq_busy;
+	/* The background queues (rqueues.c), threads started on first use:
+	 * read-ahead jobs, their decoding, write-behind, par_for's pool. */
+	struct dcr_wq *ra, *dq, *wq, *par;
 };
 
 /*
- * Set in read-ahead threads: errors of speculative work go to the debug
+ * Set in the background queues' threads: errors of speculative work go to the debug
  * log only; the read that really needs the chunk redoes it and logs.
  * Defined in reader.c.
  */
@@ -470,9 +419,11 @@ void flight_done(struct dcr_reader *r, struct flight *f, int rc);
  * Thread-safe. */
 int piece_fast(struct dcr_reader *r, struct piece *p);
 
-/* Run @fn(@arg, 0..@n-1) on up to @nthreads threads (the caller plus
- * short-lived helpers, which inherit tl_quiet). */
-void par_for(int nthreads, size_t n, par_fn fn, void *arg);
+/* Run @fn(@arg, 0..@n-1) on up to @nthreads threads: the caller plus
+ * idle threads of r->par, which take the caller's tl_quiet meanwhile.
+ * Thread-safe. */
+void par_for(struct dcr_reader *r, int nthreads, size_t n, par_fn fn,
+	     void *arg);
 
 /* par_for body: fetch run @i of batch @arg and point its steps at
  * their frames (or set their rc). */
@@ -495,28 +446,30 @@ int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 
 /* ---------------------------------- rqueues.c: the background queues */
 
+/* Make the queues (no thread starts yet): 0 or -errno. At open; on
+ * failure queues_close frees what was made. */
+int queues_open(struct dcr_reader *r);
+
+/* Wait until the queues are idle (dcr_reader_sync). Thread-safe. */
+void queues_sync(struct dcr_reader *r);
+
+/* Stop the queues and free them: queued read-ahead jobs are dropped,
+ * queued decodes and writes done first. At close. */
+void queues_close(struct dcr_reader *r);
+
 /* Queue the published flight @f for a writer thread (which takes a
  * reference and ends the flight): true if queued, false if the caller
- * must write it. Starts the writers on first use. Thread-safe. */
+ * must write it. Thread-safe (sf_lock). */
 bool wq_submit(struct dcr_reader *r, struct flight *f);
-
-/* Write what is queued, then stop and join the writers. At close. */
-void wq_stop(struct dcr_reader *r);
-
-/* Decode what is queued, then stop and join the decoders. At close. */
-void dq_stop(struct dcr_reader *r);
-
-/* Stop and join the read-ahead threads; queued jobs are dropped. At
- * close. */
-void ra_stop(struct dcr_reader *r);
 
 /* Note whether a job (or a read) on (@v, @idx) found all it needed.
  * Thread-safe (ra_lock). */
 void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit);
 
 /* Note a read of [@off, @end) of entry @idx of @rv; queue read-ahead if
- * it is sequential (starting the threads on first use), its chunks to be
- * written through the page cache with @pagecache. Thread-safe (ra_lock). */
+ * it is sequential (what a full queue refuses, a later read queues), its
+ * chunks to be written through the page cache with @pagecache.
+ * Thread-safe (ra_lock). */
 void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 	     uint64_t off, uint64_t end, bool pagecache);
 

@@ -18,7 +18,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -375,44 +374,33 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 
 /* ---------------------------------------------- parallel for, batches */
 
+/* par_for's job: the caller's function and tl_quiet. */
 struct par {
 	par_fn fn;
 	void *arg;
-	size_t n;
-	atomic_size_t next;
 	bool quiet;
 };
 
-static void *par_worker(void *arg)
+static void par_body(void *arg, size_t i)
 {
-	struct par *pp = arg;
-	size_t i;
+	const struct par *pp = arg;
+	const bool quiet = tl_quiet;
 
 	tl_quiet = pp->quiet;
-	while ((i = atomic_fetch_add(&pp->next, 1)) < pp->n)
-		pp->fn(pp->arg, i);
-	return NULL;
+	pp->fn(pp->arg, i);
+	tl_quiet = quiet;
 }
 
 /*
  * Run @fn(@arg, 0..@n-1) on up to @nthreads threads: the caller plus
- * short-lived helpers (a network wait blocks only its own thread).
+ * idle threads of r->par (a network wait blocks only its own thread).
  */
-void par_for(int nthreads, size_t n, par_fn fn, void *arg)
+void par_for(struct dcr_reader *r, int nthreads, size_t n, par_fn fn,
+	     void *arg)
 {
-	struct par pp = { .fn = fn, .arg = arg, .n = n, .quiet = tl_quiet };
-	pthread_t th[63];
-	size_t nth = 0, want;
+	struct par pp = { .fn = fn, .arg = arg, .quiet = tl_quiet };
 
-	atomic_init(&pp.next, 0);
-	want = DCR_MIN((size_t)DCR_MAX(nthreads, 1), n);
-	want = DCR_MIN(want, DCR_ARRAY_SIZE(th) + 1);
-	for (; nth + 1 < want; nth++)
-		if (pthread_create(&th[nth], NULL, par_worker, &pp) != 0)
-			break;
-	par_worker(&pp);
-	for (size_t i = 0; i < nth; i++)
-		pthread_join(th[i], NULL);
+	dcr_wq_par_for(r->par, nthreads, n, par_body, &pp);
 }
 
 static int cmp_fitem(const void *a, const void *b)
@@ -640,7 +628,7 @@ int batch_finish(struct batch *b, int nthreads)
 	int ret = 0;
 
 	if (b->nruns)
-		par_for(nthreads, n, finish_one, b);
+		par_for(r, nthreads, n, finish_one, b);
 
 	/* Leaders first: a waiter below may wait on a flight of ours. */
 	for (size_t i = 0; i < n; i++) {
@@ -710,6 +698,6 @@ int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 		return DCR_ERR(-ENOMEM);
 	batch_prepare(&b, ps);
 	if (b.nruns)
-		par_for(nthreads, b.nruns, fetch_run, &b);
+		par_for(r, nthreads, b.nruns, fetch_run, &b);
 	return batch_finish(&b, nthreads);
 }

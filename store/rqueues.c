@@ -1,16 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rqueues.c - the read path's background threads (see reader_int.h).
- *
- * Contract: three bounded queues, each with its own lock, condition
- * variable, threads (started on first use, stopped and joined at
- * close) and busy count that dcr_reader_sync waits on. Write-behind
- * (wq_*) writes built chunks to the cache and ends their flights;
- * read-ahead (ra_*) notes sequential reads and materializes the chunks
- * ahead of them, fetching on its threads and handing the decoding to
- * the decode queue (dq_*). A full queue makes the submitter do the work
- * itself. Work here runs with tl_quiet set: its errors are logged at
- * debug level only.
+ * rqueues.c - the read path's background work (see reader_int.h), on
+ * four queues of core/wq.h made at open: write-behind (r->wq) writes
+ * built chunks to the cache and ends their flights; read-ahead (r->ra)
+ * notes sequential reads and materializes the chunks ahead of them,
+ * fetching on its threads and handing the decoding to the decode queue
+ * (r->dq); r->par lends idle threads to par_for (rmaterialize.c). A
+ * full queue makes the submitter do the work itself. Background work
+ * runs with tl_quiet set: its errors are logged at debug level only.
  */
 #include "config.h"
 
@@ -26,6 +23,27 @@
 #include "common.h"
 #include "reader_int.h"
 
+/* Chunks waiting to be written to the cache, and the threads that write
+ * them (see wq_submit). */
+#define WQ_MAX 32
+#define WQ_BYTES ((uint64_t)32 << 20) /* and at most this many bytes */
+#define WQ_THREADS 2
+/* Read-ahead jobs fetched and waiting for a decoder (see ra_decode). */
+#define DQ_MAX 8
+#define DQ_THREADS 2
+
+/* Read-ahead job: chunks [first, first+n) of entry idx of version rv;
+ * the same allocation carries their batch to the decoder. */
+struct ra_job {
+	struct rver *rv;
+	uint32_t idx;
+	uint64_t first;
+	uint32_t n;
+	bool pagecache; /* queued by dcr_reader_prefetch: through the page cache */
+	struct batch b;
+	struct piece ps[]; /* n */
+};
+
 /* ------------------------------------------------------- write-behind */
 
 /*
@@ -37,98 +55,29 @@
  * ends it (flight_done, flight_release) once the file is in place. A
  * full queue makes the builder write itself: the disk sets the pace.
  */
-static void *wq_main(void *arg)
+static void wq_run(void *ctx, void *arg)
 {
-	struct dcr_reader *r = arg;
+	struct dcr_reader *r = ctx;
+	struct flight *f = arg;
+	struct dcr_cache_key k;
 
-	pthread_mutex_lock(&r->wq_lock);
-	for (;;) {
-		struct flight *f;
-
-		while (!r->wq_stop && !r->wq_len)
-			pthread_cond_wait(&r->wq_cond, &r->wq_lock);
-		if (!r->wq_len)
-			break; /* stopping, and everything is written */
-		f = r->wq[r->wq_head];
-		r->wq_head = (r->wq_head + 1) % WQ_MAX;
-		r->wq_len--;
-		r->wq_bytes -= f->len;
-		r->wq_busy++;
-		pthread_mutex_unlock(&r->wq_lock);
-		struct dcr_cache_key k;
-
-		cache_key(&k, f->rv, f->file, f->chunk, &f->ref);
-		dcr_cache_put(r->cache, &k, f->data, DCR_CACHE_PUT_DIRECT);
-		flight_done(r, f, 0);
-		flight_release(r, f);
-		pthread_mutex_lock(&r->wq_lock);
-		if (--r->wq_busy == 0 && !r->wq_len)
-			pthread_cond_broadcast(&r->wq_cond); /* dcr_reader_sync */
-	}
-	pthread_mutex_unlock(&r->wq_lock);
-	return NULL;
+	cache_key(&k, f->rv, f->file, f->chunk, &f->ref);
+	dcr_cache_put(r->cache, &k, f->data, DCR_CACHE_PUT_DIRECT);
+	flight_done(r, f, 0);
+	flight_release(r, f);
 }
 
-/* Queue the published flight @f for writing: true if queued. */
 bool wq_submit(struct dcr_reader *r, struct flight *f)
 {
-	bool ok = false;
-
-	pthread_mutex_lock(&r->wq_lock);
-	if (!r->wq_started && !r->wq_stop) {
-		r->wq_started = true;
-		for (int i = 0; i < WQ_THREADS; i++) {
-			if (pthread_create(&r->wq_th[r->nwq_th], NULL, wq_main,
-					   r) != 0)
-				break;
-			r->nwq_th++;
-		}
-	}
-	if (r->nwq_th && !r->wq_stop && r->wq_len < WQ_MAX &&
-	    r->wq_bytes + f->len <= WQ_BYTES) {
-		pthread_mutex_lock(&r->sf_lock);
-		f->refs++; /* the writer's */
-		pthread_mutex_unlock(&r->sf_lock);
-		r->wq[(r->wq_head + r->wq_len) % WQ_MAX] = f;
-		r->wq_len++;
-		r->wq_bytes += f->len;
-		/* Broadcast: dcr_reader_sync waits on the same condvar,
-		 * and a signal could wake it instead of an idle writer. */
-		pthread_cond_broadcast(&r->wq_cond);
-		ok = true;
-	}
-	pthread_mutex_unlock(&r->wq_lock);
-	return ok;
-}
-
-/*
- * Set *@stop under @lock, wake the waiters on @cond, join the threads,
- * then clear *@nth under @lock (dcr_reader_sync reads it there) and wake
- * the waiters again.
- */
-static void threads_stop(pthread_mutex_t *lock, pthread_cond_t *cond,
-			 bool *stop, pthread_t *th, int *nth)
-{
-	int n;
-
-	pthread_mutex_lock(lock);
-	*stop = true;
-	n = *nth;
-	pthread_cond_broadcast(cond);
-	pthread_mutex_unlock(lock);
-	for (int i = 0; i < n; i++)
-		pthread_join(th[i], NULL);
-	pthread_mutex_lock(lock);
-	*nth = 0;
-	pthread_cond_broadcast(cond);
-	pthread_mutex_unlock(lock);
-}
-
-/* Write what is queued, then stop and join the writers. */
-void wq_stop(struct dcr_reader *r)
-{
-	threads_stop(&r->wq_lock, &r->wq_cond, &r->wq_stop, r->wq_th,
-		     &r->nwq_th);
+	pthread_mutex_lock(&r->sf_lock);
+	f->refs++; /* the writer's */
+	pthread_mutex_unlock(&r->sf_lock);
+	if (dcr_wq_try_submit(r->wq, wq_run, f, f->len))
+		return true;
+	pthread_mutex_lock(&r->sf_lock);
+	f->refs--; /* ours keeps it alive */
+	pthread_mutex_unlock(&r->sf_lock);
+	return false;
 }
 
 /* --------------------------------------------------- read-ahead decode */
@@ -141,89 +90,30 @@ void wq_stop(struct dcr_reader *r)
  * once and fetch at once: fetching and decoding would take turns
  * instead of overlapping. A full queue makes the fetcher decode itself.
  */
-struct dq_item {
-	struct batch b;
-	struct piece ps[RA_JOB_MAX];
-};
-
-static void *dq_main(void *arg)
+static void ra_decode(void *ctx, void *arg)
 {
-	struct dcr_reader *r = arg;
+	struct ra_job *j = arg;
 
-	tl_quiet = true;
-	pthread_mutex_lock(&r->dq_lock);
-	for (;;) {
-		struct dq_item *it;
-
-		while (!r->dq_stop && !r->dq_len)
-			pthread_cond_wait(&r->dq_cond, &r->dq_lock);
-		if (!r->dq_len)
-			break; /* stopping, and everything is decoded */
-		it = r->dq[r->dq_head];
-		r->dq_head = (r->dq_head + 1) % DQ_MAX;
-		r->dq_len--;
-		r->dq_busy++;
-		pthread_mutex_unlock(&r->dq_lock);
-		batch_finish(&it->b, 1);
-		free(it);
-		pthread_mutex_lock(&r->dq_lock);
-		if (--r->dq_busy == 0 && !r->dq_len)
-			pthread_cond_broadcast(&r->dq_cond); /* dcr_reader_sync */
-	}
-	pthread_mutex_unlock(&r->dq_lock);
-	return NULL;
+	(void)ctx;
+	batch_finish(&j->b, 1);
+	free(j);
 }
 
-/* Queue @it for a decoder: true if queued (it is theirs then). */
-static bool dq_submit(struct dcr_reader *r, struct dq_item *it)
+/* Read-ahead of the @n pieces of @j (which it frees): fetch here,
+ * decode over there. */
+static void ra_materialize(struct dcr_reader *r, struct ra_job *j, size_t n)
 {
-	bool ok = false;
-
-	pthread_mutex_lock(&r->dq_lock);
-	if (!r->dq_started && !r->dq_stop) {
-		r->dq_started = true;
-		for (int i = 0; i < DQ_THREADS; i++) {
-			if (pthread_create(&r->dq_th[r->ndq_th], NULL, dq_main,
-					   r) != 0)
-				break;
-			r->ndq_th++;
-		}
-	}
-	if (r->ndq_th && !r->dq_stop && r->dq_len < DQ_MAX) {
-		r->dq[(r->dq_head + r->dq_len) % DQ_MAX] = it;
-		r->dq_len++;
-		pthread_cond_broadcast(&r->dq_cond); /* see wq_submit */
-		ok = true;
-	}
-	pthread_mutex_unlock(&r->dq_lock);
-	return ok;
-}
-
-/* Decode what is queued, then stop and join the decoders. */
-void dq_stop(struct dcr_reader *r)
-{
-	threads_stop(&r->dq_lock, &r->dq_cond, &r->dq_stop, r->dq_th,
-		     &r->ndq_th);
-}
-
-/* Read-ahead of the @n pieces of @it: fetch here, decode over there;
- * through the page cache with @pagecache (a prefetcher's). */
-static void ra_materialize(struct dcr_reader *r, struct dq_item *it, size_t n,
-			   bool pagecache)
-{
-	it->b = (struct batch){ .r = r, .nc = n, .pagecache = pagecache };
-	it->b.c = calloc(n, sizeof(*it->b.c));
-	if (!it->b.c) {
-		free(it);
+	j->b = (struct batch){ .r = r, .nc = n, .pagecache = j->pagecache };
+	j->b.c = calloc(n, sizeof(*j->b.c));
+	if (!j->b.c) {
+		free(j);
 		return;
 	}
-	batch_prepare(&it->b, it->ps);
-	if (it->b.nruns)
-		par_for(1, it->b.nruns, fetch_run, &it->b);
-	if (!dq_submit(r, it)) {
-		batch_finish(&it->b, 1);
-		free(it);
-	}
+	batch_prepare(&j->b, j->ps);
+	for (size_t i = 0; i < j->b.nruns; i++)
+		fetch_run(&j->b, i);
+	if (!dcr_wq_try_submit(r->dq, ra_decode, j, 0))
+		ra_decode(r, j);
 }
 
 /* ------------------------------------------------------------ read-ahead */
@@ -238,7 +128,6 @@ static void ra_materialize(struct dcr_reader *r, struct dq_item *it, size_t n,
  * several GETs in flight. Foreground reads of a chunk being read ahead
  * join its flight. Errors of read-ahead are logged at debug level only.
  */
-/* Note whether a job (or a read) on (@v, @idx) found all it needed. */
 void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
 {
 	pthread_mutex_lock(&r->ra_lock);
@@ -258,80 +147,49 @@ void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
 	pthread_mutex_unlock(&r->ra_lock);
 }
 
-static void *ra_main(void *arg)
+/* A read-ahead job, on a read-ahead thread. */
+static void ra_run(void *ctx, void *arg)
 {
-	struct dcr_reader *r = arg;
+	struct dcr_reader *r = ctx;
+	struct ra_job *j = arg;
+	const uint64_t v = j->rv->v;
+	const uint32_t idx = j->idx;
+	bool proved = false;
+	size_t n = 0;
 
-	tl_quiet = true;
-	pthread_mutex_lock(&r->ra_lock);
-	for (;;) {
-		struct ra_job job;
-		struct dq_item *it;
-		struct piece *ps;
-		size_t n = 0;
+	for (uint32_t k = 0; k < j->n; k++) {
+		struct piece *p = &j->ps[n];
+		uint64_t i = j->first + k;
+		int ret;
 
-		while (!r->ra_stop && !r->ra_qlen)
-			pthread_cond_wait(&r->ra_cond, &r->ra_lock);
-		if (r->ra_stop)
-			break;
-		job = r->ra_q[r->ra_qhead];
-		r->ra_qhead = (r->ra_qhead + 1) % RA_QUEUE;
-		r->ra_qlen--;
-		r->ra_busy++;
-		pthread_mutex_unlock(&r->ra_lock);
-
-		it = malloc(sizeof(*it));
-		if (!it) {
-			pthread_mutex_lock(&r->ra_lock);
-			if (--r->ra_busy == 0 && !r->ra_qlen)
-				pthread_cond_broadcast(&r->ra_cond);
-			continue; /* read-ahead is an optimization */
-		}
-		ps = it->ps;
-		bool proved = false;
-
-		for (uint32_t k = 0; k < job.n; k++) {
-			struct piece *p = &ps[n];
-			uint64_t i = job.first + k;
-			int ret;
-
-			memset(p, 0, sizeof(*p));
-			p->w.rv = job.rv;
-			p->w.file = job.idx - 1;
-			p->w.chunk = i;
-			p->clen = dcr_chunk_len(job.rv->entries[job.idx].size,
-						job.rv->chunk_size, i);
-			ret = piece_fast(r, p);
-			if (ret == -ENOENT)
-				n++;
-			else if (ret == 1)
-				proved = true;
-		}
-		if (n) {
-			ra_materialize(r, it, n, job.pagecache);
-		} else {
-			free(it);
-		}
-		/* Proving cached chunks ahead of the reader is work too:
-		 * read-ahead stays on while it finds some to do. */
-		ra_hits(r, job.rv->v, job.idx, n == 0 && !proved);
-
-		pthread_mutex_lock(&r->ra_lock);
-		if (--r->ra_busy == 0 && !r->ra_qlen)
-			pthread_cond_broadcast(&r->ra_cond); /* dcr_reader_sync */
+		memset(p, 0, sizeof(*p));
+		p->w.rv = j->rv;
+		p->w.file = idx - 1;
+		p->w.chunk = i;
+		p->clen = dcr_chunk_len(j->rv->entries[idx].size,
+					j->rv->chunk_size, i);
+		ret = piece_fast(r, p);
+		if (ret == -ENOENT)
+			n++;
+		else if (ret == 1)
+			proved = true;
 	}
-	pthread_mutex_unlock(&r->ra_lock);
-	return NULL;
+	if (n)
+		ra_materialize(r, j, n);
+	else
+		free(j);
+	/* Proving cached chunks ahead of the reader is work too:
+	 * read-ahead stays on while it finds some to do. */
+	ra_hits(r, v, idx, n == 0 && !proved);
 }
 
-/* Stop and join the read-ahead threads; queued jobs are dropped. */
-void ra_stop(struct dcr_reader *r)
+/* Read-ahead jobs still queued at close are dropped. */
+static void ra_drop(void *ctx, void *arg)
 {
-	threads_stop(&r->ra_lock, &r->ra_cond, &r->ra_stop, r->ra_th,
-		     &r->nra_th);
+	(void)ctx;
+	free(arg);
 }
 
-/* Note a read of [off, end) of entry @idx; queue read-ahead if sequential. */
 void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 	     uint64_t off, uint64_t end, bool pagecache)
 {
@@ -370,45 +228,96 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 	}
 	s->stamp = ++r->ra_clock;
 	s->next_off = DCR_MAX(s->next_off, end);
-	if (!seq || r->ra_stop)
+	if (!seq)
 		goto out_unlock;
 
-	/* Start the threads on the first sequential read. */
-	if (!r->ra_started) {
-		r->ra_started = true;
-		for (int i = 0; i < r->fetch_threads && i < RA_THREADS_MAX; i++) {
-			if (pthread_create(&r->ra_th[r->nra_th], NULL, ra_main,
-					   r) != 0)
-				break;
-			r->nra_th++;
-		}
-	}
 	from = DCR_MAX(s->queued, dcr_chunk_index(end - 1, (uint32_t)cs) + 1);
 	to = DCR_MIN(nchunks, dcr_chunk_index(DCR_MIN(end + r->readahead,
 						      size) - 1, (uint32_t)cs) + 1);
 	group = DCR_MAX((uint64_t)1, DCR_MIN((uint64_t)RA_JOB_MAX,
 					     (RA_JOB_BYTES + cs - 1) / cs));
-	while (from < to && r->ra_qlen < RA_QUEUE && r->nra_th) {
-		struct ra_job *j = &r->ra_q[(r->ra_qhead + r->ra_qlen) %
-					    RA_QUEUE];
+	while (from < to) {
+		const uint32_t n = (uint32_t)DCR_MIN(group, to - from);
+		struct ra_job *j;
 
 		if (s->hits >= RA_HITS_QUIET && ++s->skipped < RA_PROBE) {
 			if (s->skip_from == UINT64_MAX)
 				s->skip_from = from;
-			from += DCR_MIN(group, to - from); /* all cached */
+			from += n; /* all cached */
 			continue;
 		}
-		s->skipped = 0;
+		j = malloc(sizeof(*j) + n * sizeof(j->ps[0]));
+		if (!j)
+			break;
 		j->rv = rv;
 		j->idx = idx;
 		j->first = from;
-		j->n = (uint32_t)DCR_MIN(group, to - from);
+		j->n = n;
 		j->pagecache = pagecache;
-		from += j->n;
-		r->ra_qlen++;
-		pthread_cond_broadcast(&r->ra_cond); /* see wq_submit */
+		if (!dcr_wq_try_submit(r->ra, ra_run, j, 0)) {
+			free(j); /* full (or closing): the reader comes back */
+			break;
+		}
+		s->skipped = 0;
+		from += n;
 	}
 	s->queued = DCR_MAX(s->queued, from);
 out_unlock:
 	pthread_mutex_unlock(&r->ra_lock);
+}
+
+/* -------------------------------------------------- open, sync, close */
+
+static void quiet_start(void *ctx)
+{
+	(void)ctx;
+	tl_quiet = true;
+}
+
+int queues_open(struct dcr_reader *r)
+{
+	const struct dcr_wq_opts o[] = {
+		{ .name = "dcr-readahead", .threads = r->fetch_threads,
+		  .max_items = RA_QUEUE, .drop = ra_drop },
+		{ .name = "dcr-decode", .threads = DQ_THREADS,
+		  .max_items = DQ_MAX },
+		{ .name = "dcr-write", .threads = WQ_THREADS,
+		  .max_items = WQ_MAX, .max_cost = WQ_BYTES },
+	};
+	struct dcr_wq **q[] = { &r->ra, &r->dq, &r->wq };
+	const struct dcr_wq_opts pool = { .name = "dcr-fetch",
+					  .threads = r->fetch_threads,
+					  .max_items = 1 };
+	int ret;
+
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(q); i++) {
+		struct dcr_wq_opts x = o[i];
+
+		x.on_start = quiet_start;
+		x.ctx = r;
+		ret = dcr_wq_create(&x, q[i]);
+		if (ret)
+			return ret;
+	}
+	return dcr_wq_create(&pool, &r->par);
+}
+
+void queues_sync(struct dcr_reader *r)
+{
+	/* In pipeline order: read-ahead feeds the decoders, which (like
+	 * every read) feed the writers. */
+	dcr_wq_wait_idle(r->ra);
+	dcr_wq_wait_idle(r->dq);
+	dcr_wq_wait_idle(r->wq);
+}
+
+void queues_close(struct dcr_reader *r)
+{
+	/* Pipeline order again: the stages still running feed the next. */
+	dcr_wq_stop(r->ra, true);
+	dcr_wq_free(r->ra);
+	dcr_wq_free(r->dq);
+	dcr_wq_free(r->wq);
+	dcr_wq_free(r->par);
+	r->ra = r->dq = r->wq = r->par = NULL;
 }
