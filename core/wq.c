@@ -112,12 +112,12 @@ static void *worker_main(void *arg)
 		if (q->len && !q->dropping) {
 			j = pop_locked(q);
 			q->busy++;
+			pthread_cond_broadcast(&q->done); /* room: submit */
 			pthread_mutex_unlock(&q->lock);
 			j.fn(q->o.ctx, j.arg);
 			pthread_mutex_lock(&q->lock);
-			q->busy--;
-			/* Room for dcr_wq_submit, or idle for wait_idle. */
-			pthread_cond_broadcast(&q->done);
+			if (--q->busy == 0 && !q->len)
+				pthread_cond_broadcast(&q->done); /* wait_idle */
 			continue;
 		}
 		if (q->stopping)
