@@ -125,6 +125,8 @@ static void *worker_main(void *arg)
 		pthread_cond_wait(&q->work, &q->lock);
 	}
 	pthread_mutex_unlock(&q->lock);
+	if (q->o.on_stop)
+		q->o.on_stop(q->o.ctx);
 	return NULL;
 }
 

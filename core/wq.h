@@ -47,10 +47,13 @@ struct dcr_wq_opts {
 	/** Run by each worker once, when it starts (per-thread setup,
 	 * e.g. thread-locals); NULL: none. */
 	void (*on_start)(void *ctx);
+	/** Run by each worker once, last, when it exits at dcr_wq_stop
+	 * (to free what on_start made); NULL: none. */
+	void (*on_stop)(void *ctx);
 	/** Called with the arg of each job dropped by dcr_wq_stop(q,
 	 * true) (to free it), on the stopping thread; NULL: none. */
 	void (*drop)(void *ctx, void *arg);
-	/** Passed to on_start, drop and every job. */
+	/** Passed to on_start, on_stop, drop and every job. */
 	void *ctx;
 };
 

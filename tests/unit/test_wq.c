@@ -289,14 +289,21 @@ static void test_stop_drops(void **state)
 	alarm(0);
 }
 
-/* on_start runs once in each worker, before its jobs. */
+/* on_start runs once in each worker, before its jobs; on_stop once
+ * when it exits. */
 static __thread bool tl_setup;
-static atomic_int starts;
+static atomic_int starts, stops;
 
 static void on_start(void *ctx)
 {
 	tl_setup = ctx == &starts;
 	atomic_fetch_add(&starts, 1);
+}
+
+static void on_stop(void *ctx)
+{
+	if (tl_setup && ctx == &starts)
+		atomic_fetch_add(&stops, 1);
 }
 
 static void setup_job(void *ctx, void *arg)
@@ -306,25 +313,28 @@ static void setup_job(void *ctx, void *arg)
 		atomic_fetch_add((atomic_int *)arg, 1);
 }
 
-static void test_on_start(void **state)
+static void test_on_start_stop(void **state)
 {
 	struct dcr_wq_opts o = { .name = "init", .threads = 3,
 				 .max_items = 64, .on_start = on_start,
-				 .ctx = &starts };
+				 .on_stop = on_stop, .ctx = &starts };
 	struct dcr_wq *q;
 	atomic_int bad;
 
 	(void)state;
 	alarm(DEADLOCK_S);
 	atomic_init(&starts, 0);
+	atomic_init(&stops, 0);
 	atomic_init(&bad, 0);
 	assert_int_equal(dcr_wq_create(&o, &q), 0);
 	for (int i = 0; i < 50; i++)
 		assert_true(dcr_wq_submit(q, setup_job, &bad, 0));
 	dcr_wq_wait_idle(q);
 	assert_int_equal(atomic_load(&bad), 0);
+	assert_int_equal(atomic_load(&stops), 0);
 	dcr_wq_free(q);
 	assert_int_equal(atomic_load(&starts), 3);
+	assert_int_equal(atomic_load(&stops), 3);
 	alarm(0);
 }
 
@@ -519,7 +529,7 @@ int main(void)
 		cmocka_unit_test(test_submit_waits),
 		cmocka_unit_test(test_stop_drains),
 		cmocka_unit_test(test_stop_drops),
-		cmocka_unit_test(test_on_start),
+		cmocka_unit_test(test_on_start_stop),
 		cmocka_unit_test(test_par_for_cover),
 		cmocka_unit_test(test_par_for_concurrency),
 		cmocka_unit_test(test_par_for_concurrent_callers),
