@@ -79,7 +79,8 @@ bool dcr_wq_try_submit(struct dcr_wq *q, dcr_wq_fn fn, void *arg,
  * dcr_wq_submit - as dcr_wq_try_submit, but waits for room when the
  * queue is full. Returns false only when @q is stopping or has no
  * workers, or when called from a job of @q itself with the queue full
- * (waiting there could deadlock). Thread-safe.
+ * (waiting there could deadlock). Stages of a pipeline that wait must
+ * submit one way only (A's jobs to B, never B's to A). Thread-safe.
  */
 bool dcr_wq_submit(struct dcr_wq *q, dcr_wq_fn fn, void *arg, uint64_t cost);
 

@@ -307,8 +307,6 @@ struct piece {
 
 /* ----------------------------------------------------------- batches */
 
-typedef void (*par_fn)(void *arg, size_t i);
-
 /* A chunk of a batch. */
 struct bchunk {
 	struct piece *p;
@@ -422,8 +420,8 @@ int piece_fast(struct dcr_reader *r, struct piece *p);
 /* Run @fn(@arg, 0..@n-1) on up to @nthreads threads: the caller plus
  * idle threads of r->par, which take the caller's tl_quiet meanwhile.
  * Thread-safe. */
-void par_for(struct dcr_reader *r, int nthreads, size_t n, par_fn fn,
-	     void *arg);
+void par_for(struct dcr_reader *r, int nthreads, size_t n,
+	     dcr_wq_par_fn fn, void *arg);
 
 /* par_for body: fetch run @i of batch @arg and point its steps at
  * their frames (or set their rc). */

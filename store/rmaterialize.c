@@ -376,7 +376,7 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 
 /* par_for's job: the caller's function and tl_quiet. */
 struct par {
-	par_fn fn;
+	dcr_wq_par_fn fn;
 	void *arg;
 	bool quiet;
 };
@@ -395,8 +395,8 @@ static void par_body(void *arg, size_t i)
  * Run @fn(@arg, 0..@n-1) on up to @nthreads threads: the caller plus
  * idle threads of r->par (a network wait blocks only its own thread).
  */
-void par_for(struct dcr_reader *r, int nthreads, size_t n, par_fn fn,
-	     void *arg)
+void par_for(struct dcr_reader *r, int nthreads, size_t n,
+	     dcr_wq_par_fn fn, void *arg)
 {
 	struct par pp = { .fn = fn, .arg = arg, .quiet = tl_quiet };
 
