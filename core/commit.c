@@ -954,7 +954,10 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	for (size_t i = 0; i < p.nbufs; i++) {
 		if (!(p.free_bufs[i] = malloc(cs))) {
 			ret = DCR_ERR(-ENOMEM);
-			goto err_free_pipe;
+			/* the uploaders run: stop and join them first (found
+			 * by tests/unit/test_failmalloc: they waited on a
+			 * condition variable being destroyed) */
+			goto err_stop_workers;
 		}
 		p.nfree++;
 	}
