@@ -108,6 +108,18 @@ static inline void dcr_store_close(struct dcr_store *st)
 }
 
 /**
+ * dcr_store_set_deadline - bound the calling thread's store operations
+ * by the CLOCK_MONOTONIC time @mono_ns (0: none): a backend that retries
+ * gives up at it, whatever its own per-operation timeout, and one called
+ * after it fails at once with -ETIMEDOUT. For callers that bound a whole
+ * operation made of several requests (a read(2) that fetches a chain);
+ * a thread that fetches for another passes the deadline along.
+ * dcr_store_deadline returns the calling thread's.
+ */
+void dcr_store_set_deadline(int64_t mono_ns);
+int64_t dcr_store_deadline(void);
+
+/**
  * dcr_store_latest - the highest version number whose manifest exists
  * (0 if none) into @v. Lists "versions/".
  */

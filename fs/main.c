@@ -63,6 +63,7 @@
 #define READAHEAD_MAX ((uint64_t)1 << 30)
 #define MAX_THREADS_DEFAULT 64
 #define EXIT_USAGE 2
+#define S3_TIMEOUT_DEFAULT 30 /* seconds, as store/s3.c's default */
 
 struct opts {
 	/* dcrfs's own -o options, as given */
@@ -226,7 +227,8 @@ static void usage(FILE *f)
 "    -o credentials=FILE  -o ca_bundle=FILE  -o path_style|nopath_style\n"
 "    -o no_sign_request     unsigned requests (a public bucket); without it,\n"
 "                           no credentials found is an error\n"
-"    -o s3_timeout=SECONDS  bound on one S3 request and its retries (default 30)\n"
+"    -o s3_timeout=SECONDS  bound on one read(2)'s S3 requests, retries\n"
+"                           included (default 30)\n"
 "\n"
 "fetching (any store):\n"
 "    -o fetch_threads=N     parallel fetches per read and read-ahead threads\n"
@@ -777,6 +779,7 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	cfg->ca_bundle = o->ca_bundle;
 	cfg->path_style = o->path_style;
 	cfg->no_sign_request = o->no_sign_request;
+	ropts->read_timeout_ms = S3_TIMEOUT_DEFAULT * 1000; /* a whole read */
 	if (o->s3_timeout) {
 		if (dcr_parse_u64(o->s3_timeout, &x) < 0 || x == 0 ||
 		    x > 86400) {
@@ -785,6 +788,7 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 			return -1;
 		}
 		cfg->read_timeout_ms = (unsigned int)x * 1000;
+		ropts->read_timeout_ms = cfg->read_timeout_ms;
 	}
 	if (o->fetch_threads) {
 		if (dcr_parse_u64(o->fetch_threads, &x) < 0 || x == 0 ||

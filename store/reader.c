@@ -279,11 +279,13 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 					 READAHEAD_DEFAULT;
 	r->coalesce_max = opts->coalesce_max ? opts->coalesce_max :
 					       COALESCE_MAX_DEFAULT;
+	r->read_timeout_ns = (int64_t)opts->read_timeout_ms * 1000000;
 	r->bad_retry_after = opts->retry_bad_ms ?
 				     (int64_t)opts->retry_bad_ms * 1000000 :
 				     BAD_RETRY_NS_DEFAULT;
 	pthread_mutex_init(&r->ra_lock, NULL);
 	pthread_mutex_init(&r->refresh_lock, NULL);
+	pthread_mutex_init(&r->failed_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_mutex_init(&r->sf_lock, NULL);
 	pthread_cond_init(&r->sf_cond, NULL);
@@ -356,6 +358,7 @@ void dcr_reader_close(struct dcr_reader *r)
 	pthread_mutex_destroy(&r->sf_lock);
 	pthread_mutex_destroy(&r->lock);
 	pthread_mutex_destroy(&r->refresh_lock);
+	pthread_mutex_destroy(&r->failed_lock);
 	if (r->lock_fd >= 0)
 		close(r->lock_fd); /* releases the flock */
 	free(r->dir);
@@ -396,6 +399,40 @@ static int read_range(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	return 1;
 }
 
+/* True if a piece of @ps failed to fetch less than FAILED_MEMO_NS ago. */
+static bool failed_recently(struct dcr_reader *r, const struct piece *ps,
+			    size_t n)
+{
+	int64_t now = dcr_mono_ns();
+	bool hit = false;
+
+	pthread_mutex_lock(&r->failed_lock);
+	for (size_t i = 0; i < n && !hit; i++)
+		for (unsigned k = 0; k < FAILED_SLOTS && !hit; k++) {
+			const struct failed_chunk *f = &r->failed[k];
+
+			hit = f->until > now && f->rv == ps[i].w.rv &&
+			      f->file == ps[i].w.file &&
+			      f->chunk == ps[i].w.chunk;
+		}
+	pthread_mutex_unlock(&r->failed_lock);
+	return hit;
+}
+
+/* Remember that fetching the pieces @ps failed. */
+static void note_failed(struct dcr_reader *r, const struct piece *ps,
+			size_t n)
+{
+	int64_t until = dcr_mono_ns() + FAILED_MEMO_NS;
+
+	pthread_mutex_lock(&r->failed_lock);
+	for (size_t i = 0; i < n && i < FAILED_SLOTS; i++)
+		r->failed[r->failed_next++ % FAILED_SLOTS] =
+			(struct failed_chunk){ ps[i].w.rv, ps[i].w.file,
+					       ps[i].w.chunk, until };
+	pthread_mutex_unlock(&r->failed_lock);
+}
+
 /* dcr_reader_read and dcr_reader_prefetch (@pagecache). */
 static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			 uint64_t off, void *dst, size_t len, bool pagecache)
@@ -403,7 +440,7 @@ static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	struct piece one, *miss = &one;
 	size_t nmiss = 0, cap = 1;
 	struct rver *rv;
-	uint64_t size, end, pos;
+	uint64_t size = 0, end = 0, pos;
 	uint32_t cs;
 	int ret;
 
@@ -449,10 +486,34 @@ static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	}
 
 	/* Materialize the misses: one batch, coalesced, in parallel. */
-	if (nmiss)
+	ret = 0;
+	if (nmiss) {
+		/* A foreground read is bounded as a whole (read_timeout),
+		 * however many GETs its misses take: the store gives up at
+		 * the deadline, the fetching threads inherit it. */
+		int64_t saved = dcr_store_deadline();
+
 		ra_hits(r, v, idx, false); /* read-ahead fell behind */
-	ret = nmiss ? materialize_batch(r, miss, nmiss, r->fetch_threads,
-					pagecache) : 0;
+		if (!pagecache && !tl_quiet && r->read_timeout_ns && !saved)
+			dcr_store_set_deadline(dcr_mono_ns() +
+					       r->read_timeout_ns);
+		int64_t deadline = dcr_store_deadline();
+		if (!tl_quiet && failed_recently(r, miss, nmiss)) {
+			RERR(WHERE_FMT ": the store did not answer in time for "
+			     "a read of it a moment ago; failing at once",
+			     WHERE_ARGS(&miss[0].w));
+			ret = DCR_ERR(-EIO);
+		} else {
+			ret = materialize_batch(r, miss, nmiss,
+						r->fetch_threads, pagecache);
+			/* Timed out: the kernel's next request for these
+			 * pages (it asks again at once) fails at once. */
+			if (ret == -EIO && !tl_quiet && deadline &&
+			    dcr_mono_ns() >= deadline - r->read_timeout_ns / 8)
+				note_failed(r, miss, nmiss);
+		}
+		dcr_store_set_deadline(saved);
+	}
 out_free:
 	if (miss != &one)
 		free(miss);
@@ -482,7 +543,7 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			   size_t max, size_t *nbytes)
 {
 	struct rver *rv;
-	uint64_t size, end, pos;
+	uint64_t size = 0, end = 0, pos;
 	size_t nseg = 0;
 	uint32_t cs;
 	int ret;

@@ -36,6 +36,11 @@ struct dcr_reader_opts {
 	 * MANIFEST_TRIES times) is looked for again this long after;
 	 * 0 = default (60 s). */
 	uint32_t retry_bad_ms;
+	/* Bound on one read's fetches from the store, all of them together
+	 * (a read may need several GETs: a chain, a retry after read-ahead
+	 * failed); past it the read fails with -EIO. 0 = none (each store
+	 * operation is bounded by the store's own timeout only). */
+	uint32_t read_timeout_ms;
 };
 
 #define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)

@@ -21,8 +21,8 @@
  *
  * Every other acquisition is of one lock alone, so the order is: never
  * take refresh_lock while holding any other of these, and take nothing
- * while holding lock, sf_lock, codec_lock, ref_lock, hot_lock or
- * ra_lock. The queues (ra, dq, wq, par) have their own internal
+ * while holding lock, sf_lock, codec_lock, ref_lock, hot_lock,
+ * ra_lock or failed_lock. The queues (ra, dq, wq, par) have their own internal
  * locks, leaves below all of ours: ra_note submits under ra_lock, and
  * no job or hook runs under a queue's lock.
  *
@@ -51,9 +51,12 @@
  *    evicted meanwhile.
  *  - ra_lock (rqueues.c) guards the read-ahead streams (ra_streams,
  *    ra_clock).
+ *  - failed_lock (reader.c) guards the chunks whose fetch just failed
+ *    (failed[], failed_next); a leaf like the others.
  *
  * Set at open and read without a lock: st, dir, cat, cache,
- * fetch_threads, readahead, coalesce_max, hot_budget and the queue
+ * fetch_threads, readahead, coalesce_max, hot_budget, read_timeout_ns,
+ * bad_retry_after and the queue
  * pointers (ra, dq, wq, par; thread-safe themselves). lock_fd holds an flock(2) on
  * <dir>/lock against other processes, not threads. The catalog and the
  * cache have their own internal locks; refresh_lock is the only one of
@@ -99,6 +102,9 @@
 #define MANIFEST_TRIES 3
 /* A version given up as corrupt is looked for again after this long. */
 #define BAD_RETRY_NS_DEFAULT ((int64_t)60 * 1000000000)
+/* A chunk whose read timed out fails again at once for this long. */
+#define FAILED_SLOTS 16
+#define FAILED_MEMO_NS ((int64_t)1000 * 1000000)
 
 /* One known version. The tree (m, entries, info) is built lazily. */
 struct rver {
@@ -224,6 +230,19 @@ struct dcr_reader {
 	uint64_t max_bad;
 	int64_t bad_retry_ns;  /* when the bad list is forgotten (mono) */
 	int64_t bad_retry_after; /* ns, from dcr_reader_opts.retry_bad_ms */
+	int64_t read_timeout_ns; /* dcr_reader_opts.read_timeout_ms */
+	/* Chunks whose foreground read just ran out of read_timeout: the
+	 * kernel asks again at once (its read-ahead request failed, then
+	 * the read's own), and that must not cost a second read_timeout.
+	 * Guarded by failed_lock, a leaf. */
+	pthread_mutex_t failed_lock;
+	struct failed_chunk {
+		const struct rver *rv;
+		uint32_t file;
+		uint64_t chunk;
+		int64_t until; /* mono ns */
+	} failed[FAILED_SLOTS];
+	unsigned failed_next;
 	struct dcr_tag *tags;
 	size_t ntags;
 
@@ -333,6 +352,7 @@ struct run {
 
 struct batch {
 	struct dcr_reader *r;
+	int64_t deadline; /* the caller's dcr_store_deadline, for fetchers */
 	bool pagecache; /* write the cache through the page cache */
 	struct bchunk *c;
 	size_t nc;

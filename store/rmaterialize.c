@@ -427,7 +427,10 @@ void fetch_run(void *arg, size_t i)
 
 	dcr_pack_key(first->s->ref.pack, key, sizeof(key));
 	dcr_buf_init(&ru->buf, (size_t)ru->len);
+	int64_t saved = dcr_store_deadline(); /* a pool thread's own */
+	dcr_store_set_deadline(b->deadline);
 	ret = dcr_store_get(b->r->st, key, ru->off, ru->len, &ru->buf);
+	dcr_store_set_deadline(saved);
 	if (ret && ret != -ENOMEM) {
 		RERR("%s: %s (needed for " WHERE_FMT ")", key,
 		     ret == -ENOENT ? "missing object" : dcr_strerror(ret),
@@ -691,7 +694,8 @@ int batch_finish(struct batch *b, int nthreads)
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 		      int nthreads, bool pagecache)
 {
-	struct batch b = { .r = r, .nc = n, .pagecache = pagecache };
+	struct batch b = { .r = r, .nc = n, .pagecache = pagecache,
+			   .deadline = dcr_store_deadline() };
 
 	b.c = calloc(n, sizeof(*b.c));
 	if (!b.c)

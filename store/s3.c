@@ -856,7 +856,18 @@ static int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 		goto err_free;
 	}
 	int64_t t0 = dcr_mono_ns(), deadline = t0 + r->timeout_ns;
-	int n;
+	int64_t bound = dcr_store_deadline();
+	int n = 0;
+
+	if (bound && bound < deadline)
+		deadline = bound; /* the caller's whole operation ends first */
+	if (deadline - t0 < 1000000LL) {
+		handle_put(s, h);
+		ret = DCR_ERR(-ETIMEDOUT);
+		snprintf(why, sizeof(why), "the time bound of the read it "
+			 "serves has passed");
+		goto log;
+	}
 	for (n = 1;; n++) {
 		enum outcome oc = attempt(s, h, r, (const char *)url.data,
 					  (const char *)path.data, payload_sha,
@@ -881,7 +892,7 @@ static int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 		}
 	}
 	handle_put(s, h);
-
+log:
 	if (ret == -ENOENT && r->quiet_enoent) {
 		dcr_debug("%s: %s %s: not found", s->base.url, r->method, r->what);
 	} else if (ret && ret != -EEXIST) {
