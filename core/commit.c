@@ -55,8 +55,8 @@
 
 struct scan {
 	const char *root;
-	struct dcr_file *files;
-	uint32_t n, cap;
+	struct dcr_commit_source *src;
+	size_t n, cap;
 };
 
 static int scan_add(struct scan *s, const char *rel, const struct stat *sb)
@@ -64,24 +64,36 @@ static int scan_add(struct scan *s, const char *rel, const struct stat *sb)
 	if (s->n == UINT32_MAX - 1)
 		return DCR_ERR(-EFBIG);
 	if (s->n == s->cap) {
-		uint32_t cap = s->cap ? s->cap * 2 : 64;
-		struct dcr_file *f = realloc(s->files, cap * sizeof(*f));
-		if (!f)
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		struct dcr_commit_source *n = realloc(s->src, cap * sizeof(*n));
+		if (!n)
 			return DCR_ERR(-ENOMEM);
-		s->files = f;
+		s->src = n;
 		s->cap = cap;
 	}
-	struct dcr_file *f = &s->files[s->n];
-	memset(f, 0, sizeof(*f));
-	if (!(f->path = strdup(rel)))
+	struct dcr_commit_source *c = &s->src[s->n];
+	memset(c, 0, sizeof(*c));
+	c->dir = S_ISDIR(sb->st_mode);
+	c->mode = sb->st_mode & 07777;
+	c->size = c->dir ? 0 : (uint64_t)sb->st_size;
+	c->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+	if (!(c->path = strdup(rel)))
 		return DCR_ERR(-ENOMEM);
+	if (!c->dir && asprintf((char **)&c->file, "%s/%s", s->root, rel) < 0) {
+		free((char *)c->path);
+		return DCR_ERR(-ENOMEM);
+	}
 	s->n++;
-	f->type = S_ISDIR(sb->st_mode) ? DCR_FT_DIR : DCR_FT_REG;
-	f->mode = sb->st_mode & 07777;
-	f->size = S_ISREG(sb->st_mode) ? (uint64_t)sb->st_size : 0;
-	f->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
-	f->base = DCR_NO_BASE;
 	return 0;
+}
+
+static void scan_free(struct scan *s)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		free((char *)s->src[i].path);
+		free((char *)s->src[i].file);
+	}
+	free(s->src);
 }
 
 static const char *ftype_name(mode_t m)
@@ -144,11 +156,6 @@ static int scan_dir(struct scan *s, const char *rel)
 	return ret;
 }
 
-static int cmp_files(const void *a, const void *b)
-{
-	return strcmp(((const struct dcr_file *)a)->path,
-		      ((const struct dcr_file *)b)->path);
-}
 
 /* ----------------------------------------------------------- pipeline */
 
@@ -160,6 +167,7 @@ struct job {
 };
 
 struct fstate {
+	const struct dcr_commit_source *src;
 	int parent_fd;   /* -1 if no base */
 	uint32_t pending;/* queued chunks not yet finished */
 	bool read_done;
@@ -457,7 +465,8 @@ static bool check_edge(struct fstate *fs, const uint8_t tail[8],
 
 /*
  * Log what check_chunk and check_edge found in file @fi, once all its
- * chunks are done. Called with p->lock held.
+ * chunks are done. Called by the calling thread after the workers have
+ * stopped, so that the caller's thread sees every message.
  */
 static void report_nonfinite(struct pipe *p, uint32_t fi)
 {
@@ -565,11 +574,29 @@ static int encode_job(struct worker *w, const struct job *j)
 	return pack_frame(p, &w->frame, ref);
 }
 
-/* A file is read and all its chunks are done. Called with p->lock held. */
+/*
+ * A file is read and all its chunks are done: free what encoding needed,
+ * keeping the per-tensor counts only if a value was refused (reported by
+ * the calling thread at the end, in file order). Called with p->lock held.
+ */
 static void file_done(struct pipe *p, uint32_t fi)
 {
-	report_nonfinite(p, fi);
-	fstate_release(&p->fs[fi]);
+	struct fstate *fs = &p->fs[fi];
+	bool found = false;
+
+	for (size_t i = 0; fs->nonfinite && i < fs->floats.n && !found; i++)
+		found = __atomic_load_n(&fs->nonfinite[i], __ATOMIC_RELAXED) != 0;
+	if (found) {
+		struct dcr_tensors keep = fs->floats;
+		uint64_t *counts = fs->nonfinite;
+		fs->floats = (struct dcr_tensors){ 0 };
+		fs->nonfinite = NULL;
+		fstate_release(fs);
+		fs->floats = keep;
+		fs->nonfinite = counts;
+	} else {
+		fstate_release(fs);
+	}
 }
 
 static void *worker_main(void *arg)
@@ -670,18 +697,100 @@ static void stage_failed(struct pipe *p, const char *path, int err)
 		 p->o->stage_dir, p->o->stage_dir, path, dcr_strerror(err));
 }
 
+/* Where a source's bytes come from, for messages. */
+static const char *src_name(const struct dcr_commit_source *src)
+{
+	return src->file ? src->file : src->path;
+}
+
+/*
+ * Bytes [off, off+len) of a file to commit: pread from @fd (its source
+ * is a file) or gathered from the caller's ranges.
+ */
+static int src_read(const struct dcr_commit_source *src, int fd, void *buf,
+		    size_t len, uint64_t off)
+{
+	if (src->file)
+		return dcr_pread_full(fd, buf, len, off);
+	uint8_t *dst = buf;
+	for (size_t i = 0; i < src->nranges && len; i++) {
+		const struct dcr_commit_range *r = &src->ranges[i];
+		if (off >= r->len) {
+			off -= r->len;
+			continue;
+		}
+		size_t n = (size_t)DCR_MIN((uint64_t)len, r->len - off);
+		memcpy(dst, (const uint8_t *)r->data + off, n);
+		dst += n;
+		len -= n;
+		off = 0;
+	}
+	return len ? DCR_ERR(-ENODATA) : 0;
+}
+
+/*
+ * The safetensors header of a source of @size bytes, parsed into element
+ * regions (and @floats); as dcr_safetensors_parse_fd for either kind of
+ * source.
+ */
+static int src_parse_header(const struct dcr_commit_source *src, int fd,
+			    uint64_t size, struct dcr_regions *regions,
+			    struct dcr_tensors *floats)
+{
+	uint8_t h[8];
+	size_t need;
+	int ret;
+
+	if (size < 8)
+		return DCR_ERR(-EBADMSG);
+	if ((ret = src_read(src, fd, h, 8, 0)) ||
+	    (ret = dcr_safetensors_prefix_len(h, 8, size, &need)))
+		return ret;
+	uint8_t *buf = malloc(need);
+	if (!buf)
+		return DCR_ERR(-ENOMEM);
+	ret = src_read(src, fd, buf, need, 0);
+	if (!ret)
+		ret = dcr_safetensors_parse(buf, need, size, regions, floats);
+	free(buf);
+	return ret;
+}
+
+/* Whether the file behind @fd changed since @before (size, mtime, ctime). */
+static bool file_changed(int fd, const struct stat *before)
+{
+	struct stat sb;
+
+	return fstat(fd, &sb) < 0 || sb.st_size != before->st_size ||
+	       sb.st_mtim.tv_sec != before->st_mtim.tv_sec ||
+	       sb.st_mtim.tv_nsec != before->st_mtim.tv_nsec ||
+	       sb.st_ctim.tv_sec != before->st_ctim.tv_sec ||
+	       sb.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
+}
+
 /* Read one file sequentially and queue its chunks. */
-static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
-		     struct dcr_commit_progress *pr,
+static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr,
 		     int64_t *last)
 {
 	struct dcr_file *f = &p->m->files[fi];
-	int ret = 0, sfd = -1;
+	struct fstate *fs = &p->fs[fi];
+	const struct dcr_commit_source *src = fs->src;
+	struct stat sb0;
+	int ret = 0, sfd = -1, fd = -1;
 
-	int fd = open_at_root(dir, f->path, O_RDONLY, 0);
-	if (fd < 0) {
-		dcr_err("%s/%s: %s", dir, f->path, dcr_strerror(fd));
-		return fd;
+	if (src->file) {
+		fd = open(src->file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &sb0) < 0) {
+			ret = DCR_ERR(-errno);
+			dcr_err("%s: %s", src->file, dcr_strerror(ret));
+			goto err_close;
+		}
+		if ((uint64_t)sb0.st_size != f->size) {
+			dcr_err("%s changed while it was being committed", src->file);
+			ret = DCR_ERR(-EAGAIN);
+			goto err_close;
+		}
+		f->mtime_ns = (int64_t)sb0.st_mtim.tv_sec * 1000000000 + sb0.st_mtim.tv_nsec;
 	}
 	if (p->staging) {
 		sfd = open_at_root(p->o->stage_dir, f->path,
@@ -693,7 +802,7 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		 * source change after the clone, the next commit's check of
 		 * every parent chunk against its hash catches it (-ESTALE).
 		 */
-		if (sfd >= 0 && ioctl(sfd, FICLONE, fd) == 0) {
+		if (sfd >= 0 && fd >= 0 && ioctl(sfd, FICLONE, fd) == 0) {
 			close(sfd);
 			sfd = -1;
 		}
@@ -705,13 +814,12 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 			ret = DCR_ERR(-ESTALE);
 			goto err_close;
 		}
-		p->fs[fi].parent_fd = pfd;
+		fs->parent_fd = pfd;
 	}
 	/* Element hints for the codec; a file that is not safetensors (or
 	 * whose header does not parse) is simply coded as bytes. */
-	struct fstate *fs = &p->fs[fi];
-	ret = dcr_safetensors_parse_fd(fd, f->size, &fs->regions,
-				       p->o->allow_nonfinite ? NULL : &fs->floats);
+	ret = src_parse_header(src, fd, f->size, &fs->regions,
+			       p->o->allow_nonfinite ? NULL : &fs->floats);
 	if (ret == -ENOMEM)
 		goto err_close;
 	ret = 0;
@@ -720,7 +828,8 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		goto err_close;
 	}
 	uint8_t tail[8] = { 0 };
-	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	if (fd >= 0)
+		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (uint64_t c = 0; c < f->nchunks; c++) {
 		struct job j = { .fidx = fi, .cidx = c,
 				 .len = dcr_chunk_len(f->size, p->cs, c) };
@@ -728,12 +837,12 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 			ret = get_err(p);
 			goto err_close;
 		}
-		ret = dcr_pread_full(fd, j.buf, j.len, c * (uint64_t)p->cs);
+		ret = src_read(src, fd, j.buf, j.len, c * (uint64_t)p->cs);
 		if (ret) {
 			if (ret == -ENODATA)
-				dcr_err("%s/%s changed while it was being committed", dir, f->path);
+				dcr_err("%s changed while it was being committed", src_name(src));
 			else
-				dcr_err("%s/%s: %s", dir, f->path, dcr_strerror(ret));
+				dcr_err("%s: %s", src_name(src), dcr_strerror(ret));
 			pthread_mutex_lock(&p->lock);
 			p->free_bufs[p->nfree++] = j.buf;
 			pthread_mutex_unlock(&p->lock);
@@ -751,23 +860,26 @@ static int feed_file(struct pipe *p, uint32_t fi, const char *dir,
 		}
 		queue_job(p, &j);
 		pr->bytes_done += j.len;
-		report(p, pr, last, false);
+		report(p, pr, last, c + 1 == f->nchunks);
 	}
-	/* A file that grew while being read would be silently truncated. */
-	struct stat sb;
-	if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size != f->size) {
-		dcr_err("%s/%s changed while it was being committed", dir, f->path);
+	/*
+	 * A file written while it was read (in place, at the same size, or
+	 * grown) would be committed as bytes it never held at any one time.
+	 */
+	if (fd >= 0 && file_changed(fd, &sb0)) {
+		dcr_err("%s changed while it was being committed", src->file);
 		ret = DCR_ERR(-EAGAIN);
 	}
 err_close:
 	pthread_mutex_lock(&p->lock);
-	p->fs[fi].read_done = true;
-	if (p->fs[fi].pending == 0)
+	fs->read_done = true;
+	if (fs->pending == 0)
 		file_done(p, fi);
 	pthread_mutex_unlock(&p->lock);
 	if (sfd >= 0 && close(sfd) < 0)
 		stage_failed(p, f->path, -errno);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	return ret;
 }
 
@@ -826,10 +938,83 @@ static int make_stage_dirs(const struct dcr_manifest *m, const char *stage)
 	return 0;
 }
 
+/* Sort key for dcr_commit_sources: the sources by path. */
+static int cmp_src(const void *a, const void *b)
+{
+	return strcmp((*(const struct dcr_commit_source *const *)a)->path,
+		      (*(const struct dcr_commit_source *const *)b)->path);
+}
+
+/*
+ * The manifest's entries from @src[0..n), sorted by path, with
+ * @order[i] the source of entry i. Fails on an invalid or repeated path
+ * or a source that is both a file and ranges.
+ */
+static int sources_to_files(const struct dcr_commit_source *src, size_t n,
+			    struct dcr_manifest *m,
+			    const struct dcr_commit_source **order)
+{
+	if (n >= UINT32_MAX)
+		return DCR_ERR(-EFBIG);
+	for (size_t i = 0; i < n; i++)
+		order[i] = &src[i];
+	qsort(order, n, sizeof(*order), cmp_src);
+	if (n && !(m->files = calloc(n, sizeof(*m->files))))
+		return DCR_ERR(-ENOMEM);
+	for (size_t i = 0; i < n; i++) {
+		const struct dcr_commit_source *c = order[i];
+		struct dcr_file *f = &m->files[i];
+		if (!dcr_path_valid(c->path, strlen(c->path)) ||
+		    (c->file && c->nranges)) {
+			dcr_err("%s: not a valid path in a version", c->path);
+			return DCR_ERR(-EINVAL);
+		}
+		if (i && !strcmp(order[i - 1]->path, c->path)) {
+			dcr_err("%s: added twice", c->path);
+			return DCR_ERR(-EEXIST);
+		}
+		if (!(f->path = strdup(c->path)))
+			return DCR_ERR(-ENOMEM);
+		m->nfiles++;
+		f->type = c->dir ? DCR_FT_DIR : DCR_FT_REG;
+		f->mode = c->mode & 07777;
+		f->mtime_ns = c->mtime_ns;
+		f->base = DCR_NO_BASE;
+		f->size = c->size;
+		if (!c->dir && !c->file) {
+			f->size = 0;
+			for (size_t r = 0; r < c->nranges; r++)
+				f->size += c->ranges[r].len;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Confirm that every pack the manifest names is in the store: a store
+ * that acknowledged a put it did not keep must not get a version that
+ * names missing bytes.
+ */
+static int check_packs(struct dcr_store *st, const struct dcr_manifest *m)
+{
+	char key[80];
+	uint64_t size;
+
+	for (uint32_t i = 0; i < m->npacks; i++) {
+		dcr_pack_key(m->packs[i], key, sizeof(key));
+		int ret = dcr_store_head(st, key, &size);
+		if (ret) {
+			dcr_err("%s/%s: %s after its upload was acknowledged; not publishing",
+				st->url, key, ret == -ENOENT ? "missing" : dcr_strerror(ret));
+			return ret == -ENOENT ? DCR_ERR(-EIO) : ret;
+		}
+	}
+	return 0;
+}
+
 int dcr_commit(struct dcr_store *st, const char *dir,
 	       const struct dcr_commit_opts *o, struct dcr_commit_result *res)
 {
-	struct dcr_manifest m = { 0 };
 	struct scan s = { .root = dir };
 	struct stat sb;
 	int ret;
@@ -844,6 +1029,24 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 		dcr_err("%s: not a directory", dir);
 		return DCR_ERR(-ENOTDIR);
 	}
+	/* Scan first, so a bad entry fails before anything is uploaded. */
+	ret = scan_dir(&s, "");
+	if (!ret)
+		ret = dcr_commit_sources(st, s.src, s.n, dir, o, res);
+	scan_free(&s);
+	return ret;
+}
+
+int dcr_commit_sources(struct dcr_store *st,
+		       const struct dcr_commit_source *src, size_t nsrc,
+		       const char *what, const struct dcr_commit_opts *o,
+		       struct dcr_commit_result *res)
+{
+	struct dcr_manifest m = { 0 };
+	const struct dcr_commit_source **order = NULL;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
 	const struct dcr_manifest *pm = o->parent ? o->parent_manifest : NULL;
 	if (o->parent && (!pm || pm->version != o->parent || !o->parent_dir)) {
 		dcr_err("internal: parent %" PRIu64 " given without its manifest or tree", o->parent);
@@ -859,13 +1062,10 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 		dcr_warn("chunk size differs from version %" PRIu64 "'s; committing full frames",
 			 o->parent);
 
-	/* Scan first, so a bad entry fails before anything is uploaded. */
-	ret = scan_dir(&s, "");
-	m.files = s.files;
-	m.nfiles = s.n;
-	if (ret)
+	if (!(order = calloc(nsrc ? nsrc : 1, sizeof(*order))))
+		return DCR_ERR(-ENOMEM);
+	if ((ret = sources_to_files(src, nsrc, &m, order)))
 		goto err_free_manifest;
-	qsort(m.files, m.nfiles, sizeof(*m.files), cmp_files);
 	m.format = DCR_MANIFEST_FORMAT;
 	m.parent = o->parent;
 	m.chunk_size = cs;
@@ -896,7 +1096,7 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	if (!res->files && !o->allow_empty) {
 		dcr_err("%s holds no files: an empty version would empty every "
 			"mount's latest; nothing was published (pass "
-			"--allow-empty to publish one)", dir);
+			"--allow-empty to publish one)", what);
 		ret = DCR_ERR(-ENODATA);
 		goto err_free_manifest;
 	}
@@ -909,7 +1109,7 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 				       pm->files[i].size : 0;
 		if (pr.bytes_total < had / 2)
 			dcr_warn("%s holds %s, less than half of version %" PRIu64
-				 "'s %s: is it the right directory?", dir,
+				 "'s %s: is it the right directory?", what,
 				 dcr_format_size(pr.bytes_total, a, sizeof(a)),
 				 o->parent, dcr_format_size(had, b, sizeof(b)));
 	}
@@ -949,8 +1149,10 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	for (; ups_started < p.nup; ups_started++)
 		if ((ret = -pthread_create(&ups[ups_started], NULL, uploader_main, &p)))
 			goto err_stop_workers;
-	for (uint32_t i = 0; i < m.nfiles; i++)
+	for (uint32_t i = 0; i < m.nfiles; i++) {
 		p.fs[i].parent_fd = -1;
+		p.fs[i].src = order[i];
+	}
 	for (size_t i = 0; i < p.nbufs; i++) {
 		if (!(p.free_bufs[i] = malloc(cs))) {
 			ret = DCR_ERR(-ENOMEM);
@@ -980,7 +1182,7 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++) {
 		if (m.files[i].type != DCR_FT_REG)
 			continue;
-		ret = feed_file(&p, i, dir, &pr, &last);
+		ret = feed_file(&p, i, &pr, &last);
 		res->bytes_in += m.files[i].size;
 	}
 	if (ret)
@@ -998,9 +1200,11 @@ err_stop_workers:
 		p.free_bufs[p.nfree++] = p.queue[p.qhead].buf;
 	if (!ret)
 		ret = get_err(&p);
+	for (uint32_t i = 0; p.refused && i < m.nfiles; i++)
+		report_nonfinite(&p, i);
 	if (!ret && p.refused) {
 		dcr_err("%s: refusing to commit non-finite weights (named above); nothing "
-			"is published (--allow-nonfinite commits them anyway)", dir);
+			"is published (--allow-nonfinite commits them anyway)", what);
 		ret = DCR_ERR(-EDOM);
 	}
 	/* Seal the last pack, let the uploaders drain the queue and stop. */
@@ -1030,8 +1234,10 @@ err_stop_workers:
 	if (!ret) {
 		pr.phase = "publish";
 		report(&p, &pr, &last, true);
-		ret = publish(&p, &res->version, &res->manifest_len);
+		ret = check_packs(st, &m);
 	}
+	if (!ret)
+		ret = publish(&p, &res->version, &res->manifest_len);
 	if (!ret) {
 		res->bytes_packed = p.bytes_packed;
 		res->packs = m.npacks;
@@ -1064,5 +1270,6 @@ err_free_pipe:
 	pthread_cond_destroy(&p.cond_upq);
 err_free_manifest:
 	dcr_manifest_free(&m);
+	free(order);
 	return ret;
 }

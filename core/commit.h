@@ -71,7 +71,8 @@ struct dcr_commit_opts {
 	uint64_t pack_target;/* pack size to aim for; 0 = 64 MiB */
 	int uploads;         /* packs uploaded at once; 0 = 4 (bounds memory
 				to about (uploads + 2) x pack_target) */
-	/* Called from the calling thread now and then; may be NULL. */
+	/* Called from the calling thread now and then, and once after the
+	 * last chunk of each file is read; may be NULL. */
 	void (*progress)(void *arg, const struct dcr_commit_progress *p);
 	void *progress_arg;
 };
@@ -90,13 +91,60 @@ struct dcr_commit_result {
 	bool staged;
 };
 
+/** One byte range of a file held in the caller's memory. */
+struct dcr_commit_range {
+	const void *data;
+	uint64_t len;
+};
+
+/**
+ * One entry of a version to commit: a directory, or a regular file whose
+ * bytes come from a file on disk (@file, read once with pread; it must
+ * not change while it is committed: a change of its size, mtime or ctime
+ * between the start and the end of reading it fails the commit with
+ * -EAGAIN, naming it) or from the caller's memory (the concatenation of
+ * @ranges[0..nranges), which must stay valid and unchanged until
+ * dcr_commit_sources returns; they are read, never written).
+ */
+struct dcr_commit_source {
+	const char *path;      /* in the version: relative, '/'-separated */
+	bool dir;              /* a directory: no bytes */
+	uint32_t mode;         /* permission bits */
+	int64_t mtime_ns;
+	const char *file;      /* the bytes' file, or NULL for @ranges */
+	uint64_t size;         /* @file's size when it was listed */
+	const struct dcr_commit_range *ranges;
+	size_t nranges;
+};
+
+/**
+ * dcr_commit_sources - commit the entries @src[0..n) to @st as a new
+ * version, with everything dcr_commit says about the pipeline, the
+ * version number and failures. Entries may come in any order; a path
+ * given twice fails with -EEXIST, an invalid one with -EINVAL. A file's
+ * parent directories should be entries too (readers show the tree the
+ * manifest lists). @what names the whole (a directory, "the commit") in
+ * messages. Before the manifest is published every pack it names is
+ * confirmed to be in the store (a HEAD each): a missing one fails the
+ * commit with -EIO. Returns 0 and fills @res, or -errno with a message
+ * logged by the calling thread (non-finite values are reported there,
+ * per tensor); on failure nothing is published. Not thread-safe on the
+ * same @res; distinct calls are independent.
+ */
+int dcr_commit_sources(struct dcr_store *st,
+		       const struct dcr_commit_source *src, size_t n,
+		       const char *what, const struct dcr_commit_opts *o,
+		       struct dcr_commit_result *res);
+
 /**
  * dcr_commit - commit the tree under @dir to @st as a new version whose
  * parent is opts->parent. Regular files and directories are committed;
  * a symlink, device, FIFO or socket fails the commit (-EINVAL, with a
  * message naming it) before anything is uploaded. The version number is
  * the store's latest + 1; if another committer wins that number the
- * manifest is re-encoded with the next one (the parent stays).
+ * manifest is re-encoded with the next one (the parent stays). A thin
+ * wrapper of dcr_commit_sources over a scan of @dir (a file changed
+ * while it is read fails with -EAGAIN).
  * Returns 0 and fills @res, or -errno with a message logged; on failure
  * nothing is published.
  */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -497,6 +498,169 @@ static void test_refuses_nonfinite(void **state)
 	free(a);
 }
 
+
+/* Rewrites file "big" in place, same size, once all of it has been read. */
+struct rewrite {
+	const char *path;
+	uint64_t size;
+	bool done;
+};
+
+static void rewrite_on_progress(void *arg, const struct dcr_commit_progress *p)
+{
+	struct rewrite *rw = arg;
+
+	if (rw->done || p->bytes_done < rw->size)
+		return;
+	rw->done = true;
+	usleep(30000); /* past the filesystem's timestamp granularity */
+	int fd = open(rw->path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "changed", 7, 100), 7);
+	close(fd);
+}
+
+/*
+ * issue 11 (a): a file overwritten in place at the same size while it is
+ * committed fails the commit, naming it; nothing is published.
+ */
+static void test_file_changed_during_commit(void **state)
+{
+	struct fx *f = *state;
+	size_t n = 8 * CS;
+	uint8_t *a = malloc(n);
+	char path[256];
+	struct dcr_commit_result res;
+	uint64_t latest;
+
+	fill(a, n, 11);
+	write_file(f->src, "big", a, n);
+	snprintf(path, sizeof(path), "%s/big", f->src);
+	struct rewrite rw = { .path = path, .size = n };
+	struct dcr_commit_opts o = {
+		.chunk_size = CS, .jobs = 2,
+		.progress = rewrite_on_progress, .progress_arg = &rw,
+	};
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), -EAGAIN);
+	assert_true(rw.done);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 0);
+	free(a);
+}
+
+/* A store that acknowledges puts of packs without keeping them. */
+struct lying {
+	struct dcr_store base;
+	struct dcr_store *real;
+};
+
+static int lying_get(struct dcr_store *st, const char *key, uint64_t off,
+		     uint64_t len, struct dcr_buf *out)
+{
+	return dcr_store_get(((struct lying *)st)->real, key, off, len, out);
+}
+
+static int lying_put(struct dcr_store *st, const char *key, const void *data,
+		     uint64_t len, int flags)
+{
+	if (!strncmp(key, "packs/", 6))
+		return 0;
+	return dcr_store_put(((struct lying *)st)->real, key, data, len, flags);
+}
+
+static int lying_head(struct dcr_store *st, const char *key, uint64_t *size)
+{
+	return dcr_store_head(((struct lying *)st)->real, key, size);
+}
+
+static int lying_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
+		      void *arg)
+{
+	return dcr_store_list(((struct lying *)st)->real, prefix, fn, arg);
+}
+
+static int lying_del(struct dcr_store *st, const char *key)
+{
+	return dcr_store_del(((struct lying *)st)->real, key);
+}
+
+static void lying_close(struct dcr_store *st)
+{
+	(void)st;
+}
+
+static const struct dcr_store_ops lying_ops = {
+	.name = "lying",
+	.get = lying_get,
+	.put = lying_put,
+	.head = lying_head,
+	.list = lying_list,
+	.del = lying_del,
+	.close = lying_close,
+};
+
+/*
+ * issue 11 (b): before the manifest's conditional create every pack it
+ * names is confirmed to exist; a store that lost a pack gets no version.
+ */
+static void test_lost_pack_not_published(void **state)
+{
+	struct fx *f = *state;
+	struct lying ls = { .base = { .ops = &lying_ops, .url = f->st->url },
+			    .real = f->st };
+	uint8_t *a = malloc(4 * CS);
+	struct dcr_commit_result res;
+	uint64_t latest;
+
+	fill(a, 4 * CS, 12);
+	write_file(f->src, "w", a, 4 * CS);
+	struct dcr_commit_opts o = { .chunk_size = CS, .jobs = 2 };
+	assert_int_equal(dcr_commit(&ls.base, f->src, &o, &res), -EIO);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 0);
+	/* The honest store publishes the same tree. */
+	assert_int_equal(dcr_commit(f->st, f->src, &o, &res), 0);
+	assert_true(res.version == 1);
+	free(a);
+}
+
+/*
+ * Memory sources: a file given as byte ranges (cut anywhere, empty ones
+ * included) commits the same bytes as the file on disk, and the stage
+ * copy holds them.
+ */
+static void test_memory_sources(void **state)
+{
+	struct fx *f = *state;
+	size_t n = 5 * CS + 123;
+	uint8_t *a = malloc(n);
+	struct dcr_commit_result res;
+
+	fill(a, n, 13);
+	write_file(f->src, "m.bin", a, n);
+	struct dcr_commit_range r[] = {
+		{ a, 10 }, { a + 10, 0 }, { a + 10, CS + 7 }, { a + CS + 17, n - CS - 17 },
+	};
+	struct dcr_commit_source src[] = {
+		{ .path = "sub/m.bin", .mode = 0644, .ranges = r, .nranges = 4 },
+		{ .path = "sub", .dir = true, .mode = 0755 },
+	};
+	struct dcr_commit_opts o = { .chunk_size = CS, .jobs = 2, .stage_dir = f->stage };
+	sh("rm -rf '%s' && mkdir -p '%s'", f->stage, f->stage);
+	assert_int_equal(dcr_commit_sources(f->st, src, 2, "memory", &o, &res), 0);
+	assert_true(res.version == 1 && res.files == 1 && res.dirs == 1 && res.staged);
+	assert_int_equal(dcr_store_get_manifest(f->st, 1, &f->man[1]), 0);
+	f->nver = 1;
+	sh("mkdir -p '%s/sub' && cp '%s/m.bin' '%s/sub/m.bin' && rm '%s/m.bin'",
+	   f->src, f->src, f->src, f->src);
+	verify(f, 1, f->src);
+	sh("cmp '%s/sub/m.bin' '%s/sub/m.bin'", f->src, f->stage);
+	/* A path given twice is refused. */
+	src[1] = src[0];
+	assert_int_equal(dcr_commit_sources(f->st, src, 2, "memory", &o, &res), -EEXIST);
+	free(a);
+}
+
 int main(void)
 {
 	dcr_log_set_level(DCR_LOG_ERR);
@@ -508,6 +672,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lost_race_takes_next_number, setup, teardown),
 		cmocka_unit_test(test_nonfinite_encodings),
 		cmocka_unit_test_setup_teardown(test_refuses_nonfinite, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_changed_during_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lost_pack_not_published, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_memory_sources, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
