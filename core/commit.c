@@ -87,13 +87,13 @@ static int scan_add(struct scan *s, const char *rel, const struct stat *sb)
 	return 0;
 }
 
-static void scan_free(struct scan *s)
+void dcr_commit_sources_free(struct dcr_commit_source *src, size_t n)
 {
-	for (size_t i = 0; i < s->n; i++) {
-		free((char *)s->src[i].path);
-		free((char *)s->src[i].file);
+	for (size_t i = 0; src && i < n; i++) {
+		free((char *)src[i].path);
+		free((char *)src[i].file);
 	}
-	free(s->src);
+	free(src);
 }
 
 static const char *ftype_name(mode_t m)
@@ -1012,14 +1012,12 @@ static int check_packs(struct dcr_store *st, const struct dcr_manifest *m)
 	return 0;
 }
 
-int dcr_commit(struct dcr_store *st, const char *dir,
-	       const struct dcr_commit_opts *o, struct dcr_commit_result *res)
+int dcr_commit_scan(const char *dir, struct dcr_commit_source **out, size_t *n)
 {
 	struct scan s = { .root = dir };
 	struct stat sb;
 	int ret;
 
-	memset(res, 0, sizeof(*res));
 	if (stat(dir, &sb) < 0) {
 		ret = DCR_ERR(-errno);
 		dcr_err("%s: %s", dir, dcr_strerror(ret));
@@ -1029,11 +1027,28 @@ int dcr_commit(struct dcr_store *st, const char *dir,
 		dcr_err("%s: not a directory", dir);
 		return DCR_ERR(-ENOTDIR);
 	}
+	if ((ret = scan_dir(&s, ""))) {
+		dcr_commit_sources_free(s.src, s.n);
+		return ret;
+	}
+	*out = s.src;
+	*n = s.n;
+	return 0;
+}
+
+int dcr_commit(struct dcr_store *st, const char *dir,
+	       const struct dcr_commit_opts *o, struct dcr_commit_result *res)
+{
+	struct dcr_commit_source *src;
+	size_t n;
+
+	memset(res, 0, sizeof(*res));
 	/* Scan first, so a bad entry fails before anything is uploaded. */
-	ret = scan_dir(&s, "");
-	if (!ret)
-		ret = dcr_commit_sources(st, s.src, s.n, dir, o, res);
-	scan_free(&s);
+	int ret = dcr_commit_scan(dir, &src, &n);
+	if (ret)
+		return ret;
+	ret = dcr_commit_sources(st, src, n, dir, o, res);
+	dcr_commit_sources_free(src, n);
 	return ret;
 }
 

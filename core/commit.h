@@ -137,6 +137,17 @@ int dcr_commit_sources(struct dcr_store *st,
 		       struct dcr_commit_result *res);
 
 /**
+ * dcr_commit_scan - list the tree under @dir as sources (every file's
+ * bytes read from the file, at publish): the scan dcr_commit does,
+ * failing the same way (logged) on an entry that cannot be committed.
+ * Returns 0 with *@out (free with dcr_commit_sources_free) and *@n set.
+ */
+int dcr_commit_scan(const char *dir, struct dcr_commit_source **out, size_t *n);
+
+/** Free what dcr_commit_scan returned: each path and file, the array. */
+void dcr_commit_sources_free(struct dcr_commit_source *src, size_t n);
+
+/**
  * dcr_commit - commit the tree under @dir to @st as a new version whose
  * parent is opts->parent. Regular files and directories are committed;
  * a symlink, device, FIFO or socket fails the commit (-EINVAL, with a

@@ -72,13 +72,41 @@ static void log_file_line(enum dcr_log_level lvl, const char *msg)
 }
 
 
+/* This thread's error lines since dcr_log_errors_reset (dcr_log_errors).
+ * DCR_LOG_ERR is the lowest level, so errors are always formatted. */
+static __thread char tl_errors[4096];
+static __thread size_t tl_errors_len;
+
+void dcr_log_errors_reset(void)
+{
+	tl_errors_len = 0;
+	tl_errors[0] = 0;
+}
+
+const char *dcr_log_errors(void)
+{
+	return tl_errors;
+}
+
+static void record_error(const char *msg)
+{
+	size_t room = sizeof(tl_errors) - tl_errors_len;
+	int n = snprintf(tl_errors + tl_errors_len, room, "%s%s",
+			 tl_errors_len ? "\n" : "", msg);
+
+	if (n > 0)
+		tl_errors_len += DCR_MIN((size_t)n, room - 1);
+}
+
 void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap)
 {
 	char msg[1024];
 
-	if (lvl > log_level)
+	if (lvl > log_level) /* never for DCR_LOG_ERR */
 		return;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (lvl == DCR_LOG_ERR)
+		record_error(msg);
 	if (log_file_fd >= 0) {
 		log_file_line(lvl, msg);
 		if (log_sink_quiet)

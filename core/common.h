@@ -74,6 +74,16 @@ void dcr_log_quiet_sink(bool quiet);
 /** Current level, to skip building expensive debug messages. */
 enum dcr_log_level dcr_log_get_level(void);
 
+/**
+ * dcr_log_errors - the error lines (DCR_LOG_ERR, logged or not at the
+ * current level) the calling thread emitted since its last
+ * dcr_log_errors_reset, joined by newlines, at most 4 KiB (the rest is
+ * cut). For a library's per-call error message. Thread-local storage:
+ * valid until the thread's next log call.
+ */
+const char *dcr_log_errors(void);
+void dcr_log_errors_reset(void);
+
 /** Emit one log line (no trailing newline needed). */
 void dcr_log(enum dcr_log_level lvl, const char *fmt, ...) DCR_PRINTF(2, 3);
 void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap);

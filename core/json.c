@@ -24,6 +24,15 @@ void dcr_json_str(FILE *f, const char *s)
 		case '\t':
 			fputs("\\t", f);
 			break;
+		case '\r':
+			fputs("\\r", f);
+			break;
+		case '\b':
+			fputs("\\b", f);
+			break;
+		case '\f':
+			fputs("\\f", f);
+			break;
 		default:
 			if (c < 0x20)
 				fprintf(f, "\\u%04x", c);

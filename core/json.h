@@ -11,7 +11,8 @@
 
 /**
  * dcr_json_str - write @s as a JSON string literal to @f: quoted, with
- * '"', '\\' and control characters escaped. Bytes >= 0x80 are written
+ * '"', '\\' and control characters escaped (as serde_json does: \n,
+ * \t, \r, \b, \f, else \u00xx). Bytes >= 0x80 are written
  * as they are (paths are UTF-8 by convention; invalid UTF-8 stays
  * invalid). Errors are left in @f's error flag. Not thread-safe per @f
  * beyond what stdio gives.

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stwriter.h - lay out a safetensors file from tensors in memory.
+ *
+ * The bytes are exactly those the safetensors reference implementation
+ * (safetensors.serialize, Rust `prepare`) writes: an 8-byte little-endian
+ * header length N, N bytes of compact JSON ("__metadata__" first, then
+ * the tensors in data order, each {"dtype":..,"shape":[..],
+ * "data_offsets":[b,e]}), padded with spaces to a multiple of 8, then
+ * the tensors' bytes back to back. Data order: by dtype, the reference's
+ * order of Dtype descending (U64, I64, F64, F32, U32, I32, BF16, F16, U16,
+ * I16, F8_E4M3, F8_E5M2, I8, U8, BOOL), then by name (bytewise). The
+ * reference keeps metadata in a hash map; here its keys are sorted.
+ * core/safetensors.h parses what this writes (tests/unit/test_libdcr.c).
+ */
+#ifndef DCR_STWRITER_H
+#define DCR_STWRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** One tensor: its bytes stay the caller's (never copied here). */
+struct dcr_st_tensor {
+	const char *name;     /* UTF-8, not "__metadata__" */
+	const char *dtype;    /* "BF16", "F32", ... as safetensors spells it */
+	const uint64_t *shape;
+	size_t ndim;          /* 0: a scalar */
+	const void *data;
+	uint64_t len;         /* bytes: must equal the shape's count x width */
+};
+
+/** One "__metadata__" entry (string to string). */
+struct dcr_st_meta {
+	const char *key;
+	const char *value;
+};
+
+/**
+ * dcr_st_dtype_width - bytes per element of safetensors dtype @dtype
+ * (1, 2, 4 or 8), or 0 if the writer does not know it.
+ */
+unsigned dcr_st_dtype_width(const char *dtype);
+
+/**
+ * dcr_safetensors_layout - the header of a safetensors file holding
+ * @t[0..n) and @meta[0..nmeta) (nmeta 0: no "__metadata__"): the first
+ * *hdr_len bytes of the file into *hdr (malloc'ed; the caller frees
+ * it), and in @order[0..n) the indices of @t in the order their bytes
+ * follow the header. Returns 0; -EINVAL (logged, naming the tensor) for
+ * an unknown dtype, a length that does not match the shape, a repeated
+ * or reserved name; -EFBIG if the header would exceed
+ * DCR_SAFETENSORS_HDR_MAX; -ENOMEM. Thread-safe.
+ */
+int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
+			   const struct dcr_st_meta *meta, size_t nmeta,
+			   char **hdr, size_t *hdr_len, size_t *order);
+
+#endif /* DCR_STWRITER_H */

@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ccache.c - the committer's cache (see ccache.h). Rebuilding a missing
+ * parent tree goes through the read path (store/reader.c).
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ccache.h"
+#include "common.h"
+#include "fileio.h"
+#include "hash.h"
+#include "manifest.h"
+#include "reader.h"
+
+struct dcr_ccache {
+	struct dcr_store *st;
+	bool quiet;
+	int lock_fd;
+	char dir[PATH_MAX], tree[PATH_MAX], stage[PATH_MAX];
+	char source[PATH_MAX]; /* a no-copy parent, when used */
+};
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static int rm_rf(const char *path)
+{
+	struct stat sb;
+
+	if (lstat(path, &sb) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	return nftw(path, rm_cb, 32, FTW_DEPTH | FTW_PHYS) ? -errno : 0;
+}
+
+/* The cache directory's length is checked in main, so this cannot truncate. */
+static void path_join(char *buf, size_t cap, const char *a, const char *b)
+{
+	if ((size_t)snprintf(buf, cap, "%s/%s", a, b) >= cap)
+		abort();
+}
+
+/*
+ * The state file: "version N" and, after a --no-copy commit, "source PATH"
+ * (the committed directory, to be used as the next parent in place of
+ * tree/). Returns N, 0 if unknown.
+ */
+static uint64_t read_state(const char *cache, char *source, size_t cap)
+{
+	char path[PATH_MAX], line[PATH_MAX + 16];
+	uint64_t v = 0;
+
+	source[0] = 0;
+	path_join(path, sizeof(path), cache, "state");
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (!strncmp(line, "version ", 8))
+			dcr_parse_u64(line + 8, &v);
+		else if (!strncmp(line, "source /", 8) && strlen(line + 7) < cap)
+			memcpy(source, line + 7, strlen(line + 7) + 1);
+	}
+	fclose(f);
+	return v;
+}
+
+static int write_state(const char *cache, uint64_t v, const char *source)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+
+	path_join(path, sizeof(path), cache, "state");
+	path_join(tmp, sizeof(tmp), cache, "state.tmp");
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "version %" PRIu64 "\n", v);
+	if (source)
+		fprintf(f, "source %s\n", source);
+	if (fflush(f) || fsync(fileno(f))) {
+		int e = -errno;
+		fclose(f);
+		return e;
+	}
+	if (fclose(f))
+		return -errno;
+	return rename(tmp, path) < 0 ? -errno : 0;
+}
+
+static void clear_state(const char *cache)
+{
+	char path[PATH_MAX];
+
+	path_join(path, sizeof(path), cache, "state");
+	unlink(path);
+}
+
+static int default_cache_dir(const struct dcr_store *st, char *buf, size_t cap)
+{
+	uint8_t h[DCR_HASH_LEN];
+	char hex[DCR_HASH_HEX_LEN + 1];
+	const char *xdg = getenv("XDG_CACHE_HOME");
+	const char *home = getenv("HOME");
+
+	dcr_sha256(st->url, strlen(st->url), h);
+	dcr_hash_hex(h, hex);
+	hex[16] = 0;
+	if (xdg && *xdg)
+		snprintf(buf, cap, "%s/dcrfs/commit/%s", xdg, hex);
+	else if (home && *home)
+		snprintf(buf, cap, "%s/.cache/dcrfs/commit/%s", home, hex);
+	else
+		return -ENOENT;
+	return 0;
+}
+
+/* ------------------------------------------------- rebuilding a parent */
+
+static int write_entry(struct dcr_reader *r, uint64_t v, uint32_t idx,
+		       const struct dcr_entry *e, const char *path, uint8_t *buf,
+		       size_t bufsz)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	for (uint64_t off = 0; off < e->size;) {
+		ssize_t n = dcr_reader_read(r, v, idx, off, buf, bufsz);
+		if (n <= 0) {
+			ret = n < 0 ? (int)n : -EIO;
+			break;
+		}
+		if ((ret = dcr_write_full(fd, buf, (size_t)n)))
+			break;
+		off += (uint64_t)n;
+	}
+	if (close(fd) < 0 && !ret)
+		ret = -errno;
+	return ret;
+}
+
+/* Materialize version @v of @st into @cache/tree through the read path. */
+static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
+			int quiet)
+{
+	char tree[PATH_MAX], scratch[PATH_MAX], path[PATH_MAX * 2];
+	struct dcr_reader *r = NULL;
+	const struct dcr_version_info *vi;
+	int ret;
+
+	if (!quiet)
+		dcr_info("building the parent tree (version %" PRIu64 ") from the store into %s",
+			 v, cache);
+	clear_state(cache);
+	path_join(tree, sizeof(tree), cache, "tree");
+	path_join(scratch, sizeof(scratch), cache, "reader");
+	if ((ret = rm_rf(tree)) || (ret = rm_rf(scratch)) ||
+	    (ret = dcr_mkdir_p(tree, 0755))) {
+		dcr_err("%s: %s", cache, dcr_strerror(ret));
+		return ret;
+	}
+	struct dcr_reader_opts ro = { .cache_dir = scratch, .cache_size = (uint64_t)1 << 30 };
+	if ((ret = dcr_reader_open(st, &ro, &r)))
+		goto err_rm_scratch;
+	if ((ret = dcr_reader_refresh(r, NULL)))
+		goto err_close;
+	if ((ret = dcr_reader_version(r, v, &vi))) {
+		dcr_err("%s: version %" PRIu64 " is missing or unreadable", st->url, v);
+		goto err_close;
+	}
+	size_t bufsz = 4u << 20;
+	uint8_t *buf = malloc(bufsz);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
+	for (uint32_t i = 1; i < vi->nentries && !ret; i++) {
+		const struct dcr_entry *e = &vi->entries[i];
+		snprintf(path, sizeof(path), "%s/%s", tree, e->path);
+		if (e->type == DCR_FT_DIR)
+			ret = mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
+		else
+			ret = write_entry(r, v, i, e, path, buf, bufsz);
+		if (ret)
+			dcr_err("%s: %s", path, dcr_strerror(ret));
+	}
+	free(buf);
+	if (!ret)
+		ret = write_state(cache, v, NULL);
+err_close:
+	dcr_reader_close(r);
+err_rm_scratch:
+	rm_rf(scratch);
+	return ret;
+}
+
+
+int dcr_ccache_open(struct dcr_store *st, const char *dir, bool quiet,
+		    struct dcr_ccache **out)
+{
+	char lockp[PATH_MAX];
+	int ret;
+	struct dcr_ccache *cc = calloc(1, sizeof(*cc));
+
+	if (!cc)
+		return DCR_ERR(-ENOMEM);
+	cc->st = st;
+	cc->quiet = quiet;
+	cc->lock_fd = -1;
+	if (dir) {
+		snprintf(cc->dir, sizeof(cc->dir), "%s", dir);
+	} else if (default_cache_dir(st, cc->dir, sizeof(cc->dir))) {
+		dcr_err("no cache directory: set HOME or XDG_CACHE_HOME, or pass --cache-dir");
+		ret = DCR_ERR(-ENOENT);
+		goto err_free;
+	}
+	if (strlen(cc->dir) > PATH_MAX - 64) {
+		dcr_err("%s: cache directory path too long", cc->dir);
+		ret = DCR_ERR(-ENAMETOOLONG);
+		goto err_free;
+	}
+	if ((ret = dcr_mkdir_p(cc->dir, 0700))) {
+		dcr_err("%s: %s", cc->dir, dcr_strerror(ret));
+		goto err_free;
+	}
+	path_join(lockp, sizeof(lockp), cc->dir, "lock");
+	path_join(cc->tree, sizeof(cc->tree), cc->dir, "tree");
+	path_join(cc->stage, sizeof(cc->stage), cc->dir, "stage");
+	cc->lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (cc->lock_fd >= 0 && flock(cc->lock_fd, LOCK_EX | LOCK_NB) < 0 &&
+	    errno == EWOULDBLOCK) {
+		dcr_info("waiting for another dcrfs-commit using %s", cc->dir);
+		if (flock(cc->lock_fd, LOCK_EX) == 0)
+			goto locked;
+	} else if (cc->lock_fd >= 0) {
+		goto locked;
+	}
+	ret = DCR_ERR(-errno);
+	dcr_err("%s: %s", lockp, dcr_strerror(ret));
+	goto err_free;
+locked:
+	*out = cc;
+	return 0;
+err_free:
+	if (cc->lock_fd >= 0)
+		close(cc->lock_fd);
+	free(cc);
+	return ret;
+}
+
+void dcr_ccache_close(struct dcr_ccache *cc)
+{
+	if (!cc)
+		return;
+	if (cc->lock_fd >= 0)
+		close(cc->lock_fd);
+	free(cc);
+}
+
+int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
+		      const char *committing, bool rebuild, const char **dir)
+{
+	struct stat ssb;
+	char *source = cc->source;
+	uint64_t have = read_state(cc->dir, source, sizeof(cc->source));
+	char *dir_real = committing ? realpath(committing, NULL) : NULL;
+	int ret;
+
+	if (source[0] && dir_real && !strcmp(source, dir_real)) {
+		/* A directory cannot be its own parent: it may have been overwritten. */
+		dcr_warn("%s is the directory version %" PRIu64 " was committed from with "
+			 "--no-copy, so it cannot serve as the parent; rebuilding the parent "
+			 "from the store (use a new directory per checkpoint with --no-copy)",
+			 committing, have);
+		source[0] = 0;
+		have = 0;
+	}
+	free(dir_real);
+	if (!rebuild && have == parent && source[0] &&
+	    stat(source, &ssb) == 0 && S_ISDIR(ssb.st_mode)) {
+		/* A no-copy commit left its source as the parent. */
+		*dir = source;
+		return 0;
+	}
+	if (rebuild || have != parent || source[0]) {
+		if (rebuild)
+			dcr_warn("the parent copy is stale; rebuilding it from the store");
+		if ((ret = rebuild_tree(cc->st, cc->dir, parent, cc->quiet))) {
+			dcr_err("cannot rebuild the parent, version %" PRIu64 ", in %s (%s); "
+				"nothing was published. Free space there or choose another "
+				"cache directory", parent, cc->dir, dcr_strerror(ret));
+			return ret;
+		}
+	}
+	*dir = cc->tree;
+	return 0;
+}
+
+const char *dcr_ccache_stage(struct dcr_ccache *cc)
+{
+	int ret;
+
+	if ((ret = rm_rf(cc->stage)) || (ret = dcr_mkdir_p(cc->stage, 0755))) {
+		/* Only an optimisation for the next commit: go on without it. */
+		dcr_warn("cannot keep a copy of the committed tree in %s: %s", cc->stage,
+			 dcr_strerror(ret));
+		return NULL;
+	}
+	return cc->stage;
+}
+
+void dcr_ccache_discard(struct dcr_ccache *cc)
+{
+	rm_rf(cc->stage);
+}
+
+void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
+		     enum dcr_ccache_keep keep, const char *source)
+{
+	if (keep == DCR_CCACHE_SOURCE) {
+		char *src = realpath(source, NULL);
+		clear_state(cc->dir);
+		rm_rf(cc->tree);
+		if (!src || write_state(cc->dir, v, src))
+			dcr_warn("%s: could not record %s for the next commit; it will rebuild its parent",
+				 cc->dir, source);
+		free(src);
+	} else if (keep == DCR_CCACHE_STAGED) {
+		/* state first: a crash in between leaves "unknown", never a lie. */
+		clear_state(cc->dir);
+		if (rm_rf(cc->tree) || rename(cc->stage, cc->tree) < 0 ||
+		    write_state(cc->dir, v, NULL))
+			dcr_warn("%s: could not keep the committed tree (%s); the next commit will rebuild it",
+				 cc->dir, strerror(errno));
+	} else {
+		clear_state(cc->dir);
+		rm_rf(cc->tree);
+		rm_rf(cc->stage);
+	}
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ccache.h - the committer's cache: the parent version's tree kept
+ * between commits, shared by dcrfs-commit and every libdcr user.
+ *
+ * Layout (default ${XDG_CACHE_HOME:-~/.cache}/dcrfs/commit/<id>/):
+ *   lock      flock()ed while open: one commit per cache at a time
+ *   state     "version N" - the version that tree/ holds; absent = unknown;
+ *             "source PATH" after a no-copy commit: PATH is the parent
+ *   tree/     the parent version, materialized
+ *   stage/    the version being committed (becomes tree/ on success)
+ *   reader/   scratch catalog/cache used only while rebuilding tree/
+ * Not thread-safe per handle; the lock serializes processes and handles.
+ */
+#ifndef DCR_CCACHE_H
+#define DCR_CCACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "objstore.h"
+
+struct dcr_ccache;
+
+/**
+ * dcr_ccache_open - open (creating it) the cache @dir of store @st, or
+ * the default one if @dir is NULL, and lock it, waiting (with a message)
+ * for another committer. Returns 0 or -errno (logged).
+ */
+int dcr_ccache_open(struct dcr_store *st, const char *dir, bool quiet,
+		    struct dcr_ccache **out);
+
+/** dcr_ccache_close - unlock and free @cc; NULL accepted. */
+void dcr_ccache_close(struct dcr_ccache *cc);
+
+/**
+ * dcr_ccache_parent - a directory holding version @parent's tree, into
+ * *@dir (owned by @cc, valid until the next call): the cached tree, the
+ * source of a no-copy commit, or rebuilt from the store through the read
+ * path. @committing is the directory about to be committed (NULL for
+ * memory): it can never serve as its own parent. With @rebuild, the tree
+ * is rebuilt whatever the state says (after -ESTALE).
+ * Returns 0 or -errno (logged).
+ */
+int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
+		      const char *committing, bool rebuild, const char **dir);
+
+/**
+ * dcr_ccache_stage - an empty stage directory for the commit to copy the
+ * new tree into, or NULL (warned) if it cannot be made: the commit goes
+ * on without it.
+ */
+const char *dcr_ccache_stage(struct dcr_ccache *cc);
+
+/** How dcr_ccache_done keeps the committed version. */
+enum dcr_ccache_keep {
+	DCR_CCACHE_STAGED,  /* the stage holds it: it becomes the tree */
+	DCR_CCACHE_SOURCE,  /* no-copy: @source is the next parent */
+	DCR_CCACHE_NOTHING, /* forget it: the next commit rebuilds */
+};
+
+/**
+ * dcr_ccache_done - version @v was published: keep it for the next
+ * commit as @keep says. Failures only cost the next commit a rebuild
+ * (warned). dcr_ccache_discard drops the stage of a failed commit.
+ */
+void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
+		     enum dcr_ccache_keep keep, const char *source);
+void dcr_ccache_discard(struct dcr_ccache *cc);
+
+#endif /* DCR_CCACHE_H */

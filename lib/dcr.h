@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dcr.h - libdcr, the public C API of dcrfs: commit a version from memory.
+ *
+ * libdcr runs the same pipeline, codec and checks as dcrfs-commit (which
+ * is built on it): each chunk is XORed against the parent version and
+ * encoded on all cores, packs are uploaded, every pack is confirmed in
+ * the store, and the version's manifest is published with a conditional
+ * create; nothing a reader can see exists before that. A failed or
+ * aborted commit publishes nothing.
+ *
+ *     dcr_store_handle *s;
+ *     dcr_commit_handle *c;
+ *     struct dcr_commit_info info;
+ *     if (dcr_store_handle_open("s3://bucket/run1", DCR_STORE_INIT, &s) ||
+ *         dcr_commit_begin(s, NULL, &c))
+ *             die(dcr_errmsg());
+ *     dcr_commit_add_safetensors(c, "model.safetensors", tensors, n, NULL, 0);
+ *     if (dcr_commit_publish(c, "step-100", &info))
+ *             die(dcr_errmsg());
+ *     dcr_commit_free(c);
+ *     dcr_store_handle_close(s);
+ *
+ * Errors: every function that can fail returns 0 or a negative errno
+ * value (-EDOM: non-finite weights refused; -ENOENT: no store or no such
+ * parent; -EINVAL: a bad argument; -EEXIST: a path added twice; -EIO: the
+ * store failed). dcr_errmsg() then returns a message for the calling
+ * thread's last failed call (several lines when several things were
+ * wrong, e.g. one per tensor holding NaN or Inf). Messages also go to
+ * stderr at the level set by dcr_set_log_level.
+ *
+ * Ownership: the library copies every string, shape and metadata entry
+ * it is given when the call returns. Tensor data and byte ranges are NOT
+ * copied (zero-copy): that memory must stay valid and unchanged from the
+ * add call until dcr_commit_publish returns or the handle is freed. It is
+ * only read.
+ *
+ * Threads: a commit handle is used by one thread at a time; distinct
+ * handles, even on one store handle, are independent and may run in
+ * parallel (commits sharing a cache directory take turns: the cache is
+ * locked while one publishes). A store handle may be shared by threads
+ * and must outlive its commit handles. The library starts its own
+ * encoder and upload threads inside dcr_commit_publish and stops them
+ * before it returns.
+ *
+ * Link with `pkg-config --libs dcr`.
+ */
+#ifndef DCR_H
+#define DCR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DCR_BUILDING_LIB) && defined(__GNUC__)
+#define DCR_API __attribute__((visibility("default")))
+#else
+#define DCR_API
+#endif
+
+typedef struct dcr_store_handle dcr_store_handle;
+typedef struct dcr_commit_handle dcr_commit_handle;
+
+/**
+ * dcr_errmsg - the message of the calling thread's last failed libdcr
+ * call ("" if none). Valid until the thread's next libdcr call.
+ */
+DCR_API const char *dcr_errmsg(void);
+
+/** Log levels for dcr_set_log_level. */
+enum dcr_level { DCR_LEVEL_ERROR, DCR_LEVEL_WARN, DCR_LEVEL_INFO, DCR_LEVEL_DEBUG };
+
+/** dcr_set_log_level - what goes to stderr (default DCR_LEVEL_INFO); global. */
+DCR_API void dcr_set_log_level(int level);
+
+/** Flags of dcr_store_handle_open. */
+#define DCR_STORE_INIT 1u /* create the store if there is none */
+
+/**
+ * dcr_store_handle_open - open the store at @url (a directory,
+ * file:///path or s3://bucket/prefix; S3 settings as the AWS tools take
+ * them). Without DCR_STORE_INIT, a URL that holds no dcrfs store fails
+ * with -ENOENT. Returns 0 and sets *@out, or -errno.
+ */
+DCR_API int dcr_store_handle_open(const char *url, unsigned flags,
+				  dcr_store_handle **out);
+
+/** dcr_store_handle_close - close @s (NULL accepted); no commit may use it. */
+DCR_API void dcr_store_handle_close(dcr_store_handle *s);
+
+/** dcr_store_handle_latest - the newest version (0: none) into *@version. */
+DCR_API int dcr_store_handle_latest(dcr_store_handle *s, uint64_t *version);
+
+/** Flags of struct dcr_commit_options. */
+#define DCR_COMMIT_FULL            (1u << 0) /* every chunk a full frame */
+#define DCR_COMMIT_ALLOW_EMPTY     (1u << 1) /* publish a version without files */
+#define DCR_COMMIT_ALLOW_NONFINITE (1u << 2) /* commit NaN/Inf weights */
+#define DCR_COMMIT_NO_CACHE        (1u << 3) /* keep no copy of the new version */
+#define DCR_COMMIT_NO_COPY         (1u << 4) /* a tree's next parent is the tree itself */
+
+/** Progress, reported from the thread that called dcr_commit_publish. */
+struct dcr_progress {
+	uint64_t bytes_done;     /* source bytes read and encoded */
+	uint64_t bytes_total;
+	uint64_t bytes_uploaded; /* pack bytes stored so far */
+	const char *phase;       /* "encode", "publish" */
+};
+
+struct dcr_commit_options {
+	/* The version to diff against; 0: the latest (none: a first version). */
+	uint64_t parent;
+	/*
+	 * The committer's cache: the parent version's tree, materialized,
+	 * kept between commits (rebuilt from the store when missing or
+	 * stale). NULL: ${XDG_CACHE_HOME:-~/.cache}/dcrfs/commit/<id>, as
+	 * dcrfs-commit uses, so the tool and the library share it.
+	 */
+	const char *cache_dir;
+	unsigned flags;        /* DCR_COMMIT_* */
+	uint32_t chunk_size;   /* 0: the parent's, else 1 MiB */
+	int jobs;              /* encoder threads; 0: number of CPUs */
+	void (*progress)(void *arg, const struct dcr_progress *p); /* or NULL */
+	void *progress_arg;
+};
+
+/**
+ * dcr_commit_begin - start a commit on @s with options @o (NULL: all
+ * defaults; copied). Nothing is read or uploaded until publish.
+ * Returns 0 and sets *@out, or -errno.
+ */
+DCR_API int dcr_commit_begin(dcr_store_handle *s,
+			     const struct dcr_commit_options *o,
+			     dcr_commit_handle **out);
+
+/** A byte range of the caller's memory. */
+struct dcr_range {
+	const void *data;
+	uint64_t len;
+};
+
+/**
+ * dcr_commit_add_bytes - add the file @path (relative, '/'-separated;
+ * missing parent directories are added) of mode @mode (permission bits)
+ * whose bytes are @r[0..n) back to back. Zero-copy: see Ownership.
+ * Returns 0, -EEXIST if @path was added already, -EINVAL for a bad path.
+ */
+DCR_API int dcr_commit_add_bytes(dcr_commit_handle *c, const char *path,
+				 unsigned mode, const struct dcr_range *r,
+				 size_t n);
+
+/** One tensor of a safetensors file. */
+struct dcr_tensor_desc {
+	const char *name;
+	const char *dtype;       /* "BF16", "F16", "F32", "F64", "I8".."U64", "BOOL", "F8_E4M3", "F8_E5M2" */
+	const uint64_t *shape;
+	size_t ndim;             /* 0: a scalar */
+	const void *data;        /* row-major, little-endian; zero-copy */
+	uint64_t len;            /* bytes: element count x dtype width */
+};
+
+/**
+ * dcr_commit_add_safetensors - add the file @path holding tensors
+ * @t[0..n) in the safetensors format, byte for byte what the reference
+ * implementation (safetensors.serialize) writes for them (tensors
+ * ordered by dtype then name, header padded with spaces to 8 bytes),
+ * with "__metadata__" from @meta_kv (key, value, key, value, ...;
+ * @nmeta pairs; 0 for none). Only the header is built here; the tensors'
+ * bytes are read in place at publish. Returns 0; -EINVAL for an unknown
+ * dtype, a length that does not match the shape or a repeated name;
+ * -EEXIST if @path was added already.
+ */
+DCR_API int dcr_commit_add_safetensors(dcr_commit_handle *c, const char *path,
+				       const struct dcr_tensor_desc *t, size_t n,
+				       const char *const *meta_kv, size_t nmeta);
+
+/**
+ * dcr_commit_add_tree - add every file and directory below the directory
+ * @dir, as dcrfs-commit does (read at publish; a file that changes while
+ * it is read fails the commit). Paths in the version are relative to
+ * @dir. Returns 0 or -errno (a symlink, device, FIFO or socket: -EINVAL).
+ */
+DCR_API int dcr_commit_add_tree(dcr_commit_handle *c, const char *dir);
+
+/** What a publish did. */
+struct dcr_commit_info {
+	uint64_t version;       /* the new version's number */
+	uint64_t parent;        /* what it was diffed against (0: none) */
+	uint64_t files, dirs;
+	uint64_t bytes_in;      /* source bytes read */
+	uint64_t bytes_packed;  /* pack bytes uploaded */
+	uint64_t manifest_len;
+	uint64_t chunks_same, chunks_delta, chunks_full;
+	uint32_t packs;
+};
+
+/**
+ * dcr_commit_publish - encode, upload and publish everything added as
+ * a new version, then point tag @tag (NULL: none) at it. Only once per
+ * handle. Returns 0 and fills @info (may be NULL), or -errno: nothing
+ * was published then. A failure to set the tag after the version was
+ * published returns -EIO with info->version set.
+ */
+DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
+			       struct dcr_commit_info *info);
+
+/**
+ * dcr_commit_free - free @c (NULL accepted). A commit not published is
+ * aborted: nothing was uploaded and nothing is published.
+ */
+DCR_API void dcr_commit_free(dcr_commit_handle *c);
+
+/** dcr_commit_abort - dcr_commit_free, by the name that says what it does. */
+DCR_API void dcr_commit_abort(dcr_commit_handle *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCR_H */

@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libdcr.c - the public API (dcr.h) over the commit pipeline
+ * (core/commit.c), the safetensors layout (core/stwriter.c) and the
+ * committer's cache (lib/ccache.c). Every public function resets the
+ * calling thread's error lines on entry and, when it fails, turns them
+ * (or strerror) into dcr_errmsg's message.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define DCR_BUILDING_LIB 1
+#include "dcr.h"
+
+#include "ccache.h"
+#include "chunk.h"
+#include "commit.h"
+#include "common.h"
+#include "manifest.h"
+#include "store.h"
+#include "stwriter.h"
+
+struct dcr_store_handle {
+	struct dcr_store *st;
+};
+
+struct dcr_commit_handle {
+	dcr_store_handle *s;
+	struct dcr_commit_options o;
+	char *cache_dir;
+	/* The version's entries; hdrs[i] is the safetensors header src[i]
+	 * starts with (owned), or NULL. */
+	struct dcr_commit_source *src;
+	char **hdrs;
+	size_t n, cap;
+	char *tree;      /* the directory added with add_tree, if one */
+	bool published;
+};
+
+static __thread char errmsg[4096];
+
+DCR_API const char *dcr_errmsg(void)
+{
+	return errmsg;
+}
+
+/* Start of a public call: forget the previous call's errors. */
+static void api_enter(void)
+{
+	errmsg[0] = 0;
+	dcr_log_errors_reset();
+}
+
+/* End of a public call: @ret, with dcr_errmsg set if it is a failure. */
+static int api_leave(int ret, const char *what)
+{
+	if (ret >= 0)
+		return ret;
+	const char *lines = dcr_log_errors();
+	if (*lines)
+		snprintf(errmsg, sizeof(errmsg), "%s", lines);
+	else
+		snprintf(errmsg, sizeof(errmsg), "%s: %s", what, dcr_strerror(ret));
+	return ret;
+}
+
+DCR_API void dcr_set_log_level(int level)
+{
+	dcr_log_set_level(level <= 0 ? DCR_LOG_ERR : level == 1 ? DCR_LOG_WARN :
+			  level == 2 ? DCR_LOG_INFO : DCR_LOG_DEBUG);
+}
+
+/*
+ * Open the store and make sure it is one: with DCR_STORE_INIT, create it
+ * if there is none; without, a path or prefix that holds no store is an
+ * error, so a mistyped URL never starts a new store silently.
+ */
+static int open_store(const char *url, bool init, struct dcr_store **out)
+{
+	struct dcr_store_info info;
+	struct dcr_store *st;
+	int ret;
+
+	ret = dcr_store_open(url, NULL, init ? DCR_OPEN_CREATE : 0, &st);
+	if (ret) {
+		if (ret == -ENOENT && !init)
+			dcr_err("%s: no store there; create one with 'dcrfs-commit "
+				"--init' or 'dcrfs-ctl init'", url);
+		return ret;
+	}
+	ret = init ? dcr_store_init(st, &info) : dcr_store_identify(st, &info);
+	if (ret == 0 && init) {
+		dcr_info("%s: created a new store (id %s)", st->url, info.id);
+	} else if (ret == -ENOENT) {
+		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
+			"versions); create one with 'dcrfs-commit --init' or "
+			"'dcrfs-ctl init'", st->url, DCR_STORE_MARKER);
+	} else if (ret && ret != -EEXIST) {
+		dcr_err("%s: cannot tell whether this is a dcrfs store: %s",
+			st->url, dcr_strerror(ret));
+	} else {
+		ret = 0;
+	}
+	if (ret) {
+		dcr_store_close(st);
+		return ret;
+	}
+	*out = st;
+	return 0;
+}
+
+DCR_API int dcr_store_handle_open(const char *url, unsigned flags,
+				  dcr_store_handle **out)
+{
+	dcr_store_handle *s;
+	int ret;
+
+	api_enter();
+	if (!url || !out)
+		return api_leave(-EINVAL, "dcr_store_handle_open");
+	if (!(s = calloc(1, sizeof(*s))))
+		return api_leave(-ENOMEM, url);
+	if ((ret = open_store(url, flags & DCR_STORE_INIT, &s->st))) {
+		free(s);
+		return api_leave(ret, url);
+	}
+	*out = s;
+	return 0;
+}
+
+DCR_API void dcr_store_handle_close(dcr_store_handle *s)
+{
+	if (!s)
+		return;
+	dcr_store_close(s->st);
+	free(s);
+}
+
+DCR_API int dcr_store_handle_latest(dcr_store_handle *s, uint64_t *version)
+{
+	api_enter();
+	return api_leave(dcr_store_latest(s->st, version), s->st->url);
+}
+
+DCR_API int dcr_commit_begin(dcr_store_handle *s,
+			     const struct dcr_commit_options *o,
+			     dcr_commit_handle **out)
+{
+	dcr_commit_handle *c;
+
+	api_enter();
+	if (!s || !out)
+		return api_leave(-EINVAL, "dcr_commit_begin");
+	if (o && o->chunk_size && !dcr_chunk_size_valid(o->chunk_size)) {
+		dcr_err("invalid chunk size %" PRIu32 " (a power of two from 4 KiB to 64 MiB)",
+			o->chunk_size);
+		return api_leave(-EINVAL, "dcr_commit_begin");
+	}
+	if (!(c = calloc(1, sizeof(*c))))
+		return api_leave(-ENOMEM, "dcr_commit_begin");
+	c->s = s;
+	if (o)
+		c->o = *o;
+	if (o && o->cache_dir && !(c->cache_dir = strdup(o->cache_dir))) {
+		free(c);
+		return api_leave(-ENOMEM, "dcr_commit_begin");
+	}
+	c->o.cache_dir = c->cache_dir;
+	*out = c;
+	return 0;
+}
+
+/* A new zeroed entry at the end of @c's list; NULL on -ENOMEM. */
+static struct dcr_commit_source *new_entry(dcr_commit_handle *c)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct dcr_commit_source *s = realloc(c->src, cap * sizeof(*s));
+		if (!s)
+			return NULL;
+		c->src = s;
+		char **h = realloc(c->hdrs, cap * sizeof(*h));
+		if (!h)
+			return NULL;
+		c->hdrs = h;
+		c->cap = cap;
+	}
+	memset(&c->src[c->n], 0, sizeof(c->src[c->n]));
+	c->hdrs[c->n] = NULL;
+	return &c->src[c->n++];
+}
+
+static bool has_path(const dcr_commit_handle *c, const char *path, size_t len)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (!strncmp(c->src[i].path, path, len) && !c->src[i].path[len])
+			return true;
+	return false;
+}
+
+/*
+ * Add @path as a file entry with @ranges (copied) after its missing
+ * parent directories; @hdr (owned from here on) is freed with it.
+ */
+static int add_file(dcr_commit_handle *c, const char *path, unsigned mode,
+		    const struct dcr_commit_range *ranges, size_t n, char *hdr)
+{
+	struct dcr_commit_source *e;
+	int ret = -ENOMEM;
+
+	if (!path || !dcr_path_valid(path, strlen(path))) {
+		dcr_err("'%s' is not a valid path in a version (relative, no '..')",
+			path ? path : "(null)");
+		ret = -EINVAL;
+		goto err_free_hdr;
+	}
+	if (has_path(c, path, strlen(path))) {
+		dcr_err("%s: added twice", path);
+		ret = -EEXIST;
+		goto err_free_hdr;
+	}
+	for (const char *sl = strchr(path, '/'); sl; sl = strchr(sl + 1, '/')) {
+		size_t len = (size_t)(sl - path);
+		if (has_path(c, path, len))
+			continue;
+		if (!(e = new_entry(c)))
+			goto err_free_hdr;
+		if (!(e->path = strndup(path, len))) {
+			c->n--;
+			goto err_free_hdr;
+		}
+		e->dir = true;
+		e->mode = 0755;
+		e->mtime_ns = dcr_now_ns();
+	}
+	struct dcr_commit_range *r = malloc((n ? n : 1) * sizeof(*r));
+	if (!r || !(e = new_entry(c))) {
+		free(r);
+		goto err_free_hdr;
+	}
+	if (!(e->path = strdup(path))) {
+		free(r);
+		c->n--;
+		goto err_free_hdr;
+	}
+	memcpy(r, ranges, n * sizeof(*r));
+	e->ranges = r;
+	e->nranges = n;
+	e->mode = mode & 07777;
+	e->mtime_ns = dcr_now_ns();
+	c->hdrs[c->n - 1] = hdr;
+	return 0;
+err_free_hdr:
+	free(hdr);
+	return ret;
+}
+
+static int check_open(const dcr_commit_handle *c)
+{
+	if (c->published) {
+		dcr_err("this commit was published already: begin a new one");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+DCR_API int dcr_commit_add_bytes(dcr_commit_handle *c, const char *path,
+				 unsigned mode, const struct dcr_range *r,
+				 size_t n)
+{
+	api_enter();
+	int ret = check_open(c);
+	if (ret)
+		return api_leave(ret, path);
+	struct dcr_commit_range *cr = malloc((n ? n : 1) * sizeof(*cr));
+	if (!cr)
+		return api_leave(-ENOMEM, path);
+	for (size_t i = 0; i < n; i++)
+		cr[i] = (struct dcr_commit_range){ r[i].data, r[i].len };
+	ret = add_file(c, path, mode, cr, n, NULL);
+	free(cr);
+	return api_leave(ret, path);
+}
+
+DCR_API int dcr_commit_add_safetensors(dcr_commit_handle *c, const char *path,
+				       const struct dcr_tensor_desc *t, size_t n,
+				       const char *const *meta_kv, size_t nmeta)
+{
+	struct dcr_st_tensor *ts = calloc(n ? n : 1, sizeof(*ts));
+	struct dcr_st_meta *ms = calloc(nmeta ? nmeta : 1, sizeof(*ms));
+	struct dcr_commit_range *r = calloc(n + 1, sizeof(*r));
+	size_t *order = calloc(n ? n : 1, sizeof(*order));
+	char *hdr = NULL;
+	size_t hlen;
+
+	api_enter();
+	int ret = check_open(c);
+	if (ret)
+		goto err_free;
+	if (!ts || !ms || !r || !order) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	for (size_t i = 0; i < n; i++)
+		ts[i] = (struct dcr_st_tensor){ t[i].name, t[i].dtype, t[i].shape,
+						t[i].ndim, t[i].data, t[i].len };
+	for (size_t i = 0; i < nmeta; i++)
+		ms[i] = (struct dcr_st_meta){ meta_kv[2 * i], meta_kv[2 * i + 1] };
+	if ((ret = dcr_safetensors_layout(ts, n, ms, nmeta, &hdr, &hlen, order))) {
+		dcr_err("%s: cannot lay out a safetensors file", path);
+		goto err_free;
+	}
+	r[0] = (struct dcr_commit_range){ hdr, hlen };
+	for (size_t i = 0; i < n; i++)
+		r[i + 1] = (struct dcr_commit_range){ t[order[i]].data, t[order[i]].len };
+	ret = add_file(c, path, 0644, r, n + 1, hdr);
+err_free:
+	free(order);
+	free(r);
+	free(ms);
+	free(ts);
+	return api_leave(ret, path);
+}
+
+DCR_API int dcr_commit_add_tree(dcr_commit_handle *c, const char *dir)
+{
+	struct dcr_commit_source *src;
+	size_t n;
+
+	api_enter();
+	int ret = check_open(c);
+	if (!ret && c->tree) {
+		dcr_err("%s: one tree per commit (%s was added)", dir, c->tree);
+		ret = -EINVAL;
+	}
+	if (!ret)
+		ret = dcr_commit_scan(dir, &src, &n);
+	if (ret)
+		return api_leave(ret, dir);
+	for (size_t i = 0; i < n && !ret; i++) {
+		struct dcr_commit_source *e = new_entry(c);
+		if (!e) {
+			ret = -ENOMEM;
+			break;
+		}
+		*e = src[i];
+		src[i].path = src[i].file = NULL; /* moved */
+	}
+	dcr_commit_sources_free(src, n);
+	if (!ret && !(c->tree = strdup(dir)))
+		ret = -ENOMEM;
+	return api_leave(ret, dir);
+}
+
+/* The pipeline's progress, translated for the caller. */
+static void on_progress(void *arg, const struct dcr_commit_progress *p)
+{
+	const dcr_commit_handle *c = arg;
+	struct dcr_progress pub = { p->bytes_done, p->bytes_total,
+				    p->bytes_uploaded, p->phase };
+
+	c->o.progress(c->o.progress_arg, &pub);
+}
+
+/* The parent's number and manifest: opts->parent, else the latest. */
+static int get_parent(struct dcr_store *st, uint64_t want, uint64_t *parent,
+		      struct dcr_manifest *pm)
+{
+	uint64_t latest;
+	int ret = dcr_store_latest(st, &latest);
+
+	if (ret) {
+		dcr_err("%s: cannot list versions: %s", st->url, dcr_strerror(ret));
+		return ret;
+	}
+	*parent = want ? want : latest;
+	if (*parent && (ret = dcr_store_get_manifest(st, *parent, pm)) == -ENOENT)
+		dcr_err("%s: version %" PRIu64 " does not exist (latest is %" PRIu64 ")",
+			st->url, *parent, latest);
+	return ret;
+}
+
+DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
+			       struct dcr_commit_info *info)
+{
+	struct dcr_store *st = c->s->st;
+	const unsigned fl = c->o.flags;
+	struct dcr_manifest pm = { 0 };
+	struct dcr_ccache *cc = NULL;
+	struct dcr_commit_result res;
+	const char *what = c->tree ? c->tree : "the commit";
+	uint64_t parent;
+
+	api_enter();
+	int ret = check_open(c);
+	if (!ret && tag && !dcr_tag_name_valid(tag)) {
+		dcr_err("'%s' is not a valid tag name", tag);
+		ret = -EINVAL;
+	}
+	if (ret || (ret = get_parent(st, c->o.parent, &parent, &pm)))
+		return api_leave(ret, what);
+	if ((ret = dcr_ccache_open(st, c->o.cache_dir,
+				   dcr_log_get_level() < DCR_LOG_INFO, &cc)))
+		goto err_free;
+	struct dcr_commit_opts o = {
+		.parent = parent,
+		.parent_manifest = parent ? &pm : NULL,
+		.full = !!(fl & DCR_COMMIT_FULL),
+		.allow_empty = !!(fl & DCR_COMMIT_ALLOW_EMPTY),
+		.allow_nonfinite = !!(fl & DCR_COMMIT_ALLOW_NONFINITE),
+		.chunk_size = c->o.chunk_size,
+		.jobs = c->o.jobs,
+		.progress = c->o.progress ? on_progress : NULL,
+		.progress_arg = c,
+	};
+	bool no_copy = (fl & DCR_COMMIT_NO_COPY) && c->tree;
+	bool keep = !(fl & DCR_COMMIT_NO_CACHE) && !no_copy;
+	if (parent && (ret = dcr_ccache_parent(cc, parent, c->tree, false, &o.parent_dir)))
+		goto err_free;
+	for (int attempt = 0;; attempt++) {
+		o.stage_dir = keep ? dcr_ccache_stage(cc) : NULL;
+		ret = dcr_commit_sources(st, c->src, c->n, what, &o, &res);
+		if (ret != -ESTALE || attempt > 0 || !parent)
+			break;
+		if ((ret = dcr_ccache_parent(cc, parent, c->tree, true, &o.parent_dir)))
+			goto err_free;
+	}
+	if (ret) {
+		dcr_ccache_discard(cc);
+		goto err_free;
+	}
+	c->published = true;
+	dcr_ccache_done(cc, res.version,
+			no_copy ? DCR_CCACHE_SOURCE :
+			keep && res.staged ? DCR_CCACHE_STAGED : DCR_CCACHE_NOTHING,
+			c->tree);
+	if (info)
+		*info = (struct dcr_commit_info){
+			.version = res.version, .parent = parent,
+			.files = res.files, .dirs = res.dirs,
+			.bytes_in = res.bytes_in, .bytes_packed = res.bytes_packed,
+			.manifest_len = res.manifest_len,
+			.chunks_same = res.chunks_same, .chunks_delta = res.chunks_delta,
+			.chunks_full = res.chunks_full, .packs = res.packs,
+		};
+	if (tag && (ret = dcr_store_put_tag(st, tag, res.version))) {
+		dcr_err("version %" PRIu64 " was published but tag '%s' could not be set: %s",
+			res.version, tag, dcr_strerror(ret));
+		ret = -EIO;
+	}
+err_free:
+	dcr_ccache_close(cc);
+	dcr_manifest_free(&pm);
+	return api_leave(ret, what);
+}
+
+DCR_API void dcr_commit_free(dcr_commit_handle *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n; i++) {
+		free((void *)c->src[i].ranges);
+		free(c->hdrs[i]);
+	}
+	dcr_commit_sources_free(c->src, c->n);
+	free(c->hdrs);
+	free(c->tree);
+	free(c->cache_dir);
+	free(c);
+}
+
+DCR_API void dcr_commit_abort(dcr_commit_handle *c)
+{
+	dcr_commit_free(c);
+}

@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_libdcr.c - the public C API (lib/dcr.h) and the safetensors
+ * layout it writes (core/stwriter.h): byte ranges and tensors committed
+ * from memory read back bit for bit, the layout matches the format's
+ * reference bytes and parses with the project's one parser, abort
+ * publishes nothing, errors come with a message.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "testutil.h"
+
+#include "common.h"
+#include "dcr.h"
+#include "fileio.h"
+#include "reader.h"
+#include "safetensors.h"
+#include "store.h"
+#include "stwriter.h"
+
+struct fx {
+	char *root;
+	char store[PATH_MAX], cache[PATH_MAX];
+	dcr_store_handle *s;
+};
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	f->root = tu_mkdtemp("libdcr");
+	snprintf(f->store, sizeof(f->store), "%s/store", f->root);
+	snprintf(f->cache, sizeof(f->cache), "%s/cc", f->root);
+	if (dcr_store_handle_open(f->store, DCR_STORE_INIT, &f->s))
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	dcr_store_handle_close(f->s);
+	tu_rm_rf(f->root);
+	free(f->root);
+	free(f);
+	return 0;
+}
+
+/* Read file @path of version @v of the store through the read path. */
+static uint8_t *read_back(struct fx *f, uint64_t v, const char *path, uint64_t *len)
+{
+	struct dcr_store *st;
+	struct dcr_reader *r;
+	const struct dcr_version_info *vi;
+	char scratch[PATH_MAX];
+
+	snprintf(scratch, sizeof(scratch), "%s/reader", f->root);
+	assert_int_equal(dcr_store_open(f->store, NULL, 0, &st), 0);
+	struct dcr_reader_opts ro = { .cache_dir = scratch, .cache_size = 1 << 26 };
+	assert_int_equal(dcr_reader_open(st, &ro, &r), 0);
+	assert_int_equal(dcr_reader_refresh(r, NULL), 0);
+	assert_int_equal(dcr_reader_version(r, v, &vi), 0);
+	uint8_t *buf = NULL;
+	for (uint32_t i = 1; i < vi->nentries; i++) {
+		if (strcmp(vi->entries[i].path, path))
+			continue;
+		*len = vi->entries[i].size;
+		buf = malloc(*len + 1);
+		for (uint64_t off = 0; off < *len;) {
+			ssize_t n = dcr_reader_read(r, v, i, off, buf + off, *len - off);
+			assert_true(n > 0);
+			off += (uint64_t)n;
+		}
+	}
+	assert_non_null(buf);
+	dcr_reader_close(r);
+	dcr_store_close(st);
+	tu_rm_rf(scratch);
+	return buf;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		p[i] = (uint8_t)(x >> 24);
+	}
+}
+
+/* Byte ranges committed twice (a step between) read back exactly. */
+static void test_bytes_chain(void **state)
+{
+	struct fx *f = *state;
+	size_t n = 300000;
+	uint8_t *a = malloc(n);
+	struct dcr_commit_options o = { .cache_dir = f->cache, .chunk_size = 65536, .jobs = 2 };
+	struct dcr_commit_info info;
+	dcr_commit_handle *c;
+	uint64_t len;
+
+	fill(a, n, 1);
+	for (int step = 0; step < 2; step++) {
+		if (step)
+			for (size_t i = 0; i < n; i += 997)
+				a[i] ^= 1;
+		struct dcr_range r[] = { { a, 1000 }, { a + 1000, n - 1000 } };
+		assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+		assert_int_equal(dcr_commit_add_bytes(c, "d/x.bin", 0600, r, 2), 0);
+		assert_int_equal(dcr_commit_add_bytes(c, "d/x.bin", 0600, r, 2), -EEXIST);
+		assert_non_null(strstr(dcr_errmsg(), "added twice"));
+		assert_int_equal(dcr_commit_publish(c, step ? "t2" : NULL, &info), 0);
+		assert_true(info.version == (uint64_t)step + 1 && info.files == 1 && info.dirs == 1);
+		if (step)
+			assert_true(info.chunks_delta > 0 && info.chunks_full == 0);
+		assert_int_equal(dcr_commit_publish(c, NULL, &info), -EINVAL);
+		dcr_commit_free(c);
+		uint8_t *b = read_back(f, info.version, "d/x.bin", &len);
+		assert_true(len == n);
+		assert_memory_equal(a, b, n);
+		free(b);
+	}
+	free(a);
+}
+
+/* Abort publishes nothing; a bad store URL fails with a message. */
+static void test_abort_and_errors(void **state)
+{
+	struct fx *f = *state;
+	dcr_commit_handle *c;
+	dcr_store_handle *s;
+	uint64_t latest;
+	uint8_t a[100] = { 1 };
+	struct dcr_range r = { a, sizeof(a) };
+	struct dcr_commit_options o = { .cache_dir = f->cache };
+
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_bytes(c, "x", 0644, &r, 1), 0);
+	assert_int_equal(dcr_commit_add_bytes(c, "../x", 0644, &r, 1), -EINVAL);
+	dcr_commit_abort(c);
+	assert_int_equal(dcr_store_handle_latest(f->s, &latest), 0);
+	assert_true(latest == 0);
+	char url[PATH_MAX];
+	snprintf(url, sizeof(url), "%s/nothing", f->root);
+	assert_true(dcr_store_handle_open(url, 0, &s) < 0);
+	assert_non_null(strstr(dcr_errmsg(), "no store"));
+	/* An empty commit is refused without the flag. */
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_publish(c, NULL, NULL), -ENODATA);
+	assert_non_null(strstr(dcr_errmsg(), "no files"));
+	dcr_commit_free(c);
+}
+
+/*
+ * The layout's bytes equal the safetensors format's, written here from
+ * the specification: tensors by dtype (F32 before BF16 before U8), then
+ * name; "__metadata__" first; spaces to 8 bytes.
+ */
+static void test_layout_reference_bytes(void **state)
+{
+	(void)state;
+	float w[4] = { 1, 2, 3, 4 };
+	uint16_t h[3] = { 0x3f80, 0x4000, 0xbf80 };
+	uint8_t u = 7;
+	uint64_t s22[] = { 2, 2 }, s3[] = { 3 };
+	struct dcr_st_tensor t[] = {
+		{ "u", "U8", NULL, 0, &u, 1 },
+		{ "b\"q", "BF16", s3, 1, h, 6 },
+		{ "a", "F32", s22, 2, w, 16 },
+		{ "a2", "F32", s3, 1, w, 12 },
+	};
+	struct dcr_st_meta m[] = { { "z", "1" }, { "format", "pt" } };
+	const char *want_json =
+		"{\"__metadata__\":{\"format\":\"pt\",\"z\":\"1\"},"
+		"\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]},"
+		"\"a2\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[16,28]},"
+		"\"b\\\"q\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[28,34]},"
+		"\"u\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[34,35]}}";
+	char *hdr;
+	size_t hlen, order[4];
+
+	assert_int_equal(dcr_safetensors_layout(t, 4, m, 2, &hdr, &hlen, order), 0);
+	size_t jl = strlen(want_json), padded = (jl + 7) / 8 * 8;
+	assert_true(hlen == 8 + padded);
+	assert_true(dcr_get_le64((const uint8_t *)hdr) == padded);
+	assert_memory_equal(hdr + 8, want_json, jl);
+	for (size_t i = jl; i < padded; i++)
+		assert_int_equal(hdr[8 + i], ' ');
+	assert_true(order[0] == 2 && order[1] == 3 && order[2] == 1 && order[3] == 0);
+
+	/* Round trip through the project's parser. */
+	size_t flen = hlen + 35;
+	uint8_t *file = malloc(flen);
+	memcpy(file, hdr, hlen);
+	size_t off = hlen;
+	for (int i = 0; i < 4; i++) {
+		memcpy(file + off, t[order[i]].data, t[order[i]].len);
+		off += t[order[i]].len;
+	}
+	struct dcr_tensors ts;
+	assert_int_equal(dcr_safetensors_tensors(file, flen, flen, &ts), 0);
+	assert_int_equal(ts.n, 4);
+	assert_string_equal(ts.t[0].name, "a");
+	assert_string_equal(ts.t[2].name, "b\"q");
+	assert_string_equal(ts.t[2].dtype, "BF16");
+	assert_true(ts.t[2].off == hlen + 28 && ts.t[2].len == 6);
+	assert_memory_equal(file + ts.t[2].off, h, 6);
+	dcr_tensors_free(&ts);
+	free(file);
+	free(hdr);
+
+	/* Refusals: unknown dtype, a length that does not fit, a repeat. */
+	t[0].dtype = "Q4";
+	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, &hdr, &hlen, order), -EINVAL);
+	t[0].dtype = "U8";
+	t[0].len = 2;
+	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, &hdr, &hlen, order), -EINVAL);
+	t[0].len = 1;
+	t[3].name = "a";
+	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, &hdr, &hlen, order), -EINVAL);
+}
+
+/* Tensors committed from memory; a NaN is refused naming the tensor. */
+static void test_safetensors_commit(void **state)
+{
+	struct fx *f = *state;
+	size_t nw = 100000;
+	uint16_t *w = malloc(nw * 2);
+	float b[10] = { 0 };
+	uint64_t sw[] = { 1000, 100 }, sb[] = { 10 };
+	struct dcr_tensor_desc t[] = {
+		{ "layer.w", "BF16", sw, 2, w, nw * 2 },
+		{ "layer.b", "F32", sb, 1, b, sizeof(b) },
+	};
+	const char *meta[] = { "format", "pt" };
+	struct dcr_commit_options o = { .cache_dir = f->cache, .chunk_size = 65536 };
+	struct dcr_commit_info info;
+	dcr_commit_handle *c;
+	uint64_t len;
+
+	for (size_t i = 0; i < nw; i++)
+		w[i] = (uint16_t)(0x3c00 + i % 512);
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", t, 2, meta, 1), 0);
+	assert_int_equal(dcr_commit_publish(c, NULL, &info), 0);
+	dcr_commit_free(c);
+	uint8_t *got = read_back(f, 1, "m.safetensors", &len);
+	struct dcr_tensors ts;
+	assert_int_equal(dcr_safetensors_tensors(got, len, len, &ts), 0);
+	assert_int_equal(ts.n, 2);
+	assert_string_equal(ts.t[0].name, "layer.b"); /* F32 first */
+	assert_memory_equal(got + ts.t[0].off, b, sizeof(b));
+	assert_memory_equal(got + ts.t[1].off, w, nw * 2);
+	dcr_tensors_free(&ts);
+	free(got);
+
+	w[777] = 0x7fc0; /* NaN */
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", t, 2, NULL, 0), 0);
+	assert_int_equal(dcr_commit_publish(c, NULL, &info), -EDOM);
+	assert_non_null(strstr(dcr_errmsg(), "tensor layer.w has 1 non-finite value"));
+	dcr_commit_free(c);
+	assert_int_equal(dcr_store_handle_latest(f->s, &len), 0);
+	assert_true(len == 1);
+	o.flags = DCR_COMMIT_ALLOW_NONFINITE;
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", t, 2, NULL, 0), 0);
+	assert_int_equal(dcr_commit_publish(c, NULL, &info), 0);
+	assert_true(info.version == 2 && info.parent == 1);
+	dcr_commit_free(c);
+	free(w);
+}
+
+int main(void)
+{
+	dcr_set_log_level(DCR_LEVEL_ERROR);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_bytes_chain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_abort_and_errors, setup, teardown),
+		cmocka_unit_test(test_layout_reference_bytes),
+		cmocka_unit_test_setup_teardown(test_safetensors_commit, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
