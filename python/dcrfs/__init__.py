@@ -1,0 +1,279 @@
+# SPDX-License-Identifier: MIT
+"""dcrfs - commit model weights to a dcrfs store straight from tensors.
+
+A thin ctypes layer over libdcr (lib/dcr.h): the same pipeline, codec and
+guarantees as dcrfs-commit, and no checkpoint file is written::
+
+    import dcrfs
+    with dcrfs.Commit("s3://bucket/run1") as c:
+        c.add_safetensors("model.safetensors", state_dict)
+        v = c.publish(tag="step-100")
+
+Tensors are numpy arrays or torch tensors (CPU). Contiguous memory is
+read in place (zero-copy): do not modify the tensors until publish()
+returns. torch bfloat16 is viewed as int16 (no copy); a non-contiguous
+tensor is copied once. Leaving the ``with`` block without publish()
+(an exception, or simply not calling it) aborts: nothing is published.
+
+libdcr is found through $DCRFS_LIBDCR (a path to the shared library),
+then the directory it was installed to (recorded at install time), then
+the system's library path.
+"""
+import ctypes
+import ctypes.util
+import os
+
+__all__ = ["Commit", "DcrError", "version"]
+
+_u64 = ctypes.c_uint64
+
+
+class _Range(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("len", _u64)]
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
+                ("shape", ctypes.POINTER(_u64)), ("ndim", ctypes.c_size_t),
+                ("data", ctypes.c_void_p), ("len", _u64)]
+
+
+class _Progress(ctypes.Structure):
+    _fields_ = [("bytes_done", _u64), ("bytes_total", _u64),
+                ("bytes_uploaded", _u64), ("phase", ctypes.c_char_p)]
+
+
+_PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Progress))
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("parent", _u64), ("cache_dir", ctypes.c_char_p),
+                ("flags", ctypes.c_uint), ("chunk_size", ctypes.c_uint32),
+                ("jobs", ctypes.c_int), ("progress", _PROGRESS_FN),
+                ("progress_arg", ctypes.c_void_p)]
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [(n, _u64) for n in ("version", "parent", "files", "dirs",
+                                    "bytes_in", "bytes_packed", "manifest_len",
+                                    "chunks_same", "chunks_delta", "chunks_full")] + \
+               [("packs", ctypes.c_uint32)]
+
+
+_STORE_INIT = 1
+_FULL, _ALLOW_EMPTY, _ALLOW_NONFINITE, _NO_CACHE = 1, 2, 4, 8
+
+
+def _load():
+    cands = []
+    if os.environ.get("DCRFS_LIBDCR"):
+        cands.append(os.environ["DCRFS_LIBDCR"])
+    try:
+        from . import _paths
+        cands.append(os.path.join(_paths.LIBDIR, "libdcr.so.0"))
+    except ImportError:
+        pass
+    found = ctypes.util.find_library("dcr")
+    if found:
+        cands.append(found)
+    errors = []
+    for c in cands:
+        try:
+            return ctypes.CDLL(c)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError("dcrfs: cannot load libdcr (tried %s): %s"
+                      % (cands or "nothing", "; ".join(errors)))
+
+
+_lib = _load()
+_vp = ctypes.c_void_p
+_lib.dcr_errmsg.restype = ctypes.c_char_p
+_lib.dcr_store_handle_open.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.POINTER(_vp)]
+_lib.dcr_store_handle_close.argtypes = [_vp]
+_lib.dcr_store_handle_close.restype = None
+_lib.dcr_store_handle_latest.argtypes = [_vp, ctypes.POINTER(_u64)]
+_lib.dcr_commit_begin.argtypes = [_vp, ctypes.POINTER(_Options), ctypes.POINTER(_vp)]
+_lib.dcr_commit_add_bytes.argtypes = [_vp, ctypes.c_char_p, ctypes.c_uint,
+                                      ctypes.POINTER(_Range), ctypes.c_size_t]
+_lib.dcr_commit_add_safetensors.argtypes = [_vp, ctypes.c_char_p, ctypes.POINTER(_Tensor),
+                                            ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
+                                            ctypes.c_size_t]
+_lib.dcr_commit_add_tree.argtypes = [_vp, ctypes.c_char_p]
+_lib.dcr_commit_publish.argtypes = [_vp, ctypes.c_char_p, ctypes.POINTER(_Info)]
+_lib.dcr_commit_free.argtypes = [_vp]
+_lib.dcr_commit_free.restype = None
+_lib.dcr_set_log_level.argtypes = [ctypes.c_int]
+_lib.dcr_set_log_level.restype = None
+
+
+class DcrError(OSError):
+    """A libdcr call failed: errno is set, str() is libdcr's message."""
+
+
+def _check(ret, what):
+    if ret < 0:
+        msg = (_lib.dcr_errmsg() or b"").decode("utf-8", "replace")
+        raise DcrError(-ret, "%s: %s" % (what, msg or os.strerror(-ret)))
+    return ret
+
+
+# numpy dtype -> safetensors dtype
+_NP_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16",
+              "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
+              "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8",
+              "bool": "BOOL"}
+
+
+def _torch_dtypes(torch):
+    m = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16",
+         torch.bfloat16: "BF16", torch.int64: "I64", torch.int32: "I32",
+         torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+    for name, st in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
+        if hasattr(torch, name):
+            m[getattr(torch, name)] = st
+    return m
+
+
+def _tensor_bytes(t):
+    """(safetensors dtype, shape, address, nbytes, owner) of a tensor or array;
+    owner keeps the memory alive (the tensor itself when zero-copy)."""
+    mod = type(t).__module__
+    if mod.startswith("torch"):
+        import torch
+        dt = _torch_dtypes(torch).get(t.dtype)
+        if dt is None:
+            raise TypeError("dcrfs: torch dtype %s has no safetensors name" % t.dtype)
+        if t.device.type != "cpu":
+            t = t.detach().to("cpu")
+        t = t.detach()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        return dt, tuple(t.shape), t.data_ptr(), t.numel() * t.element_size(), t
+    import numpy as np
+    a = np.asarray(t)
+    name = a.dtype.name
+    dt = _NP_DTYPES.get(name)
+    if dt is None and name == "bfloat16":
+        dt = "BF16"
+    if dt is None:
+        raise TypeError("dcrfs: numpy dtype %s has no safetensors name" % a.dtype)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    if not a.flags["C_CONTIGUOUS"]:
+        a = np.ascontiguousarray(a)
+    return dt, a.shape, a.ctypes.data, a.nbytes, a
+
+
+def version(url):
+    """The latest version of the store at url (0: none)."""
+    s = _vp()
+    _check(_lib.dcr_store_handle_open(url.encode(), 0, ctypes.byref(s)), url)
+    try:
+        v = _u64()
+        _check(_lib.dcr_store_handle_latest(s, ctypes.byref(v)), url)
+        return v.value
+    finally:
+        _lib.dcr_store_handle_close(s)
+
+
+class Commit:
+    """One new version of the store at url.
+
+    Options: init (create the store if there is none), parent (0: the
+    latest), full (every chunk a full frame), allow_nonfinite,
+    allow_empty, no_cache, chunk_size, jobs, cache_dir (the committer's
+    cache of the parent tree; default as dcrfs-commit's), log_level
+    (0 errors .. 3 debug, default 1). A Commit is used by one thread;
+    distinct Commits are independent.
+    """
+
+    def __init__(self, url, init=False, parent=0, full=False,
+                 allow_nonfinite=False, allow_empty=False, no_cache=False,
+                 chunk_size=0, jobs=0, cache_dir=None, log_level=1):
+        _lib.dcr_set_log_level(log_level)
+        self._keep = []      # memory the library reads at publish
+        self._store = _vp()
+        self._c = _vp()
+        _check(_lib.dcr_store_handle_open(url.encode(), _STORE_INIT if init else 0,
+                                          ctypes.byref(self._store)), url)
+        flags = ((_FULL if full else 0) | (_ALLOW_EMPTY if allow_empty else 0) |
+                 (_ALLOW_NONFINITE if allow_nonfinite else 0) |
+                 (_NO_CACHE if no_cache else 0))
+        o = _Options(parent=parent, cache_dir=cache_dir.encode() if cache_dir else None,
+                     flags=flags, chunk_size=chunk_size, jobs=jobs)
+        try:
+            _check(_lib.dcr_commit_begin(self._store, ctypes.byref(o),
+                                         ctypes.byref(self._c)), url)
+        except Exception:
+            self.close()
+            raise
+        self.info = None
+
+    def add_safetensors(self, path, tensors, metadata=None):
+        """Add file path holding tensors (a dict name -> array/tensor) in
+        the safetensors format, byte for byte as safetensors.save writes it."""
+        items = list(tensors.items())
+        arr = (_Tensor * max(1, len(items)))()
+        for i, (name, t) in enumerate(items):
+            dt, shape, addr, nbytes, owner = _tensor_bytes(t)
+            sh = (_u64 * max(1, len(shape)))(*shape)
+            nm = name.encode("utf-8")
+            self._keep += [owner, sh, nm]
+            arr[i] = _Tensor(nm, dt.encode(), sh, len(shape), addr, nbytes)
+        kv = []
+        for k, v in sorted((metadata or {}).items()):
+            kv += [k.encode("utf-8"), str(v).encode("utf-8")]
+        kva = (ctypes.c_char_p * max(1, len(kv)))(*kv)
+        _check(_lib.dcr_commit_add_safetensors(self._c, path.encode(), arr, len(items),
+                                               kva, len(kv) // 2), path)
+
+    def add_bytes(self, path, data, mode=0o644):
+        """Add file path whose bytes are data (bytes-like, read in place)."""
+        mv = memoryview(data).cast("B")
+        buf = (ctypes.c_char * len(mv)).from_buffer_copy(mv) if mv.readonly else \
+            (ctypes.c_char * len(mv)).from_buffer(mv)
+        self._keep.append(buf)
+        r = _Range(ctypes.addressof(buf), len(mv))
+        _check(_lib.dcr_commit_add_bytes(self._c, path.encode(), mode, ctypes.byref(r), 1), path)
+
+    def add_tree(self, directory):
+        """Add every file below directory, as dcrfs-commit does."""
+        _check(_lib.dcr_commit_add_tree(self._c, os.fsencode(directory)), directory)
+
+    def publish(self, tag=None):
+        """Publish everything added; returns the new version number."""
+        info = _Info()
+        try:
+            _check(_lib.dcr_commit_publish(self._c, tag.encode() if tag else None,
+                                           ctypes.byref(info)), "publish")
+        finally:
+            self._keep = []
+        self.info = info
+        return info.version
+
+    def abort(self):
+        """Discard the commit: nothing is published."""
+        self.close()
+
+    def close(self):
+        if self._c:
+            _lib.dcr_commit_free(self._c)
+            self._c = _vp()
+        if self._store:
+            _lib.dcr_store_handle_close(self._store)
+            self._store = _vp()
+        self._keep = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
