@@ -89,15 +89,6 @@ static uint8_t *read_back(struct fx *f, uint64_t v, const char *path, uint64_t *
 	return buf;
 }
 
-static void fill(uint8_t *p, size_t n, unsigned seed)
-{
-	uint32_t x = seed * 2654435761u + 1;
-	for (size_t i = 0; i < n; i++) {
-		x = x * 1664525u + 1013904223u;
-		p[i] = (uint8_t)(x >> 24);
-	}
-}
-
 /* Byte ranges committed twice (a step between) read back exactly. */
 static void test_bytes_chain(void **state)
 {
@@ -109,7 +100,7 @@ static void test_bytes_chain(void **state)
 	dcr_commit_handle *c;
 	uint64_t len;
 
-	fill(a, n, 1);
+	tu_fill(a, n, 1);
 	for (int step = 0; step < 2; step++) {
 		if (step)
 			for (size_t i = 0; i < n; i += 997)
