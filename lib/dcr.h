@@ -78,6 +78,8 @@ DCR_API void dcr_set_log_level(int level);
 
 /** Flags of dcr_store_handle_open. */
 #define DCR_STORE_INIT 1u /* create the store if there is none */
+#define DCR_STORE_NO_SIGN 2u /* S3: unsigned requests (a public bucket);
+				without it no credentials is an error */
 
 /**
  * dcr_store_handle_open - open the store at @url (a directory,

@@ -80,13 +80,16 @@ DCR_API void dcr_set_log_level(int level)
  * if there is none; without, a path or prefix that holds no store is an
  * error, so a mistyped URL never starts a new store silently.
  */
-static int open_store(const char *url, bool init, struct dcr_store **out)
+static int open_store(const char *url, bool init, bool no_sign,
+		      struct dcr_store **out)
 {
+	struct dcr_store_cfg cfg = { .path_style = -1,
+				     .no_sign_request = no_sign };
 	struct dcr_store_info info;
 	struct dcr_store *st;
 	int ret;
 
-	ret = dcr_store_open(url, NULL, init ? DCR_OPEN_CREATE : 0, &st);
+	ret = dcr_store_open(url, &cfg, init ? DCR_OPEN_CREATE : 0, &st);
 	if (ret) {
 		if (ret == -ENOENT && !init)
 			dcr_err("%s: no store there; create one with 'dcrfs-commit "
@@ -125,7 +128,8 @@ DCR_API int dcr_store_handle_open(const char *url, unsigned flags,
 		return api_leave(-EINVAL, "dcr_store_handle_open");
 	if (!(s = calloc(1, sizeof(*s))))
 		return api_leave(-ENOMEM, url);
-	if ((ret = open_store(url, flags & DCR_STORE_INIT, &s->st))) {
+	if ((ret = open_store(url, flags & DCR_STORE_INIT,
+			      flags & DCR_STORE_NO_SIGN, &s->st))) {
 		free(s);
 		return api_leave(ret, url);
 	}

@@ -39,6 +39,8 @@ static void usage(FILE *f)
 "      --init             create the store if there is none (else a store\n"
 "                         that does not exist is an error); harmless on an\n"
 "                         existing store\n"
+"      --no-sign-request  S3: send unsigned requests (a public bucket); without\n"
+"                         it, finding no credentials is an error\n"
 "      --allow-empty      publish a tree without regular files (refused\n"
 "                         otherwise: it would empty every mount's latest)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
@@ -83,6 +85,7 @@ struct args {
 	int no_cache;
 	int no_copy;
 	int init;
+	int no_sign;
 	int allow_empty;
 	int allow_nonfinite;
 	uint32_t chunk_size;
@@ -104,6 +107,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "no-cache", no_argument, NULL, 'N' },
 		{ "no-copy", no_argument, NULL, 'R' },
 		{ "init", no_argument, NULL, 'I' },
+		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "allow-empty", no_argument, NULL, 'E' },
 		{ "allow-nonfinite", no_argument, NULL, 'F' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -163,6 +167,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'I':
 			a->init = 1;
+			break;
+		case 'S':
+			a->no_sign = 1;
 			break;
 		case 'E':
 			a->allow_empty = 1;
@@ -249,7 +256,8 @@ int main(int argc, char **argv)
 		dcr_err("%s: %s", a.dir, stat(a.dir, &sb) < 0 ? strerror(errno) : "not a directory");
 		return 1;
 	}
-	if (dcr_store_handle_open(a.store, a.init ? DCR_STORE_INIT : 0, &s))
+	if (dcr_store_handle_open(a.store, (a.init ? DCR_STORE_INIT : 0) |
+				  (a.no_sign ? DCR_STORE_NO_SIGN : 0), &s))
 		return 1;
 
 	struct progress pg = { .tty = !a.quiet && isatty(STDERR_FILENO), .start = dcr_mono_ns() };

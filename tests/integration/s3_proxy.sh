@@ -121,7 +121,21 @@ for fault in reset_upload status:503; do
 	read_check "put-$fault" "$T/mnt" "$v" "$T/tree.$n"
 	grep -q eio "$T/read.put-$fault" && fail "v$v (committed through $fault) is unreadable"
 done
+# A store that answers pack PUTs 200 without storing them (a lying
+# proxy): every pack is confirmed before the manifest is created, so the
+# commit fails and nothing is published.
+rules '[{"method": "PUT", "path": "/packs/", "fault": "lie", "count": -1}]'
+n=$(($(ls "$T" | grep -c '^tree\.') + 1))
+next_src "$n"
+before=$(readlink "$T/mnt/latest")
+rc=0
+commit "$STORE" "$T/tree.$n" >"$T/lie.out" 2>"$T/lie.err" || rc=$?
+[ "$rc" = 1 ] || fail "a commit whose packs were never stored exited $rc: $(cat "$T/lie.err")"
+[ ! -s "$T/lie.out" ] || fail "a commit whose packs were never stored printed a version"
+injected lie /packs/ || fail "the lying PUT was never injected"
 rules '[]'
+sleep 1
+[ "$(readlink "$T/mnt/latest")" = "$before" ] || fail "a version without its packs was published"
 umount_dcrfs "$T/mnt" || fail "dcrfs did not exit cleanly"
 
 # 5. No credentials: an error naming where they were looked for, not a
