@@ -115,6 +115,30 @@ mkdir -p "$T/small"
 head -c 1000 "$T/big/w.bin" >"$T/small/w.bin"
 expect_status 0 "less than half" "$C" --store "$STORE" "${CC[@]}" "$T/small"
 
+# The progress line on a terminal counts uploaded bytes, not bytes read
+# (it said "1023.7 MiB uploaded" for a delta whose summary said 17.9 MiB).
+if command -v script >/dev/null 2>&1; then
+	mkdir -p "$T/prog.1"
+	rand_file "$T/prog.1/w.bin" $((6 * 1024 * 1024)) prog
+	t "$C" --init --store "$T/pstore" "${CC[@]}.p" --quiet "$T/prog.1" >/dev/null
+	cp -a "$T/prog.1" "$T/prog.2"
+	flip_bytes "$T/prog.2/w.bin" 0.001 prog2
+	t script -qfec "'$C' --store '$T/pstore' --cache-dir '$T/commit-cache.p' '$T/prog.2'" \
+		"$T/prog.tty" >/dev/null 2>&1 || fail "commit on a terminal failed: $(cat "$T/prog.tty")"
+	python3 - "$T/prog.tty" <<'PY' || fail "the progress line is wrong: $(tr '\r' '\n' <"$T/prog.tty")"
+import re, sys
+text = open(sys.argv[1], errors="replace").read().replace("\r", "\n")
+units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+size = lambda n, u: float(n) * units[u]
+summary = re.search(r"([0-9.]+) (B|KiB|MiB|GiB) uploaded in", text)
+assert summary, text
+total = size(*summary.groups())
+progress = [size(n, u) for n, u in re.findall(r"([0-9.]+) (B|KiB|MiB|GiB) uploaded(?! in)", text)]
+assert progress, text
+assert max(progress) <= total * 1.01 + 1024, (progress, total)
+PY
+fi
+
 # the store from the environment
 v=$(DCRFS_STORE=$STORE t "$C" "${CC[@]}" --quiet "$T/tree") ||
 	fail "commit with DCRFS_STORE failed"
