@@ -35,7 +35,7 @@ int64_t dcr_store_deadline(void)
 	return tl_store_deadline;
 }
 
-static int latest_cb(const char *key, uint64_t size, void *arg)
+static int latest_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	uint64_t *best = arg, v;
 
@@ -184,12 +184,12 @@ struct lowest {
 	uint64_t v;
 };
 
-static int lowest_cb(const char *key, uint64_t size, void *arg)
+static int lowest_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct lowest *lo = arg;
 	uint64_t v;
 
-	(void)size;
+	(void)info;
 	if (dcr_version_from_key(key, &v) == 0 && (!lo->v || v < lo->v))
 		lo->v = v;
 	return 0;

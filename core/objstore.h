@@ -21,6 +21,7 @@
 #ifndef DCR_OBJSTORE_H
 #define DCR_OBJSTORE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -36,11 +37,27 @@ enum dcr_put_flags {
 struct dcr_store;
 
 /**
- * dcr_list_fn - called once per key by list, in ascending key order for
- * the directory backend (unordered backends must say so). Return 0 to go
- * on, non-zero to stop the listing (list then returns that value).
+ * struct dcr_obj_info - what a listing tells about one object.
+ * @size:     bytes of the object (of an incomplete upload: 0 if unknown)
+ * @mtime_ns: last modification (S3: LastModified; of an incomplete
+ *            upload: when it started), Unix time in ns; 0 if unknown
+ * @upload:   list_partial only: the backend's handle of the incomplete
+ *            upload, to pass to abort_partial; NULL otherwise
  */
-typedef int (*dcr_list_fn)(const char *key, uint64_t size, void *arg);
+struct dcr_obj_info {
+	uint64_t size;
+	int64_t mtime_ns;
+	const char *upload;
+};
+
+/**
+ * dcr_list_fn - called once per key by list, in ascending key order for
+ * the directory backend (unordered backends must say so). @info is valid
+ * during the call only. Return 0 to go on, non-zero to stop the listing
+ * (list then returns that value).
+ */
+typedef int (*dcr_list_fn)(const char *key, const struct dcr_obj_info *info,
+			   void *arg);
 
 struct dcr_store_ops {
 	const char *name; /* "dir", "s3" */
@@ -67,6 +84,21 @@ struct dcr_store_ops {
 		    void *arg);
 	/** del - remove @key; -ENOENT if absent. */
 	int (*del)(struct dcr_store *st, const char *key);
+	/**
+	 * list_partial - every upload that was started and never finished
+	 * (a directory store's temporaries in .tmp/, S3 multipart uploads),
+	 * unordered: @fn gets the key it was meant for (or the temporary's
+	 * name), when it started and its handle. NULL if the backend
+	 * leaves nothing behind. A live upload is listed too: callers judge
+	 * by age.
+	 */
+	int (*list_partial)(struct dcr_store *st, dcr_list_fn fn, void *arg);
+	/**
+	 * abort_partial - discard the incomplete upload @upload of @key (as
+	 * listed); -ENOENT if it is gone. NULL with list_partial.
+	 */
+	int (*abort_partial)(struct dcr_store *st, const char *key,
+			     const char *upload);
 	/** close - free the store; no op may run concurrently. */
 	void (*close)(struct dcr_store *st);
 };
@@ -99,6 +131,18 @@ static inline int dcr_store_list(struct dcr_store *st, const char *prefix,
 static inline int dcr_store_del(struct dcr_store *st, const char *key)
 {
 	return st->ops->del(st, key);
+}
+/** list_partial, or nothing for a backend that leaves nothing behind. */
+static inline int dcr_store_list_partial(struct dcr_store *st, dcr_list_fn fn,
+					 void *arg)
+{
+	return st->ops->list_partial ? st->ops->list_partial(st, fn, arg) : 0;
+}
+static inline int dcr_store_abort_partial(struct dcr_store *st,
+					  const char *key, const char *upload)
+{
+	return st->ops->abort_partial ?
+		st->ops->abort_partial(st, key, upload) : -ENOENT;
 }
 /** Close and free @st; NULL accepted. */
 static inline void dcr_store_close(struct dcr_store *st)

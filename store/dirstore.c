@@ -231,11 +231,17 @@ static int dir_head(struct dcr_store *st, const char *key, uint64_t *size)
 
 struct key_list {
 	char **keys;
-	uint64_t *sizes;
+	struct dcr_obj_info *infos;
 	size_t n, cap;
 };
 
-static int key_list_add(struct key_list *l, const char *key, uint64_t size)
+static int64_t mtime_ns(const struct stat *sb)
+{
+	return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
+static int key_list_add(struct key_list *l, const char *key,
+			const struct stat *sb)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 64;
@@ -243,16 +249,26 @@ static int key_list_add(struct key_list *l, const char *key, uint64_t size)
 		if (!k)
 			return DCR_ERR(-ENOMEM);
 		l->keys = k;
-		uint64_t *s = realloc(l->sizes, cap * sizeof(*s));
+		struct dcr_obj_info *s = realloc(l->infos, cap * sizeof(*s));
 		if (!s)
 			return DCR_ERR(-ENOMEM);
-		l->sizes = s;
+		l->infos = s;
 		l->cap = cap;
 	}
 	if (!(l->keys[l->n] = strdup(key)))
 		return DCR_ERR(-ENOMEM);
-	l->sizes[l->n++] = size;
+	l->infos[l->n++] = (struct dcr_obj_info){
+		.size = (uint64_t)sb->st_size, .mtime_ns = mtime_ns(sb),
+	};
 	return 0;
+}
+
+static void key_list_free(struct key_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->keys[i]);
+	free(l->keys);
+	free(l->infos);
 }
 
 /* Collect every object below directory @rel (relative to root). */
@@ -287,7 +303,7 @@ static int walk(int root_fd, const char *rel, const char *prefix,
 			    (ret = walk(root_fd, key, prefix, l)))
 				break;
 		} else if (S_ISREG(sb.st_mode) && !strncmp(key, prefix, pl)) {
-			if ((ret = key_list_add(l, key, (uint64_t)sb.st_size)))
+			if ((ret = key_list_add(l, key, &sb)))
 				break;
 		}
 	}
@@ -332,14 +348,58 @@ static int dir_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
 		idx[i] = i;
 	qsort_r(idx, l.n, sizeof(*idx), cmp_idx_keys, l.keys);
 	for (size_t i = 0; i < l.n && !ret; i++)
-		ret = fn(l.keys[idx[i]], l.sizes[idx[i]], arg);
+		ret = fn(l.keys[idx[i]], &l.infos[idx[i]], arg);
 	free(idx);
 err_free:
-	for (size_t i = 0; i < l.n; i++)
-		free(l.keys[i]);
-	free(l.keys);
-	free(l.sizes);
+	key_list_free(&l);
 	return ret;
+}
+
+/* The temporaries of puts in .tmp/ (a live put's too: callers judge by age). */
+static int dir_list_partial(struct dcr_store *st, dcr_list_fn fn, void *arg)
+{
+	struct dcr_dir_store *d = to_dir(st);
+	char key[PATH_MAX];
+	struct stat sb;
+	struct dirent *de;
+	int ret = 0;
+
+	int fd = openat(d->root_fd, TMP_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : DCR_ERR(-errno);
+	DIR *dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return DCR_ERR(-errno);
+	}
+	while (!ret && (de = readdir(dir))) {
+		if (de->d_name[0] == '.' ||
+		    fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(sb.st_mode))
+			continue;
+		snprintf(key, sizeof(key), TMP_DIR "/%s", de->d_name);
+		struct dcr_obj_info info = {
+			.size = (uint64_t)sb.st_size, .mtime_ns = mtime_ns(&sb),
+			.upload = de->d_name,
+		};
+		ret = fn(key, &info, arg);
+	}
+	closedir(dir);
+	return ret;
+}
+
+static int dir_abort_partial(struct dcr_store *st, const char *key,
+			     const char *upload)
+{
+	char path[PATH_MAX];
+
+	(void)key;
+	if (!*upload || strchr(upload, '/') || upload[0] == '.')
+		return DCR_ERR(-EINVAL);
+	snprintf(path, sizeof(path), TMP_DIR "/%s", upload);
+	if (unlinkat(to_dir(st)->root_fd, path, 0) < 0)
+		return DCR_ERR(-errno);
+	return 0;
 }
 
 static int dir_del(struct dcr_store *st, const char *key)
@@ -368,6 +428,8 @@ static const struct dcr_store_ops dir_ops = {
 	.head = dir_head,
 	.list = dir_list,
 	.del = dir_del,
+	.list_partial = dir_list_partial,
+	.abort_partial = dir_abort_partial,
 	.close = dir_close,
 };
 

@@ -514,7 +514,7 @@ struct vlist {
 	size_t n, cap;
 };
 
-static int collect_version(const char *key, uint64_t size, void *arg)
+static int collect_version(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct vlist *l = arg;
 	uint64_t v;
@@ -642,7 +642,7 @@ struct tlist {
 	size_t n, cap;
 };
 
-static int collect_tag(const char *key, uint64_t size, void *arg)
+static int collect_tag(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct tlist *l = arg;
 	const char *name = key;

@@ -9,6 +9,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1322,6 +1323,34 @@ static int s3_del(struct dcr_store *st, const char *key)
 	return s3_request(s, &r);
 }
 
+/* "2026-12-01T13:02:24.000Z" (S3's LastModified, Initiated) in ns since
+ * the epoch; 0 if it is not one. */
+static int64_t iso8601_ns(const char *v, size_t vn)
+{
+	char t[40] = { 0 }, *end;
+	struct tm tm = { 0 };
+	long ms = 0;
+
+	if (vn >= sizeof(t))
+		return 0;
+	memcpy(t, v, vn);
+	end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!end)
+		return 0;
+	if (*end == '.') {
+		char *p = end + 1;
+		for (int d = 0; d < 3; d++)
+			ms = ms * 10 + (isdigit((unsigned char)*p) ? *p++ - '0' : 0);
+		while (isdigit((unsigned char)*p))
+			p++;
+		end = p;
+	}
+	if (strcmp(end, "Z") && strcmp(end, "+00:00") && *end)
+		return 0;
+	time_t sec = timegm(&tm);
+	return sec <= 0 ? 0 : (int64_t)sec * 1000000000 + (int64_t)ms * 1000000;
+}
+
 /* Parse one ListObjectsV2 page; call @fn per key. */
 static int list_page(struct dcr_s3_store *s, const struct dcr_buf *b,
 		     size_t strip, dcr_list_fn fn, void *arg, char **token)
@@ -1353,8 +1382,11 @@ static int list_page(struct dcr_s3_store *s, const struct dcr_buf *b,
 				goto bad;
 			}
 		}
+		struct dcr_obj_info info = { .size = size };
+		if (xml_find(c, cn, "LastModified", &v, &vn))
+			info.mtime_ns = iso8601_ns(v, vn);
 		if (strlen(key) > strip)
-			ret = fn(key + strip, size, arg);
+			ret = fn(key + strip, &info, arg);
 		free(key);
 		if (ret)
 			return ret;
@@ -1423,6 +1455,141 @@ static int s3_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
 	return ret;
 }
 
+/* --- incomplete multipart uploads (ListMultipartUploads, Abort) */
+
+/* Parse one ListMultipartUploads page; call @fn per upload; the next
+ * page's markers (query-encoded, "" at the end) into @next. */
+static int uploads_page(struct dcr_s3_store *s, const struct dcr_buf *b,
+			size_t strip, dcr_list_fn fn, void *arg,
+			struct dcr_buf *next)
+{
+	const char *p = (const char *)b->data, *end = p + b->len, *v;
+	size_t vn;
+	int ret = 0;
+
+	for (;;) {
+		const char *c = memmem(p, (size_t)(end - p), "<Upload>", 8);
+		if (!c)
+			break;
+		const char *ce = memmem(c, (size_t)(end - c), "</Upload>", 9);
+		if (!ce)
+			goto bad;
+		size_t cn = (size_t)(ce - c);
+		char *key = NULL, *uid = NULL;
+		if (xml_find(c, cn, "Key", &v, &vn))
+			key = xml_text(v, vn, S3_KEY_MAX);
+		if (xml_find(c, cn, "UploadId", &v, &vn))
+			uid = xml_text(v, vn, 1024);
+		if (!key || !uid || !*uid) {
+			free(key);
+			free(uid);
+			goto bad;
+		}
+		struct dcr_obj_info info = { .upload = uid };
+		if (xml_find(c, cn, "Initiated", &v, &vn))
+			info.mtime_ns = iso8601_ns(v, vn);
+		if (strlen(key) > strip)
+			ret = fn(key + strip, &info, arg);
+		free(key);
+		free(uid);
+		if (ret)
+			return ret;
+		p = ce + 9;
+	}
+	dcr_buf_reset(next);
+	if (xml_find((const char *)b->data, b->len, "IsTruncated", &v, &vn) &&
+	    vn == 4 && !memcmp(v, "true", 4)) {
+		char *km = NULL, *um = NULL;
+		if (xml_find((const char *)b->data, b->len, "NextKeyMarker", &v, &vn))
+			km = xml_text(v, vn, S3_KEY_MAX);
+		if (xml_find((const char *)b->data, b->len, "NextUploadIdMarker", &v, &vn))
+			um = xml_text(v, vn, 1024);
+		ret = km && um && *km ? 0 : DCR_ERR(-EIO);
+		ret = ret ? ret : buf_str(next, "key-marker=");
+		ret = ret ? ret : uri_encode(next, km, false);
+		ret = ret ? ret : buf_str(next, "&");
+		free(km);
+		if (!ret && *um) {
+			ret = buf_str(next, "upload-id-marker=");
+			ret = ret ? ret : uri_encode(next, um, false);
+			ret = ret ? ret : buf_str(next, "&");
+		}
+		free(um);
+		if (ret == -EIO)
+			goto bad;
+		return ret;
+	}
+	return 0;
+bad:
+	dcr_err("%s: malformed ListMultipartUploads reply [bucket %s]", s->base.url,
+		s->bucket);
+	return DCR_ERR(-EIO);
+}
+
+static int s3_list_partial(struct dcr_store *st, dcr_list_fn fn, void *arg)
+{
+	struct dcr_s3_store *s = to_s3(st);
+	char full[S3_KEY_MAX + 1];
+	struct dcr_buf q, body, next;
+	int ret;
+
+	snprintf(full, sizeof(full), "%s%s", s->prefix, *s->prefix ? "/" : "");
+	size_t strip = strlen(full);
+	dcr_buf_init(&q, 4 * S3_KEY_MAX + 8192);
+	dcr_buf_init(&next, 4 * S3_KEY_MAX + 8192);
+	dcr_buf_init(&body, S3_LIST_BODY_MAX);
+	do {
+		/* Parameters in canonical (sorted) order: the markers first. */
+		dcr_buf_reset(&q);
+		ret = next.len ? dcr_buf_append(&q, next.data, next.len) : 0;
+		ret = ret ? ret : buf_str(&q, "prefix=");
+		ret = ret ? ret : uri_encode(&q, full, false);
+		ret = ret ? ret : buf_str(&q, "&uploads=");
+		ret = ret ? ret : buf_cstr(&q);
+		if (ret)
+			break;
+		dcr_buf_reset(&body);
+		struct s3_req r = {
+			.method = "GET", .query = (const char *)q.data,
+			.what = "(incomplete uploads)", .out = &body,
+			.timeout_ns = s->read_timeout_ns,
+		};
+		if ((ret = s3_request(s, &r)))
+			break;
+		ret = uploads_page(s, &body, strip, fn, arg, &next);
+	} while (!ret && next.len);
+	dcr_buf_free(&q);
+	dcr_buf_free(&next);
+	dcr_buf_free(&body);
+	return ret;
+}
+
+static int s3_abort_partial(struct dcr_store *st, const char *key,
+			    const char *upload)
+{
+	struct dcr_s3_store *s = to_s3(st);
+	char okey[S3_KEY_MAX + 1];
+	struct dcr_buf q;
+	int ret = object_key(s, key, true, okey);
+
+	if (ret)
+		return ret;
+	dcr_buf_init(&q, 4096);
+	ret = buf_str(&q, "uploadId=");
+	ret = ret ? ret : uri_encode(&q, upload, false);
+	ret = ret ? ret : buf_cstr(&q);
+	if (!ret) {
+		struct s3_req r = {
+			.method = "DELETE", .okey = okey, .query = (const char *)q.data,
+			.what = key, .timeout_ns = s->write_timeout_ns,
+			.quiet_enoent = true,
+		};
+		ret = s3_request(s, &r);
+	}
+	dcr_buf_free(&q);
+	return ret;
+}
+
 static void s3_close(struct dcr_store *st)
 {
 	struct dcr_s3_store *s = to_s3(st);
@@ -1452,6 +1619,8 @@ static const struct dcr_store_ops s3_ops = {
 	.head = s3_head,
 	.list = s3_list,
 	.del = s3_del,
+	.list_partial = s3_list_partial,
+	.abort_partial = s3_abort_partial,
 	.close = s3_close,
 };
 

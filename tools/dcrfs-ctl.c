@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dcrfs-ctl - inspect and administer a dcrfs store: log, show, diff,
- * tag, untag, verify, gc.
+ * dcrfs-ctl - create, inspect and administer a dcrfs store: init, log,
+ * show, diff, tag, untag, verify, gc; and a mount's status.
  *
  * Argument parsing and output. Manifests come from core/objstore.h;
  * bytes that must be materialized (diff, verify --deep, format 1 delta
@@ -45,6 +45,7 @@ static void usage(FILE *f)
 "Inspect and administer a dcrfs store.\n"
 "\n"
 "Commands:\n"
+"  init                   create a store (exits 1 if there is one already)\n"
 "  log                    the versions, newest first\n"
 "  show V                 the files of version V, their sizes and SHA-256\n"
 "  diff A B               what changed from version A to version B, per file\n"
@@ -60,7 +61,8 @@ static void usage(FILE *f)
 "\n"
 "  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
 "                         (default: $DCRFS_STORE)\n"
-"      --json             machine-readable output (log, show, diff, verify)\n"
+"      --json             machine-readable output (init, log, show, diff,\n"
+"                         verify, status)\n"
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
 "gc options:\n"
@@ -69,8 +71,8 @@ static void usage(FILE *f)
 "      --no-keep-tagged   tagged versions may go too (their tags with them)\n"
 "      --keep-newer-than DURATION  keep versions committed within DURATION\n"
 "                         (90, 90s, 15m, 24h, 7d, 2w)\n"
-"      --grace DURATION   packs no manifest names are deleted only with\n"
-"                         --grace 0 (default 24h; see dcrfs-ctl(8))\n"
+"      --grace DURATION   packs no manifest names and incomplete uploads are\n"
+"                         deleted once older than this (default 24h)\n"
 "  -n, --dry-run          gc: say what would be removed, remove nothing\n"
 "  -q, --quiet            no summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
@@ -123,6 +125,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		int min, max; /* positional arguments; max -1: any */
 		int json;     /* takes --json */
 	} cmds[] = {
+		{ "init", 0, 0, 1 },
 		{ "log", 0, 0, 1 },    { "show", 1, 1, 1 },
 		{ "diff", 2, 2, 1 },   { "tag", 2, 2, 0 },
 		{ "untag", 1, 1, 0 },  { "verify", 0, -1, 1 },
@@ -236,6 +239,7 @@ struct ver {
 struct pack {
 	uint8_t h[DCR_HASH_LEN];
 	uint64_t size;
+	int64_t mtime_ns; /* 0: unknown */
 };
 
 struct tag {
@@ -256,7 +260,7 @@ struct ctl {
 	int json;
 };
 
-static int versions_cb(const char *key, uint64_t size, void *arg)
+static int versions_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct ctl *c = arg;
 	uint64_t v;
@@ -265,11 +269,11 @@ static int versions_cb(const char *key, uint64_t size, void *arg)
 		return 0;
 	if (dcr_array_grow(&c->vs, sizeof(*c->vs), c->nvs, &c->cap_vs))
 		return -ENOMEM;
-	c->vs[c->nvs++] = (struct ver){ .v = v, .obj_size = size };
+	c->vs[c->nvs++] = (struct ver){ .v = v, .obj_size = info->size };
 	return 0;
 }
 
-static int packs_cb(const char *key, uint64_t size, void *arg)
+static int packs_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct ctl *c = arg;
 	uint8_t h[DCR_HASH_LEN];
@@ -280,11 +284,12 @@ static int packs_cb(const char *key, uint64_t size, void *arg)
 	if (dcr_array_grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
 		return -ENOMEM;
 	memcpy(c->packs[c->npacks].h, h, DCR_HASH_LEN);
-	c->packs[c->npacks++].size = size;
+	c->packs[c->npacks].size = info->size;
+	c->packs[c->npacks++].mtime_ns = info->mtime_ns;
 	return 0;
 }
 
-static int tags_cb(const char *key, uint64_t size, void *arg)
+static int tags_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct ctl *c = arg;
 	const char *name = key + 5;
@@ -1505,6 +1510,114 @@ static int gc_del(struct ctl *c, const char *key, int dry_run)
 	return 0;
 }
 
+/* Is an object last written at @mtime_ns (0: unknown) past the grace? */
+static bool past_grace(const struct args *a, int64_t now, int64_t mtime_ns)
+{
+	if (!a->grace)
+		return true;
+	return mtime_ns > 0 && (uint64_t)(now - mtime_ns) / 1000000000 >= a->grace;
+}
+
+struct recheck {
+	struct ctl *c;
+	uint64_t vmax;     /* the newest version of the first listing */
+	uint64_t *vs;      /* published since */
+	size_t n, cap;
+};
+
+static int recheck_pack_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct recheck *rc = arg;
+	uint8_t h[DCR_HASH_LEN];
+
+	if (strncmp(key, "packs/", 6) || strlen(key + 6) != DCR_HASH_HEX_LEN ||
+	    dcr_hash_unhex(key + 6, h))
+		return 0;
+	struct pack *p = (struct pack *)pack_find(rc->c, h);
+	if (p && info->mtime_ns > p->mtime_ns)
+		p->mtime_ns = info->mtime_ns; /* written again since */
+	return 0;
+}
+
+static int recheck_version_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct recheck *rc = arg;
+	uint64_t v;
+
+	(void)info;
+	if (dcr_version_from_key(key, &v) || v <= rc->vmax)
+		return 0;
+	if (dcr_array_grow(&rc->vs, sizeof(*rc->vs), rc->n, &rc->cap))
+		return -ENOMEM;
+	rc->vs[rc->n++] = v;
+	return 0;
+}
+
+/*
+ * Just before orphans go: list packs/ again, so that a pack a commit has
+ * uploaded again since the first listing counts as young, then keep
+ * every pack of the versions published since (marked @kept in @ps).
+ */
+static int gc_recheck(struct ctl *c, uint8_t *ps, uint8_t kept)
+{
+	struct recheck rc = { .c = c, .vmax = c->nvs ? c->vs[c->nvs - 1].v : 0 };
+	int ret;
+
+	if ((ret = dcr_store_list(c->st, "packs/", recheck_pack_cb, &rc)) ||
+	    (ret = dcr_store_list(c->st, "versions/", recheck_version_cb, &rc)))
+		goto err_log;
+	for (size_t i = 0; i < rc.n; i++) {
+		struct dcr_manifest m;
+		ret = dcr_store_get_manifest(c->st, rc.vs[i], &m);
+		if (ret == -ENOENT)
+			continue;
+		if (ret)
+			goto err_log;
+		dcr_debug("version %" PRIu64 " was published during gc: its packs stay", rc.vs[i]);
+		mark_packs(c, &m, ps, kept);
+		dcr_manifest_free(&m);
+	}
+	free(rc.vs);
+	return 0;
+err_log:
+	dcr_err("%s: cannot check the store again before collecting orphans: %s",
+		c->st->url, dcr_strerror(ret));
+	free(rc.vs);
+	return ret;
+}
+
+struct partials {
+	struct ctl *c;
+	const struct args *a;
+	int64_t now;
+	size_t n, kept;
+	uint64_t bytes;
+	int err;
+};
+
+static int partial_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct partials *pp = arg;
+	char b[32];
+
+	if (!past_grace(pp->a, pp->now, info->mtime_ns)) {
+		pp->kept++;
+		return 0;
+	}
+	printf("%sabort incomplete upload %s%s%s\n", pp->a->dry_run ? "would " : "", key,
+	       info->size ? ", " : "", info->size ? dcr_format_size(info->size, b, sizeof(b)) : "");
+	int ret = pp->a->dry_run ? 0 : dcr_store_abort_partial(pp->c->st, key, info->upload);
+	if (ret && ret != -ENOENT) {
+		dcr_err("%s: cannot abort the incomplete upload %s: %s", pp->c->st->url, key,
+			dcr_strerror(ret));
+		pp->err = ret;
+		return 0; /* the others may still go */
+	}
+	pp->n++;
+	pp->bytes += info->size;
+	return 0;
+}
+
 static int cmd_gc(struct ctl *c, const struct args *a)
 {
 	enum { P_ORPHAN = 0, P_REMOVED = 1, P_KEPT = 2 };
@@ -1515,6 +1628,7 @@ static int cmd_gc(struct ctl *c, const struct args *a)
 	int64_t now = dcr_now_ns();
 	int status = EXIT_FAIL;
 	char key[160], b1[32], b2[32];
+
 
 	if (!keep || !by || !ps)
 		goto err_free;
@@ -1592,10 +1706,13 @@ static int cmd_gc(struct ctl *c, const struct args *a)
 			goto err_free;
 		nrm++;
 	}
+	if (!a->dry_run && gc_recheck(c, ps, P_KEPT))
+		goto err_free;
+	now = dcr_now_ns();
 	for (size_t i = 0; i < c->npacks; i++) {
 		if (ps[i] == P_KEPT)
 			continue;
-		if (ps[i] == P_ORPHAN && a->grace) {
+		if (ps[i] == P_ORPHAN && !past_grace(a, now, c->packs[i].mtime_ns)) {
 			norphan++;
 			orphan_bytes += c->packs[i].size;
 			continue;
@@ -1609,19 +1726,67 @@ static int cmd_gc(struct ctl *c, const struct args *a)
 		npk++;
 		freed += c->packs[i].size;
 	}
-	if (!a->quiet)
+	struct partials pp = { .c = c, .a = a, .now = now };
+	int ret = dcr_store_list_partial(c->st, partial_cb, &pp);
+	if (ret || pp.err) {
+		if (ret)
+			dcr_err("%s: cannot list incomplete uploads: %s", c->st->url,
+				dcr_strerror(ret));
+		goto err_free;
+	}
+	if (!a->quiet) {
 		dcr_info("%s%zu versions kept (%zu only for the chains of kept versions), "
 			 "%zu removed; %zu packs deleted (%s)", a->dry_run ? "dry run: " : "",
 			 nkept, nchain, nrm, npk, dcr_format_size(freed, b1, sizeof(b1)));
-	if (norphan && !a->quiet)
-		dcr_info("%zu packs (%s) named by no manifest were kept: a commit may still "
-			 "be publishing them (collected with --grace 0)", norphan,
-			 dcr_format_size(orphan_bytes, b2, sizeof(b2)));
+		if (pp.n)
+			dcr_info("%s%zu incomplete uploads aborted (%s)",
+				 a->dry_run ? "dry run: " : "", pp.n,
+				 dcr_format_size(pp.bytes, b2, sizeof(b2)));
+	}
+	if ((norphan || pp.kept) && !a->quiet)
+		dcr_info("%zu packs (%s) named by no manifest and %zu incomplete uploads "
+			 "were kept: younger than the grace period (%" PRIu64 " s), a commit "
+			 "may still be publishing them", norphan,
+			 dcr_format_size(orphan_bytes, b2, sizeof(b2)), pp.kept, a->grace);
 	status = 0;
 err_free:
 	free(keep);
 	free(by);
 	free(ps);
+	return status;
+}
+
+/* ------------------------------------------------------------------ init */
+
+/* Create the store at @url; an existing one (marked or legacy) is left
+ * alone and reported as a failure. */
+static int cmd_init(const char *url, int json)
+{
+	struct dcr_store_info info;
+	struct dcr_store *st;
+	int ret, status = EXIT_FAIL;
+
+	if (dcr_store_open(url, NULL, DCR_OPEN_CREATE, &st))
+		return EXIT_FAIL;
+	ret = dcr_store_init(st, &info);
+	if (ret == -EEXIST) {
+		dcr_err("%s: there is a store already (id %s%s); left alone", st->url,
+			info.id, info.legacy ? ", made before store markers" : "");
+	} else if (ret) {
+		dcr_err("%s: cannot create a store: %s", st->url, dcr_strerror(ret));
+	} else {
+		if (json) {
+			fputs("{\"store\": ", stdout);
+			dcr_json_str(stdout, st->url);
+			fputs(", \"id\": ", stdout);
+			dcr_json_str(stdout, info.id);
+			printf(", \"format\": %u}\n", info.format);
+		} else {
+			dcr_info("%s: created a new store (id %s)", st->url, info.id);
+		}
+		status = 0;
+	}
+	dcr_store_close(st);
 	return status;
 }
 
@@ -1646,6 +1811,8 @@ int main(int argc, char **argv)
 	}
 	dcr_log_set_level(a.verbose ? DCR_LOG_DEBUG : a.quiet ? DCR_LOG_WARN : DCR_LOG_INFO);
 	c.json = a.json;
+	if (!strcmp(a.cmd, "init"))
+		return cmd_init(a.store, a.json);
 	if (dcr_store_open(a.store, NULL, 0, &c.st))
 		return EXIT_FAIL;
 	if (ctl_index(&c)) {

@@ -4,7 +4,9 @@
 # changed (checked against the files themselves), tag/untag round trip,
 # verify passes a good store and names a damaged or missing pack (exit 1),
 # gc keeps what the chains of kept versions need and collects the rest,
-# usage errors exit 2. No mount needed.
+# init creates a store once and refuses an existing one, gc collects
+# orphan packs and temporaries of killed commits once past the grace
+# period and not before, usage errors exit 2. No mount needed.
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_SYNTH" "$DCRFS_CTL"
@@ -206,6 +208,66 @@ gc verify --deep -q || fail "version 4 or 5 is broken after gc"
 # only the last version, built on 4: 4 stays for its chain
 gc gc --keep-last 1 -q
 [ "$(versions)" = "5 4" ] || fail "gc --keep-last 1 removed the anchor version 5 is built on"
+
+# --- init: a new store, once
+t "$DCRFS_CTL" --store "$T/new" init --json >"$T/init.json"
+py "$T/init.json" '
+assert d["store"] == "file://" + sys.argv[2], d
+assert len(d["id"]) == 32 and d["format"] == 1, d' "$T/new"
+grep -q "^id $(py "$T/init.json" 'print(d["id"])')\$" "$T/new/dcrfs-store" ||
+	fail "init: the marker does not hold the id it printed"
+expect_status 1 "store already" "$DCRFS_CTL" --store "$T/new" init
+expect_status 1 "store already" "$DCRFS_CTL" --store "$STORE" init
+[ "$(t "$DCRFS_COMMIT" --store "$T/new" --cache-dir "$T/cc-new" --quiet "$T/s1")" = 1 ] ||
+	fail "no commit without --init into a store made by dcrfs-ctl init"
+expect_status 1 "not a dcrfs store" "$DCRFS_COMMIT" --store "$T/new/versions" --quiet "$T/s1"
+
+# --- gc of what killed commits leave behind, past the grace period only
+O=$T/orphans
+t "$DCRFS_SYNTH" init --size 24M --seed 5 --quiet "$T/big"
+rm -f "$T/big/.dcrfs-synth.state"
+npacks() { ls "$O/packs" | grep -c . || true; }
+ms=100 tries=0
+while :; do
+	rm -rf "$O" "$T/cc-o"
+	[ "$(commit "$O" "$T/s1")" = 1 ] || fail "s1 is not version 1 of $O"
+	base=$(npacks)
+	start_bg "$DCRFS_COMMIT" --store "$O" --cache-dir "$T/cc-o" --quiet --jobs 1 "$T/big"
+	sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+	kill -KILL "$BG_PID" 2>/dev/null || true
+	wait "$BG_PID" 2>/dev/null || true
+	if [ -e "$O/versions/0000000002" ]; then
+		ms=$((ms * 2 / 3))
+	elif [ "$(npacks)" -gt "$base" ]; then
+		break
+	else
+		ms=$((ms + 150))
+	fi
+	tries=$((tries + 1))
+	[ "$tries" -lt 15 ] || skip "no kill landed between the upload of a pack and the publication"
+done
+mkdir -p "$O/.tmp"
+printf 'half a pack' >"$O/.tmp/put.stale1" # what a kill inside a put leaves
+n_orphans=$(($(npacks) - base))
+log "killed commits left $n_orphans orphan packs and $(ls "$O/.tmp" | grep -c .) temporaries"
+t "$DCRFS_CTL" --store "$O" gc --keep-last 5 >"$T/gc.out" 2>&1
+grep -q "$n_orphans packs .* named by no manifest .* were kept" "$T/gc.out" ||
+	fail "gc does not report the young orphans it keeps: $(cat "$T/gc.out")"
+[ "$(npacks)" -eq $((n_orphans + base)) ] || fail "gc deleted young orphans (default grace)"
+t "$DCRFS_CTL" --store "$O" gc --keep-last 5 --grace 1h -q
+[ "$(npacks)" -eq $((n_orphans + base)) ] || fail "gc deleted orphans younger than --grace 1h"
+[ -e "$O/.tmp/put.stale1" ] || fail "gc deleted a young temporary"
+touch -d '2 hours ago' "$O"/packs/* "$O"/.tmp/*
+t "$DCRFS_CTL" --store "$O" gc --keep-last 5 --grace 1h --dry-run >"$T/gc.out" 2>&1
+[ "$(npacks)" -eq $((n_orphans + base)) ] || fail "gc --dry-run deleted orphans"
+grep -q "would abort incomplete upload .tmp/put.stale1" "$T/gc.out" ||
+	fail "gc --dry-run does not name the stale temporary: $(cat "$T/gc.out")"
+t "$DCRFS_CTL" --store "$O" gc --keep-last 5 --grace 1h >"$T/gc.out" 2>&1
+[ "$(npacks)" -eq "$base" ] || fail "gc left orphans older than the grace: $(cat "$T/gc.out")"
+[ -z "$(ls "$O/.tmp")" ] || fail "gc left stale temporaries: $(ls "$O/.tmp")"
+grep -q "named by no manifest" "$T/gc.out" || fail "gc does not say why it deleted: $(cat "$T/gc.out")"
+t "$DCRFS_CTL" --store "$O" verify --deep -q || fail "version 1 broke in the collection of orphans"
+[ "$(commit "$O" "$T/big")" = 2 ] || fail "no commit after the collection"
 
 # --- usage errors: status 2
 U="Usage|usage|--help"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common.h"
 #include "dirstore.h"
 #include "manifest.h"
 #include "store.h"
@@ -137,7 +138,7 @@ static void test_if_absent_race(void **state)
 	assert_int_equal(winners, 1);
 }
 
-static int collect(const char *key, uint64_t size, void *arg)
+static int collect(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	char *out = arg;
 	strcat(out, key);
@@ -145,9 +146,62 @@ static int collect(const char *key, uint64_t size, void *arg)
 	return 0;
 }
 
-static int stop_at_two(const char *key, uint64_t size, void *arg)
+static int stop_at_two(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	return ++*(int *)arg == 2 ? 42 : 0;
+}
+
+struct seen {
+	char key[64], upload[64];
+	int64_t mtime_ns;
+	int n;
+};
+
+static int remember(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct seen *s = arg;
+
+	snprintf(s->key, sizeof(s->key), "%s", key);
+	snprintf(s->upload, sizeof(s->upload), "%s", info->upload ? info->upload : "");
+	s->mtime_ns = info->mtime_ns;
+	s->n++;
+	return 0;
+}
+
+/* Listings carry each object's mtime; a put's leftover temporary is
+ * listed as an incomplete upload and aborted. */
+static void test_mtime_and_partial(void **state)
+{
+	struct fx *f = *state;
+	struct seen s = { 0 };
+	char path[256];
+	int64_t before = dcr_now_ns() - 2000000000LL;
+
+	assert_int_equal(dcr_store_put(f->st, "packs/a", "x", 1, 0), 0);
+	assert_int_equal(dcr_store_list(f->st, "packs/", remember, &s), 0);
+	assert_int_equal(s.n, 1);
+	assert_true(s.mtime_ns > before && s.mtime_ns < dcr_now_ns() + 2000000000LL);
+	assert_null(s.upload[0] ? s.upload : NULL);
+
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(dcr_store_list_partial(f->st, remember, &s), 0);
+	assert_int_equal(s.n, 0); /* a finished put leaves nothing */
+	snprintf(path, sizeof(path), "%s/store/nested/.tmp/put.left", f->root);
+	FILE *fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("half", fp);
+	fclose(fp);
+	assert_int_equal(dcr_store_list_partial(f->st, remember, &s), 0);
+	assert_int_equal(s.n, 1);
+	assert_string_equal(s.key, ".tmp/put.left");
+	assert_string_equal(s.upload, "put.left");
+	assert_true(s.mtime_ns > before);
+	assert_int_equal(dcr_store_abort_partial(f->st, s.key, "../packs/a"), -EINVAL);
+	assert_int_equal(dcr_store_abort_partial(f->st, s.key, s.upload), 0);
+	assert_int_equal(dcr_store_abort_partial(f->st, s.key, s.upload), -ENOENT);
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(dcr_store_list_partial(f->st, remember, &s), 0);
+	assert_int_equal(s.n, 0);
 }
 
 static void test_list_and_latest(void **state)
@@ -299,6 +353,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_if_absent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_if_absent_race, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_list_and_latest, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mtime_and_partial, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_keys_and_tags, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_marker, setup, teardown),

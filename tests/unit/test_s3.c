@@ -137,7 +137,7 @@ struct collect {
 	int unordered;
 };
 
-static int collect_cb(const char *key, uint64_t size, void *arg)
+static int collect_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct collect *c = arg;
 
@@ -145,14 +145,14 @@ static int collect_cb(const char *key, uint64_t size, void *arg)
 		c->unordered++;
 	snprintf(c->last, sizeof(c->last), "%s", key);
 	c->n++;
-	c->total += size;
+	c->total += info->size;
 	return 0;
 }
 
-static int stop_cb(const char *key, uint64_t size, void *arg)
+static int stop_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	(void)key;
-	(void)size;
+	(void)info;
 	return ++*(int *)arg == 3 ? 42 : 0;
 }
 
