@@ -235,6 +235,18 @@ void dcr_wq_wait_idle(struct dcr_wq *q)
 	pthread_mutex_unlock(&q->lock);
 }
 
+bool dcr_wq_idle(struct dcr_wq *q)
+{
+	bool idle;
+
+	if (!q)
+		return true;
+	pthread_mutex_lock(&q->lock);
+	idle = !q->len && !q->busy;
+	pthread_mutex_unlock(&q->lock);
+	return idle;
+}
+
 void dcr_wq_par_for(struct dcr_wq *q, int max_threads, size_t n,
 		    dcr_wq_par_fn fn, void *arg)
 {

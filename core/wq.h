@@ -91,6 +91,10 @@ bool dcr_wq_submit(struct dcr_wq *q, dcr_wq_fn fn, void *arg, uint64_t cost);
  */
 void dcr_wq_wait_idle(struct dcr_wq *q);
 
+/** dcr_wq_idle - true if nothing is queued and no job is running now
+ * (a snapshot; NULL is idle). Thread-safe. */
+bool dcr_wq_idle(struct dcr_wq *q);
+
 /**
  * dcr_wq_par_for - run @fn(@arg, i) for every i in [0, @n), each once,
  * on the caller and up to @max_threads - 1 idle workers of @q, and

@@ -12,6 +12,8 @@
  *   1                         the root directory
  *   2                         /latest (symlink to "vN")
  *   3                         /tags
+ *   4                         /.dcrfs (hidden: looked up, never listed)
+ *   5, 6                      /.dcrfs/status.json, /.dcrfs/metrics
  *   0x100 + k                 /tags/<name>, k = slot of the name in the
  *                             tag-name table (assigned on first sight,
  *                             never reused while mounted)
@@ -32,6 +34,7 @@
 #endif
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -44,6 +47,10 @@
 #define DCRFS_INO_ROOT ((fuse_ino_t)1)
 #define DCRFS_INO_LATEST ((fuse_ino_t)2)
 #define DCRFS_INO_TAGS ((fuse_ino_t)3)
+#define DCRFS_INO_STATUS_DIR ((fuse_ino_t)4)
+#define DCRFS_INO_STATUS_JSON ((fuse_ino_t)5)
+#define DCRFS_INO_METRICS ((fuse_ino_t)6)
+#define DCRFS_STATUS_DIR ".dcrfs"
 #define DCRFS_INO_TAG_BASE ((fuse_ino_t)0x100)
 /* The version must fit the high 32 bits of an inode number. */
 _Static_assert(DCR_VERSION_MAX <= UINT64_C(0xffffffff),
@@ -54,6 +61,11 @@ _Static_assert(sizeof(fuse_ino_t) >= 8, "fuse_ino_t narrower than 64 bits");
 /** Cache lifetimes, in seconds. Version trees are immutable. */
 #define DCRFS_TTL_IMMUTABLE 86400.0
 #define DCRFS_TTL_MUTABLE 1.0
+
+/** Trees of versions the reader keeps in memory while nobody uses them
+ * (dcr_reader_opts.max_trees): the others are loaded from the catalog
+ * again on use, so memory does not grow with the number of versions. */
+#define DCRFS_TREES_KEPT 16
 
 /** Largest read request served (the kernel sends at most 1 MiB). */
 #define DCRFS_READ_MAX (1u << 20)
@@ -152,7 +164,30 @@ struct dcrfs {
 	pthread_t prefetcher;
 	int watcher_running;
 	int prefetcher_running;
+
+	/* statistics for status.c: relaxed atomics, no lock */
+	struct {
+		atomic_uint_fast64_t reads, read_errors, refresh_errors;
+		atomic_uint_fast64_t pf_version; /* being prefetched (0: none) */
+		atomic_uint_fast64_t pf_bytes;   /* of it, done */
+		atomic_uint_fast64_t pf_total;   /* of it, in all */
+		atomic_uint_fast64_t pf_versions; /* prefetched whole */
+	} stats;
 };
+
+/** The hidden files of MNT/.dcrfs. */
+enum dcrfs_status_file {
+	DCRFS_STATUS_JSON,    /* status.json */
+	DCRFS_STATUS_METRICS, /* metrics, Prometheus text format */
+};
+
+/**
+ * dcrfs_status_render - the current contents of a status file into a
+ * malloc'ed buffer *@out of *@len bytes (the caller frees it). 0 or
+ * -ENOMEM. Thread-safe (status.c).
+ */
+int dcrfs_status_render(struct dcrfs *fs, enum dcrfs_status_file which,
+			char **out, size_t *len);
 
 /** The low-level operations table (fs/ops.c). */
 extern const struct fuse_lowlevel_ops dcrfs_ll_ops;

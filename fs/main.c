@@ -968,6 +968,7 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	ropts.cache_dir = cache_dir;
+	ropts.max_trees = DCRFS_TREES_KEPT; /* ops.c holds trees only while used */
 
 	/*
 	 * fuse_opt_parse left in @args what libfuse must see: argv[0], -d,

@@ -9,6 +9,9 @@
  *                   the store holds no version
  *   /vN/...         version N's committed tree, immutable
  *   /tags/NAME      symlink -> "../vN"
+ *   /.dcrfs/        the mount's status (status.c): status.json and
+ *                   metrics, read-only, generated at open; hidden from
+ *                   the listing of the root, found by lookup
  *
  * Version trees never change, so their entries and attributes are cached
  * by the kernel for a day and their pages are kept across opens
@@ -85,12 +88,19 @@ static mode_t shown_perm(uint32_t mode)
 	return (mode_t)(mode & 07777 & ~(mode_t)(0222 | S_ISUID | S_ISGID));
 }
 
+/* Version @v's tree, held until version_put (the reader may unload
+ * the trees nobody holds). */
 static int version_get(struct dcrfs *fs, uint64_t v,
 		       const struct dcr_version_info **vi)
 {
 	if (v == 0 || v > DCR_VERSION_MAX)
 		return -ENOENT;
 	return dcr_reader_version(fs->r, v, vi);
+}
+
+static void version_put(struct dcrfs *fs, const struct dcr_version_info *vi)
+{
+	dcr_reader_version_put(fs->r, vi);
 }
 
 /* Entry @idx of @vi, or NULL if out of range. */
@@ -102,17 +112,22 @@ static const struct dcr_entry *entry_get(const struct dcr_version_info *vi,
 	return &vi->entries[idx];
 }
 
-/* Entry @idx of version @v: 0, -ENOENT, or the reader's error. */
-static int tree_entry(struct dcrfs *fs, uint64_t v, uint32_t idx,
-		      const struct dcr_entry **e)
+/* The type of entry @idx of version @v into @type: 0, -ENOENT, or the
+ * reader's error. */
+static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t idx,
+			   uint8_t *type)
 {
 	const struct dcr_version_info *vi;
+	const struct dcr_entry *e;
 	int ret = version_get(fs, v, &vi);
 
 	if (ret < 0)
 		return ret;
-	*e = entry_get(vi, idx);
-	return *e ? 0 : -ENOENT;
+	e = entry_get(vi, idx);
+	if (e)
+		*type = e->type;
+	version_put(fs, vi);
+	return e ? 0 : -ENOENT;
 }
 
 static void entry_stat(const struct dcrfs *fs,
@@ -148,9 +163,13 @@ static void entry_stat(const struct dcrfs *fs,
 static int64_t latest_ctime(struct dcrfs *fs, uint64_t latest)
 {
 	const struct dcr_version_info *vi;
+	int64_t ns;
 
-	if (latest && version_get(fs, latest, &vi) == 0)
-		return vi->ctime_ns;
+	if (latest && version_get(fs, latest, &vi) == 0) {
+		ns = vi->ctime_ns;
+		version_put(fs, vi);
+		return ns;
+	}
 	return fs->mount_ns;
 }
 
@@ -177,6 +196,36 @@ static void tags_stat(struct dcrfs *fs, struct stat *st)
 		    latest_ctime(fs, dcr_reader_latest(fs->r)));
 	st->st_size = 4096;
 	st->st_blocks = 8;
+}
+
+/* Attributes of /.dcrfs and its files (their size: as rendered now). */
+static int status_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st)
+{
+	char *text;
+	size_t len;
+	int ret;
+
+	if (ino == DCRFS_INO_STATUS_DIR) {
+		stat_common(fs, st, ino, S_IFDIR | 0555, 2, dcr_now_ns());
+		st->st_size = 4096;
+		st->st_blocks = 8;
+		return 0;
+	}
+	ret = dcrfs_status_render(fs, ino == DCRFS_INO_STATUS_JSON ?
+				  DCRFS_STATUS_JSON : DCRFS_STATUS_METRICS,
+				  &text, &len);
+	if (ret < 0)
+		return ret;
+	free(text);
+	stat_common(fs, st, ino, S_IFREG | 0444, 1, dcr_now_ns());
+	st->st_size = (off_t)len;
+	return 0;
+}
+
+static bool is_status_ino(fuse_ino_t ino)
+{
+	return ino == DCRFS_INO_STATUS_DIR || ino == DCRFS_INO_STATUS_JSON ||
+	       ino == DCRFS_INO_METRICS;
 }
 
 static void symlink_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
@@ -326,6 +375,8 @@ static int fs_refresh(struct dcrfs *fs, int force, int64_t since_ns)
 	start = dcr_mono_ns();
 	ret = dcr_reader_refresh(fs->r, &latest);
 	fs->last_refresh_ns = start;
+	if (ret < 0)
+		atomic_fetch_add_explicit(&fs->stats.refresh_errors, 1, memory_order_relaxed);
 	if (ret < 0 && !failing) {
 		dcr_warn("refreshing versions from the store failed: %s "
 			 "(will retry)", dcr_strerror(ret));
@@ -394,6 +445,13 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 		reply_entry(req, &st, DCRFS_TTL_MUTABLE);
 		return;
 	}
+	if (strcmp(name, DCRFS_STATUS_DIR) == 0) {
+		ret = status_stat(fs, DCRFS_INO_STATUS_DIR, &st);
+		if (ret < 0)
+			goto err;
+		reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+		return;
+	}
 	if (!parse_version_name(name, &v)) {
 		ret = -ENOENT;
 		goto err;
@@ -405,10 +463,26 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 	if (ret < 0)
 		goto err;
 	entry_stat(fs, vi, 0, &st);
+	version_put(fs, vi);
 	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE);
 	return;
 err:
 	fuse_reply_err(req, -ret);
+}
+
+static void status_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
+{
+	fuse_ino_t ino = strcmp(name, "status.json") == 0 ? DCRFS_INO_STATUS_JSON :
+			 strcmp(name, "metrics") == 0 ? DCRFS_INO_METRICS : 0;
+	struct stat st;
+	int ret = ino ? status_stat(fs, ino, &st) : -ENOENT;
+
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	/* Never cached: the size changes with every rendering. */
+	reply_entry(req, &st, 0.0);
 }
 
 static void tags_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
@@ -473,20 +547,15 @@ static uint32_t find_child(const struct dcr_version_info *vi, uint32_t dir,
 	return NO_ENTRY;
 }
 
-static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
-			   uint32_t dir, const char *name)
+static void version_lookup_in(fuse_req_t req, struct dcrfs *fs,
+			      const struct dcr_version_info *vi, uint32_t dir,
+			      const char *name)
 {
-	const struct dcr_version_info *vi;
 	const struct dcr_entry *d;
 	struct fuse_entry_param e;
 	struct stat st;
 	uint32_t c;
-	int ret = version_get(fs, v, &vi);
 
-	if (ret < 0) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
 	d = entry_get(vi, dir);
 	if (!d) {
 		fuse_reply_err(req, ENOENT);
@@ -509,6 +578,20 @@ static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
 	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE);
 }
 
+static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
+			   uint32_t dir, const char *name)
+{
+	const struct dcr_version_info *vi;
+	int ret = version_get(fs, v, &vi);
+
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	version_lookup_in(req, fs, vi, dir, name);
+	version_put(fs, vi);
+}
+
 static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 			    const char *name)
 {
@@ -520,6 +603,8 @@ static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 		root_lookup(req, fs, name);
 	else if (parent == DCRFS_INO_TAGS)
 		tags_lookup(req, fs, name);
+	else if (parent == DCRFS_INO_STATUS_DIR)
+		status_lookup(req, fs, name);
 	else if (dcrfs_ino_split(parent, &v, &idx))
 		version_lookup(req, fs, v, idx, name);
 	else
@@ -559,15 +644,20 @@ static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 		tags_stat(fs, st);
 		return 0;
 	}
+	if (is_status_ino(ino)) {
+		*ttl = 0.0;
+		return status_stat(fs, ino, st);
+	}
 	if (dcrfs_ino_split(ino, &v, &idx)) {
 		ret = version_get(fs, v, &vi);
 		if (ret < 0)
 			return ret;
-		if (!entry_get(vi, idx))
-			return -ENOENT;
-		entry_stat(fs, vi, idx, st);
+		ret = entry_get(vi, idx) ? 0 : -ENOENT;
+		if (!ret)
+			entry_stat(fs, vi, idx, st);
+		version_put(fs, vi);
 		*ttl = DCRFS_TTL_IMMUTABLE;
-		return 0;
+		return ret;
 	}
 	ret = tag_name_of(fs, ino, name, sizeof(name));
 	if (ret < 0)
@@ -697,6 +787,7 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 			continue;
 		snprintf(name, sizeof(name), "v%" PRIu64, v);
 		entry_stat(fs, vi, 0, &st);
+		version_put(fs, vi);
 		if (dirbuf_add(db, name, &st, DCRFS_TTL_IMMUTABLE,
 			       (off_t)(v + 4)))
 			break;
@@ -704,6 +795,31 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 out:
 	free(vs);
 	return ret;
+}
+
+/* /.dcrfs: offsets 1 ".", 2 "..", 3 status.json, 4 metrics. */
+static int status_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
+{
+	static const struct {
+		const char *name;
+		fuse_ino_t ino;
+	} ents[] = {
+		{ ".", DCRFS_INO_STATUS_DIR }, { "..", DCRFS_INO_ROOT },
+		{ "status.json", DCRFS_INO_STATUS_JSON },
+		{ "metrics", DCRFS_INO_METRICS },
+	};
+	struct stat st;
+	int ret;
+
+	for (size_t i = (size_t)off; i < DCR_ARRAY_SIZE(ents); i++) {
+		ret = ents[i].ino == DCRFS_INO_ROOT ? root_stat(fs, &st) :
+		      status_stat(fs, ents[i].ino, &st);
+		if (ret < 0)
+			return ret;
+		if (dirbuf_add(db, ents[i].name, &st, 0.0, (off_t)i + 1))
+			break;
+	}
+	return 0;
 }
 
 struct tag_ent {
@@ -779,17 +895,14 @@ out:
  * Version directory offsets: 1 ".", 2 "..", c + 3 after child entry c;
  * the listing resumes at entries[c].next_sibling, in O(1).
  */
-static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
-			   uint32_t dir, off_t off)
+static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
+			      const struct dcr_version_info *vi, uint32_t dir,
+			      off_t off)
 {
-	const struct dcr_version_info *vi;
 	const struct dcr_entry *d;
 	struct stat st;
 	uint32_t c;
-	int ret = version_get(fs, v, &vi);
 
-	if (ret < 0)
-		return ret;
 	d = entry_get(vi, dir);
 	if (!d)
 		return -ENOENT;
@@ -828,6 +941,19 @@ static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
 	return 0;
 }
 
+static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
+			   uint32_t dir, off_t off)
+{
+	const struct dcr_version_info *vi;
+	int ret = version_get(fs, v, &vi);
+
+	if (ret < 0)
+		return ret;
+	ret = version_readdir_in(db, fs, vi, dir, off);
+	version_put(fs, vi);
+	return ret;
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		       off_t off, int plus)
 {
@@ -854,6 +980,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		ret = root_readdir(&db, fs, off);
 	else if (ino == DCRFS_INO_TAGS)
 		ret = tags_readdir(&db, fs, off);
+	else if (ino == DCRFS_INO_STATUS_DIR)
+		ret = status_readdir(&db, fs, off);
 	else if (dcrfs_ino_split(ino, &v, &idx))
 		ret = version_readdir(&db, fs, v, idx, off);
 	else
@@ -869,7 +997,7 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	const struct dcr_entry *e;
+	uint8_t type;
 	uint64_t v;
 	uint32_t idx;
 	int ret;
@@ -878,7 +1006,8 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if (ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS) {
+	if (ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
+	    ino == DCRFS_INO_STATUS_DIR) {
 		fuse_reply_open(req, fi);
 		return;
 	}
@@ -886,12 +1015,12 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	ret = tree_entry(fs, v, idx, &e);
+	ret = tree_entry_type(fs, v, idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	if (e->type != DCR_FT_DIR) {
+	if (type != DCR_FT_DIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -921,11 +1050,51 @@ static void dcrfs_ll_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 /* ------------------------------------------------------------------ files */
 
+/* A status file is rendered once at open; reads serve that snapshot. */
+struct status_snap {
+	char *text;
+	size_t len;
+};
+
+static void status_open(fuse_req_t req, struct dcrfs *fs, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	struct status_snap *sn = calloc(1, sizeof(*sn));
+	int ret = sn ? dcrfs_status_render(fs, ino == DCRFS_INO_STATUS_JSON ?
+					   DCRFS_STATUS_JSON : DCRFS_STATUS_METRICS,
+					   &sn->text, &sn->len) : -ENOMEM;
+
+	if (ret < 0) {
+		free(sn);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)sn;
+	fi->direct_io = 1; /* the size is not known before the read */
+	fi->keep_cache = 0;
+	if (fuse_reply_open(req, fi) < 0) {
+		free(sn->text);
+		free(sn);
+	}
+}
+
+static void status_read(fuse_req_t req, size_t size, off_t off,
+			const struct fuse_file_info *fi)
+{
+	const struct status_snap *sn = (const struct status_snap *)(uintptr_t)fi->fh;
+
+	if (off < 0 || (uint64_t)off >= sn->len) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	fuse_reply_buf(req, sn->text + off, DCR_MIN(size, sn->len - (size_t)off));
+}
+
 static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	const struct dcr_entry *e;
+	uint8_t type;
 	uint64_t v;
 	uint32_t idx;
 	int ret;
@@ -934,17 +1103,21 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	if (!dcrfs_ino_split(ino, &v, &idx)) {
-		fuse_reply_err(req, ino == DCRFS_INO_ROOT ||
-				    ino == DCRFS_INO_TAGS ? EISDIR : ELOOP);
+	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
+		status_open(req, fs, ino, fi);
 		return;
 	}
-	ret = tree_entry(fs, v, idx, &e);
+	if (!dcrfs_ino_split(ino, &v, &idx)) {
+		fuse_reply_err(req, ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
+				    ino == DCRFS_INO_STATUS_DIR ? EISDIR : ELOOP);
+		return;
+	}
+	ret = tree_entry_type(fs, v, idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	if (e->type != DCR_FT_REG) {
+	if (type != DCR_FT_REG) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -1058,6 +1231,10 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	ssize_t n;
 	void *buf;
 
+	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
+		status_read(req, size, off, fi);
+		return;
+	}
 	if (!dcrfs_ino_split(ino, &v, &idx)) {
 		fuse_reply_err(req, EISDIR);
 		return;
@@ -1070,6 +1247,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
+	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
 	if (fs->splice && reply_spliced(req, fs, v, idx, off, size))
 		return;
 	buf = dcr_thread_buf(DCR_TBUF_REPLY,
@@ -1079,15 +1257,23 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	n = dcr_reader_read(fs->r, v, idx, (uint64_t)off, buf, size);
-	if (n < 0)
+	if (n < 0) {
+		atomic_fetch_add_explicit(&fs->stats.read_errors, 1, memory_order_relaxed);
 		fuse_reply_err(req, (int)-n);
-	else
+	} else {
 		fuse_reply_buf(req, buf, (size_t)n);
+	}
 }
 
 static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
+	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
+		struct status_snap *sn = (struct status_snap *)(uintptr_t)fi->fh;
+
+		free(sn->text);
+		free(sn);
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -1118,6 +1304,7 @@ static void dcrfs_ll_statfs(fuse_req_t req, fuse_ino_t ino)
 			if (vi->entries[i].type == DCR_FT_REG)
 				bytes += vi->entries[i].size;
 		files = vi->nentries;
+		version_put(fs, vi);
 	}
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = 4096;
@@ -1530,9 +1717,16 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 	if (!buf) {
 		dcr_warn("prefetch of v%" PRIu64 ": %s", v,
 			 dcr_strerror(-ENOMEM));
+		version_put(fs, vi);
 		return 0;
 	}
 	dcr_info("prefetching v%" PRIu64, v);
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < vi->nentries; i++)
+		total += vi->entries[i].type == DCR_FT_REG ? vi->entries[i].size : 0;
+	atomic_store_explicit(&fs->stats.pf_version, v, memory_order_relaxed);
+	atomic_store_explicit(&fs->stats.pf_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&fs->stats.pf_total, total, memory_order_relaxed);
 	for (uint32_t i = 0; i < vi->nentries && i <= DCRFS_IDX_MAX; i++) {
 		const struct dcr_entry *e = &vi->entries[i];
 
@@ -1543,6 +1737,7 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 
 			if (prefetch_abandon(fs, want)) {
 				free(buf);
+				version_put(fs, vi);
 				dcr_info("prefetch of v%" PRIu64
 					 " abandoned after %s", v,
 					 dcr_format_size(bytes, sz,
@@ -1561,9 +1756,13 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 			if (fs->prefetch_pagecache)
 				prefetch_store(fs, v, i, off, buf, (size_t)n);
 			bytes += (uint64_t)n;
+			atomic_store_explicit(&fs->stats.pf_bytes, bytes, memory_order_relaxed);
 		}
 	}
 	free(buf);
+	version_put(fs, vi);
+	atomic_store_explicit(&fs->stats.pf_version, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&fs->stats.pf_versions, 1, memory_order_relaxed);
 	dcr_info("prefetched v%" PRIu64 ": %s in %.2f s%s", v,
 		 dcr_format_size(bytes, sz, sizeof(sz)),
 		 (double)(dcr_mono_ns() - t0) / 1e9,

@@ -306,7 +306,7 @@ void flight_release(struct dcr_reader *r, struct flight *f)
 	last = --f->refs == 0;
 	pthread_mutex_unlock(&r->sf_lock);
 	if (last) {
-		if (f->done && f->rc == 0 && f->data)
+		if (f->done && f->rc == 0 && f->data && !f->cold)
 			hot_put(r, f->hash, f->len, f->data);
 		else
 			buf_put(r, f->data, f->len);
@@ -315,7 +315,7 @@ void flight_release(struct dcr_reader *r, struct flight *f)
 }
 
 /* Register chunk @c: lead a new flight or join the one in progress. */
-int batch_join(struct dcr_reader *r, struct bchunk *c)
+int batch_join(struct dcr_reader *r, struct bchunk *c, bool cold)
 {
 	const uint8_t *hash = c->p->ref.hash;
 	struct flight *f;
@@ -344,6 +344,7 @@ int batch_join(struct dcr_reader *r, struct bchunk *c)
 	f->ref = c->p->ref;
 	f->refs = 1;
 	f->quiet = tl_quiet;
+	f->cold = cold;
 	f->next = r->flights;
 	r->flights = f;
 	pthread_mutex_unlock(&r->sf_lock);

@@ -316,6 +316,8 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	ret = dcr_catalog_open(path, url, &r->cat);
 	if (ret)
 		goto err_close;
+	r->max_trees = opts->max_trees;
+	r->cache_budget = opts->cache_size ? opts->cache_size : DCR_CACHE_SIZE_DEFAULT;
 	ret = dcr_cache_open(r->dir, opts->cache_size, &r->cache);
 	if (ret)
 		goto err_close;
@@ -465,6 +467,8 @@ static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 		p.dst = (uint8_t *)dst + (pos - off);
 		pos += p.n;
 		ret = piece_fast(r, &p);
+		STAT_ADD(r, hits, ret == 0);
+		STAT_ADD(r, misses, ret == -ENOENT);
 		if (ret == 0)
 			continue;
 		if (ret != -ENOENT)
@@ -517,19 +521,43 @@ static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 out_free:
 	if (miss != &one)
 		free(miss);
-	return ret ? ret : (ssize_t)(end - off);
+	STAT_ADD(r, reads, 1);
+	if (ret) {
+		STAT_ADD(r, read_errors, 1);
+		return ret;
+	}
+	STAT_ADD(r, bytes_read, end - off);
+	return (ssize_t)(end - off);
+}
+
+/* A read begins: no tree is unloaded until it ends (trees_trim). */
+static void read_enter(struct dcr_reader *r)
+{
+	atomic_fetch_add(&r->active, 1);
+	atomic_fetch_add(&r->activity, 1);
+}
+
+static void read_leave(struct dcr_reader *r)
+{
+	atomic_fetch_sub(&r->active, 1);
 }
 
 ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			uint64_t off, void *dst, size_t len)
 {
-	return read_impl(r, v, idx, off, dst, len, false);
+	read_enter(r);
+	ssize_t n = read_impl(r, v, idx, off, dst, len, false);
+	read_leave(r);
+	return n;
 }
 
 ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			    uint64_t off, void *dst, size_t len)
 {
-	return read_impl(r, v, idx, off, dst, len, true);
+	read_enter(r);
+	ssize_t n = read_impl(r, v, idx, off, dst, len, true);
+	read_leave(r);
+	return n;
 }
 
 /* ------------------------------------------------ zero-copy reads (fs/)
@@ -538,9 +566,27 @@ ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
  * path above. It only ever serves chunks the cache already holds; any
  * miss sends the caller back to dcr_reader_read, which materializes.
  */
+static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			    uint64_t off, size_t len, struct dcr_read_seg *segs,
+			    size_t max, size_t *nbytes);
+
 ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			   uint64_t off, size_t len, struct dcr_read_seg *segs,
 			   size_t max, size_t *nbytes)
+{
+	read_enter(r);
+	ssize_t n = read_fd_impl(r, v, idx, off, len, segs, max, nbytes);
+	read_leave(r);
+	if (n >= 0) { /* a miss (-ENOENT) is counted by the read that follows */
+		STAT_ADD(r, reads, 1);
+		STAT_ADD(r, bytes_read, *nbytes);
+	}
+	return n;
+}
+
+static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			    uint64_t off, size_t len, struct dcr_read_seg *segs,
+			    size_t max, size_t *nbytes)
 {
 	struct rver *rv;
 	uint64_t size = 0, end = 0, pos;
@@ -595,7 +641,45 @@ err_close:
 	return ret;
 }
 
+/* -------------------------------------------------------- statistics */
+
+void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
+{
+	struct dcr_cache_stats cs;
+
+#define LOAD(f) atomic_load_explicit(&r->stats.f, memory_order_relaxed)
+	memset(s, 0, sizeof(*s));
+	s->reads = LOAD(reads);
+	s->bytes_read = LOAD(bytes_read);
+	s->chunk_hits = LOAD(hits);
+	s->chunk_misses = LOAD(misses);
+	s->fetches = LOAD(fetches);
+	s->bytes_fetched = LOAD(fetched);
+	s->fetch_errors = LOAD(fetch_errors);
+	s->bytes_materialized = LOAD(materialized);
+	s->bytes_verified = LOAD(verified);
+	s->read_errors = LOAD(read_errors);
+#undef LOAD
+	dcr_cache_get_stats(r->cache, &cs);
+	s->cache_bytes = cs.bytes;
+	s->cache_budget = r->cache_budget;
+	versions_stats(r, s);
+}
+
 /* -------------------------------------------------------------- sync */
+
+bool reader_idle(struct dcr_reader *r)
+{
+	bool idle = atomic_load(&r->active) == 0;
+
+	/* In pipeline order, as dcr_reader_sync. */
+	idle = idle && dcr_wq_idle(r->ra) && dcr_wq_idle(r->dq) &&
+	       dcr_wq_idle(r->wq);
+	pthread_mutex_lock(&r->sf_lock);
+	idle = idle && !r->flights;
+	pthread_mutex_unlock(&r->sf_lock);
+	return idle;
+}
 
 void dcr_reader_sync(struct dcr_reader *r)
 {

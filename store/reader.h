@@ -41,6 +41,13 @@ struct dcr_reader_opts {
 	 * failed); past it the read fails with -EIO. 0 = none (each store
 	 * operation is bounded by the store's own timeout only). */
 	uint32_t read_timeout_ms;
+	/* Trees of versions kept in memory while nobody holds them (the
+	 * newest version's is always kept; the least recently used others
+	 * are unloaded when the reader is idle and loaded again from the
+	 * catalog on use). 0 = keep every tree until close, so that the
+	 * pointers of dcr_reader_version stay valid without
+	 * dcr_reader_version_put. */
+	uint32_t max_trees;
 };
 
 #define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
@@ -115,9 +122,18 @@ uint64_t dcr_reader_latest(struct dcr_reader *r);
  */
 int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n);
 
-/** dcr_reader_version - version @v's tree; -ENOENT if unknown. */
+/**
+ * dcr_reader_version - version @v's tree; -ENOENT if unknown. The tree
+ * is held until dcr_reader_version_put (with max_trees 0: until close,
+ * and the put may be left out).
+ */
 int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 		       const struct dcr_version_info **out);
+
+/** dcr_reader_version_put - release a tree of dcr_reader_version; NULL
+ * accepted. Thread-safe. */
+void dcr_reader_version_put(struct dcr_reader *r,
+			    const struct dcr_version_info *vi);
 
 /** dcr_reader_tags - snapshot of the tags; free with dcr_reader_tags_free. */
 int dcr_reader_tags(struct dcr_reader *r, struct dcr_tag **tags, size_t *n);
@@ -172,6 +188,34 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
  */
 ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			    uint64_t off, void *dst, size_t len);
+
+/**
+ * struct dcr_reader_stats - what a reader has done since it was opened,
+ * and its state now. Counters only grow.
+ */
+struct dcr_reader_stats {
+	uint64_t latest;        /* newest version known */
+	uint64_t versions;      /* versions known */
+	uint64_t trees_loaded;  /* versions whose tree is in memory now */
+	uint64_t cache_bytes;   /* bytes of the chunk cache */
+	uint64_t cache_budget;  /* its budget */
+	uint64_t reads;         /* read calls (dcr_reader_read, _prefetch) */
+	uint64_t bytes_read;    /* bytes they returned */
+	uint64_t chunk_hits;    /* chunk pieces served from memory or cache */
+	uint64_t chunk_misses;  /* chunk pieces that had to be materialized */
+	uint64_t fetches;       /* ranged GETs of frames from the store */
+	uint64_t bytes_fetched; /* bytes those GETs returned */
+	uint64_t bytes_materialized; /* chunk bytes built from frames */
+	uint64_t bytes_verified;     /* chunk bytes proven against their hash */
+	uint64_t fetch_errors;  /* GETs that failed */
+	uint64_t read_errors;   /* reads that failed (EIO, ENOMEM ...) */
+};
+
+/**
+ * dcr_reader_get_stats - a snapshot of @r's statistics into @s. Cheap
+ * (relaxed atomic loads, one short lock); thread-safe.
+ */
+void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s);
 
 /**
  * dcr_reader_sync - wait until the background work queued so far is

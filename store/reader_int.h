@@ -14,10 +14,11 @@
  *   rqueues.c       the background queues (core/wq.h): write-behind,
  *                   read-ahead decode, read-ahead, the par_for pool
  *
- * Locks. struct dcr_reader has seven mutexes, one of them with a
- * condition variable. Only one nesting exists (outer first):
+ * Locks. struct dcr_reader has eight mutexes, one of them with a
+ * condition variable. Only these nestings exist (outer first):
  *
  *     refresh_lock -> lock
+ *     refresh_lock -> sf_lock (trees_trim, through reader_idle)
  *
  * Every other acquisition is of one lock alone, so the order is: never
  * take refresh_lock while holding any other of these, and take nothing
@@ -32,9 +33,12 @@
  *    get_ver, the tag swap).
  *  - lock (rversions.c) guards the version array (vers, nvers,
  *    capvers), the bad-manifest list (bad, nbad, capbad, max_bad), the
- *    tags (tags, ntags) and the lazy install of a version's tree
- *    (rver.loaded, m, entries, info: immutable once loaded). The
- *    catalog read and tree build of rver_load run outside it.
+ *    tags (tags, ntags), the use stamps and pins of the versions
+ *    (use_clock, rver.used, rver.pins) and the install and unload of a
+ *    version's tree (rver.loaded, m, entries, info: immutable while
+ *    loaded). The catalog read and tree build of rver_load run outside
+ *    it. trees_trim takes ra_lock, dq_lock, wq_lock and sf_lock one at
+ *    a time (reader_idle) before it takes lock, never inside it.
  *  - sf_lock / sf_cond (rchunks.c; batch_finish and wq_submit in the
  *    other files) guard the in-flight table (flights; single-flight:
  *    concurrent readers of one chunk hash share one fetch and decode)
@@ -54,7 +58,10 @@
  *  - failed_lock (reader.c) guards the chunks whose fetch just failed
  *    (failed[], failed_next); a leaf like the others.
  *
- * Set at open and read without a lock: st, dir, cat, cache,
+ * The statistics (stats) are relaxed atomics, read and written without
+ * a lock.
+ *
+ * Set at open and read without a lock: st, dir, cat, cache, cache_budget,
  * fetch_threads, readahead, coalesce_max, hot_budget, read_timeout_ns,
  * bad_retry_after and the queue
  * pointers (ra, dq, wq, par; thread-safe themselves). lock_fd holds an flock(2) on
@@ -66,6 +73,7 @@
 #define DCR_READER_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -106,7 +114,11 @@
 #define FAILED_SLOTS 16
 #define FAILED_MEMO_NS ((int64_t)1000 * 1000000)
 
-/* One known version. The tree (m, entries, info) is built lazily. */
+/*
+ * One known version. The tree (m, entries, info) is built lazily, and
+ * with max_trees unloaded again (trees_trim) when nobody holds it: not
+ * pinned through dcr_reader_version, and the reader idle.
+ */
 struct rver {
 	uint64_t v;
 	uint64_t parent;
@@ -114,6 +126,8 @@ struct rver {
 	uint32_t chunk_size;
 	uint32_t nfiles;
 	bool loaded;
+	unsigned pins;  /* dcr_reader_version holders; under lock */
+	uint64_t used;  /* use_clock at the last use (LRU); under lock */
 	struct dcr_manifest m;    /* files only: no chunks, no packs */
 	struct dcr_entry *entries;
 	struct dcr_version_info info;
@@ -134,6 +148,8 @@ struct flight {
 	bool done;
 	unsigned refs;  /* leader + waiters; the last one frees */
 	bool quiet;     /* led by read-ahead: a failure was not logged */
+	bool cold;      /* built for a prefetch, which writes it through the
+			   page cache: not kept hot (see struct hot) */
 };
 
 /* A file being read sequentially (see ra_note). */
@@ -182,7 +198,10 @@ struct refblk {
  * fills neither the page cache with a second copy of the model nor
  * fresh pages to copy it into. The buffers (DCR_CACHE_ALIGN-aligned)
  * are recycled through a small pool, never handed back to the system
- * while reads go on.
+ * while reads go on. Chunks a prefetch builds are not kept: they are
+ * written to the cache through the page cache, where the reads that
+ * follow find them, and would only fill the hot set with a second copy
+ * of each new version (the daemon's memory would grow by the budget).
  */
 #define HOT_SLOTS 256
 #define HOT_BUDGET_MIN ((uint64_t)64 << 20)
@@ -207,6 +226,7 @@ struct dcr_reader {
 	char *dir; /* <cache_dir>/<id> */
 	struct dcr_catalog *cat;
 	struct dcr_cache *cache;
+	uint64_t cache_budget;
 	int fetch_threads;
 
 	int lock_fd;           /* flock on <dir>/lock for our lifetime */
@@ -245,6 +265,13 @@ struct dcr_reader {
 	unsigned failed_next;
 	struct dcr_tag *tags;
 	size_t ntags;
+	uint64_t use_clock;    /* stamps rver.used */
+	uint32_t max_trees;    /* set at open; 0 = never unload */
+	/* Reads in progress, and reads ever begun: trees_trim unloads
+	 * nothing unless it saw none in progress, every queue idle and no
+	 * read begun meanwhile (reader_idle). Atomics, no lock. */
+	atomic_uint active;
+	atomic_uint_fast64_t activity;
 
 	pthread_mutex_t sf_lock;
 	pthread_cond_t sf_cond;
@@ -273,7 +300,18 @@ struct dcr_reader {
 	/* The background queues (rqueues.c), threads started on first use:
 	 * read-ahead jobs, their decoding, write-behind, par_for's pool. */
 	struct dcr_wq *ra, *dq, *wq, *par;
+
+	/* Statistics (dcr_reader_get_stats): relaxed atomics, no lock. */
+	struct {
+		atomic_uint_fast64_t reads, bytes_read, hits, misses;
+		atomic_uint_fast64_t fetches, fetched, fetch_errors;
+		atomic_uint_fast64_t materialized, verified, read_errors;
+	} stats;
 };
+
+/* Add @n to statistic @field of reader @r. */
+#define STAT_ADD(r, field, n) \
+	atomic_fetch_add_explicit(&(r)->stats.field, (n), memory_order_relaxed)
 
 /*
  * Set in the background queues' threads: errors of speculative work go to the debug
@@ -372,6 +410,14 @@ void rver_free(struct rver *rv);
  * close. Thread-safe (takes lock). */
 int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out);
 
+/* Fill the version fields of @s (latest, versions, trees_loaded).
+ * Thread-safe (lock). */
+void versions_stats(struct dcr_reader *r, struct dcr_reader_stats *s);
+
+/* Unload the least recently used trees beyond max_trees, if the reader
+ * is idle (see struct rver). Called at the end of a refresh. */
+void trees_trim(struct dcr_reader *r);
+
 /* Load the versions and tags recorded in the catalog: 0 or -errno.
  * Only at open, before the reader is shared. */
 int load_catalog(struct dcr_reader *r);
@@ -416,10 +462,10 @@ int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
  * or gives the buffer back, and frees @f. Thread-safe (sf_lock). */
 void flight_release(struct dcr_reader *r, struct flight *f);
 
-/* Register batch chunk @c: lead a new flight (c->leader) or join the
- * one in progress; either way c->f holds a reference. 0 or -ENOMEM.
- * Thread-safe (sf_lock). */
-int batch_join(struct dcr_reader *r, struct bchunk *c);
+/* Register batch chunk @c: lead a new flight (c->leader; @cold: built
+ * for a prefetch) or join the one in progress; either way c->f holds a
+ * reference. 0 or -ENOMEM. Thread-safe (sf_lock). */
+int batch_join(struct dcr_reader *r, struct bchunk *c, bool cold);
 
 /* Publish the outcome @rc of a flight we lead; it stays listed until
  * flight_done. Thread-safe (sf_lock). */
@@ -461,6 +507,13 @@ int batch_finish(struct batch *b, int nthreads);
  * first -errno. Thread-safe. */
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
 		      int nthreads, bool pagecache);
+
+/* ----------------------------------------------- reader.c: the facade */
+
+/* Whether no read is in progress and every queue is idle, with no chunk
+ * in flight: then no tree is in use but those pinned. Thread-safe (each
+ * queue's lock, one at a time). */
+bool reader_idle(struct dcr_reader *r);
 
 /* ---------------------------------- rqueues.c: the background queues */
 

@@ -364,6 +364,8 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 			return 0;
 		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 		ret = dcr_cache_check(r->cache, &k);
+		if (ret == 1)
+			STAT_ADD(r, verified, p->clen);
 		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
 	}
 	if (hot_read(r, p->ref.hash, p->clen, p->coff, p->dst, p->n) == 0)
@@ -430,6 +432,10 @@ void fetch_run(void *arg, size_t i)
 	int64_t saved = dcr_store_deadline(); /* a pool thread's own */
 	dcr_store_set_deadline(b->deadline);
 	ret = dcr_store_get(b->r->st, key, ru->off, ru->len, &ru->buf);
+	STAT_ADD(b->r, fetches, 1);
+	STAT_ADD(b->r, fetched, ru->buf.len);
+	if (ret)
+		STAT_ADD(b->r, fetch_errors, 1);
 	dcr_store_set_deadline(saved);
 	if (ret && ret != -ENOMEM) {
 		RERR("%s: %s (needed for " WHERE_FMT ")", key,
@@ -474,6 +480,8 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	struct piece *p = c->p;
 
 	c->ready = true;
+	STAT_ADD(b->r, materialized, p->clen);
+	STAT_ADD(b->r, verified, p->clen);
 	flight_publish(b->r, c->f, 0);
 	if (!b->pagecache && wq_submit(b->r, c->f)) {
 		c->handed = true;
@@ -576,7 +584,7 @@ void batch_prepare(struct batch *b, struct piece *ps)
 		struct bchunk *c = &b->c[i];
 
 		c->p = &ps[i];
-		c->rc = batch_join(r, c);
+		c->rc = batch_join(r, c, b->pagecache);
 		if (c->rc || !c->leader)
 			continue;
 		c->f->data = buf_get(r, c->p->clen);

@@ -6,8 +6,11 @@
  * created from the catalog at open (load_catalog) or by a refresh that
  * fetched, verified and indexed a new manifest; corrupt manifests are
  * remembered (bad list) and skipped. A version's tree is built on first
- * use (get_ver) and then never changes until close, so callers keep
- * the pointers. refresh_lock serialises refreshes; lock guards the
+ * use (get_ver) and then never changes while loaded. With max_trees,
+ * trees_trim unloads the least recently used trees nobody holds (pins
+ * from dcr_reader_version; reads in progress and queued work keep every
+ * tree, see reader_idle), and the next use loads them again from the
+ * catalog. refresh_lock serialises refreshes; lock guards the
  * version array, the bad list, the tags and the tree install.
  */
 #include "config.h"
@@ -228,7 +231,8 @@ static int rver_load(struct dcr_reader *r, struct rver *rv)
 	return 0;
 }
 
-/* The loaded version @v, or -ENOENT. The pointer stays valid until close. */
+/* The loaded version @v, or -ENOENT. The pointer stays valid until close;
+ * the tree while a read is in progress (see trees_trim). */
 int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out)
 {
 	struct rver *rv;
@@ -236,6 +240,8 @@ int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out)
 
 	pthread_mutex_lock(&r->lock);
 	rv = vers_find(r, v);
+	if (rv)
+		rv->used = ++r->use_clock;
 	pthread_mutex_unlock(&r->lock);
 	ret = rv ? rver_load(r, rv) : -ENOENT;
 	*out = ret ? NULL : rv;
@@ -769,6 +775,7 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	refresh_ctx_free(&ctx);
 	if (!ret)
 		ret = refresh_tags(r);
+	trees_trim(r); /* no refresh is using a tree meanwhile */
 	pthread_mutex_unlock(&r->refresh_lock);
 	if (latest)
 		*latest = dcr_reader_latest(r);
@@ -783,6 +790,59 @@ uint64_t dcr_reader_latest(struct dcr_reader *r)
 	v = r->nvers ? r->vers[r->nvers - 1]->v : 0;
 	pthread_mutex_unlock(&r->lock);
 	return v;
+}
+
+/* Drop @rv's tree. Caller holds lock; @rv is loaded and not pinned. */
+static void rver_unload(struct rver *rv)
+{
+	dcr_manifest_free(&rv->m);
+	memset(&rv->m, 0, sizeof(rv->m));
+	free(rv->entries);
+	rv->entries = NULL;
+	memset(&rv->info, 0, sizeof(rv->info));
+	rv->loaded = false;
+}
+
+void trees_trim(struct dcr_reader *r)
+{
+	uint64_t gen = atomic_load(&r->activity);
+	size_t loaded = 0;
+
+	if (!r->max_trees || !reader_idle(r))
+		return;
+	pthread_mutex_lock(&r->lock);
+	/* A read that began since reader_idle may hold any tree. */
+	if (atomic_load(&r->activity) != gen || atomic_load(&r->active))
+		goto out;
+	for (size_t i = 0; i < r->nvers; i++)
+		loaded += r->vers[i]->loaded;
+	while (loaded > r->max_trees) {
+		struct rver *lru = NULL;
+
+		for (size_t i = 0; i + 1 < r->nvers; i++) { /* not the newest */
+			struct rver *rv = r->vers[i];
+
+			if (rv->loaded && !rv->pins && (!lru || rv->used < lru->used))
+				lru = rv;
+		}
+		if (!lru)
+			break;
+		rver_unload(lru);
+		loaded--;
+	}
+out:
+	pthread_mutex_unlock(&r->lock);
+}
+
+void versions_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
+{
+	pthread_mutex_lock(&r->lock);
+	s->latest = r->nvers ? r->vers[r->nvers - 1]->v : 0;
+	s->versions = r->nvers;
+	s->trees_loaded = 0;
+	for (size_t i = 0; i < r->nvers; i++)
+		s->trees_loaded += r->vers[i]->loaded;
+	pthread_mutex_unlock(&r->lock);
 }
 
 int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n)
@@ -807,10 +867,42 @@ int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 		       const struct dcr_version_info **out)
 {
 	struct rver *rv;
-	int ret = get_ver(r, v, &rv);
+	int ret;
 
-	*out = ret ? NULL : &rv->info;
-	return ret;
+	*out = NULL;
+	/* Pinned before it is loaded: trees_trim never unloads it then. */
+	pthread_mutex_lock(&r->lock);
+	rv = vers_find(r, v);
+	if (rv) {
+		rv->pins++;
+		rv->used = ++r->use_clock;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (!rv)
+		return -ENOENT;
+	ret = rver_load(r, rv);
+	if (ret) {
+		pthread_mutex_lock(&r->lock);
+		rv->pins--;
+		pthread_mutex_unlock(&r->lock);
+		return ret;
+	}
+	*out = &rv->info;
+	return 0;
+}
+
+void dcr_reader_version_put(struct dcr_reader *r,
+			    const struct dcr_version_info *vi)
+{
+	struct rver *rv;
+
+	if (!vi)
+		return;
+	rv = (struct rver *)((char *)vi - offsetof(struct rver, info));
+	pthread_mutex_lock(&r->lock);
+	if (rv->pins)
+		rv->pins--;
+	pthread_mutex_unlock(&r->lock);
 }
 
 int dcr_reader_tags(struct dcr_reader *r, struct dcr_tag **tags, size_t *n)

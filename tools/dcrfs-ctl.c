@@ -56,6 +56,8 @@ static void usage(FILE *f)
 "                         need exists and matches its hashes\n"
 "  gc --keep-last N       remove the versions outside retention and the packs\n"
 "                         no kept version needs\n"
+"  status MNT             what the dcrfs mounted on MNT is doing (no store\n"
+"                         needed: read from MNT/.dcrfs/status.json)\n"
 "\n"
 "A version V is a number, a tag name, or 'latest'.\n"
 "\n"
@@ -129,7 +131,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "log", 0, 0, 1 },    { "show", 1, 1, 1 },
 		{ "diff", 2, 2, 1 },   { "tag", 2, 2, 0 },
 		{ "untag", 1, 1, 0 },  { "verify", 0, -1, 1 },
-		{ "gc", 0, 0, 0 },
+		{ "gc", 0, 0, 0 },     { "status", 1, 1, 1 },
 	};
 	int c, gc_opt = 0;
 
@@ -220,7 +222,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: gc needs --keep-last N\n");
 		return -1;
 	}
-	if (!a->store) {
+	if (!a->store && strcmp(a->cmd, "status")) {
 		fprintf(stderr, "dcrfs-ctl: no store given (use --store URL or set DCRFS_STORE)\n");
 		return -1;
 	}
@@ -1790,6 +1792,116 @@ static int cmd_init(const char *url, int json)
 	return status;
 }
 
+/* ---------------------------------------------------------------- status */
+
+/* Where the members of object @section (NULL: the top level) of @json,
+ * our own status.json, begin; "" if it has none. */
+static const char *json_section(const char *json, const char *section)
+{
+	char pat[64];
+	const char *p;
+
+	if (!section)
+		return json;
+	snprintf(pat, sizeof(pat), "\"%s\": {", section);
+	p = strstr(json, pat);
+	return p ? p + strlen(pat) : "";
+}
+
+/* The number after "@key": in @section of @json, or 0. */
+static double json_num(const char *json, const char *section, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(json_section(json, section), pat);
+	return p ? strtod(p + strlen(pat), NULL) : 0;
+}
+
+/* The string after "@key": at the top level of @json into @out. */
+static void json_str(const char *json, const char *key, char *out, size_t cap)
+{
+	char pat[64];
+	const char *p;
+	size_t n = 0;
+
+	snprintf(pat, sizeof(pat), "\"%s\": \"", key);
+	p = strstr(json, pat);
+	for (p = p ? p + strlen(pat) : ""; *p && *p != '"' && n + 1 < cap; p++) {
+		if (*p == '\\' && p[1])
+			p++;
+		out[n++] = *p;
+	}
+	out[n] = 0;
+}
+
+#define STATUS_MAX (64u << 10)
+
+/* Read MNT/.dcrfs/status.json and print it, as it is (--json) or as a
+ * summary. */
+static int cmd_status(const char *mnt, int json)
+{
+	char path[PATH_MAX], store[1024], b[5][32];
+	char *t = malloc(STATUS_MAX + 1);
+	size_t n = 0, got;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/.dcrfs/status.json", mnt);
+	if (!t)
+		return EXIT_FAIL;
+	if (!(f = fopen(path, "re"))) {
+		dcr_err("%s: %s (is a dcrfs mounted on %s?)", path, strerror(errno), mnt);
+		free(t);
+		return EXIT_FAIL;
+	}
+	while (n < STATUS_MAX && (got = fread(t + n, 1, STATUS_MAX - n, f)) > 0)
+		n += got;
+	t[n] = 0;
+	if (ferror(f) || !n) {
+		dcr_err("%s: cannot read it", path);
+		fclose(f);
+		free(t);
+		return EXIT_FAIL;
+	}
+	fclose(f);
+	if (json) {
+		fputs(t, stdout);
+		free(t);
+		return 0;
+	}
+	json_str(t, "store", store, sizeof(store));
+	printf("store:     %s\n", store);
+	printf("latest:    v%.0f (%.0f versions known, %.0f trees in memory)\n",
+	       json_num(t, NULL, "latest"), json_num(t, NULL, "versions"),
+	       json_num(t, NULL, "trees_loaded"));
+	printf("cache:     %s of %s, hit rate %.1f %%\n",
+	       dcr_format_size((uint64_t)json_num(t, "cache", "bytes"), b[0], sizeof(b[0])),
+	       dcr_format_size((uint64_t)json_num(t, "cache", "budget"), b[1], sizeof(b[1])),
+	       100 * json_num(t, "cache", "hit_rate"));
+	printf("bytes:     %s read, %s fetched, %s materialized, %s verified\n",
+	       dcr_format_size((uint64_t)json_num(t, "bytes", "read"), b[0], sizeof(b[0])),
+	       dcr_format_size((uint64_t)json_num(t, "bytes", "fetched"), b[1], sizeof(b[1])),
+	       dcr_format_size((uint64_t)json_num(t, "bytes", "materialized"), b[2], sizeof(b[2])),
+	       dcr_format_size((uint64_t)json_num(t, "bytes", "verified"), b[3], sizeof(b[3])));
+	printf("errors:    %.0f reads, %.0f fetches, %.0f refreshes\n",
+	       json_num(t, "errors", "reads"), json_num(t, "errors", "fetches"),
+	       json_num(t, "errors", "refreshes"));
+	if (strstr(t, "\"mode\": \"none\""))
+		printf("prefetch:  off\n");
+	else if (json_num(t, "prefetch", "current"))
+		printf("prefetch:  v%.0f done; v%.0f: %s of %s\n",
+		       json_num(t, "prefetch", "done"), json_num(t, "prefetch", "current"),
+		       dcr_format_size((uint64_t)json_num(t, "prefetch", "bytes_done"), b[0], sizeof(b[0])),
+		       dcr_format_size((uint64_t)json_num(t, "prefetch", "bytes_total"), b[4], sizeof(b[4])));
+	else
+		printf("prefetch:  v%.0f done\n", json_num(t, "prefetch", "done"));
+	printf("memory:    %s resident\n",
+	       dcr_format_size((uint64_t)json_num(t, NULL, "rss_bytes"), b[0], sizeof(b[0])));
+	free(t);
+	return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -1813,6 +1925,10 @@ int main(int argc, char **argv)
 	c.json = a.json;
 	if (!strcmp(a.cmd, "init"))
 		return cmd_init(a.store, a.json);
+	if (!strcmp(a.cmd, "status")) {
+		status = cmd_status(a.pos[0], a.json);
+		return fflush(stdout) ? EXIT_FAIL : status;
+	}
 	if (dcr_store_open(a.store, NULL, 0, &c.st))
 		return EXIT_FAIL;
 	if (ctl_index(&c)) {

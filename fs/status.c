@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * status.c - what a mount reports about itself: the contents of the
+ * hidden files MNT/.dcrfs/status.json (one JSON object, read by
+ * dcrfs-ctl status) and MNT/.dcrfs/metrics (Prometheus text format,
+ * version 0.0.4). ops.c serves them; this file only renders them from
+ * the reader's statistics and the mount's own counters.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "json.h"
+#include "fs.h"
+
+/* Resident set size of this process in bytes; 0 if unknown. */
+static uint64_t rss_bytes(void)
+{
+	unsigned long long pages = 0, rss = 0;
+	FILE *f = fopen("/proc/self/statm", "re");
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu %llu", &pages, &rss) != 2)
+		rss = 0;
+	fclose(f);
+	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static const char *prefetch_name(enum dcrfs_prefetch p)
+{
+	return p == DCRFS_PREFETCH_ALL ? "all" :
+	       p == DCRFS_PREFETCH_LATEST ? "latest" : "none";
+}
+
+/* Everything reported, gathered once per rendering. */
+struct snap {
+	struct dcr_reader_stats rs;
+	uint64_t want, done, cur, pf_bytes, pf_total, pf_versions;
+	uint64_t fuse_reads, fuse_read_errors, refresh_errors, rss;
+	double uptime, hit_rate;
+};
+
+static void snap_take(struct dcrfs *fs, struct snap *s)
+{
+#define LOAD(f) atomic_load_explicit(&fs->stats.f, memory_order_relaxed)
+	memset(s, 0, sizeof(*s));
+	dcr_reader_get_stats(fs->r, &s->rs);
+	pthread_mutex_lock(&fs->bg_lock);
+	s->want = fs->prefetch_want;
+	s->done = fs->prefetch_done;
+	pthread_mutex_unlock(&fs->bg_lock);
+	s->cur = LOAD(pf_version);
+	s->pf_bytes = LOAD(pf_bytes);
+	s->pf_total = LOAD(pf_total);
+	s->pf_versions = LOAD(pf_versions);
+	s->fuse_reads = LOAD(reads);
+	s->fuse_read_errors = LOAD(read_errors);
+	s->refresh_errors = LOAD(refresh_errors);
+#undef LOAD
+	s->rss = rss_bytes();
+	s->uptime = (double)(dcr_now_ns() - fs->mount_ns) / 1e9;
+	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
+	s->hit_rate = lookups ? (double)s->rs.chunk_hits / (double)lookups : 0.0;
+}
+
+static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
+{
+	const struct dcr_reader_stats *r = &s->rs;
+
+	fputs("{\"store\": ", f);
+	dcr_json_str(f, fs->st->url);
+	fputs(", \"mountpoint\": ", f);
+	dcr_json_str(f, fs->mountpoint ? fs->mountpoint : "");
+	fprintf(f, ", \"pid\": %ld, \"uptime_s\": %.3f, \"rss_bytes\": %" PRIu64 ",\n",
+		(long)getpid(), s->uptime, s->rss);
+	fprintf(f, " \"latest\": %" PRIu64 ", \"versions\": %" PRIu64
+		", \"trees_loaded\": %" PRIu64 ",\n", r->latest, r->versions,
+		r->trees_loaded);
+	fprintf(f, " \"cache\": {\"bytes\": %" PRIu64 ", \"budget\": %" PRIu64
+		", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64 ", \"hit_rate\": %.4f},\n",
+		r->cache_bytes, r->cache_budget, r->chunk_hits, r->chunk_misses,
+		s->hit_rate);
+	fprintf(f, " \"reads\": %" PRIu64 ", \"bytes\": {\"read\": %" PRIu64
+		", \"fetched\": %" PRIu64 ", \"materialized\": %" PRIu64
+		", \"verified\": %" PRIu64 "}, \"fetches\": %" PRIu64 ",\n",
+		s->fuse_reads, r->bytes_read, r->bytes_fetched, r->bytes_materialized,
+		r->bytes_verified, r->fetches);
+	fprintf(f, " \"errors\": {\"reads\": %" PRIu64 ", \"fetches\": %" PRIu64
+		", \"refreshes\": %" PRIu64 "},\n", s->fuse_read_errors,
+		r->fetch_errors, s->refresh_errors);
+	fprintf(f, " \"prefetch\": {\"mode\": \"%s\", \"want\": %" PRIu64
+		", \"done\": %" PRIu64 ", \"current\": %" PRIu64 ", \"bytes_done\": %"
+		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64
+		"}}\n", prefetch_name(fs->prefetch), s->want, s->done, s->cur,
+		s->pf_bytes, s->pf_total, s->pf_versions);
+}
+
+/* One metric: HELP, TYPE and its sample. */
+static void metric(FILE *f, const char *name, const char *type,
+		   const char *help, double value)
+{
+	fprintf(f, "# HELP dcrfs_%s %s\n# TYPE dcrfs_%s %s\ndcrfs_%s %.17g\n",
+		name, help, name, type, name, value);
+}
+
+/* A Prometheus label value: '\\', '"' and newlines escaped. */
+static void label_value(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fputc('\\', f);
+		if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
+{
+	const struct dcr_reader_stats *r = &s->rs;
+
+	fputs("# HELP dcrfs_info The mounted store.\n# TYPE dcrfs_info gauge\n"
+	      "dcrfs_info{store=", f);
+	label_value(f, fs->st->url);
+	fputs(",prefetch=", f);
+	label_value(f, prefetch_name(fs->prefetch));
+	fputs("} 1\n", f);
+	metric(f, "uptime_seconds", "gauge", "Seconds since the mount.", s->uptime);
+	metric(f, "resident_memory_bytes", "gauge", "Resident set size of the daemon.",
+	       (double)s->rss);
+	metric(f, "latest_version", "gauge", "Newest version seen.", (double)r->latest);
+	metric(f, "versions", "gauge", "Versions known.", (double)r->versions);
+	metric(f, "trees_loaded", "gauge", "Versions whose tree is in memory.",
+	       (double)r->trees_loaded);
+	metric(f, "cache_bytes", "gauge", "Bytes of the chunk cache.",
+	       (double)r->cache_bytes);
+	metric(f, "cache_budget_bytes", "gauge", "Budget of the chunk cache.",
+	       (double)r->cache_budget);
+	metric(f, "chunk_hits_total", "counter",
+	       "Chunk pieces read from memory or the cache.", (double)r->chunk_hits);
+	metric(f, "chunk_misses_total", "counter",
+	       "Chunk pieces that had to be materialized.", (double)r->chunk_misses);
+	metric(f, "reads_total", "counter", "Read requests served.",
+	       (double)s->fuse_reads);
+	metric(f, "read_bytes_total", "counter", "Bytes returned by reads.",
+	       (double)r->bytes_read);
+	metric(f, "fetches_total", "counter", "Ranged GETs of frames.",
+	       (double)r->fetches);
+	metric(f, "fetched_bytes_total", "counter", "Bytes fetched from the store.",
+	       (double)r->bytes_fetched);
+	metric(f, "materialized_bytes_total", "counter",
+	       "Chunk bytes built from frames.", (double)r->bytes_materialized);
+	metric(f, "verified_bytes_total", "counter",
+	       "Chunk bytes proven against their hash.", (double)r->bytes_verified);
+	fputs("# HELP dcrfs_errors_total Failures, by kind.\n"
+	      "# TYPE dcrfs_errors_total counter\n", f);
+	fprintf(f, "dcrfs_errors_total{kind=\"read\"} %" PRIu64 "\n"
+		"dcrfs_errors_total{kind=\"fetch\"} %" PRIu64 "\n"
+		"dcrfs_errors_total{kind=\"refresh\"} %" PRIu64 "\n",
+		s->fuse_read_errors, r->fetch_errors, s->refresh_errors);
+	metric(f, "prefetch_want_version", "gauge", "Version the prefetcher works towards.",
+	       (double)s->want);
+	metric(f, "prefetch_done_version", "gauge", "Last version fully prefetched.",
+	       (double)s->done);
+	metric(f, "prefetch_bytes", "gauge", "Bytes of the current prefetch done.",
+	       (double)s->pf_bytes);
+	metric(f, "prefetch_total_bytes", "gauge", "Bytes of the current prefetch.",
+	       (double)s->pf_total);
+	metric(f, "prefetched_versions_total", "counter", "Versions prefetched whole.",
+	       (double)s->pf_versions);
+}
+
+int dcrfs_status_render(struct dcrfs *fs, enum dcrfs_status_file which,
+			char **out, size_t *len)
+{
+	struct snap s;
+	FILE *f;
+
+	*out = NULL;
+	*len = 0;
+	f = open_memstream(out, len);
+	if (!f)
+		return DCR_ERR(-ENOMEM);
+	snap_take(fs, &s);
+	if (which == DCRFS_STATUS_JSON)
+		render_json(fs, &s, f);
+	else
+		render_metrics(fs, &s, f);
+	if (fclose(f) || !*out) {
+		free(*out);
+		*out = NULL;
+		return DCR_ERR(-ENOMEM);
+	}
+	return 0;
+}
