@@ -394,6 +394,7 @@ struct fx {
 	struct tver v[MAXV + 1]; /* v[1..] */
 	int nv;
 	uint32_t retry_bad_ms;
+	uint32_t max_trees;
 	/* Chunk hashes known to be in the cache, for expected fetch counts. */
 	uint8_t (*cached)[DCR_HASH_LEN];
 	size_t ncached;
@@ -425,6 +426,7 @@ static void open_reader(struct fx *f, uint64_t budget)
 		.readahead = f->readahead ? f->readahead : -1,
 		.coalesce_max = f->coalesce_max ? f->coalesce_max : 1,
 		.retry_bad_ms = f->retry_bad_ms,
+		.max_trees = f->max_trees,
 	};
 
 	assert_int_equal(dcr_reader_open(f->st, &o, &f->r), 0);
@@ -754,6 +756,57 @@ static void test_chain_fully_cold(void **state)
 		assert_memory_equal(buf, tf->data + (off < tf->size ? off : 0),
 				    exp);
 	}
+}
+
+static uint64_t trees_loaded(struct fx *f)
+{
+	struct dcr_reader_stats s;
+
+	dcr_reader_sync(f->r);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0); /* trims */
+	dcr_reader_get_stats(f->r, &s);
+	assert_int_equal(s.versions, 5);
+	return s.trees_loaded;
+}
+
+/* With max_trees, the trees nobody holds are unloaded once the reader
+ * is idle, a pinned one never, and an unloaded one reads as before. */
+static void test_trees_unloaded(void **state)
+{
+	struct fx *f = *state;
+	const struct dcr_version_info *vi;
+	struct dcr_reader_stats s;
+
+	build_chain(f, 5);
+	f->max_trees = 2;
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	for (uint64_t v = 1; v <= 5; v++)
+		check_version(f, v);
+	assert_int_equal(trees_loaded(f), 2);
+
+	/* v1 pinned: kept however old; its tree stays usable */
+	assert_int_equal(dcr_reader_version(f->r, 1, &vi), 0);
+	for (uint64_t v = 2; v <= 5; v++)
+		check_version(f, v);
+	assert_int_equal(trees_loaded(f), 2);
+	assert_int_equal(vi->version, 1);
+	assert_int_equal(vi->nentries, (uint32_t)f->v[1].nfiles + 1);
+	assert_string_equal(vi->entries[1].path, f->v[1].f[0].path);
+	dcr_reader_version_put(f->r, vi);
+	check_version(f, 4);
+	check_version(f, 5);
+	assert_int_equal(trees_loaded(f), 2);
+
+	/* unloaded ones load again from the catalog, bit-exact */
+	counts_reset(f->cs);
+	for (uint64_t v = 1; v <= 5; v++)
+		check_version(f, v);
+	assert_int_equal(f->cs->gets_versions, 0);
+	dcr_reader_get_stats(f->r, &s);
+	assert_true(s.chunk_hits > 0 && s.bytes_verified > 0 && s.bytes_read > 0);
+	assert_int_equal(s.read_errors, 0);
+	assert_int_equal(log_errors, 0);
 }
 
 static void test_reopen_no_refetch(void **state)
@@ -1788,6 +1841,7 @@ int main(void)
 		T(test_tree_and_boundaries),
 		T(test_chain_cold_and_cached_base),
 		T(test_chain_fully_cold),
+		T(test_trees_unloaded),
 		T(test_reopen_no_refetch),
 		T(test_corrupt_pack),
 		T(test_corrupt_delta_in_chain),
