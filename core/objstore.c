@@ -173,6 +173,12 @@ static int parse_marker(struct dcr_store *st, char *t,
 	memset(info, 0, sizeof(*info));
 	memcpy(info->id, line + 3, 32);
 	info->format = (unsigned int)fmt;
+	while ((line = strtok_r(NULL, "\n", &save))) {
+		long long secs;
+		if (sscanf(line, "created %lld", &secs) == 1 && secs > 0 &&
+		    secs < INT64_MAX / 1000000000)
+			info->created_ns = (int64_t)secs * 1000000000;
+	}
 	return 0;
 bad:
 	dcr_err("%s: the store marker %s is malformed", st->url,

@@ -215,6 +215,7 @@ struct dcr_store_info {
 	char id[DCR_STORE_ID_MAX + 1];
 	unsigned int format; /* the marker's; 0 for a legacy store */
 	bool legacy;         /* no marker, but versions/ */
+	int64_t created_ns;  /* the marker's creation time; 0 if unknown */
 };
 
 /**

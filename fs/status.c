@@ -103,14 +103,6 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		s->pf_bytes, s->pf_total, s->pf_versions);
 }
 
-/* One metric: HELP, TYPE and its sample. */
-static void metric(FILE *f, const char *name, const char *type,
-		   const char *help, double value)
-{
-	fprintf(f, "# HELP dcrfs_%s %s\n# TYPE dcrfs_%s %s\ndcrfs_%s %.17g\n",
-		name, help, name, type, name, value);
-}
-
 /* A Prometheus label value: '\\', '"' and newlines escaped. */
 static void label_value(FILE *f, const char *s)
 {
@@ -129,6 +121,46 @@ static void label_value(FILE *f, const char *s)
 static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 {
 	const struct dcr_reader_stats *r = &s->rs;
+	const struct {
+		const char *name;
+		bool counter;
+		const char *help;
+		double value;
+	} ms[] = {
+		{ "uptime_seconds", false, "Seconds since the mount.", s->uptime },
+		{ "resident_memory_bytes", false, "Resident set size of the daemon.",
+		  (double)s->rss },
+		{ "latest_version", false, "Newest version seen.", (double)r->latest },
+		{ "versions", false, "Versions known.", (double)r->versions },
+		{ "trees_loaded", false, "Versions whose tree is in memory.",
+		  (double)r->trees_loaded },
+		{ "cache_bytes", false, "Bytes of the chunk cache.", (double)r->cache_bytes },
+		{ "cache_budget_bytes", false, "Budget of the chunk cache.",
+		  (double)r->cache_budget },
+		{ "chunk_hits_total", true, "Chunk pieces read from memory or the cache.",
+		  (double)r->chunk_hits },
+		{ "chunk_misses_total", true, "Chunk pieces that had to be materialized.",
+		  (double)r->chunk_misses },
+		{ "reads_total", true, "Read requests served.", (double)s->fuse_reads },
+		{ "read_bytes_total", true, "Bytes returned by reads.", (double)r->bytes_read },
+		{ "fetches_total", true, "Ranged GETs of frames.", (double)r->fetches },
+		{ "fetched_bytes_total", true, "Bytes fetched from the store.",
+		  (double)r->bytes_fetched },
+		{ "materialized_bytes_total", true, "Chunk bytes built from frames.",
+		  (double)r->bytes_materialized },
+		{ "verified_bytes_total", true, "Chunk bytes proven against their hash.",
+		  (double)r->bytes_verified },
+		{ "prefetch_want_version", false, "Version the prefetcher works towards.",
+		  (double)s->want },
+		{ "prefetch_done_version", false, "Last version fully prefetched.",
+		  (double)s->done },
+		{ "prefetch_bytes", false, "Bytes of the current prefetch done.",
+		  (double)s->pf_bytes },
+		{ "prefetch_total_bytes", false, "Bytes of the current prefetch.",
+		  (double)s->pf_total },
+		{ "prefetched_versions_total", true, "Versions prefetched whole.",
+		  (double)s->pf_versions },
+	};
 
 	fputs("# HELP dcrfs_info The mounted store.\n# TYPE dcrfs_info gauge\n"
 	      "dcrfs_info{store=", f);
@@ -136,49 +168,16 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 	fputs(",prefetch=", f);
 	label_value(f, prefetch_name(fs->prefetch));
 	fputs("} 1\n", f);
-	metric(f, "uptime_seconds", "gauge", "Seconds since the mount.", s->uptime);
-	metric(f, "resident_memory_bytes", "gauge", "Resident set size of the daemon.",
-	       (double)s->rss);
-	metric(f, "latest_version", "gauge", "Newest version seen.", (double)r->latest);
-	metric(f, "versions", "gauge", "Versions known.", (double)r->versions);
-	metric(f, "trees_loaded", "gauge", "Versions whose tree is in memory.",
-	       (double)r->trees_loaded);
-	metric(f, "cache_bytes", "gauge", "Bytes of the chunk cache.",
-	       (double)r->cache_bytes);
-	metric(f, "cache_budget_bytes", "gauge", "Budget of the chunk cache.",
-	       (double)r->cache_budget);
-	metric(f, "chunk_hits_total", "counter",
-	       "Chunk pieces read from memory or the cache.", (double)r->chunk_hits);
-	metric(f, "chunk_misses_total", "counter",
-	       "Chunk pieces that had to be materialized.", (double)r->chunk_misses);
-	metric(f, "reads_total", "counter", "Read requests served.",
-	       (double)s->fuse_reads);
-	metric(f, "read_bytes_total", "counter", "Bytes returned by reads.",
-	       (double)r->bytes_read);
-	metric(f, "fetches_total", "counter", "Ranged GETs of frames.",
-	       (double)r->fetches);
-	metric(f, "fetched_bytes_total", "counter", "Bytes fetched from the store.",
-	       (double)r->bytes_fetched);
-	metric(f, "materialized_bytes_total", "counter",
-	       "Chunk bytes built from frames.", (double)r->bytes_materialized);
-	metric(f, "verified_bytes_total", "counter",
-	       "Chunk bytes proven against their hash.", (double)r->bytes_verified);
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(ms); i++)
+		fprintf(f, "# HELP dcrfs_%s %s\n# TYPE dcrfs_%s %s\ndcrfs_%s %.17g\n",
+			ms[i].name, ms[i].help, ms[i].name,
+			ms[i].counter ? "counter" : "gauge", ms[i].name, ms[i].value);
 	fputs("# HELP dcrfs_errors_total Failures, by kind.\n"
 	      "# TYPE dcrfs_errors_total counter\n", f);
 	fprintf(f, "dcrfs_errors_total{kind=\"read\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"fetch\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"refresh\"} %" PRIu64 "\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors);
-	metric(f, "prefetch_want_version", "gauge", "Version the prefetcher works towards.",
-	       (double)s->want);
-	metric(f, "prefetch_done_version", "gauge", "Last version fully prefetched.",
-	       (double)s->done);
-	metric(f, "prefetch_bytes", "gauge", "Bytes of the current prefetch done.",
-	       (double)s->pf_bytes);
-	metric(f, "prefetch_total_bytes", "gauge", "Bytes of the current prefetch.",
-	       (double)s->pf_total);
-	metric(f, "prefetched_versions_total", "counter", "Versions prefetched whole.",
-	       (double)s->pf_versions);
 }
 
 int dcrfs_status_render(struct dcrfs *fs, enum dcrfs_status_file which,

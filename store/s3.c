@@ -230,6 +230,39 @@ static bool xml_find(const char *s, size_t n, const char *tag,
 	return true;
 }
 
+/*
+ * The next <tag>...</tag> at or after *@p (before @end): its body into
+ * @c/@cn and *@p moved past it. 1 found, 0 none left, -1 unclosed.
+ */
+static int xml_next(const char **p, const char *end, const char *tag,
+		    const char **c, size_t *cn)
+{
+	char open[64], close[64];
+	int ol = snprintf(open, sizeof(open), "<%s>", tag);
+	int cl = snprintf(close, sizeof(close), "</%s>", tag);
+	const char *a = memmem(*p, (size_t)(end - *p), open, (size_t)ol);
+
+	if (!a)
+		return 0;
+	const char *b = memmem(a, (size_t)(end - a), close, (size_t)cl);
+	if (!b)
+		return -1;
+	*c = a + ol;
+	*cn = (size_t)(b - *c);
+	*p = b + cl;
+	return 1;
+}
+
+/* Whether the listing @b says <IsTruncated>true</IsTruncated>. */
+static bool xml_truncated(const struct dcr_buf *b)
+{
+	const char *v;
+	size_t vn;
+
+	return xml_find((const char *)b->data, b->len, "IsTruncated", &v, &vn) &&
+	       vn == 4 && !memcmp(v, "true", 4);
+}
+
 /* Decode XML text (the five entities and &#N;/&#xN;) into a new string of
  * at most @max bytes. NULL on malformed input, overflow or no memory. */
 static char *xml_text(const char *s, size_t n, size_t max)
@@ -279,6 +312,16 @@ static char *xml_text(const char *s, size_t n, size_t max)
 err:
 	free(out);
 	return NULL;
+}
+
+/* The text of <@tag> in [c, c+cn) decoded, at most @max bytes; NULL if
+ * absent, malformed or no memory. */
+static char *xml_child(const char *c, size_t cn, const char *tag, size_t max)
+{
+	const char *v;
+	size_t vn;
+
+	return xml_find(c, cn, tag, &v, &vn) ? xml_text(v, vn, max) : NULL;
 }
 
 /* ------------------------------------------------------ curl plumbing */
@@ -1355,22 +1398,13 @@ static int64_t iso8601_ns(const char *v, size_t vn)
 static int list_page(struct dcr_s3_store *s, const struct dcr_buf *b,
 		     size_t strip, dcr_list_fn fn, void *arg, char **token)
 {
-	const char *p = (const char *)b->data, *end = p + b->len, *v;
-	size_t vn;
-	int ret = 0;
+	const char *p = (const char *)b->data, *end = p + b->len, *v, *c;
+	size_t vn, cn;
+	int found, ret = 0;
 
 	*token = NULL;
-	for (;;) {
-		const char *c = memmem(p, (size_t)(end - p), "<Contents>", 10);
-		if (!c)
-			break;
-		const char *ce = memmem(c, (size_t)(end - c), "</Contents>", 11);
-		if (!ce)
-			goto bad;
-		size_t cn = (size_t)(ce - c);
-		if (!xml_find(c, cn, "Key", &v, &vn))
-			goto bad;
-		char *key = xml_text(v, vn, S3_KEY_MAX);
+	while ((found = xml_next(&p, end, "Contents", &c, &cn)) > 0) {
+		char *key = xml_child(c, cn, "Key", S3_KEY_MAX);
 		if (!key)
 			goto bad;
 		uint64_t size = 0;
@@ -1390,10 +1424,10 @@ static int list_page(struct dcr_s3_store *s, const struct dcr_buf *b,
 		free(key);
 		if (ret)
 			return ret;
-		p = ce + 11;
 	}
-	if (xml_find((const char *)b->data, b->len, "IsTruncated", &v, &vn) &&
-	    vn == 4 && !memcmp(v, "true", 4)) {
+	if (found < 0)
+		goto bad;
+	if (xml_truncated(b)) {
 		if (!xml_find((const char *)b->data, b->len, "NextContinuationToken", &v, &vn) ||
 		    !(*token = xml_text(v, vn, 4096)) || !**token) {
 			free(*token);
@@ -1463,23 +1497,13 @@ static int uploads_page(struct dcr_s3_store *s, const struct dcr_buf *b,
 			size_t strip, dcr_list_fn fn, void *arg,
 			struct dcr_buf *next)
 {
-	const char *p = (const char *)b->data, *end = p + b->len, *v;
-	size_t vn;
-	int ret = 0;
+	const char *p = (const char *)b->data, *end = p + b->len, *v, *c;
+	size_t vn, cn;
+	int found, ret = 0;
 
-	for (;;) {
-		const char *c = memmem(p, (size_t)(end - p), "<Upload>", 8);
-		if (!c)
-			break;
-		const char *ce = memmem(c, (size_t)(end - c), "</Upload>", 9);
-		if (!ce)
-			goto bad;
-		size_t cn = (size_t)(ce - c);
-		char *key = NULL, *uid = NULL;
-		if (xml_find(c, cn, "Key", &v, &vn))
-			key = xml_text(v, vn, S3_KEY_MAX);
-		if (xml_find(c, cn, "UploadId", &v, &vn))
-			uid = xml_text(v, vn, 1024);
+	while ((found = xml_next(&p, end, "Upload", &c, &cn)) > 0) {
+		char *key = xml_child(c, cn, "Key", S3_KEY_MAX);
+		char *uid = xml_child(c, cn, "UploadId", 1024);
 		if (!key || !uid || !*uid) {
 			free(key);
 			free(uid);
@@ -1494,32 +1518,27 @@ static int uploads_page(struct dcr_s3_store *s, const struct dcr_buf *b,
 		free(uid);
 		if (ret)
 			return ret;
-		p = ce + 9;
 	}
+	if (found < 0)
+		goto bad;
 	dcr_buf_reset(next);
-	if (xml_find((const char *)b->data, b->len, "IsTruncated", &v, &vn) &&
-	    vn == 4 && !memcmp(v, "true", 4)) {
-		char *km = NULL, *um = NULL;
-		if (xml_find((const char *)b->data, b->len, "NextKeyMarker", &v, &vn))
-			km = xml_text(v, vn, S3_KEY_MAX);
-		if (xml_find((const char *)b->data, b->len, "NextUploadIdMarker", &v, &vn))
-			um = xml_text(v, vn, 1024);
-		ret = km && um && *km ? 0 : DCR_ERR(-EIO);
-		ret = ret ? ret : buf_str(next, "key-marker=");
-		ret = ret ? ret : uri_encode(next, km, false);
+	if (!xml_truncated(b))
+		return 0;
+	char *km = xml_child((const char *)b->data, b->len, "NextKeyMarker", S3_KEY_MAX);
+	char *um = xml_child((const char *)b->data, b->len, "NextUploadIdMarker", 1024);
+	ret = km && um && *km ? 0 : DCR_ERR(-EIO);
+	ret = ret ? ret : buf_str(next, "key-marker=");
+	ret = ret ? ret : uri_encode(next, km, false);
+	ret = ret ? ret : buf_str(next, "&");
+	if (!ret && *um) {
+		ret = buf_str(next, "upload-id-marker=");
+		ret = ret ? ret : uri_encode(next, um, false);
 		ret = ret ? ret : buf_str(next, "&");
-		free(km);
-		if (!ret && *um) {
-			ret = buf_str(next, "upload-id-marker=");
-			ret = ret ? ret : uri_encode(next, um, false);
-			ret = ret ? ret : buf_str(next, "&");
-		}
-		free(um);
-		if (ret == -EIO)
-			goto bad;
-		return ret;
 	}
-	return 0;
+	free(km);
+	free(um);
+	if (ret != -EIO)
+		return ret;
 bad:
 	dcr_err("%s: malformed ListMultipartUploads reply [bucket %s]", s->base.url,
 		s->bucket);

@@ -275,13 +275,21 @@ static int versions_cb(const char *key, const struct dcr_obj_info *info, void *a
 	return 0;
 }
 
+/* The hash a "packs/<hex>" key names into @h: 0, or -1 for another key. */
+static int pack_key_hash(const char *key, uint8_t h[DCR_HASH_LEN])
+{
+	if (strncmp(key, "packs/", 6) || strlen(key + 6) != DCR_HASH_HEX_LEN ||
+	    dcr_hash_unhex(key + 6, h))
+		return -1;
+	return 0;
+}
+
 static int packs_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct ctl *c = arg;
 	uint8_t h[DCR_HASH_LEN];
 
-	if (strncmp(key, "packs/", 6) || strlen(key + 6) != DCR_HASH_HEX_LEN ||
-	    dcr_hash_unhex(key + 6, h))
+	if (pack_key_hash(key, h))
 		return 0;
 	if (dcr_array_grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
 		return -ENOMEM;
@@ -1512,12 +1520,30 @@ static int gc_del(struct ctl *c, const char *key, int dry_run)
 	return 0;
 }
 
+/* Times before this are not believed (see gc_time_floor). */
+static int64_t time_floor;
+
+/*
+ * An object of the store cannot be older than the store: a time before
+ * its creation (less an hour for clocks that disagree) is a server's
+ * placeholder (moto reports every multipart upload as started in 2010),
+ * and the object's age counts as unknown.
+ */
+static void gc_time_floor(struct ctl *c)
+{
+	struct dcr_store_info info;
+
+	if (dcr_store_identify(c->st, &info) == 0 && info.created_ns)
+		time_floor = info.created_ns - (int64_t)3600 * 1000000000;
+}
+
 /* Is an object last written at @mtime_ns (0: unknown) past the grace? */
 static bool past_grace(const struct args *a, int64_t now, int64_t mtime_ns)
 {
 	if (!a->grace)
 		return true;
-	return mtime_ns > 0 && (uint64_t)(now - mtime_ns) / 1000000000 >= a->grace;
+	return mtime_ns > 0 && mtime_ns >= time_floor &&
+	       (uint64_t)(now - mtime_ns) / 1000000000 >= a->grace;
 }
 
 struct recheck {
@@ -1532,8 +1558,7 @@ static int recheck_pack_cb(const char *key, const struct dcr_obj_info *info, voi
 	struct recheck *rc = arg;
 	uint8_t h[DCR_HASH_LEN];
 
-	if (strncmp(key, "packs/", 6) || strlen(key + 6) != DCR_HASH_HEX_LEN ||
-	    dcr_hash_unhex(key + 6, h))
+	if (pack_key_hash(key, h))
 		return 0;
 	struct pack *p = (struct pack *)pack_find(rc->c, h);
 	if (p && info->mtime_ns > p->mtime_ns)
@@ -1634,6 +1659,7 @@ static int cmd_gc(struct ctl *c, const struct args *a)
 
 	if (!keep || !by || !ps)
 		goto err_free;
+	gc_time_floor(c);
 	/* the rules */
 	for (size_t i = 0; i < c->nvs; i++) {
 		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);

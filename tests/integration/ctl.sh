@@ -256,7 +256,10 @@ grep -q "$n_orphans packs .* named by no manifest .* were kept" "$T/gc.out" ||
 t "$DCRFS_CTL" --store "$O" gc --keep-last 5 --grace 1h -q
 [ "$(npacks)" -eq $((n_orphans + base)) ] || fail "gc deleted orphans younger than --grace 1h"
 [ -e "$O/.tmp/put.stale1" ] || fail "gc deleted a young temporary"
+# two hours old, in a store made three hours ago (gc believes no time
+# older than the store)
 touch -d '2 hours ago' "$O"/packs/* "$O"/.tmp/*
+sed -i "s/^created .*/created $(($(date +%s) - 3 * 3600))/" "$O/dcrfs-store"
 t "$DCRFS_CTL" --store "$O" gc --keep-last 5 --grace 1h --dry-run >"$T/gc.out" 2>&1
 [ "$(npacks)" -eq $((n_orphans + base)) ] || fail "gc --dry-run deleted orphans"
 grep -q "would abort incomplete upload .tmp/put.stale1" "$T/gc.out" ||

@@ -3,7 +3,8 @@
 # for the other implementation): incomplete multipart uploads (what a
 # commit killed in the middle of a big pack leaves, billed until aborted)
 # and packs no manifest names are kept while younger than --grace and
-# collected once older; uploads of other prefixes are never touched.
+# collected once older; uploads of other prefixes are never touched; an
+# upload time older than the store (moto's placeholder) is not believed.
 . "$(dirname "$0")/lib.sh"
 . "$DCR_SRCDIR/tests/integration/s3lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
@@ -43,6 +44,14 @@ awscli s3 cp --quiet "$T/orphan" "$STORE/$orphan"
 [ "$(uploads "$PREFIX/")" = "$PREFIX/packs/$(printf '%064d' 1)" ] ||
 	fail "the test's upload is not listed: $(uploads "$PREFIX/")"
 
+# moto reports every upload as started at 2010-11-10T20:48:33Z: gc takes
+# a time older than the store for unknown, and keeps such uploads
+placeholder=0
+case $(awscli s3api list-multipart-uploads --bucket "$BUCKET" --prefix "$PREFIX/" \
+	--query 'Uploads[0].Initiated' --output text) in
+2010-*) placeholder=1; log "the server reports placeholder upload times" ;;
+esac
+
 # young: kept, and said so
 ctl gc --keep-last 1 --grace 1h >"$T/gc.out" 2>&1
 grep -q "1 packs .* named by no manifest and 1 incomplete uploads were kept" "$T/gc.out" ||
@@ -55,10 +64,15 @@ awscli s3api head-object --bucket "$BUCKET" --key "$PREFIX/$orphan" >/dev/null |
 sleep 4
 start_upload "$PREFIX/packs/$(printf '%064d' 3)"
 ctl gc --keep-last 1 --grace 3s >"$T/gc.out" 2>&1
-grep -q "abort incomplete upload packs/$(printf '%064d' 1)" "$T/gc.out" ||
-	fail "gc does not name the stale upload: $(cat "$T/gc.out")"
-[ "$(uploads "$PREFIX/")" = "$PREFIX/packs/$(printf '%064d' 3)" ] ||
-	fail "after gc --grace 3s the uploads are: $(uploads "$PREFIX/")"
+if [ "$placeholder" = 1 ]; then
+	[ "$(uploads "$PREFIX/" | wc -l)" = 2 ] ||
+		fail "gc aborted an upload whose age it cannot know: $(uploads "$PREFIX/")"
+else
+	grep -q "abort incomplete upload packs/$(printf '%064d' 1)" "$T/gc.out" ||
+		fail "gc does not name the stale upload: $(cat "$T/gc.out")"
+	[ "$(uploads "$PREFIX/")" = "$PREFIX/packs/$(printf '%064d' 3)" ] ||
+		fail "after gc --grace 3s the uploads are: $(uploads "$PREFIX/")"
+fi
 [ -n "$(uploads "$PREFIX-other/")" ] || fail "gc aborted an upload of another prefix"
 if awscli s3api head-object --bucket "$BUCKET" --key "$PREFIX/$orphan" >/dev/null 2>&1; then
 	fail "gc kept an orphan pack older than the grace"
