@@ -1542,7 +1542,8 @@ static bool past_grace(const struct args *a, int64_t now, int64_t mtime_ns)
 {
 	if (!a->grace)
 		return true;
-	return mtime_ns > 0 && mtime_ns >= time_floor &&
+	/* a time in the future (clocks that disagree) is young */
+	return mtime_ns > 0 && mtime_ns >= time_floor && now > mtime_ns &&
 	       (uint64_t)(now - mtime_ns) / 1000000000 >= a->grace;
 }
 
