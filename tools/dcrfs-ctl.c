@@ -76,6 +76,8 @@ static void usage(FILE *f)
 "      --grace DURATION   packs no manifest names and incomplete uploads are\n"
 "                         deleted once older than this (default 24h)\n"
 "  -n, --dry-run          gc: say what would be removed, remove nothing\n"
+"      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
+"                         finding no credentials is an error\n"
 "  -q, --quiet            no summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -102,6 +104,7 @@ struct args {
 	uint64_t keep_newer; /* seconds; 0 = no such rule */
 	uint64_t grace;      /* seconds */
 	int dry_run;
+	int no_sign;
 };
 
 static int parse_args(int argc, char **argv, struct args *a)
@@ -118,6 +121,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "keep-newer-than", required_argument, NULL, 'N' },
 		{ "grace", required_argument, NULL, 'G' },
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -170,6 +174,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 					c == 'N' ? "keep-newer-than" : "grace", optarg);
 				return -1;
 			}
+			break;
+		case 'S':
+			a->no_sign = 1;
 			break;
 		case 'n':
 			a->dry_run = 1;
@@ -1956,8 +1963,24 @@ int main(int argc, char **argv)
 		status = cmd_status(a.pos[0], a.json);
 		return fflush(stdout) ? EXIT_FAIL : status;
 	}
-	if (dcr_store_open(a.store, NULL, 0, &c.st))
+	struct dcr_store_cfg cfg = { .path_style = -1,
+				     .no_sign_request = a.no_sign };
+	struct dcr_store_info sinfo;
+	if (dcr_store_open(a.store, &cfg, 0, &c.st))
 		return EXIT_FAIL;
+	/* Never report on what is not a store as if it were an empty one. */
+	status = dcr_store_identify(c.st, &sinfo);
+	if (status == -ENOENT)
+		dcr_err("%s is not a dcrfs store (no %s marker and no versions); "
+			"create one with 'dcrfs-ctl init'", c.st->url,
+			DCR_STORE_MARKER);
+	else if (status && status != -EBADMSG && status != -EPROTONOSUPPORT)
+		dcr_err("%s: cannot read the store: %s", c.st->url,
+			dcr_strerror(status));
+	if (status) {
+		status = EXIT_FAIL;
+		goto out;
+	}
 	if (ctl_index(&c)) {
 		status = EXIT_FAIL;
 		goto out;

@@ -291,4 +291,11 @@ expect_status 2 "only gc" "$DCRFS_CTL" --store "$STORE" log --keep-last 1
 expect_status 2 "no store" env -u DCRFS_STORE "$DCRFS_CTL" log
 expect_status 1 "$T/nothing" "$DCRFS_CTL" --store "$T/nothing" log
 [ ! -e "$T/nothing" ] || fail "dcrfs-ctl created a store"
+# a directory that is not a store is said so, not listed as an empty store
+mkdir -p "$T/notastore"
+rc=0
+t "$DCRFS_CTL" --store "$T/notastore" log >"$T/nas.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "not a dcrfs store" "$T/nas.out" ||
+	fail "log of a non-store: status $rc: $(cat "$T/nas.out")"
+[ -z "$(ls -A "$T/notastore")" ] || fail "dcrfs-ctl wrote into a non-store"
 log "ok"
