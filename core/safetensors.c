@@ -484,6 +484,17 @@ static int parse_cb(const char *name, size_t name_len, const char *dtype,
 	return tensor_cb(name, name_len, dtype, dtype_len, dt, b, e, &w->tw);
 }
 
+/* Empty the outputs of dcr_safetensors_parse (@floats may be NULL). */
+static void parse_clear(struct dcr_regions *regions, struct dcr_tensors *floats)
+{
+	regions->r = NULL;
+	regions->n = 0;
+	if (floats) {
+		floats->t = NULL;
+		floats->n = 0;
+	}
+}
+
 int dcr_safetensors_parse(const void *file_prefix, size_t n,
 			  uint64_t file_size, struct dcr_regions *regions,
 			  struct dcr_tensors *floats)
@@ -491,12 +502,7 @@ int dcr_safetensors_parse(const void *file_prefix, size_t n,
 	struct parse_walk w = { .floats = floats != NULL };
 	int ret;
 
-	regions->r = NULL;
-	regions->n = 0;
-	if (floats) {
-		floats->t = NULL;
-		floats->n = 0;
-	}
+	parse_clear(regions, floats);
 	ret = walk(file_prefix, n, file_size, &w.rw.data0, parse_cb, &w);
 	if (ret)
 		goto err_free;
@@ -544,12 +550,7 @@ int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
 	size_t need;
 	int ret;
 
-	regions->r = NULL;
-	regions->n = 0;
-	if (floats) {
-		floats->t = NULL;
-		floats->n = 0;
-	}
+	parse_clear(regions, floats);
 	if (file_size < 8)
 		return DCR_ERR(-EBADMSG);
 	if ((ret = dcr_pread_full(fd, h, 8, 0)))
