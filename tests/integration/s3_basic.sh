@@ -19,8 +19,12 @@ s3_setup
 	fail "tests/unit/test_s3 is not built (make check builds it)"
 t "$DCR_BUILDDIR/tests/unit/test_s3" >"$T/test_s3.log" 2>&1 ||
 	{ cat "$T/test_s3.log" >&2; fail "tests/unit/test_s3 failed against $DCR_S3_SERVER"; }
-grep -q "SKIPPED" "$T/test_s3.log" && [ "${CI:-}" = true ] &&
-	fail "tests/unit/test_s3 skipped some of its tests under CI: $(grep SKIPPED "$T/test_s3.log")"
+# Under CI a skipped case fails, except where the server truly cannot:
+# moto does not check signatures, so test_wrong_secret skips there.
+skipped=$(grep -E '^\[  SKIPPED \] test_' "$T/test_s3.log" | sort -u || true)
+[ "$DCR_S3_SERVER" = moto ] && skipped=$(grep -v test_wrong_secret <<<"$skipped" || true)
+[ -n "$skipped" ] && [ "${CI:-}" = true ] &&
+	fail "tests/unit/test_s3 skipped some of its tests under CI: $skipped"
 log "tests/unit/test_s3: $(grep -E 'PASSED|SKIPPED' "$T/test_s3.log" | tr '\n' ' ')"
 
 STORE=$(s3_url store)
