@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl_gc.c - dcrfs-ctl gc: retention, then every object no kept version
+ * needs, orphans and incomplete uploads past the grace period (see
+ * ctl.h, dcrfs-ctl(8)).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chunk.h"
+#include "common.h"
+#include "ctl.h"
+#include "frame.h"
+#include "hash.h"
+#include "json.h"
+#include "manifest.h"
+#include "reader.h"
+
+/* -------------------------------------------------------------------- gc */
+
+enum keep_why { KEEP_NOT = 0, KEEP_LAST, KEEP_TAGGED, KEEP_NEWER, KEEP_CHAIN };
+
+/* Mark the packs of @m in @ps (parallel to c->packs) with at least @mark. */
+static void mark_packs(const struct ctl *c, const struct dcr_manifest *m,
+		       uint8_t *ps, uint8_t mark)
+{
+	for (uint32_t i = 0; i < m->npacks; i++) {
+		const struct pack *p = pack_find(c, m->packs[i]);
+		if (p && ps[p - c->packs] < mark)
+			ps[p - c->packs] = mark;
+	}
+}
+
+static int gc_del(struct ctl *c, const char *key, int dry_run)
+{
+	int ret = dry_run ? 0 : dcr_store_del(c->st, key);
+
+	if (ret && ret != -ENOENT) {
+		dcr_err("%s: cannot delete %s: %s", c->st->url, key, dcr_strerror(ret));
+		return ret;
+	}
+	return 0;
+}
+
+/* Times before this are not believed (see gc_time_floor). */
+static int64_t time_floor;
+
+/*
+ * An object of the store cannot be older than the store: a time before
+ * its creation (less an hour for clocks that disagree) is a server's
+ * placeholder (moto reports every multipart upload as started in 2010),
+ * and the object's age counts as unknown.
+ */
+static void gc_time_floor(struct ctl *c)
+{
+	struct dcr_store_info info;
+
+	if (dcr_store_identify(c->st, &info) == 0 && info.created_ns)
+		time_floor = info.created_ns - (int64_t)3600 * 1000000000;
+}
+
+/* Is an object last written at @mtime_ns (0: unknown) past the grace? */
+static bool past_grace(const struct args *a, int64_t now, int64_t mtime_ns)
+{
+	if (!a->grace)
+		return true;
+	/* a time in the future (clocks that disagree) is young */
+	return mtime_ns > 0 && mtime_ns >= time_floor && now > mtime_ns &&
+	       (uint64_t)(now - mtime_ns) / 1000000000 >= a->grace;
+}
+
+struct recheck {
+	struct ctl *c;
+	uint64_t vmax;     /* the newest version of the first listing */
+	uint64_t *vs;      /* published since */
+	size_t n, cap;
+};
+
+static int recheck_pack_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct recheck *rc = arg;
+	uint8_t h[DCR_HASH_LEN];
+
+	if (pack_key_hash(key, h))
+		return 0;
+	struct pack *p = (struct pack *)pack_find(rc->c, h);
+	if (p && info->mtime_ns > p->mtime_ns)
+		p->mtime_ns = info->mtime_ns; /* written again since */
+	return 0;
+}
+
+static int recheck_version_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct recheck *rc = arg;
+	uint64_t v;
+
+	(void)info;
+	if (dcr_version_from_key(key, &v) || v <= rc->vmax)
+		return 0;
+	if (dcr_array_grow(&rc->vs, sizeof(*rc->vs), rc->n, &rc->cap))
+		return -ENOMEM;
+	rc->vs[rc->n++] = v;
+	return 0;
+}
+
+/*
+ * Just before orphans go: list packs/ again, so that a pack a commit has
+ * uploaded again since the first listing counts as young, then keep
+ * every pack of the versions published since (marked @kept in @ps).
+ */
+static int gc_recheck(struct ctl *c, uint8_t *ps, uint8_t kept)
+{
+	struct recheck rc = { .c = c, .vmax = c->nvs ? c->vs[c->nvs - 1].v : 0 };
+	int ret;
+
+	if ((ret = dcr_store_list(c->st, "packs/", recheck_pack_cb, &rc)) ||
+	    (ret = dcr_store_list(c->st, "versions/", recheck_version_cb, &rc)))
+		goto err_log;
+	for (size_t i = 0; i < rc.n; i++) {
+		struct dcr_manifest m;
+		ret = dcr_store_get_manifest(c->st, rc.vs[i], &m);
+		if (ret == -ENOENT)
+			continue;
+		if (ret)
+			goto err_log;
+		dcr_debug("version %" PRIu64 " was published during gc: its packs stay", rc.vs[i]);
+		mark_packs(c, &m, ps, kept);
+		dcr_manifest_free(&m);
+	}
+	free(rc.vs);
+	return 0;
+err_log:
+	dcr_err("%s: cannot check the store again before collecting orphans: %s",
+		c->st->url, dcr_strerror(ret));
+	free(rc.vs);
+	return ret;
+}
+
+struct partials {
+	struct ctl *c;
+	const struct args *a;
+	int64_t now;
+	size_t n, kept;
+	uint64_t bytes;
+	int err;
+};
+
+static int partial_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct partials *pp = arg;
+	char b[32];
+
+	if (!past_grace(pp->a, pp->now, info->mtime_ns)) {
+		pp->kept++;
+		return 0;
+	}
+	printf("%sabort incomplete upload %s%s%s\n", pp->a->dry_run ? "would " : "", key,
+	       info->size ? ", " : "", info->size ? dcr_format_size(info->size, b, sizeof(b)) : "");
+	int ret = pp->a->dry_run ? 0 : dcr_store_abort_partial(pp->c->st, key, info->upload);
+	if (ret && ret != -ENOENT) {
+		dcr_err("%s: cannot abort the incomplete upload %s: %s", pp->c->st->url, key,
+			dcr_strerror(ret));
+		pp->err = ret;
+		return 0; /* the others may still go */
+	}
+	pp->n++;
+	pp->bytes += info->size;
+	return 0;
+}
+
+int cmd_gc(struct ctl *c, const struct args *a)
+{
+	enum { P_ORPHAN = 0, P_REMOVED = 1, P_KEPT = 2 };
+	uint8_t *keep = calloc(c->nvs ? c->nvs : 1, 1);
+	uint64_t *by = calloc(c->nvs ? c->nvs : 1, sizeof(*by));
+	uint8_t *ps = calloc(c->npacks ? c->npacks : 1, 1);
+	const char *would = a->dry_run ? "would " : "";
+	int64_t now = dcr_now_ns();
+	int status = EXIT_FAIL;
+	char key[160], b1[32], b2[32];
+
+
+	if (!keep || !by || !ps)
+		goto err_free;
+	gc_time_floor(c);
+	/* the rules */
+	for (size_t i = 0; i < c->nvs; i++) {
+		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
+		if (i + a->keep_last >= c->nvs)
+			keep[i] = KEEP_LAST;
+		else if (m && a->keep_newer &&
+			 now - m->ctime_ns < (int64_t)DCR_MIN(a->keep_newer, INT64_MAX / 1000000000) * 1000000000)
+			keep[i] = KEEP_NEWER;
+	}
+	for (size_t t = 0; t < c->ntags && a->keep_tagged; t++) {
+		struct ver *x = c->tags[t].v ? ver_find(c, c->tags[t].v) : NULL;
+		if (x && !keep[x - c->vs])
+			keep[x - c->vs] = KEEP_TAGGED;
+	}
+	/* what the kept versions' chains need, newest first */
+	for (size_t i = c->nvs; i-- > 0;) {
+		const struct dcr_manifest *m = keep[i] ? ver_manifest(c, &c->vs[i]) : NULL;
+		if (!keep[i])
+			continue;
+		if (!m) {
+			dcr_err("%s: cannot read the manifest of version %" PRIu64
+				", which is kept: nothing removed", c->st->url, c->vs[i].v);
+			goto err_free;
+		}
+		if (!m->parent || !needs_parent(m))
+			continue;
+		struct ver *p = ver_find(c, m->parent);
+		if (!p) {
+			dcr_warn("version %" PRIu64 " is built on version %" PRIu64
+				 ", which is already gone (dcrfs-ctl verify shows what it breaks)",
+				 c->vs[i].v, m->parent);
+			continue;
+		}
+		if (!keep[p - c->vs]) {
+			keep[p - c->vs] = KEEP_CHAIN;
+			by[p - c->vs] = by[i] ? by[i] : c->vs[i].v;
+		}
+	}
+	/* packs: kept, only of removed versions, or named by no manifest */
+	size_t nkept = 0, nchain = 0, nrm = 0, npk = 0, norphan = 0;
+	uint64_t freed = 0, orphan_bytes = 0;
+	for (size_t i = 0; i < c->nvs; i++) {
+		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
+		if (m)
+			mark_packs(c, m, ps, keep[i] ? P_KEPT : P_REMOVED);
+		nkept += keep[i] != KEEP_NOT;
+		nchain += keep[i] == KEEP_CHAIN;
+	}
+	/* tags of versions that go, then manifests, then packs: a failure
+	 * part way leaves no manifest naming a deleted pack */
+	for (size_t t = 0; t < c->ntags; t++) {
+		struct ver *x = c->tags[t].v ? ver_find(c, c->tags[t].v) : NULL;
+		if (!x || keep[x - c->vs])
+			continue;
+		printf("%sremove tag %s (version %" PRIu64 ")\n", would, c->tags[t].name, x->v);
+		int ret = a->dry_run ? 0 : dcr_store_del_tag(c->st, c->tags[t].name);
+		if (ret && ret != -ENOENT) {
+			dcr_err("%s: cannot remove tag %s: %s", c->st->url, c->tags[t].name,
+				dcr_strerror(ret));
+			goto err_free;
+		}
+	}
+	for (size_t i = 0; i < c->nvs; i++) {
+		if (keep[i] == KEEP_CHAIN)
+			printf("keep version %" PRIu64 ": the chain of version %" PRIu64
+			       " needs it\n", c->vs[i].v, by[i]);
+		if (keep[i])
+			continue;
+		printf("%sremove version %" PRIu64 "\n", would, c->vs[i].v);
+		dcr_version_key(c->vs[i].v, key, sizeof(key));
+		if (gc_del(c, key, a->dry_run))
+			goto err_free;
+		nrm++;
+	}
+	if (!a->dry_run && gc_recheck(c, ps, P_KEPT))
+		goto err_free;
+	now = dcr_now_ns();
+	for (size_t i = 0; i < c->npacks; i++) {
+		if (ps[i] == P_KEPT)
+			continue;
+		if (ps[i] == P_ORPHAN && !past_grace(a, now, c->packs[i].mtime_ns)) {
+			norphan++;
+			orphan_bytes += c->packs[i].size;
+			continue;
+		}
+		dcr_pack_key(c->packs[i].h, key, sizeof(key));
+		printf("%sdelete %s (%s%s)\n", would, key,
+		       dcr_format_size(c->packs[i].size, b1, sizeof(b1)),
+		       ps[i] == P_ORPHAN ? ", named by no manifest" : "");
+		if (gc_del(c, key, a->dry_run))
+			goto err_free;
+		npk++;
+		freed += c->packs[i].size;
+	}
+	struct partials pp = { .c = c, .a = a, .now = now };
+	int ret = dcr_store_list_partial(c->st, partial_cb, &pp);
+	if (ret || pp.err) {
+		if (ret)
+			dcr_err("%s: cannot list incomplete uploads: %s", c->st->url,
+				dcr_strerror(ret));
+		goto err_free;
+	}
+	if (!a->quiet) {
+		dcr_info("%s%zu versions kept (%zu only for the chains of kept versions), "
+			 "%zu removed; %zu packs deleted (%s)", a->dry_run ? "dry run: " : "",
+			 nkept, nchain, nrm, npk, dcr_format_size(freed, b1, sizeof(b1)));
+		if (pp.n)
+			dcr_info("%s%zu incomplete uploads aborted (%s)",
+				 a->dry_run ? "dry run: " : "", pp.n,
+				 dcr_format_size(pp.bytes, b2, sizeof(b2)));
+	}
+	if ((norphan || pp.kept) && !a->quiet)
+		dcr_info("%zu packs (%s) named by no manifest and %zu incomplete uploads "
+			 "were kept: younger than the grace period (%" PRIu64 " s), a commit "
+			 "may still be publishing them", norphan,
+			 dcr_format_size(orphan_bytes, b2, sizeof(b2)), pp.kept, a->grace);
+	status = 0;
+err_free:
+	free(keep);
+	free(by);
+	free(ps);
+	return status;
+}
