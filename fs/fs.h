@@ -201,6 +201,21 @@ int dcrfs_init_state(struct dcrfs *fs);
 /** Destroy what dcrfs_init_state created and free the tag table. */
 void dcrfs_free_state(struct dcrfs *fs);
 
+/* Shared by ops.c and bg.c. */
+
+/** Version @v's tree, held until version_put (the reader may unload the
+ * trees nobody holds). 0, -ENOENT or the reader's -errno. */
+int version_get(struct dcrfs *fs, uint64_t v,
+		const struct dcr_version_info **vi);
+void version_put(struct dcrfs *fs, const struct dcr_version_info *vi);
+
+/**
+ * fs_refresh - look for new versions (bg.c). Forced (the watcher),
+ * always; from a lookup that missed (@since_ns: when it started), unless
+ * a refresh that started after it has finished meanwhile. 0 or -errno.
+ */
+int fs_refresh(struct dcrfs *fs, int force, int64_t since_ns);
+
 /**
  * dcrfs_bg_start - start the watcher thread (polls the store every
  * poll_ms milliseconds, tells the kernel when latest moves, raises the bdi

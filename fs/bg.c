@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bg.c - the mount's background work: refreshing the versions from the
+ * store (the watcher thread, and lookups of versions not seen yet),
+ * telling the kernel when latest or the tags move, and prefetching new
+ * versions (prefetch=latest|all). The request handlers are in ops.c;
+ * the contract of both is in fs.h.
+ */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+#include "buf.h"
+#include "common.h"
+#include "fileio.h"
+#include "manifest.h"
+#include "fs.h"
+#include <pthread.h>
+
+/* ------------------------------------------------------------- refresh */
+
+static void watcher_kick(struct dcrfs *fs)
+{
+	pthread_mutex_lock(&fs->bg_lock);
+	fs->bg_kick = 1;
+	pthread_cond_broadcast(&fs->bg_cond);
+	pthread_mutex_unlock(&fs->bg_lock);
+}
+
+/*
+ * Look for new versions in the store. Forced (the watcher), always. From
+ * a lookup that missed (@since_ns: when it started), unless a refresh
+ * that started after it has finished meanwhile: concurrent misses share
+ * one refresh, and a version published before the lookup began is always
+ * found - a lookup never answers ENOENT from a look at the store older
+ * than itself (rollout workers open vN the moment it is announced).
+ * Returns 0 or the refresh's -errno.
+ */
+int fs_refresh(struct dcrfs *fs, int force, int64_t since_ns)
+{
+	static int failing;
+	uint64_t latest = 0;
+	int64_t start;
+	int ret = 0;
+
+	pthread_mutex_lock(&fs->refresh_lock);
+	if (!force && fs->last_refresh_ns >= since_ns)
+		goto out;
+	start = dcr_mono_ns();
+	ret = dcr_reader_refresh(fs->r, &latest);
+	fs->last_refresh_ns = start;
+	if (ret < 0)
+		atomic_fetch_add_explicit(&fs->stats.refresh_errors, 1, memory_order_relaxed);
+	if (ret < 0 && !failing) {
+		dcr_warn("refreshing versions from the store failed: %s "
+			 "(will retry)", dcr_strerror(ret));
+		failing = 1;
+	} else if (ret == 0 && failing) {
+		dcr_info("store reachable again");
+		failing = 0;
+	}
+out:
+	pthread_mutex_unlock(&fs->refresh_lock);
+	if (ret == 0 && !force)
+		watcher_kick(fs);
+	return ret;
+}
+
+/* ------------------------------------------------------- background work */
+
+/* FNV-1a over the tag snapshot, to notice any change cheaply. */
+static uint64_t tags_fingerprint(struct dcrfs *fs, int *ok)
+{
+	struct dcr_tag *tags = NULL;
+	size_t n = 0;
+	uint64_t h = 1469598103934665603ULL;
+
+	*ok = dcr_reader_tags(fs->r, &tags, &n) == 0;
+	if (!*ok)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		for (const char *p = tags[i].name; *p; p++)
+			h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+		for (int b = 0; b < 8; b++)
+			h = (h ^ (uint8_t)(tags[i].version >> (8 * b))) *
+			    1099511628211ULL;
+		h = (h ^ 0xff) * 1099511628211ULL;
+	}
+	dcr_reader_tags_free(tags, n);
+	return h;
+}
+
+static void notify_result(int ret, const char *what)
+{
+	/* -ENOENT: the kernel has nothing cached for it, which is fine. */
+	if (ret < 0 && ret != -ENOENT)
+		dcr_debug("invalidating %s: %s", what, dcr_strerror(ret));
+}
+
+/* Tell the kernel about a new latest and/or changed tags. */
+static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
+{
+	uint64_t latest = dcr_reader_latest(fs->r);
+	uint64_t fp;
+	size_t ntags;
+	int moved, ok;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	moved = latest != fs->shown_latest;
+	if (moved) {
+		fs->shown_latest = latest;
+		if (fs->prefetch != DCRFS_PREFETCH_NONE && latest) {
+			fs->prefetch_want = latest;
+			pthread_cond_broadcast(&fs->bg_cond);
+		}
+	}
+	pthread_mutex_unlock(&fs->bg_lock);
+
+	if (moved) {
+		dcr_info("latest is now v%" PRIu64, latest);
+		notify_result(fuse_lowlevel_notify_inval_entry(
+				      fs->se, DCRFS_INO_ROOT, "latest", 6),
+			      "/latest");
+		notify_result(fuse_lowlevel_notify_inval_inode(
+				      fs->se, DCRFS_INO_LATEST, 0, 0),
+			      "/latest");
+		notify_result(fuse_lowlevel_notify_inval_inode(
+				      fs->se, DCRFS_INO_ROOT, 0, 0),
+			      "/");
+	}
+
+	fp = tags_fingerprint(fs, &ok);
+	if (!ok || (*tags_known && fp == *tags_fp))
+		return;
+	*tags_fp = fp;
+	*tags_known = 1;
+	notify_result(fuse_lowlevel_notify_inval_inode(fs->se, DCRFS_INO_TAGS,
+						       0, 0),
+		      "/tags");
+	pthread_mutex_lock(&fs->tag_lock);
+	ntags = fs->ntag_names;
+	pthread_mutex_unlock(&fs->tag_lock);
+	for (size_t k = 0; k < ntags; k++)
+		notify_result(fuse_lowlevel_notify_inval_inode(
+				      fs->se, DCRFS_INO_TAG_BASE + k, 0, 0),
+			      "a tag");
+}
+
+static void deadline_after(struct timespec *ts, unsigned int ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
+static int deadline_passed(const struct timespec *ts)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > ts->tv_sec ||
+	       (now.tv_sec == ts->tv_sec && now.tv_nsec >= ts->tv_nsec);
+}
+
+/*
+ * The watcher: every poll_ms milliseconds refresh from the store; whenever
+ * latest (or a tag) changed, by its own refresh or one a lookup did,
+ * invalidate what the kernel cached about it and wake the prefetcher.
+ * Notifications are sent from here, never from a request handler, so
+ * they cannot deadlock against the directory lock of a pending lookup.
+ */
+static void *watcher_main(void *arg)
+{
+	struct dcrfs *fs = arg;
+	struct timespec next;
+	uint64_t tags_fp = 0;
+	int tags_known = 0;
+
+	deadline_after(&next, fs->poll_ms);
+	pthread_mutex_lock(&fs->bg_lock);
+	while (!fs->bg_stop) {
+		int poll_now;
+
+		if (!fs->bg_kick) {
+			if (fs->poll_ms)
+				pthread_cond_timedwait(&fs->bg_cond,
+						       &fs->bg_lock, &next);
+			else
+				pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
+		}
+		if (fs->bg_stop)
+			break;
+		poll_now = fs->poll_ms && deadline_passed(&next);
+		if (!poll_now && !fs->bg_kick)
+			continue;
+		fs->bg_kick = 0;
+		pthread_mutex_unlock(&fs->bg_lock);
+
+		if (poll_now) {
+			fs_refresh(fs, 1, 0);
+			deadline_after(&next, fs->poll_ms);
+		}
+		announce(fs, &tags_fp, &tags_known);
+
+		pthread_mutex_lock(&fs->bg_lock);
+	}
+	pthread_mutex_unlock(&fs->bg_lock);
+	return NULL;
+}
+
+/* Should a prefetch started for latest @want give up (shutdown or a
+ * newer latest)? */
+static int prefetch_abandon(struct dcrfs *fs, uint64_t want)
+{
+	int stop;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	stop = fs->bg_stop || fs->prefetch_want != want;
+	pthread_mutex_unlock(&fs->bg_lock);
+	return stop;
+}
+
+/*
+ * With prefetch_pagecache, hand the bytes just read to the kernel's page
+ * cache of the file as well, so the first read after a refit is a page
+ * cache hit. The kernel takes them only for an inode it knows (someone
+ * looked the file up); -ENOENT otherwise, which is fine.
+ */
+static void prefetch_store(struct dcrfs *fs, uint64_t v, uint32_t idx,
+			   uint64_t off, void *buf, size_t n)
+{
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
+	int ret;
+
+	bv.buf[0].mem = buf;
+	ret = fuse_lowlevel_notify_store(fs->se, dcrfs_ino_make(v, idx),
+					 (off_t)off, &bv, 0);
+	if (ret < 0 && ret != -ENOENT)
+		dcr_debug("prefetch of v%" PRIu64 ": storing in the page "
+			  "cache: %s", v, dcr_strerror(ret));
+}
+
+/*
+ * Read every regular file of version @v through the reader so that its
+ * chunks land in the cache (DCRFS_PREFETCH_BLOCK at a time: the reader
+ * materializes the chunks of one read in parallel). A failing file is
+ * logged and skipped. 0 when done, 1 when abandoned because latest moved
+ * past @want or the mount is stopping.
+ */
+static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
+{
+	const struct dcr_version_info *vi;
+	uint64_t bytes = 0;
+	unsigned int failed = 0;
+	int64_t t0 = dcr_mono_ns();
+	size_t bs = DCRFS_PREFETCH_BLOCK;
+	void *buf;
+	char sz[32];
+	int ret = version_get(fs, v, &vi);
+
+	if (ret < 0) {
+		if (ret != -ENOENT)
+			dcr_warn("prefetch of v%" PRIu64 ": %s", v,
+				 dcr_strerror(ret));
+		return 0;
+	}
+	if (vi->chunk_size && bs % vi->chunk_size)
+		bs = vi->chunk_size;
+	buf = malloc(bs);
+	if (!buf) {
+		dcr_warn("prefetch of v%" PRIu64 ": %s", v,
+			 dcr_strerror(-ENOMEM));
+		version_put(fs, vi);
+		return 0;
+	}
+	dcr_info("prefetching v%" PRIu64, v);
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < vi->nentries; i++)
+		total += vi->entries[i].type == DCR_FT_REG ? vi->entries[i].size : 0;
+	atomic_store_explicit(&fs->stats.pf_version, v, memory_order_relaxed);
+	atomic_store_explicit(&fs->stats.pf_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&fs->stats.pf_total, total, memory_order_relaxed);
+	for (uint32_t i = 0; i < vi->nentries && i <= DCRFS_IDX_MAX; i++) {
+		const struct dcr_entry *e = &vi->entries[i];
+
+		if (e->type != DCR_FT_REG)
+			continue;
+		for (uint64_t off = 0; off < e->size; off += bs) {
+			ssize_t n;
+
+			if (prefetch_abandon(fs, want)) {
+				free(buf);
+				version_put(fs, vi);
+				dcr_info("prefetch of v%" PRIu64
+					 " abandoned after %s", v,
+					 dcr_format_size(bytes, sz,
+							 sizeof(sz)));
+				return 1;
+			}
+			n = dcr_reader_prefetch(fs->r, v, i, off, buf, bs);
+			if (n < 0) {
+				dcr_warn("prefetch of v%" PRIu64 "/%s: %s", v,
+					 e->path, dcr_strerror((int)n));
+				failed++;
+				break;
+			}
+			if (n == 0)
+				break;
+			if (fs->prefetch_pagecache)
+				prefetch_store(fs, v, i, off, buf, (size_t)n);
+			bytes += (uint64_t)n;
+			atomic_store_explicit(&fs->stats.pf_bytes, bytes, memory_order_relaxed);
+		}
+	}
+	free(buf);
+	version_put(fs, vi);
+	atomic_store_explicit(&fs->stats.pf_version, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&fs->stats.pf_versions, 1, memory_order_relaxed);
+	dcr_info("prefetched v%" PRIu64 ": %s in %.2f s%s", v,
+		 dcr_format_size(bytes, sz, sizeof(sz)),
+		 (double)(dcr_mono_ns() - t0) / 1e9,
+		 failed ? " (some files failed)" : "");
+	return 0;
+}
+
+/*
+ * prefetch=all, after latest @want is done: every older version, newest
+ * first, down to the last one a previous sweep finished. 0 when done,
+ * 1 when abandoned.
+ */
+static int prefetch_sweep(struct dcrfs *fs, uint64_t want)
+{
+	uint64_t *vs = NULL, floor;
+	size_t n = 0;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	floor = fs->prefetch_swept;
+	pthread_mutex_unlock(&fs->bg_lock);
+	if (dcr_reader_versions(fs->r, &vs, &n) < 0)
+		return 0;
+	for (size_t k = n; k-- > 0;) {
+		if (vs[k] >= want)
+			continue;
+		if (vs[k] <= floor)
+			break;
+		if (prefetch_version(fs, vs[k], want)) {
+			free(vs);
+			return 1;
+		}
+	}
+	free(vs);
+	pthread_mutex_lock(&fs->bg_lock);
+	if (fs->prefetch_swept < want)
+		fs->prefetch_swept = want;
+	pthread_mutex_unlock(&fs->bg_lock);
+	return 0;
+}
+
+static void *prefetcher_main(void *arg)
+{
+	struct dcrfs *fs = arg;
+
+	pthread_mutex_lock(&fs->bg_lock);
+	while (!fs->bg_stop) {
+		uint64_t v = fs->prefetch_want;
+		int abandoned;
+
+		if (v == 0 || v == fs->prefetch_done) {
+			pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
+			continue;
+		}
+		pthread_mutex_unlock(&fs->bg_lock);
+		abandoned = prefetch_version(fs, v, v);
+		if (!abandoned && fs->prefetch == DCRFS_PREFETCH_ALL)
+			abandoned = prefetch_sweep(fs, v);
+		pthread_mutex_lock(&fs->bg_lock);
+		if (!abandoned)
+			fs->prefetch_done = v;
+	}
+	pthread_mutex_unlock(&fs->bg_lock);
+	return NULL;
+}
+
+int dcrfs_bg_start(struct dcrfs *fs)
+{
+	int ret;
+
+	fs->bg_stop = 0;
+	fs->bg_kick = 1; /* announce the initial latest at once */
+	ret = pthread_create(&fs->watcher, NULL, watcher_main, fs);
+	if (ret)
+		return -ret;
+	fs->watcher_running = 1;
+	if (fs->prefetch != DCRFS_PREFETCH_NONE) {
+		ret = pthread_create(&fs->prefetcher, NULL, prefetcher_main,
+				     fs);
+		if (ret) {
+			dcrfs_bg_stop(fs);
+			return -ret;
+		}
+		fs->prefetcher_running = 1;
+	}
+	return 0;
+}
+
+void dcrfs_bg_stop(struct dcrfs *fs)
+{
+	pthread_mutex_lock(&fs->bg_lock);
+	fs->bg_stop = 1;
+	pthread_cond_broadcast(&fs->bg_cond);
+	pthread_mutex_unlock(&fs->bg_lock);
+	if (fs->watcher_running) {
+		pthread_join(fs->watcher, NULL);
+		fs->watcher_running = 0;
+	}
+	if (fs->prefetcher_running) {
+		pthread_join(fs->prefetcher, NULL);
+		fs->prefetcher_running = 0;
+	}
+}
