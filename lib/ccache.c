@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -125,6 +127,54 @@ static int default_cache_dir(const struct dcr_store *st, char *buf, size_t cap)
 	else
 		return -ENOENT;
 	return 0;
+}
+
+/*
+ * The default caches live side by side, one per store URL, under
+ * .../dcrfs/commit/. Each use touches its lock file; a sibling whose lock
+ * file is older than DCR_CCACHE_STALE_DAYS, and that nobody holds, is a
+ * store no longer committed to (a finished run, a mistyped URL from
+ * before stores were created explicitly): it is removed, with a line
+ * saying so. Explicit --cache-dir directories are never swept.
+ */
+static void sweep_stale(const char *self)
+{
+	char root[PATH_MAX], path[PATH_MAX + 300], lockp[PATH_MAX + 310];
+	const char *slash = strrchr(self, '/');
+	time_t cutoff = time(NULL) - (time_t)DCR_CCACHE_STALE_DAYS * 86400;
+	struct dirent *e;
+	struct stat sb;
+	DIR *d;
+
+	if (!slash || (size_t)(slash - self) >= sizeof(root))
+		return;
+	memcpy(root, self, (size_t)(slash - self));
+	root[slash - self] = '\0';
+	if (!(d = opendir(root)))
+		return;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || strcmp(e->d_name, slash + 1) == 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", root, e->d_name);
+		snprintf(lockp, sizeof(lockp), "%s/lock", path);
+		if (stat(lockp, &sb) < 0 || sb.st_mtime > cutoff)
+			continue;
+		int fd = open(lockp, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+			int ret = rm_rf(path);
+			if (ret)
+				dcr_warn("%s: cannot remove a stale commit cache: %s",
+					 path, dcr_strerror(ret));
+			else
+				dcr_info("removed %s, the commit cache of a store not "
+					 "committed to for %d days or more", path,
+					 DCR_CCACHE_STALE_DAYS);
+		}
+		close(fd);
+	}
+	closedir(d);
 }
 
 /* ------------------------------------------------- rebuilding a parent */
@@ -253,6 +303,9 @@ int dcr_ccache_open(struct dcr_store *st, const char *dir, bool quiet,
 	dcr_err("%s: %s", lockp, dcr_strerror(ret));
 	goto err_free;
 locked:
+	futimens(cc->lock_fd, NULL); /* last use, for sweep_stale */
+	if (!dir)
+		sweep_stale(cc->dir);
 	*out = cc;
 	return 0;
 err_free:

@@ -11,7 +11,13 @@
  *   stage/    the version being committed (becomes tree/ on success)
  *   reader/   scratch catalog/cache used only while rebuilding tree/
  * Not thread-safe per handle; the lock serializes processes and handles.
+ *
+ * Opening a default cache (no @dir) removes the sibling default caches
+ * not used for DCR_CCACHE_STALE_DAYS that nobody holds (each use touches
+ * its lock file): stores no longer committed to do not keep a full tree
+ * each forever. Explicit directories are never swept.
  */
+#define DCR_CCACHE_STALE_DAYS 14
 #ifndef DCR_CCACHE_H
 #define DCR_CCACHE_H
 

@@ -139,10 +139,24 @@ assert max(progress) <= total * 1.01 + 1024, (progress, total)
 PY
 fi
 
+# Default commit caches of stores not committed to for 14 days are
+# removed by the next commit that uses a default cache; fresh ones and
+# any cache in use stay.
+CROOT=$XDG_CACHE_HOME/dcrfs/commit
+mkdir -p "$CROOT/stale/tree" "$CROOT/fresh/tree"
+: >"$CROOT/stale/lock"
+: >"$CROOT/fresh/lock"
+touch -d '30 days ago' "$CROOT/stale/lock"
+touch -d '2 days ago' "$CROOT/fresh/lock"
+t "$C" --store "$STORE" --quiet "$T/tree" >/dev/null 2>"$T/sweep.err" ||
+	fail "a commit with the default cache failed: $(cat "$T/sweep.err")"
+[ ! -e "$CROOT/stale" ] || fail "a stale commit cache was not removed"
+[ -d "$CROOT/fresh/tree" ] || fail "a fresh commit cache was removed"
+
 # the store from the environment
 v=$(DCRFS_STORE=$STORE t "$C" "${CC[@]}" --quiet "$T/tree") ||
 	fail "commit with DCRFS_STORE failed"
-[ "$v" = 7 ] || fail "commit with DCRFS_STORE printed '$v'"
+[ "$v" = 8 ] || fail "commit with DCRFS_STORE printed '$v'"
 
 # non-finite weights: a NaN or Inf in a float tensor of a safetensors
 # file is refused, naming file, tensor and count; --allow-nonfinite
