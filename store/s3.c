@@ -29,55 +29,8 @@
 #include "hash.h"
 #include "s3.h"
 
-#define S3_KEY_MAX 1024             /* S3's limit on object key bytes */
-#define S3_POOL_MAX 64              /* idle easy handles kept */
-#define S3_ATTEMPTS_MAX 10
-/* A host name that does not resolve is asked again this often, not for
- * the whole retry budget: DNS answers "no such name" quickly and for
- * good, and the message that names the host is what the user needs. */
-#define S3_RESOLVE_ATTEMPTS 2
-#define S3_BACKOFF_BASE_MS 100
-#define S3_BACKOFF_CAP_MS 4000
-#define S3_CONNECT_TIMEOUT_MS 5000
-#define S3_LOW_SPEED_TIME_S 15      /* abort a transfer stalled this long */
-#define S3_READ_TIMEOUT_MS 30000
-#define S3_WRITE_TIMEOUT_MS 600000
-#define S3_ERRBODY_MAX 16384        /* error documents we keep */
-#define S3_LIST_BODY_MAX (16u << 20) /* one ListObjectsV2 page */
-#define S3_SINGLE_PUT_MAX ((uint64_t)5 << 30)
-#define S3_MPU_THRESHOLD ((uint64_t)64 << 20)
-#define S3_MPU_PART_MIN ((uint64_t)16 << 20)
-#define S3_MPU_PARTS_MAX 10000
-#define S3_MPU_THREADS 8
-#define S3_ETAG_MAX 128
-#define S3_EMPTY_SHA256 \
-	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#include "s3_int.h"
 
-struct dcr_s3_store {
-	struct dcr_store base; /* must be first */
-	struct dcr_aws_cfg aws;
-	char *bucket;
-	char *prefix;     /* "" or "p/q" (no leading or trailing '/') */
-	char *origin;     /* "scheme://host[:port]" requests go to */
-	char *host;       /* Host header value, signed */
-	char *path_base;  /* "/bucket" (path-style) or "" (virtual-hosted) */
-	int64_t read_timeout_ns;
-	int64_t write_timeout_ns;
-
-	CURLSH *share;
-	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
-	pthread_mutex_t pool_lock;
-	CURL *pool[S3_POOL_MAX];
-	int npool;
-
-	pthread_mutex_t probe_lock;
-	int condput; /* 0 unknown, 1 If-None-Match honoured, -1 ignored */
-};
-
-static struct dcr_s3_store *to_s3(struct dcr_store *st)
-{
-	return (struct dcr_s3_store *)st;
-}
 
 /* ------------------------------------------------------------ helpers */
 
@@ -106,7 +59,7 @@ static bool unreserved(unsigned char c)
 }
 
 /* Append the AWS URI encoding of @s to @b; '/' is kept when @keep_slash. */
-static int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash)
+int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash)
 {
 	static const char digits[] = "0123456789ABCDEF";
 	for (; *s; s++) {
@@ -124,7 +77,7 @@ static int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash)
 	return 0;
 }
 
-static int buf_str(struct dcr_buf *b, const char *s)
+int buf_str(struct dcr_buf *b, const char *s)
 {
 	return dcr_buf_append(b, s, strlen(s));
 }
@@ -144,7 +97,7 @@ static int buf_printf(struct dcr_buf *b, const char *fmt, ...)
 }
 
 /* NUL-terminate @b's contents (not counted in len). */
-static int buf_cstr(struct dcr_buf *b)
+int buf_cstr(struct dcr_buf *b)
 {
 	int ret = dcr_buf_putc(b, 0);
 	if (!ret)
@@ -212,7 +165,7 @@ static void sanitize(char *s)
  * bounded buffers, not strings; no nesting of the same tag is assumed
  * (true of every S3 response used here).
  */
-static bool xml_find(const char *s, size_t n, const char *tag,
+bool xml_find(const char *s, size_t n, const char *tag,
 		     const char **vs, size_t *vn)
 {
 	char open[64], close[64];
@@ -234,7 +187,7 @@ static bool xml_find(const char *s, size_t n, const char *tag,
  * The next <tag>...</tag> at or after *@p (before @end): its body into
  * @c/@cn and *@p moved past it. 1 found, 0 none left, -1 unclosed.
  */
-static int xml_next(const char **p, const char *end, const char *tag,
+int xml_next(const char **p, const char *end, const char *tag,
 		    const char **c, size_t *cn)
 {
 	char open[64], close[64];
@@ -254,7 +207,7 @@ static int xml_next(const char **p, const char *end, const char *tag,
 }
 
 /* Whether the listing @b says <IsTruncated>true</IsTruncated>. */
-static bool xml_truncated(const struct dcr_buf *b)
+bool xml_truncated(const struct dcr_buf *b)
 {
 	const char *v;
 	size_t vn;
@@ -265,7 +218,7 @@ static bool xml_truncated(const struct dcr_buf *b)
 
 /* Decode XML text (the five entities and &#N;/&#xN;) into a new string of
  * at most @max bytes. NULL on malformed input, overflow or no memory. */
-static char *xml_text(const char *s, size_t n, size_t max)
+char *xml_text(const char *s, size_t n, size_t max)
 {
 	if (n > max)
 		return NULL;
@@ -316,7 +269,7 @@ err:
 
 /* The text of <@tag> in [c, c+cn) decoded, at most @max bytes; NULL if
  * absent, malformed or no memory. */
-static char *xml_child(const char *c, size_t cn, const char *tag, size_t max)
+char *xml_child(const char *c, size_t cn, const char *tag, size_t max)
 {
 	const char *v;
 	size_t vn;
@@ -377,30 +330,6 @@ static void handle_put(struct dcr_s3_store *s, CURL *h)
 
 /* ---------------------------------------------------------- requests */
 
-struct s3_req {
-	const char *method;    /* GET HEAD PUT POST DELETE */
-	const char *okey;      /* full object key, NULL for the bucket */
-	const char *query;     /* canonical query string, or NULL */
-	const char *what;      /* store key or prefix, for messages */
-	const void *body;      /* PUT/POST payload */
-	size_t body_len;
-	const char *body_sha;  /* its hex SHA-256 (NULL: computed) */
-	const char *content_type;
-	bool if_none_match;    /* send If-None-Match: * */
-	bool has_range;
-	uint64_t range_off, range_len; /* range_len may be DCR_GET_ALL */
-	struct dcr_buf *out;   /* the 2xx body is appended here, or NULL */
-	int64_t timeout_ns;    /* bound for all attempts together */
-	bool quiet_enoent;     /* 404 NoSuchKey is expected: log at debug */
-
-	/* results */
-	bool maybe_applied;    /* a failed attempt may have taken effect */
-	bool unresolved;       /* the last attempt could not resolve the host */
-	long status;
-	char etag[S3_ETAG_MAX];
-	uint64_t clen;
-	bool has_clen;
-};
 
 struct xfer {
 	struct s3_req *r;
@@ -859,7 +788,7 @@ out:
  * Perform @r with retries. Returns 0 or -errno; every failure except the
  * expected ones (-ENOENT when quiet, -EEXIST) is logged once here.
  */
-static int s3_request(struct dcr_s3_store *s, struct s3_req *r)
+int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 {
 	struct dcr_buf path, url;
 	char sha[DCR_HASH_HEX_LEN + 1], why[512] = "";
@@ -979,7 +908,7 @@ static bool key_valid(const char *key)
 }
 
 /* "prefix/key" into @out. -EINVAL for a bad key, -ENAMETOOLONG. */
-static int object_key(const struct dcr_s3_store *s, const char *key,
+int object_key(const struct dcr_s3_store *s, const char *key,
 		      bool check, char out[S3_KEY_MAX + 1])
 {
 	if (check && !key_valid(key))
@@ -1364,249 +1293,6 @@ static int s3_del(struct dcr_store *st, const char *key)
 		.timeout_ns = s->read_timeout_ns, .quiet_enoent = true,
 	};
 	return s3_request(s, &r);
-}
-
-/* "2026-12-01T13:02:24.000Z" (S3's LastModified, Initiated) in ns since
- * the epoch; 0 if it is not one. */
-static int64_t iso8601_ns(const char *v, size_t vn)
-{
-	char t[40] = { 0 }, *end;
-	struct tm tm = { 0 };
-	long ms = 0;
-
-	if (vn >= sizeof(t))
-		return 0;
-	memcpy(t, v, vn);
-	end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!end)
-		return 0;
-	if (*end == '.') {
-		char *p = end + 1;
-		for (int d = 0; d < 3; d++)
-			ms = ms * 10 + (isdigit((unsigned char)*p) ? *p++ - '0' : 0);
-		while (isdigit((unsigned char)*p))
-			p++;
-		end = p;
-	}
-	if (strcmp(end, "Z") && strcmp(end, "+00:00") && *end)
-		return 0;
-	time_t sec = timegm(&tm);
-	return sec <= 0 ? 0 : (int64_t)sec * 1000000000 + (int64_t)ms * 1000000;
-}
-
-/* Parse one ListObjectsV2 page; call @fn per key. */
-static int list_page(struct dcr_s3_store *s, const struct dcr_buf *b,
-		     size_t strip, dcr_list_fn fn, void *arg, char **token)
-{
-	const char *p = (const char *)b->data, *end = p + b->len, *v, *c;
-	size_t vn, cn;
-	int found, ret = 0;
-
-	*token = NULL;
-	while ((found = xml_next(&p, end, "Contents", &c, &cn)) > 0) {
-		char *key = xml_child(c, cn, "Key", S3_KEY_MAX);
-		if (!key)
-			goto bad;
-		uint64_t size = 0;
-		if (xml_find(c, cn, "Size", &v, &vn) && vn < 21) {
-			char num[24] = { 0 };
-			memcpy(num, v, vn);
-			if (dcr_parse_u64(num, &size)) {
-				free(key);
-				goto bad;
-			}
-		}
-		struct dcr_obj_info info = { .size = size };
-		if (xml_find(c, cn, "LastModified", &v, &vn))
-			info.mtime_ns = iso8601_ns(v, vn);
-		if (strlen(key) > strip)
-			ret = fn(key + strip, &info, arg);
-		free(key);
-		if (ret)
-			return ret;
-	}
-	if (found < 0)
-		goto bad;
-	if (xml_truncated(b)) {
-		if (!xml_find((const char *)b->data, b->len, "NextContinuationToken", &v, &vn) ||
-		    !(*token = xml_text(v, vn, 4096)) || !**token) {
-			free(*token);
-			*token = NULL;
-			goto bad;
-		}
-	}
-	return 0;
-bad:
-	dcr_err("%s: malformed ListObjectsV2 reply [bucket %s]", s->base.url, s->bucket);
-	return DCR_ERR(-EIO);
-}
-
-static int s3_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
-		   void *arg)
-{
-	struct dcr_s3_store *s = to_s3(st);
-	char full[S3_KEY_MAX + 1];
-	struct dcr_buf q, body;
-	char *token = NULL;
-	int ret;
-
-	int n = snprintf(full, sizeof(full), "%s%s%s", s->prefix,
-			 *s->prefix ? "/" : "", prefix);
-	if (n < 0 || n > S3_KEY_MAX)
-		return DCR_ERR(-ENAMETOOLONG);
-	size_t strip = strlen(s->prefix) + (*s->prefix ? 1 : 0);
-	dcr_buf_init(&q, 4 * S3_KEY_MAX + 8192);
-	dcr_buf_init(&body, S3_LIST_BODY_MAX);
-	do {
-		/* Parameters in canonical (sorted) order. */
-		dcr_buf_reset(&q);
-		ret = 0;
-		if (token) {
-			ret = buf_str(&q, "continuation-token=");
-			ret = ret ? ret : uri_encode(&q, token, false);
-			ret = ret ? ret : dcr_buf_putc(&q, '&');
-			free(token);
-			token = NULL;
-		}
-		ret = ret ? ret : buf_str(&q, "list-type=2&prefix=");
-		ret = ret ? ret : uri_encode(&q, full, false);
-		ret = ret ? ret : buf_cstr(&q);
-		if (ret)
-			break;
-		dcr_buf_reset(&body);
-		struct s3_req r = {
-			.method = "GET", .query = (const char *)q.data,
-			.what = prefix[0] ? prefix : "(all keys)", .out = &body,
-			.timeout_ns = s->read_timeout_ns,
-		};
-		if ((ret = s3_request(s, &r)))
-			break;
-		ret = list_page(s, &body, strip, fn, arg, &token);
-	} while (!ret && token);
-	free(token);
-	dcr_buf_free(&q);
-	dcr_buf_free(&body);
-	return ret;
-}
-
-/* --- incomplete multipart uploads (ListMultipartUploads, Abort) */
-
-/* Parse one ListMultipartUploads page; call @fn per upload; the next
- * page's markers (query-encoded, "" at the end) into @next. */
-static int uploads_page(struct dcr_s3_store *s, const struct dcr_buf *b,
-			size_t strip, dcr_list_fn fn, void *arg,
-			struct dcr_buf *next)
-{
-	const char *p = (const char *)b->data, *end = p + b->len, *v, *c;
-	size_t vn, cn;
-	int found, ret = 0;
-
-	while ((found = xml_next(&p, end, "Upload", &c, &cn)) > 0) {
-		char *key = xml_child(c, cn, "Key", S3_KEY_MAX);
-		char *uid = xml_child(c, cn, "UploadId", 1024);
-		if (!key || !uid || !*uid) {
-			free(key);
-			free(uid);
-			goto bad;
-		}
-		struct dcr_obj_info info = { .upload = uid };
-		if (xml_find(c, cn, "Initiated", &v, &vn))
-			info.mtime_ns = iso8601_ns(v, vn);
-		if (strlen(key) > strip)
-			ret = fn(key + strip, &info, arg);
-		free(key);
-		free(uid);
-		if (ret)
-			return ret;
-	}
-	if (found < 0)
-		goto bad;
-	dcr_buf_reset(next);
-	if (!xml_truncated(b))
-		return 0;
-	char *km = xml_child((const char *)b->data, b->len, "NextKeyMarker", S3_KEY_MAX);
-	char *um = xml_child((const char *)b->data, b->len, "NextUploadIdMarker", 1024);
-	ret = km && um && *km ? 0 : DCR_ERR(-EIO);
-	ret = ret ? ret : buf_str(next, "key-marker=");
-	ret = ret ? ret : uri_encode(next, km, false);
-	ret = ret ? ret : buf_str(next, "&");
-	if (!ret && *um) {
-		ret = buf_str(next, "upload-id-marker=");
-		ret = ret ? ret : uri_encode(next, um, false);
-		ret = ret ? ret : buf_str(next, "&");
-	}
-	free(km);
-	free(um);
-	if (ret != -EIO)
-		return ret;
-bad:
-	dcr_err("%s: malformed ListMultipartUploads reply [bucket %s]", s->base.url,
-		s->bucket);
-	return DCR_ERR(-EIO);
-}
-
-static int s3_list_partial(struct dcr_store *st, dcr_list_fn fn, void *arg)
-{
-	struct dcr_s3_store *s = to_s3(st);
-	char full[S3_KEY_MAX + 1];
-	struct dcr_buf q, body, next;
-	int ret;
-
-	snprintf(full, sizeof(full), "%s%s", s->prefix, *s->prefix ? "/" : "");
-	size_t strip = strlen(full);
-	dcr_buf_init(&q, 4 * S3_KEY_MAX + 8192);
-	dcr_buf_init(&next, 4 * S3_KEY_MAX + 8192);
-	dcr_buf_init(&body, S3_LIST_BODY_MAX);
-	do {
-		/* Parameters in canonical (sorted) order: the markers first. */
-		dcr_buf_reset(&q);
-		ret = next.len ? dcr_buf_append(&q, next.data, next.len) : 0;
-		ret = ret ? ret : buf_str(&q, "prefix=");
-		ret = ret ? ret : uri_encode(&q, full, false);
-		ret = ret ? ret : buf_str(&q, "&uploads=");
-		ret = ret ? ret : buf_cstr(&q);
-		if (ret)
-			break;
-		dcr_buf_reset(&body);
-		struct s3_req r = {
-			.method = "GET", .query = (const char *)q.data,
-			.what = "(incomplete uploads)", .out = &body,
-			.timeout_ns = s->read_timeout_ns,
-		};
-		if ((ret = s3_request(s, &r)))
-			break;
-		ret = uploads_page(s, &body, strip, fn, arg, &next);
-	} while (!ret && next.len);
-	dcr_buf_free(&q);
-	dcr_buf_free(&next);
-	dcr_buf_free(&body);
-	return ret;
-}
-
-static int s3_abort_partial(struct dcr_store *st, const char *key,
-			    const char *upload)
-{
-	struct dcr_s3_store *s = to_s3(st);
-	char okey[S3_KEY_MAX + 1];
-	struct dcr_buf q;
-	int ret = object_key(s, key, true, okey);
-
-	if (ret)
-		return ret;
-	dcr_buf_init(&q, 4096);
-	ret = buf_str(&q, "uploadId=");
-	ret = ret ? ret : uri_encode(&q, upload, false);
-	ret = ret ? ret : buf_cstr(&q);
-	if (!ret) {
-		struct s3_req r = {
-			.method = "DELETE", .okey = okey, .query = (const char *)q.data,
-			.what = key, .timeout_ns = s->write_timeout_ns,
-			.quiet_enoent = true,
-		};
-		ret = s3_request(s, &r);
-	}
-	dcr_buf_free(&q);
-	return ret;
 }
 
 static void s3_close(struct dcr_store *st)

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * s3_int.h - the S3 backend's internals, shared by s3.c (requests,
+ * objects, open) and s3_list.c (listings: ListObjectsV2 and
+ * ListMultipartUploads). Not for use outside store/s3*.c; the backend's
+ * contract is s3.h.
+ */
+#ifndef DCR_S3_INT_H
+#define DCR_S3_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+#include "awscfg.h"
+#include "buf.h"
+#include "objstore.h"
+
+#define S3_KEY_MAX 1024             /* S3's limit on object key bytes */
+#define S3_POOL_MAX 64              /* idle easy handles kept */
+#define S3_ATTEMPTS_MAX 10
+/* A host name that does not resolve is asked again this often, not for
+ * the whole retry budget: DNS answers "no such name" quickly and for
+ * good, and the message that names the host is what the user needs. */
+#define S3_RESOLVE_ATTEMPTS 2
+#define S3_BACKOFF_BASE_MS 100
+#define S3_BACKOFF_CAP_MS 4000
+#define S3_CONNECT_TIMEOUT_MS 5000
+#define S3_LOW_SPEED_TIME_S 15      /* abort a transfer stalled this long */
+#define S3_READ_TIMEOUT_MS 30000
+#define S3_WRITE_TIMEOUT_MS 600000
+#define S3_ERRBODY_MAX 16384        /* error documents we keep */
+#define S3_LIST_BODY_MAX (16u << 20) /* one ListObjectsV2 page */
+#define S3_SINGLE_PUT_MAX ((uint64_t)5 << 30)
+#define S3_MPU_THRESHOLD ((uint64_t)64 << 20)
+#define S3_MPU_PART_MIN ((uint64_t)16 << 20)
+#define S3_MPU_PARTS_MAX 10000
+#define S3_MPU_THREADS 8
+#define S3_ETAG_MAX 128
+#define S3_EMPTY_SHA256 \
+	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+struct dcr_s3_store {
+	struct dcr_store base; /* must be first */
+	struct dcr_aws_cfg aws;
+	char *bucket;
+	char *prefix;     /* "" or "p/q" (no leading or trailing '/') */
+	char *origin;     /* "scheme://host[:port]" requests go to */
+	char *host;       /* Host header value, signed */
+	char *path_base;  /* "/bucket" (path-style) or "" (virtual-hosted) */
+	int64_t read_timeout_ns;
+	int64_t write_timeout_ns;
+
+	CURLSH *share;
+	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
+	pthread_mutex_t pool_lock;
+	CURL *pool[S3_POOL_MAX];
+	int npool;
+
+	pthread_mutex_t probe_lock;
+	int condput; /* 0 unknown, 1 If-None-Match honoured, -1 ignored */
+};
+
+static inline struct dcr_s3_store *to_s3(struct dcr_store *st)
+{
+	return (struct dcr_s3_store *)st;
+}
+
+/* One request, for s3_request (s3.c). */
+struct s3_req {
+	const char *method;    /* GET HEAD PUT POST DELETE */
+	const char *okey;      /* full object key, NULL for the bucket */
+	const char *query;     /* canonical query string, or NULL */
+	const char *what;      /* store key or prefix, for messages */
+	const void *body;      /* PUT/POST payload */
+	size_t body_len;
+	const char *body_sha;  /* its hex SHA-256 (NULL: computed) */
+	const char *content_type;
+	bool if_none_match;    /* send If-None-Match: * */
+	bool has_range;
+	uint64_t range_off, range_len; /* range_len may be DCR_GET_ALL */
+	struct dcr_buf *out;   /* the 2xx body is appended here, or NULL */
+	int64_t timeout_ns;    /* bound for all attempts together */
+	bool quiet_enoent;     /* 404 NoSuchKey is expected: log at debug */
+
+	/* results */
+	bool maybe_applied;    /* a failed attempt may have taken effect */
+	bool unresolved;       /* the last attempt could not resolve the host */
+	long status;
+	char etag[S3_ETAG_MAX];
+	uint64_t clen;
+	bool has_clen;
+};
+
+/* ---- s3.c */
+
+/* Perform @r with retries: 0 or -errno; every failure but the expected
+ * ones (-ENOENT when quiet, -EEXIST) is logged once, naming the key. */
+int s3_request(struct dcr_s3_store *s, struct s3_req *r);
+/* The full object key of store key @key (with the prefix) into @buf. */
+int object_key(const struct dcr_s3_store *s, const char *key,
+		      bool check, char out[S3_KEY_MAX + 1]);
+/* Append @s to @b percent-encoded as SigV4 wants it. */
+int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash);
+/* Append the string @s to @b; terminate @b as a C string. */
+int buf_str(struct dcr_buf *b, const char *s);
+int buf_cstr(struct dcr_buf *b);
+/* XML of S3's answers: the text of element @tag in @s[0..n); the next
+ * @tag element after *@p; whether a listing says it is truncated; an
+ * element's unescaped text (malloc'd, at most @max bytes); the text of
+ * child @tag of element @c. */
+bool xml_find(const char *s, size_t n, const char *tag,
+		     const char **vs, size_t *vn);
+int xml_next(const char **p, const char *end, const char *tag,
+		    const char **c, size_t *cn);
+bool xml_truncated(const struct dcr_buf *b);
+char *xml_text(const char *s, size_t n, size_t max);
+char *xml_child(const char *c, size_t cn, const char *tag, size_t max);
+
+/* ---- s3_list.c: the list, list_partial and abort_partial ops. */
+int s3_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
+		   void *arg);
+int s3_list_partial(struct dcr_store *st, dcr_list_fn fn, void *arg);
+int s3_abort_partial(struct dcr_store *st, const char *key,
+			    const char *upload);
+
+#endif /* DCR_S3_INT_H */
