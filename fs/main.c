@@ -1042,18 +1042,13 @@ int main(int argc, char *argv[])
 		dcr_err("cannot open store %s: %s", store, dcr_strerror(ret));
 		goto out_signals;
 	}
-	ret = dcr_store_identify(fs.st, &sinfo);
-	if (ret == -ENOENT) {
-		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
-			"versions): nothing to mount; stores are created by "
-			"'dcrfs-commit --init' or 'dcrfs-ctl init'", store,
-			DCR_STORE_MARKER);
-		goto out_store;
-	}
-	if (ret == -EBADMSG || ret == -EPROTONOSUPPORT)
-		goto out_store; /* logged */
+	ret = dcr_store_check(fs.st, false, &sinfo);
+	if (ret == -ENOENT || ret == -EBADMSG || ret == -EPROTONOSUPPORT)
+		goto out_store; /* nothing to mount; logged */
 	/* Other errors (a store that is down): the reader starts from its
-	 * cache if it has one, and says so. */
+	 * cache if it has one, and says so. Known, the store's identity
+	 * need not be asked for again. */
+	ropts.store_info = ret ? NULL : &sinfo;
 	ret = dcr_mkdir_p(cache_dir, 0700);
 	if (ret < 0) {
 		dcr_err("cannot create cache directory %s: %s", cache_dir,

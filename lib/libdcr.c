@@ -96,19 +96,7 @@ static int open_store(const char *url, bool init, bool no_sign,
 				"--init' or 'dcrfs-ctl init'", url);
 		return ret;
 	}
-	ret = init ? dcr_store_init(st, &info) : dcr_store_identify(st, &info);
-	if (ret == 0 && init) {
-		dcr_info("%s: created a new store (id %s)", st->url, info.id);
-	} else if (ret == -ENOENT) {
-		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
-			"versions); create one with 'dcrfs-commit --init' or "
-			"'dcrfs-ctl init'", st->url, DCR_STORE_MARKER);
-	} else if (ret && ret != -EEXIST) {
-		dcr_err("%s: cannot tell whether this is a dcrfs store: %s",
-			st->url, dcr_strerror(ret));
-	} else {
-		ret = 0;
-	}
+	ret = dcr_store_check(st, init, &info);
 	if (ret) {
 		dcr_store_close(st);
 		return ret;

@@ -140,7 +140,6 @@ static int drop_store_state(struct dcr_reader *r)
 		"catalog.db.rebuild", "store-id",
 	};
 	char path[PATH_MAX];
-	int ret;
 
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(names); i++) {
 		snprintf(path, sizeof(path), "%s/%s", r->dir, names[i]);
@@ -148,20 +147,20 @@ static int drop_store_state(struct dcr_reader *r)
 			return -errno;
 	}
 	snprintf(path, sizeof(path), "%s/slabs", r->dir);
-	ret = remove_flat_dir(path);
-	return ret;
+	return remove_flat_dir(path);
 }
 
 /*
  * Bind the per-store directory to the store's incarnation. <dir>/store-id
- * holds the id of the store it was filled from (dcr_store_identify). If
+ * holds the id of the store it was filled from (dcr_store_identify, or
+ * @known when the caller has just read it: one GET less per mount). If
  * the store now has another id - it was deleted and created again at the
  * same URL - or the directory was filled before ids were recorded, the
  * catalog and every slab are dropped first: nothing of another store is
  * ever served. A store that cannot be asked (down, unreachable) keeps a
  * directory already bound, so a mount still starts from its cache.
  */
-static int bind_store(struct dcr_reader *r)
+static int bind_store(struct dcr_reader *r, const struct dcr_store_info *known)
 {
 	struct dcr_store_info info;
 	char path[PATH_MAX], tmp[PATH_MAX + 8], have[DCR_STORE_ID_MAX + 2];
@@ -179,7 +178,12 @@ static int bind_store(struct dcr_reader *r)
 	have[n > 0 ? n : 0] = '\0';
 	have[strcspn(have, "\n")] = '\0';
 
-	ret = dcr_store_identify(r->st, &info);
+	if (known && known->id[0]) {
+		info = *known;
+		ret = 0;
+	} else {
+		ret = dcr_store_identify(r->st, &info);
+	}
 	if (ret == -ENOENT) {
 		info.id[0] = '\0'; /* no store (yet): nothing to bind to */
 	} else if (ret) {
@@ -305,7 +309,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		goto err_close;
 	ret = lock_dir(r, opts->cache_dir);
 	if (!ret)
-		ret = bind_store(r);
+		ret = bind_store(r, opts->store_info);
 	if (ret)
 		goto err_close;
 	if (snprintf(path, sizeof(path), "%s/catalog.db", r->dir) >=

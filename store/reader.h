@@ -41,6 +41,9 @@ struct dcr_reader_opts {
 	 * failed); past it the read fails with -EIO. 0 = none (each store
 	 * operation is bounded by the store's own timeout only). */
 	uint32_t read_timeout_ms;
+	/* The store's identity if the caller has just read it
+	 * (dcr_store_check); NULL: the reader asks the store itself. */
+	const struct dcr_store_info *store_info;
 	/* Trees of versions kept in memory while nobody holds them (the
 	 * newest version's is always kept; the least recently used others
 	 * are unloaded when the reader is idle and loaded again from the

@@ -45,3 +45,23 @@ int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
 	}
 	return dcr_dir_open(url, flags & DCR_OPEN_CREATE, out);
 }
+
+int dcr_store_check(struct dcr_store *st, bool init,
+		    struct dcr_store_info *info)
+{
+	int ret = init ? dcr_store_init(st, info) : dcr_store_identify(st, info);
+
+	if (ret == 0 && init) {
+		dcr_info("%s: created a new store (id %s)", st->url, info->id);
+	} else if (ret == -EEXIST && init) {
+		ret = 0;
+	} else if (ret == -ENOENT) {
+		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
+			"versions); create one with 'dcrfs-commit --init' or "
+			"'dcrfs-ctl init'", st->url, DCR_STORE_MARKER);
+	} else if (ret && ret != -EBADMSG && ret != -EPROTONOSUPPORT) {
+		dcr_err("%s: cannot tell whether this is a dcrfs store: %s",
+			st->url, dcr_strerror(ret)); /* the others: logged */
+	}
+	return ret;
+}

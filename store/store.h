@@ -9,6 +9,8 @@
 #ifndef DCR_STORE_H
 #define DCR_STORE_H
 
+#include <stdbool.h>
+
 #include "objstore.h"
 
 /** Settings a backend may need beyond the URL (S3 endpoint, creds, ...). */
@@ -41,5 +43,17 @@ enum dcr_open_flags {
  */
 int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
 		   int flags, struct dcr_store **out);
+
+/**
+ * dcr_store_check - make sure the opened @st holds a dcrfs store, for
+ * every tool and the mount alike: with @init, create one if it holds
+ * none (dcr_store_init; "created" logged), else a store that holds none
+ * is -ENOENT with a message naming it and how to create one. Fills
+ * @info. Returns 0, -ENOENT, -EBADMSG or -EPROTONOSUPPORT (a bad or
+ * newer marker), or another -errno when the store could not be asked
+ * (a message says so; the mount goes on from its cache then).
+ */
+int dcr_store_check(struct dcr_store *st, bool init,
+		    struct dcr_store_info *info);
 
 #endif /* DCR_STORE_H */

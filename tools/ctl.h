@@ -61,6 +61,7 @@ struct tag {
 
 struct ctl {
 	struct dcr_store *st;
+	struct dcr_store_info info; /* its identity (dcr_store_check) */
 	struct ver *vs;   /* ascending */
 	size_t nvs, cap_vs;
 	struct pack *packs; /* sorted by name */

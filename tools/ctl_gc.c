@@ -61,10 +61,8 @@ static int64_t time_floor;
  */
 static void gc_time_floor(struct ctl *c)
 {
-	struct dcr_store_info info;
-
-	if (dcr_store_identify(c->st, &info) == 0 && info.created_ns)
-		time_floor = info.created_ns - (int64_t)3600 * 1000000000;
+	if (c->info.created_ns)
+		time_floor = c->info.created_ns - (int64_t)3600 * 1000000000;
 }
 
 /* Is an object last written at @mtime_ns (0: unknown) past the grace? */

@@ -1121,19 +1121,10 @@ int main(int argc, char **argv)
 	}
 	struct dcr_store_cfg cfg = { .path_style = -1,
 				     .no_sign_request = a.no_sign };
-	struct dcr_store_info sinfo;
 	if (dcr_store_open(a.store, &cfg, 0, &c.st))
 		return EXIT_FAIL;
 	/* Never report on what is not a store as if it were an empty one. */
-	status = dcr_store_identify(c.st, &sinfo);
-	if (status == -ENOENT)
-		dcr_err("%s is not a dcrfs store (no %s marker and no versions); "
-			"create one with 'dcrfs-ctl init'", c.st->url,
-			DCR_STORE_MARKER);
-	else if (status && status != -EBADMSG && status != -EPROTONOSUPPORT)
-		dcr_err("%s: cannot read the store: %s", c.st->url,
-			dcr_strerror(status));
-	if (status) {
+	if (dcr_store_check(c.st, false, &c.info)) {
 		status = EXIT_FAIL;
 		goto out;
 	}
