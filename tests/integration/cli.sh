@@ -12,16 +12,6 @@ printf 'x\n' >"$T/tree/x"
 
 nversions() { { ls "$STORE/versions" 2>/dev/null || true; } | grep -c . || true; }
 
-# expect_status WANT OUTPUT_PATTERN CMD... - CMD exits WANT and its
-# output (stdout and stderr) contains OUTPUT_PATTERN (a grep -E regex)
-expect_status() {
-	local want=$1 pat=$2 rc=0
-	shift 2
-	t "$@" >"$T/out" 2>&1 </dev/null || rc=$?
-	[ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want: $(cat "$T/out")"
-	grep -qE -- "$pat" "$T/out" || fail "'$*': no '$pat' in: $(cat "$T/out")"
-}
-
 C=$DCRFS_COMMIT
 CC=(--cache-dir "$T/commit-cache")
 
@@ -230,49 +220,31 @@ if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
 	! grep -q hunter2 "$T/out" || fail "dcrfs echoed a secret: $(cat "$T/out")"
 	no_mount "dcrfs with a secret option"
 	# a directory that is not a store: refused, and nothing written in it
-	rc=0
-	t "$DCRFS" "$T/plain" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?
-	[ "$rc" -ne 0 ] || fail "dcrfs mounted a directory that is not a store"
-	grep -q "not a dcrfs store" "$T/out" || fail "dcrfs on a non-store: $(cat "$T/out")"
+	expect_status 1 "not a dcrfs store" "$DCRFS" "$T/plain" "$MNT" -f -o "cache_dir=$T/cache"
 	[ -z "$(find "$T/plain" -mindepth 1 ! -name x)" ] ||
 		fail "dcrfs wrote into a non-store: $(ls -A "$T/plain")"
 	no_mount "dcrfs on a non-store"
 	# a malformed URL
-	rc=0
-	t "$DCRFS" "s3:/bucket/x" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?
-	[ "$rc" -ne 0 ] && grep -q "malformed store URL" "$T/out" ||
-		fail "dcrfs on s3:/bucket/x: status $rc: $(cat "$T/out")"
+	expect_status 1 "malformed store URL" "$DCRFS" "s3:/bucket/x" "$MNT" -f -o "cache_dir=$T/cache"
 	no_mount "dcrfs on a malformed URL"
 	# a mount point with files: refused unless -o nonempty
 	touch "$MNT/hidden"
-	rc=0
-	t "$DCRFS" "$STORE" "$MNT" -f -o "cache_dir=$T/cache" >"$T/out" 2>&1 || rc=$?
-	[ "$rc" -ne 0 ] && grep -q "not empty.*nonempty" "$T/out" ||
-		fail "dcrfs on a non-empty mount point: status $rc: $(cat "$T/out")"
+	expect_status 1 "not empty.*nonempty" "$DCRFS" "$STORE" "$MNT" -f -o "cache_dir=$T/cache"
 	no_mount "dcrfs on a non-empty mount point"
 	_forget_mount "$MNT"
 	mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,nonempty"
 	[ -e "$MNT/latest" ] || fail "-o nonempty did not mount"
 	# a second mount on the same mount point: refused
-	rc=0
-	t "$DCRFS" "$STORE" "$MNT" -f -o "cache_dir=$T/cache2" >"$T/out" 2>&1 || rc=$?
-	[ "$rc" -ne 0 ] && grep -q "already a mount point" "$T/out" ||
-		fail "dcrfs stacked a second mount: status $rc: $(cat "$T/out")"
+	expect_status 1 "already a mount point" "$DCRFS" "$STORE" "$MNT" -f -o "cache_dir=$T/cache2"
 	[ "$(grep -c " $MNT " /proc/self/mountinfo)" = 1 ] ||
 		fail "two mounts on $MNT"
 	umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 	rm -f "$MNT/hidden"
 	register_mount "$MNT"
 	# usage errors exit 2, as in dcrfs-commit
-	rc=0
-	t "$DCRFS" "$STORE" >/dev/null 2>&1 || rc=$?
-	[ "$rc" = 2 ] || fail "dcrfs with a missing mount point exited $rc, not 2"
-	rc=0
-	t "$DCRFS" "$STORE" "$MNT" -f --cache-dir >/dev/null 2>&1 || rc=$?
-	[ "$rc" = 2 ] || fail "dcrfs --cache-dir without a value exited $rc, not 2"
-	rc=0
-	t "$DCRFS" "$STORE" "$MNT" -f -o "poll=often" >/dev/null 2>&1 || rc=$?
-	[ "$rc" = 2 ] || fail "dcrfs -o poll=often exited $rc, not 2"
+	expect_status 2 "MOUNTPOINT" "$DCRFS" "$STORE"
+	expect_status 2 "cache-dir.*needs a value" "$DCRFS" "$STORE" "$MNT" -f --cache-dir
+	expect_status 2 "poll" "$DCRFS" "$STORE" "$MNT" -f -o "poll=often"
 	# the tools' spelling: --cache-dir DIR, --log=FILE; in the foreground
 	# messages go to stderr and to the log file
 	"$DCRFS" "$STORE" "$MNT" -f --cache-dir "$T/cache" --log="$T/fg.log" \

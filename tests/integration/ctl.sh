@@ -15,16 +15,6 @@ command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 STORE=$T/store
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
 
-# expect_status WANT PATTERN CMD... - CMD exits WANT and its output
-# (stdout and stderr) matches PATTERN (grep -E)
-expect_status() {
-	local want=$1 pat=$2 rc=0
-	shift 2
-	t "$@" >"$T/out" 2>&1 </dev/null || rc=$?
-	[ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want: $(cat "$T/out")"
-	grep -qE -- "$pat" "$T/out" || fail "'$*': no '$pat' in: $(cat "$T/out")"
-}
-
 # py FILE SCRIPT [ARGS...] - run SCRIPT with the JSON document in FILE as d
 py() {
 	local f=$1 s=$2

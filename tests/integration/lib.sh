@@ -297,6 +297,16 @@ print(n)
 
 stat_size() { t stat -c %s "$1"; }
 
+# expect_status WANT OUTPUT_PATTERN CMD... - CMD exits WANT and its
+# output (stdout and stderr) contains OUTPUT_PATTERN (a grep -E regex)
+expect_status() {
+	local want=$1 pat=$2 rc=0
+	shift 2
+	t "$@" >"$T/out" 2>&1 </dev/null || rc=$?
+	[ "$rc" = "$want" ] || fail "'$*' exited $rc, expected $want: $(cat "$T/out")"
+	grep -qE -- "$pat" "$T/out" || fail "'$*': no '$pat' in: $(cat "$T/out")"
+}
+
 # expect_fail_msg MESSAGE CMD... - CMD must fail and print MESSAGE.
 expect_fail_msg() {
 	local want=$1 out rc=0
