@@ -60,10 +60,12 @@ grep -q "1 packs .* named by no manifest and 1 incomplete uploads were kept" "$T
 awscli s3api head-object --bucket "$BUCKET" --key "$PREFIX/$orphan" >/dev/null ||
 	fail "gc deleted an orphan pack younger than the grace"
 
-# a second upload, younger than the grace the next gc is given
-sleep 4
+# a second upload, younger than the grace the next gc is given (the
+# margins leave room for the aws CLI's seconds per call on a busy host:
+# with 4 s and 3 s, the upload part and gc's start made it old already)
+sleep 12
 start_upload "$PREFIX/packs/$(printf '%064d' 3)"
-ctl gc --keep-last 1 --grace 3s >"$T/gc.out" 2>&1
+ctl gc --keep-last 1 --grace 10s >"$T/gc.out" 2>&1
 if [ "$placeholder" = 1 ]; then
 	[ "$(uploads "$PREFIX/" | wc -l)" = 2 ] ||
 		fail "gc aborted an upload whose age it cannot know: $(uploads "$PREFIX/")"
@@ -71,7 +73,7 @@ else
 	grep -q "abort incomplete upload packs/$(printf '%064d' 1)" "$T/gc.out" ||
 		fail "gc does not name the stale upload: $(cat "$T/gc.out")"
 	[ "$(uploads "$PREFIX/")" = "$PREFIX/packs/$(printf '%064d' 3)" ] ||
-		fail "after gc --grace 3s the uploads are: $(uploads "$PREFIX/")"
+		fail "after gc --grace 10s the uploads are: $(uploads "$PREFIX/")"
 fi
 [ -n "$(uploads "$PREFIX-other/")" ] || fail "gc aborted an upload of another prefix"
 if awscli s3api head-object --bucket "$BUCKET" --key "$PREFIX/$orphan" >/dev/null 2>&1; then
