@@ -290,6 +290,37 @@ int dcr_manifest_check_parent(const struct dcr_manifest *m,
 	return 0;
 }
 
+int dcr_manifest_needs_parent(const struct dcr_manifest *m)
+{
+	for (uint32_t f = 0; f < m->nfiles; f++)
+		for (uint64_t k = 0; k < m->files[f].nchunks; k++)
+			if (m->files[f].chunks[k].kind != DCR_CK_FULL)
+				return 1;
+	return 0;
+}
+
+int dcr_manifest_same_content(const struct dcr_manifest *a,
+			      const struct dcr_manifest *b)
+{
+	if (a->version != b->version || a->format != b->format ||
+	    a->ctime_ns != b->ctime_ns || a->chunk_size != b->chunk_size ||
+	    a->nfiles != b->nfiles)
+		return 0;
+	for (uint32_t i = 0; i < a->nfiles; i++) {
+		const struct dcr_file *f = &a->files[i], *g = &b->files[i];
+		if (strcmp(f->path, g->path) || f->type != g->type ||
+		    f->mode != g->mode || f->size != g->size ||
+		    f->mtime_ns != g->mtime_ns || f->nchunks != g->nchunks ||
+		    !dcr_hash_eq(f->sha256, g->sha256))
+			return 0;
+		for (uint64_t c = 0; c < f->nchunks; c++)
+			if (!dcr_hash_eq(f->chunks[c].hash, g->chunks[c].hash) ||
+			    memcmp(f->chunks[c].xxh, g->chunks[c].xxh, DCR_XXH_LEN))
+				return 0;
+	}
+	return 1;
+}
+
 /* ------------------------------------------------------------ encode */
 
 #define TRY(expr)                     \
@@ -537,10 +568,12 @@ void dcr_pack_key(const uint8_t h[DCR_HASH_LEN], char *buf, size_t cap)
 	snprintf(buf, cap, "packs/%s", hex);
 }
 
-int dcr_version_from_key(const char *key, uint64_t *v)
+int dcr_key_number(const char *key, const char *prefix, uint64_t *v)
 {
-	if (!strncmp(key, "versions/", 9))
-		key += 9;
+	size_t pl = strlen(prefix);
+
+	if (!strncmp(key, prefix, pl))
+		key += pl;
 	if (strlen(key) != 10)
 		return -EINVAL;
 	for (int i = 0; i < 10; i++)
@@ -550,4 +583,9 @@ int dcr_version_from_key(const char *key, uint64_t *v)
 	if (ret)
 		return ret;
 	return *v && *v <= DCR_VERSION_MAX ? 0 : -EINVAL;
+}
+
+int dcr_version_from_key(const char *key, uint64_t *v)
+{
+	return dcr_key_number(key, "versions/", v);
 }

@@ -192,6 +192,20 @@ int dcr_manifest_validate(const struct dcr_manifest *m);
 int dcr_manifest_check_parent(const struct dcr_manifest *m,
 			      const struct dcr_manifest *p);
 
+/** True if some chunk of @m is built on its parent's (SAME or DELTA). */
+int dcr_manifest_needs_parent(const struct dcr_manifest *m);
+
+/**
+ * dcr_manifest_same_content - true if @a and @b describe the same
+ * version with the same bytes: number, format, time, chunk size, and
+ * every file's path, type, mode, size, time, digest and every chunk's
+ * hash and check value. The parent and the chunk references (how the
+ * bytes are encoded) may differ: a compacted manifest (layout.h) must
+ * pass this against the version's own manifest before it is served.
+ */
+int dcr_manifest_same_content(const struct dcr_manifest *a,
+			      const struct dcr_manifest *b);
+
 /** Binary search for @path; returns the index or -1. */
 int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path);
 
@@ -221,5 +235,11 @@ void dcr_pack_key(const uint8_t h[DCR_HASH_LEN], char *buf, size_t cap);
  * (such keys are ignored when listing versions).
  */
 int dcr_version_from_key(const char *key, uint64_t *v);
+/**
+ * dcr_key_number - parse "<@prefix>NNNNNNNNNN" (ten digits; the name
+ * without @prefix also accepted) into *@v, 1..DCR_VERSION_MAX: 0 or
+ * -EINVAL. The one parser of numbered keys (versions/, layouts/).
+ */
+int dcr_key_number(const char *key, const char *prefix, uint64_t *v);
 
 #endif /* DCR_MANIFEST_H */

@@ -13,8 +13,10 @@
 #include <stdint.h>
 
 #include "hash.h"
+#include "layout.h"
 #include "manifest.h"
 #include "objstore.h"
+#include "compact.h"
 #include "reader.h"
 
 #define EXIT_FAIL 1
@@ -39,13 +41,20 @@ struct args {
 	uint64_t grace;      /* seconds */
 	int dry_run;
 	int no_sign;
+	/* compact (and gc's rebasing) */
+	unsigned max_depth;  /* 0 = default */
 };
 
 struct ver {
 	uint64_t v;
-	uint64_t obj_size;  /* bytes of the manifest object */
+	uint64_t obj_size;  /* bytes of versions/<n> */
 	int state;          /* 0 not loaded, 1 loaded, -errno unreadable */
+	/* The manifest readers use under the store's layout: versions/<n>,
+	 * or the compacted manifests/<hash> the layout names (then its
+	 * parent is the encoding base, not the lineage). */
 	struct dcr_manifest m;
+	uint64_t lparent;   /* the parent it was committed against */
+	int compacted;      /* the layout names another manifest */
 };
 
 struct pack {
@@ -68,10 +77,17 @@ struct ctl {
 	size_t npacks, cap_packs;
 	struct tag *tags;
 	size_t ntags, cap_tags;
+	struct dcr_layout layout;    /* the store's newest (gen 0: none) */
 	struct dcr_reader *r;        /* scratch reader, opened on demand */
 	char scratch[PATH_MAX];      /* its directory ("" = none) */
 	int json;
 };
+
+/* Forget every loaded manifest and read the store's layout again
+ * (after a compaction changed it). 0 or -errno (logged). */
+int ctl_reload_layout(struct ctl *c);
+/* The scratch reader (opened on first use, on a temporary cache). */
+int ctl_reader(struct ctl *c);
 
 /* The version (loaded) named @v, or NULL. */
 struct ver *ver_find(struct ctl *c, uint64_t v);
@@ -83,8 +99,6 @@ struct ver *resolve(struct ctl *c, const char *arg);
  * reader: 0 or -errno (logged naming @path). */
 int read_bytes(struct ctl *c, uint64_t v, uint32_t fi, const char *path,
 		      uint64_t off, void *buf, size_t len);
-/* True if some chunk of @m is built on its parent's. */
-int needs_parent(const struct dcr_manifest *m);
 /* The pack name in the key "packs/<hex>" into @h: 0 or -1. */
 int pack_key_hash(const char *key, uint8_t h[DCR_HASH_LEN]);
 /* The listed pack named @h, or NULL. */
@@ -94,5 +108,11 @@ const struct pack *pack_find(const struct ctl *c, const uint8_t h[DCR_HASH_LEN])
 int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet);
 /* gc (ctl_gc.c) */
 int cmd_gc(struct ctl *c, const struct args *a);
+/* compact [--max-depth K] [--dry-run] (ctl_compact.c) */
+int cmd_compact(struct ctl *c, const struct args *a);
+/* Compaction keeping only @keep (ascending; NULL: all): 0 or -errno
+ * (logged); prints what it does unless @quiet. (ctl_compact.c) */
+int ctl_compact(struct ctl *c, const struct args *a, const uint64_t *keep,
+		size_t nkeep, struct dcr_compact_stats *s);
 
 #endif /* DCR_CTL_H */

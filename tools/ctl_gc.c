@@ -78,6 +78,7 @@ static bool past_grace(const struct args *a, int64_t now, int64_t mtime_ns)
 struct recheck {
 	struct ctl *c;
 	uint64_t vmax;     /* the newest version of the first listing */
+	uint64_t gen;      /* the newest layout generation listed now */
 	uint64_t *vs;      /* published since */
 	size_t n, cap;
 };
@@ -109,6 +110,17 @@ static int recheck_version_cb(const char *key, const struct dcr_obj_info *info, 
 	return 0;
 }
 
+static int recheck_layout_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct recheck *rc = arg;
+	uint64_t g;
+
+	(void)info;
+	if (!dcr_layout_gen_from_key(key, &g) && g > rc->gen)
+		rc->gen = g;
+	return 0;
+}
+
 /*
  * Just before orphans go: list packs/ again, so that a pack a commit has
  * uploaded again since the first listing counts as young, then keep
@@ -120,8 +132,16 @@ static int gc_recheck(struct ctl *c, uint8_t *ps, uint8_t kept)
 	int ret;
 
 	if ((ret = dcr_store_list(c->st, "packs/", recheck_pack_cb, &rc)) ||
-	    (ret = dcr_store_list(c->st, "versions/", recheck_version_cb, &rc)))
+	    (ret = dcr_store_list(c->st, "versions/", recheck_version_cb, &rc)) ||
+	    ((ret = dcr_store_list(c->st, "layouts/", recheck_layout_cb, &rc)) &&
+	     ret != -ENOENT))
 		goto err_log;
+	if (rc.gen > c->layout.gen) {
+		dcr_err("%s: layout generation %" PRIu64 " was published during gc (a "
+			"compaction): no pack deleted; run gc again", c->st->url, rc.gen);
+		free(rc.vs);
+		return DCR_ERR(-EAGAIN);
+	}
 	for (size_t i = 0; i < rc.n; i++) {
 		struct dcr_manifest m;
 		ret = dcr_store_get_manifest(c->st, rc.vs[i], &m);
@@ -174,6 +194,102 @@ static int partial_cb(const char *key, const struct dcr_obj_info *info, void *ar
 	return 0;
 }
 
+/*
+ * If a version @keep names is built on one it does not (its chain
+ * reaches into removed versions), or the layout names versions that go,
+ * compact the kept versions: the oldest of each lineage becomes an
+ * anchor, the others skip-deltas on kept versions, and the new layout
+ * lists kept versions only. 1 if it did (or, dry run, would), 0 if
+ * nothing needed it, -1 on failure (logged: nothing removed).
+ */
+static int gc_rebase(struct ctl *c, const struct args *a, const uint8_t *keep)
+{
+	uint64_t *kv = calloc(c->nvs ? c->nvs : 1, sizeof(*kv));
+	struct dcr_compact_stats s;
+	size_t nk = 0;
+	int need = 0;
+
+	if (!kv)
+		return -1;
+	for (size_t i = 0; i < c->nvs; i++) {
+		if (!keep[i]) {
+			need |= dcr_layout_find(&c->layout, c->vs[i].v) != NULL;
+			continue;
+		}
+		kv[nk++] = c->vs[i].v;
+		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
+		if (!m) {
+			dcr_err("%s: cannot read the manifest of version %" PRIu64
+				", which is kept: nothing removed", c->st->url, c->vs[i].v);
+			free(kv);
+			return -1;
+		}
+		struct ver *p = m->parent && dcr_manifest_needs_parent(m) ?
+			ver_find(c, m->parent) : NULL;
+		need |= p && !keep[p - c->vs];
+	}
+	if (need) {
+		printf("%srebase the kept versions that are built on removed ones:\n",
+		       a->dry_run ? "would " : "");
+		if (ctl_compact(c, a, kv, nk, &s)) {
+			dcr_err("%s: rebasing the kept versions failed: nothing removed",
+				c->st->url);
+			free(kv);
+			return -1;
+		}
+	}
+	free(kv);
+	return need;
+}
+
+struct stale {
+	struct ctl *c;
+	const struct args *a;
+	int64_t now;
+	int err;
+};
+
+/* manifests/<h> the newest layout does not name, older layouts/<g>. */
+static int stale_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct stale *st = arg;
+	const struct dcr_layout *l = &st->c->layout;
+	uint8_t h[DCR_HASH_LEN];
+	uint64_t g;
+	int named = 0;
+
+	if (!dcr_layout_gen_from_key(key, &g)) {
+		if (g >= l->gen)
+			return 0;
+	} else if (!dcr_mobj_from_key(key, h)) {
+		for (size_t i = 0; i < l->n && !named; i++)
+			named = dcr_hash_eq(l->e[i].mhash, h);
+		/* a compaction uploads its manifests before its layout */
+		if (named || !past_grace(st->a, st->now, info->mtime_ns))
+			return 0;
+	} else {
+		return 0;
+	}
+	printf("%sdelete %s (replaced by layout generation %" PRIu64 ")\n",
+	       st->a->dry_run ? "would " : "", key, l->gen);
+	if (gc_del(st->c, key, st->a->dry_run))
+		st->err = -EIO;
+	return 0;
+}
+
+static int gc_layouts(struct ctl *c, const struct args *a, int64_t now)
+{
+	struct stale st = { .c = c, .a = a, .now = now };
+	int ret;
+
+	if (((ret = dcr_store_list(c->st, "manifests/", stale_cb, &st)) && ret != -ENOENT) ||
+	    ((ret = dcr_store_list(c->st, "layouts/", stale_cb, &st)) && ret != -ENOENT)) {
+		dcr_err("%s: cannot list the layouts: %s", c->st->url, dcr_strerror(ret));
+		return ret;
+	}
+	return st.err;
+}
+
 int cmd_gc(struct ctl *c, const struct args *a)
 {
 	enum { P_ORPHAN = 0, P_REMOVED = 1, P_KEPT = 2 };
@@ -203,8 +319,15 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		if (x && !keep[x - c->vs])
 			keep[x - c->vs] = KEEP_TAGGED;
 	}
-	/* what the kept versions' chains need, newest first */
-	for (size_t i = c->nvs; i-- > 0;) {
+	/* kept versions built on removed ones are rebased (compaction of
+	 * the kept versions), and the layout forgets the removed ones */
+	int rebased = 0;
+	if ((rebased = gc_rebase(c, a, keep)) < 0)
+		goto err_free;
+	/* what the kept versions' chains need, newest first (after a
+	 * rebase, nothing outside the kept versions; a dry run shows the
+	 * store as the rebase would leave it) */
+	for (size_t i = c->nvs; i-- > 0 && !(rebased && a->dry_run);) {
 		const struct dcr_manifest *m = keep[i] ? ver_manifest(c, &c->vs[i]) : NULL;
 		if (!keep[i])
 			continue;
@@ -213,7 +336,7 @@ int cmd_gc(struct ctl *c, const struct args *a)
 				", which is kept: nothing removed", c->st->url, c->vs[i].v);
 			goto err_free;
 		}
-		if (!m->parent || !needs_parent(m))
+		if (!m->parent || !dcr_manifest_needs_parent(m))
 			continue;
 		struct ver *p = ver_find(c, m->parent);
 		if (!p) {
@@ -266,10 +389,13 @@ int cmd_gc(struct ctl *c, const struct args *a)
 	if (!a->dry_run && gc_recheck(c, ps, P_KEPT))
 		goto err_free;
 	now = dcr_now_ns();
+	/* what a layout replaced stays while mounts may still read it */
+	bool layout_young = c->layout.gen && !past_grace(a, now, c->layout.ctime_ns);
 	for (size_t i = 0; i < c->npacks; i++) {
 		if (ps[i] == P_KEPT)
 			continue;
-		if (ps[i] == P_ORPHAN && !past_grace(a, now, c->packs[i].mtime_ns)) {
+		if (ps[i] == P_ORPHAN && (layout_young ||
+					  !past_grace(a, now, c->packs[i].mtime_ns))) {
 			norphan++;
 			orphan_bytes += c->packs[i].size;
 			continue;
@@ -283,6 +409,8 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		npk++;
 		freed += c->packs[i].size;
 	}
+	if (!layout_young && gc_layouts(c, a, now))
+		goto err_free;
 	struct partials pp = { .c = c, .a = a, .now = now };
 	int ret = dcr_store_list_partial(c->st, partial_cb, &pp);
 	if (ret || pp.err) {

@@ -148,7 +148,7 @@ static int verify_load(struct verify *w)
 		if (!p) {
 			/* gone: only the chunks built on it suffer (an anchor is fine) */
 			dcr_version_key(m->parent, key, sizeof(key));
-			if (needs_parent(m))
+			if (dcr_manifest_needs_parent(m))
 				s->pcause = add_cause(w, key, "manifest missing (the parent of "
 						      "version %" PRIu64 ")", x->v);
 			continue;

@@ -52,7 +52,10 @@ static void usage(FILE *f)
 "  verify [V...]          check that every object the versions (default: all)\n"
 "                         need exists and matches its hashes\n"
 "  gc --keep-last N       remove the versions outside retention and the packs\n"
-"                         no kept version needs\n"
+"                         no kept version needs (kept versions built on removed\n"
+"                         ones are rebased first, as compact does)\n"
+"  compact                re-encode versions as skip-deltas so that every\n"
+"                         version materializes with at most K frames per chunk\n"
 "  status MNT             what the dcrfs mounted on MNT is doing (no store\n"
 "                         needed: read from MNT/.dcrfs/status.json)\n"
 "\n"
@@ -61,7 +64,7 @@ static void usage(FILE *f)
 "  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
 "                         (default: $DCRFS_STORE)\n"
 "      --json             machine-readable output (init, log, show, diff,\n"
-"                         verify, status)\n"
+"                         verify, compact, status)\n"
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
 "gc options:\n"
@@ -72,7 +75,10 @@ static void usage(FILE *f)
 "                         (90, 90s, 15m, 24h, 7d, 2w)\n"
 "      --grace DURATION   packs no manifest names and incomplete uploads are\n"
 "                         deleted once older than this (default 24h)\n"
-"  -n, --dry-run          gc: say what would be removed, remove nothing\n"
+"  -n, --dry-run          gc, compact: say what would be done, do nothing\n"
+"compact options (gc's rebasing too):\n"
+"      --max-depth K      at most K frames per chunk, anchor included\n"
+"                         (default 8; 1 makes every version an anchor)\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
 "  -q, --quiet            no summary on stderr\n"
@@ -101,6 +107,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "keep-newer-than", required_argument, NULL, 'N' },
 		{ "grace", required_argument, NULL, 'G' },
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "max-depth", required_argument, NULL, 'K' },
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -116,14 +123,17 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "diff", 2, 2, 1 },   { "tag", 2, 2, 0 },
 		{ "untag", 1, 1, 0 },  { "verify", 0, -1, 1 },
 		{ "gc", 0, 0, 0 },     { "status", 1, 1, 1 },
+		{ "compact", 0, 0, 1 },
 	};
-	int c, gc_opt = 0;
+	int c, gc_opt = 0, dry = 0, depth = 0;
 
 	a->store = getenv("DCRFS_STORE");
 	a->keep_tagged = 1;
 	a->grace = 86400;
 	while ((c = getopt_long(argc, argv, "s:nqvhV", longopts, NULL)) != -1) {
-		gc_opt |= strchr("LTUNGn", c) != NULL;
+		gc_opt |= strchr("LTUNG", c) != NULL;
+		dry |= c == 'n';
+		depth |= c == 'K';
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -161,6 +171,15 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'n':
 			a->dry_run = 1;
 			break;
+		case 'K': {
+			uint64_t k;
+			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 64) {
+				fprintf(stderr, "dcrfs-ctl: --max-depth: '%s' must be a number from 1 to 64\n", optarg);
+				return -1;
+			}
+			a->max_depth = (unsigned)k;
+			break;
+		}
 		case 'v':
 			a->verbose = 1;
 			break;
@@ -202,7 +221,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return -1;
 	}
 	if (gc_opt && strcmp(a->cmd, "gc")) {
-		fprintf(stderr, "dcrfs-ctl: only gc takes --keep-*, --grace and --dry-run\n");
+		fprintf(stderr, "dcrfs-ctl: only gc takes --keep-* and --grace\n");
+		return -1;
+	}
+	if ((dry || depth) && strcmp(a->cmd, "gc") && strcmp(a->cmd, "compact")) {
+		fprintf(stderr, "dcrfs-ctl: only gc and compact take --%s\n",
+			dry ? "dry-run" : "max-depth");
 		return -1;
 	}
 	if (!strcmp(a->cmd, "gc") && !a->keep_last) {
@@ -304,6 +328,11 @@ static int ctl_index(struct ctl *c)
 		dcr_err("%s: cannot list the store: %s", c->st->url, dcr_strerror(ret));
 		return ret;
 	}
+	if ((ret = dcr_store_layout(c->st, &c->layout))) {
+		dcr_err("%s: cannot read the store's layout: %s", c->st->url,
+			dcr_strerror(ret));
+		return ret;
+	}
 	qsort(c->vs, c->nvs, sizeof(*c->vs), cmp_ver);
 	qsort(c->packs, c->npacks, sizeof(*c->packs), cmp_pack);
 	qsort(c->tags, c->ntags, sizeof(*c->tags), cmp_tag);
@@ -329,6 +358,7 @@ static void ctl_free(struct ctl *c)
 	for (size_t i = 0; i < c->ntags; i++)
 		free(c->tags[i].name);
 	free(c->tags);
+	dcr_layout_free(&c->layout);
 	dcr_store_close(c->st);
 }
 
@@ -344,17 +374,39 @@ const struct pack *pack_find(const struct ctl *c, const uint8_t h[DCR_HASH_LEN])
 	return bsearch(h, c->packs, c->npacks, sizeof(*c->packs), cmp_pack);
 }
 
-/* Version @v's manifest, fetched once; NULL (logged) if it cannot be had. */
+/* Version @v's manifest as readers read it (layout.h), fetched once;
+ * NULL (logged) if it cannot be had. */
 const struct dcr_manifest *ver_manifest(struct ctl *c, struct ver *x)
 {
 	if (x->state == 0) {
-		int ret = dcr_store_get_manifest(c->st, x->v, &x->m);
+		const struct dcr_layout_entry *e = dcr_layout_find(&c->layout, x->v);
+		int ret = dcr_store_get_encoding(c->st, &c->layout, x->v, &x->m);
 		x->state = ret ? ret : 1;
+		x->compacted = e != NULL;
+		x->lparent = e ? e->lparent : x->m.parent;
 		if (ret == -ENOENT)
-			dcr_err("%s: versions/%010" PRIu64 " vanished while reading",
-				c->st->url, x->v);
+			dcr_err("%s: %s of version %" PRIu64 " vanished while reading",
+				c->st->url, e ? "the compacted manifest" : "the manifest",
+				x->v);
 	}
 	return x->state == 1 ? &x->m : NULL;
+}
+
+int ctl_reload_layout(struct ctl *c)
+{
+	int ret;
+
+	for (size_t i = 0; i < c->nvs; i++) {
+		if (c->vs[i].state == 1)
+			dcr_manifest_free(&c->vs[i].m);
+		memset(&c->vs[i].m, 0, sizeof(c->vs[i].m));
+		c->vs[i].state = 0;
+	}
+	dcr_layout_free(&c->layout);
+	if ((ret = dcr_store_layout(c->st, &c->layout)))
+		dcr_err("%s: cannot read the store's layout: %s", c->st->url,
+			dcr_strerror(ret));
+	return ret;
 }
 
 /* Resolve "latest", a number or a tag name into a listed version. */
@@ -385,7 +437,7 @@ struct ver *resolve(struct ctl *c, const char *arg)
 
 /* ------------------------------------------------------ the scratch reader */
 
-static int ctl_reader(struct ctl *c)
+int ctl_reader(struct ctl *c)
 {
 	const char *tmp = getenv("TMPDIR");
 	int ret;
@@ -458,22 +510,21 @@ static void mstats(const struct dcr_manifest *m, struct mstats *s)
 	}
 }
 
-static const char *kind_name(const struct dcr_manifest *m, const struct mstats *s)
+/* anchor (no chunk needs another version), compacted (encoded by the
+ * layout's manifest: skip-deltas), delta. */
+static const char *kind_name(const struct ver *x, const struct mstats *s)
 {
-	return !m->parent || (!s->same && !s->delta) ? "anchor" : "delta";
+	if (!x->m.parent || (!s->same && !s->delta))
+		return "anchor";
+	return x->compacted ? "compacted" : "delta";
 }
 
-/* Bytes the version added to the store: its packs (as listed) and manifest. */
-static uint64_t stored_bytes(const struct ctl *c, const struct ver *x)
+/* Bytes the version's encoding holds in the store: its frames and its
+ * manifest object (compacted versions share packs, so packs are not
+ * counted whole). */
+static uint64_t stored_bytes(const struct ver *x, const struct mstats *s)
 {
-	uint64_t n = x->obj_size;
-
-	for (uint32_t i = 0; i < x->m.npacks; i++) {
-		const struct pack *p = pack_find(c, x->m.packs[i]);
-		if (p)
-			n += p->size;
-	}
-	return n;
+	return x->obj_size + s->frame_bytes;
 }
 
 static char *fmt_time(int64_t ns, char *buf, size_t cap)
@@ -515,11 +566,12 @@ static void print_summary_json(const struct ctl *c, const struct ver *x,
 {
 	char tm[40];
 
-	printf("\"version\": %" PRIu64 ", \"parent\": %" PRIu64 ", \"time\": \"%s\""
-	       ", \"time_ns\": %" PRId64 ", \"bytes\": %" PRIu64
+	printf("\"version\": %" PRIu64 ", \"parent\": %" PRIu64 ", \"base\": %" PRIu64
+	       ", \"time\": \"%s\", \"time_ns\": %" PRId64 ", \"bytes\": %" PRIu64
 	       ", \"stored_bytes\": %" PRIu64 ", \"kind\": \"%s\", \"tags\": ",
-	       x->v, x->m.parent, fmt_time(x->m.ctime_ns, tm, sizeof(tm)),
-	       x->m.ctime_ns, s->bytes, stored_bytes(c, x), kind_name(&x->m, s));
+	       x->v, x->lparent, dcr_manifest_needs_parent(&x->m) ? x->m.parent : 0,
+	       fmt_time(x->m.ctime_ns, tm, sizeof(tm)), x->m.ctime_ns, s->bytes,
+	       stored_bytes(x, s), kind_name(x, s));
 	print_tags(c, x->v, 1);
 }
 
@@ -533,7 +585,7 @@ static int cmd_log(struct ctl *c)
 	if (c->json)
 		fputs("[", stdout);
 	else
-		printf("%10s %10s  %-20s %10s %10s  %-6s  %s\n", "VERSION", "PARENT",
+		printf("%10s %10s  %-20s %10s %10s  %-9s  %s\n", "VERSION", "PARENT",
 		       "TIME", "BYTES", "STORED", "KIND", "TAGS");
 	for (size_t i = c->nvs; i-- > 0;) {
 		struct ver *x = &c->vs[i];
@@ -544,7 +596,7 @@ static int cmd_log(struct ctl *c)
 			continue;
 		}
 		mstats(m, &s);
-		uint64_t stored = stored_bytes(c, x);
+		uint64_t stored = stored_bytes(x, &s);
 		if (c->json) {
 			printf("%s\n  {", n++ ? "," : "");
 			print_summary_json(c, x, &s);
@@ -552,11 +604,11 @@ static int cmd_log(struct ctl *c)
 			       ", \"delta\": %" PRIu64 ", \"full\": %" PRIu64 "}}",
 			       s.files, s.same, s.delta, s.full);
 		} else {
-			printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-6s  ",
-			       x->v, m->parent, fmt_time(m->ctime_ns, tm, sizeof(tm)),
+			printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-9s  ",
+			       x->v, x->lparent, fmt_time(m->ctime_ns, tm, sizeof(tm)),
 			       dcr_format_size(s.bytes, b1, sizeof(b1)),
 			       dcr_format_size(stored, b2, sizeof(b2)),
-			       kind_name(m, &s));
+			       kind_name(x, &s));
 			print_tags(c, x->v, 0);
 			putchar('\n');
 		}
@@ -578,7 +630,7 @@ static int cmd_show(struct ctl *c, const char *arg)
 	if (!m)
 		return EXIT_FAIL;
 	mstats(m, &s);
-	uint64_t stored = stored_bytes(c, x);
+	uint64_t stored = stored_bytes(x, &s);
 	fmt_time(m->ctime_ns, tm, sizeof(tm));
 	if (c->json) {
 		putchar('{');
@@ -592,7 +644,7 @@ static int cmd_show(struct ctl *c, const char *arg)
 		fputs("], \"files\": [", stdout);
 	} else {
 		printf("version %" PRIu64 ", parent %" PRIu64 ", %s, %s, format %" PRIu32
-		       ", chunk size %s\n", x->v, m->parent, tm, kind_name(m, &s),
+		       ", chunk size %s\n", x->v, x->lparent, tm, kind_name(x, &s),
 		       m->format, dcr_format_size(m->chunk_size, b1, sizeof(b1)));
 		printf("%" PRIu64 " files, %s; %s stored in %" PRIu32 " packs; tags: ",
 		       s.files, dcr_format_size(s.bytes, b1, sizeof(b1)),
@@ -939,15 +991,6 @@ static int cmd_untag(struct ctl *c, const char *name)
 }
 
 /* Whether some chunk of @m is built on its parent's (SAME or DELTA). */
-int needs_parent(const struct dcr_manifest *m)
-{
-	for (uint32_t f = 0; f < m->nfiles; f++)
-		for (uint64_t k = 0; k < m->files[f].nchunks; k++)
-			if (m->files[f].chunks[k].kind != DCR_CK_FULL)
-				return 1;
-	return 0;
-}
-
 /* ------------------------------------------------------------------ init */
 
 /* Create the store at @url; an existing one (marked or legacy) is left
@@ -1144,6 +1187,8 @@ int main(int argc, char **argv)
 		status = cmd_untag(&c, a.pos[0]);
 	else if (!strcmp(a.cmd, "gc"))
 		status = cmd_gc(&c, &a);
+	else if (!strcmp(a.cmd, "compact"))
+		status = cmd_compact(&c, &a);
 	else
 		status = cmd_verify(&c, a.pos, a.npos, a.deep, a.quiet);
 	if (fflush(stdout) || ferror(stdout)) {

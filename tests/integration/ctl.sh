@@ -174,15 +174,29 @@ packs_of() { for v in "$@"; do gc show "$v" --json | py /dev/stdin 'print("\n".j
 
 gc gc --keep-last 2 --dry-run >"$T/gc.out"
 grep -q "would remove version 3" "$T/gc.out" || fail "gc --dry-run: $(cat "$T/gc.out")"
-grep -q "keep version 1: the chain of version 2 needs it" "$T/gc.out" ||
-	fail "gc does not report the chain it keeps: $(cat "$T/gc.out")"
+grep -q "would remove version 1" "$T/gc.out" || fail "gc --dry-run keeps version 1: $(cat "$T/gc.out")"
+# the tagged version 2 is built on 1, which goes: it is rebased (made an
+# anchor); 4 is an anchor and 5 is built on it: both stay as they are
+grep -q "would rewrite version 2: built on version 1, now on nothing" "$T/gc.out" ||
+	fail "gc does not say it rebases version 2: $(cat "$T/gc.out")"
+! grep -q "rewrite version [45]" "$T/gc.out" || fail "gc rewrites versions it need not: $(cat "$T/gc.out")"
 [ "$(versions)" = "5 4 3 2 1" ] || fail "gc --dry-run removed something: $(versions)"
+[ ! -e "$G/layouts" ] || fail "gc --dry-run published a layout"
 
-want=$(packs_of 1 2 4 5)
+digest_of() { gc show "$1" --json | py /dev/stdin 'print(" ".join(f["digest"] for f in d["files"] if f["type"] == "file"))'; }
+d2=$(digest_of 2)
+old2=$(packs_of 2)
+want=$( (packs_of 4 5; echo "$old2") | sort)
 gc gc --keep-last 2 -q >"$T/gc.out"
-[ "$(versions)" = "5 4 2 1" ] || fail "gc --keep-last 2 left $(versions), expected 5 4 2 1"
+[ "$(versions)" = "5 4 2" ] || fail "gc --keep-last 2 left $(versions), expected 5 4 2"
 [ -e "$G/packs/$(printf '%064d' 7)" ] || fail "gc deleted an orphan pack within the grace period"
-[ "$(cd "$G/packs" && ls | grep -v '^0000' | sort)" = "$want" ] || fail "gc left other packs than versions 1 2 4 5 need"
+[ "$(gc log --json | py /dev/stdin 'print([e["kind"] for e in d if e["version"] == 2][0])')" = anchor ] ||
+	fail "version 2 is not an anchor after gc: $(gc log)"
+[ "$(digest_of 2)" = "$d2" ] || fail "version 2's files changed"
+# the rebased version's frames are new; its old ones stay for the grace
+# period (a mount may still read the old layout), version 1's are gone
+[ "$(cd "$G/packs" && ls | grep -v '^0000' | sort | comm -23 - <(packs_of 2))" = "$want" ] ||
+	fail "gc left other packs than versions 2 (old and new), 4 and 5 need"
 gc verify --deep -q || fail "a kept version is broken after gc"
 gc show 5 --json >"$T/show5.json"
 [ "$(py "$T/show5.json" 'print([f["digest"] for f in d["files"] if f["path"] == "model.safetensors"][0])')" = \
@@ -194,10 +208,15 @@ gc gc --keep-last 2 --no-keep-tagged --grace 0 -q
 [ "$(versions)" = "5 4" ] || fail "gc --no-keep-tagged left $(versions)"
 [ "$(cd "$G/packs" && ls | sort)" = "$want" ] || fail "gc --grace 0 left packs no version needs"
 [ -z "$(ls "$G/tags")" ] || fail "the tag of a removed version is still there"
+[ -z "$(ls "$G/manifests")" ] || fail "gc --grace 0 left manifests no layout names: $(ls "$G/manifests")"
+[ "$(ls "$G/layouts" | wc -l)" = 1 ] || fail "gc --grace 0 left old layouts: $(ls "$G/layouts")"
 gc verify --deep -q || fail "version 4 or 5 is broken after gc"
-# only the last version, built on 4: 4 stays for its chain
-gc gc --keep-last 1 -q
-[ "$(versions)" = "5 4" ] || fail "gc --keep-last 1 removed the anchor version 5 is built on"
+# only the last version, built on 4: it becomes an anchor, 4 goes
+d5=$(digest_of 5)
+gc gc --keep-last 1 --grace 0 -q
+[ "$(versions)" = "5" ] || fail "gc --keep-last 1 left $(versions)"
+[ "$(digest_of 5)" = "$d5" ] || fail "version 5's files changed"
+gc verify --deep -q || fail "version 5 is broken after gc --keep-last 1"
 
 # --- init: a new store, once
 t "$DCRFS_CTL" --store "$T/new" init --json >"$T/init.json"

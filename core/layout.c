@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layout.c - layout generations: encoding, decoding, and reading them
+ * and the manifest objects they name from a store (see layout.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "layout.h"
+
+static const uint8_t lay_magic[8] = { 'D', 'C', 'R', 'L', 'A', 'Y', 'O', 'U' };
+#define LAY_HDR_LEN 40
+#define LAY_ENT_LEN (16 + DCR_HASH_LEN)
+/* A layout names at most every version once; bound what is fetched. */
+#define LAYOUT_OBJ_MAX ((size_t)256 << 20)
+#define MOBJ_MAX ((size_t)2 << 30)
+
+void dcr_layout_free(struct dcr_layout *l)
+{
+	if (!l)
+		return;
+	free(l->e);
+	memset(l, 0, sizeof(*l));
+}
+
+int dcr_layout_encode(const struct dcr_layout *l, struct dcr_buf *out)
+{
+	size_t start = out->len, n = LAY_HDR_LEN + l->n * LAY_ENT_LEN;
+	uint8_t *p;
+	int ret;
+
+	for (size_t i = 0; i < l->n; i++)
+		if ((i && l->e[i].version <= l->e[i - 1].version) ||
+		    !l->e[i].version || l->e[i].version > DCR_VERSION_MAX ||
+		    l->e[i].lparent >= l->e[i].version)
+			return DCR_ERR(-EINVAL);
+	if ((ret = dcr_buf_reserve(out, start + n + DCR_HASH_LEN)))
+		return ret;
+	p = out->data + start;
+	memcpy(p, lay_magic, 8);
+	dcr_put_le32(p + 8, DCR_LAYOUT_FORMAT);
+	dcr_put_le32(p + 12, 0);
+	dcr_put_le64(p + 16, l->gen);
+	dcr_put_le64(p + 24, (uint64_t)l->ctime_ns);
+	dcr_put_le64(p + 32, l->n);
+	for (size_t i = 0; i < l->n; i++) {
+		uint8_t *q = p + LAY_HDR_LEN + i * LAY_ENT_LEN;
+		dcr_put_le64(q, l->e[i].version);
+		dcr_put_le64(q + 8, l->e[i].lparent);
+		memcpy(q + 16, l->e[i].mhash, DCR_HASH_LEN);
+	}
+	dcr_sha256(p, n, p + n);
+	out->len = start + n + DCR_HASH_LEN;
+	return 0;
+}
+
+int dcr_layout_decode(const void *data, size_t len, struct dcr_layout *l)
+{
+	const uint8_t *p = data;
+	uint8_t h[DCR_HASH_LEN];
+	uint64_t n;
+
+	memset(l, 0, sizeof(*l));
+	if (len < LAY_HDR_LEN + DCR_HASH_LEN || memcmp(p, lay_magic, 8) ||
+	    dcr_get_le32(p + 8) != DCR_LAYOUT_FORMAT || dcr_get_le32(p + 12))
+		return DCR_ERR(-EBADMSG);
+	n = dcr_get_le64(p + 32);
+	if (n > (len - LAY_HDR_LEN - DCR_HASH_LEN) / LAY_ENT_LEN ||
+	    len != LAY_HDR_LEN + n * LAY_ENT_LEN + DCR_HASH_LEN)
+		return DCR_ERR(-EBADMSG);
+	dcr_sha256(p, len - DCR_HASH_LEN, h);
+	if (!dcr_hash_eq(h, p + len - DCR_HASH_LEN))
+		return DCR_ERR(-EBADMSG);
+	l->gen = dcr_get_le64(p + 16);
+	l->ctime_ns = (int64_t)dcr_get_le64(p + 24);
+	if (!l->gen || l->gen > DCR_VERSION_MAX)
+		return DCR_ERR(-EBADMSG);
+	if (n && !(l->e = calloc(n, sizeof(*l->e))))
+		return -ENOMEM;
+	l->n = n;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *q = p + LAY_HDR_LEN + i * LAY_ENT_LEN;
+		struct dcr_layout_entry *e = &l->e[i];
+		e->version = dcr_get_le64(q);
+		e->lparent = dcr_get_le64(q + 8);
+		memcpy(e->mhash, q + 16, DCR_HASH_LEN);
+		if (!e->version || e->version > DCR_VERSION_MAX ||
+		    e->lparent >= e->version ||
+		    (i && e->version <= l->e[i - 1].version)) {
+			dcr_layout_free(l);
+			return DCR_ERR(-EBADMSG);
+		}
+	}
+	return 0;
+}
+
+const struct dcr_layout_entry *dcr_layout_find(const struct dcr_layout *l,
+					       uint64_t v)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (l->e[mid].version < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < l->n && l->e[lo].version == v ? &l->e[lo] : NULL;
+}
+
+void dcr_layout_key(uint64_t gen, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "layouts/%010" PRIu64, gen);
+}
+
+int dcr_layout_gen_from_key(const char *key, uint64_t *gen)
+{
+	return dcr_key_number(key, "layouts/", gen);
+}
+
+void dcr_mobj_key(const uint8_t h[DCR_HASH_LEN], char *buf, size_t cap)
+{
+	char hex[DCR_HASH_HEX_LEN + 1];
+
+	dcr_hash_hex(h, hex);
+	snprintf(buf, cap, "manifests/%s", hex);
+}
+
+int dcr_mobj_from_key(const char *key, uint8_t h[DCR_HASH_LEN])
+{
+	if (!strncmp(key, "manifests/", 10))
+		key += 10;
+	if (strlen(key) != DCR_HASH_HEX_LEN || dcr_hash_unhex(key, h))
+		return -EINVAL;
+	return 0;
+}
+
+static int max_gen_cb(const char *key, const struct dcr_obj_info *info,
+		      void *arg)
+{
+	uint64_t *max = arg, g;
+
+	(void)info;
+	if (dcr_layout_gen_from_key(key, &g) == 0 && g > *max)
+		*max = g;
+	return 0;
+}
+
+int dcr_store_get_layout(struct dcr_store *st, uint64_t gen,
+			 struct dcr_layout *l)
+{
+	char key[64];
+	struct dcr_buf b;
+	int ret;
+
+	memset(l, 0, sizeof(*l));
+	dcr_layout_key(gen, key, sizeof(key));
+	dcr_buf_init(&b, LAYOUT_OBJ_MAX);
+	ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
+	if (!ret) {
+		ret = dcr_layout_decode(b.data, b.len, l);
+		if (!ret && l->gen != gen) {
+			dcr_layout_free(l);
+			ret = DCR_ERR(-EBADMSG);
+		}
+		if (ret == -EBADMSG)
+			dcr_err("%s: layout %s is corrupt or invalid", st->url, key);
+	}
+	dcr_buf_free(&b);
+	return ret;
+}
+
+int dcr_store_layout(struct dcr_store *st, struct dcr_layout *l)
+{
+	uint64_t gen = 0;
+	int ret;
+
+	memset(l, 0, sizeof(*l));
+	ret = dcr_store_list(st, "layouts/", max_gen_cb, &gen);
+	if (ret == -ENOENT || (!ret && !gen))
+		return 0;
+	if (ret)
+		return ret;
+	/* A newer generation may land meanwhile; this one stays valid. */
+	return dcr_store_get_layout(st, gen, l);
+}
+
+int dcr_store_get_mobj(struct dcr_store *st, const uint8_t h[DCR_HASH_LEN],
+		       uint64_t v, struct dcr_manifest *m)
+{
+	char key[96];
+	uint8_t got[DCR_HASH_LEN];
+	struct dcr_buf b;
+	int ret;
+
+	memset(m, 0, sizeof(*m));
+	dcr_mobj_key(h, key, sizeof(key));
+	dcr_buf_init(&b, MOBJ_MAX);
+	ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
+	if (ret) {
+		if (ret != -ENOENT)
+			dcr_err("%s: cannot read %s: %s", st->url, key,
+				dcr_strerror(ret));
+		goto out;
+	}
+	dcr_sha256(b.data, b.len, got);
+	if (!dcr_hash_eq(got, h)) {
+		dcr_err("%s: %s does not hash to its name", st->url, key);
+		ret = DCR_ERR(-EBADMSG);
+		goto out;
+	}
+	ret = dcr_manifest_decode(b.data, b.len, m);
+	if (ret) {
+		dcr_err("%s: manifest %s is corrupt or invalid (%s)", st->url,
+			key, dcr_strerror(ret));
+	} else if (m->version != v) {
+		dcr_err("%s: manifest %s claims to be version %" PRIu64
+			", the layout says %" PRIu64, st->url, key, m->version, v);
+		dcr_manifest_free(m);
+		memset(m, 0, sizeof(*m));
+		ret = DCR_ERR(-EBADMSG);
+	}
+out:
+	dcr_buf_free(&b);
+	return ret;
+}
+
+int dcr_store_get_encoding(struct dcr_store *st, const struct dcr_layout *l,
+			   uint64_t v, struct dcr_manifest *m)
+{
+	const struct dcr_layout_entry *e = l ? dcr_layout_find(l, v) : NULL;
+
+	return e ? dcr_store_get_mobj(st, e->mhash, v, m)
+		 : dcr_store_get_manifest(st, v, m);
+}

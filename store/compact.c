@@ -1,0 +1,507 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * compact.c - skip-delta re-encoding of a store's versions (compact.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chunk.h"
+#include "common.h"
+#include "compact.h"
+#include "frame.h"
+#include "hash.h"
+#include "manifest.h"
+#include "safetensors.h"
+
+#define PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
+
+struct cver {
+	uint64_t v;
+	struct dcr_manifest o;  /* versions/<n>: content and lineage */
+	bool kept;
+	uint64_t eb;            /* current encoding base (0: none) */
+	uint64_t tb;            /* target base (0: anchor) */
+	unsigned dep_before, dep_after;
+	bool rewrite;
+	struct dcr_manifest nm; /* the new encoding; chunk packs are pack
+				   sequence numbers until finish() */
+	uint8_t mhash[DCR_HASH_LEN];
+};
+
+struct cpack {
+	uint8_t h[DCR_HASH_LEN];
+};
+
+struct cctx {
+	struct dcr_store *st;
+	struct dcr_reader *r;
+	const struct dcr_compact_opts *o;
+	struct dcr_compact_stats *s;
+	struct cver *vs;
+	size_t n, cap;
+	/* packs */
+	struct dcr_buf pack;     /* the open pack */
+	struct cpack *packs;     /* sealed, by sequence number */
+	size_t npacks, cap_packs;
+	/* scratch */
+	struct dcr_codec *codec;
+	struct dcr_buf frame;
+	uint8_t *buf, *bbuf, *chk;
+};
+
+static int list_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct cctx *c = arg;
+	uint64_t v;
+
+	(void)info;
+	if (dcr_version_from_key(key, &v))
+		return 0;
+	if (dcr_array_grow(&c->vs, sizeof(*c->vs), c->n, &c->cap))
+		return -ENOMEM;
+	memset(&c->vs[c->n], 0, sizeof(c->vs[0]));
+	c->vs[c->n++].v = v;
+	return 0;
+}
+
+static int cmp_cver(const void *a, const void *b)
+{
+	const struct cver *x = a, *y = b;
+
+	return x->v < y->v ? -1 : x->v > y->v;
+}
+
+static struct cver *find(struct cctx *c, uint64_t v)
+{
+	struct cver key = { .v = v };
+
+	return v ? bsearch(&key, c->vs, c->n, sizeof(*c->vs), cmp_cver) : NULL;
+}
+
+static bool in_keep(const struct dcr_compact_opts *o, uint64_t v)
+{
+	size_t lo = 0, hi = o->nkeep;
+
+	if (!o->keep)
+		return true;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (o->keep[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < o->nkeep && o->keep[lo] == v;
+}
+
+/* The nearest kept logical ancestor of @x (NULL: @x is a root). */
+static struct cver *kept_parent(struct cctx *c, const struct cver *x)
+{
+	struct cver *p = find(c, x->o.parent);
+
+	while (p && !p->kept)
+		p = find(c, p->o.parent);
+	return p;
+}
+
+/* Load every version's manifest and current encoding base. */
+static int load(struct cctx *c, const struct dcr_layout *l)
+{
+	int ret = dcr_store_list(c->st, "versions/", list_cb, c);
+
+	if (ret && ret != -ENOENT) {
+		dcr_err("%s: cannot list versions: %s", c->st->url, dcr_strerror(ret));
+		return ret;
+	}
+	qsort(c->vs, c->n, sizeof(*c->vs), cmp_cver);
+	for (size_t i = 0; i < c->n; i++) {
+		struct cver *x = &c->vs[i];
+		x->kept = in_keep(c->o, x->v);
+		if ((ret = dcr_store_get_manifest(c->st, x->v, &x->o)))
+			return ret; /* logged */
+		const struct dcr_layout_entry *e = dcr_layout_find(l, x->v);
+		if (e) {
+			struct dcr_manifest em;
+			if ((ret = dcr_store_get_mobj(c->st, e->mhash, x->v, &em)))
+				return ret; /* logged */
+			x->eb = dcr_manifest_needs_parent(&em) ? em.parent : 0;
+			dcr_manifest_free(&em);
+		} else {
+			x->eb = dcr_manifest_needs_parent(&x->o) ? x->o.parent : 0;
+		}
+		struct cver *b = find(c, x->eb);
+		x->dep_before = x->eb ? (b ? b->dep_before : 0) + 1 : 1;
+		c->s->depth_before = DCR_MAX(c->s->depth_before, x->dep_before);
+	}
+	return 0;
+}
+
+/* Choose every kept version's target base (see compact.h). */
+static void plan(struct cctx *c, unsigned k)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		struct cver *x = &c->vs[i], *a, *p;
+		if (!x->kept)
+			continue;
+		c->s->versions++;
+		p = kept_parent(c, x);
+		/* a version encoded as an anchor (the committer's --full, an
+		 * earlier compaction's) stays one: a root of its own */
+		if (!p || k == 1 || !x->eb) {
+			x->tb = 0;
+			x->dep_after = 1;
+		} else {
+			uint64_t t = x->v;
+			do
+				t &= t - 1;
+			while (t && (unsigned)__builtin_popcountll(t) + 2 > k);
+			/* the nearest kept ancestor numbered <= t, or the
+			 * nearest anchor on the way */
+			for (a = p; a->v > t && a->dep_after > 1; a = p) {
+				p = kept_parent(c, a);
+				if (!p)
+					break;
+			}
+			/* down the encoding chain until the depth fits */
+			while (a->dep_after + 1 > k)
+				a = find(c, a->tb);
+			x->tb = a->v;
+			x->dep_after = a->dep_after + 1;
+		}
+		x->rewrite = x->eb != x->tb;
+		c->s->depth_after = DCR_MAX(c->s->depth_after, x->dep_after);
+	}
+}
+
+/* Seal the open pack: name it, upload it, give it a sequence number. */
+static int seal(struct cctx *c)
+{
+	char key[128];
+	int ret;
+
+	if (!c->pack.len)
+		return 0;
+	if (dcr_array_grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
+		return -ENOMEM;
+	dcr_sha256(c->pack.data, c->pack.len, c->packs[c->npacks].h);
+	dcr_pack_key(c->packs[c->npacks].h, key, sizeof(key));
+	ret = dcr_store_put(c->st, key, c->pack.data, c->pack.len, 0);
+	if (ret) {
+		dcr_err("%s: cannot upload %s: %s", c->st->url, key, dcr_strerror(ret));
+		return ret;
+	}
+	c->s->bytes += c->pack.len;
+	c->npacks++;
+	c->pack.len = 0;
+	return 0;
+}
+
+/* Bytes [off, off + len) of file @fi of version @v, through the reader. */
+static int read_chunk(struct cctx *c, uint64_t v, uint32_t fi, uint64_t off,
+		      uint8_t *dst, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t n = dcr_reader_read(c->r, v, fi + 1, off + done,
+					    dst + done, len - done);
+		if (n <= 0) {
+			int ret = n < 0 ? (int)n : DCR_ERR(-EIO);
+			dcr_err("%s: cannot materialize version %" PRIu64
+				" at %" PRIu64 ": %s", c->st->url, v, off,
+				dcr_strerror(ret));
+			return ret;
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/* The element regions of file @fi of version @v, if it is safetensors. */
+static void regions(struct cctx *c, uint64_t v, uint32_t fi, uint64_t size,
+		    struct dcr_regions *out)
+{
+	uint8_t head[8];
+	size_t need;
+	uint8_t *p;
+
+	memset(out, 0, sizeof(*out));
+	if (size < 8 || read_chunk(c, v, fi, 0, head, 8) ||
+	    dcr_safetensors_prefix_len(head, 8, size, &need) ||
+	    !(p = malloc(need)))
+		return;
+	if (!read_chunk(c, v, fi, 0, p, need))
+		dcr_safetensors_regions(p, need, size, out);
+	free(p);
+}
+
+/* Encode chunk @k of file @fi of @x against @bf of @b (NULL: full). */
+static int encode_chunk(struct cctx *c, struct cver *x, uint32_t fi,
+			const struct dcr_regions *rg, struct cver *b,
+			int64_t bfi, uint64_t k, struct dcr_chunk_ref *ref)
+{
+	const struct dcr_file *f = &x->o.files[fi];
+	uint32_t cs = x->o.chunk_size;
+	uint64_t off = k * cs;
+	size_t len = (size_t)dcr_chunk_len(f->size, cs, k);
+	struct dcr_elem_hint hint = dcr_regions_hint(rg, off);
+	int kind, ret;
+
+	*ref = f->chunks[k]; /* hash and check value: the content's */
+	if (bfi >= 0 && dcr_hash_eq(f->chunks[k].hash, b->o.files[bfi].chunks[k].hash)) {
+		ref->kind = DCR_CK_SAME;
+		ref->pack = 0;
+		ref->off = 0;
+		ref->len = 0;
+		memset(ref->fhash, 0, DCR_HASH_LEN);
+		c->s->same++;
+		return 0;
+	}
+	if ((ret = read_chunk(c, x->v, fi, off, c->buf, len)) ||
+	    (bfi >= 0 && (ret = read_chunk(c, b->v, (uint32_t)bfi, off, c->bbuf, len))))
+		return ret;
+	c->frame.len = 0;
+	ret = dcr_frame_encode2(c->codec, c->buf, bfi >= 0 ? c->bbuf : NULL, len,
+				&hint, &c->frame, &kind);
+	if (ret) {
+		dcr_err("cannot encode chunk %" PRIu64 " of %s (version %" PRIu64
+			"): %s", k, f->path, x->v, dcr_strerror(ret));
+		return ret;
+	}
+	/* The decode check: the frame on its base must give the chunk. */
+	if (kind == DCR_FRAME_DELTA)
+		memcpy(c->chk, c->bbuf, len);
+	if (dcr_frame_apply(c->codec, c->frame.data, c->frame.len, c->chk, len) ||
+	    memcmp(c->chk, c->buf, len)) {
+		dcr_err("chunk %" PRIu64 " of %s (version %" PRIu64 ") does not "
+			"decode back to its bytes: nothing published", k, f->path, x->v);
+		return DCR_ERR(-EIO);
+	}
+	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
+	ref->pack = (uint32_t)c->npacks; /* a sequence number for now */
+	ref->off = c->pack.len;
+	ref->len = (uint32_t)c->frame.len;
+	if (x->o.format >= 2)
+		dcr_sha256(c->frame.data, c->frame.len, ref->fhash);
+	else
+		memset(ref->fhash, 0, DCR_HASH_LEN);
+	if (ref->kind == DCR_CK_DELTA)
+		c->s->delta++;
+	else
+		c->s->full++;
+	if ((ret = dcr_buf_append(&c->pack, c->frame.data, c->frame.len)))
+		return ret;
+	return c->pack.len >= (c->o->pack_target ? c->o->pack_target : PACK_TARGET_DEFAULT)
+		       ? seal(c) : 0;
+}
+
+/* Build @x's new encoding against its target base. */
+static int rewrite(struct cctx *c, struct cver *x)
+{
+	struct cver *b = find(c, x->tb);
+	struct dcr_manifest *m = &x->nm;
+	int ret = 0;
+
+	*m = x->o;
+	m->parent = x->tb;
+	m->npacks = 0;
+	m->packs = NULL;
+	if (!(m->files = calloc(x->o.nfiles ? x->o.nfiles : 1, sizeof(*m->files))))
+		return -ENOMEM;
+	for (uint32_t fi = 0; fi < x->o.nfiles; fi++) {
+		const struct dcr_file *f = &x->o.files[fi];
+		struct dcr_file *g = &m->files[fi];
+		*g = *f;
+		g->chunks = NULL;
+		g->base = DCR_NO_BASE;
+		if (!(g->path = strdup(f->path)))
+			return -ENOMEM;
+		if (f->type != DCR_FT_REG)
+			continue;
+		if (f->nchunks && !(g->chunks = calloc(f->nchunks, sizeof(*g->chunks))))
+			return -ENOMEM;
+		int64_t bfi = -1;
+		if (b && b->o.chunk_size == x->o.chunk_size) {
+			bfi = dcr_manifest_find(&b->o, f->path);
+			if (bfi >= 0 && (b->o.files[bfi].type != DCR_FT_REG ||
+					 b->o.files[bfi].size != f->size))
+				bfi = -1;
+		}
+		g->base = bfi >= 0 ? (uint32_t)bfi : DCR_NO_BASE;
+		struct dcr_regions rg;
+		regions(c, x->v, fi, f->size, &rg);
+		for (uint64_t k = 0; k < f->nchunks && !ret; k++)
+			ret = encode_chunk(c, x, fi, &rg, b, bfi, k, &g->chunks[k]);
+		dcr_regions_free(&rg);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * Map @m's pack sequence numbers to a pack table of its own, then
+ * encode it and upload it as manifests/<hash>.
+ */
+static int finish(struct cctx *c, struct cver *x)
+{
+	struct dcr_manifest *m = &x->nm;
+	uint32_t *map = calloc(c->npacks ? c->npacks : 1, sizeof(*map));
+	struct dcr_buf b;
+	char key[128];
+	int ret = -ENOMEM;
+
+	dcr_buf_init(&b, SIZE_MAX);
+	if (!map)
+		goto out;
+	for (uint32_t fi = 0; fi < m->nfiles; fi++)
+		for (uint64_t k = 0; k < m->files[fi].nchunks; k++) {
+			struct dcr_chunk_ref *ref = &m->files[fi].chunks[k];
+			if (ref->kind != DCR_CK_SAME && !map[ref->pack])
+				map[ref->pack] = ++m->npacks;
+		}
+	if (m->npacks && !(m->packs = calloc(m->npacks, DCR_HASH_LEN)))
+		goto out;
+	for (size_t i = 0; i < c->npacks; i++)
+		if (map[i])
+			memcpy(m->packs[map[i] - 1], c->packs[i].h, DCR_HASH_LEN);
+	for (uint32_t fi = 0; fi < m->nfiles; fi++)
+		for (uint64_t k = 0; k < m->files[fi].nchunks; k++) {
+			struct dcr_chunk_ref *ref = &m->files[fi].chunks[k];
+			if (ref->kind != DCR_CK_SAME)
+				ref->pack = map[ref->pack] - 1;
+		}
+	if ((ret = dcr_manifest_validate(m)) || (ret = dcr_manifest_encode(m, &b))) {
+		dcr_err("version %" PRIu64 ": the compacted manifest is invalid: %s",
+			x->v, dcr_strerror(ret));
+		goto out;
+	}
+	dcr_sha256(b.data, b.len, x->mhash);
+	dcr_mobj_key(x->mhash, key, sizeof(key));
+	ret = dcr_store_put(c->st, key, b.data, b.len, 0);
+	if (ret)
+		dcr_err("%s: cannot upload %s: %s", c->st->url, key, dcr_strerror(ret));
+	else
+		c->s->bytes += b.len;
+out:
+	free(map);
+	dcr_buf_free(&b);
+	return ret;
+}
+
+/* The new generation: rewritten versions, and the kept old entries. */
+static int publish(struct cctx *c, const struct dcr_layout *l)
+{
+	struct dcr_layout nl = { .gen = l->gen + 1, .ctime_ns = dcr_now_ns() };
+	bool changed = false;
+	struct dcr_buf b;
+	char key[64];
+	int ret;
+
+	if (!(nl.e = calloc(c->n ? c->n : 1, sizeof(*nl.e))))
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n; i++) {
+		struct cver *x = &c->vs[i];
+		const struct dcr_layout_entry *e = dcr_layout_find(l, x->v);
+		if (!x->kept) {
+			changed |= e != NULL;
+			continue;
+		}
+		if (x->rewrite) {
+			struct dcr_layout_entry *ne = &nl.e[nl.n++];
+			ne->version = x->v;
+			ne->lparent = x->o.parent;
+			memcpy(ne->mhash, x->mhash, DCR_HASH_LEN);
+			changed = true;
+		} else if (e) {
+			nl.e[nl.n++] = *e;
+		}
+	}
+	/* entries of versions no longer listed are dropped too */
+	for (size_t i = 0; i < l->n; i++)
+		changed |= !find(c, l->e[i].version);
+	ret = 0;
+	if (!changed)
+		goto out;
+	dcr_buf_init(&b, SIZE_MAX);
+	ret = dcr_layout_encode(&nl, &b);
+	dcr_layout_key(nl.gen, key, sizeof(key));
+	if (!ret)
+		ret = dcr_store_put(c->st, key, b.data, b.len, DCR_PUT_IF_ABSENT);
+	if (ret == -EEXIST)
+		dcr_err("%s: %s was published by another compaction or gc meanwhile: "
+			"nothing of this one is used; run it again", c->st->url, key);
+	else if (ret)
+		dcr_err("%s: cannot publish %s: %s", c->st->url, key, dcr_strerror(ret));
+	else
+		c->s->gen = nl.gen;
+	c->s->bytes += ret ? 0 : b.len;
+	dcr_buf_free(&b);
+out:
+	free(nl.e);
+	return ret;
+}
+
+int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
+		const struct dcr_layout *l, const struct dcr_compact_opts *o,
+		struct dcr_compact_stats *s)
+{
+	unsigned k = o->max_depth ? o->max_depth : DCR_COMPACT_DEPTH_DEFAULT;
+	struct cctx c = { .st = st, .r = r, .o = o, .s = s };
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	dcr_buf_init(&c.pack, SIZE_MAX);
+	dcr_buf_init(&c.frame, SIZE_MAX);
+	if ((ret = load(&c, l)))
+		goto out;
+	plan(&c, k);
+	if (!o->dry_run) {
+		ret = -ENOMEM;
+		c.codec = dcr_codec_new(0);
+		c.buf = malloc(DCR_CHUNK_MAX);
+		c.bbuf = malloc(DCR_CHUNK_MAX);
+		c.chk = malloc(DCR_CHUNK_MAX);
+		if (!c.codec || !c.buf || !c.bbuf || !c.chk)
+			goto out;
+		ret = 0;
+	}
+	for (size_t i = 0; i < c.n && !ret; i++) {
+		struct cver *x = &c.vs[i];
+		if (!x->kept)
+			continue;
+		if (x->rewrite && !o->dry_run)
+			ret = rewrite(&c, x);
+		s->rewritten += x->rewrite;
+		if (!ret && o->report)
+			o->report(o->arg, x->v, x->eb, x->tb, x->dep_after, x->rewrite);
+	}
+	if (ret || o->dry_run)
+		goto out;
+	if ((ret = seal(&c)))
+		goto out;
+	for (size_t i = 0; i < c.n && !ret; i++)
+		if (c.vs[i].kept && c.vs[i].rewrite)
+			ret = finish(&c, &c.vs[i]);
+	if (!ret)
+		ret = publish(&c, l);
+out:
+	for (size_t i = 0; i < c.n; i++) {
+		dcr_manifest_free(&c.vs[i].o);
+		/* nm shares nothing with o: every path and array is its own */
+		if (c.vs[i].nm.files)
+			dcr_manifest_free(&c.vs[i].nm);
+	}
+	free(c.vs);
+	free(c.packs);
+	dcr_buf_free(&c.pack);
+	dcr_buf_free(&c.frame);
+	dcr_codec_free(c.codec);
+	free(c.buf);
+	free(c.bbuf);
+	free(c.chk);
+	return ret;
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * compact.h - re-encode a store's versions so that every kept version
+ * materializes from an anchor with at most K frames per chunk, without
+ * the trainer uploading anything (DESIGN.md section 7a; layout.h says
+ * what is published and how readers find it).
+ *
+ * The shape: skip-deltas over version numbers. A version v that is not
+ * the root of its (kept) lineage is encoded against the ancestor whose
+ * number is v with its lowest set bits cleared (SVN's skip-deltas), so
+ * a chunk of v is the base chunk plus one frame and depths grow with the
+ * number of set bits, not with history; the base is moved further down
+ * the encoding chain when that would exceed K. The root of a lineage
+ * (no kept ancestor: the first version, or the oldest one gc keeps) is
+ * made an anchor: every chunk a full frame; a version that is an anchor
+ * already (dcrfs-commit --full) stays one. A version already encoded
+ * against its target base is left alone, so compacting again after more
+ * commits costs only the new versions, and retention that keeps the
+ * oldest kept version stable does not rewrite the rest.
+ *
+ * Every rewritten chunk is materialized through a reader (verified as
+ * any read is), its base chunk too, encoded with the committer's codec
+ * (element hints from the safetensors header), and decoded back onto the
+ * base and compared before it is packed: nothing is published that does
+ * not decode to the committed bytes. XOR frames could be folded without
+ * materializing; ADD-mode frames cannot, and re-encoding both the same
+ * way keeps one path (the cost is one materialization per rewritten
+ * version, against the reader's cache).
+ *
+ * Publishing: packs (content-addressed), then manifests/<hash> objects,
+ * then layouts/<gen+1> created only-if-absent. A racing compaction or
+ * gc that published the same generation first makes this one fail with
+ * -EEXIST (nothing it uploaded is named; gc collects it after the grace
+ * period). Nothing is deleted here: gc removes what no layout needs.
+ *
+ * Single-threaded per call (the reader fetches on its own threads).
+ */
+#ifndef DCR_COMPACT_H
+#define DCR_COMPACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "objstore.h"
+#include "reader.h"
+
+#define DCR_COMPACT_DEPTH_DEFAULT 8
+
+struct dcr_compact_opts {
+	unsigned max_depth;   /* K >= 1 frames per chunk; 0 = default (8) */
+	/* Versions to keep, ascending (gc): the others are left out of the
+	 * lineages and of the new layout; NULL = every listed version. */
+	const uint64_t *keep;
+	size_t nkeep;
+	int dry_run;          /* plan and report; upload nothing */
+	uint64_t pack_target; /* 0 = 64 MiB */
+	/* Called once per version considered (may be NULL). */
+	void (*report)(void *arg, uint64_t v, uint64_t old_base,
+		       uint64_t new_base, unsigned depth, int rewritten);
+	void *arg;
+};
+
+struct dcr_compact_stats {
+	uint64_t gen;          /* generation published (0: none needed) */
+	size_t versions;       /* considered */
+	size_t rewritten;
+	uint64_t same, delta, full; /* chunks of the rewritten versions */
+	uint64_t bytes;        /* packs and manifests written */
+	unsigned depth_before, depth_after; /* deepest version, in frames */
+};
+
+/**
+ * dcr_compact - compact store @st, materializing through reader @r (a
+ * reader of @st, refreshed, with a cache large enough for a version and
+ * its bases; the caller owns both). @l is the store's current layout
+ * (dcr_store_layout). Returns 0 and fills @s; -EEXIST if another
+ * generation was published meanwhile (run again); other -errno, logged.
+ */
+int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
+		const struct dcr_layout *l, const struct dcr_compact_opts *o,
+		struct dcr_compact_stats *s);
+
+#endif /* DCR_COMPACT_H */

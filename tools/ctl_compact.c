@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl_compact.c - dcrfs-ctl compact: re-encode the store's versions as
+ * skip-deltas of bounded depth (store/compact.h), and the same rebasing
+ * for gc (see ctl.h, dcrfs-ctl(8)).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.h"
+#include "ctl.h"
+
+struct report {
+	const struct args *a;
+	int json;
+};
+
+static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
+		   unsigned depth, int rewritten)
+{
+	struct report *rp = arg;
+	char ob[32], nb[32];
+
+	if (!rewritten || rp->json)
+		return;
+	snprintf(ob, sizeof(ob), old_base ? "version %" PRIu64 : "nothing", old_base);
+	snprintf(nb, sizeof(nb), new_base ? "version %" PRIu64 : "nothing (an anchor)",
+		 new_base);
+	printf("%s%s version %" PRIu64 ": built on %s, now on %s (at most %u frames per chunk)\n",
+	       rp->a->dry_run ? "would " : "", rp->a->dry_run ? "rewrite" : "rewrote", v,
+	       ob, nb, depth);
+	fflush(stdout);
+}
+
+int ctl_compact(struct ctl *c, const struct args *a, const uint64_t *keep,
+		size_t nkeep, struct dcr_compact_stats *s)
+{
+	struct report rp = { .a = a, .json = c->json };
+	struct dcr_compact_opts o = {
+		.max_depth = a->max_depth, .keep = keep, .nkeep = nkeep,
+		.dry_run = a->dry_run, .report = report, .arg = &rp,
+	};
+	int ret;
+
+	if (!a->dry_run && (ret = ctl_reader(c)))
+		return ret;
+	ret = dcr_compact(c->st, c->r, &c->layout, &o, s);
+	if (ret)
+		return ret;
+	return s->gen ? ctl_reload_layout(c) : 0;
+}
+
+int cmd_compact(struct ctl *c, const struct args *a)
+{
+	struct dcr_compact_stats s;
+	char b[32];
+
+	if (ctl_compact(c, a, NULL, 0, &s))
+		return EXIT_FAIL;
+	if (c->json) {
+		printf("{\"generation\": %" PRIu64 ", \"dry_run\": %s, \"versions\": %zu"
+		       ", \"rewritten\": %zu, \"chunks\": {\"same\": %" PRIu64
+		       ", \"delta\": %" PRIu64 ", \"full\": %" PRIu64 "}"
+		       ", \"bytes_written\": %" PRIu64 ", \"depth_before\": %u"
+		       ", \"depth_after\": %u}\n",
+		       s.gen, a->dry_run ? "true" : "false", s.versions, s.rewritten,
+		       s.same, s.delta, s.full, s.bytes, s.depth_before, s.depth_after);
+	} else if (!a->quiet) {
+		if (a->dry_run)
+			dcr_info("dry run: %zu of %zu versions would be rewritten; deepest "
+				 "version %u frames per chunk now, %u after", s.rewritten,
+				 s.versions, s.depth_before, s.depth_after);
+		else if (!s.gen)
+			dcr_info("nothing to do: every version is at most %u frames per "
+				 "chunk deep", s.depth_after);
+		else
+			dcr_info("layout generation %" PRIu64 " published: %zu of %zu versions "
+				 "rewritten (%" PRIu64 " chunks same, %" PRIu64 " delta, %" PRIu64
+				 " full; %s written); deepest version %u frames per chunk, "
+				 "was %u. dcrfs-ctl gc collects what the old layout used.",
+				 s.gen, s.rewritten, s.versions, s.same, s.delta, s.full,
+				 dcr_format_size(s.bytes, b, sizeof(b)), s.depth_after,
+				 s.depth_before);
+	}
+	return 0;
+}
