@@ -14,6 +14,7 @@
 #include "chunk.h"
 #include "frame.h"
 #include "common.h"
+#include "layout.h"
 #include "manifest.h"
 
 static void set_file(struct dcr_file *f, const char *path, int type,
@@ -421,6 +422,113 @@ static void test_version_cap(void **state)
 	assert_int_equal(dcr_version_from_key("9999999999", &v), -EINVAL);
 }
 
+/* A compacted manifest: same content, other encoding; anything else differs. */
+static void test_same_content(void **state)
+{
+	struct dcr_manifest a, b;
+
+	build(&a);
+	build(&b);
+	assert_true(dcr_manifest_same_content(&a, &b));
+	/* the encoding may change: parent, kinds, packs, frame hashes */
+	b.parent = 1;
+	b.files[2].chunks[1].kind = DCR_CK_FULL;
+	b.files[2].chunks[1].pack = 0;
+	b.files[2].chunks[1].off = 99;
+	b.files[2].chunks[1].fhash[3] ^= 1;
+	b.files[2].base = DCR_NO_BASE;
+	assert_true(dcr_manifest_same_content(&a, &b));
+	/* the content may not */
+	b.files[2].chunks[1].hash[0] ^= 1;
+	assert_false(dcr_manifest_same_content(&a, &b));
+	b.files[2].chunks[1].hash[0] ^= 1;
+	b.files[2].chunks[1].xxh[0] ^= 1;
+	assert_false(dcr_manifest_same_content(&a, &b));
+	b.files[2].chunks[1].xxh[0] ^= 1;
+	b.files[2].sha256[7] ^= 1;
+	assert_false(dcr_manifest_same_content(&a, &b));
+	b.files[2].sha256[7] ^= 1;
+	b.files[1].mode ^= 1;
+	assert_false(dcr_manifest_same_content(&a, &b));
+	b.files[1].mode ^= 1;
+	b.version++;
+	assert_false(dcr_manifest_same_content(&a, &b));
+	b.version--;
+	b.ctime_ns++;
+	assert_false(dcr_manifest_same_content(&a, &b));
+	b.ctime_ns--;
+	assert_true(dcr_manifest_same_content(&a, &b));
+	dcr_manifest_free(&a);
+	dcr_manifest_free(&b);
+}
+
+/* Layout generations: round trip, lookup, and hostile bytes. */
+static void test_layout(void **state)
+{
+	struct dcr_layout_entry e[3] = {
+		{ .version = 4, .lparent = 3 },
+		{ .version = 8, .lparent = 7 },
+		{ .version = 40, .lparent = 39 },
+	};
+	struct dcr_layout l = { .gen = 2, .ctime_ns = 1234, .n = 3, .e = e }, d;
+	struct dcr_buf b;
+	uint64_t g;
+	uint8_t h[DCR_HASH_LEN];
+	char k[128];
+
+	for (int i = 0; i < 3; i++)
+		memset(e[i].mhash, 0x10 + i, DCR_HASH_LEN);
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_layout_encode(&l, &b), 0);
+	assert_int_equal(b.len, 40 + 3 * 48 + 32);
+	assert_int_equal(dcr_layout_decode(b.data, b.len, &d), 0);
+	assert_true(d.gen == 2 && d.ctime_ns == 1234 && d.n == 3);
+	assert_memory_equal(d.e, e, sizeof(e));
+	assert_non_null(dcr_layout_find(&d, 8));
+	assert_true(dcr_layout_find(&d, 40)->lparent == 39);
+	assert_null(dcr_layout_find(&d, 5));
+	assert_null(dcr_layout_find(&d, 41));
+	dcr_layout_free(&d);
+	/* every flipped byte is caught (checksum, or a field check) */
+	for (size_t i = 0; i < b.len; i++) {
+		b.data[i] ^= 0x20;
+		assert_int_equal(dcr_layout_decode(b.data, b.len, &d), -EBADMSG);
+		b.data[i] ^= 0x20;
+	}
+	/* truncated, or a count that does not match the bytes */
+	for (size_t n = 0; n < b.len; n += 7)
+		assert_int_equal(dcr_layout_decode(b.data, n, &d), -EBADMSG);
+	dcr_put_le64(b.data + 32, UINT64_MAX / 8);
+	assert_int_equal(dcr_layout_decode(b.data, b.len, &d), -EBADMSG);
+	/* entries must be sorted, unique, and name an older parent */
+	b.len = 0;
+	e[1].version = 4;
+	assert_int_equal(dcr_layout_encode(&l, &b), -EINVAL);
+	e[1].version = 8;
+	e[1].lparent = 8;
+	assert_int_equal(dcr_layout_encode(&l, &b), -EINVAL);
+	e[1].lparent = 7;
+	/* an empty generation is valid: every version as committed */
+	l.n = 0;
+	assert_int_equal(dcr_layout_encode(&l, &b), 0);
+	assert_int_equal(dcr_layout_decode(b.data, b.len, &d), 0);
+	assert_true(d.n == 0 && d.gen == 2);
+	dcr_layout_free(&d);
+	dcr_buf_free(&b);
+	/* keys */
+	dcr_layout_key(7, k, sizeof(k));
+	assert_string_equal(k, "layouts/0000000007");
+	assert_int_equal(dcr_layout_gen_from_key(k, &g), 0);
+	assert_true(g == 7);
+	assert_int_equal(dcr_layout_gen_from_key("layouts/7", &g), -EINVAL);
+	assert_int_equal(dcr_layout_gen_from_key("versions/0000000007x", &g), -EINVAL);
+	dcr_mobj_key(e[0].mhash, k, sizeof(k));
+	assert_int_equal(strncmp(k, "manifests/1010", 14), 0);
+	assert_int_equal(dcr_mobj_from_key(k, h), 0);
+	assert_memory_equal(h, e[0].mhash, DCR_HASH_LEN);
+	assert_int_equal(dcr_mobj_from_key("manifests/xyz", h), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -435,6 +543,8 @@ int main(void)
 		cmocka_unit_test(test_check_parent),
 		cmocka_unit_test(test_keys),
 		cmocka_unit_test(test_version_cap),
+		cmocka_unit_test(test_same_content),
+		cmocka_unit_test(test_layout),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

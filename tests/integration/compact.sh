@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# compact.sh - dcrfs-ctl compact and gc's rebasing on a chain of 52
+# versions (a file added and one removed on the way, an anchor committed
+# with --full in the middle): the dry run changes nothing; compaction
+# bounds every version's depth, publishes one layout generation, and
+# every version stays bit-exact through a fresh mount and through a mount
+# that was reading the old layout while compaction ran (reads racing the
+# compaction); compacting again does nothing, and after more commits
+# rewrites only the new versions; gc --keep-last 5 --grace 0 leaves
+# exactly five versions, bit-exact, in no more than one raw copy of the
+# model; a layout that names a manifest of other content is refused.
+. "$(dirname "$0")/lib.sh"
+DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
+need_bins "$DCRFS" "$DCRFS_SYNTH" "$DCRFS_CTL"
+need_fuse
+command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
+
+S=$T/store
+N=52
+ctl() { t "$DCRFS_CTL" --store "$S" "$@"; }
+py() {
+	local f=$1 s=$2
+	shift 2
+	python3 -c "import json, sys
+d = json.load(open(sys.argv[1]))
+$s" "$f" "$@"
+}
+# same MNT V: version V under MNT is byte for byte the source tree s$V
+same() {
+	local mnt=$1 v=$2
+	diff <(cd "$T/s$v" && find . -type f | sort) <(cd "$mnt/v$v" && find . -type f | sort) >/dev/null ||
+		fail "v$v under $mnt does not list the files of s$v"
+	(cd "$T/s$v" && find . -type f -print0 | xargs -0 -I{} cmp -s {} "$mnt/v$v/{}") ||
+		fail "v$v under $mnt differs from s$v"
+}
+
+t "$DCRFS_SYNTH" init --size 2M --seed 1 --quiet "$T/s1"
+rm -f "$T/s1/.dcrfs-synth.state"
+full=""
+for ((v = 1; v <= N; v++)); do
+	if [ "$v" -gt 1 ]; then
+		t "$DCRFS_SYNTH" step --mode uniform --rate 0.03 --seed "$v" --in "$T/s$((v - 1))" \
+			--out "$T/s$v" --state "$T/state" --quiet
+		[ "$v" -lt 20 ] || [ "$v" -ge 40 ] || rand_file "$T/s$v/extra.bin" 300000 "e$v"
+	fi
+	full=""
+	[ "$v" != 30 ] || full=--full
+	[ "$(commit "$S" "$T/s$v" $full)" = "$v" ] || fail "s$v is not version $v"
+done
+ctl log --json >"$T/log0.json"
+py "$T/log0.json" '
+k = {e["version"]: e["kind"] for e in d}
+assert len(d) == 52 and k[1] == "anchor" and k[30] == "anchor" and k[52] == "delta", k'
+
+# a mount that reads the old layout, and keeps reading while compaction runs
+M1=$T/m1
+mount_dcrfs "$S" "$M1" "cache_dir=$T/c1,poll=0.2,prefetch=none"
+same "$M1" 29
+(
+	for ((i = 0; i < 200; i++)); do
+		for v in 52 45 38 29; do
+			(cd "$T/s$v" && find . -type f -print0 | xargs -0 -I{} cmp -s {} "$M1/v$v/{}") ||
+				{ echo "v$v"; exit 1; }
+		done
+		[ ! -e "$T/stop" ] || exit 0
+	done
+) >"$T/race.out" 2>&1 &
+RACE=$!
+_pids+=("$RACE")
+
+# --- the dry run changes nothing
+ctl compact --dry-run >"$T/dry.out"
+grep -q "would rewrite version 52: built on version 51, now on version 48" "$T/dry.out" ||
+	fail "compact --dry-run: $(cat "$T/dry.out")"
+[ ! -e "$S/layouts" ] || fail "compact --dry-run published a layout"
+
+# --- compact
+ctl compact --json >"$T/c1.json"
+py "$T/c1.json" '
+assert d["generation"] == 1 and d["rewritten"] > 0, d
+assert d["depth_before"] == 23 and d["depth_after"] <= 8, d'
+[ -e "$S/layouts/0000000001" ] || fail "no layout generation 1"
+ctl log --json >"$T/log1.json"
+py "$T/log1.json" '
+k = {e["version"]: (e["kind"], e["parent"], e["base"]) for e in d}
+assert k[52] == ("compacted", 51, 48), k[52]
+assert k[48] == ("compacted", 47, 32), k[48]
+assert k[51][0] == "delta" and k[51][2] == 50, k[51]
+assert k[30] == ("anchor", 29, 0), k[30]
+assert all(k[v][1] == v - 1 for v in range(2, 53)), k'
+touch "$T/stop"
+wait "$RACE" || fail "a read racing the compaction differed: $(cat "$T/race.out")"
+ctl verify --deep -q || fail "verify --deep fails after compact"
+
+# a fresh mount reads every version through the new layout
+M2=$T/m2
+mount_dcrfs "$S" "$M2" "cache_dir=$T/c2,prefetch=none"
+for ((v = 1; v <= N; v++)); do same "$M2" "$v"; done
+umount_dcrfs "$M2" || fail "the fresh mount did not exit cleanly"
+
+# the old mount learns the new layout and reads every version right
+for ((i = 0; i < 100; i++)); do
+	grep -q "layout generation 1" "$MOUNT_LOG" && break
+	sleep 0.1
+done
+grep -q "layout generation 1" "$MOUNT_LOG" || fail "the running mount did not log the new layout: $(cat "$MOUNT_LOG")"
+for v in 52 48 40 33 30 29 17 2; do same "$M1" "$v"; done
+
+# --- again: nothing to do; after three more commits, only those
+ctl compact --json >"$T/c2.json"
+py "$T/c2.json" 'assert d["generation"] == 0 and d["rewritten"] == 0, d'
+for ((v = N + 1; v <= N + 3; v++)); do
+	t "$DCRFS_SYNTH" step --mode uniform --rate 0.03 --seed "$v" --in "$T/s$((v - 1))" \
+		--out "$T/s$v" --state "$T/state" --quiet
+	[ "$(commit "$S" "$T/s$v")" = "$v" ] || fail "s$v is not version $v"
+done
+N=$((N + 3))
+ctl compact >"$T/c3.out"
+[ "$(grep -c "rewrote version" "$T/c3.out")" -ge 1 ] && ! grep -q "rewrote version [1-4]" "$T/c3.out" &&
+	! grep -q "rewrote version 5[0-2]:" "$T/c3.out" ||
+	fail "compacting after three commits rewrote older versions: $(cat "$T/c3.out")"
+[ -e "$S/layouts/0000000002" ] || fail "no layout generation 2"
+
+# --- gc: exactly the last five, bit-exact, in at most one raw copy
+ctl gc --keep-last 5 --grace 0 -q
+ctl log --json >"$T/log2.json"
+py "$T/log2.json" '
+assert [e["version"] for e in d] == [55, 54, 53, 52, 51], [e["version"] for e in d]
+assert [e["kind"] for e in d][-1] == "anchor", d[-1]'
+raw=$(du -sb "$T/s$N" | cut -f1)
+used=$(du -sb "$S" | cut -f1)
+[ "$used" -le "$raw" ] || fail "after gc the store holds $used bytes, more than one raw copy ($raw)"
+ctl verify --deep -q || fail "verify --deep fails after gc"
+M3=$T/m3
+mount_dcrfs "$S" "$M3" "cache_dir=$T/c3,prefetch=none"
+for ((v = N - 4; v <= N; v++)); do same "$M3" "$v"; done
+umount_dcrfs "$M3" || fail "the mount after gc did not exit cleanly"
+# the mount that saw every generation follows: the kept versions read right
+for ((i = 0; i < 100; i++)); do
+	grep -q "layout generation 3" "$MOUNT_LOG" && break
+	sleep 0.1
+done
+for ((v = N - 4; v <= N; v++)); do same "$M1" "$v"; done
+umount_dcrfs "$M1" || fail "the first mount did not exit cleanly"
+
+# --- a layout naming a manifest of other content is refused, loudly
+B=$T/bad
+cp -a "$S" "$B"
+gen=$(ls "$B/layouts" | tail -1)
+python3 - "$B" "$gen" <<'EOF' || fail "could not forge a layout"
+import hashlib, os, struct, sys
+store, gen = sys.argv[1], int(sys.argv[2])
+p = os.path.join(store, "layouts", "%010d" % gen)
+b = bytearray(open(p, "rb").read())
+n = struct.unpack_from("<Q", b, 32)[0]
+# version 54's entry now names version 53's own manifest object, copied
+# to manifests/ under its hash (a manifest of version 53, not 54)
+src = open(os.path.join(store, "versions", "%010d" % 53), "rb").read()
+h = hashlib.sha256(src).digest()
+open(os.path.join(store, "manifests", h.hex()), "wb").write(src)
+for i in range(n):
+    off = 40 + 48 * i
+    v = struct.unpack_from("<Q", b, off)[0]
+    if v == 54:
+        b[off + 16:off + 48] = h
+        break
+else:
+    entries = [(struct.unpack_from("<Q", b, 40 + 48 * i)[0], bytes(b[40 + 48 * i:88 + 48 * i])) for i in range(n)]
+    entries.append((54, struct.pack("<QQ", 54, 53) + h))
+    entries.sort()
+    body = bytearray(b[:40]) + b"".join(e for _, e in entries)
+    struct.pack_into("<Q", body, 32, len(entries))
+    b = body + hashlib.sha256(body).digest()
+    open(p, "wb").write(b)
+    sys.exit(0)
+b[-32:] = hashlib.sha256(bytes(b[:-32])).digest()
+open(p, "wb").write(b)
+EOF
+M4=$T/m4
+mount_dcrfs "$B" "$M4" "cache_dir=$T/c4,prefetch=none"
+same "$M4" 55
+if cmp -s "$T/s54/model.safetensors" "$M4/v54/model.safetensors" 2>/dev/null; then :; fi
+grep -q "manifests/.*claims to be version 53" "$MOUNT_LOG" ||
+	fail "the forged layout entry was not reported: $(cat "$MOUNT_LOG")"
+! cmp -s "$T/s53/model.safetensors" "$M4/v54/model.safetensors" 2>/dev/null ||
+	fail "version 54 served version 53's bytes"
+umount_dcrfs "$M4" || true
+exit 0
