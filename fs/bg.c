@@ -105,6 +105,46 @@ static void notify_result(int ret, const char *what)
 		dcr_debug("invalidating %s: %s", what, dcr_strerror(ret));
 }
 
+/*
+ * Versions the reader re-indexed (their manifest changed in the store)
+ * or dropped (gone from the store): make the kernel forget the /vN
+ * dentry (and with it the dentries below it) and every inode of the
+ * tree it was shown, with their attributes and page cache (keep_cache
+ * and the long TTLs of version trees would otherwise serve the old
+ * tree until a remount). The root's listing changes with a drop.
+ */
+static void announce_changes(struct dcrfs *fs)
+{
+	struct dcr_version_change *ch = NULL;
+	size_t n = 0;
+	char name[32];
+
+	if (dcr_reader_take_changes(fs->r, &ch, &n) < 0 || !n)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t v = ch[i].version;
+		int len = snprintf(name, sizeof(name), "v%" PRIu64, v);
+
+		notify_result(fuse_lowlevel_notify_inval_entry(
+				      fs->se, DCRFS_INO_ROOT, name, (size_t)len),
+			      name);
+		for (uint32_t k = 0; k < ch[i].old_nentries && k <= DCRFS_IDX_MAX;
+		     k++)
+			notify_result(fuse_lowlevel_notify_inval_inode(
+					      fs->se, dcrfs_ino_make(v, k), 0, 0),
+				      name);
+		pthread_mutex_lock(&fs->bg_lock);
+		if (fs->prefetch_done == v) /* its bytes changed: again */
+			fs->prefetch_done = 0;
+		pthread_cond_broadcast(&fs->bg_cond);
+		pthread_mutex_unlock(&fs->bg_lock);
+	}
+	notify_result(fuse_lowlevel_notify_inval_inode(fs->se, DCRFS_INO_ROOT,
+						       0, 0),
+		      "/");
+	free(ch);
+}
+
 /* Tell the kernel about a new latest and/or changed tags. */
 static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 {
@@ -112,6 +152,8 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 	uint64_t fp;
 	size_t ntags;
 	int moved, ok;
+
+	announce_changes(fs);
 
 	pthread_mutex_lock(&fs->bg_lock);
 	moved = latest != fs->shown_latest;

@@ -62,6 +62,7 @@
 #define POLL_DEFAULT 5
 #define POLL_MAX (7 * 86400)
 #define POLL_MIN_MS 50
+#define RELIST_DEFAULT 60
 #define READAHEAD_DEFAULT ((uint64_t)1 << 20)
 #define READAHEAD_MAX ((uint64_t)1 << 30)
 #define MAX_THREADS_DEFAULT 64
@@ -73,6 +74,7 @@ struct opts {
 	char *cache_dir;
 	char *cache_size;
 	char *poll;
+	char *relist;
 	char *prefetch;
 	char *readahead;
 	char *endpoint;
@@ -122,6 +124,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("cache_dir=%s", cache_dir, 0),
 	OPT("cache_size=%s", cache_size, 0),
 	OPT("poll=%s", poll, 0),
+	OPT("relist=%s", relist, 0),
 	OPT("prefetch=%s", prefetch, 0),
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
 	OPT("nosplice", no_splice, 1),
@@ -207,6 +210,9 @@ static void usage(FILE *f)
 "    -o poll=SECONDS        look for new versions this often (default %d;\n"
 "                           0.05 to a week, e.g. 0.25; 0 = only when a\n"
 "                           missing vN is looked up)\n"
+"    -o relist=SECONDS      list versions/ whole this often (default %d):\n"
+"                           re-index versions whose manifest changed in\n"
+"                           the store, drop those that are gone\n"
 "    -o prefetch=none|latest|all  read each new latest version (all: and\n"
 "                           then every older one) in the background so it\n"
 "                           is cached (default none)\n"
@@ -244,7 +250,7 @@ static void usage(FILE *f)
 "Mounts are always ro,nosuid,nodev,default_permissions.\n"
 "\n"
 "FUSE options (-o allow_other, allow_root, max_read=N, fsname=NAME, ...):\n",
-		POLL_DEFAULT, MAX_THREADS_DEFAULT);
+		POLL_DEFAULT, RELIST_DEFAULT, MAX_THREADS_DEFAULT);
 }
 
 /* Names of options that would carry a secret; refused without echo. */
@@ -750,6 +756,18 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 		fs->poll_ms = (unsigned int)x;
 	}
 
+	ropts->relist_ms = RELIST_DEFAULT * 1000;
+	if (o->relist) {
+		if (dcr_parse_ms(o->relist, &x) < 0 ||
+		    x > POLL_MAX * 1000ull || x < POLL_MIN_MS) {
+			fprintf(stderr, PROG ": bad relist '%s' (seconds, "
+				"0.05 to %d; e.g. 60)\n", o->relist,
+				POLL_MAX);
+			return -1;
+		}
+		ropts->relist_ms = (uint32_t)x;
+	}
+
 	fs->prefetch = DCRFS_PREFETCH_NONE;
 	if (o->prefetch) {
 		if (strcmp(o->prefetch, "latest") == 0) {
@@ -856,7 +874,7 @@ static int build_fuse_args(struct fuse_args *args, const struct opts *o,
 
 static void free_opts(struct opts *o)
 {
-	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll,
+	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
 			  &o->prefetch, &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,

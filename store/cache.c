@@ -85,6 +85,14 @@ struct dcr_cache {
 	uint64_t bytes;
 	struct dcr_cache_stats st;
 
+	/* Fences of re-indexed versions (dcr_cache_drop_version): keys of
+	 * fence[i].v with a gen below fence[i].gen are refused. Under @lock. */
+	struct fence {
+		uint64_t v;
+		uint32_t gen;
+	} *fences;
+	size_t nfences;
+
 	pthread_mutex_t evict_lock;
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
@@ -351,6 +359,46 @@ static void slab_evict(struct dcr_cache *c, struct slab *s)
 	}
 }
 
+/* Whether @k is of an index of its version older than the fence.
+ * Caller holds @lock. */
+static bool fenced(const struct dcr_cache *c, const struct dcr_cache_key *k)
+{
+	for (size_t i = 0; i < c->nfences; i++)
+		if (c->fences[i].v == k->v)
+			return k->gen < c->fences[i].gen;
+	return false;
+}
+
+size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen)
+{
+	size_t i, dropped = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < c->nfences && c->fences[i].v != v; i++)
+		;
+	if (i == c->nfences) {
+		struct fence *t = realloc(c->fences, (i + 1) * sizeof(*t));
+		if (t) {
+			c->fences = t;
+			c->fences[i].v = v;
+			c->fences[i].gen = 0;
+			c->nfences++;
+		} else {
+			dcr_warn("cache: out of memory fencing version %" PRIu64
+				 "; its chunks are checked again", v);
+		}
+	}
+	if (i < c->nfences && c->fences[i].gen < gen)
+		c->fences[i].gen = gen;
+	/* Slabs of @v on the table, then any not opened yet on disk. */
+	while ((i = tab_lower(c, v, 0)) < c->n && c->tab[i]->v == v) {
+		slab_evict(c, c->tab[i]);
+		dropped++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return dropped;
+}
+
 /*
  * The open slab of @k with a reference, created with @create; NULL with
  * *@err (-ENOENT: not cached). A slab laid out for another chunk size
@@ -364,6 +412,10 @@ static struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 	int ret;
 
 	pthread_mutex_lock(&c->lock);
+	if (fenced(c, k)) {
+		*err = -ESTALE; /* an older index's key: never its slab */
+		goto out_unlock;
+	}
 	i = tab_lower(c, k->v, k->file);
 	if (i < c->n && cmp_key(k->v, k->file, c->tab[i]) == 0) {
 		s = c->tab[i];
@@ -592,6 +644,7 @@ void dcr_cache_close(struct dcr_cache *c)
 	}
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->evict_lock);
+	free(c->fences);
 	free(c->tab);
 	free(c->dir);
 	free(c);
@@ -888,6 +941,8 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 	if (k->len == 0)
 		return 0;
 	s = slab_get(c, k, true, &ret);
+	if (!s && ret == -ESTALE)
+		return ret; /* built for an older index of the version */
 	if (!s)
 		goto err_log;
 	if (k->chunk >= s->nbits) {

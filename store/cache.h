@@ -65,6 +65,10 @@ struct dcr_cache_key {
 	uint32_t len;         /* this chunk's length */
 	const uint8_t *hash;  /* SHA-256 of the chunk */
 	const uint8_t *xxh;   /* XXH3-128 of the chunk (format 2), or NULL */
+	/* Which index of version @v this key comes from, in this instance:
+	 * 0 at first, raised by dcr_cache_drop_version when the version is
+	 * re-indexed. A key older than the version's fence is refused. */
+	uint32_t gen;
 };
 
 /**
@@ -141,6 +145,17 @@ enum {
  */
 int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		  const void *data, unsigned flags);
+
+/**
+ * dcr_cache_drop_version - version @v's slabs no longer hold its chunks
+ * (it was re-indexed with other content, or is gone from the store):
+ * unlink them all (open descriptors and readers in progress keep
+ * reading what they have) and, from now on, refuse keys of @v with a
+ * gen below @gen - their reads miss and their puts store nothing - so
+ * that a chunk built for the old index in flight meanwhile is never
+ * stored, nor proven, as the new one's. Returns the slabs dropped.
+ */
+size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen);
 
 /**
  * dcr_cache_slab_path - the file name of the slab of file @file of

@@ -35,7 +35,7 @@
 #include "chunk.h"
 #include "common.h"
 
-#define DCR_CATALOG_SCHEMA "2"
+#define DCR_CATALOG_SCHEMA "3"
 #define DCR_CATALOG_BUSY_MS 10000
 
 enum dcr_stmt_id {
@@ -95,7 +95,8 @@ static const char schema_sql[] =
 	" version INTEGER PRIMARY KEY, parent INTEGER NOT NULL,"
 	" ctime_ns INTEGER NOT NULL, chunk_size INTEGER NOT NULL,"
 	" nfiles INTEGER NOT NULL, npacks INTEGER NOT NULL,"
-	" format INTEGER NOT NULL DEFAULT 1);"
+	" format INTEGER NOT NULL DEFAULT 1,"
+	" mhash BLOB, obj_size INTEGER, obj_mtime INTEGER);"
 	"CREATE TABLE IF NOT EXISTS packs("
 	" version INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,"
 	" PRIMARY KEY(version, idx)) WITHOUT ROWID;"
@@ -258,13 +259,31 @@ static int check_meta(struct dcr_catalog *c, const char *url)
 				"ALTER TABLE chunks ADD COLUMN fhash BLOB;"
 				"ALTER TABLE chunks ADD COLUMN xxh BLOB;"
 				"DROP TABLE IF EXISTS cache;"
-				"UPDATE meta SET value = '" DCR_CATALOG_SCHEMA
-				"' WHERE key = 'schema';");
+				"UPDATE meta SET value = '2' "
+				"WHERE key = 'schema';");
 			if (ret)
 				return ret;
-			dcr_info("catalog %s: upgraded from schema 1 to "
-				 DCR_CATALOG_SCHEMA, c->path);
-			n = strtoull(DCR_CATALOG_SCHEMA, NULL, 10);
+			dcr_info("catalog %s: upgraded from schema 1 to 2",
+				 c->path);
+			n = 2;
+		}
+		if (n == 2) {
+			/* Schema 2 did not record which manifest object a
+			 * version was indexed from: NULL, "unknown", makes
+			 * the reader fetch it once and compare. */
+			ret = exec_locked(c,
+				"ALTER TABLE versions ADD COLUMN mhash BLOB;"
+				"ALTER TABLE versions ADD COLUMN obj_size "
+				"INTEGER;"
+				"ALTER TABLE versions ADD COLUMN obj_mtime "
+				"INTEGER;"
+				"UPDATE meta SET value = '3' "
+				"WHERE key = 'schema';");
+			if (ret)
+				return ret;
+			dcr_info("catalog %s: upgraded from schema 2 to 3",
+				 c->path);
+			n = 3;
 		}
 		if (n != strtoull(DCR_CATALOG_SCHEMA, NULL, 10)) {
 			dcr_err("catalog %s has schema %s, this dcrfs only "
@@ -681,9 +700,45 @@ out_unlock:
 
 struct add_ctx {
 	const struct dcr_manifest *m;
+	const struct dcr_catalog_ident *id; /* NULL: unknown */
 	struct add_pos pos;
 	bool done;
 };
+
+/* Bind @id to parameters @first.. @first+2 (mhash, obj_size, obj_mtime). */
+static void bind_ident(sqlite3_stmt *st, int first,
+		       const struct dcr_catalog_ident *id)
+{
+	if (id && id->has_mhash)
+		sqlite3_bind_blob(st, first, id->mhash, DCR_HASH_LEN,
+				  SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, first);
+	if (id && id->obj_size)
+		sqlite3_bind_int64(st, first + 1, (int64_t)id->obj_size);
+	else
+		sqlite3_bind_null(st, first + 1);
+	if (id && id->obj_mtime_ns)
+		sqlite3_bind_int64(st, first + 2, id->obj_mtime_ns);
+	else
+		sqlite3_bind_null(st, first + 2);
+}
+
+/* Read the identity columns @first.. of the current row into @id. */
+static void column_ident(sqlite3_stmt *st, int first,
+			 struct dcr_catalog_ident *id)
+{
+	const void *h = sqlite3_column_blob(st, first);
+
+	memset(id, 0, sizeof(*id));
+	if (h && sqlite3_column_bytes(st, first) == DCR_HASH_LEN) {
+		memcpy(id->mhash, h, DCR_HASH_LEN);
+		id->has_mhash = true;
+	}
+	if (sqlite3_column_int64(st, first + 1) > 0)
+		id->obj_size = (uint64_t)sqlite3_column_int64(st, first + 1);
+	id->obj_mtime_ns = sqlite3_column_int64(st, first + 2);
+}
 
 /* -EEXIST if the version is indexed; else drop the rows of an earlier
  * attempt that did not finish (a crash, an error) and start afresh. */
@@ -734,8 +789,9 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 	int ret;
 
 	ret = prepare(c, "INSERT INTO versions(version, parent, ctime_ns, "
-			 "chunk_size, nfiles, npacks, format) "
-			 "VALUES (?1,?2,?3,?4,?5,?6,?7)", &st);
+			 "chunk_size, nfiles, npacks, format, mhash, "
+			 "obj_size, obj_mtime) "
+			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)", &st);
 	if (ret)
 		return ret;
 	sqlite3_bind_int64(st, 1, (int64_t)m->version);
@@ -745,6 +801,7 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 	sqlite3_bind_int64(st, 5, m->nfiles);
 	sqlite3_bind_int64(st, 6, m->npacks);
 	sqlite3_bind_int64(st, 7, m->format ? m->format : DCR_MANIFEST_FORMAT);
+	bind_ident(st, 8, ((struct add_ctx *)arg)->id);
 	ret = step_done(c, st, "insert version");
 	sqlite3_finalize(st);
 	return ret;
@@ -782,7 +839,14 @@ static int add_abort(struct dcr_catalog *c, void *arg)
 int dcr_catalog_add_version(struct dcr_catalog *c,
 			    const struct dcr_manifest *m)
 {
-	struct add_ctx a = { .m = m };
+	return dcr_catalog_add_version_ident(c, m, NULL);
+}
+
+int dcr_catalog_add_version_ident(struct dcr_catalog *c,
+				  const struct dcr_manifest *m,
+				  const struct dcr_catalog_ident *id)
+{
+	struct add_ctx a = { .m = m, .id = id };
 	int ret;
 
 	ret = in_txn(c, add_begin, &a);
@@ -806,6 +870,128 @@ int dcr_catalog_add_version(struct dcr_catalog *c,
 	return ret;
 }
 
+/* Delete every row of version @v, the versions row first. Caller holds
+ * the lock and a transaction. */
+static int drop_rows(struct dcr_catalog *c, int64_t v)
+{
+	static const char *const del[] = {
+		"DELETE FROM versions WHERE version = ?1",
+		"DELETE FROM chunks WHERE version = ?1",
+		"DELETE FROM files WHERE version = ?1",
+		"DELETE FROM packs WHERE version = ?1",
+	};
+	sqlite3_stmt *st;
+	int ret = 0;
+
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(del) && !ret; i++) {
+		ret = prepare(c, del[i], &st);
+		if (ret)
+			return ret;
+		sqlite3_bind_int64(st, 1, v);
+		ret = step_done(c, st, "drop version rows");
+		sqlite3_finalize(st);
+	}
+	return ret;
+}
+
+/* The whole replacement in the caller's one transaction. */
+static int replace_txn(struct dcr_catalog *c, void *arg)
+{
+	struct add_ctx *a = arg;
+	int ret = drop_rows(c, (int64_t)a->m->version);
+
+	while (!ret && !a->done)
+		ret = add_batch(c, a->m, &a->pos, &a->done);
+	if (!ret)
+		ret = add_finish(c, a);
+	if (ret == -EEXIST) {
+		dcr_err("catalog %s: version %llu: duplicate rows", c->path,
+			(unsigned long long)a->m->version);
+		ret = DCR_ERR(-EIO);
+	}
+	return ret;
+}
+
+int dcr_catalog_replace_version(struct dcr_catalog *c,
+				const struct dcr_manifest *m,
+				const struct dcr_catalog_ident *id)
+{
+	struct add_ctx a = { .m = m, .id = id };
+
+	return in_txn(c, replace_txn, &a);
+}
+
+struct ident_args {
+	uint64_t v;
+	const struct dcr_catalog_ident *id;
+};
+
+static int set_ident_txn(struct dcr_catalog *c, void *arg)
+{
+	const struct ident_args *a = arg;
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = prepare(c, "UPDATE versions SET mhash = ?1, obj_size = ?2, "
+			 "obj_mtime = ?3 WHERE version = ?4", &st);
+	if (ret)
+		return ret;
+	bind_ident(st, 1, a->id);
+	sqlite3_bind_int64(st, 4, (int64_t)a->v);
+	ret = step_done(c, st, "record version identity");
+	sqlite3_finalize(st);
+	if (!ret && sqlite3_changes(c->db) == 0)
+		ret = -ENOENT;
+	return ret;
+}
+
+int dcr_catalog_set_ident(struct dcr_catalog *c, uint64_t v,
+			  const struct dcr_catalog_ident *id)
+{
+	struct ident_args a = { v, id };
+
+	if (v > INT64_MAX)
+		return -ENOENT;
+	return in_txn(c, set_ident_txn, &a);
+}
+
+static int remove_txn(struct dcr_catalog *c, void *arg)
+{
+	const uint64_t *v = arg;
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = prepare(c, "DELETE FROM versions WHERE version = ?1", &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, (int64_t)*v);
+	ret = step_done(c, st, "drop version");
+	sqlite3_finalize(st);
+	if (!ret && sqlite3_changes(c->db) == 0)
+		ret = -ENOENT;
+	return ret;
+}
+
+static int remove_rows_txn(struct dcr_catalog *c, void *arg)
+{
+	return drop_rows(c, (int64_t)*(const uint64_t *)arg);
+}
+
+int dcr_catalog_remove_version(struct dcr_catalog *c, uint64_t v)
+{
+	int ret;
+
+	if (v > INT64_MAX)
+		return -ENOENT;
+	ret = in_txn(c, remove_txn, &v);
+	if (ret)
+		return ret;
+	/* Invisible now; the rest may go in a second transaction (rows
+	 * left by a crash here are dropped when @v is indexed again). */
+	cat_yield(c);
+	return in_txn(c, remove_rows_txn, &v);
+}
+
 int dcr_catalog_versions(struct dcr_catalog *c,
 			 struct dcr_catalog_version **vs, size_t *n)
 {
@@ -817,7 +1003,8 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 	*vs = NULL;
 	*n = 0;
 	cat_lock(c);
-	ret = prepare(c, "SELECT version, parent, ctime_ns, chunk_size, nfiles "
+	ret = prepare(c, "SELECT version, parent, ctime_ns, chunk_size, nfiles, "
+			 "mhash, obj_size, obj_mtime "
 			 "FROM versions ORDER BY version", &st);
 	if (ret)
 		goto out_unlock;
@@ -836,6 +1023,7 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 		arr[cnt].ctime_ns = sqlite3_column_int64(st, 2);
 		arr[cnt].chunk_size = (uint32_t)sqlite3_column_int64(st, 3);
 		arr[cnt].nfiles = (uint32_t)sqlite3_column_int64(st, 4);
+		column_ident(st, 5, &arr[cnt].id);
 		/* Checked at open; a row changed since is refused too. */
 		if (!header_ok(arr[cnt].version, arr[cnt].parent,
 			       sqlite3_column_int64(st, 3),

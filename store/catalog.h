@@ -8,12 +8,14 @@
  * (cache.h). It lives in <cache_dir>/<id>/catalog.db and survives a
  * restart, so a remount never fetches a manifest twice.
  *
- * Schema (version 2; a version 1 catalog is upgraded in place when
- * opened, its rows kept):
+ * Schema (version 3; a version 1 or 2 catalog is upgraded in place when
+ * opened, its rows kept; versions indexed before schema 3 have a NULL
+ * mhash: "unknown", see struct dcr_catalog_ident):
  *
  *   meta(key TEXT PRIMARY KEY, value TEXT)            'schema', 'url'
  *   versions(version INTEGER PRIMARY KEY, parent, ctime_ns, chunk_size,
- *            nfiles, npacks, format)       format: the manifest's
+ *            nfiles, npacks, format,       format: the manifest's
+ *            mhash BLOB, obj_size, obj_mtime)  the indexed object
  *   packs(version, idx, hash BLOB)          PRIMARY KEY (version, idx)
  *   files(version, idx, path, type, mode, size, mtime_ns, sha256, base,
  *         nchunks)                          PRIMARY KEY (version, idx)
@@ -48,6 +50,22 @@
 
 struct dcr_catalog;
 
+/**
+ * Which store object a version was indexed from: a version's identity
+ * is its manifest object's hash (DESIGN.md 7a), so that a number reused
+ * in the store (a manifest deleted by hand and committed again, a
+ * compaction that rewrote it) is noticed. The size and mtime of the
+ * object as the store listed it let a periodic listing notice a change
+ * without fetching every manifest.
+ */
+struct dcr_catalog_ident {
+	bool has_mhash;              /* false: unknown (indexed by a dcrfs
+					before schema 3) */
+	uint8_t mhash[DCR_HASH_LEN]; /* SHA-256 of the manifest object */
+	uint64_t obj_size;           /* its size; 0 = unknown */
+	int64_t obj_mtime_ns;        /* its mtime as listed; 0 = unknown */
+};
+
 /** The header of one indexed version. */
 struct dcr_catalog_version {
 	uint64_t version;
@@ -55,6 +73,7 @@ struct dcr_catalog_version {
 	int64_t ctime_ns;
 	uint32_t chunk_size;
 	uint32_t nfiles;
+	struct dcr_catalog_ident id;
 };
 
 /** One chunk reference, with its pack resolved to the pack's hash. */
@@ -109,6 +128,43 @@ void dcr_catalog_close(struct dcr_catalog *c);
  */
 int dcr_catalog_add_version(struct dcr_catalog *c,
 			    const struct dcr_manifest *m);
+
+/**
+ * dcr_catalog_add_version_ident - dcr_catalog_add_version, recording
+ * @id (may be NULL: unknown) in the versions row that makes it visible.
+ */
+int dcr_catalog_add_version_ident(struct dcr_catalog *c,
+				  const struct dcr_manifest *m,
+				  const struct dcr_catalog_ident *id);
+
+/**
+ * dcr_catalog_replace_version - make the decoded, validated manifest @m
+ * version m->version's index, whatever was indexed under that number
+ * before (it is dropped; if none was, this is an add), with identity
+ * @id (may be NULL). Atomic: one transaction, so a reader sees the old
+ * version or the new one, never a mix - and lookups of every version
+ * wait for it (about a microsecond per chunk row). 0 or -errno (the old
+ * index is then unchanged).
+ */
+int dcr_catalog_replace_version(struct dcr_catalog *c,
+				const struct dcr_manifest *m,
+				const struct dcr_catalog_ident *id);
+
+/**
+ * dcr_catalog_set_ident - record @id for the indexed version @v (a
+ * lazily filled hash, a new listing mtime). -ENOENT if @v is not
+ * indexed, else 0 or -errno.
+ */
+int dcr_catalog_set_ident(struct dcr_catalog *c, uint64_t v,
+			  const struct dcr_catalog_ident *id);
+
+/**
+ * dcr_catalog_remove_version - forget version @v (gone from the store):
+ * its versions row first, in one transaction (it is invisible from
+ * then on), then its other rows. -ENOENT if @v is not indexed, else 0
+ * or -errno.
+ */
+int dcr_catalog_remove_version(struct dcr_catalog *c, uint64_t v);
 
 /**
  * dcr_catalog_versions - every indexed version's header, ascending by

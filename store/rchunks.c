@@ -31,13 +31,25 @@
 
 /*
  * The reference of chunk @idx of file @file (manifest index) of version
- * @v: from the block cache, else one catalog query for its whole block.
- * Versions are immutable, so a cached block never goes stale.
+ * @rv: from the block cache, else one catalog query for its whole
+ * block. Blocks are keyed by the version's number and gen, so a block
+ * of a version re-indexed since (rversions.c, reader_replace_version)
+ * is never taken for the new index. A lookup for @rv after it was
+ * replaced or dropped (rv->dead, set before the catalog changes) fails
+ * with -ESTALE: the rows it read may be the new index's already.
  */
-int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file,
+static int ref_checked(const struct rver *rv, int ret)
+{
+	if (ret == 0 && atomic_load(&rv->dead))
+		return -ESTALE;
+	return ret;
+}
+
+int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	    uint64_t idx, struct dcr_catalog_chunk *out)
 {
-	const uint64_t first = idx - idx % REF_BLOCK;
+	const uint64_t first = idx - idx % REF_BLOCK, v = rv->v;
+	const uint32_t gen = rv->gen;
 	struct refblk *b = NULL, *tmp;
 	size_t got = 0;
 	int ret;
@@ -46,22 +58,25 @@ int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file,
 	for (int i = 0; i < REF_SLOTS; i++) {
 		struct refblk *x = &r->refs[i];
 
-		if (x->n && x->v == v && x->file == file &&
+		if (x->n && x->v == v && x->gen == gen && x->file == file &&
 		    x->first == first && idx - first < x->n) {
 			*out = x->refs[idx - first];
 			x->stamp = ++r->ref_clock;
 			pthread_mutex_unlock(&r->ref_lock);
-			return 0;
+			return ref_checked(rv, 0);
 		}
 	}
 	pthread_mutex_unlock(&r->ref_lock);
 
 	tmp = malloc(sizeof(*tmp));
 	if (!tmp)
-		return dcr_catalog_get_chunk(r->cat, v, file, idx, out);
+		return ref_checked(rv, dcr_catalog_get_chunk(r->cat, v, file,
+							     idx, out));
 	ret = dcr_catalog_get_chunks(r->cat, v, file, first, REF_BLOCK,
 				     tmp->refs, &got);
-	if (ret == 0 && idx - first < got) {
+	if (ret == 0 && atomic_load(&rv->dead)) {
+		ret = -ESTALE; /* maybe the new index's rows: not cached */
+	} else if (ret == 0 && idx - first < got) {
 		*out = tmp->refs[idx - first];
 		pthread_mutex_lock(&r->ref_lock);
 		for (int i = 0; i < REF_SLOTS; i++) {
@@ -72,6 +87,7 @@ int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file,
 		}
 		memcpy(b->refs, tmp->refs, got * sizeof(tmp->refs[0]));
 		b->v = v;
+		b->gen = gen;
 		b->file = file;
 		b->first = first;
 		b->n = (uint32_t)got;
@@ -81,7 +97,8 @@ int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file,
 		/* A hole or a bad row in the block (not in a well-formed
 		 * catalog): ask for the one reference, which is served if it
 		 * is good and gives the right error if not. */
-		ret = dcr_catalog_get_chunk(r->cat, v, file, idx, out);
+		ret = ref_checked(rv, dcr_catalog_get_chunk(r->cat, v, file,
+							    idx, out));
 	}
 	free(tmp);
 	return ret;
@@ -258,6 +275,7 @@ void cache_key(struct dcr_cache_key *k, const struct rver *rv,
 	       const struct dcr_catalog_chunk *ref)
 {
 	k->v = rv->v;
+	k->gen = rv->gen;
 	k->file = file;
 	k->chunk = chunk;
 	k->file_size = rv->m.files[file].size;

@@ -287,6 +287,8 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	r->bad_retry_after = opts->retry_bad_ms ?
 				     (int64_t)opts->retry_bad_ms * 1000000 :
 				     BAD_RETRY_NS_DEFAULT;
+	r->relist_ns = opts->relist_ms ? (int64_t)opts->relist_ms * 1000000 :
+					 RELIST_NS_DEFAULT;
 	pthread_mutex_init(&r->ra_lock, NULL);
 	pthread_mutex_init(&r->refresh_lock, NULL);
 	pthread_mutex_init(&r->failed_lock, NULL);
@@ -343,7 +345,13 @@ void dcr_reader_close(struct dcr_reader *r)
 	queues_close(r);
 	for (size_t i = 0; i < r->nvers; i++)
 		rver_free(r->vers[i]);
+	while (r->graveyard) {
+		struct rver *rv = r->graveyard;
+		r->graveyard = rv->next_dead;
+		rver_free(rv);
+	}
 	free(r->vers);
+	free(r->changes);
 	free(r->bad);
 	dcr_reader_tags_free(r->tags, r->ntags);
 	for (int i = 0; i < r->ncodecs; i++)
@@ -624,7 +632,7 @@ static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 		/* A chunk that is hot but not written yet misses here; one
 		 * written around the page cache is not resident, and the
 		 * caller copies it (from memory) instead of splicing. */
-		if (ref_get(r, v, idx - 1, i, &ref) != 0)
+		if (ref_get(r, rv, idx - 1, i, &ref) != 0)
 			goto err_close;
 		cache_key(&k, rv, idx - 1, i, &ref);
 		fd = dcr_cache_open_fd(r->cache, &k, &slab_off);

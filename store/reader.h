@@ -51,6 +51,16 @@ struct dcr_reader_opts {
 	 * pointers of dcr_reader_version stay valid without
 	 * dcr_reader_version_put. */
 	uint32_t max_trees;
+	/*
+	 * How often a refresh lists versions/ whole (between listings it
+	 * only probes for n+1): a listing also checks the identity of
+	 * every known version - a manifest whose object changed in the
+	 * store (size or mtime differ from what was indexed, then its
+	 * SHA-256) is re-indexed, a version gone from the store (gc, an
+	 * admin) is dropped; see dcr_reader_take_changes. The first
+	 * refresh always lists. 0 = default (60 s).
+	 */
+	uint32_t relist_ms;
 };
 
 #define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
@@ -109,12 +119,37 @@ void dcr_reader_close(struct dcr_reader *r);
  * version (0 if the store is empty). A corrupt manifest, or one that can
  * never be read (a directory, over the size limit, access refused to
  * that key), is logged once, naming its key, and that version is left
- * out; the versions after it are still found. A transient failure (EIO,
+ * out; the versions after it are still found. Every relist_ms (and at
+ * the first call) the refresh lists versions/ whole and checks the
+ * versions it knows: one whose manifest changed in the store is
+ * re-indexed (logged at error level, naming both manifest hashes; its
+ * cached chunks are dropped and the old tree is never served again),
+ * one gone from the store is dropped (logged at info level). A transient failure (EIO,
  * a timeout) of one manifest is retried at every later refresh, logged
  * at most every few minutes. Returns 0 or -errno if the store could not
  * be listed.
  */
 int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest);
+
+/** A known version that a refresh re-indexed or dropped. */
+struct dcr_version_change {
+	uint64_t version;
+	/* Entries of the tree served until then (inode numbers 0 ..
+	 * old_nentries-1 of the version may be cached by a kernel). */
+	uint32_t old_nentries;
+	bool gone;            /* dropped: no longer in the store */
+	bool content_changed; /* re-indexed with another tree or bytes
+				 (false: the same tree, encoded anew) */
+};
+
+/**
+ * dcr_reader_take_changes - the versions re-indexed or dropped since
+ * the last call, oldest first, into a malloc'ed array the caller frees
+ * (*@changes NULL when there are none). For a filesystem that must
+ * tell its kernel to forget what it cached of them. 0 or -ENOMEM.
+ */
+int dcr_reader_take_changes(struct dcr_reader *r,
+			    struct dcr_version_change **changes, size_t *n);
 
 /** Newest version known after the last refresh (0 = none). */
 uint64_t dcr_reader_latest(struct dcr_reader *r);

@@ -28,11 +28,14 @@
  * no job or hook runs under a queue's lock.
  *
  *  - refresh_lock (rversions.c) serialises dcr_reader_refresh and
- *    guards listed, flog[] and flog_next. Held across store GETs and
+ *    guards listed, relist_at, flog[], flog_next and every rver.id;
+ *    reader_replace_version and reader_drop_version run under it. Held across store GETs and
  *    LISTs and catalog calls; takes lock inside (vers_insert, mark_bad,
  *    get_ver, the tag swap).
  *  - lock (rversions.c) guards the version array (vers, nvers,
- *    capvers), the bad-manifest list (bad, nbad, capbad, max_bad), the
+ *    capvers), the graveyard of replaced and dropped versions
+ *    (graveyard, rver.next_dead), the queued changes (changes,
+ *    nchanges, capchanges), the bad-manifest list (bad, nbad, capbad, max_bad), the
  *    tags (tags, ntags), the use stamps and pins of the versions
  *    (use_clock, rver.used, rver.pins) and the install and unload of a
  *    version's tree (rver.loaded, m, entries, info: immutable while
@@ -59,11 +62,11 @@
  *    (failed[], failed_next); a leaf like the others.
  *
  * The statistics (stats) are relaxed atomics, read and written without
- * a lock.
+ * a lock; so is rver.dead (set once, under lock, read anywhere).
  *
  * Set at open and read without a lock: st, dir, cat, cache, cache_budget,
  * fetch_threads, readahead, coalesce_max, hot_budget, read_timeout_ns,
- * bad_retry_after and the queue
+ * bad_retry_after, relist_ns and the queue
  * pointers (ra, dq, wq, par; thread-safe themselves). lock_fd holds an flock(2) on
  * <dir>/lock against other processes, not threads. The catalog and the
  * cache have their own internal locks; refresh_lock is the only one of
@@ -110,6 +113,8 @@
 #define MANIFEST_TRIES 3
 /* A version given up as corrupt is looked for again after this long. */
 #define BAD_RETRY_NS_DEFAULT ((int64_t)60 * 1000000000)
+/* versions/ is listed whole (identity checks) this often by default. */
+#define RELIST_NS_DEFAULT ((int64_t)60 * 1000000000)
 /* A chunk whose read timed out fails again at once for this long. */
 #define FAILED_SLOTS 16
 #define FAILED_MEMO_NS ((int64_t)1000 * 1000000)
@@ -121,6 +126,19 @@
  */
 struct rver {
 	uint64_t v;
+	/* Which index of v this is in this reader: 0, raised by one each
+	 * time v is re-indexed (reader_replace_version). Keys the chunk
+	 * reference blocks and the cache (dcr_cache_key.gen). Immutable. */
+	uint32_t gen;
+	/* Replaced or dropped: no longer in vers but on the graveyard
+	 * (kept until close, so pointers stay valid); its reference
+	 * lookups fail with -ESTALE. Set once, before the catalog
+	 * changes. */
+	atomic_bool dead;
+	struct rver *next_dead; /* graveyard link; under lock */
+	/* The store object it was indexed from; under refresh_lock
+	 * (written and read by refreshes only). */
+	struct dcr_catalog_ident id;
 	uint64_t parent;
 	int64_t ctime_ns;
 	uint32_t chunk_size;
@@ -185,6 +203,7 @@ struct ra_stream {
 
 struct refblk {
 	uint64_t v, first, stamp;
+	uint32_t gen; /* rver.gen of the version the block was read for */
 	uint32_t file;
 	uint32_t n; /* references held; 0 = unused slot */
 	struct dcr_catalog_chunk refs[REF_BLOCK];
@@ -233,6 +252,13 @@ struct dcr_reader {
 
 	pthread_mutex_t refresh_lock;
 	bool listed;           /* "versions/" listed once in this process */
+	int64_t relist_ns;     /* dcr_reader_opts.relist_ms; set at open */
+	int64_t relist_at;     /* mono ns of the next whole listing */
+	/* Raised at every replace or drop: the gen of the struct rvers
+	 * created after it, and the cache fence of the version concerned
+	 * (so keys of an older index are refused, never those of a newer
+	 * one). Under refresh_lock. */
+	uint32_t gen_clock;
 	/* Last logged store failures, by version (0 = the listing), for
 	 * rate-limiting; under refresh_lock. */
 	struct {
@@ -245,6 +271,12 @@ struct dcr_reader {
 	pthread_mutex_t lock;
 	struct rver **vers;    /* ascending by v */
 	size_t nvers, capvers;
+	/* Versions replaced or dropped (struct rver.dead), kept until
+	 * close; their trees are unloaded by trees_trim like any other. */
+	struct rver *graveyard;
+	/* Changes not taken yet (dcr_reader_take_changes). */
+	struct dcr_version_change *changes;
+	size_t nchanges, capchanges;
 	uint64_t *bad;         /* corrupt manifests, logged once, skipped */
 	size_t nbad, capbad;
 	uint64_t max_bad;
@@ -418,6 +450,41 @@ void versions_stats(struct dcr_reader *r, struct dcr_reader_stats *s);
  * is idle (see struct rver). Called at the end of a refresh. */
 void trees_trim(struct dcr_reader *r);
 
+/*
+ * reader_replace_version - make the decoded, validated manifest @m the
+ * index of the known version m->version, indexed from the store object
+ * @id: for a manifest that changed in the store, and for a later change
+ * that re-encodes a version (same tree and bytes, other frames or
+ * parent: compaction). Caller holds refresh_lock (and nothing else).
+ *
+ * What it does, in this order: compares @m's tree (chunk size, and
+ * every file's path, type, mode, size, mtime and SHA-256) with the
+ * indexed one; marks the old struct rver dead (its reference lookups
+ * fail with -ESTALE from then on, so a read in flight finishes on the
+ * old tree or fails, never mixes the two); if the tree differs, drops
+ * the version's cache slabs and fences its old keys
+ * (dcr_cache_drop_version), else keeps them (same chunks); replaces
+ * the catalog's index in one transaction (dcr_catalog_replace_version);
+ * installs a new struct rver (gen + 1) and moves the old one to the
+ * graveyard (valid until close); queues a dcr_version_change. Logs at
+ * error level when the tree changed (naming @why and both hashes), at
+ * info level otherwise.
+ *
+ * Returns 1 (tree changed), 0 (same tree, re-encoded), -ENOENT if the
+ * version is not known, or -errno (the catalog failed: the version is
+ * then dropped from memory and the catalog, and indexed again by the
+ * next listing).
+ */
+int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
+			   const struct dcr_catalog_ident *id,
+			   const char *why);
+
+/* Drop the known version @v (gone from the store): out of vers onto the
+ * graveyard (dead), its cache slabs dropped and fenced, its catalog
+ * rows removed, a dcr_version_change queued, logged at info level.
+ * Caller holds refresh_lock. 0 or -ENOENT. */
+int reader_drop_version(struct dcr_reader *r, uint64_t v);
+
 /* Load the versions and tags recorded in the catalog: 0 or -errno.
  * Only at open, before the reader is shared. */
 int load_catalog(struct dcr_reader *r);
@@ -425,10 +492,10 @@ int load_catalog(struct dcr_reader *r);
 /* ------------------------------- rchunks.c: references, buffers, hot */
 
 /* The reference of chunk @idx of file @file (manifest index) of
- * version @v into @out, through the block cache: 0 or -errno.
- * Thread-safe (ref_lock). */
-int ref_get(struct dcr_reader *r, uint64_t v, uint32_t file, uint64_t idx,
-	    struct dcr_catalog_chunk *out);
+ * version @rv into @out, through the block cache: 0, -ESTALE if @rv was
+ * replaced or dropped meanwhile, or -errno. Thread-safe (ref_lock). */
+int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
+	    uint64_t idx, struct dcr_catalog_chunk *out);
 
 /* An aligned buffer for a chunk of @len bytes, from the pool or new;
  * NULL when out of memory. Given back by the flight that owns it.

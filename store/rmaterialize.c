@@ -173,7 +173,7 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 				(unsigned long long)pv->v);
 			return DCR_ERR(-EIO);
 		}
-		ret = ref_get(r, pv->v, pf, w->chunk, &ref);
+		ret = ref_get(r, pv, pf, w->chunk, &ref);
 		if (ret) {
 			RERR(WHERE_FMT ": no chunk reference in version "
 				"%llu: %s", WHERE_ARGS(w),
@@ -353,7 +353,7 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 	struct dcr_cache_key k;
 	int ret;
 
-	ret = ref_get(r, p->w.rv->v, p->w.file, p->w.chunk, &p->ref);
+	ret = ref_get(r, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 	if (ret) {
 		RERR(WHERE_FMT ": no chunk reference in the catalog: %s",
 		     WHERE_ARGS(&p->w), dcr_strerror(ret));

@@ -24,8 +24,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache.h"
 #include "catalog.h"
 #include "common.h"
+#include "hash.h"
 #include "manifest.h"
 #include "reader.h"
 #include "reader_int.h"
@@ -208,6 +210,11 @@ static int rver_load(struct dcr_reader *r, struct rver *rv)
 	tmp.chunk_size = rv->chunk_size;
 	tmp.nfiles = rv->nfiles;
 	ret = dcr_catalog_load_files(r->cat, rv->v, &tmp.m);
+	if (ret == 0 && atomic_load(&rv->dead)) {
+		/* Replaced meanwhile: what we read may be the new index. */
+		dcr_manifest_free(&tmp.m);
+		return -ESTALE;
+	}
 	if (ret)
 		return ret == -ENOENT ? DCR_ERR(-EIO) : ret;
 	ret = build_tree(&tmp);
@@ -297,6 +304,7 @@ int load_catalog(struct dcr_reader *r)
 			ret = DCR_ERR(-ENOMEM);
 			break;
 		}
+		rv->id = vs[i].id;
 		ret = vers_insert(r, rv);
 		if (ret)
 			rver_free(rv);
@@ -365,7 +373,7 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
  * body under a matching Content-Length) is transient, not the store's.
  */
 static int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
-			  struct dcr_manifest *m)
+			  struct dcr_manifest *m, struct dcr_catalog_ident *id)
 {
 	const char *url = r->st->url ? r->st->url : "store";
 	char why[96];
@@ -378,6 +386,10 @@ static int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 		ret = dcr_store_get(r->st, key, 0, DCR_GET_ALL, &b);
 		if (ret)
 			break;
+		memset(id, 0, sizeof(*id));
+		dcr_sha256(b.data, b.len, id->mhash);
+		id->has_mhash = true;
+		id->obj_size = b.len;
 		ret = dcr_manifest_decode(b.data, b.len, m);
 		if (ret) {
 			snprintf(why, sizeof(why), "is corrupt or invalid (%s)",
@@ -452,13 +464,47 @@ static void fetch_failed(struct dcr_reader *r, uint64_t v, int err,
 }
 
 /*
- * Fetch, verify and index version @v. 0 if indexed or skipped as
- * corrupt (logged once), -ENOENT if it does not exist, other -errno for
- * a store failure (not logged: the caller marks or retries and logs).
+ * The checks of a manifest fetched for version @key beyond decoding:
+ * valid, parent older, consistent with its parent. 0, -ENOMEM, or
+ * another -errno (logged, naming @key): the manifest is corrupt.
+ */
+static int check_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  const struct dcr_manifest *m, const char *key)
+{
+	uint64_t v = m->version;
+	int ret = dcr_manifest_validate(m);
+
+	if (ret) {
+		dcr_err("%s: corrupt manifest: %s", key, dcr_strerror(ret));
+	} else if (m->parent >= v) {
+		dcr_err("%s: corrupt manifest: parent %llu is not older",
+			key, (unsigned long long)m->parent);
+		ret = -EBADMSG;
+	} else if (m->parent) {
+		ret = check_parent(r, ctx, m, key);
+	}
+	return ret;
+}
+
+/* Keep @m (moved) as the last manifest of this refresh. */
+static void ctx_keep(struct refresh_ctx *ctx, struct dcr_manifest *m)
+{
+	refresh_ctx_free(ctx);
+	ctx->last = *m; /* moved: the next version is likely its child */
+	ctx->have_last = true;
+	memset(m, 0, sizeof(*m));
+}
+
+/*
+ * Fetch, verify and index version @v (@obj: what a listing said of its
+ * object, or NULL). 0 if indexed or skipped as corrupt (logged once),
+ * -ENOENT if it does not exist, other -errno for a store failure (not
+ * logged: the caller marks or retries and logs).
  */
 static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
-			 uint64_t v)
+			 uint64_t v, const struct dcr_obj_info *obj)
 {
+	struct dcr_catalog_ident id;
 	char key[64];
 	struct dcr_manifest m;
 	struct rver *rv;
@@ -466,7 +512,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 
 	dcr_version_key(v, key, sizeof(key));
 	memset(&m, 0, sizeof(m));
-	ret = fetch_manifest(r, v, key, &m);
+	ret = fetch_manifest(r, v, key, &m, &id);
 	if (ret == -EBADMSG) {
 		/* fetch_manifest logged it, naming the key. */
 		mark_bad(r, v);
@@ -474,19 +520,12 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	}
 	if (ret)
 		return ret; /* not logged: the caller decides */
-	ret = dcr_manifest_validate(&m);
-	if (ret) {
-		dcr_err("%s: corrupt manifest: %s", key, dcr_strerror(ret));
-	} else if (m.parent >= v) {
-		dcr_err("%s: corrupt manifest: parent %llu is not older",
-			key, (unsigned long long)m.parent);
-		ret = -EBADMSG;
-	} else if (m.parent) {
-		ret = check_parent(r, ctx, &m, key);
-		if (ret == -ENOMEM) {
-			dcr_manifest_free(&m);
-			return ret;
-		}
+	if (obj && obj->size == id.obj_size)
+		id.obj_mtime_ns = obj->mtime_ns;
+	ret = check_manifest(r, ctx, &m, key);
+	if (ret == -ENOMEM) {
+		dcr_manifest_free(&m);
+		return ret;
 	}
 	if (ret) {
 		mark_bad(r, v);
@@ -494,19 +533,24 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		return 0;
 	}
 
-	ret = dcr_catalog_add_version(r->cat, &m);
-	if (ret && ret != -EEXIST) {
+	ret = dcr_catalog_add_version_ident(r->cat, &m, &id);
+	if (ret == -EEXIST) {
+		/* Indexed, but not known in memory (a drop whose catalog
+		 * removal failed): what we just fetched is the truth. */
+		ret = dcr_catalog_replace_version(r->cat, &m, &id);
+	}
+	if (ret) {
 		/* Our catalog failed (and logged), not the manifest: never
 		 * a reason to skip the version, retry it. */
 		dcr_manifest_free(&m);
 		return ret == -ENOMEM ? ret : DCR_ERR(-EIO);
 	}
 	rv = rver_new(v, m.parent, m.ctime_ns, m.chunk_size, m.nfiles);
-	refresh_ctx_free(ctx);
-	ctx->last = m; /* moved: the next version is likely its child */
-	ctx->have_last = true;
+	ctx_keep(ctx, &m);
 	if (!rv)
 		return DCR_ERR(-ENOMEM);
+	rv->gen = r->gen_clock;
+	rv->id = id;
 	pthread_mutex_lock(&r->lock);
 	ret = vers_insert(r, rv);
 	pthread_mutex_unlock(&r->lock);
@@ -515,8 +559,307 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	return ret == -EEXIST ? 0 : ret;
 }
 
+/* ------------------------------------------------ identity, re-index */
+
+/* The first 12 hex digits of @id's hash and "..", or "unknown". */
+static const char *hash_prefix(const struct dcr_catalog_ident *id,
+			       char out[16])
+{
+	char hex[DCR_HASH_HEX_LEN + 1];
+
+	if (!id || !id->has_mhash)
+		return strcpy(out, "unknown");
+	dcr_hash_hex(id->mhash, hex);
+	snprintf(out, 16, "%.12s..", hex);
+	return out;
+}
+
+/* Whether @a and @b show the same tree with the same bytes: chunk
+ * size, ctime, and every file's path, type, mode, size, mtime and
+ * SHA-256 (then every chunk is the same too). */
+static bool same_tree(const struct dcr_manifest *a,
+		      const struct dcr_manifest *b)
+{
+	if (a->chunk_size != b->chunk_size || a->ctime_ns != b->ctime_ns ||
+	    a->nfiles != b->nfiles)
+		return false;
+	for (uint32_t i = 0; i < a->nfiles; i++) {
+		const struct dcr_file *x = &a->files[i], *y = &b->files[i];
+
+		if (strcmp(x->path, y->path) != 0 || x->type != y->type ||
+		    x->mode != y->mode || x->size != y->size ||
+		    x->mtime_ns != y->mtime_ns ||
+		    memcmp(x->sha256, y->sha256, DCR_HASH_LEN) != 0)
+			return false;
+	}
+	return true;
+}
+
+/* Whether the whole manifests @a (from the catalog) and @b (from the
+ * store) index the same frames: same tree, parent, packs, and every
+ * chunk reference. */
+static bool same_index(const struct dcr_manifest *a,
+		       const struct dcr_manifest *b)
+{
+	if (!same_tree(a, b) || a->parent != b->parent ||
+	    a->format != b->format || a->npacks != b->npacks)
+		return false;
+	for (uint32_t i = 0; i < a->npacks; i++)
+		if (memcmp(a->packs[i], b->packs[i], DCR_HASH_LEN) != 0)
+			return false;
+	for (uint32_t i = 0; i < a->nfiles; i++) {
+		const struct dcr_file *x = &a->files[i], *y = &b->files[i];
+
+		if (x->base != y->base || x->nchunks != y->nchunks)
+			return false;
+		for (uint64_t k = 0; x->type == DCR_FT_REG && k < x->nchunks;
+		     k++) {
+			const struct dcr_chunk_ref *p = &x->chunks[k];
+			const struct dcr_chunk_ref *q = &y->chunks[k];
+			bool same = p->kind == DCR_CK_SAME;
+
+			if (p->kind != q->kind ||
+			    memcmp(p->hash, q->hash, DCR_HASH_LEN) != 0 ||
+			    (!same && (p->pack != q->pack || p->off != q->off ||
+				       p->len != q->len)) ||
+			    (a->format >= 2 &&
+			     (memcmp(p->xxh, q->xxh, DCR_XXH_LEN) != 0 ||
+			      (!same && memcmp(p->fhash, q->fhash,
+					       DCR_HASH_LEN) != 0))))
+				return false;
+		}
+	}
+	return true;
+}
+
+/* Queue a change for dcr_reader_take_changes. Caller holds lock. */
+static void change_push(struct dcr_reader *r, uint64_t v, uint32_t n,
+			bool gone, bool changed)
+{
+	if (r->nchanges == r->capchanges) {
+		size_t cap = r->capchanges ? r->capchanges * 2 : 8;
+		struct dcr_version_change *t =
+			realloc(r->changes, cap * sizeof(*t));
+		if (!t)
+			return; /* the kernel keeps its entries a while */
+		r->changes = t;
+		r->capchanges = cap;
+	}
+	r->changes[r->nchanges++] = (struct dcr_version_change){
+		.version = v, .old_nentries = n, .gone = gone,
+		.content_changed = changed,
+	};
+}
+
+int dcr_reader_take_changes(struct dcr_reader *r,
+			    struct dcr_version_change **changes, size_t *n)
+{
+	pthread_mutex_lock(&r->lock);
+	*changes = r->changes;
+	*n = r->nchanges;
+	r->changes = NULL;
+	r->nchanges = r->capchanges = 0;
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+/* Take @old (at index @i of vers) out: dead, onto the graveyard; with
+ * @nrv, put it in its place. Caller holds lock. */
+static void vers_bury(struct dcr_reader *r, size_t i, struct rver *old,
+		      struct rver *nrv)
+{
+	atomic_store(&old->dead, true);
+	if (nrv) {
+		r->vers[i] = nrv;
+	} else {
+		memmove(&r->vers[i], &r->vers[i + 1],
+			(r->nvers - i - 1) * sizeof(*r->vers));
+		r->nvers--;
+	}
+	old->next_dead = r->graveyard;
+	r->graveyard = old;
+}
+
+int reader_drop_version(struct dcr_reader *r, uint64_t v)
+{
+	char key[64];
+	struct rver *old;
+	size_t i;
+	int ret;
+
+	pthread_mutex_lock(&r->lock);
+	i = vers_lower(r, v);
+	old = i < r->nvers && r->vers[i]->v == v ? r->vers[i] : NULL;
+	if (old) {
+		change_push(r, v, old->nfiles + 1, true, true);
+		vers_bury(r, i, old, NULL);
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (!old)
+		return -ENOENT;
+	dcr_cache_drop_version(r->cache, v, ++r->gen_clock);
+	ret = dcr_catalog_remove_version(r->cat, v);
+	if (ret && ret != -ENOENT)
+		dcr_warn("version %llu: cannot remove it from the catalog: %s",
+			 (unsigned long long)v, dcr_strerror(ret));
+	dcr_version_key(v, key, sizeof(key));
+	dcr_info("%s: %s is gone from the store: version %llu is no longer "
+		 "served", r->st->url ? r->st->url : "store", key,
+		 (unsigned long long)v);
+	return 0;
+}
+
+int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
+			   const struct dcr_catalog_ident *id,
+			   const char *why)
+{
+	const uint64_t v = m->version;
+	const char *url = r->st->url ? r->st->url : "store";
+	struct dcr_catalog_ident old_id;
+	struct dcr_manifest om;
+	struct rver *old, *nrv;
+	char key[64], oh[16], nh[16];
+	bool changed = true;
+	size_t i;
+	int ret;
+
+	pthread_mutex_lock(&r->lock);
+	old = vers_find(r, v);
+	pthread_mutex_unlock(&r->lock);
+	if (!old)
+		return -ENOENT;
+	old_id = old->id;
+	if (dcr_catalog_load_files(r->cat, v, &om) == 0) {
+		changed = !same_tree(&om, m);
+		dcr_manifest_free(&om);
+	}
+	nrv = rver_new(v, m->parent, m->ctime_ns, m->chunk_size, m->nfiles);
+	if (!nrv)
+		return DCR_ERR(-ENOMEM);
+	nrv->id = *id;
+
+	/* Dead first: from here the old rver's lookups fail, whatever the
+	 * catalog holds; then no key of it can reach the cache. */
+	atomic_store(&old->dead, true);
+	nrv->gen = ++r->gen_clock;
+	if (changed)
+		dcr_cache_drop_version(r->cache, v, nrv->gen);
+	ret = dcr_catalog_replace_version(r->cat, m, id);
+
+	pthread_mutex_lock(&r->lock);
+	i = vers_lower(r, v);
+	change_push(r, v, old->nfiles + 1, ret != 0, changed);
+	vers_bury(r, i, old, ret ? NULL : nrv);
+	pthread_mutex_unlock(&r->lock);
+
+	dcr_version_key(v, key, sizeof(key));
+	hash_prefix(&old_id, oh);
+	hash_prefix(id, nh);
+	if (ret) {
+		rver_free(nrv);
+		dcr_catalog_remove_version(r->cat, v);
+		r->listed = false; /* index it again at the next refresh */
+		dcr_err("%s: %s %s (manifest %s -> %s) but cannot be "
+			"re-indexed: %s; version %llu is not served until it "
+			"is", url, key, why, oh, nh, dcr_strerror(ret),
+			(unsigned long long)v);
+		return ret;
+	}
+	if (changed)
+		dcr_err("%s: %s %s (manifest %s -> %s): re-indexed; the old "
+			"tree is no longer served", url, key, why, oh, nh);
+	else
+		dcr_info("%s: %s re-indexed (manifest %s -> %s): the same "
+			 "tree and bytes, encoded anew; cached chunks kept",
+			 url, key, oh, nh);
+	return changed;
+}
+
+/*
+ * Check the known version @rv against its object as the store lists it
+ * (@obj). Unchanged size and mtime: nothing to do. Otherwise (or when
+ * the hash indexed is unknown) fetch the manifest: the same hash only
+ * refreshes the recorded listing; another one re-indexes the version
+ * (reader_replace_version), or drops it if the new manifest is corrupt.
+ * An index without a hash (an older catalog) that turns out to be the
+ * store's manifest just gets the hash. 0, or -errno of the fetch (the
+ * next listing tries again).
+ */
+static int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  struct rver *rv, const struct dcr_obj_info *obj)
+{
+	struct dcr_catalog_ident id;
+	struct dcr_manifest m, cm;
+	char key[64];
+	bool known;
+	int ret;
+
+	if (rv->id.has_mhash && rv->id.obj_size == obj->size &&
+	    (!obj->mtime_ns || rv->id.obj_mtime_ns == obj->mtime_ns))
+		return 0;
+	dcr_version_key(rv->v, key, sizeof(key));
+	memset(&m, 0, sizeof(m));
+	ret = fetch_manifest(r, rv->v, key, &m, &id);
+	if (ret == -EBADMSG) {
+		dcr_err("%s: %s changed in the store and is now corrupt: "
+			"version %llu is no longer served",
+			r->st->url ? r->st->url : "store", key,
+			(unsigned long long)rv->v);
+		reader_drop_version(r, rv->v);
+		mark_bad(r, rv->v);
+		return 0;
+	}
+	if (ret)
+		return ret == -ENOENT ? 0 : ret; /* gone: the next listing */
+	if (obj->size == id.obj_size)
+		id.obj_mtime_ns = obj->mtime_ns;
+	known = rv->id.has_mhash;
+	if (known && dcr_hash_eq(rv->id.mhash, id.mhash)) {
+		/* Same object, listed differently (touched, copied). */
+		dcr_manifest_free(&m);
+		if (dcr_catalog_set_ident(r->cat, rv->v, &id) == 0)
+			rv->id = id;
+		return 0;
+	}
+	if (!known && dcr_catalog_load_manifest(r->cat, rv->v, &cm) == 0) {
+		bool same = same_index(&cm, &m);
+
+		dcr_manifest_free(&cm);
+		if (same) {
+			/* Filled lazily: indexed before hashes were kept. */
+			dcr_manifest_free(&m);
+			if (dcr_catalog_set_ident(r->cat, rv->v, &id) == 0)
+				rv->id = id;
+			return 0;
+		}
+	}
+	ret = check_manifest(r, ctx, &m, key);
+	if (ret == -ENOMEM) {
+		dcr_manifest_free(&m);
+		return ret;
+	}
+	if (ret) {
+		dcr_err("%s: %s changed in the store and is now corrupt: "
+			"version %llu is no longer served",
+			r->st->url ? r->st->url : "store", key,
+			(unsigned long long)rv->v);
+		dcr_manifest_free(&m);
+		reader_drop_version(r, rv->v);
+		mark_bad(r, rv->v);
+		return 0;
+	}
+	ret = reader_replace_version(r, &m, &id, "changed in the store");
+	dcr_manifest_free(&m);
+	return ret < 0 ? ret : 0;
+}
+
+struct ventry {
+	uint64_t v;
+	struct dcr_obj_info info; /* upload: NULL */
+};
+
 struct vlist {
-	uint64_t *v;
+	struct ventry *e;
 	size_t n, cap;
 };
 
@@ -529,31 +872,86 @@ static int collect_version(const char *key, const struct dcr_obj_info *info, voi
 		return 0; /* not a manifest name: ignore */
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 64;
-		uint64_t *tmp = realloc(l->v, cap * sizeof(*tmp));
+		struct ventry *tmp = realloc(l->e, cap * sizeof(*tmp));
 		if (!tmp)
 			return DCR_ERR(-ENOMEM);
-		l->v = tmp;
+		l->e = tmp;
 		l->cap = cap;
 	}
-	l->v[l->n++] = v;
+	l->e[l->n].v = v;
+	memset(&l->e[l->n].info, 0, sizeof(l->e[l->n].info));
+	if (info) {
+		l->e[l->n].info.size = info->size;
+		l->e[l->n].info.mtime_ns = info->mtime_ns;
+	}
+	l->n++;
 	return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
+static int cmp_ventry(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	uint64_t x = ((const struct ventry *)a)->v;
+	uint64_t y = ((const struct ventry *)b)->v;
 
 	return x < y ? -1 : x > y;
 }
 
+/* Whether @v is in the sorted listing @l. */
+static bool listed_has(const struct vlist *l, uint64_t v)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (l->e[mid].v < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < l->n && l->e[lo].v == v;
+}
+
 /*
- * List versions/ and index every version not known yet. The first
- * refresh of a process does this, and so does a probe that met an error
- * other than "absent" (@fail_v, @fail_err: not fetched again here), so
- * that one unreadable version does not hide the ones after it. A
- * version that fails with a permanent error (permanent_err) is marked
- * bad and logged once; after a transient one the next refresh lists
- * again, so that it is retried and not skipped by probing past it.
+ * Drop the known versions that the complete listing @l does not hold
+ * (collected by gc, deleted by an admin). A listing that holds none of
+ * them is not believed (a store emptied whole is a recreated store,
+ * which the store id catches at the next mount): warned, nothing
+ * dropped.
+ */
+static void drop_gone(struct dcr_reader *r, const struct vlist *l)
+{
+	uint64_t *gone = NULL;
+	size_t ngone = 0, nknown;
+
+	pthread_mutex_lock(&r->lock);
+	nknown = r->nvers;
+	if (nknown)
+		gone = malloc(nknown * sizeof(*gone));
+	for (size_t i = 0; gone && i < r->nvers; i++)
+		if (!listed_has(l, r->vers[i]->v))
+			gone[ngone++] = r->vers[i]->v;
+	pthread_mutex_unlock(&r->lock);
+	if (ngone && ngone == nknown) {
+		dcr_warn("%s: versions/ lists none of the %zu versions this "
+			 "mount knows; not believed, they stay served",
+			 r->st->url ? r->st->url : "store", nknown);
+		ngone = 0;
+	}
+	for (size_t i = 0; i < ngone; i++)
+		reader_drop_version(r, gone[i]);
+	free(gone);
+}
+
+/*
+ * List versions/: index every version not known yet, check the identity
+ * of every known one (verify_version) and drop those gone from the
+ * store. The first refresh of a process does this, every relist_ns
+ * one does, and so does a probe that met an error other than "absent"
+ * (@fail_v, @fail_err: not fetched again here), so that one unreadable
+ * version does not hide the ones after it. A version that fails with a
+ * permanent error (permanent_err) is marked bad and logged once; after
+ * a transient one the next refresh lists again, so that it is retried
+ * and not skipped by probing past it.
  */
 static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 			uint64_t fail_v, int fail_err)
@@ -561,6 +959,7 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 	struct vlist l = { 0 };
 	bool transient = false, seen_fail = false;
 	char key[64];
+	size_t k = 0;
 	int ret;
 
 	ret = dcr_store_list(r->st, "versions/", collect_version, &l);
@@ -568,27 +967,34 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 		if (fail_v)
 			fetch_failed(r, fail_v, fail_err, "");
 		fetch_failed(r, 0, ret, "");
-		free(l.v);
+		free(l.e);
 		return ret;
 	}
 	ret = 0;
-	qsort(l.v, l.n, sizeof(*l.v), cmp_u64);
+	qsort(l.e, l.n, sizeof(*l.e), cmp_ventry);
+	for (size_t i = 0; i < l.n; i++) /* unique */
+		if (k == 0 || l.e[i].v != l.e[k - 1].v)
+			l.e[k++] = l.e[i];
+	l.n = k;
 	for (size_t i = 0; i < l.n; i++) {
-		bool known;
+		const uint64_t v = l.e[i].v;
+		struct rver *rv;
+		bool bad;
 		int rc;
 
-		if (i > 0 && l.v[i] == l.v[i - 1])
-			continue;
 		pthread_mutex_lock(&r->lock);
-		known = vers_find(r, l.v[i]) || is_bad(r, l.v[i]);
+		rv = vers_find(r, v);
+		bad = is_bad(r, v);
 		pthread_mutex_unlock(&r->lock);
-		if (known)
+		if (bad)
 			continue;
-		if (l.v[i] == fail_v) {
+		if (v == fail_v) {
 			rc = fail_err;
 			seen_fail = true;
+		} else if (rv) {
+			rc = verify_version(r, ctx, rv, &l.e[i].info);
 		} else {
-			rc = index_version(r, ctx, l.v[i]);
+			rc = index_version(r, ctx, v, &l.e[i].info);
 		}
 		if (rc == -ENOMEM) {
 			ret = rc;
@@ -598,24 +1004,29 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 			continue;
 		if (permanent_err(rc)) {
 			/* Would fail the same way forever: skip it, once. */
-			dcr_version_key(l.v[i], key, sizeof(key));
+			dcr_version_key(v, key, sizeof(key));
 			dcr_err("%s: cannot read %s: %s; version %llu is "
 				"skipped", r->st->url ? r->st->url : "store",
-				key, dcr_strerror(rc),
-				(unsigned long long)l.v[i]);
-			mark_bad(r, l.v[i]);
+				key, dcr_strerror(rc), (unsigned long long)v);
+			if (rv)
+				reader_drop_version(r, v);
+			mark_bad(r, v);
 			continue;
 		}
 		if (rc != -ENOENT) /* deleted since listed: nothing to say */
-			fetch_failed(r, l.v[i], rc, "; retrying at the next "
-						    "refresh");
+			fetch_failed(r, v, rc, "; retrying at the next "
+					       "refresh");
 		transient = true;
 	}
 	if (fail_v && !seen_fail)
 		fetch_failed(r, fail_v, fail_err, ""); /* not even listed */
-	free(l.v);
 	if (!ret)
+		drop_gone(r, &l);
+	free(l.e);
+	if (!ret) {
 		r->listed = !transient;
+		r->relist_at = dcr_mono_ns() + r->relist_ns;
+	}
 	return ret;
 }
 
@@ -633,7 +1044,7 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 	next = DCR_MAX(r->nvers ? r->vers[r->nvers - 1]->v : 0, r->max_bad);
 	pthread_mutex_unlock(&r->lock);
 	for (;;) {
-		ret = index_version(r, ctx, ++next);
+		ret = index_version(r, ctx, ++next, NULL);
 		if (ret == -ENOENT)
 			return 0;
 		if (ret == -ENOMEM)
@@ -771,6 +1182,8 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 
 	pthread_mutex_lock(&r->refresh_lock);
 	forget_bad(r);
+	if (r->listed && dcr_mono_ns() >= r->relist_at)
+		r->listed = false; /* time for a whole listing */
 	ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
 	refresh_ctx_free(&ctx);
 	if (!ret)
@@ -830,6 +1243,10 @@ void trees_trim(struct dcr_reader *r)
 		rver_unload(lru);
 		loaded--;
 	}
+	/* Replaced and dropped versions: nobody uses them but pins. */
+	for (struct rver *rv = r->graveyard; rv; rv = rv->next_dead)
+		if (rv->loaded && !rv->pins)
+			rver_unload(rv);
 out:
 	pthread_mutex_unlock(&r->lock);
 }
