@@ -884,7 +884,8 @@ err_close:
 }
 
 /* Publish the manifest as the next free version number. */
-static int publish(struct pipe *p, uint64_t *version, uint64_t *mlen)
+static int publish(struct pipe *p, uint64_t *version, uint64_t *mlen,
+		   uint8_t mhash[DCR_HASH_LEN])
 {
 	struct dcr_buf enc;
 	char key[64];
@@ -916,6 +917,7 @@ static int publish(struct pipe *p, uint64_t *version, uint64_t *mlen)
 	if (!ret) {
 		*version = v;
 		*mlen = enc.len;
+		dcr_sha256(enc.data, enc.len, mhash);
 	}
 	dcr_buf_free(&enc);
 	return ret;
@@ -1252,7 +1254,8 @@ err_stop_workers:
 		ret = check_packs(st, &m);
 	}
 	if (!ret)
-		ret = publish(&p, &res->version, &res->manifest_len);
+		ret = publish(&p, &res->version, &res->manifest_len,
+			      res->manifest_hash);
 	if (!ret) {
 		res->bytes_packed = p.bytes_packed;
 		res->packs = m.npacks;

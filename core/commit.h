@@ -84,6 +84,7 @@ struct dcr_commit_result {
 	uint64_t bytes_in;     /* bytes of regular files read */
 	uint64_t bytes_packed; /* bytes of packs uploaded */
 	uint64_t manifest_len; /* bytes of the encoded manifest */
+	uint8_t manifest_hash[DCR_HASH_LEN]; /* SHA-256 of those bytes */
 	uint64_t chunks_same, chunks_delta, chunks_full;
 	uint32_t packs;
 	/* stage_dir holds the complete committed tree (false if it could not

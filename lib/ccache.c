@@ -55,16 +55,21 @@ static void path_join(char *buf, size_t cap, const char *a, const char *b)
 }
 
 /*
- * The state file: "version N" and, after a --no-copy commit, "source PATH"
- * (the committed directory, to be used as the next parent in place of
- * tree/). Returns N, 0 if unknown.
+ * The state file: "version N", "manifest HEX" (the SHA-256 of the
+ * manifest object version N was published or rebuilt from: a version's
+ * identity, DESIGN.md 7a; absent in caches of older dcrfs) and, after
+ * a --no-copy commit, "source PATH" (the committed directory, to be
+ * used as the next parent in place of tree/). Returns N, 0 if unknown;
+ * *@has_mhash says whether @mhash was read.
  */
-static uint64_t read_state(const char *cache, char *source, size_t cap)
+static uint64_t read_state(const char *cache, char *source, size_t cap,
+			   uint8_t mhash[DCR_HASH_LEN], bool *has_mhash)
 {
 	char path[PATH_MAX], line[PATH_MAX + 16];
 	uint64_t v = 0;
 
 	source[0] = 0;
+	*has_mhash = false;
 	path_join(path, sizeof(path), cache, "state");
 	FILE *f = fopen(path, "r");
 	if (!f)
@@ -73,6 +78,8 @@ static uint64_t read_state(const char *cache, char *source, size_t cap)
 		line[strcspn(line, "\n")] = 0;
 		if (!strncmp(line, "version ", 8))
 			dcr_parse_u64(line + 8, &v);
+		else if (!strncmp(line, "manifest ", 9))
+			*has_mhash = dcr_hash_unhex(line + 9, mhash) == 0;
 		else if (!strncmp(line, "source /", 8) && strlen(line + 7) < cap)
 			memcpy(source, line + 7, strlen(line + 7) + 1);
 	}
@@ -80,9 +87,10 @@ static uint64_t read_state(const char *cache, char *source, size_t cap)
 	return v;
 }
 
-static int write_state(const char *cache, uint64_t v, const char *source)
+static int write_state(const char *cache, uint64_t v, const char *source,
+		       const uint8_t *mhash)
 {
-	char path[PATH_MAX], tmp[PATH_MAX];
+	char path[PATH_MAX], tmp[PATH_MAX], hex[DCR_HASH_HEX_LEN + 1];
 
 	path_join(path, sizeof(path), cache, "state");
 	path_join(tmp, sizeof(tmp), cache, "state.tmp");
@@ -90,6 +98,10 @@ static int write_state(const char *cache, uint64_t v, const char *source)
 	if (!f)
 		return -errno;
 	fprintf(f, "version %" PRIu64 "\n", v);
+	if (mhash) {
+		dcr_hash_hex(mhash, hex);
+		fprintf(f, "manifest %s\n", hex);
+	}
 	if (source)
 		fprintf(f, "source %s\n", source);
 	if (fflush(f) || fsync(fileno(f))) {
@@ -205,7 +217,7 @@ static int write_entry(struct dcr_reader *r, uint64_t v, uint32_t idx,
 
 /* Materialize version @v of @st into @cache/tree through the read path. */
 static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
-			int quiet)
+			const uint8_t *mhash, int quiet)
 {
 	char tree[PATH_MAX], scratch[PATH_MAX], path[PATH_MAX * 2];
 	struct dcr_reader *r = NULL;
@@ -250,7 +262,7 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 	}
 	free(buf);
 	if (!ret)
-		ret = write_state(cache, v, NULL);
+		ret = write_state(cache, v, NULL, mhash);
 err_close:
 	dcr_reader_close(r);
 err_rm_scratch:
@@ -325,13 +337,37 @@ void dcr_ccache_close(struct dcr_ccache *cc)
 }
 
 int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
-		      const char *committing, bool rebuild, const char **dir)
+		      const uint8_t *mhash, const char *committing,
+		      bool rebuild, const char **dir)
 {
 	struct stat ssb;
 	char *source = cc->source;
-	uint64_t have = read_state(cc->dir, source, sizeof(cc->source));
+	uint8_t had[DCR_HASH_LEN];
+	bool has_had;
+	uint64_t have = read_state(cc->dir, source, sizeof(cc->source), had,
+				   &has_had);
 	char *dir_real = committing ? realpath(committing, NULL) : NULL;
 	int ret;
+
+	if (have && have == parent && has_had && mhash &&
+	    !dcr_hash_eq(had, mhash)) {
+		/* The number was reused in the store (a version deleted and
+		 * committed again, a store recreated): these are not the
+		 * parent's bytes, whatever their number says. */
+		char a[DCR_HASH_HEX_LEN + 1], b[DCR_HASH_HEX_LEN + 1];
+
+		dcr_hash_hex(had, a);
+		dcr_hash_hex(mhash, b);
+		dcr_warn("%s: the commit cache holds version %" PRIu64 " built "
+			 "from manifest %.12s.., but the store's version %"
+			 PRIu64 " is manifest %.12s..: it changed in the store; "
+			 "dropping the cached copy and rebuilding the parent",
+			 cc->dir, have, a, parent, b);
+		clear_state(cc->dir);
+		rm_rf(cc->tree);
+		source[0] = 0;
+		have = 0;
+	}
 
 	if (source[0] && dir_real && !strcmp(source, dir_real)) {
 		/* A directory cannot be its own parent: it may have been overwritten. */
@@ -352,7 +388,8 @@ int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
 	if (rebuild || have != parent || source[0]) {
 		if (rebuild)
 			dcr_warn("the parent copy is stale; rebuilding it from the store");
-		if ((ret = rebuild_tree(cc->st, cc->dir, parent, cc->quiet))) {
+		if ((ret = rebuild_tree(cc->st, cc->dir, parent, mhash,
+					cc->quiet))) {
 			dcr_err("cannot rebuild the parent, version %" PRIu64 ", in %s (%s); "
 				"nothing was published. Free space there or choose another "
 				"cache directory", parent, cc->dir, dcr_strerror(ret));
@@ -382,13 +419,14 @@ void dcr_ccache_discard(struct dcr_ccache *cc)
 }
 
 void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
-		     enum dcr_ccache_keep keep, const char *source)
+		     const uint8_t *mhash, enum dcr_ccache_keep keep,
+		     const char *source)
 {
 	if (keep == DCR_CCACHE_SOURCE) {
 		char *src = realpath(source, NULL);
 		clear_state(cc->dir);
 		rm_rf(cc->tree);
-		if (!src || write_state(cc->dir, v, src))
+		if (!src || write_state(cc->dir, v, src, mhash))
 			dcr_warn("%s: could not record %s for the next commit; it will rebuild its parent",
 				 cc->dir, source);
 		free(src);
@@ -396,7 +434,7 @@ void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
 		/* state first: a crash in between leaves "unknown", never a lie. */
 		clear_state(cc->dir);
 		if (rm_rf(cc->tree) || rename(cc->stage, cc->tree) < 0 ||
-		    write_state(cc->dir, v, NULL))
+		    write_state(cc->dir, v, NULL, mhash))
 			dcr_warn("%s: could not keep the committed tree (%s); the next commit will rebuild it",
 				 cc->dir, strerror(errno));
 	} else {

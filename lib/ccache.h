@@ -45,11 +45,16 @@ void dcr_ccache_close(struct dcr_ccache *cc);
  * source of a no-copy commit, or rebuilt from the store through the read
  * path. @committing is the directory about to be committed (NULL for
  * memory): it can never serve as its own parent. With @rebuild, the tree
- * is rebuilt whatever the state says (after -ESTALE).
+ * is rebuilt whatever the state says (after -ESTALE). @mhash (may be
+ * NULL) is the SHA-256 of the store's manifest object of @parent: a
+ * cached tree recorded as built from another manifest of that number
+ * (the version was replaced in the store) is dropped, with one warning
+ * naming both, and rebuilt.
  * Returns 0 or -errno (logged).
  */
 int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
-		      const char *committing, bool rebuild, const char **dir);
+		      const uint8_t *mhash, const char *committing,
+		      bool rebuild, const char **dir);
 
 /**
  * dcr_ccache_stage - an empty stage directory for the commit to copy the
@@ -66,12 +71,13 @@ enum dcr_ccache_keep {
 };
 
 /**
- * dcr_ccache_done - version @v was published: keep it for the next
- * commit as @keep says. Failures only cost the next commit a rebuild
+ * dcr_ccache_done - version @v, manifest object SHA-256 @mhash, was
+ * published: keep it for the next commit as @keep says. Failures only cost the next commit a rebuild
  * (warned). dcr_ccache_discard drops the stage of a failed commit.
  */
 void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
-		     enum dcr_ccache_keep keep, const char *source);
+		     const uint8_t *mhash, enum dcr_ccache_keep keep,
+		     const char *source);
 void dcr_ccache_discard(struct dcr_ccache *cc);
 
 #endif /* DCR_CCACHE_H */

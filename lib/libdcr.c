@@ -359,9 +359,50 @@ static void on_progress(void *arg, const struct dcr_commit_progress *p)
 	c->o.progress(c->o.progress_arg, &pub);
 }
 
-/* The parent's number and manifest: opts->parent, else the latest. */
+/*
+ * Fetch and decode version @v's manifest into @pm, and the SHA-256 of
+ * its object into @mhash (its identity: the commit cache checks that it
+ * holds that manifest's tree, not another one of the same number).
+ * As dcr_store_get_manifest: -ENOENT, or -errno logged.
+ */
+static int get_manifest_hashed(struct dcr_store *st, uint64_t v,
+			       struct dcr_manifest *pm,
+			       uint8_t mhash[DCR_HASH_LEN])
+{
+	char key[64];
+	struct dcr_buf b;
+	int ret;
+
+	dcr_version_key(v, key, sizeof(key));
+	dcr_buf_init(&b, (size_t)2 << 30);
+	ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
+	if (ret) {
+		if (ret != -ENOENT)
+			dcr_err("%s: cannot read %s: %s", st->url, key,
+				dcr_strerror(ret));
+		goto out;
+	}
+	dcr_sha256(b.data, b.len, mhash);
+	ret = dcr_manifest_decode(b.data, b.len, pm);
+	if (ret) {
+		dcr_err("%s: manifest %s is corrupt or invalid (%s)", st->url,
+			key, dcr_strerror(ret));
+	} else if (pm->version != v) {
+		dcr_err("%s: manifest %s claims to be version %" PRIu64,
+			st->url, key, pm->version);
+		dcr_manifest_free(pm);
+		memset(pm, 0, sizeof(*pm));
+		ret = DCR_ERR(-EBADMSG);
+	}
+out:
+	dcr_buf_free(&b);
+	return ret;
+}
+
+/* The parent's number, manifest and its object's SHA-256:
+ * opts->parent, else the latest. */
 static int get_parent(struct dcr_store *st, uint64_t want, uint64_t *parent,
-		      struct dcr_manifest *pm)
+		      struct dcr_manifest *pm, uint8_t mhash[DCR_HASH_LEN])
 {
 	uint64_t latest;
 	int ret = dcr_store_latest(st, &latest);
@@ -371,7 +412,8 @@ static int get_parent(struct dcr_store *st, uint64_t want, uint64_t *parent,
 		return ret;
 	}
 	*parent = want ? want : latest;
-	if (*parent && (ret = dcr_store_get_manifest(st, *parent, pm)) == -ENOENT)
+	if (*parent &&
+	    (ret = get_manifest_hashed(st, *parent, pm, mhash)) == -ENOENT)
 		dcr_err("%s: version %" PRIu64 " does not exist (latest is %" PRIu64 ")",
 			st->url, *parent, latest);
 	return ret;
@@ -387,6 +429,7 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 	struct dcr_commit_result res;
 	const char *what = c->tree ? c->tree : "the commit";
 	uint64_t parent;
+	uint8_t pmhash[DCR_HASH_LEN];
 
 	api_enter();
 	int ret = check_open(c);
@@ -394,7 +437,7 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		dcr_err("'%s' is not a valid tag name", tag);
 		ret = -EINVAL;
 	}
-	if (ret || (ret = get_parent(st, c->o.parent, &parent, &pm)))
+	if (ret || (ret = get_parent(st, c->o.parent, &parent, &pm, pmhash)))
 		return api_leave(ret, what);
 	if ((ret = dcr_ccache_open(st, c->o.cache_dir,
 				   dcr_log_get_level() < DCR_LOG_INFO, &cc)))
@@ -412,14 +455,16 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 	};
 	bool no_copy = (fl & DCR_COMMIT_NO_COPY) && c->tree;
 	bool keep = !(fl & DCR_COMMIT_NO_CACHE) && !no_copy;
-	if (parent && (ret = dcr_ccache_parent(cc, parent, c->tree, false, &o.parent_dir)))
+	if (parent && (ret = dcr_ccache_parent(cc, parent, pmhash, c->tree, false,
+				       &o.parent_dir)))
 		goto err_free;
 	for (int attempt = 0;; attempt++) {
 		o.stage_dir = keep ? dcr_ccache_stage(cc) : NULL;
 		ret = dcr_commit_sources(st, c->src, c->n, what, &o, &res);
 		if (ret != -ESTALE || attempt > 0 || !parent)
 			break;
-		if ((ret = dcr_ccache_parent(cc, parent, c->tree, true, &o.parent_dir)))
+		if ((ret = dcr_ccache_parent(cc, parent, pmhash, c->tree, true,
+					     &o.parent_dir)))
 			goto err_free;
 	}
 	if (ret) {
@@ -427,7 +472,7 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		goto err_free;
 	}
 	c->published = true;
-	dcr_ccache_done(cc, res.version,
+	dcr_ccache_done(cc, res.version, res.manifest_hash,
 			no_copy ? DCR_CCACHE_SOURCE :
 			keep && res.staged ? DCR_CCACHE_STAGED : DCR_CCACHE_NOTHING,
 			c->tree);
