@@ -514,7 +514,7 @@ static void test_newer_schema(void **state)
 	struct dcr_catalog *c = NULL;
 
 	make_two(f);
-	raw_sql(f->db, "UPDATE meta SET value = '3' WHERE key = 'schema'");
+	raw_sql(f->db, "UPDATE meta SET value = '4' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), -EPROTONOSUPPORT);
 	assert_null(c);
 	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
@@ -536,6 +536,9 @@ static void test_schema1_upgraded(void **state)
 	raw_sql(f->db, "ALTER TABLE chunks DROP COLUMN fhash;"
 		       "ALTER TABLE chunks DROP COLUMN xxh;"
 		       "ALTER TABLE versions DROP COLUMN format;"
+		       "ALTER TABLE versions DROP COLUMN mhash;"
+		       "ALTER TABLE versions DROP COLUMN obj_size;"
+		       "ALTER TABLE versions DROP COLUMN obj_mtime;"
 		       "UPDATE meta SET value = '1' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	assert_false(dcr_catalog_is_new(c));
@@ -559,10 +562,222 @@ static void test_schema1_upgraded(void **state)
 			    DCR_HASH_LEN);
 	dcr_manifest_free(&m3);
 	dcr_catalog_close(c);
-	/* Reopened: schema 2 now, nothing set aside. */
+	/* Reopened: schema 3 now, nothing set aside. */
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	dcr_catalog_close(c);
 	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
+}
+
+static void ident_of(struct dcr_catalog_ident *id, int seed)
+{
+	memset(id, 0, sizeof(*id));
+	id->has_mhash = true;
+	memset(id->mhash, seed, DCR_HASH_LEN);
+	id->obj_size = 1000 + (uint64_t)seed;
+	id->obj_mtime_ns = 1700000000123456789 + seed;
+}
+
+static void assert_ident(const struct dcr_catalog_ident *a,
+			 const struct dcr_catalog_ident *b)
+{
+	assert_int_equal(a->has_mhash, b->has_mhash);
+	if (a->has_mhash)
+		assert_memory_equal(a->mhash, b->mhash, DCR_HASH_LEN);
+	assert_int_equal(a->obj_size, b->obj_size);
+	assert_true(a->obj_mtime_ns == b->obj_mtime_ns);
+}
+
+/* The rows of table @table for version @v. */
+static int64_t rows_of(const char *path, const char *table, uint64_t v)
+{
+	char sql[128];
+	sqlite3_stmt *st;
+	sqlite3 *db;
+	int64_t n;
+
+	snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s WHERE version = %llu",
+		 table, (unsigned long long)v);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	n = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return n;
+}
+
+/*
+ * A schema 2 catalog (no manifest identity) is upgraded in place: its
+ * versions stay, with an unknown identity, which can be filled later
+ * and survives a reopen.
+ */
+static void test_schema2_upgraded(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_version *vs;
+	struct dcr_catalog_ident id;
+	struct dcr_manifest got;
+	size_t n;
+
+	make_two(f);
+	raw_sql(f->db, "ALTER TABLE versions DROP COLUMN mhash;"
+		       "ALTER TABLE versions DROP COLUMN obj_size;"
+		       "ALTER TABLE versions DROP COLUMN obj_mtime;"
+		       "UPDATE meta SET value = '2' WHERE key = 'schema'");
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_false(dcr_catalog_is_new(c));
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 2);
+	assert_false(vs[0].id.has_mhash);
+	assert_false(vs[1].id.has_mhash);
+	assert_int_equal(vs[1].id.obj_size, 0);
+	free(vs);
+	assert_int_equal(dcr_catalog_load_manifest(c, 2, &got), 0);
+	assert_int_equal(got.format, DCR_MANIFEST_FORMAT);
+	dcr_manifest_free(&got);
+	ident_of(&id, 7);
+	assert_int_equal(dcr_catalog_set_ident(c, 2, &id), 0);
+	assert_int_equal(dcr_catalog_set_ident(c, 9, &id), -ENOENT);
+	dcr_catalog_close(c);
+
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 2);
+	assert_false(vs[0].id.has_mhash);
+	assert_ident(&vs[1].id, &id);
+	free(vs);
+	dcr_catalog_close(c);
+	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
+}
+
+/* @m: build(m, 2) with other bytes: another tree for the same number. */
+static void build_other2(struct dcr_manifest *m)
+{
+	build(m, 2);
+	m->ctime_ns += 1000;
+	free((char *)m->files[1].path);
+	free(m->files[1].chunks);
+	set_file(&m->files[1], "d/w.bin", DCR_FT_REG, 3 * 4096 + 5, 4096, 1, 9);
+	m->packs[0][1] = 0xee;
+}
+
+struct loader {
+	struct dcr_catalog *c;
+	atomic_int stop;
+	unsigned seen_old, seen_new, bad;
+};
+
+static void *loader_main(void *arg)
+{
+	struct loader *l = arg;
+
+	while (!atomic_load(&l->stop)) {
+		struct dcr_manifest got;
+		int ret = dcr_catalog_load_manifest(l->c, 2, &got);
+
+		if (ret) {
+			l->bad++;
+			continue;
+		}
+		/* All of one or all of the other, never a mix. */
+		if (got.ctime_ns == 1700000000000000002 &&
+		    got.files[1].nchunks == 6 &&
+		    got.files[1].chunks[1].hash[0] == 2 * 16 + 2)
+			l->seen_old++;
+		else if (got.ctime_ns == 1700000000000000002 + 1000 &&
+			 got.files[1].nchunks == 4 &&
+			 got.files[1].chunks[1].hash[0] == 9 * 16 + 2)
+			l->seen_new++;
+		else
+			l->bad++;
+		dcr_manifest_free(&got);
+	}
+	return NULL;
+}
+
+/*
+ * dcr_catalog_replace_version swaps a version's whole index at once:
+ * the old rows go, the new ones and the new identity are in, a reader
+ * never sees a mix, and a replace of a version not indexed is an add.
+ */
+static void test_replace_version(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_version *vs;
+	struct dcr_catalog_ident id1, id2, id3;
+	struct dcr_catalog_chunk ref;
+	struct dcr_manifest m1, m2, o2, got;
+	struct loader l = { 0 };
+	pthread_t th;
+	size_t n;
+
+	build(&m1, 1);
+	build(&m2, 2);
+	build_other2(&o2);
+	ident_of(&id1, 1);
+	ident_of(&id2, 2);
+	ident_of(&id3, 3);
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_add_version_ident(c, &m1, &id1), 0);
+	assert_int_equal(dcr_catalog_add_version_ident(c, &m2, &id2), 0);
+	assert_int_equal(dcr_catalog_add_version_ident(c, &m2, &id2), -EEXIST);
+
+	l.c = c;
+	assert_int_equal(pthread_create(&th, NULL, loader_main, &l), 0);
+	while (l.seen_old == 0 && l.bad == 0)
+		usleep(100);
+	assert_int_equal(dcr_catalog_replace_version(c, &o2, &id3), 0);
+	while (l.seen_new == 0 && l.bad == 0)
+		usleep(100);
+	atomic_store(&l.stop, 1);
+	pthread_join(th, NULL);
+	assert_int_equal(l.bad, 0);
+
+	assert_int_equal(dcr_catalog_load_manifest(c, 2, &got), 0);
+	check_same_manifest(&o2, &got, 1);
+	dcr_manifest_free(&got);
+	assert_int_equal(dcr_catalog_get_chunk(c, 2, 1, 0, &ref), 0);
+	assert_memory_equal(ref.hash, o2.files[1].chunks[0].hash, DCR_HASH_LEN);
+	assert_int_equal(dcr_catalog_get_chunk(c, 2, 1, 5, &ref), -ENOENT);
+	assert_int_equal(rows_of(f->db, "chunks", 2), 5); /* 4 + z */
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 2);
+	assert_ident(&vs[0].id, &id1);
+	assert_ident(&vs[1].id, &id3);
+	free(vs);
+
+	/* Removing: gone from every lookup and its rows gone; indexed
+	 * again like any version. */
+	assert_int_equal(dcr_catalog_remove_version(c, 2), 0);
+	assert_int_equal(dcr_catalog_remove_version(c, 2), -ENOENT);
+	assert_int_equal(dcr_catalog_load_files(c, 2, &got), -ENOENT);
+	assert_int_equal(rows_of(f->db, "chunks", 2), 0);
+	assert_int_equal(rows_of(f->db, "files", 2), 0);
+	assert_int_equal(rows_of(f->db, "packs", 2), 0);
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 1);
+	free(vs);
+	/* A replace of a version not indexed is an add (NULL: unknown). */
+	assert_int_equal(dcr_catalog_replace_version(c, &m2, NULL), 0);
+	assert_int_equal(dcr_catalog_load_manifest(c, 2, &got), 0);
+	check_same_manifest(&m2, &got, 1);
+	dcr_manifest_free(&got);
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 2);
+	assert_false(vs[1].id.has_mhash);
+	free(vs);
+	dcr_catalog_close(c);
+	/* And it all persisted. */
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_load_manifest(c, 2, &got), 0);
+	check_same_manifest(&m2, &got, 1);
+	dcr_manifest_free(&got);
+	dcr_catalog_close(c);
+	dcr_manifest_free(&m1);
+	dcr_manifest_free(&m2);
+	dcr_manifest_free(&o2);
 }
 
 /* A version of one file of @nch full chunks. */
@@ -721,6 +936,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_truncated_db, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_schema1_upgraded, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_schema2_upgraded, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_replace_version, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_newer_schema, setup,
 						teardown),
