@@ -395,6 +395,7 @@ struct fx {
 	int nv;
 	uint32_t retry_bad_ms;
 	uint32_t max_trees;
+	uint32_t relist_ms;
 	/* Chunk hashes known to be in the cache, for expected fetch counts. */
 	uint8_t (*cached)[DCR_HASH_LEN];
 	size_t ncached;
@@ -427,6 +428,7 @@ static void open_reader(struct fx *f, uint64_t budget)
 		.coalesce_max = f->coalesce_max ? f->coalesce_max : 1,
 		.retry_bad_ms = f->retry_bad_ms,
 		.max_trees = f->max_trees,
+		.relist_ms = f->relist_ms,
 	};
 
 	assert_int_equal(dcr_reader_open(f->st, &o, &f->r), 0);
@@ -1834,6 +1836,143 @@ static void test_wrong_check_value(void **state)
 	check_file(f, 1, 2);
 }
 
+/*
+ * Version identity: v3 deleted from the store and published again with
+ * other bytes is re-indexed by the next whole listing (relist_ms), its
+ * cached chunks - proven by this very reader - are never served as the
+ * new v3's, the change is logged and reported, a tree held from before
+ * stays valid; a version gone from the store is dropped, in memory and
+ * in the catalog (a reopen does not bring it back).
+ */
+static void test_version_replaced_and_dropped(void **state)
+{
+	struct fx *f = *state;
+	const struct dcr_version_info *old_vi, *vi;
+	struct dcr_version_change *ch;
+	struct timespec ts = { 0, 20 * 1000 * 1000 };
+	uint64_t latest, *vs;
+	char key[64];
+	size_t n;
+	uint8_t b;
+
+	f->relist_ms = 10;
+	build_chain(f, 3);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 3);
+	check_version(f, 3); /* cached and proven */
+	dcr_reader_sync(f->r);
+	assert_int_equal(dcr_reader_version(f->r, 3, &old_vi), 0);
+	assert_int_equal(dcr_reader_take_changes(f->r, &ch, &n), 0);
+	assert_int_equal(n, 0);
+	free(ch);
+
+	/* Nothing changed: a listing finds nothing to do. */
+	nanosleep(&ts, NULL);
+	log_reset();
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(dcr_reader_take_changes(f->r, &ch, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(log_errors, 0);
+
+	/* An admin deletes v3; a trainer publishes another v3. */
+	dcr_version_key(3, key, sizeof(key));
+	assert_int_equal(dcr_store_del(f->st, key), 0);
+	tver_free(&f->v[3]);
+	f->v[3].v = 3;
+	copy_tree(&f->v[3], &f->v[2]);
+	for (uint64_t k = 0; k < 6; k++)
+		nudge(&f->v[3].f[1], k, 40, 3000 + k);
+	nudge(&f->v[3].f[2], 0, 40, 3100);
+	publish(f->st, &f->v[3], &f->v[2], B_AUTO, 0);
+
+	nanosleep(&ts, NULL);
+	log_reset();
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 3);
+	assert_non_null(strstr(log_last, "versions/0000000003 changed in the "
+					 "store (manifest "));
+	assert_non_null(strstr(log_last, "re-indexed; the old tree is no "
+					 "longer served"));
+	check_version(f, 3); /* the new bytes, never the cached old ones */
+	assert_int_equal(dcr_reader_take_changes(f->r, &ch, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(ch[0].version, 3);
+	assert_true(ch[0].content_changed);
+	assert_false(ch[0].gone);
+	assert_int_equal(ch[0].old_nentries, 6);
+	free(ch);
+	/* The tree held from before is still readable memory. */
+	assert_int_equal(old_vi->version, 3);
+	assert_int_equal(old_vi->nentries, 6);
+	assert_string_equal(old_vi->entries[2].path, "a/w.bin");
+	dcr_reader_version_put(f->r, old_vi);
+	assert_int_equal(dcr_reader_version(f->r, 3, &vi), 0);
+	assert_ptr_not_equal(vi, old_vi);
+	dcr_reader_version_put(f->r, vi);
+
+	/* v3 gone from the store: dropped; latest is v2 again. */
+	assert_int_equal(dcr_store_del(f->st, key), 0);
+	nanosleep(&ts, NULL);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 2);
+	assert_int_equal(dcr_reader_read(f->r, 3, 2, 0, &b, 1), -ENOENT);
+	assert_int_equal(dcr_reader_take_changes(f->r, &ch, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(ch[0].version, 3);
+	assert_true(ch[0].gone);
+	free(ch);
+	check_version(f, 2);
+
+	/* A reopen with the same cache does not bring it back. */
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_versions(f->r, &vs, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(vs[1], 2);
+	free(vs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 2);
+	check_version(f, 2);
+}
+
+/*
+ * A remount (a new reader on the same cache) of a store whose v3 was
+ * replaced while no reader ran: the first listing re-indexes it, and
+ * the chunks the old reader cached are not served for it.
+ */
+static void test_version_replaced_while_closed(void **state)
+{
+	struct fx *f = *state;
+	uint64_t latest;
+	char key[64];
+
+	build_chain(f, 3);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	check_version(f, 3);
+	dcr_reader_close(f->r);
+	f->r = NULL;
+
+	dcr_version_key(3, key, sizeof(key));
+	assert_int_equal(dcr_store_del(f->st, key), 0);
+	tver_free(&f->v[3]);
+	f->v[3].v = 3;
+	copy_tree(&f->v[3], &f->v[2]);
+	for (uint64_t k = 0; k < 6; k++)
+		nudge(&f->v[3].f[1], k, 40, 4000 + k);
+	publish(f->st, &f->v[3], &f->v[2], B_AUTO, 0);
+
+	log_reset();
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 3);
+	assert_non_null(strstr(log_last, "versions/0000000003 changed in the "
+					 "store"));
+	check_version(f, 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1865,6 +2004,8 @@ int main(void)
 		T(test_mixed_format_chain),
 		T(test_golden_format1_store),
 		T(test_wrong_check_value),
+		T(test_version_replaced_and_dropped),
+		T(test_version_replaced_while_closed),
 #undef T
 	};
 
