@@ -85,8 +85,9 @@ struct dcr_cache {
 	uint64_t bytes;
 	struct dcr_cache_stats st;
 
-	/* Fences of re-indexed versions (dcr_cache_drop_version): keys of
-	 * fence[i].v with a gen below fence[i].gen are refused. Under @lock. */
+	/* Fences of re-indexed versions (dcr_cache_drop_version), sorted by
+	 * v: keys of fence[i].v with a gen below fence[i].gen are refused.
+	 * Under @lock. */
 	struct fence {
 		uint64_t v;
 		uint32_t gen;
@@ -359,14 +360,34 @@ static void slab_evict(struct dcr_cache *c, struct slab *s)
 	}
 }
 
+/* Index of the first fence of a version >= @v (fences are sorted: a
+ * lookup per chunk access, and a fence per version ever dropped or
+ * re-indexed). Caller holds @lock. */
+static size_t fence_lower(const struct dcr_cache *c, uint64_t v)
+{
+	size_t lo = 0, hi = c->nfences;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (c->fences[mid].v < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* Whether @k is of an index of its version older than the fence.
  * Caller holds @lock. */
 static bool fenced(const struct dcr_cache *c, const struct dcr_cache_key *k)
 {
-	for (size_t i = 0; i < c->nfences; i++)
-		if (c->fences[i].v == k->v)
-			return k->gen < c->fences[i].gen;
-	return false;
+	size_t i;
+
+	if (!c->nfences)
+		return false;
+	i = fence_lower(c, k->v);
+	return i < c->nfences && c->fences[i].v == k->v &&
+	       k->gen < c->fences[i].gen;
 }
 
 size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen)
@@ -374,23 +395,28 @@ size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen)
 	size_t i, dropped = 0;
 
 	pthread_mutex_lock(&c->lock);
-	for (i = 0; i < c->nfences && c->fences[i].v != v; i++)
-		;
-	if (i == c->nfences) {
-		struct fence *t = realloc(c->fences, (i + 1) * sizeof(*t));
+	i = fence_lower(c, v);
+	if (i == c->nfences || c->fences[i].v != v) {
+		struct fence *t = realloc(c->fences,
+					  (c->nfences + 1) * sizeof(*t));
 		if (t) {
 			c->fences = t;
-			c->fences[i].v = v;
-			c->fences[i].gen = 0;
+			memmove(&t[i + 1], &t[i],
+				(c->nfences - i) * sizeof(*t));
+			t[i].v = v;
+			t[i].gen = 0;
 			c->nfences++;
 		} else {
+			i = c->nfences; /* below: no fence */
 			dcr_warn("cache: out of memory fencing version %" PRIu64
-				 "; its chunks are checked again", v);
+				 "; chunks built for its old index may be "
+				 "stored", v);
 		}
 	}
 	if (i < c->nfences && c->fences[i].gen < gen)
 		c->fences[i].gen = gen;
-	/* Slabs of @v on the table, then any not opened yet on disk. */
+	/* Every slab of @v: the table holds those on disk too (counted at
+	 * open), opened or not. */
 	while ((i = tab_lower(c, v, 0)) < c->n && c->tab[i]->v == v) {
 		slab_evict(c, c->tab[i]);
 		dropped++;

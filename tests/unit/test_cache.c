@@ -290,6 +290,48 @@ static void test_other_content_refused(void **state)
 	free(buf);
 }
 
+/*
+ * A version re-indexed in this instance (dcr_cache_drop_version): its
+ * slabs go - proven chunks included, which would otherwise be served
+ * unchecked - and keys of the old index (a lower gen) are refused from
+ * then on, even a put that was in flight, while the new index's work.
+ */
+static void test_drop_version(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	struct dcr_cache_key k;
+	char path[PATH_MAX];
+	struct stat sb;
+
+	open_cache(f, 0);
+	put(f, 1, 0, 0);
+	put(f, 1, 1, 0);
+	put(f, 2, 0, 0);
+	assert_int_equal(get(f, 1, 0, buf), 0); /* proven */
+	assert_int_equal(dcr_cache_drop_version(f->cache, 1, 1), 1);
+	slab_path(f, 1, path, sizeof(path));
+	assert_int_equal(stat(path, &sb), -1);
+	/* The old index: misses, and stores nothing. */
+	assert_int_equal(get(f, 1, 0, buf), -ENOENT);
+	k = key(f, 1, 0, false);
+	assert_int_equal(dcr_cache_put(f->cache, &k, f->data[1], 0), -ESTALE);
+	assert_int_equal(stat(path, &sb), -1);
+	/* The new index (gen 1) of version 1 holds other bytes. */
+	k = key(f, 1, 0, false);
+	k.gen = 1;
+	k.hash = f->hash[3][0];
+	k.xxh = f->xxh[3][0];
+	assert_int_equal(dcr_cache_read(f->cache, &k, 0, buf, CS), -ENOENT);
+	assert_int_equal(dcr_cache_put(f->cache, &k, f->data[3], 0), 0);
+	assert_int_equal(dcr_cache_read(f->cache, &k, 0, buf, CS), 0);
+	assert_memory_equal(buf, f->data[3], CS);
+	/* Other versions are untouched. */
+	assert_int_equal(get(f, 2, 0, buf), 0);
+	assert_memory_equal(buf, f->data[2], CS);
+	free(buf);
+}
+
 static void sleep_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
@@ -442,6 +484,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_content_refused,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_drop_version, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_slab_removed, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent, setup,
