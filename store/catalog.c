@@ -96,7 +96,7 @@ static const char schema_sql[] =
 	" ctime_ns INTEGER NOT NULL, chunk_size INTEGER NOT NULL,"
 	" nfiles INTEGER NOT NULL, npacks INTEGER NOT NULL,"
 	" format INTEGER NOT NULL DEFAULT 1,"
-	" mhash BLOB, obj_size INTEGER, obj_mtime INTEGER);"
+	" mhash BLOB, obj_size INTEGER, obj_mtime INTEGER, ehash BLOB);"
 	"CREATE TABLE IF NOT EXISTS packs("
 	" version INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,"
 	" PRIMARY KEY(version, idx)) WITHOUT ROWID;"
@@ -277,6 +277,7 @@ static int check_meta(struct dcr_catalog *c, const char *url)
 				"INTEGER;"
 				"ALTER TABLE versions ADD COLUMN obj_mtime "
 				"INTEGER;"
+				"ALTER TABLE versions ADD COLUMN ehash BLOB;"
 				"UPDATE meta SET value = '3' "
 				"WHERE key = 'schema';");
 			if (ret)
@@ -705,7 +706,8 @@ struct add_ctx {
 	bool done;
 };
 
-/* Bind @id to parameters @first.. @first+2 (mhash, obj_size, obj_mtime). */
+/* Bind @id to parameters @first.. @first+3 (mhash, obj_size, obj_mtime,
+ * ehash). */
 static void bind_ident(sqlite3_stmt *st, int first,
 		       const struct dcr_catalog_ident *id)
 {
@@ -722,6 +724,11 @@ static void bind_ident(sqlite3_stmt *st, int first,
 		sqlite3_bind_int64(st, first + 2, id->obj_mtime_ns);
 	else
 		sqlite3_bind_null(st, first + 2);
+	if (id && id->has_ehash)
+		sqlite3_bind_blob(st, first + 3, id->ehash, DCR_HASH_LEN,
+				  SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, first + 3);
 }
 
 /* Read the identity columns @first.. of the current row into @id. */
@@ -738,6 +745,11 @@ static void column_ident(sqlite3_stmt *st, int first,
 	if (sqlite3_column_int64(st, first + 1) > 0)
 		id->obj_size = (uint64_t)sqlite3_column_int64(st, first + 1);
 	id->obj_mtime_ns = sqlite3_column_int64(st, first + 2);
+	h = sqlite3_column_blob(st, first + 3);
+	if (h && sqlite3_column_bytes(st, first + 3) == DCR_HASH_LEN) {
+		memcpy(id->ehash, h, DCR_HASH_LEN);
+		id->has_ehash = true;
+	}
 }
 
 /* -EEXIST if the version is indexed; else drop the rows of an earlier
@@ -790,8 +802,8 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 
 	ret = prepare(c, "INSERT INTO versions(version, parent, ctime_ns, "
 			 "chunk_size, nfiles, npacks, format, mhash, "
-			 "obj_size, obj_mtime) "
-			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)", &st);
+			 "obj_size, obj_mtime, ehash) "
+			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)", &st);
 	if (ret)
 		return ret;
 	sqlite3_bind_int64(st, 1, (int64_t)m->version);
@@ -933,11 +945,11 @@ static int set_ident_txn(struct dcr_catalog *c, void *arg)
 	int ret;
 
 	ret = prepare(c, "UPDATE versions SET mhash = ?1, obj_size = ?2, "
-			 "obj_mtime = ?3 WHERE version = ?4", &st);
+			 "obj_mtime = ?3, ehash = ?4 WHERE version = ?5", &st);
 	if (ret)
 		return ret;
 	bind_ident(st, 1, a->id);
-	sqlite3_bind_int64(st, 4, (int64_t)a->v);
+	sqlite3_bind_int64(st, 5, (int64_t)a->v);
 	ret = step_done(c, st, "record version identity");
 	sqlite3_finalize(st);
 	if (!ret && sqlite3_changes(c->db) == 0)
@@ -1004,7 +1016,7 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 	*n = 0;
 	cat_lock(c);
 	ret = prepare(c, "SELECT version, parent, ctime_ns, chunk_size, nfiles, "
-			 "mhash, obj_size, obj_mtime "
+			 "mhash, obj_size, obj_mtime, ehash "
 			 "FROM versions ORDER BY version", &st);
 	if (ret)
 		goto out_unlock;

@@ -15,7 +15,8 @@
  *   meta(key TEXT PRIMARY KEY, value TEXT)            'schema', 'url'
  *   versions(version INTEGER PRIMARY KEY, parent, ctime_ns, chunk_size,
  *            nfiles, npacks, format,       format: the manifest's
- *            mhash BLOB, obj_size, obj_mtime)  the indexed object
+ *            mhash BLOB, obj_size, obj_mtime,  versions/<n> as indexed
+ *            ehash BLOB)                    the layout's manifest, if any
  *   packs(version, idx, hash BLOB)          PRIMARY KEY (version, idx)
  *   files(version, idx, path, type, mode, size, mtime_ns, sha256, base,
  *         nchunks)                          PRIMARY KEY (version, idx)
@@ -64,6 +65,11 @@ struct dcr_catalog_ident {
 	uint8_t mhash[DCR_HASH_LEN]; /* SHA-256 of the manifest object */
 	uint64_t obj_size;           /* its size; 0 = unknown */
 	int64_t obj_mtime_ns;        /* its mtime as listed; 0 = unknown */
+	/* The encoding indexed: the compacted manifest object a layout
+	 * named (manifests/<ehash>, core/layout.h), or, has_ehash false,
+	 * the manifest above itself. */
+	bool has_ehash;
+	uint8_t ehash[DCR_HASH_LEN];
 };
 
 /** The header of one indexed version. */

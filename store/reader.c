@@ -352,6 +352,7 @@ void dcr_reader_close(struct dcr_reader *r)
 	}
 	free(r->vers);
 	free(r->changes);
+	dcr_layout_free(&r->layout);
 	free(r->bad);
 	dcr_reader_tags_free(r->tags, r->ntags);
 	for (int i = 0; i < r->ncodecs; i++)
@@ -447,13 +448,14 @@ static void note_failed(struct dcr_reader *r, const struct piece *ps,
 	pthread_mutex_unlock(&r->failed_lock);
 }
 
-/* dcr_reader_read and dcr_reader_prefetch (@pagecache). */
-static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			 uint64_t off, void *dst, size_t len, bool pagecache)
+/* One attempt of read_impl; *@rvp: the version read (NULL if none). */
+static ssize_t read_once(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			 uint64_t off, void *dst, size_t len, bool pagecache,
+			 struct rver **rvp)
 {
 	struct piece one, *miss = &one;
 	size_t nmiss = 0, cap = 1;
-	struct rver *rv;
+	struct rver *rv = NULL;
 	uint64_t size = 0, end = 0, pos;
 	uint32_t cs;
 	int ret;
@@ -461,6 +463,7 @@ static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
 	ret = read_range(r, v, idx, off, len, pagecache, &rv, &size, &end);
+	*rvp = rv;
 	if (ret <= 0)
 		return ret;
 	cs = rv->chunk_size;
@@ -540,6 +543,26 @@ out_free:
 	}
 	STAT_ADD(r, bytes_read, end - off);
 	return (ssize_t)(end - off);
+}
+
+/*
+ * dcr_reader_read and dcr_reader_prefetch (@pagecache). A read that
+ * meets a version re-indexed under it (-ESTALE: its tree, or a base on
+ * its chain, was swapped by a refresh) starts again when the tree it
+ * reads did not change (a layout generation re-encoded it, or only a
+ * base was swapped); a version whose content changed fails.
+ */
+static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
+			 uint64_t off, void *dst, size_t len, bool pagecache)
+{
+	for (int attempt = 1;; attempt++) {
+		struct rver *rv;
+		ssize_t n = read_once(r, v, idx, off, dst, len, pagecache, &rv);
+
+		if (n != -ESTALE || attempt == 4 ||
+		    (rv && atomic_load(&rv->dead) && !atomic_load(&rv->reencoded)))
+			return n;
+	}
 }
 
 /* A read begins: no tree is unloaded until it ends (trees_trim). */

@@ -86,6 +86,7 @@
 #include "catalog.h"
 #include "common.h"
 #include "hash.h"
+#include "layout.h"
 #include "manifest.h"
 #include "reader.h"
 #include "wq.h"
@@ -135,6 +136,10 @@ struct rver {
 	 * lookups fail with -ESTALE. Set once, before the catalog
 	 * changes. */
 	atomic_bool dead;
+	/* Replaced by the same tree encoded anew (a layout generation):
+	 * a read that met -ESTALE on it may simply start again. Set
+	 * before dead. */
+	atomic_bool reencoded;
 	struct rver *next_dead; /* graveyard link; under lock */
 	/* The store object it was indexed from; under refresh_lock
 	 * (written and read by refreshes only). */
@@ -259,6 +264,11 @@ struct dcr_reader {
 	 * (so keys of an older index are refused, never those of a newer
 	 * one). Under refresh_lock. */
 	uint32_t gen_clock;
+	/* The store's layout generation as last read (core/layout.h) and
+	 * whether layouts/ was listed in this process; under refresh_lock
+	 * (rlayout.c). */
+	struct dcr_layout layout;
+	bool layout_listed;
 	/* Last logged store failures, by version (0 = the listing), for
 	 * rate-limiting; under refresh_lock. */
 	struct {
@@ -449,6 +459,38 @@ void versions_stats(struct dcr_reader *r, struct dcr_reader_stats *s);
 /* Unload the least recently used trees beyond max_trees, if the reader
  * is idle (see struct rver). Called at the end of a refresh. */
 void trees_trim(struct dcr_reader *r);
+
+/* State of one refresh: the last manifest indexed, kept whole so that
+ * the next version can be checked against it without reloading it. */
+struct refresh_ctx {
+	struct dcr_manifest last;
+	bool have_last;
+};
+
+/*
+ * reader_check_manifest - the checks of a manifest fetched for @key
+ * beyond decoding: valid, parent older, consistent with its parent.
+ * 0, -ENOMEM, or another -errno (logged, naming @key). rversions.c.
+ */
+int reader_check_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  const struct dcr_manifest *m, const char *key);
+
+/*
+ * Layouts (rlayout.c; core/layout.h). Both under refresh_lock.
+ * layout_apply - version @m (just fetched from versions/<n>, checked)
+ * as the layout encodes it: if the layout names a manifest object for
+ * it that is valid, consistent with its base and holds exactly @m's
+ * content, @m is replaced by it and @id records it (ehash); else @m
+ * stays (logged). 0, or -errno of a transient store failure or -ENOMEM
+ * (the version is retried at the next refresh).
+ * layout_refresh - read a newer layout generation if there is one and
+ * re-encode every known version whose indexed encoding is not the one
+ * it names (reader_replace_version: same tree, cached chunks kept).
+ * 0 or -errno (a listing or fetch that failed; retried next time).
+ */
+int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
+		 struct dcr_manifest *m, struct dcr_catalog_ident *id);
+int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx);
 
 /*
  * reader_replace_version - make the decoded, validated manifest @m the

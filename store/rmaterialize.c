@@ -174,6 +174,8 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 			return DCR_ERR(-EIO);
 		}
 		ret = ref_get(r, pv, pf, w->chunk, &ref);
+		if (ret == -ESTALE)
+			return ret; /* re-indexed meanwhile: read_impl retries */
 		if (ret) {
 			RERR(WHERE_FMT ": no chunk reference in version "
 				"%llu: %s", WHERE_ARGS(w),
@@ -354,6 +356,8 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 	int ret;
 
 	ret = ref_get(r, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+	if (ret == -ESTALE)
+		return ret; /* re-indexed meanwhile: read_impl retries */
 	if (ret) {
 		RERR(WHERE_FMT ": no chunk reference in the catalog: %s",
 		     WHERE_ARGS(&p->w), dcr_strerror(ret));

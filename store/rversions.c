@@ -317,13 +317,6 @@ int load_catalog(struct dcr_reader *r)
 
 /* ------------------------------------------------------------ refresh */
 
-/* State of one refresh: the last manifest indexed, kept whole so that
- * the next version can be checked against it without reloading it. */
-struct refresh_ctx {
-	struct dcr_manifest last;
-	bool have_last;
-};
-
 static void refresh_ctx_free(struct refresh_ctx *ctx)
 {
 	if (ctx->have_last)
@@ -463,12 +456,8 @@ static void fetch_failed(struct dcr_reader *r, uint64_t v, int err,
 	dcr_err("%s: cannot read %s: %s%s", url, key, dcr_strerror(err), what);
 }
 
-/*
- * The checks of a manifest fetched for version @key beyond decoding:
- * valid, parent older, consistent with its parent. 0, -ENOMEM, or
- * another -errno (logged, naming @key): the manifest is corrupt.
- */
-static int check_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
+/* See reader_int.h. */
+int reader_check_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
 			  const struct dcr_manifest *m, const char *key)
 {
 	uint64_t v = m->version;
@@ -522,7 +511,13 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		return ret; /* not logged: the caller decides */
 	if (obj && obj->size == id.obj_size)
 		id.obj_mtime_ns = obj->mtime_ns;
-	ret = check_manifest(r, ctx, &m, key);
+	/* the encoding the store's layout names for it, if any (checked
+	 * there, against its base); else the manifest as committed */
+	if ((ret = layout_apply(r, ctx, &m, &id))) {
+		dcr_manifest_free(&m);
+		return ret;
+	}
+	ret = id.has_ehash ? 0 : reader_check_manifest(r, ctx, &m, key);
 	if (ret == -ENOMEM) {
 		dcr_manifest_free(&m);
 		return ret;
@@ -739,7 +734,9 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	nrv->id = *id;
 
 	/* Dead first: from here the old rver's lookups fail, whatever the
-	 * catalog holds; then no key of it can reach the cache. */
+	 * catalog holds; then no key of it can reach the cache. A read
+	 * that fails so on a tree that did not change starts again. */
+	atomic_store(&old->reencoded, !changed);
 	atomic_store(&old->dead, true);
 	nrv->gen = ++r->gen_clock;
 	if (changed)
@@ -769,9 +766,8 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 		dcr_err("%s: %s %s (manifest %s -> %s): re-indexed; the old "
 			"tree is no longer served", url, key, why, oh, nh);
 	else
-		dcr_info("%s: %s re-indexed (manifest %s -> %s): the same "
-			 "tree and bytes, encoded anew; cached chunks kept",
-			 url, key, oh, nh);
+		dcr_debug("%s: %s re-indexed (%s): the same tree and bytes, "
+			  "encoded anew; cached chunks kept", url, key, why);
 	return changed;
 }
 
@@ -833,7 +829,7 @@ static int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 			return 0;
 		}
 	}
-	ret = check_manifest(r, ctx, &m, key);
+	ret = reader_check_manifest(r, ctx, &m, key);
 	if (ret == -ENOMEM) {
 		dcr_manifest_free(&m);
 		return ret;
@@ -1184,7 +1180,11 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	forget_bad(r);
 	if (r->listed && dcr_mono_ns() >= r->relist_at)
 		r->listed = false; /* time for a whole listing */
-	ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
+	/* the layout first: versions indexed below use the newest one */
+	ret = layout_refresh(r, &ctx);
+	refresh_ctx_free(&ctx);
+	if (ret != -ENOMEM)
+		ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
 	refresh_ctx_free(&ctx);
 	if (!ret)
 		ret = refresh_tags(r);

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rlayout.c - the reader's side of layout generations (core/layout.h,
+ * dcrfs-ctl compact): which manifest encodes each version, and
+ * re-encoding known versions when a newer generation appears.
+ *
+ * A version's content always comes from versions/<n> (its identity,
+ * rversions.c); a layout only changes how its chunks are encoded. A
+ * manifest object a layout names is used only when it hashes to its
+ * name, is version n, is consistent with its base, and holds exactly
+ * versions/<n>'s content (dcr_manifest_same_content): a wrong or
+ * hostile layout can make a version unreadable, never serve other bytes.
+ * Re-encoding keeps the tree, so cached chunks stay valid and a read
+ * racing the swap starts again (struct rver.reencoded).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+#include "reader_int.h"
+
+static const char *url_of(const struct dcr_reader *r)
+{
+	return r->st->url ? r->st->url : "store";
+}
+
+/*
+ * Fetch manifests/<@e->mhash> for version @m->version and check it
+ * against @m (the content it must hold). 0 and *@out, -ENOMEM, or
+ * another -errno: permanent ones logged (-EBADMSG, -ENOENT), transient
+ * ones returned as -EAGAIN after a log line.
+ */
+static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  const struct dcr_manifest *m,
+			  const struct dcr_layout_entry *e,
+			  struct dcr_manifest *out)
+{
+	char key[96];
+	int ret;
+
+	dcr_mobj_key(e->mhash, key, sizeof(key));
+	ret = dcr_store_get_mobj(r->st, e->mhash, m->version, out);
+	if (ret == -ENOENT) {
+		dcr_err("%s: %s, which layout generation %" PRIu64 " names for "
+			"version %" PRIu64 ", is missing", url_of(r), key,
+			r->layout.gen, m->version);
+		return ret;
+	}
+	if (ret == -EBADMSG || ret == -ENOMEM)
+		return ret; /* logged */
+	if (ret)
+		return DCR_ERR(-EAGAIN); /* logged; the next refresh retries */
+	if (!dcr_manifest_same_content(m, out)) {
+		dcr_err("%s: %s, which layout generation %" PRIu64 " names for "
+			"version %" PRIu64 ", does not hold that version's files "
+			"and chunks: refused", url_of(r), key, r->layout.gen,
+			m->version);
+		ret = DCR_ERR(-EBADMSG);
+	} else {
+		ret = reader_check_manifest(r, ctx, out, key);
+	}
+	if (ret) {
+		dcr_manifest_free(out);
+		memset(out, 0, sizeof(*out));
+	}
+	return ret;
+}
+
+int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
+		 struct dcr_manifest *m, struct dcr_catalog_ident *id)
+{
+	const struct dcr_layout_entry *e = dcr_layout_find(&r->layout, m->version);
+	struct dcr_manifest em;
+	int ret;
+
+	id->has_ehash = false;
+	if (!e)
+		return 0;
+	ret = fetch_encoding(r, ctx, m, e, &em);
+	if (ret == -ENOMEM || ret == -EAGAIN)
+		return ret == -EAGAIN ? DCR_ERR(-EIO) : ret;
+	if (ret) {
+		dcr_err("%s: version %" PRIu64 " is read as committed "
+			"(versions/%010" PRIu64 "), whose frames gc may have "
+			"collected", url_of(r), m->version, m->version);
+		return 0;
+	}
+	dcr_manifest_free(m);
+	*m = em;
+	id->has_ehash = true;
+	memcpy(id->ehash, e->mhash, DCR_HASH_LEN);
+	return 0;
+}
+
+/* Read the newest layout generation into @l if newer than ours, or
+ * any generation at the first refresh of a process and after a failure
+ * (layouts/ is listed then): 1 if so, 0 if not, -errno. */
+static int newer_layout(struct dcr_reader *r, struct dcr_layout *l)
+{
+	int ret;
+
+	memset(l, 0, sizeof(*l));
+	if (!r->layout_listed) {
+		ret = dcr_store_layout(r->st, l);
+		if (ret)
+			return ret;
+		r->layout_listed = true;
+		return 1;
+	}
+	/* Later refreshes: one GET for the next generation, usually absent. */
+	for (uint64_t g = r->layout.gen + 1;; g++) {
+		struct dcr_layout next;
+		ret = dcr_store_get_layout(r->st, g, &next);
+		if (ret == -ENOENT)
+			break;
+		if (ret) {
+			dcr_layout_free(l);
+			return ret;
+		}
+		dcr_layout_free(l);
+		*l = next;
+	}
+	return l->gen != 0;
+}
+
+/* Re-encode known version @v as layout @l says (@e, NULL: as committed).
+ * 0, -ENOMEM, or -EAGAIN for a transient failure (logged). */
+static int reencode(struct dcr_reader *r, struct refresh_ctx *ctx, uint64_t v,
+		    const struct dcr_catalog_ident *old,
+		    const struct dcr_layout_entry *e)
+{
+	struct dcr_catalog_ident id = *old;
+	struct dcr_manifest cm, em;
+	char why[96];
+	int ret;
+
+	/* the content it must keep: what is indexed now */
+	ret = dcr_catalog_load_manifest(r->cat, v, &cm);
+	if (ret)
+		return ret == -ENOMEM ? ret : DCR_ERR(-EAGAIN);
+	if (e) {
+		ret = fetch_encoding(r, ctx, &cm, e, &em);
+	} else {
+		ret = dcr_store_get_manifest(r->st, v, &em);
+		if (ret == -ENOENT) {
+			/* gone with the generation that forgot it (gc) */
+			dcr_manifest_free(&cm);
+			reader_drop_version(r, v);
+			return 0;
+		}
+		if (!ret && !dcr_manifest_same_content(&cm, &em)) {
+			/* the identity check of the next listing handles it */
+			dcr_manifest_free(&em);
+			ret = DCR_ERR(-EBADMSG);
+		}
+		if (ret && ret != -EBADMSG && ret != -ENOENT && ret != -ENOMEM)
+			ret = DCR_ERR(-EAGAIN);
+	}
+	dcr_manifest_free(&cm);
+	if (ret)
+		return ret == -ENOMEM || ret == -EAGAIN ? ret : 0; /* logged */
+	id.has_ehash = e != NULL;
+	if (e)
+		memcpy(id.ehash, e->mhash, DCR_HASH_LEN);
+	snprintf(why, sizeof(why), "re-encoded by layout generation %" PRIu64,
+		 r->layout.gen);
+	ret = reader_replace_version(r, &em, &id, why);
+	dcr_manifest_free(&em);
+	return ret < 0 && ret != -ENOENT ? DCR_ERR(-EAGAIN) : 0;
+}
+
+int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx)
+{
+	struct dcr_layout l;
+	uint64_t *vs = NULL;
+	struct dcr_catalog_ident *ids = NULL;
+	size_t n = 0, done = 0;
+	bool retry = false;
+	int ret;
+
+	ret = newer_layout(r, &l);
+	if (ret <= 0) {
+		if (ret < 0 && ret != -ENOENT)
+			dcr_warn("%s: cannot read layouts/: %s; retrying at the "
+				 "next refresh", url_of(r), dcr_strerror(ret));
+		return ret == -ENOMEM ? ret : 0;
+	}
+	dcr_layout_free(&r->layout);
+	r->layout = l;
+
+	/* the known versions and what they were indexed from */
+	pthread_mutex_lock(&r->lock);
+	if (r->nvers) {
+		vs = malloc(r->nvers * sizeof(*vs));
+		ids = malloc(r->nvers * sizeof(*ids));
+	}
+	for (size_t i = 0; vs && ids && i < r->nvers; i++) {
+		vs[n] = r->vers[i]->v;
+		ids[n++] = r->vers[i]->id;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (n && (!vs || !ids)) {
+		free(vs);
+		free(ids);
+		r->layout_listed = false;
+		return DCR_ERR(-ENOMEM);
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct dcr_layout_entry *e = dcr_layout_find(&r->layout, vs[i]);
+		if (e ? ids[i].has_ehash && dcr_hash_eq(ids[i].ehash, e->mhash)
+		      : !ids[i].has_ehash)
+			continue;
+		ret = reencode(r, ctx, vs[i], &ids[i], e);
+		if (ret == -ENOMEM) {
+			retry = true;
+			break;
+		}
+		retry |= ret == -EAGAIN;
+		done += ret == 0;
+	}
+	free(vs);
+	free(ids);
+	/* what failed for a passing reason: the next refresh lists again */
+	if (retry)
+		r->layout_listed = false;
+	if (r->layout.gen || done || retry)
+		dcr_info("%s: layout generation %" PRIu64 ": %zu versions "
+			 "re-encoded%s", url_of(r), r->layout.gen, done, retry ?
+			 "; the others are tried again at the next refresh" : "");
+	return ret == -ENOMEM ? ret : 0;
+}
