@@ -539,6 +539,7 @@ static void test_schema1_upgraded(void **state)
 		       "ALTER TABLE versions DROP COLUMN mhash;"
 		       "ALTER TABLE versions DROP COLUMN obj_size;"
 		       "ALTER TABLE versions DROP COLUMN obj_mtime;"
+		       "ALTER TABLE versions DROP COLUMN ehash;"
 		       "UPDATE meta SET value = '1' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	assert_false(dcr_catalog_is_new(c));
@@ -624,6 +625,7 @@ static void test_schema2_upgraded(void **state)
 	raw_sql(f->db, "ALTER TABLE versions DROP COLUMN mhash;"
 		       "ALTER TABLE versions DROP COLUMN obj_size;"
 		       "ALTER TABLE versions DROP COLUMN obj_mtime;"
+		       "ALTER TABLE versions DROP COLUMN ehash;"
 		       "UPDATE meta SET value = '2' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	assert_false(dcr_catalog_is_new(c));

@@ -1251,7 +1251,7 @@ static void test_refresh_probes(void **state)
 	open_reader(f, 0);
 	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
 	assert_int_equal(latest, 2);
-	assert_int_equal(f->cs->lists, 2); /* versions/ and tags/ */
+	assert_int_equal(f->cs->lists, 3); /* versions/, tags/, layouts/ */
 
 	/* Nothing new: one cheap probe of v3, no listing of versions/. */
 	counts_reset(f->cs);
