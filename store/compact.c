@@ -339,7 +339,10 @@ static int rewrite(struct cctx *c, struct cver *x)
 		if (ret)
 			return ret;
 	}
-	return 0;
+	/* One version's frames per pack (or a few, past pack_target): gc
+	 * deletes whole packs, and a pack shared by many versions would be
+	 * kept whole for the one version that still needs it. */
+	return seal(c);
 }
 
 /*

@@ -54,7 +54,8 @@ struct dcr_compact_opts {
 	const uint64_t *keep;
 	size_t nkeep;
 	int dry_run;          /* plan and report; upload nothing */
-	uint64_t pack_target; /* 0 = 64 MiB */
+	uint64_t pack_target; /* 0 = 64 MiB; a pack never holds frames of
+				 two versions (gc frees whole packs) */
 	/* Called once per version considered (may be NULL). */
 	void (*report)(void *arg, uint64_t v, uint64_t old_base,
 		       uint64_t new_base, unsigned depth, int rewritten);
