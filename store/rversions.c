@@ -12,6 +12,14 @@
  * tree, see reader_idle), and the next use loads them again from the
  * catalog. refresh_lock serialises refreshes; lock guards the
  * version array, the bad list, the tags and the tree install.
+ *
+ * Identity (DESIGN.md 7a): each version records the store object it was
+ * indexed from (struct dcr_catalog_ident). A whole listing - the first
+ * refresh, then every relist_ns - checks them: a changed manifest is
+ * re-indexed (reader_replace_version), a version gone is dropped
+ * (reader_drop_version). The struct rver replaced or dropped is marked
+ * dead and kept on the graveyard until close, so every pointer handed
+ * out stays valid; its tree is unloaded like any other (trees_trim).
  */
 #include "config.h"
 
