@@ -325,6 +325,9 @@ int load_catalog(struct dcr_reader *r)
 
 /* ------------------------------------------------------------ refresh */
 
+static const char *hash_prefix(const struct dcr_catalog_ident *id,
+			       char out[16]);
+
 static void refresh_ctx_free(struct refresh_ctx *ctx)
 {
 	if (ctx->have_last)
@@ -555,8 +558,22 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	rv->gen = r->gen_clock;
 	rv->id = id;
 	pthread_mutex_lock(&r->lock);
+	/* A number this process dropped (gone from a listing) that comes
+	 * back with another manifest was replaced in the store: say so as
+	 * loudly as when the listing catches the change in one go. */
+	struct dcr_catalog_ident was = { .has_mhash = false };
+	for (const struct rver *d = r->graveyard; d && !was.has_mhash; d = d->next_dead)
+		if (d->v == v && d->id.has_mhash)
+			was = d->id;
 	ret = vers_insert(r, rv);
 	pthread_mutex_unlock(&r->lock);
+	if (!ret && was.has_mhash && id.has_mhash && !dcr_hash_eq(was.mhash, id.mhash)) {
+		char oh[16], nh[16];
+		dcr_err("%s: %s changed in the store (manifest %s -> %s): "
+			"re-indexed; the old tree is no longer served",
+			r->st->url ? r->st->url : "store", key,
+			hash_prefix(&was, oh), hash_prefix(&id, nh));
+	}
 	if (ret)
 		rver_free(rv);
 	return ret == -EEXIST ? 0 : ret;
