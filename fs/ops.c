@@ -116,7 +116,7 @@ static const struct dcr_entry *entry_get(const struct dcr_version_info *vi,
 /* The type of entry @idx of version @v into @type: 0, -ENOENT, or the
  * reader's error. */
 static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t idx,
-			   uint8_t *type)
+			   uint8_t *type, uint32_t *tree)
 {
 	const struct dcr_version_info *vi;
 	const struct dcr_entry *e;
@@ -127,6 +127,8 @@ static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t idx,
 	e = entry_get(vi, idx);
 	if (e)
 		*type = e->type;
+	if (tree)
+		*tree = vi->tree;
 	version_put(fs, vi);
 	return e ? 0 : -ENOENT;
 }
@@ -346,12 +348,20 @@ static int tag_stat(struct dcrfs *fs, fuse_ino_t ino, const char *name,
 
 /* ---------------------------------------------------------------- lookup */
 
-static void reply_entry(fuse_req_t req, const struct stat *st, double ttl)
+/*
+ * @gen: the tree of a version's entry (dcr_version_info.tree), else 0.
+ * A version re-indexed with other content keeps its inode numbers; the
+ * new generation makes the kernel drop the old inode (its open files
+ * then fail) instead of caching the new tree's pages under it.
+ */
+static void reply_entry(fuse_req_t req, const struct stat *st, double ttl,
+			uint64_t gen)
 {
 	struct fuse_entry_param e;
 
 	memset(&e, 0, sizeof(e));
 	e.ino = st->st_ino;
+	e.generation = gen;
 	e.attr = *st;
 	e.attr_timeout = ttl;
 	e.entry_timeout = ttl;
@@ -389,19 +399,19 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 		ret = latest_stat(fs, &st);
 		if (ret < 0)
 			goto err;
-		reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+		reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
 		return;
 	}
 	if (strcmp(name, "tags") == 0) {
 		tags_stat(fs, &st);
-		reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+		reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
 		return;
 	}
 	if (strcmp(name, DCRFS_STATUS_DIR) == 0) {
 		ret = status_stat(fs, DCRFS_INO_STATUS_DIR, &st);
 		if (ret < 0)
 			goto err;
-		reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+		reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
 		return;
 	}
 	if (!parse_version_name(name, &v)) {
@@ -415,8 +425,9 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 	if (ret < 0)
 		goto err;
 	entry_stat(fs, vi, 0, &st);
+	uint32_t tree = vi->tree;
 	version_put(fs, vi);
-	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE);
+	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE, tree);
 	return;
 err:
 	fuse_reply_err(req, -ret);
@@ -434,7 +445,7 @@ static void status_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 		return;
 	}
 	/* Never cached: the size changes with every rendering. */
-	reply_entry(req, &st, 0.0);
+	reply_entry(req, &st, 0.0, 0);
 }
 
 static void tags_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
@@ -452,7 +463,7 @@ static void tags_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	reply_entry(req, &st, DCRFS_TTL_MUTABLE);
+	reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
 }
 
 /*
@@ -527,7 +538,7 @@ static void version_lookup_in(fuse_req_t req, struct dcrfs *fs,
 		return;
 	}
 	entry_stat(fs, vi, c, &st);
-	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE);
+	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE, vi->tree);
 }
 
 static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
@@ -672,8 +683,9 @@ struct dirbuf {
 };
 
 /* Append one entry; 1 if it did not fit (the listing stops there). */
-static int dirbuf_add(struct dirbuf *db, const char *name,
-		      const struct stat *st, double ttl, off_t next)
+static int dirbuf_add_gen(struct dirbuf *db, const char *name,
+			  const struct stat *st, double ttl, off_t next,
+			  uint64_t gen)
 {
 	size_t left = db->size - db->pos;
 	size_t n;
@@ -683,6 +695,7 @@ static int dirbuf_add(struct dirbuf *db, const char *name,
 
 		memset(&e, 0, sizeof(e));
 		e.ino = st->st_ino;
+		e.generation = gen; /* see reply_entry */
 		e.attr = *st;
 		e.attr_timeout = ttl;
 		e.entry_timeout = ttl;
@@ -696,6 +709,13 @@ static int dirbuf_add(struct dirbuf *db, const char *name,
 		return 1;
 	db->pos += n;
 	return 0;
+}
+
+/* An entry that is not a version's (generation 0). */
+static int dirbuf_add(struct dirbuf *db, const char *name,
+		      const struct stat *st, double ttl, off_t next)
+{
+	return dirbuf_add_gen(db, name, st, ttl, next, 0);
 }
 
 /*
@@ -739,9 +759,10 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 			continue;
 		snprintf(name, sizeof(name), "v%" PRIu64, v);
 		entry_stat(fs, vi, 0, &st);
+		uint32_t tree = vi->tree;
 		version_put(fs, vi);
-		if (dirbuf_add(db, name, &st, DCRFS_TTL_IMMUTABLE,
-			       (off_t)(v + 4)))
+		if (dirbuf_add_gen(db, name, &st, DCRFS_TTL_IMMUTABLE,
+				   (off_t)(v + 4), tree))
 			break;
 	}
 out:
@@ -862,7 +883,7 @@ static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
 		return -ENOTDIR;
 
 	entry_stat(fs, vi, dir, &st);
-	if (off < 1 && dirbuf_add(db, ".", &st, DCRFS_TTL_IMMUTABLE, 1))
+	if (off < 1 && dirbuf_add_gen(db, ".", &st, DCRFS_TTL_IMMUTABLE, 1, vi->tree))
 		return 0;
 	if (off < 2) {
 		if (dir == 0) {
@@ -871,7 +892,8 @@ static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
 		} else {
 			entry_stat(fs, vi, d->parent, &st);
 		}
-		if (dirbuf_add(db, "..", &st, DCRFS_TTL_IMMUTABLE, 2))
+		if (dirbuf_add_gen(db, "..", &st, DCRFS_TTL_IMMUTABLE, 2,
+				   dir ? vi->tree : 0))
 			return 0;
 	}
 	if (off <= 2) {
@@ -886,8 +908,8 @@ static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
 	for (; c < vi->nentries && c <= DCRFS_IDX_MAX;
 	     c = vi->entries[c].next_sibling) {
 		entry_stat(fs, vi, c, &st);
-		if (dirbuf_add(db, vi->entries[c].name, &st,
-			       DCRFS_TTL_IMMUTABLE, (off_t)c + 3))
+		if (dirbuf_add_gen(db, vi->entries[c].name, &st,
+				   DCRFS_TTL_IMMUTABLE, (off_t)c + 3, vi->tree))
 			break;
 	}
 	return 0;
@@ -967,7 +989,7 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	ret = tree_entry_type(fs, v, idx, &type);
+	ret = tree_entry_type(fs, v, idx, &type, NULL);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1046,6 +1068,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
+	uint32_t tree = 0;
 	uint8_t type;
 	uint64_t v;
 	uint32_t idx;
@@ -1064,7 +1087,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 				    ino == DCRFS_INO_STATUS_DIR ? EISDIR : ELOOP);
 		return;
 	}
-	ret = tree_entry_type(fs, v, idx, &type);
+	ret = tree_entry_type(fs, v, idx, &type, &tree);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1073,6 +1096,10 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
+	/* Reads stay on this tree: a version re-indexed with other content
+	 * (changed in the store) fails them (ESTALE) instead of reading
+	 * whatever file has this index in the new tree. */
+	fi->fh = tree;
 	/* Immutable: pages survive close and reopen; never direct_io. */
 	fi->keep_cache = 1;
 	fi->noflush = 1;
@@ -1122,13 +1149,14 @@ static void segs_close(const struct dcr_read_seg *segs, ssize_t n)
  * cache files, or splicing is not possible).
  */
 static int reply_spliced(fuse_req_t req, struct dcrfs *fs, uint64_t v,
-			 uint32_t idx, off_t off, size_t size)
+			 uint32_t tree, uint32_t idx, off_t off, size_t size)
 {
 	struct dcr_read_seg segs[DCRFS_SPLICE_SEGS];
 	struct fuse_bufvec one, *bv;
 	size_t nbytes;
-	ssize_t n = dcr_reader_read_fd(fs->r, v, idx, (uint64_t)off, size,
-				       segs, DCRFS_SPLICE_SEGS, &nbytes);
+	ssize_t n = dcr_reader_read_fd_tree(fs->r, v, tree, idx, (uint64_t)off,
+					    size, segs, DCRFS_SPLICE_SEGS,
+					    &nbytes);
 
 	if (n == -ENOENT)
 		return 0;
@@ -1200,7 +1228,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
-	if (fs->splice && reply_spliced(req, fs, v, idx, off, size))
+	if (fs->splice && reply_spliced(req, fs, v, (uint32_t)fi->fh, idx, off, size))
 		return;
 	buf = dcr_thread_buf(DCR_TBUF_REPLY,
 			     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
@@ -1208,7 +1236,8 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = dcr_reader_read(fs->r, v, idx, (uint64_t)off, buf, size);
+	n = dcr_reader_read_tree(fs->r, v, (uint32_t)fi->fh, idx, (uint64_t)off,
+				 buf, size);
 	if (n < 0) {
 		atomic_fetch_add_explicit(&fs->stats.read_errors, 1, memory_order_relaxed);
 		fuse_reply_err(req, (int)-n);

@@ -384,13 +384,13 @@ void dcr_reader_close(struct dcr_reader *r)
 
 /*
  * The version and the bytes a read of [@off, @off+@len) of entry @idx of
- * version @v covers: *@rvp, the file's *@size and the end of the range
+ * version @v (of its tree @tree; -1: any) covers: *@rvp, the file's *@size and the end of the range
  * clamped to it in *@end; the read is noted for read-ahead (whose
  * chunks go through the page cache with @pagecache). 1 when there is
  * something to read, 0 at or past the end (or @len 0), or -errno.
  */
-static int read_range(struct dcr_reader *r, uint64_t v, uint32_t idx,
-		      uint64_t off, size_t len, bool pagecache,
+static int read_range(struct dcr_reader *r, uint64_t v, int64_t tree,
+		      uint32_t idx, uint64_t off, size_t len, bool pagecache,
 		      struct rver **rvp, uint64_t *size, uint64_t *end)
 {
 	const struct dcr_entry *e;
@@ -399,6 +399,8 @@ static int read_range(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	ret = get_ver(r, v, rvp);
 	if (ret)
 		return ret;
+	if (tree >= 0 && (*rvp)->tree != (uint32_t)tree)
+		return -ESTALE; /* re-indexed with other content since */
 	if (idx >= (*rvp)->info.nentries)
 		return -ENOENT;
 	e = &(*rvp)->entries[idx];
@@ -449,9 +451,9 @@ static void note_failed(struct dcr_reader *r, const struct piece *ps,
 }
 
 /* One attempt of read_impl; *@rvp: the version read (NULL if none). */
-static ssize_t read_once(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			 uint64_t off, void *dst, size_t len, bool pagecache,
-			 struct rver **rvp)
+static ssize_t read_once(struct dcr_reader *r, uint64_t v, int64_t tree,
+			 uint32_t idx, uint64_t off, void *dst, size_t len,
+			 bool pagecache, struct rver **rvp)
 {
 	struct piece one, *miss = &one;
 	size_t nmiss = 0, cap = 1;
@@ -462,7 +464,7 @@ static ssize_t read_once(struct dcr_reader *r, uint64_t v, uint32_t idx,
 
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
-	ret = read_range(r, v, idx, off, len, pagecache, &rv, &size, &end);
+	ret = read_range(r, v, tree, idx, off, len, pagecache, &rv, &size, &end);
 	*rvp = rv;
 	if (ret <= 0)
 		return ret;
@@ -552,14 +554,17 @@ out_free:
  * reads did not change (a layout generation re-encoded it, or only a
  * base was swapped); a version whose content changed fails.
  */
-static ssize_t read_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			 uint64_t off, void *dst, size_t len, bool pagecache)
+static ssize_t read_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
+			 uint32_t idx, uint64_t off, void *dst, size_t len,
+			 bool pagecache)
 {
 	for (int attempt = 1;; attempt++) {
 		struct rver *rv;
-		ssize_t n = read_once(r, v, idx, off, dst, len, pagecache, &rv);
+		ssize_t n = read_once(r, v, tree, idx, off, dst, len, pagecache,
+				      &rv);
 
 		if (n != -ESTALE || attempt == 4 ||
+		    (rv && tree >= 0 && rv->tree != (uint32_t)tree) ||
 		    (rv && atomic_load(&rv->dead) && !atomic_load(&rv->reencoded)))
 			return n;
 	}
@@ -581,7 +586,16 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			uint64_t off, void *dst, size_t len)
 {
 	read_enter(r);
-	ssize_t n = read_impl(r, v, idx, off, dst, len, false);
+	ssize_t n = read_impl(r, v, -1, idx, off, dst, len, false);
+	read_leave(r);
+	return n;
+}
+
+ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			     uint32_t idx, uint64_t off, void *dst, size_t len)
+{
+	read_enter(r);
+	ssize_t n = read_impl(r, v, tree, idx, off, dst, len, false);
 	read_leave(r);
 	return n;
 }
@@ -590,7 +604,7 @@ ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			    uint64_t off, void *dst, size_t len)
 {
 	read_enter(r);
-	ssize_t n = read_impl(r, v, idx, off, dst, len, true);
+	ssize_t n = read_impl(r, v, -1, idx, off, dst, len, true);
 	read_leave(r);
 	return n;
 }
@@ -601,16 +615,37 @@ ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
  * path above. It only ever serves chunks the cache already holds; any
  * miss sends the caller back to dcr_reader_read, which materializes.
  */
-static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			    uint64_t off, size_t len, struct dcr_read_seg *segs,
-			    size_t max, size_t *nbytes);
+static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
+			    uint32_t idx, uint64_t off, size_t len,
+			    struct dcr_read_seg *segs, size_t max,
+			    size_t *nbytes);
+static ssize_t read_fd_tree(struct dcr_reader *r, uint64_t v, int64_t tree,
+			    uint32_t idx, uint64_t off, size_t len,
+			    struct dcr_read_seg *segs, size_t max,
+			    size_t *nbytes);
 
 ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			   uint64_t off, size_t len, struct dcr_read_seg *segs,
 			   size_t max, size_t *nbytes)
 {
+	return read_fd_tree(r, v, -1, idx, off, len, segs, max, nbytes);
+}
+
+ssize_t dcr_reader_read_fd_tree(struct dcr_reader *r, uint64_t v,
+				uint32_t tree, uint32_t idx, uint64_t off,
+				size_t len, struct dcr_read_seg *segs,
+				size_t max, size_t *nbytes)
+{
+	return read_fd_tree(r, v, tree, idx, off, len, segs, max, nbytes);
+}
+
+static ssize_t read_fd_tree(struct dcr_reader *r, uint64_t v, int64_t tree,
+			    uint32_t idx, uint64_t off, size_t len,
+			    struct dcr_read_seg *segs, size_t max,
+			    size_t *nbytes)
+{
 	read_enter(r);
-	ssize_t n = read_fd_impl(r, v, idx, off, len, segs, max, nbytes);
+	ssize_t n = read_fd_impl(r, v, tree, idx, off, len, segs, max, nbytes);
 	read_leave(r);
 	if (n >= 0) { /* a miss (-ENOENT) is counted by the read that follows */
 		STAT_ADD(r, reads, 1);
@@ -619,9 +654,10 @@ ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	return n;
 }
 
-static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			    uint64_t off, size_t len, struct dcr_read_seg *segs,
-			    size_t max, size_t *nbytes)
+static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
+			    uint32_t idx, uint64_t off, size_t len,
+			    struct dcr_read_seg *segs, size_t max,
+			    size_t *nbytes)
 {
 	struct rver *rv;
 	uint64_t size = 0, end = 0, pos;
@@ -630,7 +666,7 @@ static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	int ret;
 
 	*nbytes = 0;
-	ret = read_range(r, v, idx, off, len, false, &rv, &size, &end);
+	ret = read_range(r, v, tree, idx, off, len, false, &rv, &size, &end);
 	if (ret <= 0)
 		return ret;
 	cs = rv->chunk_size;

@@ -84,6 +84,11 @@ struct dcr_entry {
  */
 struct dcr_version_info {
 	uint64_t version;
+	/* Names this tree of the version: another value once the version
+	 * was re-indexed with other content (changed in the store), the
+	 * same after a re-encoding (a layout generation). For
+	 * dcr_reader_read_tree. */
+	uint32_t tree;
 	uint64_t parent;
 	int64_t ctime_ns;
 	uint32_t chunk_size;
@@ -191,6 +196,16 @@ void dcr_reader_tags_free(struct dcr_tag *tags, size_t n);
 ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			uint64_t off, void *dst, size_t len);
 
+/**
+ * dcr_reader_read_tree - dcr_reader_read of the tree @tree (the value
+ * dcr_version_info.tree had when the caller looked the file up, e.g. at
+ * open): -ESTALE if version @v has been re-indexed with other content
+ * since, so that an entry index of the old tree never reads a file of
+ * the new one. dcr_reader_read_fd_tree likewise.
+ */
+ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			     uint32_t idx, uint64_t off, void *dst, size_t len);
+
 /** One piece of a zero-copy read: @len bytes at @off of the open @fd. */
 struct dcr_read_seg {
 	int fd;
@@ -214,6 +229,10 @@ struct dcr_read_seg {
 ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
 			   uint64_t off, size_t len, struct dcr_read_seg *segs,
 			   size_t max, size_t *nbytes);
+ssize_t dcr_reader_read_fd_tree(struct dcr_reader *r, uint64_t v,
+				uint32_t tree, uint32_t idx, uint64_t off,
+				size_t len, struct dcr_read_seg *segs,
+				size_t max, size_t *nbytes);
 
 /**
  * dcr_reader_prefetch - dcr_reader_read for a prefetcher: the chunks this

@@ -131,6 +131,9 @@ struct rver {
 	 * time v is re-indexed (reader_replace_version). Keys the chunk
 	 * reference blocks and the cache (dcr_cache_key.gen). Immutable. */
 	uint32_t gen;
+	/* dcr_version_info.tree: gen when indexed with this content, kept
+	 * by a re-encoding replace. Immutable. */
+	uint32_t tree;
 	/* Replaced or dropped: no longer in vers but on the graveyard
 	 * (kept until close, so pointers stay valid); its reference
 	 * lookups fail with -ESTALE. Set once, before the catalog

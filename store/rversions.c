@@ -185,6 +185,7 @@ static int build_tree(struct rver *rv)
 	free(last);
 	rv->entries = e;
 	rv->info.version = rv->v;
+	rv->info.tree = rv->tree;
 	rv->info.parent = rv->parent;
 	rv->info.ctime_ns = rv->ctime_ns;
 	rv->info.chunk_size = rv->chunk_size;
@@ -213,6 +214,7 @@ static int rver_load(struct dcr_reader *r, struct rver *rv)
 		return 0;
 	memset(&tmp, 0, sizeof(tmp));
 	tmp.v = rv->v;
+	tmp.tree = rv->tree;
 	tmp.parent = rv->parent;
 	tmp.ctime_ns = rv->ctime_ns;
 	tmp.chunk_size = rv->chunk_size;
@@ -556,6 +558,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	if (!rv)
 		return DCR_ERR(-ENOMEM);
 	rv->gen = r->gen_clock;
+	rv->tree = rv->gen;
 	rv->id = id;
 	pthread_mutex_lock(&r->lock);
 	/* A number this process dropped (gone from a listing) that comes
@@ -764,6 +767,7 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	atomic_store(&old->reencoded, !changed);
 	atomic_store(&old->dead, true);
 	nrv->gen = ++r->gen_clock;
+	nrv->tree = changed ? nrv->gen : old->tree;
 	if (changed)
 		dcr_cache_drop_version(r->cache, v, nrv->gen);
 	ret = dcr_catalog_replace_version(r->cat, m, id);
