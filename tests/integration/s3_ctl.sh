@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # s3_ctl.sh - dcrfs-ctl on an S3 store (radosgw by default, DCR_S3_KIND=moto
 # for the other implementation): log --json, show, diff, tag/untag, verify
-# of a good store and of one with a damaged pack, gc. No mount needed.
+# of a good store and of one with a damaged pack, compact (layouts/ and
+# manifests/ on S3: conditional create, listing), gc's rebase. No mount
+# needed: verify --deep reads every file back through the reader.
 . "$(dirname "$0")/lib.sh"
 . "$DCR_SRCDIR/tests/integration/s3lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
@@ -43,6 +45,7 @@ ctl verify --deep -q || fail "verify --deep of a good S3 store failed"
 pack=$(ctl show 3 --json | py 'print(d["packs"][0])')
 key=${STORE#s3://}/packs/$pack
 awscli s3 cp --quiet "s3://$key" "$T/pack"
+cp "$T/pack" "$T/pack.good"
 python3 -c 'import sys
 p = sys.argv[1]
 b = bytearray(open(p, "rb").read())
@@ -54,8 +57,30 @@ ctl verify >"$T/out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || fail "verify of a damaged S3 store exited $rc: $(cat "$T/out")"
 grep -q "damaged: packs/$pack" "$T/out" || fail "verify does not name packs/$pack: $(cat "$T/out")"
 
-# gc: keep the last version; its chain keeps 1 and 2
+# a rebase or compaction that meets the damage fails and removes nothing
+expect_status 1 "nothing removed" "$DCRFS_CTL" --store "$STORE" gc --keep-last 1 --grace 0
+[ "$(ctl log --json | py 'print(len(d))')" = 3 ] || fail "a failed gc removed versions"
+awscli s3 cp --quiet "$T/pack.good" "s3://$key"
+
+# compact: 3 is built on 2 (3 = 0b11: its skip base is 2), 2 on 1: the
+# shape is already the skip-delta one, so --max-depth 2 makes it rewrite
+ctl compact --max-depth 2 --json >"$T/c.json"
+py 'assert d["generation"] == 1 and d["rewritten"] == 1 and d["depth_after"] == 2, d' <"$T/c.json" ||
+	fail "compact over S3: $(cat "$T/c.json")"
+awscli s3 ls "s3://${STORE#s3://}/layouts/" | grep -q 0000000001 || fail "no layouts/0000000001 on S3"
+ctl log --json | py 'k = {e["version"]: (e["kind"], e["parent"], e["base"]) for e in d}
+assert k[3] == ("compacted", 2, 1), k' || fail "log after compact over S3"
+ctl verify --deep -q || fail "verify --deep after compact over S3"
+
+# gc: keep the last version; it is rebased into an anchor, 1 and 2 go
 ctl gc --keep-last 1 --grace 0 -q >"$T/gc.out"
-grep -q "keep version 2: the chain of version 3 needs it" "$T/gc.out" || fail "gc over S3: $(cat "$T/gc.out")"
-[ "$(ctl log --json | py 'print(len(d))')" = 3 ] || fail "gc removed a version the chain needs"
+grep -q "rewrote version 3: built on version 1, now on nothing" "$T/gc.out" || fail "gc over S3: $(cat "$T/gc.out")"
+[ "$(ctl log --json | py 'print([(e["version"], e["kind"]) for e in d])')" = "[(3, 'anchor')]" ] ||
+	fail "gc --keep-last 1 over S3 left $(ctl log)"
+ctl verify --deep -q || fail "verify --deep after gc over S3"
+# what the first generation named is gone; the second names 3's anchor
+[ "$(awscli s3 ls "s3://${STORE#s3://}/manifests/" | wc -l)" = 1 ] ||
+	fail "gc --grace 0 left old manifests/ on S3: $(awscli s3 ls "s3://${STORE#s3://}/manifests/")"
+[ "$(awscli s3 ls "s3://${STORE#s3://}/layouts/" | wc -l)" = 1 ] ||
+	fail "gc --grace 0 left old layouts/ on S3"
 log "ok"
