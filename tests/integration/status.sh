@@ -42,7 +42,9 @@ assert d["prefetch"]["mode"] == "latest", d
 for k in ("cache", "bytes", "errors", "prefetch", "rss_bytes"):
     assert k in d, k
 assert d["cache"]["budget"] > 0, d' "$STORE"
-[ "$(stat -c %s "$S")" -gt 100 ] || fail "status.json has no size: $(stat -c %s "$S")"
+# size 0, like /proc (the text is made at open): cp and cat copy it whole
+[ "$(stat -c %s "$S")" = 0 ] || fail "status.json has a size: $(stat -c %s "$S")"
+cp "$S" "$T/st.cp" && py "$T/st.cp" 'assert d["latest"] == 1' || fail "cp of status.json is not whole JSON"
 
 # a new version: latest and the prefetch of it follow
 t "$DCRFS_SYNTH" step --mode uniform --rate 0.03 --seed 2 --in "$T/s1" --out "$T/s2" --state "$T/adam" --quiet
