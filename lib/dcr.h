@@ -96,6 +96,28 @@ DCR_API void dcr_store_handle_close(dcr_store_handle *s);
 /** dcr_store_handle_latest - the newest version (0: none) into *@version. */
 DCR_API int dcr_store_handle_latest(dcr_store_handle *s, uint64_t *version);
 
+/** What dcr_store_compact did. */
+struct dcr_compact_info {
+	uint64_t generation; /* the layout generation published; 0: none needed */
+	uint64_t rewritten;  /* versions re-encoded */
+	unsigned depth;      /* the deepest version now, in frames per chunk */
+};
+
+/**
+ * dcr_store_compact - what `dcrfs-ctl compact --max-depth K` does (see
+ * dcrfs-ctl(8)): re-encode the store's versions as skip-deltas so that
+ * every version materializes with at most @max_depth frames per chunk
+ * (0: 8), from the store's own bytes, published atomically as a new
+ * layout generation. Only versions not yet in that shape are rewritten,
+ * so calling it every N commits costs about N/2 versions' materializing
+ * and encoding. Safe while commits and mounts run. Uses a scratch cache
+ * in $TMPDIR (at most 1 GiB, removed before it returns). @info may be
+ * NULL. 0; -EEXIST if another compaction published first (call again);
+ * another -errno (dcr_errmsg).
+ */
+DCR_API int dcr_store_compact(dcr_store_handle *s, unsigned max_depth,
+			      struct dcr_compact_info *info);
+
 /** Flags of struct dcr_commit_options. */
 #define DCR_COMMIT_FULL            (1u << 0) /* every chunk a full frame */
 #define DCR_COMMIT_ALLOW_EMPTY     (1u << 1) /* publish a version without files */

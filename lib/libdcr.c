@@ -21,6 +21,7 @@
 #include "chunk.h"
 #include "commit.h"
 #include "common.h"
+#include "compact.h"
 #include "manifest.h"
 #include "store.h"
 #include "stwriter.h"
@@ -137,6 +138,25 @@ DCR_API int dcr_store_handle_latest(dcr_store_handle *s, uint64_t *version)
 {
 	api_enter();
 	return api_leave(dcr_store_latest(s->st, version), s->st->url);
+}
+
+DCR_API int dcr_store_compact(dcr_store_handle *s, unsigned max_depth,
+			      struct dcr_compact_info *info)
+{
+	struct dcr_compact_opts o = { .max_depth = max_depth };
+	struct dcr_compact_stats st;
+	int ret;
+
+	api_enter();
+	if (!s || max_depth > 64)
+		return api_leave(-EINVAL, "dcr_store_compact");
+	ret = dcr_compact_scratch(s->st, &o, &st);
+	if (!ret && info) {
+		info->generation = st.gen;
+		info->rewritten = st.rewritten;
+		info->depth = st.depth_after;
+	}
+	return api_leave(ret, s->st->url);
 }
 
 DCR_API int dcr_commit_begin(dcr_store_handle *s,

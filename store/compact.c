@@ -5,13 +5,16 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chunk.h"
 #include "common.h"
+#include "fileio.h"
 #include "compact.h"
 #include "frame.h"
 #include "hash.h"
@@ -506,5 +509,45 @@ out:
 	free(c.buf);
 	free(c.bbuf);
 	free(c.chk);
+	return ret;
+}
+
+int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
+			struct dcr_compact_stats *s)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct dcr_reader *r = NULL;
+	struct dcr_layout l;
+	char dir[PATH_MAX];
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	if ((ret = dcr_store_layout(st, &l))) {
+		dcr_err("%s: cannot read the store's layout: %s", st->url,
+			dcr_strerror(ret));
+		return ret;
+	}
+	if (o->dry_run)
+		goto run; /* plans only: no bytes are read */
+	snprintf(dir, sizeof(dir), "%s/dcrfs-compact.XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(dir)) {
+		ret = -errno;
+		dcr_err("cannot make a scratch directory %s: %s", dir, strerror(errno));
+		dcr_layout_free(&l);
+		return ret;
+	}
+	struct dcr_reader_opts ro = { .cache_dir = dir,
+				      .cache_size = DCR_COMPACT_SCRATCH_CACHE };
+	if ((ret = dcr_reader_open(st, &ro, &r)) ||
+	    (ret = dcr_reader_refresh(r, NULL)))
+		goto out;
+run:
+	ret = dcr_compact(st, r, &l, o, s);
+out:
+	dcr_reader_close(r);
+	if (!o->dry_run)
+		dcr_rm_rf(dir);
+	dcr_layout_free(&l);
 	return ret;
 }

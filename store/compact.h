@@ -82,4 +82,16 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 		const struct dcr_layout *l, const struct dcr_compact_opts *o,
 		struct dcr_compact_stats *s);
 
+/* Scratch cache budget of dcr_compact_scratch. */
+#define DCR_COMPACT_SCRATCH_CACHE ((uint64_t)1 << 30)
+
+/**
+ * dcr_compact_scratch - dcr_compact with what it needs made here: the
+ * store's current layout, and a reader on a scratch cache in $TMPDIR
+ * (or /tmp; DCR_COMPACT_SCRATCH_CACHE at most, removed before it
+ * returns). For dcrfs-ctl and libdcr. Returns as dcr_compact.
+ */
+int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
+			struct dcr_compact_stats *s);
+
 #endif /* DCR_COMPACT_H */

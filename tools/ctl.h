@@ -86,8 +86,6 @@ struct ctl {
 /* Forget every loaded manifest and read the store's layout again
  * (after a compaction changed it). 0 or -errno (logged). */
 int ctl_reload_layout(struct ctl *c);
-/* The scratch reader (opened on first use, on a temporary cache). */
-int ctl_reader(struct ctl *c);
 
 /* The version (loaded) named @v, or NULL. */
 struct ver *ver_find(struct ctl *c, uint64_t v);

@@ -44,11 +44,8 @@ int ctl_compact(struct ctl *c, const struct args *a, const uint64_t *keep,
 		.max_depth = a->max_depth, .keep = keep, .nkeep = nkeep,
 		.dry_run = a->dry_run, .report = report, .arg = &rp,
 	};
-	int ret;
+	int ret = dcr_compact_scratch(c->st, &o, s);
 
-	if (!a->dry_run && (ret = ctl_reader(c)))
-		return ret;
-	ret = dcr_compact(c->st, c->r, &c->layout, &o, s);
 	if (ret)
 		return ret;
 	return s->gen ? ctl_reload_layout(c) : 0;

@@ -58,6 +58,10 @@ static void usage(FILE *f)
 "                         the parent is rebuilt from the store)\n"
 "      --no-cache         keep no copy of the committed tree (the next commit\n"
 "                         rebuilds its parent from the store)\n"
+"      --compact-every N  after publishing a version whose number is a\n"
+"                         multiple of N, compact the store (dcrfs-ctl compact:\n"
+"                         at most 8 frames per chunk); default 0, never\n"
+"                         (also DCRFS_COMPACT_EVERY)\n"
 "      --allow-nonfinite  commit NaN and Inf values in float tensors of\n"
 "                         safetensors files (default: refuse, publish nothing)\n"
 "  -q, --quiet            no progress or summary on stderr\n"
@@ -88,6 +92,7 @@ struct args {
 	int no_sign;
 	int allow_empty;
 	int allow_nonfinite;
+	uint64_t compact_every;
 	uint32_t chunk_size;
 	int jobs;
 	int quiet;
@@ -110,6 +115,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "allow-empty", no_argument, NULL, 'E' },
 		{ "allow-nonfinite", no_argument, NULL, 'F' },
+		{ "compact-every", required_argument, NULL, 'K' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -120,6 +126,11 @@ static int parse_args(int argc, char **argv, struct args *a)
 	int c;
 
 	a->store = getenv("DCRFS_STORE");
+	const char *ce = getenv("DCRFS_COMPACT_EVERY");
+	if (ce && *ce && dcr_parse_u64(ce, &a->compact_every)) {
+		fprintf(stderr, "dcrfs-commit: DCRFS_COMPACT_EVERY: '%s' is not a number\n", ce);
+		return -1;
+	}
 	while ((c = getopt_long(argc, argv, "s:p:t:fc:j:C:qvhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
@@ -176,6 +187,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'F':
 			a->allow_nonfinite = 1;
+			break;
+		case 'K':
+			if (dcr_parse_u64(optarg, &a->compact_every)) {
+				fprintf(stderr, "dcrfs-commit: --compact-every: '%s' is not a number\n", optarg);
+				return -1;
+			}
 			break;
 		case 'q':
 			a->quiet = 1;
@@ -296,6 +313,19 @@ int main(int argc, char **argv)
 			 dcr_format_size(res.bytes_packed, up, sizeof(up)), res.packs,
 			 res.manifest_len, res.chunks_same, res.chunks_delta,
 			 res.chunks_full, secs);
+	}
+	/* The automatic compaction policy: the version is published
+	 * whatever happens here; a failure is reported, not fatal. */
+	if (!ret && a.compact_every && res.version % a.compact_every == 0) {
+		struct dcr_compact_info ci;
+		if (dcr_store_compact(s, 0, &ci))
+			dcr_warn("version %" PRIu64 " is published, but compacting the "
+				 "store failed (dcrfs-ctl compact retries it): %s",
+				 res.version, dcr_errmsg());
+		else if (!a.quiet)
+			dcr_info("compacted: %" PRIu64 " versions re-encoded (layout "
+				 "generation %" PRIu64 "); the deepest version is %u "
+				 "frames per chunk", ci.rewritten, ci.generation, ci.depth);
 	}
 	goto out_free;
 

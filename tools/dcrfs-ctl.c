@@ -437,7 +437,7 @@ struct ver *resolve(struct ctl *c, const char *arg)
 
 /* ------------------------------------------------------ the scratch reader */
 
-int ctl_reader(struct ctl *c)
+static int ctl_reader(struct ctl *c)
 {
 	const char *tmp = getenv("TMPDIR");
 	int ret;

@@ -8,7 +8,8 @@
 # compaction); compacting again does nothing, and after more commits
 # rewrites only the new versions; gc --keep-last 5 --grace 0 leaves
 # exactly five versions, bit-exact, in no more than one raw copy of the
-# model; a layout entry naming a manifest of another version is refused
+# model; dcrfs-commit --compact-every 4 compacts after versions 4 and 8
+# and only then; a layout entry naming a manifest of another version is refused
 # (logged) and the version read as committed.
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
@@ -143,6 +144,24 @@ for ((i = 0; i < 100; i++)); do
 done
 for ((v = N - 4; v <= N; v++)); do same "$M1" "$v"; done
 umount_dcrfs "$M1" || fail "the first mount did not exit cleanly"
+
+# --- the automatic policy: dcrfs-commit --compact-every 4
+A=$T/auto
+for v in 1 2 3 4 5 6 7 8; do
+	[ "$(t env DCRFS_COMPACT_EVERY=4 "$DCRFS_COMMIT" --init --store "$A" --cache-dir "$T/cc-auto" \
+		"$T/s$((N - 8 + v))" 2>"$T/auto.err")" = "$v" ] || fail "auto: commit $v: $(cat "$T/auto.err")"
+	case $v in
+	4 | 8) grep -q "compacted: [1-9][0-9]* versions re-encoded (layout generation $((v / 4)))" "$T/auto.err" ||
+		fail "auto: no compaction after version $v: $(cat "$T/auto.err")" ;;
+	*) ! grep -q compacted "$T/auto.err" || fail "auto: compacted after version $v" ;;
+	esac
+done
+t "$DCRFS_CTL" --store "$A" log --json >"$T/auto.json"
+py "$T/auto.json" '
+k = {e["version"]: (e["kind"], e["base"]) for e in d}
+assert k[8] == ("compacted", 1) and k[4] == ("compacted", 1) and k[6] == ("compacted", 4), k'
+t "$DCRFS_CTL" --store "$A" verify --deep -q || fail "auto: verify --deep"
+expect_status 2 "compact-every" "$DCRFS_COMMIT" --store "$A" --compact-every x "$T/s1"
 
 # --- a layout naming a manifest of other content is refused, loudly
 B=$T/bad
