@@ -100,6 +100,10 @@ if phase == "commit":
         c.add_bytes("notes.txt", b"hello")
         c.abort()
     assert dcrfs.version(store) == 2, dcrfs.version(store)
+    # compact through the library: with depth 1 every version is an anchor
+    info = dcrfs.compact(store, max_depth=1)
+    assert info == {"generation": 1, "rewritten": 1, "depth": 1}, info
+    assert dcrfs.compact(store, max_depth=1)["generation"] == 0
 else:
     mnt = sys.argv[4]
     for step in (0, 1):
