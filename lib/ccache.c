@@ -31,6 +31,7 @@ struct dcr_ccache {
 	int lock_fd;
 	char dir[PATH_MAX], tree[PATH_MAX], stage[PATH_MAX];
 	char source[PATH_MAX]; /* a no-copy parent, when used */
+	char from[PATH_MAX];   /* the directory the cached version came from */
 };
 
 static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -57,18 +58,21 @@ static void path_join(char *buf, size_t cap, const char *a, const char *b)
 /*
  * The state file: "version N", "manifest HEX" (the SHA-256 of the
  * manifest object version N was published or rebuilt from: a version's
- * identity, DESIGN.md 7a; absent in caches of older dcrfs) and, after
- * a --no-copy commit, "source PATH" (the committed directory, to be
- * used as the next parent in place of tree/). Returns N, 0 if unknown;
+ * identity, DESIGN.md 7a; absent in caches of older dcrfs) and, after a
+ * no-copy commit, "source PATH" (the committed directory, to be used as
+ * the next parent in place of tree/), or, after a commit copied into
+ * tree/ from a directory, "from PATH" (only to tell whether the next
+ * commit is of the same directory). Either path goes into @from (cap
+ * PATH_MAX); "source" also into @source. Returns N, 0 if unknown;
  * *@has_mhash says whether @mhash was read.
  */
-static uint64_t read_state(const char *cache, char *source, size_t cap,
+static uint64_t read_state(const char *cache, char *source, char *from,
 			   uint8_t mhash[DCR_HASH_LEN], bool *has_mhash)
 {
 	char path[PATH_MAX], line[PATH_MAX + 16];
 	uint64_t v = 0;
 
-	source[0] = 0;
+	source[0] = from[0] = 0;
 	*has_mhash = false;
 	path_join(path, sizeof(path), cache, "state");
 	FILE *f = fopen(path, "r");
@@ -76,19 +80,26 @@ static uint64_t read_state(const char *cache, char *source, size_t cap,
 		return 0;
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = 0;
-		if (!strncmp(line, "version ", 8))
+		if (!strncmp(line, "version ", 8)) {
 			dcr_parse_u64(line + 8, &v);
-		else if (!strncmp(line, "manifest ", 9))
+		} else if (!strncmp(line, "manifest ", 9)) {
 			*has_mhash = dcr_hash_unhex(line + 9, mhash) == 0;
-		else if (!strncmp(line, "source /", 8) && strlen(line + 7) < cap)
+		} else if (!strncmp(line, "source /", 8) && strlen(line + 7) < PATH_MAX) {
 			memcpy(source, line + 7, strlen(line + 7) + 1);
+			memcpy(from, line + 7, strlen(line + 7) + 1);
+		} else if (!strncmp(line, "from /", 6) && strlen(line + 5) < PATH_MAX) {
+			memcpy(from, line + 5, strlen(line + 5) + 1);
+		}
 	}
 	fclose(f);
 	return v;
 }
 
-static int write_state(const char *cache, uint64_t v, const char *source,
-		       const uint8_t *mhash)
+/* Write the state: version @v, manifest @mhash (unless NULL), and @dir
+ * as "source" (@source: no-copy) or as "from" (tree/ holds the
+ * version), unless NULL. */
+static int write_state(const char *cache, uint64_t v, const uint8_t *mhash,
+		       const char *dir, bool source)
 {
 	char path[PATH_MAX], tmp[PATH_MAX], hex[DCR_HASH_HEX_LEN + 1];
 
@@ -102,8 +113,8 @@ static int write_state(const char *cache, uint64_t v, const char *source,
 		dcr_hash_hex(mhash, hex);
 		fprintf(f, "manifest %s\n", hex);
 	}
-	if (source)
-		fprintf(f, "source %s\n", source);
+	if (dir)
+		fprintf(f, "%s %s\n", source ? "source" : "from", dir);
 	if (fflush(f) || fsync(fileno(f))) {
 		int e = -errno;
 		fclose(f);
@@ -262,7 +273,7 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 	}
 	free(buf);
 	if (!ret)
-		ret = write_state(cache, v, NULL, mhash);
+		ret = write_state(cache, v, mhash, NULL, false);
 err_close:
 	dcr_reader_close(r);
 err_rm_scratch:
@@ -336,6 +347,20 @@ void dcr_ccache_close(struct dcr_ccache *cc)
 	free(cc);
 }
 
+bool dcr_ccache_copy_wanted(struct dcr_ccache *cc, const char *committing)
+{
+	uint8_t h[DCR_HASH_LEN];
+	bool has_h;
+
+	if (!committing)
+		return true;
+	read_state(cc->dir, cc->source, cc->from, h, &has_h);
+	char *dir_real = realpath(committing, NULL);
+	bool same = dir_real && cc->from[0] && !strcmp(dir_real, cc->from);
+	free(dir_real);
+	return same;
+}
+
 int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
 		      const uint8_t *mhash, const char *committing,
 		      bool rebuild, const char **dir)
@@ -344,8 +369,7 @@ int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
 	char *source = cc->source;
 	uint8_t had[DCR_HASH_LEN];
 	bool has_had;
-	uint64_t have = read_state(cc->dir, source, sizeof(cc->source), had,
-				   &has_had);
+	uint64_t have = read_state(cc->dir, source, cc->from, had, &has_had);
 	char *dir_real = committing ? realpath(committing, NULL) : NULL;
 	int ret;
 
@@ -369,21 +393,26 @@ int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
 		have = 0;
 	}
 
-	if (source[0] && dir_real && !strcmp(source, dir_real)) {
+	if (!rebuild && source[0] && dir_real && !strcmp(source, dir_real)) {
 		/* A directory cannot be its own parent: it may have been overwritten. */
-		dcr_warn("%s is the directory version %" PRIu64 " was committed from with "
-			 "--no-copy, so it cannot serve as the parent; rebuilding the parent "
-			 "from the store (use a new directory per checkpoint with --no-copy)",
+		dcr_warn("%s is the directory version %" PRIu64 " was committed from without "
+			 "a copy in the cache, so it cannot serve as the parent; rebuilding "
+			 "the parent from the store (this happens once: later commits of the "
+			 "same directory keep a copy, unless --no-copy is given)",
 			 committing, have);
 		source[0] = 0;
 		have = 0;
 	}
 	free(dir_real);
-	if (!rebuild && have == parent && source[0] &&
-	    stat(source, &ssb) == 0 && S_ISDIR(ssb.st_mode)) {
-		/* A no-copy commit left its source as the parent. */
-		*dir = source;
-		return 0;
+	if (!rebuild && have == parent && source[0]) {
+		if (stat(source, &ssb) == 0 && S_ISDIR(ssb.st_mode)) {
+			/* A no-copy commit left its source as the parent. */
+			*dir = source;
+			return 0;
+		}
+		dcr_warn("%s, the directory version %" PRIu64 " was committed from, is gone; "
+			 "rebuilding the parent from the store (keep each checkpoint "
+			 "until the next one is committed, or pass --copy)", source, have);
 	}
 	if (rebuild || have != parent || source[0]) {
 		if (rebuild)
@@ -422,19 +451,19 @@ void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
 		     const uint8_t *mhash, enum dcr_ccache_keep keep,
 		     const char *source)
 {
+	char *src = source ? realpath(source, NULL) : NULL;
+
 	if (keep == DCR_CCACHE_SOURCE) {
-		char *src = realpath(source, NULL);
 		clear_state(cc->dir);
 		rm_rf(cc->tree);
-		if (!src || write_state(cc->dir, v, src, mhash))
+		if (!src || write_state(cc->dir, v, mhash, src, true))
 			dcr_warn("%s: could not record %s for the next commit; it will rebuild its parent",
 				 cc->dir, source);
-		free(src);
 	} else if (keep == DCR_CCACHE_STAGED) {
 		/* state first: a crash in between leaves "unknown", never a lie. */
 		clear_state(cc->dir);
 		if (rm_rf(cc->tree) || rename(cc->stage, cc->tree) < 0 ||
-		    write_state(cc->dir, v, NULL, mhash))
+		    write_state(cc->dir, v, mhash, src, false))
 			dcr_warn("%s: could not keep the committed tree (%s); the next commit will rebuild it",
 				 cc->dir, strerror(errno));
 	} else {
@@ -442,4 +471,5 @@ void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
 		rm_rf(cc->tree);
 		rm_rf(cc->stage);
 	}
+	free(src);
 }

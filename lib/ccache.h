@@ -6,7 +6,8 @@
  * Layout (default ${XDG_CACHE_HOME:-~/.cache}/dcrfs/commit/<id>/):
  *   lock      flock()ed while open: one commit per cache at a time
  *   state     "version N" - the version that tree/ holds; absent = unknown;
- *             "source PATH" after a no-copy commit: PATH is the parent
+ *             "source PATH" after a no-copy commit: PATH is the parent;
+ *             "from PATH" after a copied commit of directory PATH
  *   tree/     the parent version, materialized
  *   stage/    the version being committed (becomes tree/ on success)
  *   reader/   scratch catalog/cache used only while rebuilding tree/
@@ -40,6 +41,20 @@ int dcr_ccache_open(struct dcr_store *st, const char *dir, bool quiet,
 void dcr_ccache_close(struct dcr_ccache *cc);
 
 /**
+ * dcr_ccache_copy_wanted - the default for a commit of directory
+ * @committing (NULL: from memory): whether to copy it into the cache
+ * (DCR_CCACHE_STAGED) rather than record it as the next parent
+ * (DCR_CCACHE_SOURCE). True when there is nothing to record (memory) or
+ * when @committing is the directory the cached version came from: a
+ * trainer that saves in place overwrites its parent. False for a new
+ * directory (step-N/ directories): the copy would cost a second write of
+ * the checkpoint, while the parent chunks read from the old directory
+ * are verified against the parent manifest anyway (a changed or removed
+ * directory only costs a rebuild from the store).
+ */
+bool dcr_ccache_copy_wanted(struct dcr_ccache *cc, const char *committing);
+
+/**
  * dcr_ccache_parent - a directory holding version @parent's tree, into
  * *@dir (owned by @cc, valid until the next call): the cached tree, the
  * source of a no-copy commit, or rebuilt from the store through the read
@@ -71,9 +86,11 @@ enum dcr_ccache_keep {
 };
 
 /**
- * dcr_ccache_done - version @v, manifest object SHA-256 @mhash, was
- * published: keep it for the next commit as @keep says. Failures only cost the next commit a rebuild
- * (warned). dcr_ccache_discard drops the stage of a failed commit.
+ * dcr_ccache_done - version @v (manifest object SHA-256 @mhash),
+ * committed from directory @source (NULL: from memory), was published:
+ * keep it for the next commit as @keep says. Failures only cost the
+ * next commit a rebuild (warned). dcr_ccache_discard drops the stage of
+ * a failed commit.
  */
 void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
 		     const uint8_t *mhash, enum dcr_ccache_keep keep,

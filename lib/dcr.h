@@ -124,6 +124,16 @@ DCR_API int dcr_store_compact(dcr_store_handle *s, unsigned max_depth,
 #define DCR_COMMIT_ALLOW_NONFINITE (1u << 2) /* commit NaN/Inf weights */
 #define DCR_COMMIT_NO_CACHE        (1u << 3) /* keep no copy of the new version */
 #define DCR_COMMIT_NO_COPY         (1u << 4) /* a tree's next parent is the tree itself */
+#define DCR_COMMIT_COPY            (1u << 5) /* always copy a tree into the cache */
+/*
+ * A tree (dcr_commit_add_tree) with neither NO_COPY nor COPY is copied
+ * into the cache only when it is the directory the previous commit came
+ * from (a trainer saving in place); a new directory (step-N/) is itself
+ * recorded as the next parent, saving a second write of the checkpoint.
+ * Either way every parent chunk is verified against the parent's
+ * manifest before a delta is built on it, and rebuilt from the store if
+ * it does not match. Commits from memory are always copied.
+ */
 
 /** Progress, reported from the thread that called dcr_commit_publish. */
 struct dcr_progress {

@@ -173,6 +173,11 @@ DCR_API int dcr_commit_begin(dcr_store_handle *s,
 			o->chunk_size);
 		return api_leave(-EINVAL, "dcr_commit_begin");
 	}
+	if (o && (o->flags & DCR_COMMIT_COPY) &&
+	    (o->flags & (DCR_COMMIT_NO_COPY | DCR_COMMIT_NO_CACHE))) {
+		dcr_err("DCR_COMMIT_COPY contradicts DCR_COMMIT_NO_COPY and DCR_COMMIT_NO_CACHE");
+		return api_leave(-EINVAL, "dcr_commit_begin");
+	}
 	if (!(c = calloc(1, sizeof(*c))))
 		return api_leave(-ENOMEM, "dcr_commit_begin");
 	c->s = s;
@@ -473,7 +478,12 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		.progress = c->o.progress ? on_progress : NULL,
 		.progress_arg = c,
 	};
-	bool no_copy = (fl & DCR_COMMIT_NO_COPY) && c->tree;
+	/* See DCR_COMMIT_COPY in dcr.h; decided before dcr_ccache_parent,
+	 * which may rebuild the tree the decision looks at. */
+	bool no_copy = c->tree && !(fl & DCR_COMMIT_COPY) &&
+		       ((fl & DCR_COMMIT_NO_COPY) ||
+			(!(fl & DCR_COMMIT_NO_CACHE) &&
+			 !dcr_ccache_copy_wanted(cc, c->tree)));
 	bool keep = !(fl & DCR_COMMIT_NO_CACHE) && !no_copy;
 	if (parent && (ret = dcr_ccache_parent(cc, parent, pmhash, c->tree, false,
 				       &o.parent_dir)))

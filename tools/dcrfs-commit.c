@@ -52,10 +52,12 @@ static void usage(FILE *f)
 "  -C, --cache-dir DIR    the committer's cache of the last committed tree\n"
 "                         (default: ${XDG_CACHE_HOME:-~/.cache}/dcrfs/commit/ID)\n"
 
-"      --no-copy          do not copy DIR into the cache: the next commit diffs\n"
-"                         against DIR itself, which must then stay unchanged\n"
-"                         (checked chunk by chunk; if it changed or is gone,\n"
-"                         the parent is rebuilt from the store)\n"
+"      --no-copy          never copy DIR into the cache: the next commit diffs\n"
+"                         against DIR itself (checked chunk by chunk; if it\n"
+"                         changed or is gone, the parent is rebuilt from the\n"
+"                         store). Default: copy only when DIR is the directory\n"
+"                         the previous commit came from (saved in place)\n"
+"      --copy             always copy DIR into the cache\n"
 "      --no-cache         keep no copy of the committed tree (the next commit\n"
 "                         rebuilds its parent from the store)\n"
 "      --compact-every N  after publishing a version whose number is a\n"
@@ -88,6 +90,7 @@ struct args {
 	int full;
 	int no_cache;
 	int no_copy;
+	int copy;
 	int init;
 	int no_sign;
 	int allow_empty;
@@ -111,6 +114,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "cache-dir", required_argument, NULL, 'C' },
 		{ "no-cache", no_argument, NULL, 'N' },
 		{ "no-copy", no_argument, NULL, 'R' },
+		{ "copy", no_argument, NULL, 'Y' },
 		{ "init", no_argument, NULL, 'I' },
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "allow-empty", no_argument, NULL, 'E' },
@@ -176,6 +180,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'R':
 			a->no_copy = 1;
 			break;
+		case 'Y':
+			a->copy = 1;
+			break;
 		case 'I':
 			a->init = 1;
 			break;
@@ -212,6 +219,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (optind != argc - 1) {
 		fprintf(stderr, "dcrfs-commit: %s\n", optind >= argc ? "no directory to commit given" : "only one directory can be committed at a time");
+		return -1;
+	}
+	if (a->copy && (a->no_copy || a->no_cache)) {
+		fprintf(stderr, "dcrfs-commit: --copy cannot be combined with --no-copy or --no-cache\n");
 		return -1;
 	}
 	a->dir = argv[optind];
@@ -285,7 +296,8 @@ int main(int argc, char **argv)
 			 (a.allow_empty ? DCR_COMMIT_ALLOW_EMPTY : 0) |
 			 (a.allow_nonfinite ? DCR_COMMIT_ALLOW_NONFINITE : 0) |
 			 (a.no_cache ? DCR_COMMIT_NO_CACHE : 0) |
-			 (a.no_copy ? DCR_COMMIT_NO_COPY : 0),
+			 (a.no_copy ? DCR_COMMIT_NO_COPY : 0) |
+			 (a.copy ? DCR_COMMIT_COPY : 0),
 		.chunk_size = a.chunk_size,
 		.jobs = a.jobs,
 		.progress = on_progress,

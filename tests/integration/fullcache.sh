@@ -25,7 +25,9 @@ synth() { t "$DCRFS_SYNTH" "$@" --quiet; }
 synth init --size 3M --seed 8 "$T/s0"
 synth step --in "$T/s0" --out "$T/s1" --seed 9 --state "$T/adam"
 
-C=("$DCRFS_COMMIT" --init --store "$STORE" --cache-dir "$SMALL/cc")
+# --copy: this is about the copy in the cache (not made by default for a
+# new directory)
+C=("$DCRFS_COMMIT" --init --copy --store "$STORE" --cache-dir "$SMALL/cc")
 
 rc=0
 v=$(t "${C[@]}" "$T/s0" 2>"$T/err1") || rc=$?
