@@ -30,6 +30,7 @@
 #include <string.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -192,8 +193,63 @@ static void fstate_release(struct fstate *fs)
 	fs->nonfinite = NULL;
 }
 
+/*
+ * A pack's bytes: page-aligned (mmap), so that a store can write them
+ * without a copy (the directory store uses O_DIRECT), and faulted in
+ * ahead of the appends in large steps (MADV_POPULATE_WRITE): one fault
+ * per page costs more than the encoding on some hypervisors. Buffers are
+ * re-used within a commit, so in steady state nothing is faulted at all.
+ */
+struct pbuf {
+	uint8_t *data;
+	size_t len, cap;
+	size_t ready;  /* bytes known to be faulted in */
+};
+
+#define PBUF_POPULATE_STEP ((size_t)8 << 20)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+static int pbuf_init(struct pbuf *b, size_t cap)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t psz = pg > 0 ? (size_t)pg : 4096;
+
+	cap = (cap + psz - 1) / psz * psz;
+	void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return DCR_ERR(-ENOMEM);
+	*b = (struct pbuf){ .data = m, .cap = cap };
+	return 0;
+}
+
+static void pbuf_free(struct pbuf *b)
+{
+	if (b->data)
+		munmap(b->data, b->cap);
+	b->data = NULL;
+}
+
+static int pbuf_append(struct pbuf *b, const void *src, size_t n)
+{
+	if (n > b->cap - b->len)
+		return DCR_ERR(-EFBIG);
+	if (b->len + n > b->ready) {
+		size_t grow = DCR_MIN(DCR_MAX(b->len + n - b->ready, PBUF_POPULATE_STEP),
+				      b->cap - b->ready);
+		/* Only a hint: a kernel without it faults page by page. */
+		madvise(b->data + b->ready, grow, MADV_POPULATE_WRITE);
+		b->ready += grow;
+	}
+	memcpy(b->data + b->len, src, n);
+	b->len += n;
+	return 0;
+}
+
 struct pack {
-	struct dcr_buf data;
+	struct pbuf data;
 	uint32_t idx;
 };
 
@@ -222,7 +278,7 @@ struct pipe {
 	uint32_t packs_cap;
 	uint32_t uploads_running;  /* sealed packs not yet uploaded */
 	pthread_cond_t cond_uploads;
-	struct dcr_buf spare[4];   /* pack buffers kept for re-use */
+	struct pbuf spare[MAX_UPLOADS + 2]; /* pack buffers kept for re-use */
 	unsigned nspare;
 	/* Sealed packs waiting for an uploader (ring, under pack_lock). */
 	struct pack **upq;
@@ -280,10 +336,10 @@ static int upload_pack(struct pipe *p, struct pack *pk, bool put)
 	pthread_cond_broadcast(&p->cond_uploads);
 	/* Re-use the buffer: faulting in fresh pages costs more than encoding. */
 	if (p->nspare < DCR_ARRAY_SIZE(p->spare)) {
-		dcr_buf_reset(&pk->data);
+		pk->data.len = 0;
 		p->spare[p->nspare++] = pk->data;
 	} else {
-		dcr_buf_free(&pk->data);
+		pbuf_free(&pk->data);
 	}
 	pthread_mutex_unlock(&p->pack_lock);
 	free(pk);
@@ -350,13 +406,17 @@ static int pack_frame(struct pipe *p, const struct dcr_buf *frame,
 			ret = DCR_ERR(-ENOMEM);
 			goto err_unlock;
 		}
-		if (p->nspare)
+		/* A pack is sealed once it reaches the target, so it never
+		 * holds more than the target plus one frame (a chunk and
+		 * its header). */
+		if (p->nspare) {
 			pk->data = p->spare[--p->nspare];
-		else
-			dcr_buf_init(&pk->data, SIZE_MAX);
-		if ((ret = dcr_buf_reserve(&pk->data, p->pack_target + p->cs + 4096)) ||
-		    (ret = dcr_buf_append(&pk->data, PACK_MAGIC, PACK_HDR_LEN))) {
-			dcr_buf_free(&pk->data);
+		} else if ((ret = pbuf_init(&pk->data, p->pack_target + p->cs + 4096))) {
+			free(pk);
+			goto err_unlock;
+		}
+		if ((ret = pbuf_append(&pk->data, PACK_MAGIC, PACK_HDR_LEN))) {
+			pbuf_free(&pk->data);
 			free(pk);
 			goto err_unlock;
 		}
@@ -366,7 +426,7 @@ static int pack_frame(struct pipe *p, const struct dcr_buf *frame,
 	ref->pack = p->cur->idx;
 	ref->off = p->cur->data.len;
 	ref->len = (uint32_t)frame->len;
-	ret = dcr_buf_append(&p->cur->data, frame->data, frame->len);
+	ret = pbuf_append(&p->cur->data, frame->data, frame->len);
 	if (ret)
 		goto err_unlock;
 	if (p->cur->data.len >= p->pack_target) {
@@ -1238,12 +1298,12 @@ err_stop_workers:
 	if (!ret)
 		ret = get_err(&p);
 	if (p.cur) {
-		dcr_buf_free(&p.cur->data);
+		pbuf_free(&p.cur->data);
 		free(p.cur);
 		p.cur = NULL;
 	}
 	while (p.nspare)
-		dcr_buf_free(&p.spare[--p.nspare]);
+		pbuf_free(&p.spare[--p.nspare]);
 	/* Every chunk is hashed now: the files' digests (format 3). */
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++)
 		if (m.files[i].type == DCR_FT_REG)
