@@ -820,6 +820,41 @@ static int src_parse_header(const struct dcr_commit_source *src, int fd,
 	return ret;
 }
 
+/*
+ * Copy chunk @buf[0..len), just read from offset @off of the source @fd
+ * (-1: from memory), to the stage file @sfd. Where the kernel can, it
+ * copies between the two files itself (copy_file_range): much cheaper
+ * than writing from @buf, the source's pages being in the page cache. It
+ * copies what the file holds now, which is what was just read unless the
+ * file changed, and then the commit fails (file_changed) or the next
+ * commit's check of its parent chunks catches it, as for a reflink.
+ * *@kcopy is cleared when the kernel cannot, for the rest of the file.
+ */
+static int stage_chunk(int sfd, int fd, const uint8_t *buf, size_t len,
+		       uint64_t off, bool *kcopy)
+{
+	size_t done = 0;
+
+	while (*kcopy && fd >= 0 && done < len) {
+		loff_t in = (loff_t)(off + done), out = in;
+		ssize_t n = copy_file_range(fd, &in, sfd, &out, len - done, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			/* EXDEV, EOPNOTSUPP, ... or the source shrank: write
+			 * the rest of this chunk from buf. */
+			*kcopy = false;
+			break;
+		}
+		done += (size_t)n;
+	}
+	if (done == len)
+		return 0;
+	if (lseek(sfd, (off_t)(off + done), SEEK_SET) < 0)
+		return DCR_ERR(-errno);
+	return dcr_write_full(sfd, buf + done, len - done);
+}
+
 /* Whether the file behind @fd changed since @before (size, mtime, ctime). */
 static bool file_changed(int fd, const struct stat *before)
 {
@@ -841,6 +876,7 @@ static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr
 	const struct dcr_commit_source *src = fs->src;
 	struct stat sb0;
 	int ret = 0, sfd = -1, fd = -1;
+	bool kcopy = true;
 
 	if (src->file) {
 		fd = open(src->file, O_RDONLY | O_CLOEXEC);
@@ -916,7 +952,8 @@ static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr
 			__atomic_store_n(&p->refused, true, __ATOMIC_RELAXED);
 		if (j.len >= 8)
 			memcpy(tail, j.buf + j.len - 8, 8);
-		if (sfd >= 0 && (ret = dcr_write_full(sfd, j.buf, j.len))) {
+		if (sfd >= 0 && (ret = stage_chunk(sfd, fd, j.buf, j.len,
+						    c * (uint64_t)p->cs, &kcopy))) {
 			stage_failed(p, f->path, ret);
 			close(sfd);
 			sfd = -1;
