@@ -119,6 +119,30 @@ int64_t dcr_mono_ns(void);
 
 /* Little-endian fixed-width loads and stores (formats are little-endian). */
 /*
+ * dcr_lower_bound_u64 - the index of the first of the @n elements of
+ * @base (each @size bytes, sorted ascending by the uint64_t at byte
+ * offset @off) whose key is >= @key; @n if none. The one binary search
+ * over sorted version arrays.
+ */
+static inline size_t dcr_lower_bound_u64(const void *base, size_t n,
+					 size_t size, size_t off, uint64_t key)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint64_t k;
+
+		memcpy(&k, (const char *)base + mid * size + off, sizeof(k));
+		if (k < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
  * Little-endian loads and stores: one memcpy (a single unaligned move on
  * every target gcc and clang know) and a byte swap on big-endian hosts.
  * GCC 12 compiled the byte-at-a-time loops these replace into loops.

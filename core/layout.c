@@ -19,7 +19,6 @@ static const uint8_t lay_magic[8] = { 'D', 'C', 'R', 'L', 'A', 'Y', 'O', 'U' };
 #define LAY_ENT_LEN (16 + DCR_HASH_LEN)
 /* A layout names at most every version once; bound what is fetched. */
 #define LAYOUT_OBJ_MAX ((size_t)256 << 20)
-#define MOBJ_MAX ((size_t)2 << 30)
 
 void dcr_layout_free(struct dcr_layout *l)
 {
@@ -103,16 +102,10 @@ int dcr_layout_decode(const void *data, size_t len, struct dcr_layout *l)
 const struct dcr_layout_entry *dcr_layout_find(const struct dcr_layout *l,
 					       uint64_t v)
 {
-	size_t lo = 0, hi = l->n;
+	size_t i = dcr_lower_bound_u64(l->e, l->n, sizeof(*l->e),
+				       offsetof(struct dcr_layout_entry, version), v);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (l->e[mid].version < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < l->n && l->e[lo].version == v ? &l->e[lo] : NULL;
+	return i < l->n && l->e[i].version == v ? &l->e[i] : NULL;
 }
 
 void dcr_layout_key(uint64_t gen, char *buf, size_t cap)
@@ -197,38 +190,16 @@ int dcr_store_get_mobj(struct dcr_store *st, const uint8_t h[DCR_HASH_LEN],
 {
 	char key[96];
 	uint8_t got[DCR_HASH_LEN];
-	struct dcr_buf b;
 	int ret;
 
-	memset(m, 0, sizeof(*m));
 	dcr_mobj_key(h, key, sizeof(key));
-	dcr_buf_init(&b, MOBJ_MAX);
-	ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
-	if (ret) {
-		if (ret != -ENOENT)
-			dcr_err("%s: cannot read %s: %s", st->url, key,
-				dcr_strerror(ret));
-		goto out;
-	}
-	dcr_sha256(b.data, b.len, got);
-	if (!dcr_hash_eq(got, h)) {
+	ret = dcr_store_fetch_manifest(st, key, v, m, got);
+	if (!ret && !dcr_hash_eq(got, h)) {
 		dcr_err("%s: %s does not hash to its name", st->url, key);
-		ret = DCR_ERR(-EBADMSG);
-		goto out;
-	}
-	ret = dcr_manifest_decode(b.data, b.len, m);
-	if (ret) {
-		dcr_err("%s: manifest %s is corrupt or invalid (%s)", st->url,
-			key, dcr_strerror(ret));
-	} else if (m->version != v) {
-		dcr_err("%s: manifest %s claims to be version %" PRIu64
-			", the layout says %" PRIu64, st->url, key, m->version, v);
 		dcr_manifest_free(m);
 		memset(m, 0, sizeof(*m));
 		ret = DCR_ERR(-EBADMSG);
 	}
-out:
-	dcr_buf_free(&b);
 	return ret;
 }
 

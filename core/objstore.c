@@ -50,13 +50,13 @@ int dcr_store_latest(struct dcr_store *st, uint64_t *v)
 	return dcr_store_list(st, "versions/", latest_cb, v);
 }
 
-int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
-			   struct dcr_manifest *m)
+int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
+			     uint64_t v, struct dcr_manifest *m,
+			     uint8_t mhash[DCR_HASH_LEN])
 {
-	char key[64];
 	struct dcr_buf b;
 
-	dcr_version_key(v, key, sizeof(key));
+	memset(m, 0, sizeof(*m));
 	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
 	int ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
 	if (ret) {
@@ -65,6 +65,8 @@ int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
 				dcr_strerror(ret));
 		goto err_free_buf;
 	}
+	if (mhash)
+		dcr_sha256(b.data, b.len, mhash);
 	ret = dcr_manifest_decode(b.data, b.len, m);
 	if (ret) {
 		dcr_err("%s: manifest %s is corrupt or invalid (%s)", st->url,
@@ -72,14 +74,24 @@ int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
 		goto err_free_buf;
 	}
 	if (m->version != v) {
-		dcr_err("%s: manifest %s claims to be version %" PRIu64,
-			st->url, key, m->version);
+		dcr_err("%s: manifest %s claims to be version %" PRIu64
+			", not %" PRIu64, st->url, key, m->version, v);
 		dcr_manifest_free(m);
+		memset(m, 0, sizeof(*m));
 		ret = DCR_ERR(-EBADMSG);
 	}
 err_free_buf:
 	dcr_buf_free(&b);
 	return ret;
+}
+
+int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
+			   struct dcr_manifest *m)
+{
+	char key[64];
+
+	dcr_version_key(v, key, sizeof(key));
+	return dcr_store_fetch_manifest(st, key, v, m, NULL);
 }
 
 int dcr_tag_name_valid(const char *name)

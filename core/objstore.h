@@ -179,6 +179,16 @@ int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
 			   struct dcr_manifest *m);
 
 /**
+ * dcr_store_fetch_manifest - fetch the manifest object @key, decode it
+ * and check it is version @v; the SHA-256 of the object's bytes (its
+ * identity) into @mhash unless NULL. Returns as dcr_store_get_manifest.
+ * The one fetch of a manifest object (versions/, manifests/).
+ */
+int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
+			     uint64_t v, struct dcr_manifest *m,
+			     uint8_t mhash[32]);
+
+/**
  * dcr_store_get_tag / dcr_store_put_tag - tags/<name> holds a version
  * number in decimal. Names: [A-Za-z0-9._-], 1..128 bytes, not starting
  * with '.'. -EINVAL for a bad name.

@@ -384,46 +384,6 @@ static void on_progress(void *arg, const struct dcr_commit_progress *p)
 	c->o.progress(c->o.progress_arg, &pub);
 }
 
-/*
- * Fetch and decode version @v's manifest into @pm, and the SHA-256 of
- * its object into @mhash (its identity: the commit cache checks that it
- * holds that manifest's tree, not another one of the same number).
- * As dcr_store_get_manifest: -ENOENT, or -errno logged.
- */
-static int get_manifest_hashed(struct dcr_store *st, uint64_t v,
-			       struct dcr_manifest *pm,
-			       uint8_t mhash[DCR_HASH_LEN])
-{
-	char key[64];
-	struct dcr_buf b;
-	int ret;
-
-	dcr_version_key(v, key, sizeof(key));
-	dcr_buf_init(&b, (size_t)2 << 30);
-	ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
-	if (ret) {
-		if (ret != -ENOENT)
-			dcr_err("%s: cannot read %s: %s", st->url, key,
-				dcr_strerror(ret));
-		goto out;
-	}
-	dcr_sha256(b.data, b.len, mhash);
-	ret = dcr_manifest_decode(b.data, b.len, pm);
-	if (ret) {
-		dcr_err("%s: manifest %s is corrupt or invalid (%s)", st->url,
-			key, dcr_strerror(ret));
-	} else if (pm->version != v) {
-		dcr_err("%s: manifest %s claims to be version %" PRIu64,
-			st->url, key, pm->version);
-		dcr_manifest_free(pm);
-		memset(pm, 0, sizeof(*pm));
-		ret = DCR_ERR(-EBADMSG);
-	}
-out:
-	dcr_buf_free(&b);
-	return ret;
-}
-
 /* The parent's number, manifest and its object's SHA-256:
  * opts->parent, else the latest. */
 static int get_parent(struct dcr_store *st, uint64_t want, uint64_t *parent,
@@ -437,8 +397,10 @@ static int get_parent(struct dcr_store *st, uint64_t want, uint64_t *parent,
 		return ret;
 	}
 	*parent = want ? want : latest;
+	char key[64];
+	dcr_version_key(*parent, key, sizeof(key));
 	if (*parent &&
-	    (ret = get_manifest_hashed(st, *parent, pm, mhash)) == -ENOENT)
+	    (ret = dcr_store_fetch_manifest(st, key, *parent, pm, mhash)) == -ENOENT)
 		dcr_err("%s: version %" PRIu64 " does not exist (latest is %" PRIu64 ")",
 			st->url, *parent, latest);
 	return ret;

@@ -365,16 +365,8 @@ static void slab_evict(struct dcr_cache *c, struct slab *s)
  * re-indexed). Caller holds @lock. */
 static size_t fence_lower(const struct dcr_cache *c, uint64_t v)
 {
-	size_t lo = 0, hi = c->nfences;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (c->fences[mid].v < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return dcr_lower_bound_u64(c->fences, c->nfences, sizeof(*c->fences),
+				   offsetof(struct fence, v), v);
 }
 
 /* Whether @k is of an index of its version older than the fence.

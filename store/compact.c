@@ -88,18 +88,12 @@ static struct cver *find(struct cctx *c, uint64_t v)
 
 static bool in_keep(const struct dcr_compact_opts *o, uint64_t v)
 {
-	size_t lo = 0, hi = o->nkeep;
+	size_t i;
 
 	if (!o->keep)
 		return true;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (o->keep[mid] < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < o->nkeep && o->keep[lo] == v;
+	i = dcr_lower_bound_u64(o->keep, o->nkeep, sizeof(*o->keep), 0, v);
+	return i < o->nkeep && o->keep[i] == v;
 }
 
 /* The nearest kept logical ancestor of @x (NULL: @x is a root). */

@@ -924,16 +924,10 @@ static int cmp_ventry(const void *a, const void *b)
 /* Whether @v is in the sorted listing @l. */
 static bool listed_has(const struct vlist *l, uint64_t v)
 {
-	size_t lo = 0, hi = l->n;
+	size_t i = dcr_lower_bound_u64(l->e, l->n, sizeof(*l->e),
+				       offsetof(struct ventry, v), v);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (l->e[mid].v < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < l->n && l->e[lo].v == v;
+	return i < l->n && l->e[i].v == v;
 }
 
 /*

@@ -20,13 +20,6 @@ command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 S=$T/store
 N=52
 ctl() { t "$DCRFS_CTL" --store "$S" "$@"; }
-py() {
-	local f=$1 s=$2
-	shift 2
-	python3 -c "import json, sys
-d = json.load(open(sys.argv[1]))
-$s" "$f" "$@"
-}
 # same MNT V: version V under MNT is byte for byte the source tree s$V
 same() {
 	local mnt=$1 v=$2

@@ -15,14 +15,6 @@ command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 STORE=$T/store
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
 
-# py FILE SCRIPT [ARGS...] - run SCRIPT with the JSON document in FILE as d
-py() {
-	local f=$1 s=$2
-	shift 2
-	python3 -c "import json, sys, hashlib, os
-d = json.load(open(sys.argv[1]))
-$s" "$f" "$@"
-}
 
 # Three versions: an anchor, a step, a step that also adds a file.
 t "$DCRFS_SYNTH" init --size 3M --seed 1 --quiet "$T/s1"

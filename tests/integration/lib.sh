@@ -295,6 +295,16 @@ print(n)
 '
 }
 
+# py FILE SCRIPT [ARGS...] - run the Python SCRIPT with the JSON document
+# in FILE (- : standard input) as d; ARGS are sys.argv[2:].
+py() {
+	local f=$1 s=$2
+	shift 2
+	python3 -c "import json, sys, hashlib, os
+d = json.load(sys.stdin if sys.argv[1] == '-' else open(sys.argv[1]))
+$s" "$f" "$@"
+}
+
 stat_size() { t stat -c %s "$1"; }
 
 # expect_status WANT OUTPUT_PATTERN CMD... - CMD exits WANT and its

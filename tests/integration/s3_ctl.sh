@@ -13,9 +13,8 @@ s3_setup
 
 STORE=$(s3_url store)
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
-py() { python3 -c "import json, sys
-d = json.load(sys.stdin)
-$1"; }
+# pyin SCRIPT - py on standard input
+pyin() { py - "$1"; }
 
 make_src "$T/tree.1" 1
 next_src 2
@@ -24,25 +23,25 @@ for i in 1 2 3; do
 	[ "$(commit "$STORE" "$T/tree.$i")" = "$i" ] || fail "commit of tree.$i is not version $i"
 done
 
-ctl log --json | py 'assert [e["version"] for e in d] == [3, 2, 1], d
+ctl log --json | pyin 'assert [e["version"] for e in d] == [3, 2, 1], d
 assert [e["parent"] for e in d] == [2, 1, 0], d' || fail "log --json over S3"
 ctl show 2 --json >"$T/show2.json"
-want=$(file_digest "$T/tree.2/a.bin" "$(py 'print(d["format"])' <"$T/show2.json")" \
-	"$(py 'print(d["chunk_size"])' <"$T/show2.json")")
-[ "$(py 'print([f["digest"] for f in d["files"] if f["path"] == "a.bin"][0])' <"$T/show2.json")" = "$want" ] ||
+want=$(file_digest "$T/tree.2/a.bin" "$(pyin 'print(d["format"])' <"$T/show2.json")" \
+	"$(pyin 'print(d["chunk_size"])' <"$T/show2.json")")
+[ "$(pyin 'print([f["digest"] for f in d["files"] if f["path"] == "a.bin"][0])' <"$T/show2.json")" = "$want" ] ||
 	fail "show 2 over S3: wrong digest of a.bin"
-ctl diff 1 2 --json | py '
+ctl diff 1 2 --json | pyin '
 f = {f["path"]: f for f in d["files"]}
 assert f["a.bin"]["status"] == "changed" and f["a.bin"]["changed_bytes"] > 0, f["a.bin"]
 assert f["added.2"]["status"] == "added", f
 ' || fail "diff over S3"
 ctl tag eval 2 -q
-ctl log --json | py 'assert d[1]["tags"] == ["eval"], d' || fail "tag over S3"
+ctl log --json | pyin 'assert d[1]["tags"] == ["eval"], d' || fail "tag over S3"
 ctl untag eval -q
 ctl verify --deep -q || fail "verify --deep of a good S3 store failed"
 
 # a damaged pack of version 3: verify names it and exits 1
-pack=$(ctl show 3 --json | py 'print(d["packs"][0])')
+pack=$(ctl show 3 --json | pyin 'print(d["packs"][0])')
 key=${STORE#s3://}/packs/$pack
 awscli s3 cp --quiet "s3://$key" "$T/pack"
 cp "$T/pack" "$T/pack.good"
@@ -59,23 +58,23 @@ grep -q "damaged: packs/$pack" "$T/out" || fail "verify does not name packs/$pac
 
 # a rebase or compaction that meets the damage fails and removes nothing
 expect_status 1 "nothing removed" "$DCRFS_CTL" --store "$STORE" gc --keep-last 1 --grace 0
-[ "$(ctl log --json | py 'print(len(d))')" = 3 ] || fail "a failed gc removed versions"
+[ "$(ctl log --json | pyin 'print(len(d))')" = 3 ] || fail "a failed gc removed versions"
 awscli s3 cp --quiet "$T/pack.good" "s3://$key"
 
 # compact: 3 is built on 2 (3 = 0b11: its skip base is 2), 2 on 1: the
 # shape is already the skip-delta one, so --max-depth 2 makes it rewrite
 ctl compact --max-depth 2 --json >"$T/c.json"
-py 'assert d["generation"] == 1 and d["rewritten"] == 1 and d["depth_after"] == 2, d' <"$T/c.json" ||
+pyin 'assert d["generation"] == 1 and d["rewritten"] == 1 and d["depth_after"] == 2, d' <"$T/c.json" ||
 	fail "compact over S3: $(cat "$T/c.json")"
 awscli s3 ls "s3://${STORE#s3://}/layouts/" | grep -q 0000000001 || fail "no layouts/0000000001 on S3"
-ctl log --json | py 'k = {e["version"]: (e["kind"], e["parent"], e["base"]) for e in d}
+ctl log --json | pyin 'k = {e["version"]: (e["kind"], e["parent"], e["base"]) for e in d}
 assert k[3] == ("compacted", 2, 1), k' || fail "log after compact over S3"
 ctl verify --deep -q || fail "verify --deep after compact over S3"
 
 # gc: keep the last version; it is rebased into an anchor, 1 and 2 go
 ctl gc --keep-last 1 --grace 0 -q >"$T/gc.out"
 grep -q "rewrote version 3: built on version 1, now on nothing" "$T/gc.out" || fail "gc over S3: $(cat "$T/gc.out")"
-[ "$(ctl log --json | py 'print([(e["version"], e["kind"]) for e in d])')" = "[(3, 'anchor')]" ] ||
+[ "$(ctl log --json | pyin 'print([(e["version"], e["kind"]) for e in d])')" = "[(3, 'anchor')]" ] ||
 	fail "gc --keep-last 1 over S3 left $(ctl log)"
 ctl verify --deep -q || fail "verify --deep after gc over S3"
 # what the first generation named is gone; the second names 3's anchor

@@ -14,14 +14,6 @@ command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 STORE=$T/store
 MNT=$T/mnt
 S=$MNT/.dcrfs/status.json
-# py FILE SCRIPT [ARGS...] - run SCRIPT with the JSON document in FILE as d
-py() {
-	local f=$1 s=$2
-	shift 2
-	python3 -c "import json, sys
-d = json.load(open(sys.argv[1]))
-$s" "$f" "$@"
-}
 
 t "$DCRFS_SYNTH" init --size 2M --seed 1 --quiet "$T/s1"
 rm -f "$T/s1/.dcrfs-synth.state"
