@@ -534,6 +534,31 @@ int reader_drop_version(struct dcr_reader *r, uint64_t v);
  * Only at open, before the reader is shared. */
 int load_catalog(struct dcr_reader *r);
 
+/*
+ * Shared by rversions.c (refreshes) and ridentity.c (identity checks,
+ * re-index, drop):
+ * vers_lower / vers_find - the index of the first known version >= @v /
+ *   the known version @v or NULL; caller holds lock.
+ * mark_bad - remember @v as corrupt: neither fetched nor logged again
+ *   until bad_retry_after has passed; takes lock itself.
+ * rver_new - a struct rver for a version indexed as given (NULL: ENOMEM).
+ * fetch_manifest - fetch and decode versions/<n> (@key) with retries,
+ *   its identity into @id: 0, -ENOENT, -EBADMSG (logged), -errno.
+ * hash_prefix - "0123456789ab.." of @id's manifest hash, or "unknown".
+ * verify_version - check known version @rv against its listing @obj
+ *   (re-index or drop it when the store's manifest changed): 0 or -errno.
+ */
+size_t vers_lower(const struct dcr_reader *r, uint64_t v);
+struct rver *vers_find(const struct dcr_reader *r, uint64_t v);
+void mark_bad(struct dcr_reader *r, uint64_t v);
+struct rver *rver_new(uint64_t v, uint64_t parent, int64_t ctime_ns,
+		      uint32_t chunk_size, uint32_t nfiles);
+int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
+		   struct dcr_manifest *m, struct dcr_catalog_ident *id);
+const char *hash_prefix(const struct dcr_catalog_ident *id, char out[16]);
+int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
+		   struct rver *rv, const struct dcr_obj_info *obj);
+
 /* ------------------------------- rchunks.c: references, buffers, hot */
 
 /* The reference of chunk @idx of file @file (manifest index) of

@@ -17,9 +17,10 @@
  * indexed from (struct dcr_catalog_ident). A whole listing - the first
  * refresh, then every relist_ns - checks them: a changed manifest is
  * re-indexed (reader_replace_version), a version gone is dropped
- * (reader_drop_version). The struct rver replaced or dropped is marked
- * dead and kept on the graveyard until close, so every pointer handed
- * out stays valid; its tree is unloaded like any other (trees_trim).
+ * (reader_drop_version); those live in ridentity.c. The struct rver
+ * replaced or dropped is marked dead and kept on the graveyard until
+ * close, so every pointer handed out stays valid; its tree is unloaded
+ * like any other (trees_trim). Layout generations: rlayout.c.
  */
 #include "config.h"
 
@@ -43,7 +44,7 @@
 /* ------------------------------------------------------------ versions */
 
 /* Index of the first version >= @v. Caller holds the lock. */
-static size_t vers_lower(const struct dcr_reader *r, uint64_t v)
+size_t vers_lower(const struct dcr_reader *r, uint64_t v)
 {
 	size_t lo = 0, hi = r->nvers;
 
@@ -57,7 +58,7 @@ static size_t vers_lower(const struct dcr_reader *r, uint64_t v)
 	return lo;
 }
 
-static struct rver *vers_find(const struct dcr_reader *r, uint64_t v)
+struct rver *vers_find(const struct dcr_reader *r, uint64_t v)
 {
 	size_t i = vers_lower(r, v);
 
@@ -96,7 +97,7 @@ static bool is_bad(const struct dcr_reader *r, uint64_t v)
 
 /* Remember a corrupt manifest so that it is neither fetched nor logged
  * again until r->bad_retry_after has passed (see forget_bad). */
-static void mark_bad(struct dcr_reader *r, uint64_t v)
+void mark_bad(struct dcr_reader *r, uint64_t v)
 {
 	pthread_mutex_lock(&r->lock);
 	if (!is_bad(r, v)) {
@@ -265,7 +266,7 @@ int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out)
 	return ret;
 }
 
-static struct rver *rver_new(uint64_t v, uint64_t parent, int64_t ctime_ns,
+struct rver *rver_new(uint64_t v, uint64_t parent, int64_t ctime_ns,
 			     uint32_t chunk_size, uint32_t nfiles)
 {
 	struct rver *rv = calloc(1, sizeof(*rv));
@@ -327,8 +328,6 @@ int load_catalog(struct dcr_reader *r)
 
 /* ------------------------------------------------------------ refresh */
 
-static const char *hash_prefix(const struct dcr_catalog_ident *id,
-			       char out[16]);
 
 static void refresh_ctx_free(struct refresh_ctx *ctx)
 {
@@ -378,7 +377,7 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
  * called corrupt: a body damaged on the way (a flipped byte, a short
  * body under a matching Content-Length) is transient, not the store's.
  */
-static int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
+int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 			  struct dcr_manifest *m, struct dcr_catalog_ident *id)
 {
 	const char *url = r->st->url ? r->st->url : "store";
@@ -580,302 +579,6 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	if (ret)
 		rver_free(rv);
 	return ret == -EEXIST ? 0 : ret;
-}
-
-/* ------------------------------------------------ identity, re-index */
-
-/* The first 12 hex digits of @id's hash and "..", or "unknown". */
-static const char *hash_prefix(const struct dcr_catalog_ident *id,
-			       char out[16])
-{
-	char hex[DCR_HASH_HEX_LEN + 1];
-
-	if (!id || !id->has_mhash)
-		return strcpy(out, "unknown");
-	dcr_hash_hex(id->mhash, hex);
-	snprintf(out, 16, "%.12s..", hex);
-	return out;
-}
-
-/* Whether @a and @b show the same tree with the same bytes: chunk
- * size, ctime, and every file's path, type, mode, size, mtime and
- * SHA-256 (then every chunk is the same too). */
-static bool same_tree(const struct dcr_manifest *a,
-		      const struct dcr_manifest *b)
-{
-	if (a->chunk_size != b->chunk_size || a->ctime_ns != b->ctime_ns ||
-	    a->nfiles != b->nfiles)
-		return false;
-	for (uint32_t i = 0; i < a->nfiles; i++) {
-		const struct dcr_file *x = &a->files[i], *y = &b->files[i];
-
-		if (strcmp(x->path, y->path) != 0 || x->type != y->type ||
-		    x->mode != y->mode || x->size != y->size ||
-		    x->mtime_ns != y->mtime_ns ||
-		    memcmp(x->sha256, y->sha256, DCR_HASH_LEN) != 0)
-			return false;
-	}
-	return true;
-}
-
-/* Whether the whole manifests @a (from the catalog) and @b (from the
- * store) index the same frames: same tree, parent, packs, and every
- * chunk reference. */
-static bool same_index(const struct dcr_manifest *a,
-		       const struct dcr_manifest *b)
-{
-	if (!same_tree(a, b) || a->parent != b->parent ||
-	    a->format != b->format || a->npacks != b->npacks)
-		return false;
-	for (uint32_t i = 0; i < a->npacks; i++)
-		if (memcmp(a->packs[i], b->packs[i], DCR_HASH_LEN) != 0)
-			return false;
-	for (uint32_t i = 0; i < a->nfiles; i++) {
-		const struct dcr_file *x = &a->files[i], *y = &b->files[i];
-
-		if (x->base != y->base || x->nchunks != y->nchunks)
-			return false;
-		for (uint64_t k = 0; x->type == DCR_FT_REG && k < x->nchunks;
-		     k++) {
-			const struct dcr_chunk_ref *p = &x->chunks[k];
-			const struct dcr_chunk_ref *q = &y->chunks[k];
-			bool same = p->kind == DCR_CK_SAME;
-
-			if (p->kind != q->kind ||
-			    memcmp(p->hash, q->hash, DCR_HASH_LEN) != 0 ||
-			    (!same && (p->pack != q->pack || p->off != q->off ||
-				       p->len != q->len)) ||
-			    (a->format >= 2 &&
-			     (memcmp(p->xxh, q->xxh, DCR_XXH_LEN) != 0 ||
-			      (!same && memcmp(p->fhash, q->fhash,
-					       DCR_HASH_LEN) != 0))))
-				return false;
-		}
-	}
-	return true;
-}
-
-/* Queue a change for dcr_reader_take_changes. Caller holds lock. */
-static void change_push(struct dcr_reader *r, uint64_t v, uint32_t n,
-			bool gone, bool changed)
-{
-	if (r->nchanges == r->capchanges) {
-		size_t cap = r->capchanges ? r->capchanges * 2 : 8;
-		struct dcr_version_change *t =
-			realloc(r->changes, cap * sizeof(*t));
-		if (!t)
-			return; /* the kernel keeps its entries a while */
-		r->changes = t;
-		r->capchanges = cap;
-	}
-	r->changes[r->nchanges++] = (struct dcr_version_change){
-		.version = v, .old_nentries = n, .gone = gone,
-		.content_changed = changed,
-	};
-}
-
-int dcr_reader_take_changes(struct dcr_reader *r,
-			    struct dcr_version_change **changes, size_t *n)
-{
-	pthread_mutex_lock(&r->lock);
-	*changes = r->changes;
-	*n = r->nchanges;
-	r->changes = NULL;
-	r->nchanges = r->capchanges = 0;
-	pthread_mutex_unlock(&r->lock);
-	return 0;
-}
-
-/* Take @old (at index @i of vers) out: dead, onto the graveyard; with
- * @nrv, put it in its place. Caller holds lock. */
-static void vers_bury(struct dcr_reader *r, size_t i, struct rver *old,
-		      struct rver *nrv)
-{
-	atomic_store(&old->dead, true);
-	if (nrv) {
-		r->vers[i] = nrv;
-	} else {
-		memmove(&r->vers[i], &r->vers[i + 1],
-			(r->nvers - i - 1) * sizeof(*r->vers));
-		r->nvers--;
-	}
-	old->next_dead = r->graveyard;
-	r->graveyard = old;
-}
-
-int reader_drop_version(struct dcr_reader *r, uint64_t v)
-{
-	char key[64];
-	struct rver *old;
-	size_t i;
-	int ret;
-
-	pthread_mutex_lock(&r->lock);
-	i = vers_lower(r, v);
-	old = i < r->nvers && r->vers[i]->v == v ? r->vers[i] : NULL;
-	if (old) {
-		change_push(r, v, old->nfiles + 1, true, true);
-		vers_bury(r, i, old, NULL);
-	}
-	pthread_mutex_unlock(&r->lock);
-	if (!old)
-		return -ENOENT;
-	dcr_cache_drop_version(r->cache, v, ++r->gen_clock);
-	ret = dcr_catalog_remove_version(r->cat, v);
-	if (ret && ret != -ENOENT)
-		dcr_warn("version %llu: cannot remove it from the catalog: %s",
-			 (unsigned long long)v, dcr_strerror(ret));
-	dcr_version_key(v, key, sizeof(key));
-	dcr_info("%s: %s is gone from the store: version %llu is no longer "
-		 "served", r->st->url ? r->st->url : "store", key,
-		 (unsigned long long)v);
-	return 0;
-}
-
-int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
-			   const struct dcr_catalog_ident *id,
-			   const char *why)
-{
-	const uint64_t v = m->version;
-	const char *url = r->st->url ? r->st->url : "store";
-	struct dcr_catalog_ident old_id;
-	struct dcr_manifest om;
-	struct rver *old, *nrv;
-	char key[64], oh[16], nh[16];
-	bool changed = true;
-	size_t i;
-	int ret;
-
-	pthread_mutex_lock(&r->lock);
-	old = vers_find(r, v);
-	pthread_mutex_unlock(&r->lock);
-	if (!old)
-		return -ENOENT;
-	old_id = old->id;
-	if (dcr_catalog_load_files(r->cat, v, &om) == 0) {
-		changed = !same_tree(&om, m);
-		dcr_manifest_free(&om);
-	}
-	nrv = rver_new(v, m->parent, m->ctime_ns, m->chunk_size, m->nfiles);
-	if (!nrv)
-		return DCR_ERR(-ENOMEM);
-	nrv->id = *id;
-
-	/* Dead first: from here the old rver's lookups fail, whatever the
-	 * catalog holds; then no key of it can reach the cache. A read
-	 * that fails so on a tree that did not change starts again. */
-	atomic_store(&old->reencoded, !changed);
-	atomic_store(&old->dead, true);
-	nrv->gen = ++r->gen_clock;
-	nrv->tree = changed ? nrv->gen : old->tree;
-	if (changed)
-		dcr_cache_drop_version(r->cache, v, nrv->gen);
-	ret = dcr_catalog_replace_version(r->cat, m, id);
-
-	pthread_mutex_lock(&r->lock);
-	i = vers_lower(r, v);
-	change_push(r, v, old->nfiles + 1, ret != 0, changed);
-	vers_bury(r, i, old, ret ? NULL : nrv);
-	pthread_mutex_unlock(&r->lock);
-
-	dcr_version_key(v, key, sizeof(key));
-	hash_prefix(&old_id, oh);
-	hash_prefix(id, nh);
-	if (ret) {
-		rver_free(nrv);
-		dcr_catalog_remove_version(r->cat, v);
-		r->listed = false; /* index it again at the next refresh */
-		dcr_err("%s: %s %s (manifest %s -> %s) but cannot be "
-			"re-indexed: %s; version %llu is not served until it "
-			"is", url, key, why, oh, nh, dcr_strerror(ret),
-			(unsigned long long)v);
-		return ret;
-	}
-	if (changed)
-		dcr_err("%s: %s %s (manifest %s -> %s): re-indexed; the old "
-			"tree is no longer served", url, key, why, oh, nh);
-	else
-		dcr_debug("%s: %s re-indexed (%s): the same tree and bytes, "
-			  "encoded anew; cached chunks kept", url, key, why);
-	return changed;
-}
-
-/*
- * Check the known version @rv against its object as the store lists it
- * (@obj). Unchanged size and mtime: nothing to do. Otherwise (or when
- * the hash indexed is unknown) fetch the manifest: the same hash only
- * refreshes the recorded listing; another one re-indexes the version
- * (reader_replace_version), or drops it if the new manifest is corrupt.
- * An index without a hash (an older catalog) that turns out to be the
- * store's manifest just gets the hash. 0, or -errno of the fetch (the
- * next listing tries again).
- */
-static int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
-			  struct rver *rv, const struct dcr_obj_info *obj)
-{
-	struct dcr_catalog_ident id;
-	struct dcr_manifest m, cm;
-	char key[64];
-	bool known;
-	int ret;
-
-	if (rv->id.has_mhash && rv->id.obj_size == obj->size &&
-	    (!obj->mtime_ns || rv->id.obj_mtime_ns == obj->mtime_ns))
-		return 0;
-	dcr_version_key(rv->v, key, sizeof(key));
-	memset(&m, 0, sizeof(m));
-	ret = fetch_manifest(r, rv->v, key, &m, &id);
-	if (ret == -EBADMSG) {
-		dcr_err("%s: %s changed in the store and is now corrupt: "
-			"version %llu is no longer served",
-			r->st->url ? r->st->url : "store", key,
-			(unsigned long long)rv->v);
-		reader_drop_version(r, rv->v);
-		mark_bad(r, rv->v);
-		return 0;
-	}
-	if (ret)
-		return ret == -ENOENT ? 0 : ret; /* gone: the next listing */
-	if (obj->size == id.obj_size)
-		id.obj_mtime_ns = obj->mtime_ns;
-	known = rv->id.has_mhash;
-	if (known && dcr_hash_eq(rv->id.mhash, id.mhash)) {
-		/* Same object, listed differently (touched, copied). */
-		dcr_manifest_free(&m);
-		if (dcr_catalog_set_ident(r->cat, rv->v, &id) == 0)
-			rv->id = id;
-		return 0;
-	}
-	if (!known && dcr_catalog_load_manifest(r->cat, rv->v, &cm) == 0) {
-		bool same = same_index(&cm, &m);
-
-		dcr_manifest_free(&cm);
-		if (same) {
-			/* Filled lazily: indexed before hashes were kept. */
-			dcr_manifest_free(&m);
-			if (dcr_catalog_set_ident(r->cat, rv->v, &id) == 0)
-				rv->id = id;
-			return 0;
-		}
-	}
-	ret = reader_check_manifest(r, ctx, &m, key);
-	if (ret == -ENOMEM) {
-		dcr_manifest_free(&m);
-		return ret;
-	}
-	if (ret) {
-		dcr_err("%s: %s changed in the store and is now corrupt: "
-			"version %llu is no longer served",
-			r->st->url ? r->st->url : "store", key,
-			(unsigned long long)rv->v);
-		dcr_manifest_free(&m);
-		reader_drop_version(r, rv->v);
-		mark_bad(r, rv->v);
-		return 0;
-	}
-	ret = reader_replace_version(r, &m, &id, "changed in the store");
-	dcr_manifest_free(&m);
-	return ret < 0 ? ret : 0;
 }
 
 struct ventry {
