@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chunk.h"
 #include "common.h"
@@ -20,6 +21,7 @@
 #include "hash.h"
 #include "manifest.h"
 #include "safetensors.h"
+#include "wq.h"
 
 #define PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
 
@@ -40,6 +42,15 @@ struct cpack {
 	uint8_t h[DCR_HASH_LEN];
 };
 
+/* One chunk being encoded: a worker's scratch (chunks of a batch are
+ * encoded in parallel, then packed in order). */
+struct slot {
+	struct dcr_codec *codec;
+	struct dcr_buf frame;
+	uint8_t *buf, *bbuf, *chk;
+	int ret;
+};
+
 struct cctx {
 	struct dcr_store *st;
 	struct dcr_reader *r;
@@ -51,10 +62,22 @@ struct cctx {
 	struct dcr_buf pack;     /* the open pack */
 	struct cpack *packs;     /* sealed, by sequence number */
 	size_t npacks, cap_packs;
-	/* scratch */
-	struct dcr_codec *codec;
-	struct dcr_buf frame;
-	uint8_t *buf, *bbuf, *chk;
+	/* encoding: nslots chunks at a time on the pool's threads */
+	struct dcr_wq *wq;
+	int threads;
+	struct slot *slots;
+	size_t nslots;
+};
+
+/* A batch of chunks of one file of one version (see encode_batch). */
+struct batch {
+	struct cctx *c;
+	struct cver *x, *b;
+	uint32_t fi;
+	int64_t bfi;
+	const struct dcr_regions *rg;
+	uint64_t k0;
+	struct dcr_chunk_ref *refs; /* the file's, from k0 */
 };
 
 static int list_cb(const char *key, const struct dcr_obj_info *info, void *arg)
@@ -235,64 +258,100 @@ static void regions(struct cctx *c, uint64_t v, uint32_t fi, uint64_t size,
 	free(p);
 }
 
-/* Encode chunk @k of file @fi of @x against @bf of @b (NULL: full). */
-static int encode_chunk(struct cctx *c, struct cver *x, uint32_t fi,
-			const struct dcr_regions *rg, struct cver *b,
-			int64_t bfi, uint64_t k, struct dcr_chunk_ref *ref)
+/*
+ * Encode chunk k0 + @i of the batch @arg into slot @i: a SAME reference
+ * when its hash is its base's, else a frame (full, or a delta on the
+ * base chunk) that is decoded back onto the base and compared with the
+ * chunk. Runs on the pool's threads; the slot's ret says how it went.
+ */
+static void encode_one(void *arg, size_t i)
 {
-	const struct dcr_file *f = &x->o.files[fi];
-	uint32_t cs = x->o.chunk_size;
-	uint64_t off = k * cs;
+	struct batch *bt = arg;
+	struct cctx *c = bt->c;
+	struct slot *sl = &c->slots[i];
+	const struct dcr_file *f = &bt->x->o.files[bt->fi];
+	uint32_t cs = bt->x->o.chunk_size;
+	uint64_t k = bt->k0 + i, off = k * cs;
 	size_t len = (size_t)dcr_chunk_len(f->size, cs, k);
-	struct dcr_elem_hint hint = dcr_regions_hint(rg, off);
+	struct dcr_elem_hint hint = dcr_regions_hint(bt->rg, off);
+	struct dcr_chunk_ref *ref = &bt->refs[i];
 	int kind, ret;
 
 	*ref = f->chunks[k]; /* hash and check value: the content's */
-	if (bfi >= 0 && dcr_hash_eq(f->chunks[k].hash, b->o.files[bfi].chunks[k].hash)) {
+	sl->ret = 0;
+	sl->frame.len = 0;
+	if (bt->bfi >= 0 &&
+	    dcr_hash_eq(f->chunks[k].hash, bt->b->o.files[bt->bfi].chunks[k].hash)) {
 		ref->kind = DCR_CK_SAME;
 		ref->pack = 0;
 		ref->off = 0;
 		ref->len = 0;
 		memset(ref->fhash, 0, DCR_HASH_LEN);
-		c->s->same++;
-		return 0;
+		return;
 	}
-	if ((ret = read_chunk(c, x->v, fi, off, c->buf, len)) ||
-	    (bfi >= 0 && (ret = read_chunk(c, b->v, (uint32_t)bfi, off, c->bbuf, len))))
-		return ret;
-	c->frame.len = 0;
-	ret = dcr_frame_encode2(c->codec, c->buf, bfi >= 0 ? c->bbuf : NULL, len,
-				&hint, &c->frame, &kind);
+	if ((ret = read_chunk(c, bt->x->v, bt->fi, off, sl->buf, len)) ||
+	    (bt->bfi >= 0 && (ret = read_chunk(c, bt->b->v, (uint32_t)bt->bfi, off,
+					       sl->bbuf, len)))) {
+		sl->ret = ret;
+		return;
+	}
+	ret = dcr_frame_encode2(sl->codec, sl->buf, bt->bfi >= 0 ? sl->bbuf : NULL,
+				len, &hint, &sl->frame, &kind);
 	if (ret) {
 		dcr_err("cannot encode chunk %" PRIu64 " of %s (version %" PRIu64
-			"): %s", k, f->path, x->v, dcr_strerror(ret));
-		return ret;
+			"): %s", k, f->path, bt->x->v, dcr_strerror(ret));
+		sl->ret = ret;
+		return;
 	}
 	/* The decode check: the frame on its base must give the chunk. */
 	if (kind == DCR_FRAME_DELTA)
-		memcpy(c->chk, c->bbuf, len);
-	if (dcr_frame_apply(c->codec, c->frame.data, c->frame.len, c->chk, len) ||
-	    memcmp(c->chk, c->buf, len)) {
+		memcpy(sl->chk, sl->bbuf, len);
+	if (dcr_frame_apply(sl->codec, sl->frame.data, sl->frame.len, sl->chk, len) ||
+	    memcmp(sl->chk, sl->buf, len)) {
 		dcr_err("chunk %" PRIu64 " of %s (version %" PRIu64 ") does not "
-			"decode back to its bytes: nothing published", k, f->path, x->v);
-		return DCR_ERR(-EIO);
+			"decode back to its bytes: nothing published", k, f->path,
+			bt->x->v);
+		sl->ret = DCR_ERR(-EIO);
+		return;
 	}
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
-	ref->pack = (uint32_t)c->npacks; /* a sequence number for now */
-	ref->off = c->pack.len;
-	ref->len = (uint32_t)c->frame.len;
-	if (x->o.format >= 2)
-		dcr_sha256(c->frame.data, c->frame.len, ref->fhash);
+	ref->len = (uint32_t)sl->frame.len;
+	if (bt->x->o.format >= 2)
+		dcr_sha256(sl->frame.data, sl->frame.len, ref->fhash);
 	else
 		memset(ref->fhash, 0, DCR_HASH_LEN);
-	if (ref->kind == DCR_CK_DELTA)
-		c->s->delta++;
-	else
-		c->s->full++;
-	if ((ret = dcr_buf_append(&c->pack, c->frame.data, c->frame.len)))
-		return ret;
-	return c->pack.len >= (c->o->pack_target ? c->o->pack_target : PACK_TARGET_DEFAULT)
-		       ? seal(c) : 0;
+}
+
+/* Encode chunks [k0, k0 + n) of a file in parallel, then pack them in
+ * order. 0 or the first chunk's -errno (logged). */
+static int encode_batch(struct batch *bt, size_t n)
+{
+	struct cctx *c = bt->c;
+	uint64_t target = c->o->pack_target ? c->o->pack_target : PACK_TARGET_DEFAULT;
+	int ret;
+
+	dcr_wq_par_for(c->wq, c->threads, n, encode_one, bt);
+	for (size_t i = 0; i < n; i++) {
+		struct dcr_chunk_ref *ref = &bt->refs[i];
+		struct slot *sl = &c->slots[i];
+
+		if (sl->ret)
+			return sl->ret;
+		if (ref->kind == DCR_CK_SAME) {
+			c->s->same++;
+			continue;
+		}
+		ref->pack = (uint32_t)c->npacks; /* a sequence number for now */
+		ref->off = c->pack.len;
+		if (ref->kind == DCR_CK_DELTA)
+			c->s->delta++;
+		else
+			c->s->full++;
+		if ((ret = dcr_buf_append(&c->pack, sl->frame.data, sl->frame.len)) ||
+		    (c->pack.len >= target && (ret = seal(c))))
+			return ret;
+	}
+	return 0;
 }
 
 /* Build @x's new encoding against its target base. */
@@ -330,8 +389,14 @@ static int rewrite(struct cctx *c, struct cver *x)
 		g->base = bfi >= 0 ? (uint32_t)bfi : DCR_NO_BASE;
 		struct dcr_regions rg;
 		regions(c, x->v, fi, f->size, &rg);
-		for (uint64_t k = 0; k < f->nchunks && !ret; k++)
-			ret = encode_chunk(c, x, fi, &rg, b, bfi, k, &g->chunks[k]);
+		struct batch bt = { .c = c, .x = x, .b = b, .fi = fi, .bfi = bfi,
+				    .rg = &rg };
+		for (uint64_t k = 0; k < f->nchunks && !ret; k += c->nslots) {
+			bt.k0 = k;
+			bt.refs = &g->chunks[k];
+			ret = encode_batch(&bt, (size_t)DCR_MIN((uint64_t)c->nslots,
+								f->nchunks - k));
+		}
 		dcr_regions_free(&rg);
 		if (ret)
 			return ret;
@@ -445,6 +510,55 @@ out:
 	return ret;
 }
 
+/* Scratch for 2 chunks per thread, and the threads (one per CPU, the
+ * caller included, at most 8). Chunk buffers are sized for the largest
+ * chunk size any version uses. */
+static int slots_new(struct cctx *c)
+{
+	uint32_t cs = DCR_CHUNK_MIN;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int ret;
+
+	for (size_t i = 0; i < c->n; i++)
+		if (c->vs[i].kept && c->vs[i].rewrite)
+			cs = DCR_MAX(cs, c->vs[i].o.chunk_size);
+	c->threads = (int)DCR_MAX(1, DCR_MIN(ncpu, 8));
+	c->nslots = 2 * (size_t)c->threads;
+	if (!(c->slots = calloc(c->nslots, sizeof(*c->slots))))
+		return DCR_ERR(-ENOMEM);
+	for (size_t i = 0; i < c->nslots; i++) {
+		struct slot *sl = &c->slots[i];
+		dcr_buf_init(&sl->frame, SIZE_MAX);
+		sl->codec = dcr_codec_new(0);
+		sl->buf = malloc(cs);
+		sl->bbuf = malloc(cs);
+		sl->chk = malloc(cs);
+		if (!sl->codec || !sl->buf || !sl->bbuf || !sl->chk)
+			return DCR_ERR(-ENOMEM);
+	}
+	if (c->threads > 1) {
+		struct dcr_wq_opts wo = { .name = "dcr-compact",
+					  .threads = c->threads - 1,
+					  .max_items = 1 };
+		if ((ret = dcr_wq_create(&wo, &c->wq)))
+			return ret;
+	}
+	return 0;
+}
+
+static void slots_free(struct cctx *c)
+{
+	dcr_wq_free(c->wq);
+	for (size_t i = 0; c->slots && i < c->nslots; i++) {
+		dcr_buf_free(&c->slots[i].frame);
+		dcr_codec_free(c->slots[i].codec);
+		free(c->slots[i].buf);
+		free(c->slots[i].bbuf);
+		free(c->slots[i].chk);
+	}
+	free(c->slots);
+}
+
 int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 		const struct dcr_layout *l, const struct dcr_compact_opts *o,
 		struct dcr_compact_stats *s)
@@ -455,20 +569,11 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 
 	memset(s, 0, sizeof(*s));
 	dcr_buf_init(&c.pack, SIZE_MAX);
-	dcr_buf_init(&c.frame, SIZE_MAX);
 	if ((ret = load(&c, l)))
 		goto out;
 	plan(&c, k);
-	if (!o->dry_run) {
-		ret = -ENOMEM;
-		c.codec = dcr_codec_new(0);
-		c.buf = malloc(DCR_CHUNK_MAX);
-		c.bbuf = malloc(DCR_CHUNK_MAX);
-		c.chk = malloc(DCR_CHUNK_MAX);
-		if (!c.codec || !c.buf || !c.bbuf || !c.chk)
-			goto out;
-		ret = 0;
-	}
+	if (!o->dry_run && (ret = slots_new(&c)))
+		goto out;
 	for (size_t i = 0; i < c.n && !ret; i++) {
 		struct cver *x = &c.vs[i];
 		if (!x->kept)
@@ -498,11 +603,7 @@ out:
 	free(c.vs);
 	free(c.packs);
 	dcr_buf_free(&c.pack);
-	dcr_buf_free(&c.frame);
-	dcr_codec_free(c.codec);
-	free(c.buf);
-	free(c.bbuf);
-	free(c.chk);
+	slots_free(&c);
 	return ret;
 }
 
