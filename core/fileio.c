@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -129,4 +130,24 @@ int dcr_resident(int fd, uint64_t off, uint64_t len)
 #else
 	return -1;
 #endif
+}
+
+int dcr_mktempdir(const char *name, char *out, size_t cap)
+{
+	const char *tmp = getenv("TMPDIR");
+	int ret;
+
+	if ((size_t)snprintf(out, cap, "%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp",
+			     name) >= cap) {
+		dcr_err("%s: the temporary directory's path is too long", tmp);
+		out[0] = 0;
+		return -ENAMETOOLONG;
+	}
+	if (!mkdtemp(out)) {
+		ret = -errno;
+		dcr_err("cannot make a scratch directory %s: %s", out, strerror(errno));
+		out[0] = 0;
+		return ret;
+	}
+	return 0;
 }

@@ -42,4 +42,11 @@ int dcr_mkdir_p(const char *path, mode_t mode);
  */
 int dcr_rm_rf(const char *path);
 
+/**
+ * dcr_mktempdir - create a private directory "$TMPDIR/<@name>.XXXXXX"
+ * (/tmp without TMPDIR) for scratch files; its path into @out (@cap
+ * bytes; "" on failure). 0 or -errno, logged naming the path.
+ */
+int dcr_mktempdir(const char *name, char *out, size_t cap);
+
 #endif /* DCR_FILEIO_H */

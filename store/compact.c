@@ -610,7 +610,6 @@ out:
 int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
 			struct dcr_compact_stats *s)
 {
-	const char *tmp = getenv("TMPDIR");
 	struct dcr_reader *r = NULL;
 	struct dcr_layout l;
 	char dir[PATH_MAX];
@@ -624,11 +623,7 @@ int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
 	}
 	if (o->dry_run)
 		goto run; /* plans only: no bytes are read */
-	snprintf(dir, sizeof(dir), "%s/dcrfs-compact.XXXXXX",
-		 tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir)) {
-		ret = -errno;
-		dcr_err("cannot make a scratch directory %s: %s", dir, strerror(errno));
+	if ((ret = dcr_mktempdir("dcrfs-compact", dir, sizeof(dir)))) {
 		dcr_layout_free(&l);
 		return ret;
 	}

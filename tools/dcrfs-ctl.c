@@ -439,19 +439,12 @@ struct ver *resolve(struct ctl *c, const char *arg)
 
 static int ctl_reader(struct ctl *c)
 {
-	const char *tmp = getenv("TMPDIR");
 	int ret;
 
 	if (c->r)
 		return 0;
-	snprintf(c->scratch, sizeof(c->scratch), "%s/dcrfs-ctl.XXXXXX",
-		 tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(c->scratch)) {
-		ret = -errno;
-		dcr_err("%s: %s", c->scratch, strerror(errno));
-		c->scratch[0] = 0;
+	if ((ret = dcr_mktempdir("dcrfs-ctl", c->scratch, sizeof(c->scratch))))
 		return ret;
-	}
 	struct dcr_reader_opts ro = { .cache_dir = c->scratch, .cache_size = SCRATCH_CACHE };
 	if ((ret = dcr_reader_open(c->st, &ro, &c->r)))
 		return ret;
