@@ -42,6 +42,7 @@
 
 #include "manifest.h"
 #include "objstore.h"
+#include "passthrough.h"
 #include "reader.h"
 
 #define DCRFS_INO_ROOT ((fuse_ino_t)1)
@@ -136,6 +137,13 @@ struct dcrfs {
 	/* set once in init: replies are spliced from cache files */
 	int splice;
 
+	/* FUSE passthrough (passthrough.h) and the open version files'
+	 * modes (backing.c; backing_lock guards the table) */
+	struct dcrfs_pt pt;
+	pthread_mutex_t backing_lock;
+	struct dcrfs_backing *backings; /* sorted by inode */
+	size_t nbackings, backings_cap;
+
 	uid_t uid;                     /* owner shown for every inode */
 	gid_t gid;
 	int64_t mount_ns;              /* mtime of the root of an empty store */
@@ -188,6 +196,29 @@ enum dcrfs_status_file {
  */
 int dcrfs_status_render(struct dcrfs *fs, enum dcrfs_status_file which,
 			char **out, size_t *len);
+
+/** fi->fh of a version file: its tree (low 32 bits), and this bit for
+ * an open answered with passthrough. */
+#define DCRFS_FH_PASSTHROUGH (UINT64_C(1) << 32)
+
+/**
+ * dcrfs_backing_open - the mode of a new open of version file @ino
+ * (entry @idx of version @v, tree @tree): a backing id (> 0) to answer
+ * it with passthrough, 0 for the normal read path, or -errno to fail
+ * it (-ESTALE: the version was re-indexed). Every call that does not
+ * fail must be paired with dcrfs_backing_release() on the open's
+ * release, or at once if its reply did not reach the kernel. Counts
+ * the fallbacks. Thread-safe (backing.c).
+ */
+int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
+		       uint32_t tree, uint32_t idx);
+
+/** dcrfs_backing_release - one open of @ino ended. Thread-safe. */
+void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino);
+
+/** dcrfs_backing_free - forget every entry (unmounted: the kernel has
+ * released everything, and closing /dev/fuse drops the backing ids). */
+void dcrfs_backing_free(struct dcrfs *fs);
 
 /** The low-level operations table (fs/ops.c). */
 extern const struct fuse_lowlevel_ops dcrfs_ll_ops;

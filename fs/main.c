@@ -76,6 +76,7 @@ struct opts {
 	char *poll;
 	char *relist;
 	char *prefetch;
+	char *passthrough;
 	char *readahead;
 	char *endpoint;
 	char *region;
@@ -126,6 +127,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("poll=%s", poll, 0),
 	OPT("relist=%s", relist, 0),
 	OPT("prefetch=%s", prefetch, 0),
+	OPT("passthrough=%s", passthrough, 0),
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
 	OPT("nosplice", no_splice, 1),
 	OPT("nonempty", nonempty, 1),
@@ -216,6 +218,9 @@ static void usage(FILE *f)
 "    -o prefetch=none|latest|all  read each new latest version (all: and\n"
 "                           then every older one) in the background so it\n"
 "                           is cached (default none)\n"
+"    -o passthrough=auto|off  let the kernel read files that are whole and\n"
+"                           verified in the cache straight from it (FUSE\n"
+"                           passthrough; needs CAP_SYS_ADMIN; default auto)\n"
 "    -o prefetch_pagecache  also push prefetched bytes into the kernel's\n"
 "                           page cache of files already looked up\n"
 "    -o log=FILE            append every message to FILE (with -f: and to\n"
@@ -781,6 +786,17 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 		}
 	}
 
+	fs->pt.mode = DCRFS_PT_AUTO;
+	if (o->passthrough) {
+		if (strcmp(o->passthrough, "off") == 0) {
+			fs->pt.mode = DCRFS_PT_OFF;
+		} else if (strcmp(o->passthrough, "auto") != 0) {
+			fprintf(stderr, PROG ": bad passthrough '%s' (auto or "
+				"off)\n", o->passthrough);
+			return -1;
+		}
+	}
+
 	x = READAHEAD_DEFAULT;
 	if (o->readahead && (dcr_parse_size(o->readahead, &x) < 0 ||
 			     x > READAHEAD_MAX)) {
@@ -875,7 +891,7 @@ static int build_fuse_args(struct fuse_args *args, const struct opts *o,
 static void free_opts(struct opts *o)
 {
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
-			  &o->prefetch, &o->readahead, &o->endpoint,
+			  &o->prefetch, &o->passthrough, &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
 			  &o->fetch_ahead, &o->store, &o->mountpoint,
@@ -1090,6 +1106,7 @@ int main(int argc, char *argv[])
 		goto out_reader;
 	}
 	set_readahead(mountpoint, fs.read_ahead_kb);
+	dcrfs_pt_install(fs.se, &fs.pt); /* failing, reads take the normal path */
 
 	/* From here on, messages go to syslog unless -f. */
 	if (ready_fd >= 0) {
@@ -1137,6 +1154,7 @@ int main(int argc, char *argv[])
 	exit_code = ret < 0 ? 1 : 0;
 
 	dcrfs_bg_stop(&fs);
+	dcrfs_backing_free(&fs);
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_reader:

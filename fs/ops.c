@@ -1094,11 +1094,31 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	 * (changed in the store) fails them (ESTALE) instead of reading
 	 * whatever file has this index in the new tree. */
 	fi->fh = tree;
-	/* Immutable: pages survive close and reopen; never direct_io. */
-	fi->keep_cache = 1;
 	fi->noflush = 1;
 	fi->direct_io = 0;
-	fuse_reply_open(req, fi);
+	/* Whole and proven in the cache: the kernel reads the cache file
+	 * itself (passthrough). Otherwise the normal path below. */
+	ret = dcrfs_backing_open(fs, ino, v, tree, idx);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (ret > 0) {
+		fi->fh |= DCRFS_FH_PASSTHROUGH;
+		if (dcrfs_pt_open_reply(&fs->pt, req, fi, ret) != 0)
+			dcrfs_backing_release(fs, ino); /* no RELEASE comes */
+		else
+			atomic_fetch_add_explicit(&fs->pt.opens, 1,
+						  memory_order_relaxed);
+		return;
+	}
+	/* Immutable: pages survive close and reopen; never direct_io. */
+	fi->keep_cache = 1;
+	if (fuse_reply_open(req, fi) != 0)
+		dcrfs_backing_release(fs, ino);
+	else
+		atomic_fetch_add_explicit(&fs->pt.normal_opens, 1,
+					  memory_order_relaxed);
 }
 
 /*
@@ -1222,6 +1242,9 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
+	if (fi->fh & DCRFS_FH_PASSTHROUGH) /* the kernel should serve these */
+		atomic_fetch_add_explicit(&fs->pt.reads_seen, 1,
+					  memory_order_relaxed);
 	if (fs->splice && reply_spliced(req, fs, v, (uint32_t)fi->fh, idx, off, size))
 		return;
 	buf = dcr_thread_buf(DCR_TBUF_REPLY,
@@ -1248,6 +1271,8 @@ static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 
 		free(sn->text);
 		free(sn);
+	} else {
+		dcrfs_backing_release(fs_of(req), ino);
 	}
 	fuse_reply_err(req, 0);
 }
@@ -1498,6 +1523,9 @@ int dcrfs_init_state(struct dcrfs *fs)
 	ret = pthread_mutex_init(&fs->bg_lock, NULL);
 	if (ret)
 		goto err_tag;
+	ret = pthread_mutex_init(&fs->backing_lock, NULL);
+	if (ret)
+		goto err_bg_lock;
 	ret = pthread_condattr_init(&ca);
 	if (ret)
 		goto err_bg;
@@ -1510,6 +1538,8 @@ int dcrfs_init_state(struct dcrfs *fs)
 	return 0;
 
 err_bg:
+	pthread_mutex_destroy(&fs->backing_lock);
+err_bg_lock:
 	pthread_mutex_destroy(&fs->bg_lock);
 err_tag:
 	pthread_mutex_destroy(&fs->tag_lock);
@@ -1526,6 +1556,7 @@ void dcrfs_free_state(struct dcrfs *fs)
 	fs->tag_names = NULL;
 	fs->ntag_names = fs->tag_names_cap = 0;
 	pthread_cond_destroy(&fs->bg_cond);
+	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->bg_lock);
 	pthread_mutex_destroy(&fs->tag_lock);
 	pthread_mutex_destroy(&fs->refresh_lock);

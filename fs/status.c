@@ -45,7 +45,19 @@ struct snap {
 	struct dcr_reader_stats rs;
 	uint64_t want, done, cur, pf_bytes, pf_total, pf_versions;
 	uint64_t fuse_reads, fuse_read_errors, refresh_errors, rss;
+	/* passthrough: opens by mode, fallbacks by reason, READs that
+	 * reached the daemon on passthrough opens (0 when it works) */
+	uint64_t pt_opens, pt_normal, pt_reads, pt_backing;
+	uint64_t pt_fb[DCRFS_PT_FB_COUNT];
+	int pt_on;
 	double uptime, hit_rate;
+};
+
+static const char *const fallback_names[DCRFS_PT_FB_COUNT] = {
+	[DCRFS_PT_FB_OFF] = "off",
+	[DCRFS_PT_FB_NOT_READY] = "not_cached",
+	[DCRFS_PT_FB_MIXED] = "open_normally",
+	[DCRFS_PT_FB_REGISTER] = "refused",
 };
 
 static void snap_take(struct dcrfs *fs, struct snap *s)
@@ -65,6 +77,15 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 	s->fuse_read_errors = LOAD(read_errors);
 	s->refresh_errors = LOAD(refresh_errors);
 #undef LOAD
+#define PT(f) atomic_load_explicit(&fs->pt.f, memory_order_relaxed)
+	s->pt_opens = PT(opens);
+	s->pt_normal = PT(normal_opens);
+	s->pt_reads = PT(reads_seen);
+	s->pt_backing = PT(registered);
+	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
+		s->pt_fb[i] = PT(fallbacks[i]);
+#undef PT
+	s->pt_on = dcrfs_pt_usable(&fs->pt);
 	s->rss = rss_bytes();
 	s->uptime = (double)(dcr_now_ns() - fs->mount_ns) / 1e9;
 	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
@@ -96,6 +117,14 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 	fprintf(f, " \"errors\": {\"reads\": %" PRIu64 ", \"fetches\": %" PRIu64
 		", \"refreshes\": %" PRIu64 "},\n", s->fuse_read_errors,
 		r->fetch_errors, s->refresh_errors);
+	fprintf(f, " \"opens\": {\"passthrough\": %" PRIu64 ", \"normal\": %"
+		PRIu64 ", \"fallbacks\": {", s->pt_opens, s->pt_normal);
+	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
+		fprintf(f, "%s\"%s\": %" PRIu64, i ? ", " : "",
+			fallback_names[i], s->pt_fb[i]);
+	fprintf(f, "}},\n \"passthrough\": {\"active\": %s, \"backing_files\": %"
+		PRIu64 ", \"reads_seen\": %" PRIu64 "},\n",
+		s->pt_on ? "true" : "false", s->pt_backing, s->pt_reads);
 	fprintf(f, " \"prefetch\": {\"mode\": \"%s\", \"want\": %" PRIu64
 		", \"done\": %" PRIu64 ", \"current\": %" PRIu64 ", \"bytes_done\": %"
 		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64
@@ -160,6 +189,14 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		  (double)s->pf_total },
 		{ "prefetched_versions_total", true, "Versions prefetched whole.",
 		  (double)s->pf_versions },
+		{ "passthrough_active", false,
+		  "1 when the kernel serves reads of whole cached files.",
+		  (double)s->pt_on },
+		{ "passthrough_backing_files", false,
+		  "Cache files the kernel reads from now.", (double)s->pt_backing },
+		{ "passthrough_reads_seen_total", true,
+		  "Reads that reached the daemon on passthrough opens.",
+		  (double)s->pt_reads },
 	};
 
 	fputs("# HELP dcrfs_info The mounted store.\n# TYPE dcrfs_info gauge\n"
@@ -178,6 +215,17 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		"dcrfs_errors_total{kind=\"fetch\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"refresh\"} %" PRIu64 "\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors);
+	fputs("# HELP dcrfs_opens_total Opens of version files, by mode.\n"
+	      "# TYPE dcrfs_opens_total counter\n", f);
+	fprintf(f, "dcrfs_opens_total{mode=\"passthrough\"} %" PRIu64 "\n"
+		"dcrfs_opens_total{mode=\"normal\"} %" PRIu64 "\n",
+		s->pt_opens, s->pt_normal);
+	fputs("# HELP dcrfs_passthrough_fallbacks_total Normal opens, by why "
+	      "passthrough was not used.\n"
+	      "# TYPE dcrfs_passthrough_fallbacks_total counter\n", f);
+	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
+		fprintf(f, "dcrfs_passthrough_fallbacks_total{reason=\"%s\"} %"
+			PRIu64 "\n", fallback_names[i], s->pt_fb[i]);
 }
 
 int dcrfs_status_render(struct dcrfs *fs, enum dcrfs_status_file which,

@@ -71,6 +71,8 @@ struct slab {
 	int64_t stamped_ms;  /* last use written as the mtime */
 	pthread_mutex_t wlock; /* writes and punches of its chunks */
 	unsigned refs;       /* users; a dead slab is freed by the last */
+	unsigned pins;       /* dcr_cache_pin holders (each holds a ref) */
+	uint64_t dead_bytes; /* what a pinned slab held when it died */
 	bool dead;           /* evicted: off the table, unlinked */
 };
 
@@ -83,6 +85,9 @@ struct dcr_cache {
 	size_t n, cap;
 	size_t nopen;
 	uint64_t bytes;
+	/* Bytes of pinned slabs that were unlinked: still on disk until
+	 * their last unpin, so still within the budget. */
+	uint64_t dead_pinned;
 	struct dcr_cache_stats st;
 
 	/* Fences of re-indexed versions (dcr_cache_drop_version), sorted by
@@ -352,6 +357,10 @@ static void slab_evict(struct dcr_cache *c, struct slab *s)
 	tab_remove(c, s);
 	s->dead = true;
 	c->bytes -= DCR_MIN(c->bytes, s->bytes);
+	if (s->pins) {
+		s->dead_bytes = s->bytes;
+		c->dead_pinned += s->bytes;
+	}
 	s->bytes = 0;
 	unlink(path);
 	if (s->refs == 0) {
@@ -672,7 +681,7 @@ void dcr_cache_get_stats(struct dcr_cache *c, struct dcr_cache_stats *s)
 {
 	pthread_mutex_lock(&c->lock);
 	*s = c->st;
-	s->bytes = c->bytes;
+	s->bytes = c->bytes + c->dead_pinned;
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -895,6 +904,86 @@ int dcr_cache_open_fd(struct dcr_cache *c, const struct dcr_cache_key *k,
 	return chunk_get(c, k, GET_FD, 0, NULL, 0, pos);
 }
 
+/* ------------------------------------------------------------- pins */
+
+/* A pin is its slab: a pinned slab holds a reference, on the table or
+ * dead (unlinked) until the pin goes. */
+struct dcr_cache_pin;
+
+int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
+		  struct dcr_cache_pin **pin)
+{
+	char path[PATH_MAX];
+	struct stat a, b;
+	struct slab *s;
+	bool whole = true, first;
+	int ret, fd;
+
+	*pin = NULL;
+	s = slab_get(c, k, false, &ret);
+	if (!s)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	for (uint64_t i = 0; i < s->nbits && whole; i++)
+		whole = bit(s->present, s->nbits, i) &&
+			bit(s->proven, s->nbits, i);
+	whole = whole && s->size == k->file_size && !s->dead;
+	first = whole && s->pins == 0;
+	if (whole) {
+		s->pins++; /* from here no put, punch or budget touches it */
+		c->st.pinned++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!whole) {
+		slab_put(c, s);
+		return -EAGAIN;
+	}
+	*pin = (struct dcr_cache_pin *)s;
+	/* The kernel reads the backing file to its own end: cut the padding
+	 * a direct write of the last chunk left past the file's (no reader
+	 * of ours looks there, and nothing else maps it before the first
+	 * pin). */
+	if (first && fstat(s->fd, &b) == 0 && (uint64_t)b.st_size > s->size) {
+		pthread_mutex_lock(&s->wlock);
+		if (ftruncate(s->fd, (off_t)s->size) < 0)
+			dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32 ": %s",
+				 s->v, s->file, strerror(errno));
+		pthread_mutex_unlock(&s->wlock);
+	}
+	/* A read-only descriptor of the very inode that was proven. */
+	dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &a) < 0 || fstat(s->fd, &b) < 0 ||
+	    a.st_ino != b.st_ino || a.st_dev != b.st_dev ||
+	    (uint64_t)a.st_size != s->size) {
+		ret = fd < 0 ? -errno : -ESTALE;
+		if (fd >= 0)
+			close(fd);
+		dcr_cache_unpin(c, *pin);
+		*pin = NULL;
+		return ret;
+	}
+	return fd;
+}
+
+void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin)
+{
+	struct slab *s = (struct slab *)pin;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&c->lock);
+	s->pins--;
+	if (s->dead && !s->pins) {
+		c->dead_pinned -= DCR_MIN(c->dead_pinned, s->dead_bytes);
+		s->dead_bytes = 0;
+	}
+	c->st.pinned--;
+	pthread_mutex_unlock(&c->lock);
+	slab_put(c, s);
+	evict(c, NULL); /* what it held may have kept the budget full */
+}
+
 /* ------------------------------------------------------------ writes */
 
 /*
@@ -912,15 +1001,18 @@ again:
 		return; /* someone else is evicting (and looks again below) */
 	progress = false;
 	pthread_mutex_lock(&c->lock);
-	while (c->bytes > c->budget) {
+	while (c->bytes + c->dead_pinned > c->budget) {
 		struct slab *lru = NULL;
 
+		/* A pinned slab is in use, and unlinking it frees nothing
+		 * until its last unpin. */
 		for (size_t k = 0; k < c->n; k++) {
 			struct slab *s = c->tab[k];
-			if (s != keep && (!lru || s->used_ms < lru->used_ms))
+			if (s != keep && !s->pins &&
+			    (!lru || s->used_ms < lru->used_ms))
 				lru = s;
 		}
-		if (!lru && keep && !keep->dead) {
+		if (!lru && keep && !keep->dead && !keep->pins) {
 			lru = keep;
 			if (!atomic_exchange(&c->said_small, true))
 				dcr_warn("cache %s: the budget (%" PRIu64
@@ -941,7 +1033,7 @@ again:
 	 * that the lock is free (every round evicts a slab, or finds none
 	 * to evict and stops). */
 	pthread_mutex_lock(&c->lock);
-	over = c->bytes > c->budget && (progress || c->n > 0);
+	over = c->bytes + c->dead_pinned > c->budget && progress;
 	pthread_mutex_unlock(&c->lock);
 	if (over)
 		goto again;

@@ -53,6 +53,7 @@ struct dcr_cache_stats {
 	uint64_t inserts;    /* chunks stored */
 	uint64_t evictions;  /* slabs evicted for the budget */
 	uint64_t bytes;      /* bytes currently accounted */
+	uint64_t pinned;     /* slabs pinned (dcr_cache_pin) now */
 };
 
 /** Where a chunk lives in the cache and what it must hash to. */
@@ -156,6 +157,26 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
  * stored, nor proven, as the new one's. Returns the slabs dropped.
  */
 size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen);
+
+/**
+ * dcr_cache_pin - a read-only descriptor of the slab of file @k->file of
+ * version @k->v, for the kernel to serve reads from directly (FUSE
+ * passthrough), if every chunk of it is present and proven in this
+ * instance (prove them first with dcr_cache_check; @k's chunk, len and
+ * hashes are not used). While pinned the slab is never written, punched
+ * or truncated: it is whole and proven, so no put or punch touches it,
+ * the budget does not evict it, and when it must go (dcr_cache_drop_
+ * version) it is unlinked, its bytes counted against the budget until
+ * the last unpin. Returns the descriptor (the caller may close it at any
+ * time) and the pin in *@pin, or -EAGAIN if some chunk is not present
+ * and proven, -ESTALE for a fenced key, -ENOENT, or another -errno.
+ */
+struct dcr_cache_pin;
+int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
+		  struct dcr_cache_pin **pin);
+
+/** dcr_cache_unpin - release @pin (from dcr_cache_pin); NULL accepted. */
+void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin);
 
 /**
  * dcr_cache_slab_path - the file name of the slab of file @file of

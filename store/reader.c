@@ -712,6 +712,67 @@ err_close:
 	return ret;
 }
 
+/* ------------------------------------------- backing files (passthrough) */
+
+int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			    uint32_t idx, struct dcr_cache_pin **pin)
+{
+	struct dcr_cache_key k;
+	struct rver *rv;
+	uint64_t size = 0, end = 0, n;
+	int ret;
+
+	*pin = NULL;
+	read_enter(r);
+	ret = get_ver(r, v, &rv);
+	if (ret)
+		goto out_leave;
+	ret = -ESTALE;
+	if (rv->tree != tree)
+		goto out_leave; /* re-indexed with other content since */
+	ret = -ENOENT;
+	if (idx >= rv->info.nentries)
+		goto out_leave;
+	ret = -EISDIR;
+	if (rv->entries[idx].type != DCR_FT_REG)
+		goto out_leave;
+	size = rv->entries[idx].size;
+	ret = -EAGAIN;
+	if (size == 0)
+		goto out_leave; /* nothing to back: the normal path is free */
+	n = dcr_chunk_count(size, rv->chunk_size);
+	/* Every chunk proven in this instance: checked now if it was not
+	 * (through the page cache, so the kernel then reads it from
+	 * memory), once per chunk and mount. */
+	for (uint64_t i = 0; i < n; i++) {
+		struct dcr_catalog_chunk ref;
+
+		ret = ref_get(r, rv, idx - 1, i, &ref);
+		if (ret)
+			goto out_leave;
+		cache_key(&k, rv, idx - 1, i, &ref);
+		ret = dcr_cache_check(r->cache, &k);
+		if (ret < 0) {
+			ret = -EAGAIN; /* not cached (or failed): normal path */
+			goto out_leave;
+		}
+		end += k.len;
+	}
+	if (end != size) {
+		ret = DCR_ERR(-EIO);
+		goto out_leave;
+	}
+	ret = dcr_cache_pin(r->cache, &k, pin);
+out_leave:
+	read_leave(r);
+	return ret;
+}
+
+void dcr_reader_backing_close(struct dcr_reader *r, struct dcr_cache_pin *pin)
+{
+	dcr_cache_unpin(r->cache, pin);
+}
+
 /* -------------------------------------------------------- statistics */
 
 void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)

@@ -250,6 +250,28 @@ ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
  * struct dcr_reader_stats - what a reader has done since it was opened,
  * and its state now. Counters only grow.
  */
+struct dcr_cache_pin;
+
+/**
+ * dcr_reader_backing_open - a read-only descriptor of a cache file that
+ * holds entry @idx of version @v (of tree @tree, see
+ * dcr_reader_read_tree) whole, every chunk proven against the manifest
+ * in this mount, for the kernel to serve reads of it directly (FUSE
+ * passthrough, fs/passthrough.h). Chunks not proven yet in this mount
+ * are read and checked now. The file stays pinned until
+ * dcr_reader_backing_close(*@pin): never written, punched or truncated
+ * (store/cache.h, dcr_cache_pin). Returns the descriptor (the caller
+ * closes it), -EAGAIN when a chunk is not cached (or fails its check:
+ * the normal read path fetches it), -ESTALE, -ENOENT, -EISDIR, or
+ * another -errno. Thread-safe.
+ */
+int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			    uint32_t idx, struct dcr_cache_pin **pin);
+
+/** dcr_reader_backing_close - unpin what dcr_reader_backing_open
+ * pinned; NULL accepted. Thread-safe. */
+void dcr_reader_backing_close(struct dcr_reader *r, struct dcr_cache_pin *pin);
+
 struct dcr_reader_stats {
 	uint64_t latest;        /* newest version known */
 	uint64_t versions;      /* versions known */

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backing.c - which version files are open through FUSE passthrough
+ * (fs.h, dcrfs_backing_open/_release).
+ *
+ * The kernel's rules (notes/fuse-passthrough.md): one backing file per
+ * inode at a time, and never a passthrough open of an inode that is
+ * also open on the normal path (either way the open fails with EIO). So
+ * every open version file has an entry here, in one mode: the inode's
+ * first open picks it (passthrough when the file is whole and proven in
+ * the cache, see dcr_reader_backing_open), later opens follow it while
+ * any stays open, and the last release ends it; a file being read cold
+ * thus stays on the normal path until its last release, and the next
+ * open after that can go through passthrough. The backing id and the
+ * cache pin live as long as the entry: the kernel looks the id up while
+ * it handles each open, and reads the pinned file until the last
+ * release (which comes after the last munmap).
+ *
+ * Locking: @fs->backing_lock guards the table; it is held across the
+ * check and registration of an inode's first passthrough open, so two
+ * first opens of one inode never register two files. Lock order:
+ * backing_lock, then the reader's and the cache's locks.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fs.h"
+
+struct dcrfs_backing {
+	fuse_ino_t ino;
+	unsigned opens;          /* open handles of the inode */
+	int id;                  /* > 0: passthrough on this backing id */
+	struct dcr_cache_pin *pin;
+};
+
+/* Index of the first entry >= @ino. Caller holds backing_lock. */
+static size_t lower(const struct dcrfs *fs, fuse_ino_t ino)
+{
+	return dcr_lower_bound_u64(fs->backings, fs->nbackings,
+				   sizeof(*fs->backings),
+				   offsetof(struct dcrfs_backing, ino), ino);
+}
+
+static struct dcrfs_backing *find(struct dcrfs *fs, fuse_ino_t ino)
+{
+	size_t i = lower(fs, ino);
+
+	return i < fs->nbackings && fs->backings[i].ino == ino ?
+	       &fs->backings[i] : NULL;
+}
+
+static struct dcrfs_backing *insert(struct dcrfs *fs, fuse_ino_t ino)
+{
+	size_t i = lower(fs, ino);
+
+	if (fs->nbackings == fs->backings_cap) {
+		size_t cap = fs->backings_cap ? fs->backings_cap * 2 : 16;
+		struct dcrfs_backing *t = realloc(fs->backings,
+						  cap * sizeof(*t));
+		if (!t)
+			return NULL;
+		fs->backings = t;
+		fs->backings_cap = cap;
+	}
+	memmove(&fs->backings[i + 1], &fs->backings[i],
+		(fs->nbackings - i) * sizeof(*fs->backings));
+	fs->nbackings++;
+	fs->backings[i] = (struct dcrfs_backing){ .ino = ino };
+	return &fs->backings[i];
+}
+
+static void drop(struct dcrfs *fs, struct dcrfs_backing *b, bool release_id)
+{
+	size_t i = (size_t)(b - fs->backings);
+
+	if (b->id > 0 && release_id)
+		dcrfs_pt_unregister(&fs->pt, b->id);
+	dcr_reader_backing_close(fs->r, b->pin);
+	memmove(&fs->backings[i], &fs->backings[i + 1],
+		(fs->nbackings - i - 1) * sizeof(*fs->backings));
+	fs->nbackings--;
+}
+
+static void count_fallback(struct dcrfs *fs, enum dcrfs_pt_fallback why)
+{
+	atomic_fetch_add_explicit(&fs->pt.fallbacks[why], 1,
+				  memory_order_relaxed);
+}
+
+int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
+		       uint32_t tree, uint32_t idx)
+{
+	struct dcrfs_backing *b;
+	int fd, id;
+
+	pthread_mutex_lock(&fs->backing_lock);
+	b = find(fs, ino);
+	if (b) {
+		b->opens++;
+		id = b->id;
+		pthread_mutex_unlock(&fs->backing_lock);
+		if (!id)
+			count_fallback(fs, DCRFS_PT_FB_MIXED);
+		return id;
+	}
+	b = insert(fs, ino);
+	if (!b) { /* no table entry, no mode to keep: the normal path */
+		pthread_mutex_unlock(&fs->backing_lock);
+		return DCR_ERR(-ENOMEM);
+	}
+	b->opens = 1;
+	if (!dcrfs_pt_usable(&fs->pt)) {
+		pthread_mutex_unlock(&fs->backing_lock);
+		count_fallback(fs, DCRFS_PT_FB_OFF);
+		return 0;
+	}
+	fd = dcr_reader_backing_open(fs->r, v, tree, idx, &b->pin);
+	if (fd == -ESTALE || fd == -ENOENT) {
+		drop(fs, b, false); /* the open fails as a read would */
+		pthread_mutex_unlock(&fs->backing_lock);
+		return fd;
+	}
+	if (fd < 0) {
+		pthread_mutex_unlock(&fs->backing_lock);
+		count_fallback(fs, DCRFS_PT_FB_NOT_READY);
+		return 0;
+	}
+	id = dcrfs_pt_register(&fs->pt, fd);
+	close(fd); /* the kernel holds its own reference */
+	if (id < 0) {
+		dcr_reader_backing_close(fs->r, b->pin);
+		b->pin = NULL;
+		id = 0;
+		count_fallback(fs, DCRFS_PT_FB_REGISTER);
+	}
+	b->id = id;
+	pthread_mutex_unlock(&fs->backing_lock);
+	return id;
+}
+
+void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino)
+{
+	struct dcrfs_backing *b;
+
+	pthread_mutex_lock(&fs->backing_lock);
+	b = find(fs, ino);
+	if (!b)
+		dcr_warn("release of inode %#" PRIx64 ", which is not open",
+			 (uint64_t)ino);
+	else if (--b->opens == 0)
+		drop(fs, b, true);
+	pthread_mutex_unlock(&fs->backing_lock);
+}
+
+void dcrfs_backing_free(struct dcrfs *fs)
+{
+	pthread_mutex_lock(&fs->backing_lock);
+	while (fs->nbackings)
+		drop(fs, &fs->backings[fs->nbackings - 1], false);
+	free(fs->backings);
+	fs->backings = NULL;
+	fs->backings_cap = 0;
+	pthread_mutex_unlock(&fs->backing_lock);
+}
