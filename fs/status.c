@@ -49,7 +49,7 @@ struct snap {
 	 * reached the daemon on passthrough opens (0 when it works) */
 	uint64_t pt_opens, pt_normal, pt_reads, pt_backing;
 	uint64_t pt_fb[DCRFS_PT_FB_COUNT];
-	int pt_on;
+	int pt_on, pt_offered;
 	double uptime, hit_rate;
 };
 
@@ -86,6 +86,7 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 		s->pt_fb[i] = PT(fallbacks[i]);
 #undef PT
 	s->pt_on = dcrfs_pt_usable(&fs->pt);
+	s->pt_offered = atomic_load(&fs->pt.offered);
 	s->rss = rss_bytes();
 	s->uptime = (double)(dcr_now_ns() - fs->mount_ns) / 1e9;
 	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
@@ -122,9 +123,10 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
 		fprintf(f, "%s\"%s\": %" PRIu64, i ? ", " : "",
 			fallback_names[i], s->pt_fb[i]);
-	fprintf(f, "}},\n \"passthrough\": {\"active\": %s, \"backing_files\": %"
-		PRIu64 ", \"reads_seen\": %" PRIu64 "},\n",
-		s->pt_on ? "true" : "false", s->pt_backing, s->pt_reads);
+	fprintf(f, "}},\n \"passthrough\": {\"offered\": %s, \"active\": %s, "
+		"\"backing_files\": %" PRIu64 ", \"reads_seen\": %" PRIu64 "},\n",
+		s->pt_offered ? "true" : "false", s->pt_on ? "true" : "false",
+		s->pt_backing, s->pt_reads);
 	fprintf(f, " \"prefetch\": {\"mode\": \"%s\", \"want\": %" PRIu64
 		", \"done\": %" PRIu64 ", \"current\": %" PRIu64 ", \"bytes_done\": %"
 		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64

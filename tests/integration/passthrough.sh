@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# passthrough.sh - files whole and verified in the cache are read by the
+# kernel straight from the cache file (FUSE passthrough), bit-exactly:
+#  1. the kernel really serves them: no READ reaches the daemon for a
+#     passthrough open (status.json counts them), read(2) and mmap(2)
+#     agree with the committed bytes; a kernel that offers passthrough
+#     but stops honouring the INIT reply fails here, loudly;
+#  2. a file being read cold stays on the normal path while any open of
+#     it lasts (the kernel fails mixed opens with EIO), then goes through
+#     passthrough;
+#  3. a file held open and mapped keeps its bytes while the cache evicts
+#     under a small budget;
+#  4. bit rot in a cache file (mtime kept) is never served: caught at
+#     the first passthrough open, fetched again, or EIO without packs;
+#  5. -o passthrough=off, and a daemon without CAP_SYS_ADMIN (mounted by
+#     a privileged helper through /dev/fd/N, as in a container), serve
+#     the same bytes on the normal path and say why.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+need_bins
+need_root
+
+STORE=$T/store
+MNT=$T/mnt
+MiB=$((1024 * 1024))
+
+mkdir -p "$T/tree.1" "$T/tree.2"
+rand_file "$T/tree.1/a.bin" $((8 * MiB + 12345)) a
+rand_file "$T/tree.1/b.bin" $((8 * MiB)) b
+rand_file "$T/tree.1/small" 1000 s
+: >"$T/tree.1/empty"
+cp -a "$T/tree.1/." "$T/tree.2/"
+flip_bytes "$T/tree.2/a.bin" 0.03 a2
+[ "$(commit "$STORE" "$T/tree.1" --chunk-size 1M)" = 1 ] || fail "commit 1"
+[ "$(commit "$STORE" "$T/tree.2")" = 2 ] || fail "commit 2"
+
+# status KEY... - a value of MNT/.dcrfs/status.json
+status() {
+	t cat "$MNT/.dcrfs/status.json" >"$T/status.json"
+	py "$T/status.json" 'v = d
+for k in sys.argv[2:]:
+    v = v[k]
+print(json.dumps(v))' "$@"
+}
+
+# mmap_cmp FILE REF - FILE read through mmap equals REF
+mmap_cmp() {
+	t python3 - "$1" "$2" <<'EOF'
+import mmap, sys
+with open(sys.argv[1], "rb") as f, open(sys.argv[2], "rb") as r:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    ok = m[:] == r.read()
+    m.close()
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# --- 1. the kernel serves materialized files
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache"
+[ "$(status passthrough offered)" = true ] ||
+	skip "this kernel does not offer FUSE passthrough (CONFIG_FUSE_PASSTHROUGH, Linux >= 6.9)"
+[ "$(status passthrough active)" = true ] ||
+	fail "the kernel offers passthrough but the mount did not get it: $(grep -i passthrough "$MOUNT_LOG")"
+for f in a.bin b.bin small empty; do
+	t cmp "$T/tree.1/$f" "$MNT/v1/$f" || fail "v1/$f differs on its cold read"
+done
+[ "$(status opens passthrough)" = 0 ] || fail "a cold file was opened with passthrough"
+reads0=$(status reads)
+for f in a.bin b.bin small; do
+	t cmp "$T/tree.1/$f" "$MNT/v1/$f" || fail "v1/$f differs through passthrough"
+	mmap_cmp "$MNT/v1/$f" "$T/tree.1/$f" || fail "v1/$f differs through mmap"
+done
+t cmp "$T/tree.1/empty" "$MNT/v1/empty" || fail "v1/empty differs"
+npt=$(status opens passthrough)
+[ "$npt" -ge 6 ] || fail "expected 6 passthrough opens, got $npt: $(cat "$T/status.json")"
+[ "$(status passthrough reads_seen)" = 0 ] ||
+	fail "READs reached the daemon on passthrough opens: the kernel ignored FOPEN_PASSTHROUGH"
+[ "$(status reads)" = "$reads0" ] ||
+	fail "the daemon served $(($(status reads) - reads0)) reads of materialized files"
+[ "$(status passthrough backing_files)" = 0 ] || fail "backing files left registered after close"
+log "ok: $npt passthrough opens, no READ reached the daemon"
+
+# --- 2. a cold file stays on the normal path while it is open
+exec 7<"$MNT/v2/a.bin"        # cold: the normal path
+head -c 4096 <&7 >/dev/null
+t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs while held open"
+[ "$(status opens fallbacks open_normally)" -ge 1 ] ||
+	fail "a second open of a file open on the normal path was not kept on it"
+exec 7<&-
+t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs"
+before=$(status opens passthrough)
+t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs through passthrough"
+[ "$(status opens passthrough)" -gt "$before" ] ||
+	fail "v2/a.bin was not opened with passthrough after its last release"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+
+# --- 3. open and mapped through passthrough, under eviction
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,cache_size=12M"
+t cmp "$T/tree.1/a.bin" "$MNT/v1/a.bin" || fail "v1/a.bin differs (small budget)"
+t python3 - "$MNT" "$T/tree.1" "$T/tree.2" <<'EOF' || fail "a mapped passthrough file changed under eviction"
+import mmap, os, sys, filecmp
+mnt, t1, t2 = sys.argv[1:]
+ref = open(os.path.join(t1, "a.bin"), "rb").read()
+f = open(os.path.join(mnt, "v1/a.bin"), "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+assert m[:] == ref, "before eviction"
+# 16 MiB more through a 12 MiB budget: every other slab goes
+for v, t in (("v1", t1), ("v2", t2)):
+    for n in ("b.bin", "a.bin"):
+        with open(os.path.join(mnt, v, n), "rb") as g, \
+             open(os.path.join(t, n), "rb") as r:
+            assert g.read() == r.read(), v + "/" + n
+assert m[:] == ref, "mapping after eviction"
+assert os.pread(f.fileno(), len(ref), 0) == ref, "pread after eviction"
+m.close()
+f.close()
+EOF
+[ "$(status passthrough backing_files)" = 0 ] || fail "backing files left registered"
+cb=$(status cache bytes)
+[ "$cb" -le $((12 * MiB)) ] || fail "cache holds $cb bytes over a 12 MiB budget"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+
+# --- 4. bit rot in a backing file is never served
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot"
+t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs (rot setup)"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+nrot=$(rot_cache "$T/cache.rot")
+[ "$nrot" -ge 1 ] || fail "nothing to rot"
+sync
+echo 3 >/proc/sys/vm/drop_caches
+mv "$STORE/packs" "$T/packs.away"
+mkdir "$STORE/packs"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot"
+if t cat "$MNT/v2/a.bin" >"$T/rot.out" 2>"$T/rot.err"; then
+	fail "a rotten cache file was served"
+fi
+grep -q 'Input/output error' "$T/rot.err" || fail "expected EIO, got: $(cat "$T/rot.err")"
+[ "$(status opens passthrough)" = 0 ] || fail "a rotten cache file was opened with passthrough"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+rmdir "$STORE/packs"
+mv "$T/packs.away" "$STORE/packs"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot"
+t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs after the rot"
+t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs after the rot (passthrough)"
+[ "$(status opens passthrough)" -ge 1 ] || fail "the repaired file was not opened with passthrough"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+log "ok: $nrot rotten blocks never served"
+
+# --- 5a. passthrough=off
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,passthrough=off"
+for i in 1 2; do
+	t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs (passthrough=off)"
+done
+[ "$(status opens passthrough)" = 0 ] || fail "passthrough=off opened with passthrough"
+[ "$(status opens fallbacks off)" -ge 2 ] || fail "passthrough=off opens not counted"
+[ "$(status passthrough active)" = false ] || fail "passthrough=off reports it active"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+
+# --- 5b. a daemon without CAP_SYS_ADMIN, mounted for it through /dev/fd/N
+command -v setpriv >/dev/null || fail "setpriv (util-linux) is missing"
+mkdir -p "$MNT"
+cat >"$T/nocap.py" <<'EOF'
+import ctypes, os, sys
+dcrfs, store, mnt, cache, logf = sys.argv[1:]
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/dev/fuse", os.O_RDWR)
+MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
+data = "fd=%d,rootmode=40000,user_id=0,group_id=0" % fd
+if libc.mount(b"dcrfs", mnt.encode(), b"fuse.dcrfs",
+              MS_RDONLY | MS_NOSUID | MS_NODEV, data.encode()) != 0:
+    sys.exit("mount: " + os.strerror(ctypes.get_errno()))
+os.set_inheritable(fd, True)
+out = os.open(logf, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+os.dup2(out, 1)
+os.dup2(out, 2)
+os.execvp("setpriv", ["setpriv", "--bounding-set=-sys_admin", "--",
+                      dcrfs, store, "/dev/fd/%d" % fd, "-f",
+                      "-o", "cache_dir=" + cache])
+EOF
+# (an asynchronous command's standard input is /dev/null: a file, not a
+# here-document)
+start_bg python3 "$T/nocap.py" "$DCRFS" "$STORE" "$MNT" "$T/cache" "$T/dcrfs.nocap.log"
+register_mount "$MNT"
+for ((i = 0; i < 100; i++)); do
+	[ -e "$MNT/latest" ] && break
+	sleep 0.1
+done
+[ -e "$MNT/latest" ] || fail "the daemon without CAP_SYS_ADMIN did not serve: $(cat "$T/dcrfs.nocap.log")"
+capbnd=$(sed -n 's/^CapBnd:[[:space:]]*//p' "/proc/$BG_PID/status")
+[ $((0x$capbnd & (1 << 21))) = 0 ] || fail "the daemon still has CAP_SYS_ADMIN (CapBnd $capbnd)"
+for i in 1 2; do
+	t cmp "$T/tree.1/b.bin" "$MNT/v1/b.bin" || fail "v1/b.bin differs without CAP_SYS_ADMIN"
+	mmap_cmp "$MNT/v1/b.bin" "$T/tree.1/b.bin" || fail "v1/b.bin differs through mmap without CAP_SYS_ADMIN"
+done
+[ "$(status opens passthrough)" = 0 ] || fail "passthrough without CAP_SYS_ADMIN"
+[ "$(status opens fallbacks refused)" -ge 1 ] ||
+	fail "the refused backing file was not counted: $(cat "$T/status.json")"
+grep -q 'needs CAP_SYS_ADMIN' "$T/dcrfs.nocap.log" ||
+	fail "the log does not say why passthrough is off: $(cat "$T/dcrfs.nocap.log")"
+t umount "$MNT" || fail "umount of the /dev/fd mount"
+_wait_pid "$BG_PID" 10 || fail "the daemon without CAP_SYS_ADMIN did not exit"
+log "ok: the normal path without CAP_SYS_ADMIN"
