@@ -714,12 +714,15 @@ err_close:
 
 /* ------------------------------------------- backing files (passthrough) */
 
+/* How far ahead of the check of a backing file its disk reads run. */
+#define BACKING_AHEAD (UINT64_C(32) << 20)
+
 int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			    uint32_t idx, struct dcr_cache_pin **pin)
 {
 	struct dcr_cache_key k;
 	struct rver *rv;
-	uint64_t size = 0, end = 0, n;
+	uint64_t size = 0, end = 0, advised = 0, n;
 	int ret;
 
 	*pin = NULL;
@@ -746,11 +749,18 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	 * memory), once per chunk and mount. */
 	for (uint64_t i = 0; i < n; i++) {
 		struct dcr_catalog_chunk ref;
+		uint64_t pos = i * rv->chunk_size;
 
 		ret = ref_get(r, rv, idx - 1, i, &ref);
 		if (ret)
 			goto out_leave;
 		cache_key(&k, rv, idx - 1, i, &ref);
+		/* Keep the disk up to BACKING_AHEAD ahead of the hashing (a
+		 * no-op for pages already in memory). */
+		while (advised < size && advised < pos + 2 * BACKING_AHEAD) {
+			dcr_cache_advise(r->cache, &k, advised, BACKING_AHEAD);
+			advised += BACKING_AHEAD;
+		}
 		ret = dcr_cache_check(r->cache, &k);
 		if (ret < 0) {
 			ret = -EAGAIN; /* not cached (or failed): normal path */
