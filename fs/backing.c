@@ -139,6 +139,12 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		b->pin = NULL;
 		id = 0;
 		count_fallback(fs, DCRFS_PT_FB_REGISTER);
+		if (!dcrfs_pt_usable(&fs->pt)) /* given up: back to one copy */
+			dcr_reader_set_cache_direct(fs->r, true);
+	} else {
+		/* The kernel now reads the cache file: pages the normal path
+		 * left in the inode's own cache would be a second copy. */
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
 	}
 	b->id = id;
 	pthread_mutex_unlock(&fs->backing_lock);

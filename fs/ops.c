@@ -1470,6 +1470,16 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 		     pipe_can_hold_reply();
 	if (fs->splice)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	/*
+	 * With passthrough (asked for in the INIT reply, passthrough.c), a
+	 * file read cold is opened through passthrough next time: its
+	 * chunks go to the cache through the page cache, so that the kernel
+	 * then reads them from memory, and the inode's own pages are
+	 * dropped at that open (backing.c).
+	 */
+	if (fs->pt.devfd >= 0 && atomic_load(&fs->pt.offered) &&
+	    !(conn->want & FUSE_CAP_WRITEBACK_CACHE))
+		dcr_reader_set_cache_direct(fs->r, false);
 	dcr_debug("replies from the cache: %s",
 		  fs->splice ? "spliced" : "copied");
 }

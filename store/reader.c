@@ -273,6 +273,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return DCR_ERR(-ENOMEM);
+	atomic_init(&r->cache_direct, true);
 	r->lock_fd = -1;
 	r->st = st;
 	r->fetch_threads = opts->fetch_threads > 0 ? opts->fetch_threads :
@@ -776,6 +777,11 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 out_leave:
 	read_leave(r);
 	return ret;
+}
+
+void dcr_reader_set_cache_direct(struct dcr_reader *r, bool on)
+{
+	atomic_store(&r->cache_direct, on);
 }
 
 void dcr_reader_backing_close(struct dcr_reader *r, struct dcr_cache_pin *pin)

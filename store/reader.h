@@ -250,6 +250,16 @@ ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
  * struct dcr_reader_stats - what a reader has done since it was opened,
  * and its state now. Counters only grow.
  */
+/**
+ * dcr_reader_set_cache_direct - whether chunks built for reads are
+ * written to the cache around the page cache (O_DIRECT, the default:
+ * the reader's own page cache holds their bytes already) or through it
+ * (@on false: for a mount whose later opens read the cache files
+ * themselves, FUSE passthrough, so that they read memory, not the
+ * disk). Thread-safe.
+ */
+void dcr_reader_set_cache_direct(struct dcr_reader *r, bool on);
+
 struct dcr_cache_pin;
 
 /**

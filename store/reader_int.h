@@ -255,6 +255,9 @@ struct dcr_reader {
 	struct dcr_cache *cache;
 	uint64_t cache_budget;
 	int fetch_threads;
+	/* Chunks built for a reader go to the cache around the page cache
+	 * (O_DIRECT) unless this is off: dcr_reader_set_cache_direct. */
+	atomic_bool cache_direct;
 
 	int lock_fd;           /* flock on <dir>/lock for our lifetime */
 
@@ -558,6 +561,14 @@ int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 const char *hash_prefix(const struct dcr_catalog_ident *id, char out[16]);
 int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		   struct rver *rv, const struct dcr_obj_info *obj);
+
+/* The dcr_cache_put flags of a chunk built for a reader (not for
+ * prefetch, which goes through the page cache). */
+static inline unsigned cache_put_flags(struct dcr_reader *r)
+{
+	return atomic_load_explicit(&r->cache_direct, memory_order_relaxed) ?
+	       DCR_CACHE_PUT_DIRECT : 0;
+}
 
 /* ------------------------------- rchunks.c: references, buffers, hot */
 

@@ -494,7 +494,7 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 
 		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 		dcr_cache_put(b->r->cache, &k, c->f->data,
-			      b->pagecache ? 0 : DCR_CACHE_PUT_DIRECT);
+			      b->pagecache ? 0 : cache_put_flags(b->r));
 	}
 }
 

@@ -62,7 +62,7 @@ static void wq_run(void *ctx, void *arg)
 	struct dcr_cache_key k;
 
 	cache_key(&k, f->rv, f->file, f->chunk, &f->ref);
-	dcr_cache_put(r->cache, &k, f->data, DCR_CACHE_PUT_DIRECT);
+	dcr_cache_put(r->cache, &k, f->data, cache_put_flags(r));
 	flight_done(r, f, 0);
 	flight_release(r, f);
 }
