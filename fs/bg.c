@@ -146,9 +146,40 @@ static void announce_changes(struct dcrfs *fs)
 }
 
 /* Tell the kernel about a new latest and/or changed tags. */
+/*
+ * What /latest shows when the reader's newest version is @newest. With
+ * prefetch and latest_wait, a newer version is held back until the
+ * prefetcher has it whole (so that opening latest/FILE finds it in the
+ * cache: a passthrough open, or a hit on every chunk) or until it has
+ * waited latest_wait; a version that went away (gc) is never shown.
+ * Caller holds bg_lock.
+ */
+static uint64_t hold_latest(struct dcrfs *fs, uint64_t newest)
+{
+	uint64_t shown = fs->shown_latest;
+	int64_t now = dcr_mono_ns();
+
+	if (fs->prefetch == DCRFS_PREFETCH_NONE || !fs->latest_wait_ms ||
+	    !shown || newest <= shown || fs->prefetch_latest_done >= newest) {
+		fs->held_since_ns = fs->held_until_ns = 0;
+		return newest;
+	}
+	if (!fs->held_since_ns) {
+		fs->held_since_ns = now;
+		fs->held_until_ns = now + (int64_t)fs->latest_wait_ms * 1000000;
+	}
+	if (now >= fs->held_until_ns) {
+		dcr_info("v%" PRIu64 " not prefetched after %u s: latest moves "
+			 "to it anyway", newest, fs->latest_wait_ms / 1000);
+		fs->held_since_ns = fs->held_until_ns = 0;
+		return newest;
+	}
+	return shown;
+}
+
 static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 {
-	uint64_t latest = dcr_reader_latest(fs->r);
+	uint64_t newest = dcr_reader_latest(fs->r), latest = newest;
 	uint64_t fp;
 	size_t ntags;
 	int moved, ok;
@@ -156,14 +187,16 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 	announce_changes(fs);
 
 	pthread_mutex_lock(&fs->bg_lock);
-	moved = latest != fs->shown_latest;
-	if (moved) {
-		fs->shown_latest = latest;
-		if (fs->prefetch != DCRFS_PREFETCH_NONE && latest) {
-			fs->prefetch_want = latest;
-			pthread_cond_broadcast(&fs->bg_cond);
-		}
+	if (fs->prefetch != DCRFS_PREFETCH_NONE && newest &&
+	    fs->prefetch_want != newest) {
+		fs->prefetch_want = newest;
+		pthread_cond_broadcast(&fs->bg_cond);
 	}
+	latest = hold_latest(fs, newest);
+	moved = latest != fs->shown_latest;
+	if (moved)
+		fs->shown_latest = latest;
+	atomic_store(&fs->latest, latest);
 	pthread_mutex_unlock(&fs->bg_lock);
 
 	if (moved) {
@@ -236,15 +269,31 @@ static void *watcher_main(void *arg)
 		int poll_now;
 
 		if (!fs->bg_kick) {
-			if (fs->poll_ms)
+			struct timespec wake = next;
+			int timed = fs->poll_ms != 0;
+
+			if (fs->held_until_ns) { /* show a held latest then */
+				struct timespec held = {
+					.tv_sec = fs->held_until_ns / 1000000000,
+					.tv_nsec = fs->held_until_ns % 1000000000,
+				};
+				if (!timed || held.tv_sec < wake.tv_sec ||
+				    (held.tv_sec == wake.tv_sec &&
+				     held.tv_nsec < wake.tv_nsec))
+					wake = held;
+				timed = 1;
+			}
+			if (timed)
 				pthread_cond_timedwait(&fs->bg_cond,
-						       &fs->bg_lock, &next);
+						       &fs->bg_lock, &wake);
 			else
 				pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
 		}
 		if (fs->bg_stop)
 			break;
 		poll_now = fs->poll_ms && deadline_passed(&next);
+		if (fs->held_until_ns && dcr_mono_ns() >= fs->held_until_ns)
+			fs->bg_kick = 1;
 		if (!poll_now && !fs->bg_kick)
 			continue;
 		fs->bg_kick = 0;
@@ -351,6 +400,12 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 							 sizeof(sz)));
 				return 1;
 			}
+#ifdef DCR_TEST_HOOKS
+			/* HACKING: a slow prefetch, for latest_wait */
+			if (getenv("DCRFS_TEST_PREFETCH_DELAY_MS"))
+				usleep((useconds_t)atoi(getenv(
+					"DCRFS_TEST_PREFETCH_DELAY_MS")) * 1000);
+#endif
 			n = dcr_reader_prefetch(fs->r, v, i, off, buf, bs);
 			if (n < 0) {
 				dcr_warn("prefetch of v%" PRIu64 "/%s: %s", v,
@@ -425,6 +480,14 @@ static void *prefetcher_main(void *arg)
 		}
 		pthread_mutex_unlock(&fs->bg_lock);
 		abandoned = prefetch_version(fs, v, v);
+		if (!abandoned) {
+			/* latest may move to it now (hold_latest) */
+			pthread_mutex_lock(&fs->bg_lock);
+			fs->prefetch_latest_done = v;
+			fs->bg_kick = 1;
+			pthread_cond_broadcast(&fs->bg_cond);
+			pthread_mutex_unlock(&fs->bg_lock);
+		}
 		if (!abandoned && fs->prefetch == DCRFS_PREFETCH_ALL)
 			abandoned = prefetch_sweep(fs, v);
 		pthread_mutex_lock(&fs->bg_lock);

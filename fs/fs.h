@@ -129,6 +129,13 @@ struct dcrfs {
 	/* options */
 	unsigned int poll_ms;          /* 0: no periodic refresh */
 	enum dcrfs_prefetch prefetch;
+	/* -o latest_wait: with prefetch, /latest moves to a new version
+	 * once it is prefetched, or after this long (0: at once) */
+	unsigned int latest_wait_ms;
+	/* The target of /latest (dcrfs_latest): the reader's newest
+	 * version, or with prefetch the newest one prefetched (or waited
+	 * for latest_wait_ms). Written by main.c and the watcher. */
+	atomic_uint_fast64_t latest;
 	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
 	unsigned int max_read;         /* -o max_read=N, 0 if not given */
 	int no_splice;                 /* -o nosplice: always copy replies */
@@ -164,6 +171,11 @@ struct dcrfs {
 	int bg_stop;
 	int bg_kick;                   /* watcher: look at latest now */
 	uint64_t shown_latest;         /* latest the kernel was told about */
+	/* With prefetch: the reader's newest version since when (mono ns)
+	 * it has been newer than /latest, and when the watcher must show it
+	 * whatever the prefetch (0: nothing held back) */
+	int64_t held_since_ns, held_until_ns;
+	uint64_t prefetch_latest_done; /* newest version prefetched whole */
 	uint64_t prefetch_want;        /* newest version to prefetch */
 	uint64_t prefetch_done;        /* last version fully prefetched */
 	uint64_t prefetch_swept;       /* prefetch=all: every version up to
@@ -196,6 +208,24 @@ enum dcrfs_status_file {
  */
 int dcrfs_status_render(struct dcrfs *fs, enum dcrfs_status_file which,
 			char **out, size_t *len);
+
+/**
+ * dcrfs_latest - the version /latest points to (0: none). Without
+ * prefetch the newest version the reader knows; with prefetch, the
+ * newest that the prefetcher finished (or that waited latest_wait),
+ * so that opening latest/FILE finds it whole in the cache. Never newer
+ * than the reader's newest. Thread-safe.
+ */
+static inline uint64_t dcrfs_latest(struct dcrfs *fs)
+{
+	uint64_t newest = dcr_reader_latest(fs->r);
+	uint64_t shown;
+
+	if (fs->prefetch == DCRFS_PREFETCH_NONE || !fs->latest_wait_ms)
+		return newest;
+	shown = atomic_load_explicit(&fs->latest, memory_order_relaxed);
+	return shown && shown <= newest ? shown : newest;
+}
 
 /** fi->fh of a version file: its tree (low 32 bits), and this bit for
  * an open answered with passthrough. */

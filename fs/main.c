@@ -60,6 +60,9 @@
 
 #define PROG "dcrfs"
 #define POLL_DEFAULT 5
+/* -o latest_wait default, seconds: how long /latest waits for the
+ * prefetch of a new version before it moves to it anyway */
+#define LATEST_WAIT_DEFAULT 60
 #define POLL_MAX (7 * 86400)
 #define POLL_MIN_MS 50
 #define RELIST_DEFAULT 60
@@ -77,6 +80,7 @@ struct opts {
 	char *relist;
 	char *prefetch;
 	char *passthrough;
+	char *latest_wait;
 	char *readahead;
 	char *endpoint;
 	char *region;
@@ -128,6 +132,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("relist=%s", relist, 0),
 	OPT("prefetch=%s", prefetch, 0),
 	OPT("passthrough=%s", passthrough, 0),
+	OPT("latest_wait=%s", latest_wait, 0),
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
 	OPT("nosplice", no_splice, 1),
 	OPT("nonempty", nonempty, 1),
@@ -221,6 +226,9 @@ static void usage(FILE *f)
 "    -o passthrough=auto|off  let the kernel read files that are whole and\n"
 "                           verified in the cache straight from it (FUSE\n"
 "                           passthrough; needs CAP_SYS_ADMIN; default auto)\n"
+"    -o latest_wait=SECS    with prefetch, /latest moves to a new version\n"
+"                           once it is prefetched, or after SECS (default\n"
+"                           %d; 0: at once)\n"
 "    -o prefetch_pagecache  also push prefetched bytes into the kernel's\n"
 "                           page cache of files already looked up\n"
 "    -o log=FILE            append every message to FILE (with -f: and to\n"
@@ -255,7 +263,8 @@ static void usage(FILE *f)
 "Mounts are always ro,nosuid,nodev,default_permissions.\n"
 "\n"
 "FUSE options (-o allow_other, allow_root, max_read=N, fsname=NAME, ...):\n",
-		POLL_DEFAULT, RELIST_DEFAULT, MAX_THREADS_DEFAULT);
+		POLL_DEFAULT, RELIST_DEFAULT, LATEST_WAIT_DEFAULT,
+		MAX_THREADS_DEFAULT);
 }
 
 /* Names of options that would carry a secret; refused without echo. */
@@ -786,6 +795,17 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 		}
 	}
 
+	fs->latest_wait_ms = LATEST_WAIT_DEFAULT * 1000;
+	if (o->latest_wait) {
+		if (dcr_parse_ms(o->latest_wait, &x) < 0 ||
+		    x > POLL_MAX * 1000ull) {
+			fprintf(stderr, PROG ": bad latest_wait '%s' (seconds, "
+				"0 to %d)\n", o->latest_wait, POLL_MAX);
+			return -1;
+		}
+		fs->latest_wait_ms = (unsigned int)x;
+	}
+
 	fs->pt.mode = DCRFS_PT_AUTO;
 	if (o->passthrough) {
 		if (strcmp(o->passthrough, "off") == 0) {
@@ -891,7 +911,8 @@ static int build_fuse_args(struct fuse_args *args, const struct opts *o,
 static void free_opts(struct opts *o)
 {
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
-			  &o->prefetch, &o->passthrough, &o->readahead, &o->endpoint,
+			  &o->prefetch, &o->passthrough, &o->latest_wait,
+			  &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
 			  &o->fetch_ahead, &o->store, &o->mountpoint,

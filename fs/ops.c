@@ -234,7 +234,7 @@ static void symlink_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
 
 static int latest_stat(struct dcrfs *fs, struct stat *st)
 {
-	uint64_t latest = dcr_reader_latest(fs->r);
+	uint64_t latest = dcrfs_latest(fs);
 	char target[32];
 
 	if (latest == 0)
@@ -644,7 +644,7 @@ static void dcrfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 	int ret;
 
 	if (ino == DCRFS_INO_LATEST) {
-		v = dcr_reader_latest(fs->r);
+		v = dcrfs_latest(fs);
 		if (v == 0) {
 			fuse_reply_err(req, ENOENT);
 			return;

@@ -200,3 +200,77 @@ grep -q 'needs CAP_SYS_ADMIN' "$T/dcrfs.nocap.log" ||
 t umount "$MNT" || fail "umount of the /dev/fd mount"
 _wait_pid "$BG_PID" 10 || fail "the daemon without CAP_SYS_ADMIN did not exit"
 log "ok: the normal path without CAP_SYS_ADMIN"
+
+# --- 6. prefetch=latest: latest moves once the new version is whole in
+#        the cache, so opening latest/FILE is a passthrough open; a
+#        version that cannot be prefetched is shown after latest_wait
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.pf,poll=0.2,prefetch=latest,latest_wait=30"
+[ "$(readlink "$MNT/latest")" = v2 ] || fail "latest is not v2 at mount time"
+for ((i = 0; i < 300; i++)); do
+	[ "$(status prefetch done)" = 2 ] && break
+	sleep 0.1
+done
+mkdir -p "$T/tree.3"
+cp -a "$T/tree.2/." "$T/tree.3/"
+flip_bytes "$T/tree.3/b.bin" 0.03 b3
+[ "$(commit "$STORE" "$T/tree.3")" = 3 ] || fail "commit 3"
+for ((i = 0; i < 300; i++)); do
+	l=$(readlink "$MNT/latest")
+	if [ "$l" = v3 ]; then
+		[ "$(status prefetch done)" = 3 ] ||
+			fail "latest moved to v3 before its prefetch finished: $(cat "$T/status.json")"
+		break
+	fi
+	sleep 0.05
+done
+[ "$l" = v3 ] || fail "latest did not move to v3 after its prefetch"
+before=$(status opens passthrough)
+for f in a.bin b.bin small; do
+	t cmp "$T/tree.3/$f" "$MNT/latest/$f" || fail "latest/$f differs after the prefetch"
+done
+[ "$(status opens passthrough)" = $((before + 3)) ] ||
+	fail "opening latest/ after the prefetch was not a passthrough open: $(cat "$T/status.json")"
+# a prefetch that fails (v4's packs gone) lets latest move at once
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+mkdir -p "$T/tree.4" "$T/tree.5"
+cp -a "$T/tree.3/." "$T/tree.4/"
+flip_bytes "$T/tree.4/a.bin" 0.03 a4
+cp -a "$T/tree.4/." "$T/tree.5/"
+flip_bytes "$T/tree.5/b.bin" 0.03 b5
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.pf,poll=0.2,prefetch=latest,latest_wait=30"
+cp -a "$STORE/packs" "$T/packs.before4"
+[ "$(commit "$STORE" "$T/tree.4")" = 4 ] || fail "commit 4"
+mkdir "$T/packs.of4"
+for p in "$STORE"/packs/*; do
+	[ -e "$T/packs.before4/$(basename "$p")" ] || mv "$p" "$T/packs.of4/"
+done
+for ((i = 0; i < 200; i++)); do
+	[ "$(readlink "$MNT/latest")" = v4 ] && break
+	sleep 0.05
+done
+[ "$(readlink "$MNT/latest")" = v4 ] || fail "a failed prefetch of v4 held latest back"
+grep -q 'prefetched v4: .*some files failed' "$MOUNT_LOG" || fail "no log line says v4's prefetch failed"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+mv "$T"/packs.of4/* "$STORE/packs/"
+# a slow prefetch (a test hook: 300 ms per block) holds latest back for
+# latest_wait (1 s), then latest moves and says so
+if [ "${DCR_TEST_HOOKS:-}" = yes ]; then
+	DCRFS_TEST_PREFETCH_DELAY_MS=300 mount_dcrfs "$STORE" "$MNT" \
+		"cache_dir=$T/cache.slow,poll=0.2,prefetch=latest,latest_wait=1"
+	[ "$(commit "$STORE" "$T/tree.5")" = 5 ] || fail "commit 5"
+	t0=$(date +%s.%N)
+	for ((i = 0; i < 200; i++)); do
+		[ "$(readlink "$MNT/latest")" = v5 ] && break
+		sleep 0.05
+	done
+	waited=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+	[ "$(readlink "$MNT/latest")" = v5 ] || fail "latest never moved to a slowly prefetched v5"
+	awk -v w="$waited" 'BEGIN { exit !(w >= 0.9) }' || fail "latest moved to v5 after ${waited} s, before latest_wait"
+	grep -q 'v5 not prefetched after 1 s: latest moves to it anyway' "$MOUNT_LOG" ||
+		fail "no log line says latest moved to v5 unprefetched"
+	t cmp "$T/tree.5/b.bin" "$MNT/latest/b.bin" || fail "latest/b.bin differs"
+	umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+	log "ok: latest follows the prefetch; held back ${waited} s for a slow one"
+elif [ "${CI:-}" = true ]; then
+	fail "built without --enable-test-hooks: the slow-prefetch case cannot run"
+fi
