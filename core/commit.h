@@ -129,7 +129,10 @@ struct dcr_commit_source {
  * confirmed to be in the store (a HEAD each): a missing one fails the
  * commit with -EIO. Returns 0 and fills @res, or -errno with a message
  * logged by the calling thread (non-finite values are reported there,
- * per tensor); on failure nothing is published. Not thread-safe on the
+ * per tensor); on failure nothing is published, except for -EINPROGRESS:
+ * the manifest's put and its read-back (every publish reads versions/N
+ * back: see publish in commit.c) left unknown whether version N holds
+ * it, and the message names N. Not thread-safe on the
  * same @res; distinct calls are independent.
  */
 int dcr_commit_sources(struct dcr_store *st,

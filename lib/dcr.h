@@ -233,9 +233,13 @@ struct dcr_commit_info {
 /**
  * dcr_commit_publish - encode, upload and publish everything added as
  * a new version, then point tag @tag (NULL: none) at it. Only once per
- * handle. Returns 0 and fills @info (may be NULL), or -errno: nothing
- * was published then. A failure to set the tag after the version was
- * published returns -EIO with info->version set.
+ * handle. Returns 0 and fills @info (may be NULL): the version
+ * info->version holds exactly this commit (its manifest is read back
+ * after the conditional create). Or -errno: nothing was published then,
+ * except for -EINPROGRESS: the store's answers did not tell whether the
+ * manifest was stored (dcr_errmsg names the version that may hold it;
+ * check it before committing again). A failure to set the tag after the
+ * version was published returns -EIO with info->version set.
  */
 DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 			       struct dcr_commit_info *info);
