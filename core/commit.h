@@ -105,7 +105,12 @@ struct dcr_commit_range {
  * between the start and the end of reading it fails the commit with
  * -EAGAIN, naming it) or from the caller's memory (the concatenation of
  * @ranges[0..nranges), which must stay valid and unchanged until
- * dcr_commit_sources returns; they are read, never written).
+ * dcr_commit_sources returns; they are read, never written). A file
+ * listed in a tree (@root_len > 0: @file is "<tree>/<rel>") is opened
+ * below the tree without following a symlink (dcr_open_beneath) and
+ * must still be the regular file @dev/@ino the scan saw: anything else
+ * (replaced, or a symlink now) fails the commit with -EAGAIN, naming it,
+ * before a byte of it is read.
  */
 struct dcr_commit_source {
 	const char *path;      /* in the version: relative, '/'-separated */
@@ -113,6 +118,8 @@ struct dcr_commit_source {
 	uint32_t mode;         /* permission bits */
 	int64_t mtime_ns;
 	const char *file;      /* the bytes' file, or NULL for @ranges */
+	size_t root_len;       /* @file's first root_len bytes: its tree; 0: none */
+	uint64_t dev, ino;     /* @file's identity when it was listed */
 	uint64_t size;         /* @file's size when it was listed */
 	const struct dcr_commit_range *ranges;
 	size_t nranges;
