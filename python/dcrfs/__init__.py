@@ -121,6 +121,8 @@ def _cstr(s, what, fs=False):
     Unicode text (lone surrogates); str is encoded as UTF-8, or with the
     filesystem's encoding when fs (a directory to read). libdcr checks
     that names and paths are UTF-8."""
+    if fs:
+        s = os.fspath(s)  # a pathlib.Path too
     if isinstance(s, str):
         try:
             b = os.fsencode(s) if fs else s.encode("utf-8")
