@@ -628,9 +628,9 @@ static void evict(struct dcr_cache *c, struct slab *keep, uint64_t room);
  * Before @need bytes are written into slab @keep: cap the budget in
  * effect to what the file system holds and, if the write would leave
  * less than the headroom free, evict for it (@keep last). 1 if the file
- * system holds the whole budget (no incident), 0 if the write may go
- * ahead, -ENOSPC if it would eat into the headroom all the same (the
- * chunk is then not cached).
+ * system holds the whole budget and the headroom more (no incident), 0
+ * if the write may go ahead, -ENOSPC if it would eat into the headroom
+ * all the same (the chunk is then not cached).
  */
 static int fs_room(struct dcr_cache *c, struct slab *keep, uint64_t need)
 {
@@ -641,7 +641,9 @@ static int fs_room(struct dcr_cache *c, struct slab *keep, uint64_t need)
 		return 0; /* cannot tell: the write will say */
 	pthread_mutex_lock(&c->lock);
 	cap = fs_cap(c, free);
-	whole = cap >= c->budget;
+	/* (with a margin, so that an incident does not end and begin again
+	 * at every chunk while the file system is about the budget) */
+	whole = cap >= c->budget + c->headroom;
 	c->limit = DCR_MIN(c->budget, cap);
 	fits = free >= c->headroom + need;
 	pthread_mutex_unlock(&c->lock);

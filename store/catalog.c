@@ -37,6 +37,8 @@
 
 #define DCR_CATALOG_SCHEMA "3"
 #define DCR_CATALOG_BUSY_MS 10000
+/* A full file system is said at most this often (make_room). */
+#define FULL_SAY_NS ((int64_t)600 * 1000000000)
 
 enum dcr_stmt_id {
 	ST_GET_CHUNK,
@@ -66,7 +68,7 @@ struct dcr_catalog {
 	int (*room)(void *arg, uint64_t want); /* the room hook, or NULL */
 	void *room_arg;
 	bool in_txn;        /* in_txn runs: it reports SQLITE_FULL */
-	bool full;          /* an incident said, not over yet */
+	int64_t full_said;  /* when it was last said (monotonic ns), or 0 */
 	bool lean_wal;      /* the WAL is kept small since one */
 };
 
@@ -714,16 +716,22 @@ static int txn_once(struct dcr_catalog *c,
 }
 
 /*
- * The file system is full (SQLITE_FULL): say so once per incident, ask
- * the room hook for room (the cache evicts), give back the WAL's space
- * (a checkpoint that truncates it) and from now on keep the WAL small
- * (truncated after every checkpoint, one every 256 KiB rather than every
- * 4 MiB). Caller holds the lock, no transaction open.
+ * The file system is full (SQLITE_FULL): say so (once per incident: at
+ * most every FULL_SAY_NS, the rest in the debug log), ask the room hook
+ * for room (the cache evicts), give back the WAL's space (a checkpoint
+ * that truncates it) and from now on keep the WAL small (truncated after
+ * every checkpoint, one every 256 KiB rather than every 4 MiB). Caller
+ * holds the lock, no transaction open.
  */
 static void make_room(struct dcr_catalog *c)
 {
-	if (!c->full) {
-		c->full = true;
+	int64_t now = dcr_mono_ns();
+
+	if (c->full_said && now - c->full_said < FULL_SAY_NS) {
+		dcr_debug("catalog %s: its file system is full (again)",
+			  c->path);
+	} else {
+		c->full_said = now;
 		dcr_warn("catalog %s: its file system is full: %s; new "
 			 "versions are indexed as soon as there is room",
 			 c->path, c->room ? "cached chunks are evicted for it"
@@ -745,7 +753,7 @@ static void make_room(struct dcr_catalog *c)
  * Run @fn in its own write transaction, with the lock held. A full file
  * system is not an error of the catalog to log at every write: room is
  * made (make_room) and @fn run once more, so @fn must do the same when
- * run again after a rollback. Still full: -ENOSPC, said once.
+ * run again after a rollback. Still full: -ENOSPC (said by make_room).
  */
 static int in_txn(struct dcr_catalog *c,
 		  int (*fn)(struct dcr_catalog *c, void *arg), void *arg)
@@ -759,8 +767,6 @@ static int in_txn(struct dcr_catalog *c,
 		make_room(c);
 		ret = txn_once(c, fn, arg);
 	}
-	if (!ret)
-		c->full = false; /* the incident is over */
 	c->in_txn = false;
 	pthread_mutex_unlock(&c->lock);
 	return ret;
