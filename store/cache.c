@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +56,10 @@
 #define SLAB_OPEN_MAX 64
 /* Rewrite a slab's mtime (its last use) at most this often. */
 #define STAMP_INTERVAL_MS (60 * 1000)
+/* Free space slabs leave on their file system, for the catalog next to
+ * them (see fs_room): an eighth of the file system, within these. */
+#define HEADROOM_MIN ((uint64_t)256 << 10)
+#define HEADROOM_MAX ((uint64_t)64 << 20)
 
 struct slab {
 	uint64_t v;
@@ -77,12 +82,16 @@ struct slab {
 struct dcr_cache {
 	char *dir;       /* <dir>/slabs */
 	uint64_t budget;
+	uint64_t headroom; /* free space slabs leave (see fs_room) */
 
 	pthread_mutex_t lock;
 	struct slab **tab; /* sorted by (v, file) */
 	size_t n, cap;
 	size_t nopen;
 	uint64_t bytes;
+	/* The budget in effect: @budget, or less while the file system
+	 * holds less (fs_room, dcr_cache_make_room). */
+	uint64_t limit;
 	struct dcr_cache_stats st;
 
 	/* Fences of re-indexed versions (dcr_cache_drop_version), sorted by
@@ -98,6 +107,8 @@ struct dcr_cache {
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
 	atomic_bool said_small; /* warned that one slab exceeds the budget */
+	atomic_bool fs_short;   /* the file system is short of the budget:
+				   said once per incident (fs_room) */
 };
 
 static int64_t now_ms(void)
@@ -122,6 +133,12 @@ static void bit_set(uint64_t *m, uint64_t i, bool on)
 static uint32_t slot_len(const struct slab *s, uint64_t i)
 {
 	return dcr_chunk_len(s->size, s->cs, i);
+}
+
+/* Whether @err says the file system is full (see fs_room). */
+static bool is_full(int err)
+{
+	return err == -ENOSPC || err == -EDQUOT;
 }
 
 /* What a chunk of @len bytes occupies on disk, as the budget counts it. */
@@ -472,7 +489,7 @@ static struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 			if (ret == -ENOENT) {
 				/* Gone behind our back: forget it. */
 				slab_evict(c, s);
-			} else {
+			} else if (!is_full(ret)) { /* full: the caller says */
 				dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32
 					 ": %s", k->v, k->file,
 					 dcr_strerror(ret));
@@ -547,6 +564,126 @@ static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 			 "are checked again at every mount", c->dir);
 }
 
+/* ------------------------------------------------------- file system */
+
+/*
+ * The slabs share their file system with the catalog (and whatever else
+ * is there), which may hold less than the budget: a small disk, a
+ * tmpfs, space taken by others. Slabs never use its last @headroom
+ * bytes: before a chunk is written, the free space it would leave is
+ * checked (one statvfs, next to a write of a whole chunk), and if it
+ * would leave less, the budget in effect (@limit) shrinks to what the
+ * file system holds and slabs are evicted for the chunk, or it is not
+ * cached. So the catalog keeps room to index new versions, and a full
+ * file system (ENOSPC) is the budget reached, not an error per chunk:
+ * it is said once per incident, which ends when the budget fits again.
+ * Should the catalog find its file system full all the same, it asks
+ * for room (dcr_cache_make_room).
+ */
+
+/* The bytes free for us on the cache's file system into *@free, and its
+ * size into *@size (may be NULL). 0 or -errno. */
+static int fs_space(const struct dcr_cache *c, uint64_t *free, uint64_t *size)
+{
+	struct statvfs sv;
+
+	if (statvfs(c->dir, &sv) < 0)
+		return -errno;
+	*free = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (size)
+		*size = (uint64_t)sv.f_blocks * sv.f_frsize;
+	return 0;
+}
+
+/* What the slabs may hold with @free bytes free: what they hold and the
+ * free space, less the headroom. Caller holds @lock. */
+static uint64_t fs_cap(const struct dcr_cache *c, uint64_t free)
+{
+	if (free >= c->headroom)
+		return c->bytes + (free - c->headroom);
+	return c->bytes - DCR_MIN(c->bytes, c->headroom - free);
+}
+
+/* Say once per incident that the file system holds less than the budget. */
+static void say_short(struct dcr_cache *c)
+{
+	char a[32], b[32], h[32];
+	uint64_t free = 0;
+
+	if (atomic_exchange(&c->fs_short, true))
+		return;
+	if (fs_space(c, &free, NULL) < 0)
+		free = 0;
+	dcr_warn("cache %s: its file system is full (%s free): cached chunks "
+		 "are evicted to keep %s free for the catalog, and the cache "
+		 "stays below its budget (%s) while it is", c->dir,
+		 dcr_format_size(free, a, sizeof(a)),
+		 dcr_format_size(c->headroom, h, sizeof(h)),
+		 dcr_format_size(c->budget, b, sizeof(b)));
+}
+
+static void evict(struct dcr_cache *c, struct slab *keep, uint64_t room);
+
+/*
+ * Before @need bytes are written into slab @keep: cap the budget in
+ * effect to what the file system holds and, if the write would leave
+ * less than the headroom free, evict for it (@keep last). 1 if the file
+ * system holds the whole budget and the headroom more (no incident), 0
+ * if the write may go ahead, -ENOSPC if it would eat into the headroom
+ * all the same (the chunk is then not cached).
+ */
+static int fs_room(struct dcr_cache *c, struct slab *keep, uint64_t need)
+{
+	uint64_t free = 0, cap;
+	bool fits, whole, dead;
+
+	if (fs_space(c, &free, NULL) < 0)
+		return 0; /* cannot tell: the write will say */
+	pthread_mutex_lock(&c->lock);
+	cap = fs_cap(c, free);
+	/* (with a margin, so that an incident does not end and begin again
+	 * at every chunk while the file system is about the budget) */
+	whole = cap >= c->budget + c->headroom;
+	c->limit = DCR_MIN(c->budget, cap);
+	fits = free >= c->headroom + need;
+	pthread_mutex_unlock(&c->lock);
+	if (fits)
+		return whole;
+	say_short(c);
+	evict(c, keep, need);
+	pthread_mutex_lock(&c->lock);
+	dead = keep && keep->dead; /* evicted itself: nothing to write to */
+	pthread_mutex_unlock(&c->lock);
+	if (dead || (fs_space(c, &free, NULL) == 0 &&
+		     free < c->headroom + need))
+		return -ENOSPC;
+	return 0;
+}
+
+int dcr_cache_make_room(struct dcr_cache *c, uint64_t want)
+{
+	uint64_t before, after;
+
+	if (!want)
+		want = c->headroom;
+	pthread_mutex_lock(&c->lock);
+	before = c->bytes;
+	c->limit = DCR_MIN(c->limit, c->bytes);
+	c->limit -= DCR_MIN(c->limit, want);
+	pthread_mutex_unlock(&c->lock);
+	say_short(c);
+	evict(c, NULL, 0);
+	pthread_mutex_lock(&c->lock);
+	after = c->bytes;
+	pthread_mutex_unlock(&c->lock);
+	return after < before ? 0 : -ENOSPC;
+}
+
+int dcr_cache_room_hook(void *cache, uint64_t want)
+{
+	return dcr_cache_make_room(cache, want);
+}
+
 /* ------------------------------------------------------------- open */
 
 /* Count the slabs on disk: allocated bytes and last use of each. */
@@ -591,6 +728,31 @@ static int scan_slabs(struct dcr_cache *c)
 	return ret;
 }
 
+/*
+ * The headroom for the cache's file system and, if it holds less than
+ * the budget, the budget in effect, said once (at mount time).
+ */
+static void open_fit(struct dcr_cache *c)
+{
+	char a[32], b[32], f[32], l[32], h[32];
+	uint64_t free = 0, size = 0;
+
+	if (fs_space(c, &free, &size) < 0)
+		return; /* as if it held the budget: writes will say */
+	c->headroom = DCR_MIN(HEADROOM_MAX, DCR_MAX(HEADROOM_MIN, size / 8));
+	c->limit = DCR_MIN(c->budget, fs_cap(c, free));
+	if (c->limit >= c->budget)
+		return;
+	atomic_store(&c->fs_short, true); /* the incident is said here */
+	dcr_warn("cache %s: cache_size %s is more than its file system holds "
+		 "(%s, %s free): the cache keeps to %s, leaving %s free for "
+		 "the catalog", c->dir, dcr_format_size(c->budget, b, sizeof(b)),
+		 dcr_format_size(size, a, sizeof(a)),
+		 dcr_format_size(free, f, sizeof(f)),
+		 dcr_format_size(c->limit, l, sizeof(l)),
+		 dcr_format_size(c->headroom, h, sizeof(h)));
+}
+
 static int cmp_slab(const void *a, const void *b)
 {
 	const struct slab *x = *(const struct slab *const *)a;
@@ -598,8 +760,6 @@ static int cmp_slab(const void *a, const void *b)
 
 	return cmp_key(x->v, x->file, y);
 }
-
-static void evict(struct dcr_cache *c, struct slab *keep);
 
 int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 {
@@ -613,6 +773,7 @@ int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 	if (!c)
 		return DCR_ERR(-ENOMEM);
 	c->budget = budget ? budget : DCR_CACHE_SIZE_DEFAULT;
+	c->limit = c->budget;
 	c->dir = malloc(strlen(dir) + sizeof("/slabs"));
 	if (!c->dir) {
 		ret = DCR_ERR(-ENOMEM);
@@ -639,7 +800,8 @@ int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->evict_lock, NULL);
 	c->st.bytes = c->bytes;
-	evict(c, NULL);
+	open_fit(c);
+	evict(c, NULL, 0);
 	*out = c;
 	return 0;
 
@@ -898,12 +1060,12 @@ int dcr_cache_open_fd(struct dcr_cache *c, const struct dcr_cache_key *k,
 /* ------------------------------------------------------------ writes */
 
 /*
- * Evict until within the budget: whole slabs, least recently used
- * first, @keep (the slab just written) last. A slab is unlinked, never
- * cut into (see the locking notes): a budget smaller than one file's
- * slab keeps nothing of it, which is said once.
+ * Evict until within the budget in effect with @room bytes to spare:
+ * whole slabs, least recently used first, @keep (the slab written) last.
+ * A slab is unlinked, never cut into (see the locking notes): a budget
+ * smaller than one file's slab keeps nothing of it, which is said once.
  */
-static void evict(struct dcr_cache *c, struct slab *keep)
+static void evict(struct dcr_cache *c, struct slab *keep, uint64_t room)
 {
 	bool progress, over;
 
@@ -912,7 +1074,7 @@ again:
 		return; /* someone else is evicting (and looks again below) */
 	progress = false;
 	pthread_mutex_lock(&c->lock);
-	while (c->bytes > c->budget) {
+	while (c->bytes + room > c->limit) {
 		struct slab *lru = NULL;
 
 		for (size_t k = 0; k < c->n; k++) {
@@ -922,7 +1084,9 @@ again:
 		}
 		if (!lru && keep && !keep->dead) {
 			lru = keep;
-			if (!atomic_exchange(&c->said_small, true))
+			/* (a file system that holds less said so itself) */
+			if (c->limit == c->budget &&
+			    !atomic_exchange(&c->said_small, true))
 				dcr_warn("cache %s: the budget (%" PRIu64
 					 " bytes) is smaller than one file of a "
 					 "version; that file is not kept in "
@@ -941,7 +1105,7 @@ again:
 	 * that the lock is free (every round evicts a slab, or finds none
 	 * to evict and stops). */
 	pthread_mutex_lock(&c->lock);
-	over = c->bytes > c->budget && (progress || c->n > 0);
+	over = c->bytes + room > c->limit && (progress || c->n > 0);
 	pthread_mutex_unlock(&c->lock);
 	if (over)
 		goto again;
@@ -952,20 +1116,28 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 {
 	uint64_t off = k->chunk * (uint64_t)k->chunk_size;
 	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && aligned(data, 0, 0);
+	uint64_t need = alloc_len(k->len);
 	struct slab *s;
 	bool was;
-	int ret, dfd = -1;
+	int ret, dfd = -1, room;
 
 	if (k->len == 0)
 		return 0;
 	s = slab_get(c, k, true, &ret);
 	if (!s && ret == -ESTALE)
 		return ret; /* built for an older index of the version */
+	if (!s && is_full(ret))
+		goto err_full;
 	if (!s)
 		goto err_log;
 	if (k->chunk >= s->nbits) {
 		slab_put(c, s);
 		return DCR_ERR(-EINVAL);
+	}
+	room = fs_room(c, s, need);
+	if (room < 0) {
+		slab_put(c, s);
+		return room; /* not cached: the file system holds no more */
 	}
 	pthread_mutex_lock(&s->wlock);
 	pthread_mutex_lock(&c->lock);
@@ -994,7 +1166,11 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 	if (ret) {
 		punch(c, s, k->chunk);
 		pthread_mutex_unlock(&s->wlock);
+		if (is_full(ret))
+			fs_room(c, s, need); /* for the next chunk */
 		slab_put(c, s);
+		if (is_full(ret))
+			goto err_full;
 		goto err_log;
 	}
 	pthread_mutex_lock(&c->lock);
@@ -1009,9 +1185,15 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 	c->st.inserts++;
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&s->wlock);
-	evict(c, s);
+	if (room == 1)
+		atomic_store(&c->fs_short, false); /* the incident is over */
+	evict(c, s, 0);
 	slab_put(c, s);
 	return 0;
+
+err_full:
+	say_short(c); /* the budget reached, not this chunk's error */
+	return ret;
 
 err_log:
 	dcr_warn("cache: cannot store chunk %" PRIu64 " of slab v%" PRIu64

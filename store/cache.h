@@ -25,10 +25,16 @@
  * Budget: the bytes of all slabs (their allocated size, counted at open
  * and kept up to date) stay within the budget; whole slabs are evicted,
  * least recently used first (a slab's last use is its mtime, updated at
- * most once a minute), and when the slab being filled is the only one
- * left, its lowest chunks are punched out. Eviction never breaks a read:
- * an evicted chunk is simply materialized again by the caller, and an
- * open descriptor keeps reading its (unlinked) slab.
+ * most once a minute), the slab being filled last. Eviction never breaks
+ * a read: an evicted chunk is simply materialized again by the caller,
+ * and an open descriptor keeps reading its (unlinked) slab.
+ *
+ * The file system: slabs never use its last free bytes (the headroom:
+ * an eighth of its size, 256 KiB to 64 MiB), which are the catalog's,
+ * next to them. A file system that holds less than the budget (said once
+ * at open), or that fills up (ENOSPC: said once per incident), is the
+ * budget reached: slabs are evicted to keep the headroom free, and a
+ * chunk that does not fit is simply not cached.
  *
  * Needs a file system with sparse files and SEEK_HOLE (ext4, xfs,
  * btrfs, tmpfs); O_DIRECT is used where it is allowed.
@@ -141,10 +147,25 @@ enum {
  * caller has proven equal to @k's hashes, then evict to the budget. A
  * reader never sees the chunk before the write completed. @flags:
  * DCR_CACHE_PUT_*. 0 or -errno (the chunk is then simply not cached; a
- * partial write is punched out).
+ * partial write is punched out). -ENOSPC: the file system holds no more
+ * (not logged per chunk: see above).
  */
 int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		  const void *data, unsigned flags);
+
+/**
+ * dcr_cache_make_room - the file system is full for someone else (the
+ * catalog): evict slabs, least recently used first, until @want bytes
+ * (0: the headroom) more are free, or none are left. 0 if a slab was
+ * evicted, -ENOSPC if there was nothing to evict.
+ */
+int dcr_cache_make_room(struct dcr_cache *c, uint64_t want);
+
+/**
+ * dcr_cache_room_hook - dcr_cache_make_room of the cache @cache, in the
+ * shape of a catalog's room hook (dcr_catalog_set_room_hook).
+ */
+int dcr_cache_room_hook(void *cache, uint64_t want);
 
 /**
  * dcr_cache_drop_version - version @v's slabs no longer hold its chunks

@@ -319,14 +319,16 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		ret = DCR_ERR(-ENAMETOOLONG);
 		goto err_close;
 	}
-	ret = dcr_catalog_open(path, url, &r->cat);
-	if (ret)
-		goto err_close;
-	r->max_trees = opts->max_trees;
+	/* The cache first: it leaves the catalog room on a full disk. */
 	r->cache_budget = opts->cache_size ? opts->cache_size : DCR_CACHE_SIZE_DEFAULT;
 	ret = dcr_cache_open(r->dir, opts->cache_size, &r->cache);
 	if (ret)
 		goto err_close;
+	ret = dcr_catalog_open(path, url, &r->cat);
+	if (ret)
+		goto err_close;
+	dcr_catalog_set_room_hook(r->cat, dcr_cache_room_hook, r->cache);
+	r->max_trees = opts->max_trees;
 	ret = load_catalog(r);
 	if (ret)
 		goto err_close;

@@ -345,6 +345,38 @@ static void sleep_ms(long ms)
  * exceeds it, that slab too (a slab is never cut into: readers of its
  * proven chunks must never see a hole).
  */
+/* Room asked for by the catalog: the least recently used slabs go, and
+ * once there is nothing left to evict it says so; the next put, on a
+ * file system with room, is within the whole budget again. */
+static void test_make_room(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	struct dcr_cache_stats st;
+
+	open_cache(f, 10 * CS);
+	for (uint64_t v = 1; v < 4; v++) {
+		put(f, v, 0, 0);
+		sleep_ms(20);
+	}
+	assert_int_equal(dcr_cache_make_room(f->cache, CS), 0);
+	assert_int_equal(get(f, 1, 0, buf), -ENOENT);
+	assert_int_equal(get(f, 2, 0, buf), 0);
+	assert_int_equal(get(f, 3, 0, buf), 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 2 * CS);
+	assert_int_equal(dcr_cache_room_hook(f->cache, 2 * CS), 0);
+	assert_int_equal(dcr_cache_make_room(f->cache, CS), -ENOSPC);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 0);
+	for (uint64_t i = 0; i < 3; i++)
+		put(f, 1, i, 0);
+	put(f, 2, 0, 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 4 * CS);
+	free(buf);
+}
+
 static void test_eviction(void **state)
 {
 	struct fixture *f = *state;
@@ -484,6 +516,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_content_refused,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_make_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drop_version, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_slab_removed, setup,
