@@ -89,14 +89,59 @@ static mode_t shown_perm(uint32_t mode)
 	return (mode_t)(mode & 07777 & ~(mode_t)(0222 | S_ISUID | S_ISGID));
 }
 
-/* Version @v's tree, held until version_put (the reader may unload
- * the trees nobody holds). */
+/* Log once per version that it cannot be shown (tree @tree, @n
+ * entries); the next version that cannot is logged again. */
+static void version_overflow(uint64_t v, uint32_t tree, uint32_t n)
+{
+	static _Atomic uint64_t logged;
+
+	if (atomic_exchange(&logged, v) == v)
+		return;
+	if (tree > DCRFS_TREE_MAX)
+		dcr_err("v%" PRIu64 " changed in the store more than %u times "
+			"while mounted: it is not served until a remount "
+			"(EOVERFLOW)", v, (unsigned)DCRFS_TREE_MAX);
+	else
+		dcr_err("v%" PRIu64 " has %" PRIu32 " entries, more than the "
+			"%u a mount can show: it is not served (EOVERFLOW)",
+			v, n, (unsigned)DCRFS_IDX_MAX + 1);
+}
+
 int version_get(struct dcrfs *fs, uint64_t v,
 		const struct dcr_version_info **vi)
 {
+	int ret;
+
 	if (v == 0 || v > DCR_VERSION_MAX)
 		return -ENOENT;
-	return dcr_reader_version(fs->r, v, vi);
+	ret = dcr_reader_version(fs->r, v, vi);
+	if (ret < 0)
+		return ret;
+	/* Inode numbers carry the tree and the entry index (fs.h): one
+	 * that does not fit would name another tree's inode. */
+	if ((*vi)->tree > DCRFS_TREE_MAX ||
+	    (*vi)->nentries > DCRFS_IDX_MAX + 1) {
+		version_overflow(v, (*vi)->tree, (*vi)->nentries);
+		version_put(fs, *vi);
+		*vi = NULL;
+		return -EOVERFLOW;
+	}
+	return 0;
+}
+
+int version_get_tree(struct dcrfs *fs, uint64_t v, uint32_t tree,
+		     const struct dcr_version_info **vi)
+{
+	int ret = version_get(fs, v, vi);
+
+	if (ret == 0 && (*vi)->tree != tree) {
+		/* An inode of a tree the version no longer has (changed in
+		 * the store): never answered from the new one. */
+		version_put(fs, *vi);
+		*vi = NULL;
+		return -ESTALE;
+	}
+	return ret;
 }
 
 void version_put(struct dcrfs *fs, const struct dcr_version_info *vi)
@@ -108,27 +153,26 @@ void version_put(struct dcrfs *fs, const struct dcr_version_info *vi)
 static const struct dcr_entry *entry_get(const struct dcr_version_info *vi,
 					 uint32_t idx)
 {
-	if (idx >= vi->nentries || idx > DCRFS_IDX_MAX)
+	if (idx >= vi->nentries)
 		return NULL;
 	return &vi->entries[idx];
 }
 
-/* The type of entry @idx of version @v into @type: 0, -ENOENT, or the
- * reader's error. */
-static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t idx,
-			   uint8_t *type, uint32_t *tree)
+/* The type of entry @idx of tree @tree of version @v into @type: 0,
+ * -ENOENT, -ESTALE (the version has another tree now), or the reader's
+ * error. */
+static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t tree,
+			   uint32_t idx, uint8_t *type)
 {
 	const struct dcr_version_info *vi;
 	const struct dcr_entry *e;
-	int ret = version_get(fs, v, &vi);
+	int ret = version_get_tree(fs, v, tree, &vi);
 
 	if (ret < 0)
 		return ret;
 	e = entry_get(vi, idx);
 	if (e)
 		*type = e->type;
-	if (tree)
-		*tree = vi->tree;
 	version_put(fs, vi);
 	return e ? 0 : -ENOENT;
 }
@@ -138,7 +182,7 @@ static void entry_stat(const struct dcrfs *fs,
 		       struct stat *st)
 {
 	const struct dcr_entry *e = &vi->entries[idx];
-	fuse_ino_t ino = dcrfs_ino_make(vi->version, idx);
+	fuse_ino_t ino = dcrfs_ino_make(vi->version, vi->tree, idx);
 
 	if (e->type == DCR_FT_DIR) {
 		nlink_t nlink = 2;
@@ -344,9 +388,8 @@ static int tag_stat(struct dcrfs *fs, fuse_ino_t ino, const char *name,
 
 /*
  * @gen: the tree of a version's entry (dcr_version_info.tree), else 0.
- * A version re-indexed with other content keeps its inode numbers; the
- * new generation makes the kernel drop the old inode (its open files
- * then fail) instead of caching the new tree's pages under it.
+ * The inode number carries the tree already (fs.h); the generation says
+ * it again for whoever looks at it (file handles).
  */
 static void reply_entry(fuse_req_t req, const struct stat *st, double ttl,
 			uint64_t gen)
@@ -523,7 +566,7 @@ static void version_lookup_in(fuse_req_t req, struct dcrfs *fs,
 		return;
 	}
 	c = find_child(vi, dir, name);
-	if (c == NO_ENTRY || c > DCRFS_IDX_MAX) {
+	if (c == NO_ENTRY) {
 		/* Immutable: let the kernel cache the miss too. */
 		memset(&e, 0, sizeof(e));
 		e.ino = 0;
@@ -536,10 +579,10 @@ static void version_lookup_in(fuse_req_t req, struct dcrfs *fs,
 }
 
 static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
-			   uint32_t dir, const char *name)
+			   uint32_t tree, uint32_t dir, const char *name)
 {
 	const struct dcr_version_info *vi;
-	int ret = version_get(fs, v, &vi);
+	int ret = version_get_tree(fs, v, tree, &vi);
 
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
@@ -554,7 +597,7 @@ static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 {
 	struct dcrfs *fs = fs_of(req);
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 
 	if (parent == DCRFS_INO_ROOT)
 		root_lookup(req, fs, name);
@@ -562,8 +605,8 @@ static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 		tags_lookup(req, fs, name);
 	else if (parent == DCRFS_INO_STATUS_DIR)
 		status_lookup(req, fs, name);
-	else if (dcrfs_ino_split(parent, &v, &idx))
-		version_lookup(req, fs, v, idx, name);
+	else if (dcrfs_ino_split(parent, &v, &tree, &idx))
+		version_lookup(req, fs, v, tree, idx, name);
 	else
 		fuse_reply_err(req, ENOTDIR);
 }
@@ -589,7 +632,7 @@ static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 	const struct dcr_version_info *vi;
 	char name[256];
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	*ttl = DCRFS_TTL_MUTABLE;
@@ -605,8 +648,8 @@ static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 		*ttl = 0.0;
 		return status_stat(fs, ino, st);
 	}
-	if (dcrfs_ino_split(ino, &v, &idx)) {
-		ret = version_get(fs, v, &vi);
+	if (dcrfs_ino_split(ino, &v, &tree, &idx)) {
+		ret = version_get_tree(fs, v, tree, &vi);
 		if (ret < 0)
 			return ret;
 		ret = entry_get(vi, idx) ? 0 : -ENOENT;
@@ -899,8 +942,7 @@ static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
 			return -EINVAL;
 		c = vi->entries[prev].next_sibling;
 	}
-	for (; c < vi->nentries && c <= DCRFS_IDX_MAX;
-	     c = vi->entries[c].next_sibling) {
+	for (; c < vi->nentries; c = vi->entries[c].next_sibling) {
 		entry_stat(fs, vi, c, &st);
 		if (dirbuf_add_gen(db, vi->entries[c].name, &st,
 				   DCRFS_TTL_IMMUTABLE, (off_t)c + 3, vi->tree))
@@ -910,10 +952,10 @@ static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
 }
 
 static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
-			   uint32_t dir, off_t off)
+			   uint32_t tree, uint32_t dir, off_t off)
 {
 	const struct dcr_version_info *vi;
-	int ret = version_get(fs, v, &vi);
+	int ret = version_get_tree(fs, v, tree, &vi);
 
 	if (ret < 0)
 		return ret;
@@ -928,7 +970,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	struct dcrfs *fs = fs_of(req);
 	struct dirbuf db;
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	if (off < 0) {
@@ -950,8 +992,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		ret = tags_readdir(&db, fs, off);
 	else if (ino == DCRFS_INO_STATUS_DIR)
 		ret = status_readdir(&db, fs, off);
-	else if (dcrfs_ino_split(ino, &v, &idx))
-		ret = version_readdir(&db, fs, v, idx, off);
+	else if (dcrfs_ino_split(ino, &v, &tree, &idx))
+		ret = version_readdir(&db, fs, v, tree, idx, off);
 	else
 		ret = -ENOTDIR;
 	if (ret < 0)
@@ -967,7 +1009,7 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 	struct dcrfs *fs = fs_of(req);
 	uint8_t type;
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
@@ -979,11 +1021,11 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_open(req, fi);
 		return;
 	}
-	if (!dcrfs_ino_split(ino, &v, &idx)) {
+	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	ret = tree_entry_type(fs, v, idx, &type, NULL);
+	ret = tree_entry_type(fs, v, tree, idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1062,10 +1104,9 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	uint32_t tree = 0;
 	uint8_t type;
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -1076,12 +1117,17 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		status_open(req, fs, ino, fi);
 		return;
 	}
-	if (!dcrfs_ino_split(ino, &v, &idx)) {
+	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
 				    ino == DCRFS_INO_STATUS_DIR ? EISDIR : ELOOP);
 		return;
 	}
-	ret = tree_entry_type(fs, v, idx, &type, &tree);
+	/* The tree of the inode opened (its number carries it, fs.h), not
+	 * the version's current one: an inode the kernel kept from a tree
+	 * that changed in the store (its pages too, keep_cache) fails
+	 * ESTALE here, and its reads below, instead of mixing in the new
+	 * tree's bytes. */
+	ret = tree_entry_type(fs, v, tree, idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1090,10 +1136,6 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	/* Reads stay on this tree: a version re-indexed with other content
-	 * (changed in the store) fails them (ESTALE) instead of reading
-	 * whatever file has this index in the new tree. */
-	fi->fh = tree;
 	/* Immutable: pages survive close and reopen; never direct_io. */
 	fi->keep_cache = 1;
 	fi->noflush = 1;
@@ -1201,7 +1243,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 {
 	struct dcrfs *fs = fs_of(req);
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	ssize_t n;
 	void *buf;
 
@@ -1209,7 +1251,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		status_read(req, size, off, fi);
 		return;
 	}
-	if (!dcrfs_ino_split(ino, &v, &idx)) {
+	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -1222,7 +1264,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
-	if (fs->splice && reply_spliced(req, fs, v, (uint32_t)fi->fh, idx, off, size))
+	if (fs->splice && reply_spliced(req, fs, v, tree, idx, off, size))
 		return;
 	buf = dcr_thread_buf(DCR_TBUF_REPLY,
 			     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
@@ -1230,7 +1272,8 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = dcr_reader_read_tree(fs->r, v, (uint32_t)fi->fh, idx, (uint64_t)off,
+	/* Of the inode's tree: -ESTALE once the version has another. */
+	n = dcr_reader_read_tree(fs->r, v, tree, idx, (uint64_t)off,
 				 buf, size);
 	if (n < 0) {
 		atomic_fetch_add_explicit(&fs->stats.read_errors, 1, memory_order_relaxed);

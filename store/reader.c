@@ -600,11 +600,11 @@ ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	return n;
 }
 
-ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			    uint64_t off, void *dst, size_t len)
+ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			    uint32_t idx, uint64_t off, void *dst, size_t len)
 {
 	read_enter(r);
-	ssize_t n = read_impl(r, v, -1, idx, off, dst, len, true);
+	ssize_t n = read_impl(r, v, tree, idx, off, dst, len, true);
 	read_leave(r);
 	return n;
 }

@@ -131,8 +131,10 @@ struct rver {
 	 * time v is re-indexed (reader_replace_version). Keys the chunk
 	 * reference blocks and the cache (dcr_cache_key.gen). Immutable. */
 	uint32_t gen;
-	/* dcr_version_info.tree: gen when indexed with this content, kept
-	 * by a re-encoding replace. Immutable. */
+	/* dcr_version_info.tree: 0 when v is first indexed, one more than
+	 * the tree it replaces (or than the newest tree of v on the
+	 * graveyard) when indexed with other content, kept by a re-encoding
+	 * replace. Immutable. */
 	uint32_t tree;
 	/* Replaced or dropped: no longer in vers but on the graveyard
 	 * (kept until close, so pointers stay valid); its reference
