@@ -127,17 +127,6 @@ enum dcrfs_prefetch {
 #define DCRFS_PREFETCH_BLOCK (8u << 20)
 
 /**
- * Most cache files one spliced read reply is assembled from: a 1 MiB
- * read of 64 KiB chunks; reads spanning more are copied. libfuse 3.14
- * sends a vector of fd buffers whole, provided the vector really has
- * room for them (reply_spliced allocates it): a bufvec embedded in a
- * larger struct and written past its declared buf[1] is undefined
- * behaviour, which optimised builds turned into replies holding only
- * the first buffer (a short read, taken for end of file).
- */
-#define DCRFS_SPLICE_SEGS 16
-
-/**
  * struct dcrfs - the state of one mount, the session's userdata.
  * Filled by main.c before the session loop starts; the option fields
  * are read-only afterwards. Locks protect the rest as noted.
@@ -153,11 +142,7 @@ struct dcrfs {
 	enum dcrfs_prefetch prefetch;
 	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
 	unsigned int max_read;         /* -o max_read=N, 0 if not given */
-	int no_splice;                 /* -o nosplice: always copy replies */
 	int prefetch_pagecache;        /* -o prefetch_pagecache */
-
-	/* set once in init: replies are spliced from cache files */
-	int splice;
 
 	uid_t uid;                     /* owner shown for every inode */
 	gid_t gid;

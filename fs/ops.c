@@ -1143,101 +1143,6 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
-/*
- * A struct fuse_bufvec for @n buffers. Its buf[] is declared with one
- * element, so a vector of more must be allocated with room for the rest
- * (indexing past buf[0] of a bufvec embedded in a larger object is
- * undefined: UBSan aborts on it, and optimised builds sent only the
- * first buffer). One buffer uses @one; more are malloc'ed (free with
- * bufvec_put). NULL when out of memory.
- */
-static struct fuse_bufvec *bufvec_get(struct fuse_bufvec *one, size_t n)
-{
-	struct fuse_bufvec *bv = one;
-
-	if (n > 1) {
-		bv = malloc(sizeof(*bv) + (n - 1) * sizeof(bv->buf[0]));
-		if (!bv)
-			return NULL;
-	}
-	memset(bv, 0, sizeof(*bv) + (n - 1) * sizeof(bv->buf[0]));
-	bv->count = n;
-	return bv;
-}
-
-static void bufvec_put(struct fuse_bufvec *one, struct fuse_bufvec *bv)
-{
-	if (bv != one)
-		free(bv);
-}
-
-static void segs_close(const struct dcr_read_seg *segs, ssize_t n)
-{
-	for (ssize_t i = 0; i < n; i++)
-		close(segs[i].fd);
-}
-
-/*
- * Reply to a read whose chunks are all cached by splicing them from the
- * cache files (one copy, page cache to page cache, instead of two). 1 if
- * the request was answered, 0 if the caller must take the copy path (a
- * chunk is not cached yet, the read spans more than DCRFS_SPLICE_SEGS
- * cache files, or splicing is not possible).
- */
-static int reply_spliced(fuse_req_t req, struct dcrfs *fs, uint64_t v,
-			 uint32_t tree, uint32_t idx, off_t off, size_t size)
-{
-	struct dcr_read_seg segs[DCRFS_SPLICE_SEGS];
-	struct fuse_bufvec one, *bv;
-	size_t nbytes;
-	ssize_t n = dcr_reader_read_fd_tree(fs->r, v, tree, idx, (uint64_t)off,
-					    size, segs, DCRFS_SPLICE_SEGS,
-					    &nbytes);
-
-	if (n == -ENOENT)
-		return 0;
-	if (n < 0) {
-		fuse_reply_err(req, (int)-n);
-		return 1;
-	}
-	if (n == 0) {
-		fuse_reply_buf(req, NULL, 0);
-		return 1;
-	}
-	/*
-	 * libfuse splices without blocking: a page that must come from the
-	 * disk first makes it fall back to a slow copy (a fresh buffer per
-	 * reply). Such reads take our copy path, which reads it in.
-	 */
-	for (ssize_t i = 0; i < n; i++) {
-		int res = dcr_resident(segs[i].fd, segs[i].off, segs[i].len);
-
-		if (res == 1)
-			continue;
-		if (res < 0)
-			fs->splice = 0; /* cannot tell: stop splicing */
-		segs_close(segs, n);
-		return 0;
-	}
-	bv = bufvec_get(&one, (size_t)n);
-	if (!bv) {
-		segs_close(segs, n);
-		return 0; /* the copy path answers (or fails) instead */
-	}
-	for (ssize_t i = 0; i < n; i++) {
-		struct fuse_buf *fb = &bv->buf[i];
-
-		fb->size = segs[i].len;
-		fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-		fb->fd = segs[i].fd;
-		fb->pos = (off_t)segs[i].off;
-	}
-	fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
-	bufvec_put(&one, bv);
-	segs_close(segs, n);
-	return 1;
-}
-
 static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			  off_t off, struct fuse_file_info *fi)
 {
@@ -1264,8 +1169,9 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
-	if (fs->splice && reply_spliced(req, fs, v, tree, idx, off, size))
-		return;
+	/* Copied, never spliced from a cache file: the reader checks every
+	 * chunk it reads from one against the manifest (a byte may rot on
+	 * disk after the chunk's first use), which a splice would skip. */
 	buf = dcr_thread_buf(DCR_TBUF_REPLY,
 			     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
 	if (!buf) {
@@ -1440,26 +1346,6 @@ static void dcrfs_ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 
 /* ------------------------------------------------------------ session */
 
-/*
- * Can this process grow a pipe to hold a whole 1 MiB reply? libfuse
- * splices a reply only through a pipe that holds all of it (header and
- * data: 2 MiB once rounded), which is beyond the default
- * /proc/sys/fs/pipe-max-size (1 MiB) unless we have CAP_SYS_RESOURCE;
- * otherwise it falls back to a copy that is far slower than ours.
- */
-static int pipe_can_hold_reply(void)
-{
-	int p[2], ok;
-
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return 0;
-	ok = fcntl(p[0], F_SETPIPE_SZ, 2 * DCRFS_READ_MAX) >=
-	     (int)(DCRFS_READ_MAX + 16 * 4096);
-	close(p[0]);
-	close(p[1]);
-	return ok;
-}
-
 static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct dcrfs *fs = userdata;
@@ -1482,14 +1368,6 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	/* /latest moves: its target must not be cached. */
 	conn->want &= ~FUSE_CAP_CACHE_SYMLINKS;
-	/* Replies from cache files: splice them (see reply_spliced). */
-	fs->splice = !fs->no_splice &&
-		     (conn->capable & FUSE_CAP_SPLICE_WRITE) &&
-		     pipe_can_hold_reply();
-	if (fs->splice)
-		conn->want |= FUSE_CAP_SPLICE_WRITE;
-	dcr_debug("replies from the cache: %s",
-		  fs->splice ? "spliced" : "copied");
 }
 
 const struct fuse_lowlevel_ops dcrfs_ll_ops = {

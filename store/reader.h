@@ -205,38 +205,10 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
  * dcr_version_info.tree had when the caller looked the file up, e.g. at
  * open): -ESTALE if version @v has been re-indexed with other content
  * since, so that an entry index of the old tree never reads a file of
- * the new one. dcr_reader_read_fd_tree likewise.
+ * the new one.
  */
 ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			     uint32_t idx, uint64_t off, void *dst, size_t len);
-
-/** One piece of a zero-copy read: @len bytes at @off of the open @fd. */
-struct dcr_read_seg {
-	int fd;
-	uint64_t off;
-	size_t len;
-};
-
-/**
- * dcr_reader_read_fd - the zero-copy variant of dcr_reader_read, for
- * replies spliced from the cache: when every chunk of [off, off+len) of
- * entry @idx of version @v is cached (and verified, see cache.h), fill
- * @segs (at most @max) with the open cache files and the ranges to send
- * from them, in order, and *@nbytes with the total (short only at end of
- * file). Returns the number of segments (the caller closes every fd),
- * 0 at or past end of file, -ENOENT when some chunk is not cached or
- * the range needs more than @max segments (nothing is left open: call
- * dcr_reader_read, which materializes), or -errno as dcr_reader_read for
- * an unknown version or entry or a directory. Counts as a read for the
- * sequential read-ahead. Thread-safe.
- */
-ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			   uint64_t off, size_t len, struct dcr_read_seg *segs,
-			   size_t max, size_t *nbytes);
-ssize_t dcr_reader_read_fd_tree(struct dcr_reader *r, uint64_t v,
-				uint32_t tree, uint32_t idx, uint64_t off,
-				size_t len, struct dcr_read_seg *segs,
-				size_t max, size_t *nbytes);
 
 /**
  * dcr_reader_prefetch - dcr_reader_read_tree for a prefetcher: the chunks
