@@ -18,13 +18,14 @@
  * reader sees half a chunk; a chunk that a crash tore is allocated but
  * fails its check on first use and is punched out.
  *
- * A proven chunk is never punched out or rewritten with other bytes, so
- * a reader that found it proven (and a descriptor handed out to splice
- * it) reads it whole after the lock is dropped: the budget evicts whole
- * slabs (unlinked, their open descriptors still read), and a chunk is
- * punched only when it failed its check, under its slab's @wlock, which
- * every write of a chunk holds too, and only if no write proved it
- * meanwhile.
+ * A proven chunk is never rewritten with other bytes: the budget evicts
+ * whole slabs (unlinked, their open descriptors still read), and a
+ * chunk is punched only when it failed its check, under its slab's
+ * @wlock, which every write of a chunk holds too, and only if it still
+ * fails under it. Every copy out of a slab is checked, proven or not
+ * (a byte may rot on disk after its first use), so a reader racing a
+ * punch reads zeros that fail the check, a miss. A descriptor of
+ * dcr_cache_open_fd reads what the disk holds: its user checks it.
  */
 #include "config.h"
 
@@ -535,8 +536,8 @@ static int slab_dfd(struct dcr_cache *c, struct slab *s)
 }
 
 /*
- * Punch out chunk @i of @s after a failed check or write. Caller holds
- * @s->wlock, and the chunk is not proven (see the locking notes).
+ * Punch out chunk @i of @s after a failed check or write (it is no
+ * longer proven). Caller holds @s->wlock (see the locking notes).
  */
 static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 {
@@ -979,29 +980,31 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 			ret = -errno;
 		else
 			*pos = k->chunk * s->cs;
-	} else if (!proven) {
+	} else if (!proven || how == GET_COPY) {
+		/* Every copy out of a slab is checked, proven or not: a byte
+		 * may rot on disk after the chunk's first use. */
 		ret = verify_read(c, s, k, off, dst, n, how == GET_CHECK);
-		if (ret == 0) {
+		if (ret == 0 && !proven) {
 			pthread_mutex_lock(&c->lock);
 			bit_set(s->proven, k->chunk, true);
 			pthread_mutex_unlock(&c->lock);
 			ret = 1;
 		}
-	} else if (n) {
-		ret = pread_lean(c, s, dst, n, k->chunk * s->cs + off, false);
-		if (ret == -EIO || ret == -ENODATA)
-			ret = -EBADMSG; /* cut short behind our back */
 	}
 	if (ret == -EBADMSG) {
 		char path[PATH_MAX];
 		bool rewritten;
 
-		/* A write may have proven it while we read: then what we
-		 * read was that write in progress, not damage. */
+		/* A write may have stored the chunk while we read (writes
+		 * hold wlock): then what we read was that write in
+		 * progress, not damage, and it reads right now. Another
+		 * reader may have punched it already (no longer present). */
 		pthread_mutex_lock(&s->wlock);
 		pthread_mutex_lock(&c->lock);
-		rewritten = bit(s->proven, s->nbits, k->chunk);
+		rewritten = !bit(s->present, s->nbits, k->chunk);
 		pthread_mutex_unlock(&c->lock);
+		if (!rewritten)
+			rewritten = verify_read(c, s, k, 0, NULL, 0, false) == 0;
 		if (!rewritten)
 			punch(c, s, k->chunk);
 		pthread_mutex_unlock(&s->wlock);

@@ -13,14 +13,16 @@
  * allocated in it (SEEK_DATA/SEEK_HOLE, read once per slab and mount);
  * what was cut short by a crash is caught by the check below.
  *
- * Every chunk is proven the first time this cache instance (that is, a
- * mount) uses it, whatever the file's inode or times say: read whole and
- * checked against the value the caller's manifest gives (its XXH3-128
- * for format 2, its SHA-256 for format 1). A chunk that fails (bit rot,
- * a torn write, a store recreated under the same cache directory) has
- * its range punched out, is reported as a miss and is fetched again: a
- * rotten byte is never served. Chunks this instance wrote or proved are
- * remembered (one bit per chunk of every slab in use).
+ * Every chunk copied out of a slab (dcr_cache_read) is read whole and
+ * checked, every time, whatever the file's inode or times say, against
+ * the value the caller's manifest gives (its XXH3-128 for format 2, its
+ * SHA-256 for format 1): a byte may rot on disk after the chunk's first
+ * use. A chunk that fails (bit rot, a torn write, a store recreated
+ * under the same cache directory) has its range punched out, is
+ * reported as a miss (one warning naming the slab and the chunk) and is
+ * fetched again: a rotten byte is never served. Chunks this instance
+ * wrote or proved are remembered (one bit per chunk of every slab in
+ * use) for dcr_cache_check and dcr_cache_open_fd.
  *
  * Budget: the bytes of all slabs (their allocated size, counted at open
  * and kept up to date) stay within the budget; whole slabs are evicted,
@@ -91,11 +93,12 @@ void dcr_cache_close(struct dcr_cache *c);
 
 /**
  * dcr_cache_read - copy bytes [@off, @off+@n) of the cached chunk @k
- * into @dst. Returns 0 on a hit, -ENOENT on a miss (including a chunk
- * that failed its check, which is punched out), or another -errno on a
- * local I/O error. A whole chunk read into a DCR_CACHE_ALIGN-aligned
- * @dst is copied from the page cache if it is there, and else read
- * around it (O_DIRECT) where allowed.
+ * into @dst, after reading the whole chunk and checking it (at every
+ * call). Returns 0 on a hit, -ENOENT on a miss (including a chunk that
+ * failed its check, which is punched out), or another -errno on a local
+ * I/O error. A whole chunk read into a DCR_CACHE_ALIGN-aligned @dst is
+ * copied from the page cache if it is there, and else read around it
+ * (O_DIRECT) where allowed.
  */
 int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
 		   uint32_t off, void *dst, size_t n);
@@ -115,7 +118,10 @@ int dcr_cache_check(struct dcr_cache *c, const struct dcr_cache_key *k);
  * dcr_cache_open_fd - a descriptor of the slab that holds chunk @k, if
  * this instance has already proven the chunk (written it, or read it
  * through dcr_cache_read or dcr_cache_check), and in *@pos the chunk's
- * offset in it. For zero-copy replies (splice). Returns the descriptor
+ * offset in it. For zero-copy use (passthrough). What the descriptor
+ * reads is not checked: the disk may have changed under the proof, and
+ * a chunk that fails a later check is punched out; its user must check
+ * what it hands on. Returns the descriptor
  * (the caller closes it; the slab may be evicted meanwhile, the open
  * file stays readable), -EAGAIN if the chunk is there but not proven
  * yet (read it with dcr_cache_read, which proves it in the caller's

@@ -28,8 +28,8 @@
  * background threads materialize into the cache in the background, so a
  * cold sequential reader keeps several GETs in flight.
  *
- * This file is the facade: open/close, the reads (dcr_reader_read and
- * the zero-copy dcr_reader_read_fd) and sync. The work is in
+ * This file is the facade: open/close, the reads (dcr_reader_read,
+ * _read_tree, _prefetch) and sync. The work is in
  * rversions.c (versions, refresh, tags), rchunks.c (references,
  * buffers, hot chunks, single-flight), rmaterialize.c (chains and
  * batches) and rqueues.c (write-behind, read-ahead decode, read-ahead);
@@ -602,116 +602,13 @@ ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	return n;
 }
 
-ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			    uint64_t off, void *dst, size_t len)
+ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			    uint32_t idx, uint64_t off, void *dst, size_t len)
 {
 	read_enter(r);
-	ssize_t n = read_impl(r, v, -1, idx, off, dst, len, true);
+	ssize_t n = read_impl(r, v, tree, idx, off, dst, len, true);
 	read_leave(r);
 	return n;
-}
-
-/* ------------------------------------------------ zero-copy reads (fs/)
- * dcr_reader_read_fd: owned by the read-path performance work (issue 5),
- * kept in this separate block so it stays out of the way of the fetch
- * path above. It only ever serves chunks the cache already holds; any
- * miss sends the caller back to dcr_reader_read, which materializes.
- */
-static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes);
-static ssize_t read_fd_tree(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes);
-
-ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			   uint64_t off, size_t len, struct dcr_read_seg *segs,
-			   size_t max, size_t *nbytes)
-{
-	return read_fd_tree(r, v, -1, idx, off, len, segs, max, nbytes);
-}
-
-ssize_t dcr_reader_read_fd_tree(struct dcr_reader *r, uint64_t v,
-				uint32_t tree, uint32_t idx, uint64_t off,
-				size_t len, struct dcr_read_seg *segs,
-				size_t max, size_t *nbytes)
-{
-	return read_fd_tree(r, v, tree, idx, off, len, segs, max, nbytes);
-}
-
-static ssize_t read_fd_tree(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes)
-{
-	read_enter(r);
-	ssize_t n = read_fd_impl(r, v, tree, idx, off, len, segs, max, nbytes);
-	read_leave(r);
-	if (n >= 0) { /* a miss (-ENOENT) is counted by the read that follows */
-		STAT_ADD(r, reads, 1);
-		STAT_ADD(r, bytes_read, *nbytes);
-	}
-	return n;
-}
-
-static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes)
-{
-	struct rver *rv;
-	uint64_t size = 0, end = 0, pos;
-	size_t nseg = 0;
-	uint32_t cs;
-	int ret;
-
-	*nbytes = 0;
-	ret = read_range(r, v, tree, idx, off, len, false, &rv, &size, &end);
-	if (ret <= 0)
-		return ret;
-	cs = rv->chunk_size;
-
-	for (pos = off; pos < end;) {
-		uint64_t i = dcr_chunk_index(pos, cs);
-		struct dcr_catalog_chunk ref;
-		struct dcr_cache_key k;
-		uint32_t clen = dcr_chunk_len(size, cs, i);
-		uint32_t coff = (uint32_t)(pos - i * cs);
-		size_t n = (size_t)DCR_MIN(end - pos, (uint64_t)clen - coff);
-		uint64_t slab_off;
-		int fd;
-
-		if (nseg == max) {
-			ret = -ENOENT; /* too fragmented: take the copy path */
-			goto err_close;
-		}
-		/* Any trouble: -ENOENT, and dcr_reader_read does it right
-		 * (materializes, or fails with its one log line). */
-		ret = -ENOENT;
-		/* A chunk that is hot but not written yet misses here; one
-		 * written around the page cache is not resident, and the
-		 * caller copies it (from memory) instead of splicing. */
-		if (ref_get(r, rv, idx - 1, i, &ref) != 0)
-			goto err_close;
-		cache_key(&k, rv, idx - 1, i, &ref);
-		fd = dcr_cache_open_fd(r->cache, &k, &slab_off);
-		if (fd < 0)
-			goto err_close;
-		segs[nseg].fd = fd;
-		segs[nseg].off = slab_off + coff;
-		segs[nseg].len = n;
-		nseg++;
-		pos += n;
-	}
-	*nbytes = (size_t)(end - off);
-	return (ssize_t)nseg;
-
-err_close:
-	while (nseg)
-		close(segs[--nseg].fd);
-	return ret;
 }
 
 /* -------------------------------------------------------- statistics */
