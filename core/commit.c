@@ -32,6 +32,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "chunk.h"
@@ -56,6 +57,7 @@
 
 struct scan {
 	const char *root;
+	size_t root_len;
 	struct dcr_commit_source *src;
 	size_t n, cap;
 };
@@ -78,12 +80,15 @@ static int scan_add(struct scan *s, const char *rel, const struct stat *sb)
 	c->mode = sb->st_mode & 07777;
 	c->size = c->dir ? 0 : (uint64_t)sb->st_size;
 	c->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+	c->dev = (uint64_t)sb->st_dev;
+	c->ino = (uint64_t)sb->st_ino;
 	if (!(c->path = strdup(rel)))
 		return DCR_ERR(-ENOMEM);
 	if (!c->dir && asprintf((char **)&c->file, "%s/%s", s->root, rel) < 0) {
 		free((char *)c->path);
 		return DCR_ERR(-ENOMEM);
 	}
+	c->root_len = c->dir ? 0 : s->root_len;
 	s->n++;
 	return 0;
 }
@@ -110,16 +115,30 @@ static const char *ftype_name(mode_t m)
 	return "not a regular file or directory";
 }
 
-static int scan_dir(struct scan *s, const char *rel)
+/* Whether @sb is the object @dev/@ino (what the scan saw). */
+static bool same_object(const struct stat *sb, uint64_t dev, uint64_t ino)
+{
+	return (uint64_t)sb->st_dev == dev && (uint64_t)sb->st_ino == ino;
+}
+
+/*
+ * List the directory @dfd (owned: closed here), @rel below the root,
+ * and everything below it. Subdirectories are opened from their parent's
+ * fd without following a symlink and must be what fstatat saw, so that
+ * a directory swapped for a symlink while the tree is scanned lists
+ * nothing outside the tree.
+ */
+static int scan_dir(struct scan *s, int dfd, const char *rel)
 {
 	char path[PATH_MAX];
 	int ret = 0;
 
 	snprintf(path, sizeof(path), "%s%s%s", s->root, *rel ? "/" : "", rel);
-	DIR *d = opendir(path);
+	DIR *d = fdopendir(dfd);
 	if (!d) {
 		ret = DCR_ERR(-errno);
 		dcr_err("%s: %s", path, dcr_strerror(ret));
+		close(dfd);
 		return ret;
 	}
 	struct dirent *de;
@@ -150,13 +169,27 @@ static int scan_dir(struct scan *s, const char *rel)
 		}
 		if ((ret = scan_add(s, child, &sb)))
 			break;
-		if (S_ISDIR(sb.st_mode) && (ret = scan_dir(s, child)))
+		if (!S_ISDIR(sb.st_mode))
+			continue;
+		int cfd = dcr_openat_beneath(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
+		struct stat csb;
+		if (cfd >= 0 && (fstat(cfd, &csb) < 0 || !same_object(&csb, sb.st_dev, sb.st_ino))) {
+			close(cfd);
+			cfd = DCR_ERR(-EAGAIN);
+		}
+		if (cfd < 0) {
+			ret = cfd == -ELOOP || cfd == -ENOTDIR ? DCR_ERR(-EAGAIN) : cfd;
+			dcr_err("%s/%s changed while it was being committed (%s)", path,
+				de->d_name, ret == -EAGAIN ? "no longer the directory listed" :
+				dcr_strerror(ret));
+			break;
+		}
+		if ((ret = scan_dir(s, cfd, child)))
 			break;
 	}
 	closedir(d);
 	return ret;
 }
-
 
 /* ----------------------------------------------------------- pipeline */
 
@@ -736,15 +769,6 @@ static void report(struct pipe *p, struct dcr_commit_progress *pr,
 	p->o->progress(p->o->progress_arg, pr);
 }
 
-static int open_at_root(const char *root, const char *rel, int flags, mode_t mode)
-{
-	char path[PATH_MAX];
-
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", root, rel) >= sizeof(path))
-		return DCR_ERR(-ENAMETOOLONG);
-	int fd = open(path, flags | O_CLOEXEC, mode);
-	return fd < 0 ? DCR_ERR(-errno) : fd;
-}
 
 /*
  * The copy of the committed tree is only an optimisation for the next
@@ -867,6 +891,73 @@ static bool file_changed(int fd, const struct stat *before)
 	       sb.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
 }
 
+#ifdef DCR_TEST_HOOKS
+/*
+ * Test hook (HACKING): DCRFS_TEST_COMMIT_BEFORE_OPEN=CMD runs
+ * `sh -c CMD sh FILE` before each listed file is opened, between the
+ * scan and the read, so that a test can replace FILE exactly in that
+ * window (tests/integration/commit_race.sh).
+ */
+static void hook_before_open(const char *file)
+{
+	const char *cmd = getenv("DCRFS_TEST_COMMIT_BEFORE_OPEN");
+
+	if (!cmd || !*cmd)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, "sh", file, (char *)NULL);
+		_exit(127);
+	}
+	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+#endif
+
+/*
+ * Open the file of source @src for reading, *@sb its fstat: a file
+ * listed in a tree is opened below it without following a symlink and
+ * must still be the regular file the scan saw (else -EAGAIN: it changed
+ * during the commit). -errno, logged naming the file.
+ */
+static int open_source(const struct dcr_commit_source *src, struct stat *sb)
+{
+	char root[PATH_MAX];
+	int fd;
+
+#ifdef DCR_TEST_HOOKS
+	hook_before_open(src->file);
+#endif
+	if (!src->root_len) {
+		fd = open(src->file, O_RDONLY | O_CLOEXEC);
+		fd = fd < 0 ? DCR_ERR(-errno) : fd;
+	} else if (src->root_len >= sizeof(root) || src->file[src->root_len] != '/') {
+		fd = DCR_ERR(-ENAMETOOLONG);
+	} else {
+		memcpy(root, src->file, src->root_len);
+		root[src->root_len] = 0;
+		fd = dcr_open_beneath(root, src->file + src->root_len + 1, O_RDONLY, 0);
+	}
+	if (fd >= 0 && fstat(fd, sb) < 0) {
+		int err = DCR_ERR(-errno);
+		close(fd);
+		fd = err;
+	} else if (fd >= 0 && src->root_len &&
+		   (!S_ISREG(sb->st_mode) || !same_object(sb, src->dev, src->ino))) {
+		close(fd);
+		fd = DCR_ERR(-EAGAIN);
+	} else if (fd == -ELOOP || (fd == -ENOTDIR && src->root_len)) {
+		fd = DCR_ERR(-EAGAIN); /* a symlink (or one above it) now */
+	}
+	if (fd == -EAGAIN)
+		dcr_err("%s changed while it was being committed: it is no longer the "
+			"regular file that was listed (replaced, or a symbolic link now); "
+			"nothing was read from it", src->file);
+	else if (fd < 0)
+		dcr_err("%s: %s", src->file, dcr_strerror(fd));
+	return fd;
+}
+
 /* Read one file sequentially and queue its chunks. */
 static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr,
 		     int64_t *last)
@@ -879,10 +970,8 @@ static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr
 	bool kcopy = true;
 
 	if (src->file) {
-		fd = open(src->file, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || fstat(fd, &sb0) < 0) {
-			ret = DCR_ERR(-errno);
-			dcr_err("%s: %s", src->file, dcr_strerror(ret));
+		if ((fd = open_source(src, &sb0)) < 0) {
+			ret = fd;
 			goto err_close;
 		}
 		if ((uint64_t)sb0.st_size != f->size) {
@@ -893,7 +982,7 @@ static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr
 		f->mtime_ns = (int64_t)sb0.st_mtim.tv_sec * 1000000000 + sb0.st_mtim.tv_nsec;
 	}
 	if (p->staging) {
-		sfd = open_at_root(p->o->stage_dir, f->path,
+		sfd = dcr_open_beneath(p->o->stage_dir, f->path,
 				   O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (sfd < 0)
 			stage_failed(p, f->path, sfd);
@@ -908,7 +997,7 @@ static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr
 		}
 	}
 	if (f->base != DCR_NO_BASE) {
-		int pfd = open_at_root(p->o->parent_dir, f->path, O_RDONLY, 0);
+		int pfd = dcr_open_beneath(p->o->parent_dir, f->path, O_RDONLY, 0);
 		if (pfd < 0) {
 			dcr_warn("%s/%s: %s", p->o->parent_dir, f->path, dcr_strerror(pfd));
 			ret = DCR_ERR(-ESTALE);
@@ -984,37 +1073,179 @@ err_close:
 	return ret;
 }
 
-/* Publish the manifest as the next free version number. */
+/* What versions/N holds, read back after a conditional create of it. */
+enum held { HELD_OURS, HELD_ABSENT, HELD_THEIRS, HELD_UNKNOWN };
+
+#define READBACK_TRIES 3
+#define LOST_PUT_TRIES 3
+#define MANIFEST_READ_MAX ((size_t)2 << 30)
+
+/*
+ * Read version @v's manifest object @key back and compare it with @enc,
+ * the bytes this commit put: exactly them (ours), nothing, an intact
+ * manifest of version @v that is not ours (another commit's: it
+ * decodes), or unknown (the store did not answer, or keeps returning
+ * bytes that are neither: damaged on the way or at rest). A read that
+ * is neither ours nor an intact manifest is tried again, so that a byte
+ * flipped on the way is not taken for another commit's version (the
+ * commit would then publish its tree a second time).
+ */
+static enum held version_holds(struct dcr_store *st, const char *key,
+			       uint64_t v, const struct dcr_buf *enc, int *err)
+{
+	struct dcr_buf b;
+	enum held h = HELD_UNKNOWN;
+
+	*err = 0;
+	dcr_buf_init(&b, MANIFEST_READ_MAX);
+	for (int i = 0; i < READBACK_TRIES && h == HELD_UNKNOWN; i++) {
+		struct dcr_manifest m;
+
+		dcr_buf_reset(&b);
+		int ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
+		if (ret == -ENOENT) {
+			h = HELD_ABSENT;
+		} else if (ret) {
+			*err = ret;
+			break; /* the store retried already */
+		} else if (b.len == enc->len && !memcmp(b.data, enc->data, b.len)) {
+			h = HELD_OURS;
+		} else if (dcr_manifest_decode(b.data, b.len, &m) == 0) {
+			h = m.version == v ? HELD_THEIRS : HELD_UNKNOWN;
+			dcr_manifest_free(&m);
+			if (h == HELD_UNKNOWN)
+				break; /* intact, but not a version-@v manifest */
+		} else {
+			*err = DCR_ERR(-EBADMSG);
+		}
+	}
+	dcr_buf_free(&b);
+	return h;
+}
+
+/* Whether a failed put of a manifest may still have stored it: anything
+ * but a refusal the server gives before acting (or that we give). */
+static bool put_may_have_stored(int err)
+{
+	return err != -EACCES && err != -EINVAL && err != -ENAMETOOLONG &&
+	       err != -ENOMEM;
+}
+
+/*
+ * Publish the manifest as the next free version number N: a conditional
+ * create of versions/N, then the object read back, because a store's
+ * answer can be wrong both ways. A 200 without the object stored (a
+ * lying proxy or store) would print a number that holds nothing, which
+ * the next commit takes too; a create that was applied but answered 503
+ * or reset (and retried until the store gave up, or refused with 412
+ * because of our own first attempt) would say "nothing was published"
+ * about a version that was, or publish the same tree again as N+1. So:
+ * versions/N holding exactly these bytes is success, whatever the put
+ * answered; another commit's manifest there is the next number (and
+ * after a failed put, nothing of ours was published); nothing there
+ * after a 200 is the put tried again (a few times); nothing there after
+ * a failure is nothing published. When the read-back cannot tell, the
+ * commit fails with -EINPROGRESS naming N (it may hold this tree), never
+ * claiming either.
+ */
 static int publish(struct pipe *p, uint64_t *version, uint64_t *mlen,
 		   uint8_t mhash[DCR_HASH_LEN])
 {
 	struct dcr_buf enc;
 	char key[64];
 	uint64_t latest;
-	int ret = dcr_store_latest(p->st, &latest);
+	int ret = dcr_store_latest(p->st, &latest), err;
+	/* an earlier put of this number may have stored our bytes */
+	bool ours_maybe = false;
+	int lost = 0;
 
 	if (ret)
 		return ret;
 	dcr_buf_init(&enc, SIZE_MAX);
-	uint64_t v = DCR_MAX(latest, p->m->parent) + 1;
-	for (int tries = 0; tries < PUBLISH_TRIES; tries++, v++) {
+	uint64_t v = DCR_MAX(latest, p->m->parent) + 1, encoded = 0;
+	for (int tries = 0; tries < PUBLISH_TRIES; tries++) {
 		if (v > DCR_VERSION_MAX) {
 			dcr_err("%s: no version number left (the largest is %" PRIu64 ")",
 				p->st->url, (uint64_t)DCR_VERSION_MAX);
 			ret = DCR_ERR(-EOVERFLOW);
-			break;
+			goto done;
 		}
-		p->m->version = v;
-		dcr_buf_reset(&enc);
-		if ((ret = dcr_manifest_encode(p->m, &enc)))
-			break;
+		if (encoded != v) {
+			p->m->version = v;
+			dcr_buf_reset(&enc);
+			if ((ret = dcr_manifest_encode(p->m, &enc)))
+				goto done;
+			encoded = v;
+		}
 		dcr_version_key(v, key, sizeof(key));
-		ret = dcr_store_put(p->st, key, enc.data, enc.len, DCR_PUT_IF_ABSENT);
-		if (ret != -EEXIST)
-			break;
-		dcr_info("version %" PRIu64 " was taken by another commit; trying %" PRIu64,
-			 v, v + 1);
+		int put = dcr_store_put(p->st, key, enc.data, enc.len, DCR_PUT_IF_ABSENT);
+		if (put == -EEXIST && !ours_maybe) {
+			dcr_info("version %" PRIu64 " was taken by another commit; trying %" PRIu64,
+				 v, v + 1);
+			v++;
+			continue;
+		}
+		if (put && put != -EEXIST && !put_may_have_stored(put)) {
+			ret = put;
+			goto done;
+		}
+		switch (version_holds(p->st, key, v, &enc, &err)) {
+		case HELD_OURS:
+			if (put)
+				dcr_info("%s/%s: the put answered %s, but the object holds this "
+					 "commit's manifest: version %" PRIu64 " is published",
+					 p->st->url, key, dcr_strerror(put), v);
+			ret = 0;
+			goto done;
+		case HELD_THEIRS:
+			if (put && put != -EEXIST) {
+				/* Conditional: ours was not stored under N. */
+				ret = put;
+				goto done;
+			}
+			if (!put)
+				dcr_warn("%s/%s: the store acknowledged this commit's manifest "
+					 "but holds another one; trying %" PRIu64,
+					 p->st->url, key, v + 1);
+			else
+				dcr_info("version %" PRIu64 " was taken by another commit; "
+					 "trying %" PRIu64, v, v + 1);
+			ours_maybe = false;
+			lost = 0;
+			v++;
+			continue;
+		case HELD_ABSENT:
+			if (put && put != -EEXIST) {
+				ret = put; /* nothing is there: nothing was published */
+				goto done;
+			}
+			if (++lost >= LOST_PUT_TRIES) {
+				dcr_err("%s/%s: the store acknowledged the manifest %d times "
+					"without keeping it; nothing was published",
+					p->st->url, key, lost);
+				ret = DCR_ERR(-EIO);
+				goto done;
+			}
+			dcr_warn("%s/%s: the store acknowledged the manifest but does "
+				 "not hold it; putting it again", p->st->url, key);
+			ours_maybe = true;
+			continue;
+		case HELD_UNKNOWN:
+			dcr_err("%s/%s: %s, and reading it back %s, so whether version %"
+				PRIu64 " holds this commit is unknown: check it (dcrfs-ctl "
+				"show %" PRIu64 ") before committing again",
+				p->st->url, key,
+				put ? dcr_strerror(put) : "the put was acknowledged",
+				err ? dcr_strerror(err) : "returned another object",
+				v, v);
+			ret = DCR_ERR(-EINPROGRESS);
+			goto done;
+		}
 	}
+	dcr_err("%s: no free version number after %d tries; nothing was published",
+		p->st->url, PUBLISH_TRIES);
+	ret = DCR_ERR(-EEXIST);
+done:
 	if (!ret) {
 		*version = v;
 		*mlen = enc.len;
@@ -1117,20 +1348,18 @@ static int check_packs(struct dcr_store *st, const struct dcr_manifest *m)
 
 int dcr_commit_scan(const char *dir, struct dcr_commit_source **out, size_t *n)
 {
-	struct scan s = { .root = dir };
-	struct stat sb;
-	int ret;
+	struct scan s = { .root = dir, .root_len = strlen(dir) };
+	int ret, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	if (stat(dir, &sb) < 0) {
+	if (fd < 0) {
 		ret = DCR_ERR(-errno);
-		dcr_err("%s: %s", dir, dcr_strerror(ret));
+		if (ret == -ENOTDIR)
+			dcr_err("%s: not a directory", dir);
+		else
+			dcr_err("%s: %s", dir, dcr_strerror(ret));
 		return ret;
 	}
-	if (!S_ISDIR(sb.st_mode)) {
-		dcr_err("%s: not a directory", dir);
-		return DCR_ERR(-ENOTDIR);
-	}
-	if ((ret = scan_dir(&s, ""))) {
+	if ((ret = scan_dir(&s, fd, ""))) {
 		dcr_commit_sources_free(s.src, s.n);
 		return ret;
 	}

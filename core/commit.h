@@ -105,7 +105,12 @@ struct dcr_commit_range {
  * between the start and the end of reading it fails the commit with
  * -EAGAIN, naming it) or from the caller's memory (the concatenation of
  * @ranges[0..nranges), which must stay valid and unchanged until
- * dcr_commit_sources returns; they are read, never written).
+ * dcr_commit_sources returns; they are read, never written). A file
+ * listed in a tree (@root_len > 0: @file is "<tree>/<rel>") is opened
+ * below the tree without following a symlink (dcr_open_beneath) and
+ * must still be the regular file @dev/@ino the scan saw: anything else
+ * (replaced, or a symlink now) fails the commit with -EAGAIN, naming it,
+ * before a byte of it is read.
  */
 struct dcr_commit_source {
 	const char *path;      /* in the version: relative, '/'-separated */
@@ -113,6 +118,8 @@ struct dcr_commit_source {
 	uint32_t mode;         /* permission bits */
 	int64_t mtime_ns;
 	const char *file;      /* the bytes' file, or NULL for @ranges */
+	size_t root_len;       /* @file's first root_len bytes: its tree; 0: none */
+	uint64_t dev, ino;     /* @file's identity when it was listed */
 	uint64_t size;         /* @file's size when it was listed */
 	const struct dcr_commit_range *ranges;
 	size_t nranges;
@@ -129,7 +136,10 @@ struct dcr_commit_source {
  * confirmed to be in the store (a HEAD each): a missing one fails the
  * commit with -EIO. Returns 0 and fills @res, or -errno with a message
  * logged by the calling thread (non-finite values are reported there,
- * per tensor); on failure nothing is published. Not thread-safe on the
+ * per tensor); on failure nothing is published, except for -EINPROGRESS:
+ * the manifest's put and its read-back (every publish reads versions/N
+ * back: see publish in commit.c) left unknown whether version N holds
+ * it, and the message names N. Not thread-safe on the
  * same @res; distinct calls are independent.
  */
 int dcr_commit_sources(struct dcr_store *st,

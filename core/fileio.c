@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
@@ -67,6 +68,49 @@ int dcr_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 		len -= (size_t)w;
 	}
 	return 0;
+}
+
+int dcr_openat_beneath(int dirfd, const char *rel, int flags, mode_t mode)
+{
+	int fd = dirfd;
+
+	if (!*rel || rel[0] == '/')
+		return DCR_ERR(-EINVAL);
+	for (const char *p = rel;;) {
+		const char *e = strchrnul(p, '/');
+		size_t n = (size_t)(e - p);
+		char name[NAME_MAX + 1];
+
+		if (n == 0 || n > NAME_MAX || (p[0] == '.' && (n == 1 || (n == 2 && p[1] == '.')))) {
+			if (fd != dirfd)
+				close(fd);
+			return DCR_ERR(n > NAME_MAX ? -ENAMETOOLONG : -EINVAL);
+		}
+		memcpy(name, p, n);
+		name[n] = 0;
+		int next = *e ? openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+			      : openat(fd, name, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+		int err = next < 0 ? -errno : 0;
+		if (fd != dirfd)
+			close(fd);
+		if (next < 0)
+			return DCR_ERR(err);
+		if (!*e)
+			return next;
+		fd = next;
+		p = e + 1;
+	}
+}
+
+int dcr_open_beneath(const char *root, const char *rel, int flags, mode_t mode)
+{
+	int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0)
+		return DCR_ERR(-errno);
+	int fd = dcr_openat_beneath(dfd, rel, flags, mode);
+	close(dfd);
+	return fd;
 }
 
 int dcr_mkdir_p(const char *path, mode_t mode)

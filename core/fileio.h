@@ -43,6 +43,26 @@ int dcr_mkdir_p(const char *path, mode_t mode);
 int dcr_rm_rf(const char *path);
 
 /**
+ * dcr_openat_beneath - open @rel (relative, '/'-separated) below the
+ * directory @dirfd without following any symlink: one openat per
+ * component, directories with O_DIRECTORY | O_NOFOLLOW, the last one
+ * with @flags | O_NOFOLLOW | O_CLOEXEC (and @mode for O_CREAT), so that
+ * nothing outside the tree below @dirfd is ever opened, whatever is
+ * renamed or replaced meanwhile. The one path walk for files a commit
+ * reads or writes below a tree. Returns the fd, or -errno: -ELOOP (or
+ * -ENOTDIR) when a component is a symlink, -EINVAL for an absolute @rel
+ * or one with an empty, "." or ".." component. Not logged.
+ */
+int dcr_openat_beneath(int dirfd, const char *rel, int flags, mode_t mode);
+
+/**
+ * dcr_open_beneath - dcr_openat_beneath below the directory @root,
+ * which is opened as given (symlinks in @root itself are followed: the
+ * caller named it). Returns the fd or -errno; not logged.
+ */
+int dcr_open_beneath(const char *root, const char *rel, int flags, mode_t mode);
+
+/**
  * dcr_mktempdir - create a private directory "$TMPDIR/<@name>.XXXXXX"
  * (/tmp without TMPDIR) for scratch files; its path into @out (@cap
  * bytes; "" on failure). 0 or -errno, logged naming the path.

@@ -1,8 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * json.c - JSON string literals (see json.h).
+ * json.c - JSON string literals, the UTF-8 check, and checking a JSON
+ * text (see json.h).
  */
 #include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "json.h"
 
@@ -41,4 +47,226 @@ void dcr_json_str(FILE *f, const char *s)
 		}
 	}
 	putc('"', f);
+}
+
+bool dcr_utf8_valid(const char *s, size_t len, size_t *bad)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0;
+
+	while (i < len) {
+		unsigned c = p[i], n;
+		unsigned lo = 0x80, hi = 0xbf; /* bounds of the second byte */
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+			n = 1;
+		else if (c >= 0xe0 && c <= 0xef)
+			n = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+		else if (c >= 0xf0 && c <= 0xf4)
+			n = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+		else
+			goto err_bad;
+		if (len - i <= n || p[i + 1] < lo || p[i + 1] > hi)
+			goto err_bad;
+		for (unsigned k = 2; k <= n; k++)
+			if ((p[i + k] & 0xc0) != 0x80)
+				goto err_bad;
+		i += n + 1;
+	}
+	return true;
+err_bad:
+	if (bad)
+		*bad = i;
+	return false;
+}
+/* ---------------------------------------------------------- checking */
+
+struct scan {
+	const unsigned char *p;
+	const unsigned char *end;
+};
+
+static void skip_ws(struct scan *j)
+{
+	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' ||
+				 *j->p == '\n' || *j->p == '\r'))
+		j->p++;
+}
+
+/* Whether the literal @lit is next; consumed if so. */
+static bool literal(struct scan *j, const char *lit)
+{
+	size_t l = strlen(lit);
+
+	if ((size_t)(j->end - j->p) < l || memcmp(j->p, lit, l) != 0)
+		return false;
+	j->p += l;
+	return true;
+}
+
+/* One UTF-8 sequence of two to four bytes at j->p (a lead byte >= 0x80),
+ * as dcr_utf8_valid has them. */
+static bool utf8_seq(struct scan *j)
+{
+	unsigned char c = *j->p;
+	size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+
+	if ((size_t)(j->end - j->p) < len ||
+	    !dcr_utf8_valid((const char *)j->p, len, NULL))
+		return false;
+	j->p += len;
+	return true;
+}
+
+static bool hex4(const unsigned char *p)
+{
+	for (int k = 0; k < 4; k++)
+		if (!((p[k] >= '0' && p[k] <= '9') || (p[k] >= 'a' && p[k] <= 'f') ||
+		      (p[k] >= 'A' && p[k] <= 'F')))
+			return false;
+	return true;
+}
+
+/* A string, the opening quote next. */
+static bool string(struct scan *j)
+{
+	j->p++;
+	while (j->p < j->end) {
+		unsigned char c = *j->p;
+
+		if (c == '"') {
+			j->p++;
+			return true;
+		}
+		if (c < 0x20)
+			return false;
+		if (c >= 0x80) {
+			if (!utf8_seq(j))
+				return false;
+			continue;
+		}
+		if (c == '\\') {
+			if (++j->p >= j->end)
+				return false;
+			if (*j->p == 'u') {
+				if (j->end - j->p < 5 || !hex4(j->p + 1))
+					return false;
+				j->p += 4;
+			} else if (!memchr("\"\\/bfnrt", *j->p, 8)) {
+				return false;
+			}
+		}
+		j->p++;
+	}
+	return false;
+}
+
+static bool digits(struct scan *j)
+{
+	const unsigned char *b = j->p;
+
+	while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
+		j->p++;
+	return j->p > b;
+}
+
+/* A number: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)? */
+static bool number(struct scan *j)
+{
+	if (j->p < j->end && *j->p == '-')
+		j->p++;
+	if (j->p < j->end && *j->p == '0')
+		j->p++;
+	else if (!digits(j))
+		return false;
+	if (j->p < j->end && *j->p == '.') {
+		j->p++;
+		if (!digits(j))
+			return false;
+	}
+	if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+		j->p++;
+		if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
+			j->p++;
+		if (!digits(j))
+			return false;
+	}
+	return true;
+}
+
+static bool value(struct scan *j, int depth);
+
+/* The members of an object (@obj) or the elements of an array, the
+ * opening bracket consumed. */
+static bool container(struct scan *j, int depth, bool obj)
+{
+	unsigned char close = obj ? '}' : ']';
+
+	if (depth > DCR_JSON_DEPTH_MAX)
+		return false;
+	skip_ws(j);
+	if (j->p < j->end && *j->p == close) {
+		j->p++;
+		return true;
+	}
+	for (;;) {
+		if (obj) {
+			skip_ws(j);
+			if (j->p >= j->end || *j->p != '"' || !string(j))
+				return false;
+			skip_ws(j);
+			if (j->p >= j->end || *j->p++ != ':')
+				return false;
+		}
+		if (!value(j, depth))
+			return false;
+		skip_ws(j);
+		if (j->p >= j->end)
+			return false;
+		if (*j->p == close) {
+			j->p++;
+			return true;
+		}
+		if (*j->p++ != ',')
+			return false;
+	}
+}
+
+static bool value(struct scan *j, int depth)
+{
+	skip_ws(j);
+	if (j->p >= j->end)
+		return false;
+	switch (*j->p) {
+	case '"':
+		return string(j);
+	case '{':
+		j->p++;
+		return container(j, depth + 1, true);
+	case '[':
+		j->p++;
+		return container(j, depth + 1, false);
+	case 't':
+		return literal(j, "true");
+	case 'f':
+		return literal(j, "false");
+	case 'n':
+		return literal(j, "null");
+	default:
+		return number(j);
+	}
+}
+
+int dcr_json_check(const void *text, size_t n)
+{
+	struct scan j = { text, (const unsigned char *)text + n };
+
+	if (!value(&j, 0))
+		return -EBADMSG;
+	skip_ws(&j);
+	return j.p == j.end ? 0 : -EBADMSG;
 }

@@ -108,6 +108,25 @@ static int write_json(FILE *f, const struct dcr_st_tensor *t,
 	return ferror(f) ? DCR_ERR(-ENOMEM) : 0;
 }
 
+/*
+ * Whether @s, the @what of a safetensors header, is text the header can
+ * hold (UTF-8: else the header is not JSON); logged naming it if not.
+ */
+static bool text_ok(const char *what, const char *s)
+{
+	size_t bad;
+
+	if (!s) {
+		dcr_err("safetensors: a %s is missing (NULL)", what);
+		return false;
+	}
+	if (dcr_utf8_valid(s, strlen(s), &bad))
+		return true;
+	dcr_err("safetensors: the %s '%.*s...' is not valid UTF-8 (at byte %zu)",
+		what, (int)DCR_MIN(bad, (size_t)200), s, bad);
+	return false;
+}
+
 int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 			   const struct dcr_st_meta *meta, size_t nmeta,
 			   char **hdr, size_t *hdr_len, size_t *order)
@@ -130,6 +149,8 @@ int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 			dcr_err("safetensors: '%s' cannot name a tensor",
 				t[i].name ? t[i].name : "(null)");
 			ret = DCR_ERR(-EINVAL);
+		} else if (!text_ok("tensor name", t[i].name)) {
+			ret = DCR_ERR(-EINVAL);
 		} else if (keys[i].rank < 0) {
 			dcr_err("safetensors: tensor %s: unknown dtype '%s'", t[i].name,
 				t[i].dtype ? t[i].dtype : "(null)");
@@ -143,6 +164,12 @@ int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 		if (ret)
 			goto err_free;
 	}
+	for (size_t i = 0; i < nmeta; i++)
+		if (!text_ok("metadata key", meta[i].key) ||
+		    !text_ok("metadata value", meta[i].value)) {
+			ret = DCR_ERR(-EINVAL);
+			goto err_free;
+		}
 	/* By name alone first, to find a name given twice (any dtypes). */
 	for (size_t i = 0; i < n; i++)
 		keys[i].rank = 0;

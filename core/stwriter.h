@@ -31,8 +31,8 @@ struct dcr_st_tensor {
 
 /** One "__metadata__" entry (string to string). */
 struct dcr_st_meta {
-	const char *key;
-	const char *value;
+	const char *key;      /* UTF-8 */
+	const char *value;    /* UTF-8 */
 };
 
 /**
@@ -48,7 +48,9 @@ unsigned dcr_st_dtype_width(const char *dtype);
  * it), and in @order[0..n) the indices of @t in the order their bytes
  * follow the header. Returns 0; -EINVAL (logged, naming the tensor) for
  * an unknown dtype, a length that does not match the shape, a repeated
- * or reserved name; -EFBIG if the header would exceed
+ * or reserved name, a tensor name or metadata key or value that is NULL
+ * or not valid UTF-8 (dcr_utf8_valid: the header would not be JSON);
+ * -EFBIG if the header would exceed
  * DCR_SAFETENSORS_HDR_MAX; -ENOMEM. Thread-safe.
  */
 int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,

@@ -105,13 +105,41 @@ static void notify_result(int ret, const char *what)
 		dcr_debug("invalidating %s: %s", what, dcr_strerror(ret));
 }
 
+#ifdef DCR_TEST_HOOKS
+/*
+ * Test hook (HACKING): with DCRFS_TEST_HOLD_INVAL=PATH, the watcher
+ * stops between the reader's re-index (or drop) of a version and the
+ * kernel invalidation of its old tree: it creates PATH.held and waits
+ * while PATH exists (at most 60 s), so a test can use the old inodes in
+ * that window (tests/integration/identity.sh).
+ */
+static void test_hold_inval(void)
+{
+	const char *path = getenv("DCRFS_TEST_HOLD_INVAL");
+	char held[PATH_MAX];
+	int fd;
+
+	if (!path || !*path ||
+	    (size_t)snprintf(held, sizeof(held), "%s.held", path) >= sizeof(held))
+		return;
+	fd = open(held, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	for (int i = 0; i < 6000 && access(path, F_OK) == 0; i++)
+		usleep(10000);
+}
+#endif
+
 /*
  * Versions the reader re-indexed (their manifest changed in the store)
  * or dropped (gone from the store): make the kernel forget the /vN
  * dentry (and with it the dentries below it) and every inode of the
  * tree it was shown, with their attributes and page cache (keep_cache
- * and the long TTLs of version trees would otherwise serve the old
- * tree until a remount). The root's listing changes with a drop.
+ * and the long TTLs of version trees would otherwise keep the old
+ * tree's pages until a remount). The new tree has other inode numbers
+ * (fs.h), so until this runs the old inodes fail ESTALE where the
+ * kernel asks, and never read the new tree. The root's listing changes
+ * with a drop.
  */
 static void announce_changes(struct dcrfs *fs)
 {
@@ -121,6 +149,9 @@ static void announce_changes(struct dcrfs *fs)
 
 	if (dcr_reader_take_changes(fs->r, &ch, &n) < 0 || !n)
 		return;
+#ifdef DCR_TEST_HOOKS
+	test_hold_inval();
+#endif
 	for (size_t i = 0; i < n; i++) {
 		uint64_t v = ch[i].version;
 		int len = snprintf(name, sizeof(name), "v%" PRIu64, v);
@@ -128,10 +159,13 @@ static void announce_changes(struct dcrfs *fs)
 		notify_result(fuse_lowlevel_notify_inval_entry(
 				      fs->se, DCRFS_INO_ROOT, name, (size_t)len),
 			      name);
-		for (uint32_t k = 0; k < ch[i].old_nentries && k <= DCRFS_IDX_MAX;
+		for (uint32_t k = 0; ch[i].old_tree <= DCRFS_TREE_MAX &&
+				     k < ch[i].old_nentries && k <= DCRFS_IDX_MAX;
 		     k++)
 			notify_result(fuse_lowlevel_notify_inval_inode(
-					      fs->se, dcrfs_ino_make(v, k), 0, 0),
+					      fs->se,
+					      dcrfs_ino_make(v, ch[i].old_tree, k),
+					      0, 0),
 				      name);
 		pthread_mutex_lock(&fs->bg_lock);
 		if (fs->prefetch_done == v) /* its bytes changed: again */
@@ -329,14 +363,14 @@ static int prefetch_abandon(struct dcrfs *fs, uint64_t want)
  * cache hit. The kernel takes them only for an inode it knows (someone
  * looked the file up); -ENOENT otherwise, which is fine.
  */
-static void prefetch_store(struct dcrfs *fs, uint64_t v, uint32_t idx,
-			   uint64_t off, void *buf, size_t n)
+static void prefetch_store(struct dcrfs *fs, uint64_t v, uint32_t tree,
+			   uint32_t idx, uint64_t off, void *buf, size_t n)
 {
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
 	int ret;
 
 	bv.buf[0].mem = buf;
-	ret = fuse_lowlevel_notify_store(fs->se, dcrfs_ino_make(v, idx),
+	ret = fuse_lowlevel_notify_store(fs->se, dcrfs_ino_make(v, tree, idx),
 					 (off_t)off, &bv, 0);
 	if (ret < 0 && ret != -ENOENT)
 		dcr_debug("prefetch of v%" PRIu64 ": storing in the page "
@@ -383,7 +417,7 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 	atomic_store_explicit(&fs->stats.pf_version, v, memory_order_relaxed);
 	atomic_store_explicit(&fs->stats.pf_bytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&fs->stats.pf_total, total, memory_order_relaxed);
-	for (uint32_t i = 0; i < vi->nentries && i <= DCRFS_IDX_MAX; i++) {
+	for (uint32_t i = 0; i < vi->nentries; i++) {
 		const struct dcr_entry *e = &vi->entries[i];
 
 		if (e->type != DCR_FT_REG)
@@ -406,7 +440,9 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 				usleep((useconds_t)atoi(getenv(
 					"DCRFS_TEST_PREFETCH_DELAY_MS")) * 1000);
 #endif
-			n = dcr_reader_prefetch(fs->r, v, i, off, buf, bs);
+			/* Of this tree only: its bytes go to its inodes. */
+			n = dcr_reader_prefetch(fs->r, v, vi->tree, i, off,
+						buf, bs);
 			if (n < 0) {
 				dcr_warn("prefetch of v%" PRIu64 "/%s: %s", v,
 					 e->path, dcr_strerror((int)n));
@@ -416,7 +452,8 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 			if (n == 0)
 				break;
 			if (fs->prefetch_pagecache)
-				prefetch_store(fs, v, i, off, buf, (size_t)n);
+				prefetch_store(fs, v, vi->tree, i, off, buf,
+					       (size_t)n);
 			bytes += (uint64_t)n;
 			atomic_store_explicit(&fs->stats.pf_bytes, bytes, memory_order_relaxed);
 		}

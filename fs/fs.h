@@ -17,14 +17,28 @@
  *   0x100 + k                 /tags/<name>, k = slot of the name in the
  *                             tag-name table (assigned on first sight,
  *                             never reused while mounted)
- *   (v << 32) | (idx + 2)     entry idx of version v's tree (idx 0 is
- *                             the version directory /vN itself);
+ *   (v << 32) | (t << 24) | (idx + 2)
+ *                             entry idx of tree t of version v (idx 0
+ *                             is the version directory /vN itself);
  *                             1 <= v <= DCR_VERSION_MAX (2^32 - 1,
  *                             core/manifest.h: the one cap every layer
- *                             enforces)
+ *                             enforces), t = dcr_version_info.tree
+ *                             (0 .. DCRFS_TREE_MAX), idx <= DCRFS_IDX_MAX
  *
- * The version-tree numbers depend only on the manifest, so they are the
- * same after a remount.
+ * The tree is part of the number: a version re-indexed with other
+ * content (changed in the store) gets other inode numbers, so an inode
+ * the kernel still holds from the old tree (a cached dentry, an open
+ * directory, a file handle) names the old tree, and every operation on
+ * it fails with ESTALE instead of mixing the new tree's bytes into the
+ * old pages the kernel keeps (keep_cache). The kernel does not give the
+ * generation of an entry back on open, so the number must carry it.
+ * A version with more entries than DCRFS_IDX_MAX + 1, or re-indexed more
+ * than DCRFS_TREE_MAX times in one mount, is not served (EOVERFLOW,
+ * logged): numbers are never reused for another tree.
+ *
+ * The version-tree numbers depend only on the manifest and on how often
+ * this mount saw the version change (0 at mount), so they are the same
+ * after a remount.
  */
 #ifndef DCRFS_FS_H
 #define DCRFS_FS_H
@@ -57,7 +71,10 @@
 _Static_assert(DCR_VERSION_MAX <= UINT64_C(0xffffffff),
 	       "DCR_VERSION_MAX does not fit the dcrfs inode scheme");
 _Static_assert(sizeof(fuse_ino_t) >= 8, "fuse_ino_t narrower than 64 bits");
-#define DCRFS_IDX_MAX UINT32_C(0xfffffffd)
+#define DCRFS_TREE_SHIFT 24
+/** Largest entry index and tree of a version that inode numbers hold. */
+#define DCRFS_IDX_MAX ((UINT32_C(1) << DCRFS_TREE_SHIFT) - 3)
+#define DCRFS_TREE_MAX (UINT32_MAX >> DCRFS_TREE_SHIFT)
 
 /** Cache lifetimes, in seconds. Version trees are immutable. */
 #define DCRFS_TTL_IMMUTABLE 86400.0
@@ -71,25 +88,31 @@ _Static_assert(sizeof(fuse_ino_t) >= 8, "fuse_ino_t narrower than 64 bits");
 /** Largest read request served (the kernel sends at most 1 MiB). */
 #define DCRFS_READ_MAX (1u << 20)
 
-/** Inode number of entry @idx of version @v. */
-static inline fuse_ino_t dcrfs_ino_make(uint64_t v, uint32_t idx)
+/** Inode number of entry @idx (<= DCRFS_IDX_MAX) of tree @tree
+ * (<= DCRFS_TREE_MAX) of version @v. */
+static inline fuse_ino_t dcrfs_ino_make(uint64_t v, uint32_t tree,
+					uint32_t idx)
 {
-	return (fuse_ino_t)((v << 32) | ((uint64_t)idx + 2));
+	return (fuse_ino_t)((v << 32) | ((uint64_t)tree << DCRFS_TREE_SHIFT) |
+			    ((uint64_t)idx + 2));
 }
 
 /**
- * dcrfs_ino_split - decode a version-tree inode into its version and
- * entry index. Returns 1 for a version-tree inode, 0 for any other.
+ * dcrfs_ino_split - decode a version-tree inode into its version, tree
+ * and entry index. Returns 1 for a version-tree inode, 0 for any other.
  */
-static inline int dcrfs_ino_split(fuse_ino_t ino, uint64_t *v, uint32_t *idx)
+static inline int dcrfs_ino_split(fuse_ino_t ino, uint64_t *v,
+				  uint32_t *tree, uint32_t *idx)
 {
 	uint64_t hi = (uint64_t)ino >> 32;
 	uint32_t lo = (uint32_t)ino;
+	uint32_t low = lo & ((UINT32_C(1) << DCRFS_TREE_SHIFT) - 1);
 
-	if (hi == 0 || lo < 2)
+	if (hi == 0 || low < 2)
 		return 0;
 	*v = hi;
-	*idx = lo - 2;
+	*tree = lo >> DCRFS_TREE_SHIFT;
+	*idx = low - 2;
 	return 1;
 }
 
@@ -103,17 +126,6 @@ enum dcrfs_prefetch {
 /** Bytes the prefetcher asks the reader for at once (chunks of one
  * request are materialized in parallel by the reader). */
 #define DCRFS_PREFETCH_BLOCK (8u << 20)
-
-/**
- * Most cache files one spliced read reply is assembled from: a 1 MiB
- * read of 64 KiB chunks; reads spanning more are copied. libfuse 3.14
- * sends a vector of fd buffers whole, provided the vector really has
- * room for them (reply_spliced allocates it): a bufvec embedded in a
- * larger struct and written past its declared buf[1] is undefined
- * behaviour, which optimised builds turned into replies holding only
- * the first buffer (a short read, taken for end of file).
- */
-#define DCRFS_SPLICE_SEGS 16
 
 /**
  * struct dcrfs - the state of one mount, the session's userdata.
@@ -138,11 +150,7 @@ struct dcrfs {
 	atomic_uint_fast64_t latest;
 	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
 	unsigned int max_read;         /* -o max_read=N, 0 if not given */
-	int no_splice;                 /* -o nosplice: always copy replies */
 	int prefetch_pagecache;        /* -o prefetch_pagecache */
-
-	/* set once in init: replies are spliced from cache files */
-	int splice;
 
 	/* FUSE passthrough (passthrough.h) and the open version files'
 	 * modes (backing.c; backing_lock guards the table) */
@@ -264,10 +272,15 @@ void dcrfs_free_state(struct dcrfs *fs);
 
 /* Shared by ops.c and bg.c. */
 
-/** Version @v's tree, held until version_put (the reader may unload the
- * trees nobody holds). 0, -ENOENT or the reader's -errno. */
+/** Version @v's current tree, held until version_put (the reader may
+ * unload the trees nobody holds). 0, -ENOENT, -EOVERFLOW (the tree does
+ * not fit inode numbers, logged) or the reader's -errno. */
 int version_get(struct dcrfs *fs, uint64_t v,
 		const struct dcr_version_info **vi);
+/** version_get of tree @tree of version @v, the one an inode names:
+ * -ESTALE if the version has another tree now. */
+int version_get_tree(struct dcrfs *fs, uint64_t v, uint32_t tree,
+		     const struct dcr_version_info **vi);
 void version_put(struct dcrfs *fs, const struct dcr_version_info *vi);
 
 /**

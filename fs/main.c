@@ -92,7 +92,7 @@ struct opts {
 	char *fetch_ahead;
 	int path_style;
 	int no_sign_request;
-	int no_splice;
+	int no_splice; /* -o nosplice: accepted, no effect (always copied) */
 	int prefetch_pagecache;
 	int nonempty;
 	char *log;
@@ -236,8 +236,8 @@ static void usage(FILE *f)
 "                           CACHE_DIR/dcrfs.log where there is no syslog\n"
 "    -o nonempty            allow a mount point that is not empty (its\n"
 "                           files are hidden while mounted)\n"
-"    -o nosplice            copy replies from cached chunks instead of\n"
-"                           splicing them\n"
+"    -o nosplice            accepted; replies are always copied (every\n"
+"                           chunk read from the cache is checked)\n"
 "    -o readahead=SIZE      kernel readahead of the mount (default 1M,\n"
 "                           0 = kernel default; needs root)\n"
 "    -o max_threads=N       session worker threads (default %d)\n"
@@ -826,7 +826,6 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	}
 	fs->read_ahead_kb = (unsigned int)DCR_DIV_ROUND_UP(x, 1024);
 	fs->max_read = o->max_read;
-	fs->no_splice = o->no_splice;
 	fs->prefetch_pagecache = o->prefetch_pagecache;
 
 	cfg->endpoint = o->endpoint;

@@ -89,14 +89,59 @@ static mode_t shown_perm(uint32_t mode)
 	return (mode_t)(mode & 07777 & ~(mode_t)(0222 | S_ISUID | S_ISGID));
 }
 
-/* Version @v's tree, held until version_put (the reader may unload
- * the trees nobody holds). */
+/* Log once per version that it cannot be shown (tree @tree, @n
+ * entries); the next version that cannot is logged again. */
+static void version_overflow(uint64_t v, uint32_t tree, uint32_t n)
+{
+	static _Atomic uint64_t logged;
+
+	if (atomic_exchange(&logged, v) == v)
+		return;
+	if (tree > DCRFS_TREE_MAX)
+		dcr_err("v%" PRIu64 " changed in the store more than %u times "
+			"while mounted: it is not served until a remount "
+			"(EOVERFLOW)", v, (unsigned)DCRFS_TREE_MAX);
+	else
+		dcr_err("v%" PRIu64 " has %" PRIu32 " entries, more than the "
+			"%u a mount can show: it is not served (EOVERFLOW)",
+			v, n, (unsigned)DCRFS_IDX_MAX + 1);
+}
+
 int version_get(struct dcrfs *fs, uint64_t v,
 		const struct dcr_version_info **vi)
 {
+	int ret;
+
 	if (v == 0 || v > DCR_VERSION_MAX)
 		return -ENOENT;
-	return dcr_reader_version(fs->r, v, vi);
+	ret = dcr_reader_version(fs->r, v, vi);
+	if (ret < 0)
+		return ret;
+	/* Inode numbers carry the tree and the entry index (fs.h): one
+	 * that does not fit would name another tree's inode. */
+	if ((*vi)->tree > DCRFS_TREE_MAX ||
+	    (*vi)->nentries > DCRFS_IDX_MAX + 1) {
+		version_overflow(v, (*vi)->tree, (*vi)->nentries);
+		version_put(fs, *vi);
+		*vi = NULL;
+		return -EOVERFLOW;
+	}
+	return 0;
+}
+
+int version_get_tree(struct dcrfs *fs, uint64_t v, uint32_t tree,
+		     const struct dcr_version_info **vi)
+{
+	int ret = version_get(fs, v, vi);
+
+	if (ret == 0 && (*vi)->tree != tree) {
+		/* An inode of a tree the version no longer has (changed in
+		 * the store): never answered from the new one. */
+		version_put(fs, *vi);
+		*vi = NULL;
+		return -ESTALE;
+	}
+	return ret;
 }
 
 void version_put(struct dcrfs *fs, const struct dcr_version_info *vi)
@@ -108,27 +153,26 @@ void version_put(struct dcrfs *fs, const struct dcr_version_info *vi)
 static const struct dcr_entry *entry_get(const struct dcr_version_info *vi,
 					 uint32_t idx)
 {
-	if (idx >= vi->nentries || idx > DCRFS_IDX_MAX)
+	if (idx >= vi->nentries)
 		return NULL;
 	return &vi->entries[idx];
 }
 
-/* The type of entry @idx of version @v into @type: 0, -ENOENT, or the
- * reader's error. */
-static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t idx,
-			   uint8_t *type, uint32_t *tree)
+/* The type of entry @idx of tree @tree of version @v into @type: 0,
+ * -ENOENT, -ESTALE (the version has another tree now), or the reader's
+ * error. */
+static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t tree,
+			   uint32_t idx, uint8_t *type)
 {
 	const struct dcr_version_info *vi;
 	const struct dcr_entry *e;
-	int ret = version_get(fs, v, &vi);
+	int ret = version_get_tree(fs, v, tree, &vi);
 
 	if (ret < 0)
 		return ret;
 	e = entry_get(vi, idx);
 	if (e)
 		*type = e->type;
-	if (tree)
-		*tree = vi->tree;
 	version_put(fs, vi);
 	return e ? 0 : -ENOENT;
 }
@@ -138,7 +182,7 @@ static void entry_stat(const struct dcrfs *fs,
 		       struct stat *st)
 {
 	const struct dcr_entry *e = &vi->entries[idx];
-	fuse_ino_t ino = dcrfs_ino_make(vi->version, idx);
+	fuse_ino_t ino = dcrfs_ino_make(vi->version, vi->tree, idx);
 
 	if (e->type == DCR_FT_DIR) {
 		nlink_t nlink = 2;
@@ -344,9 +388,8 @@ static int tag_stat(struct dcrfs *fs, fuse_ino_t ino, const char *name,
 
 /*
  * @gen: the tree of a version's entry (dcr_version_info.tree), else 0.
- * A version re-indexed with other content keeps its inode numbers; the
- * new generation makes the kernel drop the old inode (its open files
- * then fail) instead of caching the new tree's pages under it.
+ * The inode number carries the tree already (fs.h); the generation says
+ * it again for whoever looks at it (file handles).
  */
 static void reply_entry(fuse_req_t req, const struct stat *st, double ttl,
 			uint64_t gen)
@@ -523,7 +566,7 @@ static void version_lookup_in(fuse_req_t req, struct dcrfs *fs,
 		return;
 	}
 	c = find_child(vi, dir, name);
-	if (c == NO_ENTRY || c > DCRFS_IDX_MAX) {
+	if (c == NO_ENTRY) {
 		/* Immutable: let the kernel cache the miss too. */
 		memset(&e, 0, sizeof(e));
 		e.ino = 0;
@@ -536,10 +579,10 @@ static void version_lookup_in(fuse_req_t req, struct dcrfs *fs,
 }
 
 static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
-			   uint32_t dir, const char *name)
+			   uint32_t tree, uint32_t dir, const char *name)
 {
 	const struct dcr_version_info *vi;
-	int ret = version_get(fs, v, &vi);
+	int ret = version_get_tree(fs, v, tree, &vi);
 
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
@@ -554,7 +597,7 @@ static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 {
 	struct dcrfs *fs = fs_of(req);
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 
 	if (parent == DCRFS_INO_ROOT)
 		root_lookup(req, fs, name);
@@ -562,8 +605,8 @@ static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 		tags_lookup(req, fs, name);
 	else if (parent == DCRFS_INO_STATUS_DIR)
 		status_lookup(req, fs, name);
-	else if (dcrfs_ino_split(parent, &v, &idx))
-		version_lookup(req, fs, v, idx, name);
+	else if (dcrfs_ino_split(parent, &v, &tree, &idx))
+		version_lookup(req, fs, v, tree, idx, name);
 	else
 		fuse_reply_err(req, ENOTDIR);
 }
@@ -589,7 +632,7 @@ static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 	const struct dcr_version_info *vi;
 	char name[256];
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	*ttl = DCRFS_TTL_MUTABLE;
@@ -605,8 +648,8 @@ static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 		*ttl = 0.0;
 		return status_stat(fs, ino, st);
 	}
-	if (dcrfs_ino_split(ino, &v, &idx)) {
-		ret = version_get(fs, v, &vi);
+	if (dcrfs_ino_split(ino, &v, &tree, &idx)) {
+		ret = version_get_tree(fs, v, tree, &vi);
 		if (ret < 0)
 			return ret;
 		ret = entry_get(vi, idx) ? 0 : -ENOENT;
@@ -899,8 +942,7 @@ static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
 			return -EINVAL;
 		c = vi->entries[prev].next_sibling;
 	}
-	for (; c < vi->nentries && c <= DCRFS_IDX_MAX;
-	     c = vi->entries[c].next_sibling) {
+	for (; c < vi->nentries; c = vi->entries[c].next_sibling) {
 		entry_stat(fs, vi, c, &st);
 		if (dirbuf_add_gen(db, vi->entries[c].name, &st,
 				   DCRFS_TTL_IMMUTABLE, (off_t)c + 3, vi->tree))
@@ -910,10 +952,10 @@ static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
 }
 
 static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
-			   uint32_t dir, off_t off)
+			   uint32_t tree, uint32_t dir, off_t off)
 {
 	const struct dcr_version_info *vi;
-	int ret = version_get(fs, v, &vi);
+	int ret = version_get_tree(fs, v, tree, &vi);
 
 	if (ret < 0)
 		return ret;
@@ -928,7 +970,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	struct dcrfs *fs = fs_of(req);
 	struct dirbuf db;
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	if (off < 0) {
@@ -950,8 +992,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		ret = tags_readdir(&db, fs, off);
 	else if (ino == DCRFS_INO_STATUS_DIR)
 		ret = status_readdir(&db, fs, off);
-	else if (dcrfs_ino_split(ino, &v, &idx))
-		ret = version_readdir(&db, fs, v, idx, off);
+	else if (dcrfs_ino_split(ino, &v, &tree, &idx))
+		ret = version_readdir(&db, fs, v, tree, idx, off);
 	else
 		ret = -ENOTDIR;
 	if (ret < 0)
@@ -967,7 +1009,7 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 	struct dcrfs *fs = fs_of(req);
 	uint8_t type;
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
@@ -979,11 +1021,11 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_open(req, fi);
 		return;
 	}
-	if (!dcrfs_ino_split(ino, &v, &idx)) {
+	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	ret = tree_entry_type(fs, v, idx, &type, NULL);
+	ret = tree_entry_type(fs, v, tree, idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1062,10 +1104,9 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	uint32_t tree = 0;
 	uint8_t type;
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -1076,12 +1117,17 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		status_open(req, fs, ino, fi);
 		return;
 	}
-	if (!dcrfs_ino_split(ino, &v, &idx)) {
+	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
 				    ino == DCRFS_INO_STATUS_DIR ? EISDIR : ELOOP);
 		return;
 	}
-	ret = tree_entry_type(fs, v, idx, &type, &tree);
+	/* The tree of the inode opened (its number carries it, fs.h), not
+	 * the version's current one: an inode the kernel kept from a tree
+	 * that changed in the store (its pages too, keep_cache) fails
+	 * ESTALE here, and its reads below, instead of mixing in the new
+	 * tree's bytes. */
+	ret = tree_entry_type(fs, v, tree, idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1090,10 +1136,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	/* Reads stay on this tree: a version re-indexed with other content
-	 * (changed in the store) fails them (ESTALE) instead of reading
-	 * whatever file has this index in the new tree. */
-	fi->fh = tree;
+	fi->fh = 0; /* reads take the tree from the inode number */
 	fi->noflush = 1;
 	fi->direct_io = 0;
 	/* Whole and proven in the cache: the kernel reads the cache file
@@ -1121,107 +1164,12 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 					  memory_order_relaxed);
 }
 
-/*
- * A struct fuse_bufvec for @n buffers. Its buf[] is declared with one
- * element, so a vector of more must be allocated with room for the rest
- * (indexing past buf[0] of a bufvec embedded in a larger object is
- * undefined: UBSan aborts on it, and optimised builds sent only the
- * first buffer). One buffer uses @one; more are malloc'ed (free with
- * bufvec_put). NULL when out of memory.
- */
-static struct fuse_bufvec *bufvec_get(struct fuse_bufvec *one, size_t n)
-{
-	struct fuse_bufvec *bv = one;
-
-	if (n > 1) {
-		bv = malloc(sizeof(*bv) + (n - 1) * sizeof(bv->buf[0]));
-		if (!bv)
-			return NULL;
-	}
-	memset(bv, 0, sizeof(*bv) + (n - 1) * sizeof(bv->buf[0]));
-	bv->count = n;
-	return bv;
-}
-
-static void bufvec_put(struct fuse_bufvec *one, struct fuse_bufvec *bv)
-{
-	if (bv != one)
-		free(bv);
-}
-
-static void segs_close(const struct dcr_read_seg *segs, ssize_t n)
-{
-	for (ssize_t i = 0; i < n; i++)
-		close(segs[i].fd);
-}
-
-/*
- * Reply to a read whose chunks are all cached by splicing them from the
- * cache files (one copy, page cache to page cache, instead of two). 1 if
- * the request was answered, 0 if the caller must take the copy path (a
- * chunk is not cached yet, the read spans more than DCRFS_SPLICE_SEGS
- * cache files, or splicing is not possible).
- */
-static int reply_spliced(fuse_req_t req, struct dcrfs *fs, uint64_t v,
-			 uint32_t tree, uint32_t idx, off_t off, size_t size)
-{
-	struct dcr_read_seg segs[DCRFS_SPLICE_SEGS];
-	struct fuse_bufvec one, *bv;
-	size_t nbytes;
-	ssize_t n = dcr_reader_read_fd_tree(fs->r, v, tree, idx, (uint64_t)off,
-					    size, segs, DCRFS_SPLICE_SEGS,
-					    &nbytes);
-
-	if (n == -ENOENT)
-		return 0;
-	if (n < 0) {
-		fuse_reply_err(req, (int)-n);
-		return 1;
-	}
-	if (n == 0) {
-		fuse_reply_buf(req, NULL, 0);
-		return 1;
-	}
-	/*
-	 * libfuse splices without blocking: a page that must come from the
-	 * disk first makes it fall back to a slow copy (a fresh buffer per
-	 * reply). Such reads take our copy path, which reads it in.
-	 */
-	for (ssize_t i = 0; i < n; i++) {
-		int res = dcr_resident(segs[i].fd, segs[i].off, segs[i].len);
-
-		if (res == 1)
-			continue;
-		if (res < 0)
-			fs->splice = 0; /* cannot tell: stop splicing */
-		segs_close(segs, n);
-		return 0;
-	}
-	bv = bufvec_get(&one, (size_t)n);
-	if (!bv) {
-		segs_close(segs, n);
-		return 0; /* the copy path answers (or fails) instead */
-	}
-	for (ssize_t i = 0; i < n; i++) {
-		struct fuse_buf *fb = &bv->buf[i];
-
-		fb->size = segs[i].len;
-		fb->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-		fb->fd = segs[i].fd;
-		fb->pos = (off_t)segs[i].off;
-	}
-	fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
-	bufvec_put(&one, bv);
-	segs_close(segs, n);
-	return 1;
-}
-
 static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			  off_t off, struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
 	uint64_t v;
-	uint32_t idx;
+	uint32_t tree, idx;
 	ssize_t n;
 	void *buf;
 
@@ -1229,7 +1177,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		status_read(req, size, off, fi);
 		return;
 	}
-	if (!dcrfs_ino_split(ino, &v, &idx)) {
+	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -1245,15 +1193,17 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	if (fi->fh & DCRFS_FH_PASSTHROUGH) /* the kernel should serve these */
 		atomic_fetch_add_explicit(&fs->pt.reads_seen, 1,
 					  memory_order_relaxed);
-	if (fs->splice && reply_spliced(req, fs, v, (uint32_t)fi->fh, idx, off, size))
-		return;
+	/* Copied, never spliced from a cache file: the reader checks every
+	 * chunk it reads from one against the manifest (a byte may rot on
+	 * disk after the chunk's first use), which a splice would skip. */
 	buf = dcr_thread_buf(DCR_TBUF_REPLY,
 			     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = dcr_reader_read_tree(fs->r, v, (uint32_t)fi->fh, idx, (uint64_t)off,
+	/* Of the inode's tree: -ESTALE once the version has another. */
+	n = dcr_reader_read_tree(fs->r, v, tree, idx, (uint64_t)off,
 				 buf, size);
 	if (n < 0) {
 		atomic_fetch_add_explicit(&fs->stats.read_errors, 1, memory_order_relaxed);
@@ -1422,26 +1372,6 @@ static void dcrfs_ll_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 
 /* ------------------------------------------------------------ session */
 
-/*
- * Can this process grow a pipe to hold a whole 1 MiB reply? libfuse
- * splices a reply only through a pipe that holds all of it (header and
- * data: 2 MiB once rounded), which is beyond the default
- * /proc/sys/fs/pipe-max-size (1 MiB) unless we have CAP_SYS_RESOURCE;
- * otherwise it falls back to a copy that is far slower than ours.
- */
-static int pipe_can_hold_reply(void)
-{
-	int p[2], ok;
-
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return 0;
-	ok = fcntl(p[0], F_SETPIPE_SZ, 2 * DCRFS_READ_MAX) >=
-	     (int)(DCRFS_READ_MAX + 16 * 4096);
-	close(p[0]);
-	close(p[1]);
-	return ok;
-}
-
 static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct dcrfs *fs = userdata;
@@ -1464,12 +1394,6 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	/* /latest moves: its target must not be cached. */
 	conn->want &= ~FUSE_CAP_CACHE_SYMLINKS;
-	/* Replies from cache files: splice them (see reply_spliced). */
-	fs->splice = !fs->no_splice &&
-		     (conn->capable & FUSE_CAP_SPLICE_WRITE) &&
-		     pipe_can_hold_reply();
-	if (fs->splice)
-		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	/*
 	 * With passthrough (asked for in the INIT reply, passthrough.c), a
 	 * file read cold is opened through passthrough next time: its
@@ -1480,8 +1404,6 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	if (fs->pt.devfd >= 0 && atomic_load(&fs->pt.offered) &&
 	    !(conn->want & FUSE_CAP_WRITEBACK_CACHE))
 		dcr_reader_set_cache_direct(fs->r, false);
-	dcr_debug("replies from the cache: %s",
-		  fs->splice ? "spliced" : "copied");
 }
 
 const struct fuse_lowlevel_ops dcrfs_ll_ops = {

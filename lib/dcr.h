@@ -29,6 +29,14 @@
  * wrong, e.g. one per tensor holding NaN or Inf). Messages also go to
  * stderr at the level set by dcr_set_log_level.
  *
+ * Strings: every string is NUL-terminated, so none can hold a NUL byte:
+ * a binding whose strings are counted (Python, Rust, ...) must refuse
+ * one with a NUL itself rather than pass it on cut short (the Python
+ * module raises DcrError). Paths in a version, tensor names and metadata
+ * keys and values must be valid UTF-8 (they go into JSON headers and
+ * listings); anything else fails with -EINVAL, naming it. Paths found
+ * by dcr_commit_add_tree are taken as the filesystem has them.
+ *
  * Ownership: the library copies every string, shape and metadata entry
  * it is given when the call returns. Tensor data and byte ranges are NOT
  * copied (zero-copy): that memory must stay valid and unchanged from the
@@ -179,7 +187,8 @@ struct dcr_range {
  * dcr_commit_add_bytes - add the file @path (relative, '/'-separated;
  * missing parent directories are added) of mode @mode (permission bits)
  * whose bytes are @r[0..n) back to back. Zero-copy: see Ownership.
- * Returns 0, -EEXIST if @path was added already, -EINVAL for a bad path.
+ * Returns 0, -EEXIST if @path was added already, -EINVAL for a bad path
+ * (absolute, with an empty, "." or ".." component, or not UTF-8).
  */
 DCR_API int dcr_commit_add_bytes(dcr_commit_handle *c, const char *path,
 				 unsigned mode, const struct dcr_range *r,
@@ -203,8 +212,9 @@ struct dcr_tensor_desc {
  * with "__metadata__" from @meta_kv (key, value, key, value, ...;
  * @nmeta pairs; 0 for none). Only the header is built here; the tensors'
  * bytes are read in place at publish. Returns 0; -EINVAL for an unknown
- * dtype, a length that does not match the shape or a repeated name;
- * -EEXIST if @path was added already.
+ * dtype, a length that does not match the shape, a repeated name, a bad
+ * path, or a name, key or value that is not valid UTF-8; -EEXIST if
+ * @path was added already.
  */
 DCR_API int dcr_commit_add_safetensors(dcr_commit_handle *c, const char *path,
 				       const struct dcr_tensor_desc *t, size_t n,
@@ -233,9 +243,13 @@ struct dcr_commit_info {
 /**
  * dcr_commit_publish - encode, upload and publish everything added as
  * a new version, then point tag @tag (NULL: none) at it. Only once per
- * handle. Returns 0 and fills @info (may be NULL), or -errno: nothing
- * was published then. A failure to set the tag after the version was
- * published returns -EIO with info->version set.
+ * handle. Returns 0 and fills @info (may be NULL): the version
+ * info->version holds exactly this commit (its manifest is read back
+ * after the conditional create). Or -errno: nothing was published then,
+ * except for -EINPROGRESS: the store's answers did not tell whether the
+ * manifest was stored (dcr_errmsg names the version that may hold it;
+ * check it before committing again). A failure to set the tag after the
+ * version was published returns -EIO with info->version set.
  */
 DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 			       struct dcr_commit_info *info);

@@ -22,6 +22,7 @@
 #include "commit.h"
 #include "common.h"
 #include "compact.h"
+#include "json.h"
 #include "manifest.h"
 #include "store.h"
 #include "stwriter.h"
@@ -230,9 +231,16 @@ static int add_file(dcr_commit_handle *c, const char *path, unsigned mode,
 	struct dcr_commit_source *e;
 	int ret = -ENOMEM;
 
+	size_t bad;
 	if (!path || !dcr_path_valid(path, strlen(path))) {
 		dcr_err("'%s' is not a valid path in a version (relative, no '..')",
 			path ? path : "(null)");
+		ret = -EINVAL;
+		goto err_free_hdr;
+	}
+	if (!dcr_utf8_valid(path, strlen(path), &bad)) {
+		dcr_err("the path '%.*s...' is not valid UTF-8 (at byte %zu)",
+			(int)DCR_MIN(bad, (size_t)200), path, bad);
 		ret = -EINVAL;
 		goto err_free_hdr;
 	}

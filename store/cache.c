@@ -18,13 +18,14 @@
  * reader sees half a chunk; a chunk that a crash tore is allocated but
  * fails its check on first use and is punched out.
  *
- * A proven chunk is never punched out or rewritten with other bytes, so
- * a reader that found it proven (and a descriptor handed out to splice
- * it) reads it whole after the lock is dropped: the budget evicts whole
- * slabs (unlinked, their open descriptors still read), and a chunk is
- * punched only when it failed its check, under its slab's @wlock, which
- * every write of a chunk holds too, and only if no write proved it
- * meanwhile.
+ * A proven chunk is never rewritten with other bytes: the budget evicts
+ * whole slabs (unlinked, their open descriptors still read), and a
+ * chunk is punched only when it failed its check, under its slab's
+ * @wlock, which every write of a chunk holds too, and only if it still
+ * fails under it. Every copy out of a slab is checked, proven or not
+ * (a byte may rot on disk after its first use), so a reader racing a
+ * punch reads zeros that fail the check, a miss. A descriptor of
+ * dcr_cache_open_fd reads what the disk holds: its user checks it.
  */
 #include "config.h"
 
@@ -40,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +57,10 @@
 #define SLAB_OPEN_MAX 64
 /* Rewrite a slab's mtime (its last use) at most this often. */
 #define STAMP_INTERVAL_MS (60 * 1000)
+/* Free space slabs leave on their file system, for the catalog next to
+ * them (see fs_room): an eighth of the file system, within these. */
+#define HEADROOM_MIN ((uint64_t)256 << 10)
+#define HEADROOM_MAX ((uint64_t)64 << 20)
 
 struct slab {
 	uint64_t v;
@@ -72,6 +78,8 @@ struct slab {
 	pthread_mutex_t wlock; /* writes and punches of its chunks */
 	unsigned refs;       /* users; a dead slab is freed by the last */
 	unsigned pins;       /* dcr_cache_pin holders (each holds a ref) */
+	bool verified;       /* read and checked whole for a pin (this
+				instance; cleared when a chunk goes) */
 	uint64_t dead_bytes; /* what a pinned slab held when it died */
 	bool dead;           /* evicted: off the table, unlinked */
 };
@@ -79,6 +87,7 @@ struct slab {
 struct dcr_cache {
 	char *dir;       /* <dir>/slabs */
 	uint64_t budget;
+	uint64_t headroom; /* free space slabs leave (see fs_room) */
 
 	pthread_mutex_t lock;
 	struct slab **tab; /* sorted by (v, file) */
@@ -88,6 +97,9 @@ struct dcr_cache {
 	/* Bytes of pinned slabs that were unlinked: still on disk until
 	 * their last unpin, so still within the budget. */
 	uint64_t dead_pinned;
+	/* The budget in effect: @budget, or less while the file system
+	 * holds less (fs_room, dcr_cache_make_room). */
+	uint64_t limit;
 	struct dcr_cache_stats st;
 
 	/* Fences of re-indexed versions (dcr_cache_drop_version), sorted by
@@ -103,6 +115,8 @@ struct dcr_cache {
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
 	atomic_bool said_small; /* warned that one slab exceeds the budget */
+	atomic_bool fs_short;   /* the file system is short of the budget:
+				   said once per incident (fs_room) */
 };
 
 static int64_t now_ms(void)
@@ -127,6 +141,12 @@ static void bit_set(uint64_t *m, uint64_t i, bool on)
 static uint32_t slot_len(const struct slab *s, uint64_t i)
 {
 	return dcr_chunk_len(s->size, s->cs, i);
+}
+
+/* Whether @err says the file system is full (see fs_room). */
+static bool is_full(int err)
+{
+	return err == -ENOSPC || err == -EDQUOT;
 }
 
 /* What a chunk of @len bytes occupies on disk, as the budget counts it. */
@@ -481,7 +501,7 @@ static struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 			if (ret == -ENOENT) {
 				/* Gone behind our back: forget it. */
 				slab_evict(c, s);
-			} else {
+			} else if (!is_full(ret)) { /* full: the caller says */
 				dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32
 					 ": %s", k->v, k->file,
 					 dcr_strerror(ret));
@@ -527,8 +547,8 @@ static int slab_dfd(struct dcr_cache *c, struct slab *s)
 }
 
 /*
- * Punch out chunk @i of @s after a failed check or write. Caller holds
- * @s->wlock, and the chunk is not proven (see the locking notes).
+ * Punch out chunk @i of @s after a failed check or write (it is no
+ * longer proven). Caller holds @s->wlock (see the locking notes).
  */
 static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 {
@@ -536,6 +556,18 @@ static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 	uint64_t len = DCR_ROUND_UP((uint64_t)slot_len(s, i), DCR_CACHE_ALIGN);
 
 	pthread_mutex_lock(&c->lock);
+	s->verified = false;
+	if (s->pins) {
+		/* The kernel reads this file for a passthrough open: a hole
+		 * would read as zeros there. Unlink it whole instead; its
+		 * chunks are fetched again into a new slab. */
+		bit_set(s->present, i, false);
+		bit_set(s->proven, i, false);
+		if (!s->dead)
+			slab_evict(c, s);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
 	if (bit(s->present, s->nbits, i)) {
 		bit_set(s->present, i, false);
 		if (!s->dead) {
@@ -554,6 +586,126 @@ static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 		dcr_warn("cache %s: the file system cannot punch holes; "
 			 "chunks that fail their check stay allocated and "
 			 "are checked again at every mount", c->dir);
+}
+
+/* ------------------------------------------------------- file system */
+
+/*
+ * The slabs share their file system with the catalog (and whatever else
+ * is there), which may hold less than the budget: a small disk, a
+ * tmpfs, space taken by others. Slabs never use its last @headroom
+ * bytes: before a chunk is written, the free space it would leave is
+ * checked (one statvfs, next to a write of a whole chunk), and if it
+ * would leave less, the budget in effect (@limit) shrinks to what the
+ * file system holds and slabs are evicted for the chunk, or it is not
+ * cached. So the catalog keeps room to index new versions, and a full
+ * file system (ENOSPC) is the budget reached, not an error per chunk:
+ * it is said once per incident, which ends when the budget fits again.
+ * Should the catalog find its file system full all the same, it asks
+ * for room (dcr_cache_make_room).
+ */
+
+/* The bytes free for us on the cache's file system into *@free, and its
+ * size into *@size (may be NULL). 0 or -errno. */
+static int fs_space(const struct dcr_cache *c, uint64_t *free, uint64_t *size)
+{
+	struct statvfs sv;
+
+	if (statvfs(c->dir, &sv) < 0)
+		return -errno;
+	*free = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (size)
+		*size = (uint64_t)sv.f_blocks * sv.f_frsize;
+	return 0;
+}
+
+/* What the slabs may hold with @free bytes free: what they hold and the
+ * free space, less the headroom. Caller holds @lock. */
+static uint64_t fs_cap(const struct dcr_cache *c, uint64_t free)
+{
+	if (free >= c->headroom)
+		return c->bytes + (free - c->headroom);
+	return c->bytes - DCR_MIN(c->bytes, c->headroom - free);
+}
+
+/* Say once per incident that the file system holds less than the budget. */
+static void say_short(struct dcr_cache *c)
+{
+	char a[32], b[32], h[32];
+	uint64_t free = 0;
+
+	if (atomic_exchange(&c->fs_short, true))
+		return;
+	if (fs_space(c, &free, NULL) < 0)
+		free = 0;
+	dcr_warn("cache %s: its file system is full (%s free): cached chunks "
+		 "are evicted to keep %s free for the catalog, and the cache "
+		 "stays below its budget (%s) while it is", c->dir,
+		 dcr_format_size(free, a, sizeof(a)),
+		 dcr_format_size(c->headroom, h, sizeof(h)),
+		 dcr_format_size(c->budget, b, sizeof(b)));
+}
+
+static void evict(struct dcr_cache *c, struct slab *keep, uint64_t room);
+
+/*
+ * Before @need bytes are written into slab @keep: cap the budget in
+ * effect to what the file system holds and, if the write would leave
+ * less than the headroom free, evict for it (@keep last). 1 if the file
+ * system holds the whole budget and the headroom more (no incident), 0
+ * if the write may go ahead, -ENOSPC if it would eat into the headroom
+ * all the same (the chunk is then not cached).
+ */
+static int fs_room(struct dcr_cache *c, struct slab *keep, uint64_t need)
+{
+	uint64_t free = 0, cap;
+	bool fits, whole, dead;
+
+	if (fs_space(c, &free, NULL) < 0)
+		return 0; /* cannot tell: the write will say */
+	pthread_mutex_lock(&c->lock);
+	cap = fs_cap(c, free);
+	/* (with a margin, so that an incident does not end and begin again
+	 * at every chunk while the file system is about the budget) */
+	whole = cap >= c->budget + c->headroom;
+	c->limit = DCR_MIN(c->budget, cap);
+	fits = free >= c->headroom + need;
+	pthread_mutex_unlock(&c->lock);
+	if (fits)
+		return whole;
+	say_short(c);
+	evict(c, keep, need);
+	pthread_mutex_lock(&c->lock);
+	dead = keep && keep->dead; /* evicted itself: nothing to write to */
+	pthread_mutex_unlock(&c->lock);
+	if (dead || (fs_space(c, &free, NULL) == 0 &&
+		     free < c->headroom + need))
+		return -ENOSPC;
+	return 0;
+}
+
+int dcr_cache_make_room(struct dcr_cache *c, uint64_t want)
+{
+	uint64_t before, after;
+
+	if (!want)
+		want = c->headroom;
+	pthread_mutex_lock(&c->lock);
+	before = c->bytes;
+	c->limit = DCR_MIN(c->limit, c->bytes);
+	c->limit -= DCR_MIN(c->limit, want);
+	pthread_mutex_unlock(&c->lock);
+	say_short(c);
+	evict(c, NULL, 0);
+	pthread_mutex_lock(&c->lock);
+	after = c->bytes;
+	pthread_mutex_unlock(&c->lock);
+	return after < before ? 0 : -ENOSPC;
+}
+
+int dcr_cache_room_hook(void *cache, uint64_t want)
+{
+	return dcr_cache_make_room(cache, want);
 }
 
 /* ------------------------------------------------------------- open */
@@ -600,6 +752,31 @@ static int scan_slabs(struct dcr_cache *c)
 	return ret;
 }
 
+/*
+ * The headroom for the cache's file system and, if it holds less than
+ * the budget, the budget in effect, said once (at mount time).
+ */
+static void open_fit(struct dcr_cache *c)
+{
+	char a[32], b[32], f[32], l[32], h[32];
+	uint64_t free = 0, size = 0;
+
+	if (fs_space(c, &free, &size) < 0)
+		return; /* as if it held the budget: writes will say */
+	c->headroom = DCR_MIN(HEADROOM_MAX, DCR_MAX(HEADROOM_MIN, size / 8));
+	c->limit = DCR_MIN(c->budget, fs_cap(c, free));
+	if (c->limit >= c->budget)
+		return;
+	atomic_store(&c->fs_short, true); /* the incident is said here */
+	dcr_warn("cache %s: cache_size %s is more than its file system holds "
+		 "(%s, %s free): the cache keeps to %s, leaving %s free for "
+		 "the catalog", c->dir, dcr_format_size(c->budget, b, sizeof(b)),
+		 dcr_format_size(size, a, sizeof(a)),
+		 dcr_format_size(free, f, sizeof(f)),
+		 dcr_format_size(c->limit, l, sizeof(l)),
+		 dcr_format_size(c->headroom, h, sizeof(h)));
+}
+
 static int cmp_slab(const void *a, const void *b)
 {
 	const struct slab *x = *(const struct slab *const *)a;
@@ -607,8 +784,6 @@ static int cmp_slab(const void *a, const void *b)
 
 	return cmp_key(x->v, x->file, y);
 }
-
-static void evict(struct dcr_cache *c, struct slab *keep);
 
 int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 {
@@ -622,6 +797,7 @@ int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 	if (!c)
 		return DCR_ERR(-ENOMEM);
 	c->budget = budget ? budget : DCR_CACHE_SIZE_DEFAULT;
+	c->limit = c->budget;
 	c->dir = malloc(strlen(dir) + sizeof("/slabs"));
 	if (!c->dir) {
 		ret = DCR_ERR(-ENOMEM);
@@ -648,7 +824,8 @@ int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->evict_lock, NULL);
 	c->st.bytes = c->bytes;
-	evict(c, NULL);
+	open_fit(c);
+	evict(c, NULL, 0);
 	*out = c;
 	return 0;
 
@@ -774,19 +951,20 @@ static int verify_read(struct dcr_cache *c, struct slab *s,
 	return ret;
 }
 
-enum { GET_COPY, GET_CHECK, GET_FD };
+enum { GET_COPY, GET_CHECK, GET_VERIFY };
 
 /*
- * Find chunk @k and make sure it is good: proven by this instance, or
- * read whole and proven now. GET_COPY: copy bytes [@off, @off+@n) into
- * @dst; GET_CHECK: only prove it, through the page cache; GET_FD:
- * return a descriptor of its slab (and its offset in *@pos) if it was
- * proven already, -EAGAIN if not. 0 on a hit, 1 on a hit proven now,
- * -ENOENT on a miss (a chunk that fails is punched out), or another
- * -errno on a local I/O error.
+ * Find chunk @k and make sure it is good: GET_COPY: read it whole and
+ * check it (every time: a byte may rot after its first use), and copy
+ * bytes [@off, @off+@n) into @dst; GET_CHECK: only prove it, through the
+ * page cache, unless this instance proved it already; GET_VERIFY: the
+ * same, proven or not. 0 on a hit, 1 on
+ * a hit proven now, -ENOENT on a miss (a chunk that fails is punched
+ * out, or its pinned slab unlinked), or another -errno on a local I/O
+ * error.
  */
 static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
-		     int how, uint32_t off, void *dst, size_t n, uint64_t *pos)
+		     int how, uint32_t off, void *dst, size_t n)
 {
 	int64_t now = now_ms();
 	bool present, proven, due;
@@ -816,39 +994,31 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		stamp(s, now);
 
 	ret = 0;
-	if (how == GET_FD) {
-		if (!proven) {
-			slab_put(c, s);
-			return -EAGAIN;
-		}
-		ret = fcntl(s->fd, F_DUPFD_CLOEXEC, 0);
-		if (ret < 0)
-			ret = -errno;
-		else
-			*pos = k->chunk * s->cs;
-	} else if (!proven) {
-		ret = verify_read(c, s, k, off, dst, n, how == GET_CHECK);
-		if (ret == 0) {
+	if (!proven || how != GET_CHECK) {
+		/* Every copy out of a slab is checked, proven or not: a byte
+		 * may rot on disk after the chunk's first use. */
+		ret = verify_read(c, s, k, off, dst, n, how != GET_COPY);
+		if (ret == 0 && !proven) {
 			pthread_mutex_lock(&c->lock);
 			bit_set(s->proven, k->chunk, true);
 			pthread_mutex_unlock(&c->lock);
 			ret = 1;
 		}
-	} else if (n) {
-		ret = pread_lean(c, s, dst, n, k->chunk * s->cs + off, false);
-		if (ret == -EIO || ret == -ENODATA)
-			ret = -EBADMSG; /* cut short behind our back */
 	}
 	if (ret == -EBADMSG) {
 		char path[PATH_MAX];
 		bool rewritten;
 
-		/* A write may have proven it while we read: then what we
-		 * read was that write in progress, not damage. */
+		/* A write may have stored the chunk while we read (writes
+		 * hold wlock): then what we read was that write in
+		 * progress, not damage, and it reads right now. Another
+		 * reader may have punched it already (no longer present). */
 		pthread_mutex_lock(&s->wlock);
 		pthread_mutex_lock(&c->lock);
-		rewritten = bit(s->proven, s->nbits, k->chunk);
+		rewritten = !bit(s->present, s->nbits, k->chunk);
 		pthread_mutex_unlock(&c->lock);
+		if (!rewritten)
+			rewritten = verify_read(c, s, k, 0, NULL, 0, false) == 0;
 		if (!rewritten)
 			punch(c, s, k->chunk);
 		pthread_mutex_unlock(&s->wlock);
@@ -888,20 +1058,21 @@ out_miss:
 int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
 		   uint32_t off, void *dst, size_t n)
 {
-	int ret = chunk_get(c, k, GET_COPY, off, dst, n, NULL);
+	int ret = chunk_get(c, k, GET_COPY, off, dst, n);
 
 	return ret > 0 ? 0 : ret;
 }
 
 int dcr_cache_check(struct dcr_cache *c, const struct dcr_cache_key *k)
 {
-	return chunk_get(c, k, GET_CHECK, 0, NULL, 0, NULL);
+	return chunk_get(c, k, GET_CHECK, 0, NULL, 0);
 }
 
-int dcr_cache_open_fd(struct dcr_cache *c, const struct dcr_cache_key *k,
-		      uint64_t *pos)
+int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k)
 {
-	return chunk_get(c, k, GET_FD, 0, NULL, 0, pos);
+	int ret = chunk_get(c, k, GET_VERIFY, 0, NULL, 0);
+
+	return ret > 0 ? 0 : ret;
 }
 
 /* ------------------------------------------------------------- pins */
@@ -922,8 +1093,25 @@ void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k,
  * dead (unlinked) until the pin goes. */
 struct dcr_cache_pin;
 
+bool dcr_cache_pin_verified(struct dcr_cache *c,
+			    const struct dcr_cache_key *k)
+{
+	struct slab *s;
+	bool v;
+	int ret;
+
+	s = slab_get(c, k, false, &ret);
+	if (!s)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	v = s->verified;
+	pthread_mutex_unlock(&c->lock);
+	slab_put(c, s);
+	return v;
+}
+
 int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
-		  struct dcr_cache_pin **pin)
+		  unsigned flags, struct dcr_cache_pin **pin)
 {
 	char path[PATH_MAX];
 	struct stat a, b;
@@ -944,6 +1132,8 @@ int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
 	if (whole) {
 		s->pins++; /* from here no put, punch or budget touches it */
 		c->st.pinned++;
+		if (flags & DCR_CACHE_PIN_VERIFIED)
+			s->verified = true;
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (!whole) {
@@ -993,18 +1183,18 @@ void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin)
 	c->st.pinned--;
 	pthread_mutex_unlock(&c->lock);
 	slab_put(c, s);
-	evict(c, NULL); /* what it held may have kept the budget full */
+	evict(c, NULL, 0); /* what it held may have kept the budget full */
 }
 
 /* ------------------------------------------------------------ writes */
 
 /*
- * Evict until within the budget: whole slabs, least recently used
- * first, @keep (the slab just written) last. A slab is unlinked, never
- * cut into (see the locking notes): a budget smaller than one file's
- * slab keeps nothing of it, which is said once.
+ * Evict until within the budget in effect with @room bytes to spare:
+ * whole slabs, least recently used first, @keep (the slab written) last.
+ * A slab is unlinked, never cut into (see the locking notes): a budget
+ * smaller than one file's slab keeps nothing of it, which is said once.
  */
-static void evict(struct dcr_cache *c, struct slab *keep)
+static void evict(struct dcr_cache *c, struct slab *keep, uint64_t room)
 {
 	bool progress, over;
 
@@ -1013,7 +1203,7 @@ again:
 		return; /* someone else is evicting (and looks again below) */
 	progress = false;
 	pthread_mutex_lock(&c->lock);
-	while (c->bytes + c->dead_pinned > c->budget) {
+	while (c->bytes + c->dead_pinned + room > c->limit) {
 		struct slab *lru = NULL;
 
 		/* A pinned slab is in use, and unlinking it frees nothing
@@ -1026,7 +1216,9 @@ again:
 		}
 		if (!lru && keep && !keep->dead && !keep->pins) {
 			lru = keep;
-			if (!atomic_exchange(&c->said_small, true))
+			/* (a file system that holds less said so itself) */
+			if (c->limit == c->budget &&
+			    !atomic_exchange(&c->said_small, true))
 				dcr_warn("cache %s: the budget (%" PRIu64
 					 " bytes) is smaller than one file of a "
 					 "version; that file is not kept in "
@@ -1045,7 +1237,8 @@ again:
 	 * that the lock is free (every round evicts a slab, or finds none
 	 * to evict and stops). */
 	pthread_mutex_lock(&c->lock);
-	over = c->bytes + c->dead_pinned > c->budget && progress;
+	/* (only after progress: what is left may all be pinned) */
+	over = c->bytes + c->dead_pinned + room > c->limit && progress;
 	pthread_mutex_unlock(&c->lock);
 	if (over)
 		goto again;
@@ -1056,20 +1249,28 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 {
 	uint64_t off = k->chunk * (uint64_t)k->chunk_size;
 	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && aligned(data, 0, 0);
+	uint64_t need = alloc_len(k->len);
 	struct slab *s;
 	bool was;
-	int ret, dfd = -1;
+	int ret, dfd = -1, room;
 
 	if (k->len == 0)
 		return 0;
 	s = slab_get(c, k, true, &ret);
 	if (!s && ret == -ESTALE)
 		return ret; /* built for an older index of the version */
+	if (!s && is_full(ret))
+		goto err_full;
 	if (!s)
 		goto err_log;
 	if (k->chunk >= s->nbits) {
 		slab_put(c, s);
 		return DCR_ERR(-EINVAL);
+	}
+	room = fs_room(c, s, need);
+	if (room < 0) {
+		slab_put(c, s);
+		return room; /* not cached: the file system holds no more */
 	}
 	pthread_mutex_lock(&s->wlock);
 	pthread_mutex_lock(&c->lock);
@@ -1098,7 +1299,11 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 	if (ret) {
 		punch(c, s, k->chunk);
 		pthread_mutex_unlock(&s->wlock);
+		if (is_full(ret))
+			fs_room(c, s, need); /* for the next chunk */
 		slab_put(c, s);
+		if (is_full(ret))
+			goto err_full;
 		goto err_log;
 	}
 	pthread_mutex_lock(&c->lock);
@@ -1113,9 +1318,15 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 	c->st.inserts++;
 	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_unlock(&s->wlock);
-	evict(c, s);
+	if (room == 1)
+		atomic_store(&c->fs_short, false); /* the incident is over */
+	evict(c, s, 0);
 	slab_put(c, s);
 	return 0;
+
+err_full:
+	say_short(c); /* the budget reached, not this chunk's error */
+	return ret;
 
 err_log:
 	dcr_warn("cache: cannot store chunk %" PRIu64 " of slab v%" PRIu64

@@ -13,22 +13,30 @@
  * allocated in it (SEEK_DATA/SEEK_HOLE, read once per slab and mount);
  * what was cut short by a crash is caught by the check below.
  *
- * Every chunk is proven the first time this cache instance (that is, a
- * mount) uses it, whatever the file's inode or times say: read whole and
- * checked against the value the caller's manifest gives (its XXH3-128
- * for format 2, its SHA-256 for format 1). A chunk that fails (bit rot,
- * a torn write, a store recreated under the same cache directory) has
- * its range punched out, is reported as a miss and is fetched again: a
- * rotten byte is never served. Chunks this instance wrote or proved are
- * remembered (one bit per chunk of every slab in use).
+ * Every chunk copied out of a slab (dcr_cache_read) is read whole and
+ * checked, every time, whatever the file's inode or times say, against
+ * the value the caller's manifest gives (its XXH3-128 for format 2, its
+ * SHA-256 for format 1): a byte may rot on disk after the chunk's first
+ * use. A chunk that fails (bit rot, a torn write, a store recreated
+ * under the same cache directory) has its range punched out, is
+ * reported as a miss (one warning naming the slab and the chunk) and is
+ * fetched again: a rotten byte is never served. Chunks this instance
+ * wrote or proved are remembered (one bit per chunk of every slab in
+ * use) for dcr_cache_check and dcr_cache_open_fd.
  *
  * Budget: the bytes of all slabs (their allocated size, counted at open
  * and kept up to date) stay within the budget; whole slabs are evicted,
  * least recently used first (a slab's last use is its mtime, updated at
- * most once a minute), and when the slab being filled is the only one
- * left, its lowest chunks are punched out. Eviction never breaks a read:
- * an evicted chunk is simply materialized again by the caller, and an
- * open descriptor keeps reading its (unlinked) slab.
+ * most once a minute), the slab being filled last. Eviction never breaks
+ * a read: an evicted chunk is simply materialized again by the caller,
+ * and an open descriptor keeps reading its (unlinked) slab.
+ *
+ * The file system: slabs never use its last free bytes (the headroom:
+ * an eighth of its size, 256 KiB to 64 MiB), which are the catalog's,
+ * next to them. A file system that holds less than the budget (said once
+ * at open), or that fills up (ENOSPC: said once per incident), is the
+ * budget reached: slabs are evicted to keep the headroom free, and a
+ * chunk that does not fit is simply not cached.
  *
  * Needs a file system with sparse files and SEEK_HOLE (ext4, xfs,
  * btrfs, tmpfs); O_DIRECT is used where it is allowed.
@@ -38,6 +46,7 @@
 #ifndef DCR_CACHE_H
 #define DCR_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,11 +95,12 @@ void dcr_cache_close(struct dcr_cache *c);
 
 /**
  * dcr_cache_read - copy bytes [@off, @off+@n) of the cached chunk @k
- * into @dst. Returns 0 on a hit, -ENOENT on a miss (including a chunk
- * that failed its check, which is punched out), or another -errno on a
- * local I/O error. A whole chunk read into a DCR_CACHE_ALIGN-aligned
- * @dst is copied from the page cache if it is there, and else read
- * around it (O_DIRECT) where allowed.
+ * into @dst, after reading the whole chunk and checking it (at every
+ * call). Returns 0 on a hit, -ENOENT on a miss (including a chunk that
+ * failed its check, which is punched out), or another -errno on a local
+ * I/O error. A whole chunk read into a DCR_CACHE_ALIGN-aligned @dst is
+ * copied from the page cache if it is there, and else read around it
+ * (O_DIRECT) where allowed.
  */
 int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
 		   uint32_t off, void *dst, size_t n);
@@ -98,26 +108,13 @@ int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
 /**
  * dcr_cache_check - make sure the cached chunk @k is proven in this
  * instance, reading and checking it now if it is not, through the page
- * cache (so that a reader that follows finds it resident and can splice
- * it: dcr_cache_open_fd). For read-ahead over cached chunks, on a
+ * cache (so that a reader that follows finds it resident, and so that
+ * the kernel can read it from memory: dcr_cache_pin). For read-ahead over cached chunks, on a
  * thread other than the reader's. 0 if it is cached and was proven
  * already, 1 if it is cached and was proven now, -ENOENT on a miss, or
  * another -errno on a local I/O error.
  */
 int dcr_cache_check(struct dcr_cache *c, const struct dcr_cache_key *k);
-
-/**
- * dcr_cache_open_fd - a descriptor of the slab that holds chunk @k, if
- * this instance has already proven the chunk (written it, or read it
- * through dcr_cache_read or dcr_cache_check), and in *@pos the chunk's
- * offset in it. For zero-copy replies (splice). Returns the descriptor
- * (the caller closes it; the slab may be evicted meanwhile, the open
- * file stays readable), -EAGAIN if the chunk is there but not proven
- * yet (read it with dcr_cache_read, which proves it in the caller's
- * buffer), -ENOENT on a miss, or another -errno on a local I/O error.
- */
-int dcr_cache_open_fd(struct dcr_cache *c, const struct dcr_cache_key *k,
-		      uint64_t *pos);
 
 /* Alignment of buffers that may be written or read around the page
  * cache (O_DIRECT); see DCR_CACHE_PUT_DIRECT. */
@@ -142,10 +139,25 @@ enum {
  * caller has proven equal to @k's hashes, then evict to the budget. A
  * reader never sees the chunk before the write completed. @flags:
  * DCR_CACHE_PUT_*. 0 or -errno (the chunk is then simply not cached; a
- * partial write is punched out).
+ * partial write is punched out). -ENOSPC: the file system holds no more
+ * (not logged per chunk: see above).
  */
 int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		  const void *data, unsigned flags);
+
+/**
+ * dcr_cache_make_room - the file system is full for someone else (the
+ * catalog): evict slabs, least recently used first, until @want bytes
+ * (0: the headroom) more are free, or none are left. 0 if a slab was
+ * evicted, -ENOSPC if there was nothing to evict.
+ */
+int dcr_cache_make_room(struct dcr_cache *c, uint64_t want);
+
+/**
+ * dcr_cache_room_hook - dcr_cache_make_room of the cache @cache, in the
+ * shape of a catalog's room hook (dcr_catalog_set_room_hook).
+ */
+int dcr_cache_room_hook(void *cache, uint64_t want);
 
 /**
  * dcr_cache_drop_version - version @v's slabs no longer hold its chunks
@@ -157,6 +169,16 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
  * stored, nor proven, as the new one's. Returns the slabs dropped.
  */
 size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen);
+
+/**
+ * dcr_cache_verify - read the cached chunk @k whole (through the page
+ * cache) and check it against @k's hashes now, whether or not this
+ * instance proved it before (a chunk written by this mount may have
+ * rotted on disk since). 0 if it is good, -ENOENT on a miss or when it
+ * fails (it is then punched out, or its pinned slab unlinked), or
+ * another -errno on a local I/O error.
+ */
+int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k);
 
 /**
  * dcr_cache_advise - the caller will soon read bytes [@off, @off+@len)
@@ -182,7 +204,22 @@ void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k,
  */
 struct dcr_cache_pin;
 int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
-		  struct dcr_cache_pin **pin);
+		  unsigned flags, struct dcr_cache_pin **pin);
+
+/* dcr_cache_pin flags */
+enum {
+	/* The caller just read and checked every chunk of the slab
+	 * (dcr_cache_verify): remembered for dcr_cache_pin_verified. */
+	DCR_CACHE_PIN_VERIFIED = 1 << 0,
+};
+
+/**
+ * dcr_cache_pin_verified - whether the slab of @k was pinned with
+ * DCR_CACHE_PIN_VERIFIED by this instance (and not rewritten since):
+ * its bytes were read and checked whole once in this mount.
+ */
+bool dcr_cache_pin_verified(struct dcr_cache *c,
+			    const struct dcr_cache_key *k);
 
 /** dcr_cache_unpin - release @pin (from dcr_cache_pin); NULL accepted. */
 void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin);

@@ -37,6 +37,8 @@
 
 #define DCR_CATALOG_SCHEMA "3"
 #define DCR_CATALOG_BUSY_MS 10000
+/* A full file system is said at most this often (make_room). */
+#define FULL_SAY_NS ((int64_t)600 * 1000000000)
 
 enum dcr_stmt_id {
 	ST_GET_CHUNK,
@@ -62,6 +64,12 @@ struct dcr_catalog {
 	bool fresh;         /* created (or rebuilt) by this open */
 	char why[160];      /* why open_db returned CAT_CORRUPT */
 	atomic_int waiting; /* threads blocked in cat_lock */
+	/* A full file system (see in_txn), under the lock: */
+	int (*room)(void *arg, uint64_t want); /* the room hook, or NULL */
+	void *room_arg;
+	bool in_txn;        /* in_txn runs: it reports SQLITE_FULL */
+	int64_t full_said;  /* when it was last said (monotonic ns), or 0 */
+	bool lean_wal;      /* the WAL is kept small since one */
 };
 
 /* Take the catalog lock, announcing the wait (see cat_yield). */
@@ -153,6 +161,8 @@ static int sql_err(struct dcr_catalog *c, int rc, const char *what)
 		e = -EIO;
 		break;
 	}
+	if (e == -ENOSPC && c->in_txn)
+		return e; /* in_txn makes room, and says so once */
 	if (e != -EEXIST)
 		dcr_err("catalog %s: %s: %s", c->path, what,
 			c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
@@ -679,22 +689,85 @@ static int add_batch(struct dcr_catalog *c, const struct dcr_manifest *m,
 	return 0;
 }
 
-/* Run @fn in its own write transaction, with the lock held. */
+void dcr_catalog_set_room_hook(struct dcr_catalog *c,
+			       int (*fn)(void *arg, uint64_t want), void *arg)
+{
+	cat_lock(c);
+	c->room = fn;
+	c->room_arg = arg;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* One attempt of in_txn. Caller holds the lock. */
+static int txn_once(struct dcr_catalog *c,
+		    int (*fn)(struct dcr_catalog *c, void *arg), void *arg)
+{
+	int ret = exec_locked(c, "BEGIN IMMEDIATE");
+
+	if (ret)
+		return ret;
+	ret = fn(c, arg);
+	if (!ret)
+		ret = exec_locked(c, "COMMIT");
+	/* (SQLite rolls back itself after some errors, SQLITE_FULL one) */
+	if (ret && !sqlite3_get_autocommit(c->db))
+		exec_locked(c, "ROLLBACK");
+	return ret;
+}
+
+/*
+ * The file system is full (SQLITE_FULL): say so (once per incident: at
+ * most every FULL_SAY_NS, the rest in the debug log), ask the room hook
+ * for room (the cache evicts), give back the WAL's space (a checkpoint
+ * that truncates it) and from now on keep the WAL small (truncated after
+ * every checkpoint, one every 256 KiB rather than every 4 MiB). Caller
+ * holds the lock, no transaction open.
+ */
+static void make_room(struct dcr_catalog *c)
+{
+	int64_t now = dcr_mono_ns();
+
+	if (c->full_said && now - c->full_said < FULL_SAY_NS) {
+		dcr_debug("catalog %s: its file system is full (again)",
+			  c->path);
+	} else {
+		c->full_said = now;
+		dcr_warn("catalog %s: its file system is full: %s; new "
+			 "versions are indexed as soon as there is room",
+			 c->path, c->room ? "cached chunks are evicted for it"
+					  : "nothing to evict");
+	}
+	if (c->room)
+		c->room(c->room_arg, 0);
+	sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_TRUNCATE,
+				  NULL, NULL);
+	if (!c->lean_wal) {
+		c->lean_wal = true;
+		sqlite3_wal_autocheckpoint(c->db, 64);
+		sqlite3_exec(c->db, "PRAGMA journal_size_limit=0", NULL, NULL,
+			     NULL);
+	}
+}
+
+/*
+ * Run @fn in its own write transaction, with the lock held. A full file
+ * system is not an error of the catalog to log at every write: room is
+ * made (make_room) and @fn run once more, so @fn must do the same when
+ * run again after a rollback. Still full: -ENOSPC (said by make_room).
+ */
 static int in_txn(struct dcr_catalog *c,
 		  int (*fn)(struct dcr_catalog *c, void *arg), void *arg)
 {
 	int ret;
 
 	cat_lock(c);
-	ret = exec_locked(c, "BEGIN IMMEDIATE");
-	if (ret)
-		goto out_unlock;
-	ret = fn(c, arg);
-	if (!ret)
-		ret = exec_locked(c, "COMMIT");
-	if (ret)
-		exec_locked(c, "ROLLBACK");
-out_unlock:
+	c->in_txn = true;
+	ret = txn_once(c, fn, arg);
+	if (ret == -ENOSPC) {
+		make_room(c);
+		ret = txn_once(c, fn, arg);
+	}
+	c->in_txn = false;
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -702,7 +775,8 @@ out_unlock:
 struct add_ctx {
 	const struct dcr_manifest *m;
 	const struct dcr_catalog_ident *id; /* NULL: unknown */
-	struct add_pos pos;
+	struct add_pos pos;  /* rows committed */
+	struct add_pos next; /* after the batch in flight */
 	bool done;
 };
 
@@ -786,11 +860,13 @@ static int add_begin(struct dcr_catalog *c, void *arg)
 	return ret;
 }
 
+/* The batch after @a->pos: from there again if it is run again. */
 static int add_step(struct dcr_catalog *c, void *arg)
 {
 	struct add_ctx *a = arg;
 
-	return add_batch(c, a->m, &a->pos, &a->done);
+	a->next = a->pos;
+	return add_batch(c, a->m, &a->next, &a->done);
 }
 
 /* The versions row, last: it is what makes the version visible. */
@@ -867,6 +943,8 @@ int dcr_catalog_add_version_ident(struct dcr_catalog *c,
 	while (!ret && !a.done) {
 		cat_yield(c);
 		ret = in_txn(c, add_step, &a);
+		if (!ret)
+			a.pos = a.next;
 		if (ret == -EEXIST) {
 			/* add_begin cleared the version's rows: a duplicate
 			 * is a bug or a second writer, not "indexed". */
@@ -912,6 +990,8 @@ static int replace_txn(struct dcr_catalog *c, void *arg)
 	struct add_ctx *a = arg;
 	int ret = drop_rows(c, (int64_t)a->m->version);
 
+	memset(&a->pos, 0, sizeof(a->pos)); /* from the start if run again */
+	a->done = false;
 	while (!ret && !a->done)
 		ret = add_batch(c, a->m, &a->pos, &a->done);
 	if (!ret)

@@ -117,6 +117,17 @@ struct dcr_catalog_chunk {
 int dcr_catalog_open(const char *path, const char *url,
 		     struct dcr_catalog **out);
 
+/**
+ * dcr_catalog_set_room_hook - when a write finds the file system full
+ * (SQLITE_FULL), call @fn(@arg, 0) for room - the cache next to the
+ * catalog evicts (dcr_cache_room_hook) - give back the WAL's space and
+ * retry the write once, saying so once per incident rather than at
+ * every write; @fn NULL: no hook (the default). @fn runs with the
+ * catalog locked and must not call back into it.
+ */
+void dcr_catalog_set_room_hook(struct dcr_catalog *c,
+			       int (*fn)(void *arg, uint64_t want), void *arg);
+
 /** True if dcr_catalog_open created the database (new or rebuilt). */
 bool dcr_catalog_is_new(const struct dcr_catalog *c);
 

@@ -161,7 +161,7 @@ static void buf_put_locked(struct dcr_reader *r, uint8_t *p, uint32_t len)
 	}
 }
 
-static void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len)
+void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len)
 {
 	pthread_mutex_lock(&r->hot_lock);
 	buf_put_locked(r, p, len);
@@ -187,8 +187,8 @@ static struct hot *hot_find(struct dcr_reader *r,
  * here) in memory, evicting the least recently used unreferenced ones
  * to stay within the budget.
  */
-static void hot_put(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-		    uint32_t len, uint8_t *data)
+void hot_put(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+	     uint32_t len, uint8_t *data)
 {
 	struct hot *slot = NULL;
 

@@ -28,8 +28,8 @@
  * background threads materialize into the cache in the background, so a
  * cold sequential reader keeps several GETs in flight.
  *
- * This file is the facade: open/close, the reads (dcr_reader_read and
- * the zero-copy dcr_reader_read_fd) and sync. The work is in
+ * This file is the facade: open/close, the reads (dcr_reader_read,
+ * _read_tree, _prefetch) and sync. The work is in
  * rversions.c (versions, refresh, tags), rchunks.c (references,
  * buffers, hot chunks, single-flight), rmaterialize.c (chains and
  * batches) and rqueues.c (write-behind, read-ahead decode, read-ahead);
@@ -320,14 +320,16 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		ret = DCR_ERR(-ENAMETOOLONG);
 		goto err_close;
 	}
-	ret = dcr_catalog_open(path, url, &r->cat);
-	if (ret)
-		goto err_close;
-	r->max_trees = opts->max_trees;
+	/* The cache first: it leaves the catalog room on a full disk. */
 	r->cache_budget = opts->cache_size ? opts->cache_size : DCR_CACHE_SIZE_DEFAULT;
 	ret = dcr_cache_open(r->dir, opts->cache_size, &r->cache);
 	if (ret)
 		goto err_close;
+	ret = dcr_catalog_open(path, url, &r->cat);
+	if (ret)
+		goto err_close;
+	dcr_catalog_set_room_hook(r->cat, dcr_cache_room_hook, r->cache);
+	r->max_trees = opts->max_trees;
 	ret = load_catalog(r);
 	if (ret)
 		goto err_close;
@@ -601,116 +603,13 @@ ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	return n;
 }
 
-ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			    uint64_t off, void *dst, size_t len)
+ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			    uint32_t idx, uint64_t off, void *dst, size_t len)
 {
 	read_enter(r);
-	ssize_t n = read_impl(r, v, -1, idx, off, dst, len, true);
+	ssize_t n = read_impl(r, v, tree, idx, off, dst, len, true);
 	read_leave(r);
 	return n;
-}
-
-/* ------------------------------------------------ zero-copy reads (fs/)
- * dcr_reader_read_fd: owned by the read-path performance work (issue 5),
- * kept in this separate block so it stays out of the way of the fetch
- * path above. It only ever serves chunks the cache already holds; any
- * miss sends the caller back to dcr_reader_read, which materializes.
- */
-static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes);
-static ssize_t read_fd_tree(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes);
-
-ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			   uint64_t off, size_t len, struct dcr_read_seg *segs,
-			   size_t max, size_t *nbytes)
-{
-	return read_fd_tree(r, v, -1, idx, off, len, segs, max, nbytes);
-}
-
-ssize_t dcr_reader_read_fd_tree(struct dcr_reader *r, uint64_t v,
-				uint32_t tree, uint32_t idx, uint64_t off,
-				size_t len, struct dcr_read_seg *segs,
-				size_t max, size_t *nbytes)
-{
-	return read_fd_tree(r, v, tree, idx, off, len, segs, max, nbytes);
-}
-
-static ssize_t read_fd_tree(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes)
-{
-	read_enter(r);
-	ssize_t n = read_fd_impl(r, v, tree, idx, off, len, segs, max, nbytes);
-	read_leave(r);
-	if (n >= 0) { /* a miss (-ENOENT) is counted by the read that follows */
-		STAT_ADD(r, reads, 1);
-		STAT_ADD(r, bytes_read, *nbytes);
-	}
-	return n;
-}
-
-static ssize_t read_fd_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
-			    uint32_t idx, uint64_t off, size_t len,
-			    struct dcr_read_seg *segs, size_t max,
-			    size_t *nbytes)
-{
-	struct rver *rv;
-	uint64_t size = 0, end = 0, pos;
-	size_t nseg = 0;
-	uint32_t cs;
-	int ret;
-
-	*nbytes = 0;
-	ret = read_range(r, v, tree, idx, off, len, false, &rv, &size, &end);
-	if (ret <= 0)
-		return ret;
-	cs = rv->chunk_size;
-
-	for (pos = off; pos < end;) {
-		uint64_t i = dcr_chunk_index(pos, cs);
-		struct dcr_catalog_chunk ref;
-		struct dcr_cache_key k;
-		uint32_t clen = dcr_chunk_len(size, cs, i);
-		uint32_t coff = (uint32_t)(pos - i * cs);
-		size_t n = (size_t)DCR_MIN(end - pos, (uint64_t)clen - coff);
-		uint64_t slab_off;
-		int fd;
-
-		if (nseg == max) {
-			ret = -ENOENT; /* too fragmented: take the copy path */
-			goto err_close;
-		}
-		/* Any trouble: -ENOENT, and dcr_reader_read does it right
-		 * (materializes, or fails with its one log line). */
-		ret = -ENOENT;
-		/* A chunk that is hot but not written yet misses here; one
-		 * written around the page cache is not resident, and the
-		 * caller copies it (from memory) instead of splicing. */
-		if (ref_get(r, rv, idx - 1, i, &ref) != 0)
-			goto err_close;
-		cache_key(&k, rv, idx - 1, i, &ref);
-		fd = dcr_cache_open_fd(r->cache, &k, &slab_off);
-		if (fd < 0)
-			goto err_close;
-		segs[nseg].fd = fd;
-		segs[nseg].off = slab_off + coff;
-		segs[nseg].len = n;
-		nseg++;
-		pos += n;
-	}
-	*nbytes = (size_t)(end - off);
-	return (ssize_t)nseg;
-
-err_close:
-	while (nseg)
-		close(segs[--nseg].fd);
-	return ret;
 }
 
 /* ------------------------------------------- backing files (passthrough) */
@@ -724,6 +623,7 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	struct dcr_cache_key k;
 	struct rver *rv;
 	uint64_t size = 0, end = 0, advised = 0, n;
+	bool verify;
 	int ret;
 
 	*pin = NULL;
@@ -745,9 +645,22 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	if (size == 0)
 		goto out_leave; /* nothing to back: the normal path is free */
 	n = dcr_chunk_count(size, rv->chunk_size);
-	/* Every chunk proven in this instance: checked now if it was not
-	 * (through the page cache, so the kernel then reads it from
-	 * memory), once per chunk and mount. */
+	/*
+	 * The kernel will read the file without us: before its first
+	 * passthrough open in this mount, every chunk is read and checked
+	 * now (through the page cache, so the kernel then reads it from
+	 * memory), even chunks this mount wrote itself (they may have
+	 * rotted since); later opens find the slab verified whole.
+	 */
+	{
+		struct dcr_catalog_chunk ref;
+
+		ret = ref_get(r, rv, idx - 1, 0, &ref);
+		if (ret)
+			goto out_leave;
+		cache_key(&k, rv, idx - 1, 0, &ref);
+		verify = !dcr_cache_pin_verified(r->cache, &k);
+	}
 	for (uint64_t i = 0; i < n; i++) {
 		struct dcr_catalog_chunk ref;
 		uint64_t pos = i * rv->chunk_size;
@@ -762,7 +675,8 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			dcr_cache_advise(r->cache, &k, advised, BACKING_AHEAD);
 			advised += BACKING_AHEAD;
 		}
-		ret = dcr_cache_check(r->cache, &k);
+		ret = verify ? dcr_cache_verify(r->cache, &k) :
+			       dcr_cache_check(r->cache, &k);
 		if (ret < 0) {
 			ret = -EAGAIN; /* not cached (or failed): normal path */
 			goto out_leave;
@@ -773,7 +687,8 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 		ret = DCR_ERR(-EIO);
 		goto out_leave;
 	}
-	ret = dcr_cache_pin(r->cache, &k, pin);
+	ret = dcr_cache_pin(r->cache, &k, verify ? DCR_CACHE_PIN_VERIFIED : 0,
+			    pin);
 out_leave:
 	read_leave(r);
 	return ret;

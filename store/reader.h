@@ -84,9 +84,12 @@ struct dcr_entry {
  */
 struct dcr_version_info {
 	uint64_t version;
-	/* Names this tree of the version: another value once the version
-	 * was re-indexed with other content (changed in the store), the
-	 * same after a re-encoding (a layout generation). For
+	/* Names this tree of the version in this reader: 0 when the
+	 * version is first indexed, one more each time it is re-indexed
+	 * with other content (changed in the store; also when a version
+	 * dropped comes back), the same after a re-encoding (a layout
+	 * generation). Small and never reused for another tree of the
+	 * version, so a filesystem may carry it in inode numbers. For
 	 * dcr_reader_read_tree. */
 	uint32_t tree;
 	uint64_t parent;
@@ -142,6 +145,7 @@ struct dcr_version_change {
 	/* Entries of the tree served until then (inode numbers 0 ..
 	 * old_nentries-1 of the version may be cached by a kernel). */
 	uint32_t old_nentries;
+	uint32_t old_tree;    /* its dcr_version_info.tree */
 	bool gone;            /* dropped: no longer in the store */
 	bool content_changed; /* re-indexed with another tree or bytes
 				 (false: the same tree, encoded anew) */
@@ -201,50 +205,22 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
  * dcr_version_info.tree had when the caller looked the file up, e.g. at
  * open): -ESTALE if version @v has been re-indexed with other content
  * since, so that an entry index of the old tree never reads a file of
- * the new one. dcr_reader_read_fd_tree likewise.
+ * the new one.
  */
 ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			     uint32_t idx, uint64_t off, void *dst, size_t len);
 
-/** One piece of a zero-copy read: @len bytes at @off of the open @fd. */
-struct dcr_read_seg {
-	int fd;
-	uint64_t off;
-	size_t len;
-};
-
 /**
- * dcr_reader_read_fd - the zero-copy variant of dcr_reader_read, for
- * replies spliced from the cache: when every chunk of [off, off+len) of
- * entry @idx of version @v is cached (and verified, see cache.h), fill
- * @segs (at most @max) with the open cache files and the ranges to send
- * from them, in order, and *@nbytes with the total (short only at end of
- * file). Returns the number of segments (the caller closes every fd),
- * 0 at or past end of file, -ENOENT when some chunk is not cached or
- * the range needs more than @max segments (nothing is left open: call
- * dcr_reader_read, which materializes), or -errno as dcr_reader_read for
- * an unknown version or entry or a directory. Counts as a read for the
- * sequential read-ahead. Thread-safe.
- */
-ssize_t dcr_reader_read_fd(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			   uint64_t off, size_t len, struct dcr_read_seg *segs,
-			   size_t max, size_t *nbytes);
-ssize_t dcr_reader_read_fd_tree(struct dcr_reader *r, uint64_t v,
-				uint32_t tree, uint32_t idx, uint64_t off,
-				size_t len, struct dcr_read_seg *segs,
-				size_t max, size_t *nbytes);
-
-/**
- * dcr_reader_prefetch - dcr_reader_read for a prefetcher: the chunks this
- * read (and the read-ahead it queues) materializes are written to the
- * cache through the page cache, so that the reads that follow find them
+ * dcr_reader_prefetch - dcr_reader_read_tree for a prefetcher: the chunks
+ * this read (and the read-ahead it queues) materializes are written to
+ * the cache through the page cache, so that the reads that follow find them
  * resident. dcr_reader_read writes them around it and serves them from
  * memory instead, so that a first read does not also fill the page cache
  * with a second copy of every chunk. Same returns and thread-safety as
  * dcr_reader_read.
  */
-ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t idx,
-			    uint64_t off, void *dst, size_t len);
+ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			    uint32_t idx, uint64_t off, void *dst, size_t len);
 
 /**
  * struct dcr_reader_stats - what a reader has done since it was opened,

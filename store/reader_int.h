@@ -5,7 +5,7 @@
  * calls in another. Included only by these store/ files:
  *
  *   reader.c        the facade: open/close, dcr_reader_read,
- *                   dcr_reader_read_fd, dcr_reader_sync
+ *                   dcr_reader_sync
  *   rversions.c     the versions, their trees, refresh, tags
  *   rchunks.c       chunk references, chunk buffers and their pool, hot
  *                   chunks, the in-flight table (single-flight)
@@ -131,8 +131,10 @@ struct rver {
 	 * time v is re-indexed (reader_replace_version). Keys the chunk
 	 * reference blocks and the cache (dcr_cache_key.gen). Immutable. */
 	uint32_t gen;
-	/* dcr_version_info.tree: gen when indexed with this content, kept
-	 * by a re-encoding replace. Immutable. */
+	/* dcr_version_info.tree: 0 when v is first indexed, one more than
+	 * the tree it replaces (or than the newest tree of v on the
+	 * graveyard) when indexed with other content, kept by a re-encoding
+	 * replace. Immutable. */
 	uint32_t tree;
 	/* Replaced or dropped: no longer in vers but on the graveyard
 	 * (kept until close, so pointers stay valid); its reference
@@ -582,6 +584,16 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
  * NULL when out of memory. Given back by the flight that owns it.
  * Thread-safe (hot_lock). */
 uint8_t *buf_get(struct dcr_reader *r, uint32_t len);
+
+/* Give back a buffer of buf_get(@len) (NULL accepted). Thread-safe
+ * (hot_lock). */
+void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len);
+
+/* Keep the verified chunk @data (a buf_get buffer of @len bytes;
+ * ownership passes here) hot, evicting the least recently used
+ * unreferenced ones to stay within hot_budget. Thread-safe (hot_lock). */
+void hot_put(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+	     uint32_t len, uint8_t *data);
 
 /* Copy [@off, @off+@n) of hot chunk @hash (of @len bytes) into @dst: 0,
  * or -ENOENT if it is not hot. Thread-safe (hot_lock). */

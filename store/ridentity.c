@@ -100,7 +100,7 @@ static bool same_index(const struct dcr_manifest *a,
 }
 
 /* Queue a change for dcr_reader_take_changes. Caller holds lock. */
-static void change_push(struct dcr_reader *r, uint64_t v, uint32_t n,
+static void change_push(struct dcr_reader *r, const struct rver *old,
 			bool gone, bool changed)
 {
 	if (r->nchanges == r->capchanges) {
@@ -113,8 +113,8 @@ static void change_push(struct dcr_reader *r, uint64_t v, uint32_t n,
 		r->capchanges = cap;
 	}
 	r->changes[r->nchanges++] = (struct dcr_version_change){
-		.version = v, .old_nentries = n, .gone = gone,
-		.content_changed = changed,
+		.version = old->v, .old_nentries = old->nfiles + 1,
+		.old_tree = old->tree, .gone = gone, .content_changed = changed,
 	};
 }
 
@@ -158,7 +158,7 @@ int reader_drop_version(struct dcr_reader *r, uint64_t v)
 	i = vers_lower(r, v);
 	old = i < r->nvers && r->vers[i]->v == v ? r->vers[i] : NULL;
 	if (old) {
-		change_push(r, v, old->nfiles + 1, true, true);
+		change_push(r, old, true, true);
 		vers_bury(r, i, old, NULL);
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -211,14 +211,14 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	atomic_store(&old->reencoded, !changed);
 	atomic_store(&old->dead, true);
 	nrv->gen = ++r->gen_clock;
-	nrv->tree = changed ? nrv->gen : old->tree;
+	nrv->tree = changed ? old->tree + 1 : old->tree;
 	if (changed)
 		dcr_cache_drop_version(r->cache, v, nrv->gen);
 	ret = dcr_catalog_replace_version(r->cat, m, id);
 
 	pthread_mutex_lock(&r->lock);
 	i = vers_lower(r, v);
-	change_push(r, v, old->nfiles + 1, ret != 0, changed);
+	change_push(r, old, ret != 0, changed);
 	vers_bury(r, i, old, ret ? NULL : nrv);
 	pthread_mutex_unlock(&r->lock);
 

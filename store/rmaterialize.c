@@ -344,11 +344,16 @@ out_codec:
 }
 
 /*
- * Fast path: look up the chunk's reference and try the cache. 0 on a
- * hit, -ENOENT on a miss (p->ref is then filled), else -errno (logged).
- * Without p->dst (read-ahead), a cached chunk is proven now if this
- * mount has not yet (on the read-ahead thread, through the page cache,
- * so the reader that follows splices it): 1 if that work was done.
+ * Fast path: look up the chunk's reference and try memory, then the
+ * cache, which checks every chunk it reads whole against the manifest.
+ * A piece of a chunk read from the cache keeps the whole chunk it read
+ * and checked in memory (hot), so that the other pieces of it do not
+ * read and check it again. 0 on a hit, -ENOENT on a miss (p->ref is
+ * then filled; a chunk that failed its check is a miss), else -errno
+ * (logged). Without p->dst (read-ahead), a cached chunk is proven now
+ * if this mount has not yet (on the read-ahead thread, through the page
+ * cache, so the reader that follows finds it resident): 1 if that work
+ * was done.
  */
 int piece_fast(struct dcr_reader *r, struct piece *p)
 {
@@ -375,6 +380,20 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 	if (hot_read(r, p->ref.hash, p->clen, p->coff, p->dst, p->n) == 0)
 		return 0;
 	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+	if (p->n < p->clen) {
+		uint8_t *whole = buf_get(r, p->clen);
+
+		if (whole) {
+			ret = dcr_cache_read(r->cache, &k, 0, whole, p->clen);
+			if (ret == 0) {
+				memcpy(p->dst, whole + p->coff, p->n);
+				hot_put(r, p->ref.hash, p->clen, whole);
+			} else {
+				buf_put(r, whole, p->clen);
+			}
+			return ret;
+		}
+	}
 	return dcr_cache_read(r->cache, &k, p->coff, p->dst, p->n);
 }
 

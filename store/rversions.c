@@ -557,16 +557,26 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	if (!rv)
 		return DCR_ERR(-ENOMEM);
 	rv->gen = r->gen_clock;
-	rv->tree = rv->gen;
 	rv->id = id;
 	pthread_mutex_lock(&r->lock);
 	/* A number this process dropped (gone from a listing) that comes
 	 * back with another manifest was replaced in the store: say so as
-	 * loudly as when the listing catches the change in one go. */
+	 * loudly as when the listing catches the change in one go. Its
+	 * tree is a new one either way (inodes of the old one stay stale).
+	 * The graveyard is newest first. */
 	struct dcr_catalog_ident was = { .has_mhash = false };
-	for (const struct rver *d = r->graveyard; d && !was.has_mhash; d = d->next_dead)
-		if (d->v == v && d->id.has_mhash)
+	bool seen = false;
+	for (const struct rver *d = r->graveyard; d; d = d->next_dead) {
+		if (d->v != v)
+			continue;
+		if (!seen)
+			rv->tree = d->tree + 1;
+		seen = true;
+		if (d->id.has_mhash) {
 			was = d->id;
+			break;
+		}
+	}
 	ret = vers_insert(r, rv);
 	pthread_mutex_unlock(&r->lock);
 	if (!ret && was.has_mhash && id.has_mhash && !dcr_hash_eq(was.mhash, id.mhash)) {

@@ -770,11 +770,12 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		*ret = DCR_ERR(-EIO);
 		oc = OUT_RETRY;
 		/*
-		 * A 500, 502 or 504 may come after the write took effect; 503
-		 * (SlowDown), 429, 408, RequestTimeout and 409 (a concurrent
+		 * Any 5xx may come after the write took effect: a 503 too,
+		 * from a proxy or load balancer in front of a store that
+		 * applied it. 429, 408, RequestTimeout and 409 (a concurrent
 		 * conditional write in progress) refuse the request.
 		 */
-		if (st >= 500 && st != 503)
+		if (st >= 500)
 			r->maybe_applied = true;
 	} else {
 		*ret = DCR_ERR(-EIO);
@@ -969,7 +970,7 @@ static int s3_get(struct dcr_store *st, const char *key, uint64_t off,
 /*
  * A conditional PUT of @key was refused (412) on a retry after an
  * attempt that may have taken effect unseen (a timeout or connection
- * reset after sending, a 500/502/504): that attempt may have stored the
+ * reset after sending, a 5xx): that attempt may have stored the
  * object and lost its reply, so the 412 may be about our own write.
  * Publishing a version relies on "-EEXIST: someone else took the key"
  * (the committer moves on to the next number and would publish the same
@@ -977,8 +978,8 @@ static int s3_get(struct dcr_store *st, const char *key, uint64_t off,
  * the put is ours and succeeded. Another writer does not produce the
  * same bytes in practice (a manifest carries its commit time); if one
  * did, the object holds what we wanted anyway. Retries after refusals
- * (409, 429, 503, never connected) do not get here, so writers racing
- * with identical bytes still see exactly one winner in that case.
+ * (409, 429, never connected) do not get here, so writers racing with
+ * identical bytes still see exactly one winner in that case.
  * 0 (ours), -EEXIST (someone else's) or -EIO (cannot tell: failing is
  * safe, guessing either way is not).
  */

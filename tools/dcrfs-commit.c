@@ -342,7 +342,12 @@ int main(int argc, char **argv)
 	goto out_free;
 
 err_failed:
-	dcr_err("commit of %s failed: %s; nothing was published", a.dir, dcr_strerror(ret));
+	if (ret == -EINPROGRESS) /* the version named above may hold it */
+		dcr_err("commit of %s failed: whether it was published is unknown (see above)",
+			a.dir);
+	else
+		dcr_err("commit of %s failed: %s; nothing was published", a.dir,
+			dcr_strerror(ret));
 out_free:
 	dcr_commit_free(c);
 	dcr_store_handle_close(s);

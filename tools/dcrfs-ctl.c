@@ -10,12 +10,17 @@
  */
 #include "config.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1063,34 +1068,189 @@ static void json_str(const char *json, const char *key, char *out, size_t cap)
 }
 
 #define STATUS_MAX (64u << 10)
+#define FUSE_SUPER_MAGIC 0x65735546
+#define DCRFS_FSTYPE "fuse.dcrfs"
+
+/* Undo the octal escapes (\040 for a space...) of a mountinfo field in
+ * place. */
+static void mountinfo_unescape(char *s)
+{
+	char *d = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
+		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+			*d++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 |
+				      (s[3] - '0'));
+			s += 3;
+		} else {
+			*d++ = *s;
+		}
+	}
+	*d = 0;
+}
+
+/*
+ * The file system type of the mount at mount point @dir, device @dev, in
+ * /proc/self/mountinfo (the last such line: the mount on top) into
+ * @type. 0, -ENOENT if @dir is no mount point, or -errno.
+ */
+static int mount_type(const char *dir, dev_t dev, char *type, size_t cap)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t lcap = 0;
+	int ret = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (getline(&line, &lcap, f) > 0) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - TYPE ... */
+		char *sep = strstr(line, " - "), *save = NULL, *fld[5], *ft;
+		unsigned maj, min;
+		int k;
+
+		if (!sep)
+			continue;
+		*sep = 0;
+		for (k = 0; k < 5; k++)
+			if (!(fld[k] = strtok_r(k ? NULL : line, " ", &save)))
+				break;
+		ft = strtok_r(sep + 3, " \n", &save);
+		if (k < 5 || !ft || sscanf(fld[2], "%u:%u", &maj, &min) != 2)
+			continue;
+		mountinfo_unescape(fld[4]);
+		if (strcmp(fld[4], dir) || makedev(maj, min) != dev)
+			continue;
+		snprintf(type, cap, "%s", ft);
+		ret = 0;
+	}
+	free(line);
+	fclose(f);
+	return ret;
+}
+
+/*
+ * Whether @mnt is where a dcrfs is mounted: a FUSE file system (statfs)
+ * whose mount at @mnt's real path is of type fuse.dcrfs (mountinfo), so
+ * that no plain directory or other file system is taken for one. Its
+ * device into *@dev. 0, or -1 with the reason logged.
+ */
+static int check_mount(const char *mnt, dev_t *dev)
+{
+	char real[PATH_MAX], type[64];
+	struct statfs sf;
+	struct stat sb;
+	int ret;
+
+	if (!realpath(mnt, real) || statfs(real, &sf) < 0 ||
+	    stat(real, &sb) < 0) {
+		dcr_err("%s: %s (is a dcrfs mounted on it?)", mnt,
+			strerror(errno));
+		return -1;
+	}
+	if ((unsigned long)sf.f_type != FUSE_SUPER_MAGIC) {
+		dcr_err("%s is not a dcrfs mount: its file system is not FUSE "
+			"(is a dcrfs mounted on it?)", mnt);
+		return -1;
+	}
+	ret = mount_type(real, sb.st_dev, type, sizeof(type));
+	if (ret == -ENOENT) {
+		dcr_err("%s is not a dcrfs mount point but in one: give the "
+			"directory it is mounted on", mnt);
+		return -1;
+	}
+	if (ret) {
+		dcr_err("/proc/self/mountinfo: %s: cannot tell whether %s is a "
+			"dcrfs mount", dcr_strerror(ret), mnt);
+		return -1;
+	}
+	if (strcmp(type, DCRFS_FSTYPE)) {
+		dcr_err("%s is not a dcrfs mount: its file system is %s, not "
+			DCRFS_FSTYPE " (is a dcrfs mounted on it?)", mnt, type);
+		return -1;
+	}
+	*dev = sb.st_dev;
+	return 0;
+}
+
+/*
+ * The status file of the dcrfs mounted on @mnt into @t (STATUS_MAX + 1
+ * bytes), NUL-terminated, its length into *@n: a regular file of that
+ * mount (opened without following a symlink or waiting on a FIFO), at
+ * most STATUS_MAX bytes, one JSON object. 0, or -1 with the reason
+ * logged.
+ */
+static int read_status(const char *mnt, char *t, size_t *n)
+{
+	char path[PATH_MAX];
+	struct stat sb;
+	dev_t dev;
+	ssize_t got;
+	int fd;
+
+	if (check_mount(mnt, &dev))
+		return -1;
+	if (snprintf(path, sizeof(path), "%s/.dcrfs/status.json", mnt) >=
+	    (int)sizeof(path)) {
+		dcr_err("%s: name too long", mnt);
+		return -1;
+	}
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		dcr_err("%s: %s (is a dcrfs mounted on %s?)", path,
+			strerror(errno), mnt);
+		return -1;
+	}
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_dev != dev) {
+		dcr_err("%s: not the status file of the dcrfs mounted on %s",
+			path, mnt);
+		goto err_close;
+	}
+	fcntl(fd, F_SETFL, 0); /* a regular file: reads need not be told */
+	*n = 0;
+	while (*n <= STATUS_MAX &&
+	       (got = read(fd, t + *n, STATUS_MAX + 1 - *n)) != 0) {
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			dcr_err("%s: %s", path, strerror(errno));
+			goto err_close;
+		}
+		*n += (size_t)got;
+	}
+	close(fd);
+	if (*n > STATUS_MAX) {
+		dcr_err("%s: longer than %u bytes: not a status file", path,
+			STATUS_MAX);
+		return -1;
+	}
+	t[*n] = 0;
+	if (dcr_json_check(t, *n) || t[strspn(t, " \t\r\n")] != '{') {
+		dcr_err("%s: not a JSON object: not a status file", path);
+		return -1;
+	}
+	return 0;
+
+err_close:
+	close(fd);
+	return -1;
+}
 
 /* Read MNT/.dcrfs/status.json and print it, as it is (--json) or as a
  * summary. */
 static int cmd_status(const char *mnt, int json)
 {
-	char path[PATH_MAX], store[1024], b[5][32];
+	char store[1024], b[5][32];
 	char *t = malloc(STATUS_MAX + 1);
-	size_t n = 0, got;
-	FILE *f;
+	size_t n;
 
-	snprintf(path, sizeof(path), "%s/.dcrfs/status.json", mnt);
 	if (!t)
 		return EXIT_FAIL;
-	if (!(f = fopen(path, "re"))) {
-		dcr_err("%s: %s (is a dcrfs mounted on %s?)", path, strerror(errno), mnt);
+	if (read_status(mnt, t, &n)) {
 		free(t);
 		return EXIT_FAIL;
 	}
-	while (n < STATUS_MAX && (got = fread(t + n, 1, STATUS_MAX - n, f)) > 0)
-		n += got;
-	t[n] = 0;
-	if (ferror(f) || !n) {
-		dcr_err("%s: cannot read it", path);
-		fclose(f);
-		free(t);
-		return EXIT_FAIL;
-	}
-	fclose(f);
 	if (json) {
 		fputs(t, stdout);
 		free(t);

@@ -12,7 +12,9 @@ guarantees as dcrfs-commit, and no checkpoint file is written::
 Tensors are numpy arrays or torch tensors (CPU). Contiguous memory is
 read in place (zero-copy): do not modify the tensors until publish()
 returns. torch bfloat16 is viewed as int16 (no copy); a non-contiguous
-tensor is copied once. Leaving the ``with`` block without publish()
+tensor is copied once. Tensor names, paths, metadata keys and values
+are str (or bytes) of UTF-8 text without a NUL byte; anything else raises
+DcrError (EINVAL) naming it. Leaving the ``with`` block without publish()
 (an exception, or simply not calling it) aborts: nothing is published.
 
 libdcr is found through $DCRFS_LIBDCR (a path to the shared library),
@@ -21,6 +23,7 @@ the system's library path.
 """
 import ctypes
 import ctypes.util
+import errno
 import os
 
 __all__ = ["Commit", "DcrError", "version"]
@@ -112,6 +115,31 @@ class DcrError(OSError):
     """A libdcr call failed: errno is set, str() is libdcr's message."""
 
 
+def _cstr(s, what, fs=False):
+    """s (str or bytes) as the NUL-terminated bytes libdcr takes: a NUL in
+    it would cut it short there, so it is refused, as is a str that is not
+    Unicode text (lone surrogates); str is encoded as UTF-8, or with the
+    filesystem's encoding when fs (a directory to read). libdcr checks
+    that names and paths are UTF-8."""
+    if fs:
+        s = os.fspath(s)  # a pathlib.Path too
+    if isinstance(s, str):
+        try:
+            b = os.fsencode(s) if fs else s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DcrError(errno.EINVAL, "%s %r is not valid Unicode text (%s)"
+                           % (what, s, e.reason)) from None
+    elif isinstance(s, (bytes, bytearray)):
+        b = bytes(s)
+    else:
+        raise TypeError("dcrfs: %s must be str or bytes, not %s"
+                        % (what, type(s).__name__))
+    if b"\0" in b:
+        raise DcrError(errno.EINVAL, "%s %r holds a NUL byte, which libdcr "
+                       "cannot take (it would be cut there)" % (what, s))
+    return b
+
+
 def _check(ret, what):
     if ret < 0:
         msg = (_lib.dcr_errmsg() or b"").decode("utf-8", "replace")
@@ -169,7 +197,7 @@ def _tensor_bytes(t):
 def version(url):
     """The latest version of the store at url (0: none)."""
     s = _vp()
-    _check(_lib.dcr_store_handle_open(url.encode(), 0, ctypes.byref(s)), url)
+    _check(_lib.dcr_store_handle_open(_cstr(url, "store URL"), 0, ctypes.byref(s)), url)
     try:
         v = _u64()
         _check(_lib.dcr_store_handle_latest(s, ctypes.byref(v)), url)
@@ -188,7 +216,7 @@ def compact(url, max_depth=0):
     Returns {"generation", "rewritten", "depth"}; generation 0 when
     nothing needed rewriting."""
     s = _vp()
-    _check(_lib.dcr_store_handle_open(url.encode(), 0, ctypes.byref(s)), url)
+    _check(_lib.dcr_store_handle_open(_cstr(url, "store URL"), 0, ctypes.byref(s)), url)
     try:
         info = _CompactInfo()
         _check(_lib.dcr_store_compact(s, max_depth, ctypes.byref(info)), url)
@@ -216,12 +244,12 @@ class Commit:
         self._keep = []      # memory the library reads at publish
         self._store = _vp()
         self._c = _vp()
-        _check(_lib.dcr_store_handle_open(url.encode(), _STORE_INIT if init else 0,
+        _check(_lib.dcr_store_handle_open(_cstr(url, "store URL"), _STORE_INIT if init else 0,
                                           ctypes.byref(self._store)), url)
         flags = ((_FULL if full else 0) | (_ALLOW_EMPTY if allow_empty else 0) |
                  (_ALLOW_NONFINITE if allow_nonfinite else 0) |
                  (_NO_CACHE if no_cache else 0))
-        o = _Options(parent=parent, cache_dir=cache_dir.encode() if cache_dir else None,
+        o = _Options(parent=parent, cache_dir=_cstr(cache_dir, "cache_dir", fs=True) if cache_dir else None,
                      flags=flags, chunk_size=chunk_size, jobs=jobs)
         try:
             _check(_lib.dcr_commit_begin(self._store, ctypes.byref(o),
@@ -239,15 +267,17 @@ class Commit:
         for i, (name, t) in enumerate(items):
             dt, shape, addr, nbytes, owner = _tensor_bytes(t)
             sh = (_u64 * max(1, len(shape)))(*shape)
-            nm = name.encode("utf-8")
+            nm = _cstr(name, "tensor name")
             self._keep += [owner, sh, nm]
             arr[i] = _Tensor(nm, dt.encode(), sh, len(shape), addr, nbytes)
         kv = []
         for k, v in sorted((metadata or {}).items()):
-            kv += [k.encode("utf-8"), str(v).encode("utf-8")]
+            kv += [_cstr(k, "metadata key"),
+                   _cstr(v if isinstance(v, str) else str(v),
+                         "metadata value of %r" % (k,))]
         kva = (ctypes.c_char_p * max(1, len(kv)))(*kv)
-        _check(_lib.dcr_commit_add_safetensors(self._c, path.encode(), arr, len(items),
-                                               kva, len(kv) // 2), path)
+        _check(_lib.dcr_commit_add_safetensors(self._c, _cstr(path, "path"), arr,
+                                               len(items), kva, len(kv) // 2), path)
 
     def add_bytes(self, path, data, mode=0o644):
         """Add file path whose bytes are data (bytes-like, read in place)."""
@@ -256,17 +286,19 @@ class Commit:
             (ctypes.c_char * len(mv)).from_buffer(mv)
         self._keep.append(buf)
         r = _Range(ctypes.addressof(buf), len(mv))
-        _check(_lib.dcr_commit_add_bytes(self._c, path.encode(), mode, ctypes.byref(r), 1), path)
+        _check(_lib.dcr_commit_add_bytes(self._c, _cstr(path, "path"), mode,
+                                         ctypes.byref(r), 1), path)
 
     def add_tree(self, directory):
         """Add every file below directory, as dcrfs-commit does."""
-        _check(_lib.dcr_commit_add_tree(self._c, os.fsencode(directory)), directory)
+        _check(_lib.dcr_commit_add_tree(self._c, _cstr(directory, "directory", fs=True)),
+               directory)
 
     def publish(self, tag=None):
         """Publish everything added; returns the new version number."""
         info = _Info()
         try:
-            _check(_lib.dcr_commit_publish(self._c, tag.encode() if tag else None,
+            _check(_lib.dcr_commit_publish(self._c, _cstr(tag, "tag") if tag else None,
                                            ctypes.byref(info)), "publish")
         finally:
             self._keep = []

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bitrot.sh - a byte flipped inside a cached chunk file, with the file's
 # inode, size and times put back as they were (silent media corruption),
-# is caught on the chunk's first use after a remount and never served:
-# the chunk is fetched again from the store. With the store's packs gone
-# the same read fails with EIO instead of returning the rotten bytes.
+# is caught and never served: on the chunk's first use after a remount,
+# and during a mount, after the chunk's first use (every chunk read from
+# a cache file is checked): the chunk is fetched again from the store.
+# With the store's packs gone the same read fails with EIO instead of
+# returning the rotten bytes.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_bins
@@ -64,4 +66,36 @@ mkdir "$STORE/packs"
 mount_dcrfs "$STORE" "$MNT" "cache_dir=$CACHE,poll=1"
 t cmp "$T/tree.2/w.bin" "$MNT/v2/w.bin" || fail "v2 not cached again after the rot"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
-log "ok: $nrot rotten blocks in $nslabs slabs caught"
+
+# 5. rot during a mount: v2's chunks written and proven by this mount
+#    (prefetch=latest keeps them out of memory and of the kernel's pages
+#    of the file), then rotten under it, its pages dropped: every read
+#    from the slab is checked, so EIO with the packs gone, one line
+#    naming the slab and chunk, and right bytes once the packs are back.
+rmdir "$STORE/packs"
+mv "$T/packs.away" "$STORE/packs"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache2,poll=1,prefetch=latest"
+LOG=$MOUNT_LOG
+for ((i = 0; i < 200; i++)); do
+	grep -q "prefetched v2" "$LOG" && break
+	sleep 0.1
+done
+grep -q "prefetched v2" "$LOG" || fail "v2 was not prefetched: $(cat "$LOG")"
+nrot2=$(rot_cache "$T/cache2")
+[ "$nrot2" -ge 2 ] || fail "nothing of v2 allocated in the slab to rot"
+mv "$STORE/packs" "$T/packs.away"
+mkdir "$STORE/packs"
+if cat "$MNT/v2/w.bin" >"$T/out.5" 2>"$T/err.5"; then
+	cmp -s "$T/out.5" "$T/tree.2/w.bin" && fail "v2 read right with neither packs nor a good cache?"
+	fail "v2 was served from a cache file that rotted during the mount"
+fi
+grep -q 'Input/output error' "$T/err.5" ||
+	fail "v2 during the mount: expected EIO, got: $(cat "$T/err.5")"
+grep -q 'cache: .*/slabs/v0*2\.f0: chunk [0-9]* failed its check; punched out' "$LOG" ||
+	fail "no log line names the rotten chunk of v2's slab: $(cat "$LOG")"
+rmdir "$STORE/packs"
+mv "$T/packs.away" "$STORE/packs"
+t cmp "$T/tree.2/w.bin" "$MNT/v2/w.bin" ||
+	fail "v2 is not fetched again once the packs are back"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+log "ok: $nrot rotten blocks in $nslabs slabs caught; $nrot2 during a mount"

@@ -28,6 +28,10 @@ rule that matches a request and has injections left applies:
                          with the whole object
           flip           forward, flip one byte in the middle of the body
           lie            PUT: answer 200 without forwarding (nothing stored)
+          applied:N      forward (the server acts on it), then answer N
+                         with an S3 error document instead of its reply
+          applied_reset  forward (the server acts on it), then reset the
+                         connection without answering
           reset_upload   read half the request body, then reset
 
 Every injection is appended to LOG_FILE as "fault METHOD PATH", so a test
@@ -194,6 +198,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         status, headers, data = self._forward(
             method, body, drop_range=(fault == "ignore_range"))
+        if fault and fault.startswith("applied:"):
+            self._error(int(fault.split(":", 1)[1]))
+            return
+        if fault == "applied_reset":
+            self._reset()
+            return
         if fault == "ignore_range":
             status = 200 if status in (200, 206) else status
             headers = [(k, v) for k, v in headers

@@ -6,7 +6,9 @@
 # equals the safetensors format's bytes (written here from the spec,
 # independently of the library) and parses with the project's parser
 # (dcrfs-ctl diff names the changed tensors); a NaN is refused with an
-# exception naming the tensor; an aborted commit publishes nothing.
+# exception naming the tensor; a NUL or invalid UTF-8 in a tensor name,
+# path, metadata key or value or tag is refused with a DcrError naming
+# it; an aborted commit publishes nothing.
 # Uses Debian's python3 (numpy and torch are Debian packages there).
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -94,6 +96,43 @@ if phase == "commit":
         sys.exit("a NaN was committed")
     except dcrfs.DcrError as e:
         assert "tensor emb has 1 non-finite value" in str(e), str(e)
+    # a NUL or invalid UTF-8 in a name, path, metadata or tag is refused
+    # (DcrError EINVAL naming it), never published cut short or as a
+    # header that is not JSON
+    x = np.arange(4, dtype=np.float32)
+    def refused(what, fn, needle):
+        c = dcrfs.Commit(store, cache_dir=cache, log_level=0)
+        try:
+            fn(c)
+            c.publish()
+            sys.exit("%s was accepted" % what)
+        except dcrfs.DcrError as e:
+            assert e.errno == 22 and needle in str(e), (what, str(e))
+        finally:
+            c.close()
+    refused("a NUL in a tensor name", lambda c: c.add_safetensors("m.safetensors", {"a\0b": x}),
+            "tensor name")
+    refused("a NUL in a path", lambda c: c.add_safetensors("m\0.evil", {"a": x}), "path")
+    refused("a NUL in a path (bytes)", lambda c: c.add_bytes("m\0.evil", b"hi"), "path")
+    refused("a NUL in a metadata value",
+            lambda c: c.add_safetensors("m.safetensors", {"a": x}, metadata={"k": "v\0cut"}),
+            "metadata value")
+    refused("a NUL in a metadata key",
+            lambda c: c.add_safetensors("m.safetensors", {"a": x}, metadata={"k\0": "v"}),
+            "metadata key")
+    refused("a NUL in a tag", lambda c: (c.add_bytes("f", b"hi"), c.publish(tag="t\0x")), "tag")
+    refused("a lone surrogate in a tensor name",
+            lambda c: c.add_safetensors("m.safetensors", {"a\udcff": x}), "tensor name")
+    refused("invalid UTF-8 in a tensor name (bytes)",
+            lambda c: c.add_safetensors("m.safetensors", {b"a\xff\xfe": x}), "not valid UTF-8")
+    refused("an overlong '/' in a tensor name (bytes)",
+            lambda c: c.add_safetensors("m.safetensors", {b"a\xc0\xafb": x}), "not valid UTF-8")
+    refused("a lone surrogate in a metadata value",
+            lambda c: c.add_safetensors("m.safetensors", {"a": x}, metadata={"k": "\udcff"}),
+            "metadata value")
+    refused("invalid UTF-8 in a path (bytes)", lambda c: c.add_bytes(b"m\xff", b"hi"),
+            "not valid UTF-8")
+    assert dcrfs.version(store) == 2, dcrfs.version(store)
     # abort: nothing published
     with dcrfs.Commit(store, cache_dir=cache) as c:
         c.add_safetensors("model.safetensors", state(1))

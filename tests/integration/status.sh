@@ -4,7 +4,10 @@
 # status.json reports the store, latest and versions (and follows a new
 # version and the prefetch of it), the counters move with reads (bytes
 # read, fetched, materialized, verified, hits on a re-read), metrics is
-# Prometheus text, and dcrfs-ctl status MNT [--json] prints the same.
+# Prometheus text, and dcrfs-ctl status MNT [--json] prints the same -
+# of a dcrfs mount only: not of a plain directory with a status file of
+# its own, nor a FIFO there (without hanging), a directory inside the
+# mount, or another FUSE file system.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
@@ -92,6 +95,24 @@ rc=0
 t "$DCRFS_CTL" status "$T" >"$T/out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || fail "dcrfs-ctl status of a directory that is no mount exited $rc"
 grep -q "is a dcrfs mounted" "$T/out" || fail "dcrfs-ctl status of no mount: $(cat "$T/out")"
+
+# refused: not a dcrfs mount  (status_refused DIR WHY)
+status_refused() {
+	local rc=0
+	timeout -k 2 10 "$DCRFS_CTL" status "$1" >"$T/out" 2>&1 || rc=$?
+	[ "$rc" = 1 ] || fail "dcrfs-ctl status of $2 exited $rc (124: it hung): $(cat "$T/out")"
+	grep -q "$3" "$T/out" || fail "dcrfs-ctl status of $2: $(cat "$T/out")"
+	if grep -q '"latest"\|^latest:' "$T/out"; then fail "dcrfs-ctl status of $2 printed it: $(cat "$T/out")"; fi
+}
+mkdir -p "$T/fake/.dcrfs" "$T/fifo/.dcrfs"
+cp "$T/ctl.json" "$T/fake/.dcrfs/status.json"
+status_refused "$T/fake" "a plain directory with a status.json" "is not a dcrfs mount"
+mkfifo "$T/fifo/.dcrfs/status.json"
+status_refused "$T/fifo" "a directory with a FIFO for status.json" "is not a dcrfs mount"
+status_refused "$MNT/v2" "a directory inside the mount" "give the directory it is mounted on"
+mount_dcrfs "$STORE" "$T/other" "cache_dir=$T/cache2,subtype=other"
+status_refused "$T/other" "a FUSE file system of another type" "fuse.other, not fuse.dcrfs"
+umount_dcrfs "$T/other"
 
 umount_dcrfs "$MNT"
 log "ok"

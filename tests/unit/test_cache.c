@@ -204,9 +204,9 @@ static void test_bit_rot_is_caught(void **state)
 	struct fixture *f = *state;
 	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
 	struct dcr_cache_stats st;
+	struct dcr_cache_pin *pin = NULL;
 	struct dcr_cache_key k;
 	char path[PATH_MAX];
-	uint64_t pos = 0;
 
 	open_cache(f, 0);
 	for (uint64_t i = 0; i < NCH; i++)
@@ -219,32 +219,25 @@ static void test_bit_rot_is_caught(void **state)
 	rot(path, 5 * CS + LAST - 1);
 
 	open_cache(f, 0);
-	/* Not proven in this instance yet: no descriptor to splice. */
+	/* Not proven in this instance yet: no file to hand the kernel. */
 	k = key(f, 1, 3, false);
-	assert_int_equal(dcr_cache_open_fd(f->cache, &k, &pos), -EAGAIN);
+	assert_int_equal(dcr_cache_pin(f->cache, &k, 0, &pin), -EAGAIN);
+	assert_null(pin);
 	assert_int_equal(get(f, 1, 0, buf), -ENOENT);
 	k = key(f, 1, 1, false);
 	assert_int_equal(dcr_cache_check(f->cache, &k), -ENOENT);
-	assert_int_equal(dcr_cache_open_fd(f->cache, &k, &pos), -ENOENT);
 	k = key(f, 1, 2, true); /* format 1: SHA-256 */
 	assert_int_equal(dcr_cache_read(f->cache, &k, 0, buf, CS), -ENOENT);
 	k = key(f, 1, 5, false);
 	assert_int_equal(dcr_cache_read(f->cache, &k, LAST - 1, buf, 1),
 			 -ENOENT);
-	/* The intact ones are fine, and then spliceable. */
+	/* The intact ones are fine; still not whole: nothing to pin. */
 	assert_int_equal(get(f, 1, 3, buf), 0);
 	assert_memory_equal(buf, f->data[1] + 3 * CS, CS);
 	k = key(f, 1, 4, true);
 	assert_int_equal(dcr_cache_check(f->cache, &k), 1);
 	assert_int_equal(dcr_cache_check(f->cache, &k), 0);
-	{
-		int fd = dcr_cache_open_fd(f->cache, &k, &pos);
-		assert_true(fd >= 0);
-		assert_int_equal(pos, 4 * CS);
-		assert_int_equal(pread(fd, buf, CS, (off_t)pos), CS);
-		assert_memory_equal(buf, f->data[1] + 4 * CS, CS);
-		close(fd);
-	}
+	assert_int_equal(dcr_cache_pin(f->cache, &k, 0, &pin), -EAGAIN);
 	dcr_cache_get_stats(f->cache, &st);
 	assert_int_equal(st.corrupt, 4);
 	assert_int_equal(st.bytes, 2 * CS);
@@ -332,6 +325,111 @@ static void test_drop_version(void **state)
 	free(buf);
 }
 
+/* Read the whole file through @fd and compare it with version @v's. */
+static void assert_file(struct fixture *f, int fd, uint64_t v)
+{
+	uint8_t *buf = malloc(FSIZE + 1);
+	struct stat sb;
+
+	assert_int_equal(fstat(fd, &sb), 0);
+	assert_int_equal(sb.st_size, FSIZE); /* no padding past the end */
+	assert_int_equal(pread(fd, buf, FSIZE + 1, 0), FSIZE);
+	assert_memory_equal(buf, f->data[v], FSIZE);
+	free(buf);
+}
+
+/*
+ * A pinned slab (a backing file for FUSE passthrough) is whole, as long
+ * as the file, and never changes while pinned: the budget passes over
+ * it, a dropped version unlinks it (its bytes counted until the last
+ * unpin), and a chunk of it that fails a later check unlinks it instead
+ * of punching a hole the kernel would read as zeros.
+ */
+static void test_pin(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	struct dcr_cache_pin *p1 = NULL, *p2 = NULL, *p3 = NULL;
+	struct dcr_cache_stats st;
+	struct dcr_cache_key k;
+	char path[PATH_MAX];
+	struct stat sb;
+	int fd1, fd2, fd3;
+
+	open_cache(f, 3 * NCH * CS);
+	for (uint64_t i = 0; i + 1 < NCH; i++)
+		put(f, 1, i, DCR_CACHE_PUT_DIRECT);
+	k = key(f, 1, 0, false);
+	assert_int_equal(dcr_cache_pin(f->cache, &k, 0, &p1), -EAGAIN);
+	put(f, 1, NCH - 1, DCR_CACHE_PUT_DIRECT); /* pads to 4 KiB */
+	fd1 = dcr_cache_pin(f->cache, &k, 0, &p1);
+	assert_true(fd1 >= 0);
+	assert_non_null(p1);
+	assert_file(f, fd1, 1);
+	/* Two pins of one slab share it. */
+	fd2 = dcr_cache_pin(f->cache, &k, 0, &p2);
+	assert_true(fd2 >= 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.pinned, 2);
+
+	/* The budget (three files) passes over the pinned slab: v2, v3 and
+	 * v1 again do not fit with it, the others go. */
+	for (uint64_t v = 2; v < 4; v++)
+		for (uint64_t i = 0; i < NCH; i++)
+			put(f, v, i, 0);
+	slab_path(f, 1, path, sizeof(path));
+	assert_int_equal(stat(path, &sb), 0);
+	assert_file(f, fd1, 1);
+
+	/* Rot found in a pinned slab by a normal read: it is unlinked, not
+	 * punched; the pinned descriptors still read every byte. */
+	dcr_cache_unpin(f->cache, p2);
+	close(fd2);
+	{
+		int rw = open(path, O_RDWR);
+		uint8_t x;
+		assert_true(rw >= 0);
+		assert_int_equal(pread(rw, &x, 1, 2 * CS + 3), 1);
+		x ^= 0x40;
+		assert_int_equal(pwrite(rw, &x, 1, 2 * CS + 3), 1);
+		close(rw);
+	}
+	assert_int_equal(get(f, 1, 2, buf), -ENOENT); /* checked: caught */
+	assert_int_equal(stat(path, &sb), -1);        /* unlinked whole */
+	{
+		uint8_t *all = malloc(FSIZE);
+		assert_int_equal(pread(fd1, all, FSIZE, 0), FSIZE);
+		for (uint64_t i = 0; i < FSIZE; i++)
+			if (i != 2 * CS + 3)
+				assert_int_equal(all[i], f->data[1][i]);
+		free(all);
+	}
+	/* Stored again into a new slab, pinned anew. */
+	for (uint64_t i = 0; i < NCH; i++)
+		put(f, 1, i, 0);
+	fd3 = dcr_cache_pin(f->cache, &k, 0, &p3);
+	assert_true(fd3 >= 0);
+	assert_file(f, fd3, 1);
+
+	/* A dropped version's pinned slab: unlinked, its bytes counted
+	 * until the last unpin. */
+	dcr_cache_get_stats(f->cache, &st);
+	uint64_t before = st.bytes;
+	assert_int_equal(dcr_cache_drop_version(f->cache, 1, 1), 1);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, before);
+	assert_file(f, fd3, 1);
+	dcr_cache_unpin(f->cache, p3);
+	close(fd3);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_true(st.bytes < before);
+	dcr_cache_unpin(f->cache, p1);
+	close(fd1);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.pinned, 0);
+	free(buf);
+}
+
 static void sleep_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
@@ -345,6 +443,38 @@ static void sleep_ms(long ms)
  * exceeds it, that slab too (a slab is never cut into: readers of its
  * proven chunks must never see a hole).
  */
+/* Room asked for by the catalog: the least recently used slabs go, and
+ * once there is nothing left to evict it says so; the next put, on a
+ * file system with room, is within the whole budget again. */
+static void test_make_room(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	struct dcr_cache_stats st;
+
+	open_cache(f, 10 * CS);
+	for (uint64_t v = 1; v < 4; v++) {
+		put(f, v, 0, 0);
+		sleep_ms(20);
+	}
+	assert_int_equal(dcr_cache_make_room(f->cache, CS), 0);
+	assert_int_equal(get(f, 1, 0, buf), -ENOENT);
+	assert_int_equal(get(f, 2, 0, buf), 0);
+	assert_int_equal(get(f, 3, 0, buf), 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 2 * CS);
+	assert_int_equal(dcr_cache_room_hook(f->cache, 2 * CS), 0);
+	assert_int_equal(dcr_cache_make_room(f->cache, CS), -ENOSPC);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 0);
+	for (uint64_t i = 0; i < 3; i++)
+		put(f, 1, i, 0);
+	put(f, 2, 0, 0);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.bytes, 4 * CS);
+	free(buf);
+}
+
 static void test_eviction(void **state)
 {
 	struct fixture *f = *state;
@@ -484,6 +614,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_content_refused,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_make_room, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drop_version, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_slab_removed, setup,

@@ -548,24 +548,46 @@ static void test_file_changed_during_commit(void **state)
 	free(a);
 }
 
-/* A store that acknowledges puts of packs without keeping them. */
+/*
+ * A store that acknowledges puts of packs without keeping them (mode
+ * LIE_PACKS), or answers the next @count puts of manifests wrongly:
+ * 0 without storing (LIE_MANIFEST) or -EIO after storing
+ * (APPLIED_FAIL); reads of manifests fail with -EIO if @get_fails.
+ */
+enum lie { LIE_PACKS, LIE_MANIFEST, APPLIED_FAIL };
 struct lying {
 	struct dcr_store base;
 	struct dcr_store *real;
+	enum lie mode;
+	int count;
+	bool get_fails;
 };
 
 static int lying_get(struct dcr_store *st, const char *key, uint64_t off,
 		     uint64_t len, struct dcr_buf *out)
 {
-	return dcr_store_get(((struct lying *)st)->real, key, off, len, out);
+	struct lying *l = (struct lying *)st;
+
+	if (l->get_fails && !strncmp(key, "versions/", 9))
+		return -EIO;
+	return dcr_store_get(l->real, key, off, len, out);
 }
 
 static int lying_put(struct dcr_store *st, const char *key, const void *data,
 		     uint64_t len, int flags)
 {
-	if (!strncmp(key, "packs/", 6))
+	struct lying *l = (struct lying *)st;
+
+	if (l->mode == LIE_PACKS && !strncmp(key, "packs/", 6))
 		return 0;
-	return dcr_store_put(((struct lying *)st)->real, key, data, len, flags);
+	if (l->mode != LIE_PACKS && !strncmp(key, "versions/", 9) && l->count) {
+		l->count--;
+		if (l->mode == LIE_MANIFEST)
+			return 0;
+		int ret = dcr_store_put(l->real, key, data, len, flags);
+		return ret ? ret : -EIO;
+	}
+	return dcr_store_put(l->real, key, data, len, flags);
 }
 
 static int lying_head(struct dcr_store *st, const char *key, uint64_t *size)
@@ -624,6 +646,68 @@ static void test_lost_pack_not_published(void **state)
 	free(a);
 }
 
+/* Version @v of @f's store holds exactly the manifest @res describes. */
+static void holds_manifest(struct fx *f, uint64_t v, const struct dcr_commit_result *res)
+{
+	struct dcr_manifest m;
+	uint8_t h[DCR_HASH_LEN];
+	char key[64];
+
+	dcr_version_key(v, key, sizeof(key));
+	assert_int_equal(dcr_store_fetch_manifest(f->st, key, v, &m, h), 0);
+	assert_memory_equal(h, res->manifest_hash, DCR_HASH_LEN);
+	dcr_manifest_free(&m);
+}
+
+/*
+ * issue 23 (2): the manifest is read back after its conditional create,
+ * so what a commit reports is true whatever the store answered: a 200
+ * without the object kept is a put again (always: a failure, nothing
+ * published); a put applied but answered with an error is success, not
+ * a reason to publish the tree again as the next number; when the read
+ * back fails too, -EINPROGRESS (it may be published), never "nothing".
+ */
+static void test_manifest_put_answers(void **state)
+{
+	struct fx *f = *state;
+	struct lying ls = { .base = { .ops = &lying_ops, .url = f->st->url },
+			    .real = f->st };
+	uint8_t *a = malloc(2 * CS);
+	struct dcr_commit_result res;
+	struct dcr_commit_opts o = { .chunk_size = CS, .jobs = 2 };
+	uint64_t latest;
+
+	fill(a, 2 * CS, 21);
+	/* A 200 without storing, once: put again; version 1 holds it. */
+	write_file(f->src, "w", a, 2 * CS);
+	ls.mode = LIE_MANIFEST, ls.count = 1;
+	assert_int_equal(dcr_commit(&ls.base, f->src, &o, &res), 0);
+	assert_true(res.version == 1 && ls.count == 0);
+	holds_manifest(f, 1, &res);
+	/* ... every time: a failure, and nothing is published. */
+	a[7] ^= 1;
+	write_file(f->src, "w", a, 2 * CS);
+	ls.count = 1000;
+	assert_int_equal(dcr_commit(&ls.base, f->src, &o, &res), -EIO);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 1);
+	/* Stored, then answered -EIO: version 2 is this commit's. */
+	ls.mode = APPLIED_FAIL, ls.count = 1;
+	assert_int_equal(dcr_commit(&ls.base, f->src, &o, &res), 0);
+	assert_true(res.version == 2 && ls.count == 0);
+	holds_manifest(f, 2, &res);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 2);
+	/* ... and the read-back fails: unknown, and said so. */
+	a[8] ^= 1;
+	write_file(f->src, "w", a, 2 * CS);
+	ls.count = 1, ls.get_fails = true;
+	assert_int_equal(dcr_commit(&ls.base, f->src, &o, &res), -EINPROGRESS);
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 3); /* it was published: "nothing" would be a lie */
+	free(a);
+}
+
 /*
  * Memory sources: a file given as byte ranges (cut anywhere, empty ones
  * included) commits the same bytes as the file on disk, and the stage
@@ -675,6 +759,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_changed_during_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lost_pack_not_published, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_memory_sources, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_manifest_put_answers, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

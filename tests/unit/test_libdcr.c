@@ -23,6 +23,7 @@
 #include "common.h"
 #include "dcr.h"
 #include "fileio.h"
+#include "json.h"
 #include "reader.h"
 #include "safetensors.h"
 #include "store.h"
@@ -272,6 +273,88 @@ static void test_safetensors_commit(void **state)
 	free(w);
 }
 
+/* The one UTF-8 check: well-formed sequences only (RFC 3629). */
+static void test_utf8_valid(void **state)
+{
+	static const char *const good[] = {
+		"", "abc", "\xc3\xa9", "\xe2\x82\xac", "\xef\xbf\xbf",
+		"\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "\xed\x9f\xbf",
+	};
+	static const struct { const char *s; size_t bad; } bad[] = {
+		{ "\xff", 0 }, { "a\x80", 1 }, { "\xc0\xaf", 0 }, { "\xc1\xbf", 0 },
+		{ "ab\xc3", 2 }, { "\xe2\x82", 0 }, { "\xe0\x80\xaf", 0 },
+		{ "\xed\xa0\x80", 0 }, { "x\xed\xbf\xbf", 1 }, { "\xf0\x80\x80\xaf", 0 },
+		{ "\xf4\x90\x80\x80", 0 }, { "\xf5\x80\x80\x80", 0 }, { "a\xc3\x28", 1 },
+		{ "\xe2\x82\x28", 0 }, { "\xc3\xa9\xfe", 2 },
+	};
+	size_t at;
+
+	(void)state;
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(good); i++)
+		assert_true(dcr_utf8_valid(good[i], strlen(good[i]), &at));
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(bad); i++) {
+		at = 99;
+		assert_false(dcr_utf8_valid(bad[i].s, strlen(bad[i].s), &at));
+		assert_int_equal(at, bad[i].bad);
+	}
+}
+
+/*
+ * A tensor name, metadata key or value or path that is not UTF-8 is
+ * refused, naming it (it used to make a header that is not JSON); UTF-8
+ * beyond ASCII is committed and parses back.
+ */
+static void test_refuses_non_utf8(void **state)
+{
+	struct fx *f = *state;
+	float x[4] = { 1, 2, 3, 4 };
+	uint64_t sh[] = { 4 };
+	struct dcr_tensor_desc bad_name = { "a\xff", "F32", sh, 1, x, sizeof(x) };
+	struct dcr_tensor_desc good = { "\xc3\xa9t\xc3\xa9", "F32", sh, 1, x, sizeof(x) };
+	const char *bad_key[] = { "k\xc3", "v" }, *bad_value[] = { "k", "\xed\xa0\x80" };
+	const char *meta[] = { "\xe2\x82\xac", "\xf0\x9f\x98\x80" };
+	struct dcr_range r = { x, sizeof(x) };
+	struct dcr_commit_options o = { .cache_dir = f->cache };
+	struct dcr_commit_info info;
+	dcr_commit_handle *c;
+	uint64_t len;
+
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", &bad_name, 1, NULL, 0),
+			 -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "tensor name 'a...' is not valid UTF-8 (at byte 1)"));
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", &good, 1, bad_key, 1),
+			 -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "metadata key"));
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", &good, 1, bad_value, 1),
+			 -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "metadata value"));
+	assert_int_equal(dcr_commit_add_safetensors(c, "m\xff.safetensors", &good, 1, NULL, 0),
+			 -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "path 'm...' is not valid UTF-8"));
+	assert_int_equal(dcr_commit_add_bytes(c, "d/\xe2\x82", 0644, &r, 1), -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "not valid UTF-8"));
+	/* Nothing of the refused calls was added. */
+	assert_int_equal(dcr_commit_publish(c, NULL, &info), -ENODATA);
+	dcr_commit_free(c);
+
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_safetensors(c, "\xd0\xbc.safetensors", &good, 1, meta, 1),
+			 0);
+	assert_int_equal(dcr_commit_publish(c, NULL, &info), 0);
+	assert_true(info.version == 1 && info.files == 1);
+	dcr_commit_free(c);
+	uint8_t *got = read_back(f, 1, "\xd0\xbc.safetensors", &len);
+	struct dcr_tensors ts;
+	assert_int_equal(dcr_safetensors_tensors(got, len, len, &ts), 0);
+	assert_int_equal(ts.n, 1);
+	assert_string_equal(ts.t[0].name, good.name);
+	const char *want = "{\"__metadata__\":{\"\xe2\x82\xac\":\"\xf0\x9f\x98\x80\"}";
+	assert_non_null(memmem(got, len, want, strlen(want)));
+	dcr_tensors_free(&ts);
+	free(got);
+}
+
 int main(void)
 {
 	dcr_set_log_level(DCR_LEVEL_ERROR);
@@ -280,6 +363,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_abort_and_errors, setup, teardown),
 		cmocka_unit_test(test_layout_reference_bytes),
 		cmocka_unit_test_setup_teardown(test_safetensors_commit, setup, teardown),
+		cmocka_unit_test(test_utf8_valid),
+		cmocka_unit_test_setup_teardown(test_refuses_non_utf8, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

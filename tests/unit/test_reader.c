@@ -1863,6 +1863,7 @@ static void test_version_replaced_and_dropped(void **state)
 	check_version(f, 3); /* cached and proven */
 	dcr_reader_sync(f->r);
 	assert_int_equal(dcr_reader_version(f->r, 3, &old_vi), 0);
+	assert_int_equal(old_vi->tree, 0); /* first indexed: tree 0 */
 	assert_int_equal(dcr_reader_take_changes(f->r, &ch, &n), 0);
 	assert_int_equal(n, 0);
 	free(ch);
@@ -1901,7 +1902,10 @@ static void test_version_replaced_and_dropped(void **state)
 	assert_true(ch[0].content_changed);
 	assert_false(ch[0].gone);
 	assert_int_equal(ch[0].old_nentries, 6);
+	assert_int_equal(ch[0].old_tree, 0);
 	free(ch);
+	/* The old tree's number reads nothing of the new one. */
+	assert_int_equal(dcr_reader_read_tree(f->r, 3, 0, 2, 0, &b, 1), -ESTALE);
 	/* The tree held from before is still readable memory. */
 	assert_int_equal(old_vi->version, 3);
 	assert_int_equal(old_vi->nentries, 6);
@@ -1909,6 +1913,8 @@ static void test_version_replaced_and_dropped(void **state)
 	dcr_reader_version_put(f->r, old_vi);
 	assert_int_equal(dcr_reader_version(f->r, 3, &vi), 0);
 	assert_ptr_not_equal(vi, old_vi);
+	assert_int_equal(vi->tree, 1); /* the next tree, never a reused one */
+	assert_int_equal(dcr_reader_read_tree(f->r, 3, 1, 2, 0, &b, 1), 1);
 	dcr_reader_version_put(f->r, vi);
 
 	/* v3 gone from the store: dropped; latest is v2 again. */
@@ -1921,8 +1927,23 @@ static void test_version_replaced_and_dropped(void **state)
 	assert_int_equal(n, 1);
 	assert_int_equal(ch[0].version, 3);
 	assert_true(ch[0].gone);
+	assert_int_equal(ch[0].old_tree, 1);
 	free(ch);
 	check_version(f, 2);
+
+	/* Published once more: it comes back under a tree of its own. */
+	publish(f->st, &f->v[3], &f->v[2], B_AUTO, 0);
+	nanosleep(&ts, NULL);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 3);
+	assert_int_equal(dcr_reader_version(f->r, 3, &vi), 0);
+	assert_int_equal(vi->tree, 2);
+	dcr_reader_version_put(f->r, vi);
+	check_version(f, 3);
+	assert_int_equal(dcr_store_del(f->st, key), 0);
+	nanosleep(&ts, NULL);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 2);
 
 	/* A reopen with the same cache does not bring it back. */
 	dcr_reader_close(f->r);
