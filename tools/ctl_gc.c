@@ -75,6 +75,18 @@ static bool past_grace(const struct args *a, int64_t now, int64_t mtime_ns)
 	       (uint64_t)(now - mtime_ns) / 1000000000 >= a->grace;
 }
 
+/*
+ * Is the newest layout younger than the grace (what it replaced stays)?
+ * @would_publish: a dry run of a rebase, which would publish one now.
+ */
+static bool layout_young(const struct ctl *c, const struct args *a, int64_t now,
+			 bool would_publish)
+{
+	if (would_publish)
+		return a->grace != 0;
+	return c->layout.gen && !past_grace(a, now, c->layout.ctime_ns);
+}
+
 struct recheck {
 	struct ctl *c;
 	uint64_t vmax;     /* the newest version of the first listing */
@@ -340,11 +352,12 @@ static int gc_layouts(struct ctl *c, const struct args *a, int64_t now)
  * read the generation before it (until its next refresh): mark @mark in
  * @ps every pack that generation's encoding of a kept version builds on,
  * down its encoding chain, removed versions included (their frames stay
- * for the grace; a later gc collects them as orphans). Runs before any
+ * for the grace; a later gc collects them as orphans). The generation
+ * before it is the newest readable one below @below. Runs before any
  * manifest is deleted. 0 or -errno (logged: nothing removed).
  */
 static int gc_keep_previous(struct ctl *c, const uint8_t *keep, uint8_t *ps,
-			    uint8_t mark)
+			    uint8_t mark, uint64_t below)
 {
 	uint8_t *seen = calloc(c->nvs ? c->nvs : 1, 1);
 	struct dcr_layout prev;
@@ -353,10 +366,9 @@ static int gc_keep_previous(struct ctl *c, const uint8_t *keep, uint8_t *ps,
 	if (!seen)
 		return DCR_ERR(-ENOMEM);
 	/* the newest readable one below (none: the versions as committed) */
-	if ((ret = dcr_store_find_layout(c->st, 0, c->layout.gen, NULL, &prev))) {
+	if ((ret = dcr_store_find_layout(c->st, 0, below, NULL, &prev))) {
 		dcr_err("%s: cannot read the layout before generation %" PRIu64
-			": %s; nothing removed", c->st->url, c->layout.gen,
-			dcr_strerror(ret));
+			": %s; nothing removed", c->st->url, below, dcr_strerror(ret));
 		free(seen);
 		return ret;
 	}
@@ -458,8 +470,10 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		nkept += keep[i] != KEEP_NOT;
 		nchain += keep[i] == KEEP_CHAIN;
 	}
-	bool layout_young = c->layout.gen && !past_grace(a, now, c->layout.ctime_ns);
-	if (layout_young && !a->dry_run && gc_keep_previous(c, keep, ps, P_PREV))
+	/* a dry run of a rebase: the layout now is the one before */
+	bool dry_rebase = rebased && a->dry_run;
+	if (layout_young(c, a, now, dry_rebase) &&
+	    gc_keep_previous(c, keep, ps, P_PREV, c->layout.gen + dry_rebase))
 		goto err_free;
 	/* tags of versions that go, then manifests, then packs: a failure
 	 * part way leaves no manifest naming a deleted pack */
@@ -491,13 +505,13 @@ int cmd_gc(struct ctl *c, const struct args *a)
 			goto err_free;
 		nrm++;
 	}
-	if (!(rebased && a->dry_run) && gc_forget(c, a, keep))
+	if (!dry_rebase && gc_forget(c, a, keep))
 		goto err_free;
 	if (!a->dry_run && gc_recheck(c, ps, P_KEPT))
 		goto err_free;
 	now = dcr_now_ns();
 	/* what a layout replaced stays while mounts may still read it */
-	layout_young = c->layout.gen && !past_grace(a, now, c->layout.ctime_ns);
+	bool young = layout_young(c, a, now, dry_rebase);
 	for (size_t i = 0; i < c->npacks; i++) {
 		if (ps[i] == P_KEPT)
 			continue;
@@ -506,7 +520,7 @@ int cmd_gc(struct ctl *c, const struct args *a)
 			prev_bytes += c->packs[i].size;
 			continue;
 		}
-		if (ps[i] == P_ORPHAN && (layout_young ||
+		if (ps[i] == P_ORPHAN && (young ||
 					  !past_grace(a, now, c->packs[i].mtime_ns))) {
 			norphan++;
 			orphan_bytes += c->packs[i].size;
@@ -521,7 +535,7 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		npk++;
 		freed += c->packs[i].size;
 	}
-	if (!layout_young && gc_layouts(c, a, now))
+	if (!young && gc_layouts(c, a, now))
 		goto err_free;
 	struct partials pp = { .c = c, .a = a, .now = now };
 	int ret = dcr_store_list_partial(c->st, partial_cb, &pp);
@@ -541,11 +555,12 @@ int cmd_gc(struct ctl *c, const struct args *a)
 				 dcr_format_size(pp.bytes, b2, sizeof(b2)));
 	}
 	if (nprev && !a->quiet)
-		dcr_info("%zu packs (%s) of removed versions were kept: layout generation "
-			 "%" PRIu64 " is younger than the grace period (%" PRIu64 " s), and "
-			 "mounts that still read the one before it build kept versions on "
-			 "them; a later gc collects them", nprev,
-			 dcr_format_size(prev_bytes, b2, sizeof(b2)), c->layout.gen, a->grace);
+		dcr_info("%s%zu packs (%s) that the previous layout builds kept versions on "
+			 "were kept: layout generation %" PRIu64 " is younger than the grace "
+			 "period (%" PRIu64 " s), and mounts may still read the one before it; "
+			 "a later gc collects them", a->dry_run ? "dry run: " : "", nprev,
+			 dcr_format_size(prev_bytes, b2, sizeof(b2)),
+			 c->layout.gen + dry_rebase, a->grace);
 	if ((norphan || pp.kept) && !a->quiet)
 		dcr_info("%zu packs (%s) named by no manifest and %zu incomplete uploads "
 			 "were kept: younger than the grace period (%" PRIu64 " s), a commit "
