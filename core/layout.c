@@ -135,15 +135,30 @@ int dcr_mobj_from_key(const char *key, uint8_t h[DCR_HASH_LEN])
 	return 0;
 }
 
-static int max_gen_cb(const char *key, const struct dcr_obj_info *info,
-		      void *arg)
+struct gens {
+	uint64_t *g;
+	size_t n, cap;
+};
+
+static int gens_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
-	uint64_t *max = arg, g;
+	struct gens *gs = arg;
+	uint64_t g;
 
 	(void)info;
-	if (dcr_layout_gen_from_key(key, &g) == 0 && g > *max)
-		*max = g;
+	if (dcr_layout_gen_from_key(key, &g))
+		return 0;
+	if (dcr_array_grow(&gs->g, sizeof(*gs->g), gs->n, &gs->cap))
+		return DCR_ERR(-ENOMEM);
+	gs->g[gs->n++] = g;
 	return 0;
+}
+
+static int cmp_gen_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x > y ? -1 : x < y;
 }
 
 int dcr_store_get_layout(struct dcr_store *st, uint64_t gen,
@@ -163,6 +178,7 @@ int dcr_store_get_layout(struct dcr_store *st, uint64_t gen,
 			dcr_layout_free(l);
 			ret = DCR_ERR(-EBADMSG);
 		}
+		l->top = l->gen;
 		if (ret == -EBADMSG)
 			dcr_err("%s: layout %s is corrupt or invalid", st->url, key);
 	}
@@ -170,19 +186,72 @@ int dcr_store_get_layout(struct dcr_store *st, uint64_t gen,
 	return ret;
 }
 
-int dcr_store_layout(struct dcr_store *st, struct dcr_layout *l)
+int dcr_store_find_layout(struct dcr_store *st, uint64_t above, uint64_t below,
+			  uint64_t *bad, struct dcr_layout *l)
 {
-	uint64_t gen = 0;
+	struct gens gs = { 0 };
+	uint64_t top = 0;
 	int ret;
 
 	memset(l, 0, sizeof(*l));
-	ret = dcr_store_list(st, "layouts/", max_gen_cb, &gen);
-	if (ret == -ENOENT || (!ret && !gen))
-		return 0;
+	ret = dcr_store_list(st, "layouts/", gens_cb, &gs);
+	if (ret == -ENOENT)
+		ret = 0;
 	if (ret)
-		return ret;
-	/* A newer generation may land meanwhile; this one stays valid. */
-	return dcr_store_get_layout(st, gen, l);
+		goto out_free;
+	qsort(gs.g, gs.n, sizeof(*gs.g), cmp_gen_desc);
+	top = gs.n ? gs.g[0] : 0;
+	/* newest first; a newer generation may land meanwhile, and the
+	 * one read stays valid */
+	for (size_t i = 0; i < gs.n; i++) {
+		uint64_t g = gs.g[i];
+		if (g <= above)
+			break;
+		if ((below && g >= below) || (bad && g == *bad))
+			continue;
+		ret = dcr_store_get_layout(st, g, l);
+		if (!ret)
+			break;
+		if (ret != -EBADMSG && ret != -ENOENT)
+			goto out_free;
+		/* damaged (logged, naming it) or deleted since listed */
+		if (ret == -EBADMSG && bad && g > *bad)
+			*bad = g;
+		ret = 0;
+	}
+	l->top = DCR_MAX(top, l->gen);
+out_free:
+	free(gs.g);
+	return ret;
+}
+
+int dcr_store_layout(struct dcr_store *st, struct dcr_layout *l)
+{
+	return dcr_store_find_layout(st, 0, 0, NULL, l);
+}
+
+int dcr_store_put_layout(struct dcr_store *st, const struct dcr_layout *l,
+			 uint64_t *bytes)
+{
+	struct dcr_buf b;
+	char key[64];
+	int ret;
+
+	*bytes = 0;
+	dcr_buf_init(&b, LAYOUT_OBJ_MAX);
+	dcr_layout_key(l->gen, key, sizeof(key));
+	ret = dcr_layout_encode(l, &b);
+	if (!ret)
+		ret = dcr_store_put(st, key, b.data, b.len, DCR_PUT_IF_ABSENT);
+	if (ret == -EEXIST)
+		dcr_err("%s: %s was published by another compaction or gc meanwhile: "
+			"nothing of this one is used; run it again", st->url, key);
+	else if (ret)
+		dcr_err("%s: cannot publish %s: %s", st->url, key, dcr_strerror(ret));
+	else
+		*bytes = b.len;
+	dcr_buf_free(&b);
+	return ret;
 }
 
 int dcr_store_get_mobj(struct dcr_store *st, const uint8_t h[DCR_HASH_LEN],

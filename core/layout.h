@@ -67,6 +67,10 @@ struct dcr_layout {
 	int64_t ctime_ns;
 	size_t n;
 	struct dcr_layout_entry *e; /* ascending by version */
+	/* Not encoded: the highest generation listed when @gen was read
+	 * (dcr_store_find_layout); > gen when newer ones are damaged, and
+	 * the next generation is published above it. */
+	uint64_t top;
 };
 
 /** Free what @l owns and zero it; NULL ok. */
@@ -92,10 +96,23 @@ void dcr_mobj_key(const uint8_t h[DCR_HASH_LEN], char *buf, size_t cap);
 int dcr_mobj_from_key(const char *key, uint8_t h[DCR_HASH_LEN]);
 
 /**
- * dcr_store_layout - the store's newest layout generation into @l (gen
- * 0 and no entries if it has none). Lists layouts/ and reads the highest
- * one. 0; -EBADMSG if that generation is corrupt (logged: a store whose
- * newest layout cannot be read must not be guessed at); -errno.
+ * dcr_store_find_layout - the newest generation @g with @above < @g <
+ * @below (@below 0: no bound) that reads and decodes, into @l (gen 0
+ * and no entries if there is none). Lists layouts/ once and reads from
+ * the newest down: a generation that is damaged (-EBADMSG, logged once
+ * here, naming it) or vanished since listed is passed over, so one bad
+ * object never stops a reader. @bad may be NULL; else a generation not
+ * to read at all (one found damaged before), raised to the highest
+ * generation found damaged now. @l->top is the highest generation
+ * listed. 0 or -errno of the listing or of a read (transient: nothing
+ * older is guessed at then).
+ */
+int dcr_store_find_layout(struct dcr_store *st, uint64_t above, uint64_t below,
+			  uint64_t *bad, struct dcr_layout *l);
+
+/**
+ * dcr_store_layout - the store's newest readable layout generation into
+ * @l: dcr_store_find_layout(@st, 0, 0, NULL, @l).
  */
 int dcr_store_layout(struct dcr_store *st, struct dcr_layout *l);
 
@@ -105,6 +122,15 @@ int dcr_store_layout(struct dcr_store *st, struct dcr_layout *l);
  */
 int dcr_store_get_layout(struct dcr_store *st, uint64_t gen,
 			 struct dcr_layout *l);
+
+/**
+ * dcr_store_put_layout - publish @l as layouts/<@l->gen>, created only
+ * if absent (a compaction, gc's rebase or its dropping of removed
+ * versions); *@bytes: its size. 0, -EEXIST (logged: another compaction
+ * or gc published that generation meanwhile) or -errno (logged).
+ */
+int dcr_store_put_layout(struct dcr_store *st, const struct dcr_layout *l,
+			 uint64_t *bytes);
 
 /**
  * dcr_store_get_mobj - fetch manifests/<@h>, check its bytes hash to

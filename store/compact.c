@@ -457,13 +457,21 @@ out:
 	return ret;
 }
 
-/* The new generation: rewritten versions, and the kept old entries. */
+/*
+ * The new generation: rewritten versions, and the old entries of the
+ * others. It goes above every generation listed (l->top: a damaged
+ * newer one is passed over, not blocked on). The entries of versions
+ * left out (gc removes them after this is published) stay: until their
+ * manifests are deleted they remain listed, and must stay readable as
+ * encoded now (their committed frames may be collected already); the
+ * next compaction drops them with the versions.
+ */
 static int publish(struct cctx *c, const struct dcr_layout *l)
 {
-	struct dcr_layout nl = { .gen = l->gen + 1, .ctime_ns = dcr_now_ns() };
+	struct dcr_layout nl = { .gen = DCR_MAX(l->gen, l->top) + 1,
+				 .ctime_ns = dcr_now_ns() };
 	bool changed = false;
-	struct dcr_buf b;
-	char key[64];
+	uint64_t bytes;
 	int ret;
 
 	if (!(nl.e = calloc(c->n ? c->n : 1, sizeof(*nl.e))))
@@ -471,11 +479,7 @@ static int publish(struct cctx *c, const struct dcr_layout *l)
 	for (size_t i = 0; i < c->n; i++) {
 		struct cver *x = &c->vs[i];
 		const struct dcr_layout_entry *e = dcr_layout_find(l, x->v);
-		if (!x->kept) {
-			changed |= e != NULL;
-			continue;
-		}
-		if (x->rewrite) {
+		if (x->rewrite && x->kept) {
 			struct dcr_layout_entry *ne = &nl.e[nl.n++];
 			ne->version = x->v;
 			ne->lparent = x->o.parent;
@@ -485,26 +489,18 @@ static int publish(struct cctx *c, const struct dcr_layout *l)
 			nl.e[nl.n++] = *e;
 		}
 	}
-	/* entries of versions no longer listed are dropped too */
+	/* entries of versions no longer listed are dropped too, and a
+	 * damaged newer generation is superseded */
 	for (size_t i = 0; i < l->n; i++)
 		changed |= !find(c, l->e[i].version);
+	changed |= l->top > l->gen;
 	ret = 0;
 	if (!changed)
 		goto out;
-	dcr_buf_init(&b, SIZE_MAX);
-	ret = dcr_layout_encode(&nl, &b);
-	dcr_layout_key(nl.gen, key, sizeof(key));
-	if (!ret)
-		ret = dcr_store_put(c->st, key, b.data, b.len, DCR_PUT_IF_ABSENT);
-	if (ret == -EEXIST)
-		dcr_err("%s: %s was published by another compaction or gc meanwhile: "
-			"nothing of this one is used; run it again", c->st->url, key);
-	else if (ret)
-		dcr_err("%s: cannot publish %s: %s", c->st->url, key, dcr_strerror(ret));
-	else
+	if (!(ret = dcr_store_put_layout(c->st, &nl, &bytes))) {
 		c->s->gen = nl.gen;
-	c->s->bytes += ret ? 0 : b.len;
-	dcr_buf_free(&b);
+		c->s->bytes += bytes;
+	}
 out:
 	free(nl.e);
 	return ret;

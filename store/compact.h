@@ -28,7 +28,9 @@
  * version, against the reader's cache).
  *
  * Publishing: packs (content-addressed), then manifests/<hash> objects,
- * then layouts/<gen+1> created only-if-absent. A racing compaction or
+ * then layouts/<top+1> created only-if-absent (top: the highest
+ * generation listed, so a damaged newest one is superseded; the
+ * readable one below it is the base). A racing compaction or
  * gc that published the same generation first makes this one fail with
  * -EEXIST (nothing it uploaded is named; gc collects it after the grace
  * period). Nothing is deleted here: gc removes what no layout needs.

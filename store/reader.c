@@ -555,17 +555,27 @@ out_free:
  * meets a version re-indexed under it (-ESTALE: its tree, or a base on
  * its chain, was swapped by a refresh) starts again when the tree it
  * reads did not change (a layout generation re-encoded it, or only a
- * base was swapped); a version whose content changed fails.
+ * base was swapped); a version whose content changed fails. A read that
+ * fails with EIO starts again once if a newer layout generation
+ * re-encodes the version (layout_recheck: gc collected the frames of the
+ * one it was indexed under).
  */
 static ssize_t read_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
 			 uint32_t idx, uint64_t off, void *dst, size_t len,
 			 bool pagecache)
 {
+	bool rechecked = false;
+
 	for (int attempt = 1;; attempt++) {
 		struct rver *rv;
 		ssize_t n = read_once(r, v, tree, idx, off, dst, len, pagecache,
 				      &rv);
 
+		if (n == -EIO && rv && !rechecked && attempt < 4) {
+			rechecked = true;
+			if (layout_recheck(r, rv))
+				continue;
+		}
 		if (n != -ESTALE || attempt == 4 ||
 		    (rv && tree >= 0 && rv->tree != (uint32_t)tree) ||
 		    (rv && atomic_load(&rv->dead) && !atomic_load(&rv->reencoded)))

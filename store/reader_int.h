@@ -277,6 +277,8 @@ struct dcr_reader {
 	 * (rlayout.c). */
 	struct dcr_layout layout;
 	bool layout_listed;
+	uint64_t layout_bad;        /* a damaged generation, passed over */
+	int64_t layout_recheck_at;  /* mono ns: layout_recheck's next look */
 	/* Last logged store failures, by version (0 = the listing), for
 	 * rate-limiting; under refresh_lock. */
 	struct {
@@ -499,6 +501,18 @@ int reader_check_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
 int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
 		 struct dcr_manifest *m, struct dcr_catalog_ident *id);
 int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx);
+
+/*
+ * layout_recheck - a read of @rv failed (EIO): the frames of the layout
+ * it was indexed under may be gone (gc collects what a newer generation
+ * replaced; a generation may have been missed). Lists layouts/ (at most
+ * once per LAYOUT_RECHECK_NS) and re-encodes what a newer generation
+ * changes, as a refresh would. True if @rv has been re-encoded (now or
+ * meanwhile): the read may start again. Takes refresh_lock; the caller
+ * holds no lock.
+ */
+#define LAYOUT_RECHECK_NS ((int64_t)1000 * 1000000)
+bool layout_recheck(struct dcr_reader *r, const struct rver *rv);
 
 /*
  * reader_replace_version - make the decoded, validated manifest @m the

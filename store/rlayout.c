@@ -97,27 +97,41 @@ int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
 	return 0;
 }
 
-/* Read the newest layout generation into @l if newer than ours, or
- * any generation at the first refresh of a process and after a failure
- * (layouts/ is listed then): 1 if so, 0 if not, -errno. */
-static int newer_layout(struct dcr_reader *r, struct dcr_layout *l)
+/*
+ * Read a newer layout generation into @l: 1 if there is one (at the
+ * first refresh of a process and after a failure: the newest readable
+ * one, whatever it is), 0 if not, -errno. layouts/ is listed then, at
+ * every whole listing of versions/ (relist_ns: a mount that missed a
+ * generation - stopped while gc removed it - catches up) and when @list
+ * (a read failed); other refreshes GET the next generation, usually
+ * absent. A damaged generation is logged once and passed over
+ * (layout_bad): an older readable one is used, a newer one supersedes.
+ */
+static int newer_layout(struct dcr_reader *r, bool list, struct dcr_layout *l)
 {
 	int ret;
 
 	memset(l, 0, sizeof(*l));
-	if (!r->layout_listed) {
-		ret = dcr_store_layout(r->st, l);
+	if (!r->layout_listed || !r->listed || list) {
+		bool first = !r->layout_listed;
+		ret = dcr_store_find_layout(r->st, first ? 0 : r->layout.gen, 0,
+					    &r->layout_bad, l);
 		if (ret)
 			return ret;
 		r->layout_listed = true;
-		return 1;
+		return first || l->gen != 0;
 	}
-	/* Later refreshes: one GET for the next generation, usually absent. */
 	for (uint64_t g = r->layout.gen + 1;; g++) {
 		struct dcr_layout next;
+		if (g == r->layout_bad)
+			continue; /* logged when found */
 		ret = dcr_store_get_layout(r->st, g, &next);
 		if (ret == -ENOENT)
 			break;
+		if (ret == -EBADMSG) {
+			r->layout_bad = g; /* logged */
+			continue;
+		}
 		if (ret) {
 			dcr_layout_free(l);
 			return ret;
@@ -174,7 +188,8 @@ static int reencode(struct dcr_reader *r, struct refresh_ctx *ctx, uint64_t v,
 	return ret < 0 && ret != -ENOENT ? DCR_ERR(-EAGAIN) : 0;
 }
 
-int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx)
+/* layout_refresh, listing layouts/ if @list. */
+static int layout_update(struct dcr_reader *r, struct refresh_ctx *ctx, bool list)
 {
 	struct dcr_layout l;
 	uint64_t *vs = NULL;
@@ -183,7 +198,7 @@ int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx)
 	bool retry = false;
 	int ret;
 
-	ret = newer_layout(r, &l);
+	ret = newer_layout(r, list, &l);
 	if (ret <= 0) {
 		if (ret < 0 && ret != -ENOENT)
 			dcr_warn("%s: cannot read layouts/: %s; retrying at the "
@@ -233,4 +248,28 @@ int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx)
 			 "re-encoded%s", url_of(r), r->layout.gen, done, retry ?
 			 "; the others are tried again at the next refresh" : "");
 	return ret == -ENOMEM ? ret : 0;
+}
+
+int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx)
+{
+	return layout_update(r, ctx, false);
+}
+
+bool layout_recheck(struct dcr_reader *r, const struct rver *rv)
+{
+	struct refresh_ctx ctx = { .have_last = false };
+	int64_t now;
+
+	pthread_mutex_lock(&r->refresh_lock);
+	now = dcr_mono_ns();
+	if (!atomic_load(&rv->dead) && now >= r->layout_recheck_at) {
+		r->layout_recheck_at = now + LAYOUT_RECHECK_NS;
+		dcr_debug("%s: a read of version %" PRIu64 " failed: looking for "
+			  "a newer layout generation", url_of(r), rv->v);
+		layout_update(r, &ctx, true);
+		if (ctx.have_last)
+			dcr_manifest_free(&ctx.last);
+	}
+	pthread_mutex_unlock(&r->refresh_lock);
+	return atomic_load(&rv->dead) && atomic_load(&rv->reencoded);
 }

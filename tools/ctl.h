@@ -77,7 +77,8 @@ struct ctl {
 	size_t npacks, cap_packs;
 	struct tag *tags;
 	size_t ntags, cap_tags;
-	struct dcr_layout layout;    /* the store's newest (gen 0: none) */
+	struct dcr_layout layout;    /* the store's newest readable (gen 0: none) */
+	uint64_t layout_bad;         /* the newest damaged generation (0: none) */
 	struct dcr_reader *r;        /* scratch reader, opened on demand */
 	char scratch[PATH_MAX];      /* its directory ("" = none) */
 	int json;

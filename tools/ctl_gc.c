@@ -75,6 +75,18 @@ static bool past_grace(const struct args *a, int64_t now, int64_t mtime_ns)
 	       (uint64_t)(now - mtime_ns) / 1000000000 >= a->grace;
 }
 
+/*
+ * Is the newest layout younger than the grace (what it replaced stays)?
+ * @would_publish: a dry run of a rebase, which would publish one now.
+ */
+static bool layout_young(const struct ctl *c, const struct args *a, int64_t now,
+			 bool would_publish)
+{
+	if (would_publish)
+		return a->grace != 0;
+	return c->layout.gen && !past_grace(a, now, c->layout.ctime_ns);
+}
+
 struct recheck {
 	struct ctl *c;
 	uint64_t vmax;     /* the newest version of the first listing */
@@ -136,7 +148,7 @@ static int gc_recheck(struct ctl *c, uint8_t *ps, uint8_t kept)
 	    ((ret = dcr_store_list(c->st, "layouts/", recheck_layout_cb, &rc)) &&
 	     ret != -ENOENT))
 		goto err_log;
-	if (rc.gen > c->layout.gen) {
+	if (rc.gen > DCR_MAX(c->layout.gen, c->layout.top)) {
 		dcr_err("%s: layout generation %" PRIu64 " was published during gc (a "
 			"compaction): no pack deleted; run gc again", c->st->url, rc.gen);
 		free(rc.vs);
@@ -196,11 +208,13 @@ static int partial_cb(const char *key, const struct dcr_obj_info *info, void *ar
 
 /*
  * If a version @keep names is built on one it does not (its chain
- * reaches into removed versions), or the layout names versions that go,
- * compact the kept versions: the oldest of each lineage becomes an
- * anchor, the others skip-deltas on kept versions, and the new layout
- * lists kept versions only. 1 if it did (or, dry run, would), 0 if
- * nothing needed it, -1 on failure (logged: nothing removed).
+ * reaches into removed versions), compact the kept versions: the oldest
+ * of each lineage becomes an anchor, the others skip-deltas on kept
+ * versions. The new layout is published before anything is deleted, and
+ * keeps the entries of the removed versions, which stay readable as
+ * they are encoded now until their manifests go. 1 if it did (or, dry
+ * run, would), 0 if nothing needed it, -1 on failure (logged: nothing
+ * removed).
  */
 static int gc_rebase(struct ctl *c, const struct args *a, const uint8_t *keep)
 {
@@ -212,10 +226,8 @@ static int gc_rebase(struct ctl *c, const struct args *a, const uint8_t *keep)
 	if (!kv)
 		return -1;
 	for (size_t i = 0; i < c->nvs; i++) {
-		if (!keep[i]) {
-			need |= dcr_layout_find(&c->layout, c->vs[i].v) != NULL;
+		if (!keep[i])
 			continue;
-		}
 		kv[nk++] = c->vs[i].v;
 		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
 		if (!m) {
@@ -240,6 +252,50 @@ static int gc_rebase(struct ctl *c, const struct args *a, const uint8_t *keep)
 	}
 	free(kv);
 	return need;
+}
+
+/*
+ * After the removed versions' manifests are gone: if the layout still
+ * names versions that are not kept (the rebase kept their entries so
+ * that they stayed readable until deleted; or a killed gc's), publish a
+ * generation without them, and make it @c's layout. 0, or -errno
+ * (logged).
+ */
+static int gc_forget(struct ctl *c, const struct args *a, const uint8_t *keep)
+{
+	const struct dcr_layout *l = &c->layout;
+	struct dcr_layout nl = { .gen = DCR_MAX(l->gen, l->top) + 1 };
+	uint64_t bytes;
+	int ret;
+
+	if (!l->gen)
+		return 0;
+	if (!(nl.e = calloc(l->n ? l->n : 1, sizeof(*nl.e))))
+		return DCR_ERR(-ENOMEM);
+	for (size_t i = 0; i < l->n; i++) {
+		struct ver *x = ver_find(c, l->e[i].version);
+		if (x && keep[x - c->vs])
+			nl.e[nl.n++] = l->e[i];
+	}
+	if (nl.n == l->n) {
+		free(nl.e);
+		return 0;
+	}
+	printf("%spublish layout generation %" PRIu64 ", which no longer names the "
+	       "removed versions\n", a->dry_run ? "would " : "", nl.gen);
+	if (a->dry_run) {
+		free(nl.e);
+		return 0;
+	}
+	nl.ctime_ns = dcr_now_ns();
+	if ((ret = dcr_store_put_layout(c->st, &nl, &bytes))) {
+		free(nl.e);
+		return ret;
+	}
+	nl.top = nl.gen;
+	dcr_layout_free(&c->layout);
+	c->layout = nl;
+	return 0;
 }
 
 struct stale {
@@ -282,17 +338,71 @@ static int gc_layouts(struct ctl *c, const struct args *a, int64_t now)
 	struct stale st = { .c = c, .a = a, .now = now };
 	int ret;
 
-	if (((ret = dcr_store_list(c->st, "manifests/", stale_cb, &st)) && ret != -ENOENT) ||
-	    ((ret = dcr_store_list(c->st, "layouts/", stale_cb, &st)) && ret != -ENOENT)) {
+	/* older layouts first: no layout is left naming a deleted manifest */
+	if (((ret = dcr_store_list(c->st, "layouts/", stale_cb, &st)) && ret != -ENOENT) ||
+	    ((ret = dcr_store_list(c->st, "manifests/", stale_cb, &st)) && ret != -ENOENT)) {
 		dcr_err("%s: cannot list the layouts: %s", c->st->url, dcr_strerror(ret));
 		return ret;
 	}
 	return st.err;
 }
 
+/*
+ * While the newest layout is younger than the grace, a mount may still
+ * read the generation before it (until its next refresh): mark @mark in
+ * @ps every pack that generation's encoding of a kept version builds on,
+ * down its encoding chain, removed versions included (their frames stay
+ * for the grace; a later gc collects them as orphans). The generation
+ * before it is the newest readable one below @below. Runs before any
+ * manifest is deleted. 0 or -errno (logged: nothing removed).
+ */
+static int gc_keep_previous(struct ctl *c, const uint8_t *keep, uint8_t *ps,
+			    uint8_t mark, uint64_t below)
+{
+	uint8_t *seen = calloc(c->nvs ? c->nvs : 1, 1);
+	struct dcr_layout prev;
+	int ret;
+
+	if (!seen)
+		return DCR_ERR(-ENOMEM);
+	/* the newest readable one below (none: the versions as committed) */
+	if ((ret = dcr_store_find_layout(c->st, 0, below, NULL, &prev))) {
+		dcr_err("%s: cannot read the layout before generation %" PRIu64
+			": %s; nothing removed", c->st->url, below, dcr_strerror(ret));
+		free(seen);
+		return ret;
+	}
+	for (size_t i = 0; i < c->nvs && !ret; i++) {
+		struct ver *x = keep[i] ? &c->vs[i] : NULL;
+		while (x && !seen[x - c->vs]) {
+			struct dcr_manifest m;
+			seen[x - c->vs] = 1;
+			ret = dcr_store_get_encoding(c->st, &prev, x->v, &m);
+			if (ret == -ENOENT || ret == -EBADMSG) {
+				ret = 0; /* logged; no mount reads it that way */
+				break;
+			}
+			if (ret) {
+				dcr_err("%s: cannot read version %" PRIu64 " as layout "
+					"generation %" PRIu64 " encodes it: %s; nothing "
+					"removed", c->st->url, x->v, prev.gen,
+					dcr_strerror(ret));
+				break;
+			}
+			mark_packs(c, &m, ps, mark);
+			x = m.parent && dcr_manifest_needs_parent(&m) ?
+				ver_find(c, m.parent) : NULL;
+			dcr_manifest_free(&m);
+		}
+	}
+	dcr_layout_free(&prev);
+	free(seen);
+	return ret;
+}
+
 int cmd_gc(struct ctl *c, const struct args *a)
 {
-	enum { P_ORPHAN = 0, P_REMOVED = 1, P_KEPT = 2 };
+	enum { P_ORPHAN = 0, P_REMOVED = 1, P_PREV = 2, P_KEPT = 3 };
 	uint8_t *keep = calloc(c->nvs ? c->nvs : 1, 1);
 	uint64_t *by = calloc(c->nvs ? c->nvs : 1, sizeof(*by));
 	uint8_t *ps = calloc(c->npacks ? c->npacks : 1, 1);
@@ -351,8 +461,8 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		}
 	}
 	/* packs: kept, only of removed versions, or named by no manifest */
-	size_t nkept = 0, nchain = 0, nrm = 0, npk = 0, norphan = 0;
-	uint64_t freed = 0, orphan_bytes = 0;
+	size_t nkept = 0, nchain = 0, nrm = 0, npk = 0, norphan = 0, nprev = 0;
+	uint64_t freed = 0, orphan_bytes = 0, prev_bytes = 0;
 	for (size_t i = 0; i < c->nvs; i++) {
 		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
 		if (m)
@@ -360,6 +470,11 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		nkept += keep[i] != KEEP_NOT;
 		nchain += keep[i] == KEEP_CHAIN;
 	}
+	/* a dry run of a rebase: the layout now is the one before */
+	bool dry_rebase = rebased && a->dry_run;
+	if (layout_young(c, a, now, dry_rebase) &&
+	    gc_keep_previous(c, keep, ps, P_PREV, c->layout.gen + dry_rebase))
+		goto err_free;
 	/* tags of versions that go, then manifests, then packs: a failure
 	 * part way leaves no manifest naming a deleted pack */
 	for (size_t t = 0; t < c->ntags; t++) {
@@ -374,7 +489,11 @@ int cmd_gc(struct ctl *c, const struct args *a)
 			goto err_free;
 		}
 	}
-	for (size_t i = 0; i < c->nvs; i++) {
+	/* newest first: a removed version goes only after every version
+	 * built on it (newer) that goes too, so whatever prefix of this is
+	 * done (gc killed), every version still listed reads; kept ones are
+	 * built on kept ones only (rebased above) */
+	for (size_t i = c->nvs; i-- > 0;) {
 		if (keep[i] == KEEP_CHAIN)
 			printf("keep version %" PRIu64 ": the chain of version %" PRIu64
 			       " needs it\n", c->vs[i].v, by[i]);
@@ -386,15 +505,22 @@ int cmd_gc(struct ctl *c, const struct args *a)
 			goto err_free;
 		nrm++;
 	}
+	if (!dry_rebase && gc_forget(c, a, keep))
+		goto err_free;
 	if (!a->dry_run && gc_recheck(c, ps, P_KEPT))
 		goto err_free;
 	now = dcr_now_ns();
 	/* what a layout replaced stays while mounts may still read it */
-	bool layout_young = c->layout.gen && !past_grace(a, now, c->layout.ctime_ns);
+	bool young = layout_young(c, a, now, dry_rebase);
 	for (size_t i = 0; i < c->npacks; i++) {
 		if (ps[i] == P_KEPT)
 			continue;
-		if (ps[i] == P_ORPHAN && (layout_young ||
+		if (ps[i] == P_PREV) {
+			nprev++;
+			prev_bytes += c->packs[i].size;
+			continue;
+		}
+		if (ps[i] == P_ORPHAN && (young ||
 					  !past_grace(a, now, c->packs[i].mtime_ns))) {
 			norphan++;
 			orphan_bytes += c->packs[i].size;
@@ -409,7 +535,7 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		npk++;
 		freed += c->packs[i].size;
 	}
-	if (!layout_young && gc_layouts(c, a, now))
+	if (!young && gc_layouts(c, a, now))
 		goto err_free;
 	struct partials pp = { .c = c, .a = a, .now = now };
 	int ret = dcr_store_list_partial(c->st, partial_cb, &pp);
@@ -428,6 +554,13 @@ int cmd_gc(struct ctl *c, const struct args *a)
 				 a->dry_run ? "dry run: " : "", pp.n,
 				 dcr_format_size(pp.bytes, b2, sizeof(b2)));
 	}
+	if (nprev && !a->quiet)
+		dcr_info("%s%zu packs (%s) that the previous layout builds kept versions on "
+			 "were kept: layout generation %" PRIu64 " is younger than the grace "
+			 "period (%" PRIu64 " s), and mounts may still read the one before it; "
+			 "a later gc collects them", a->dry_run ? "dry run: " : "", nprev,
+			 dcr_format_size(prev_bytes, b2, sizeof(b2)),
+			 c->layout.gen + dry_rebase, a->grace);
 	if ((norphan || pp.kept) && !a->quiet)
 		dcr_info("%zu packs (%s) named by no manifest and %zu incomplete uploads "
 			 "were kept: younger than the grace period (%" PRIu64 " s), a commit "

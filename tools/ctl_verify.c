@@ -496,6 +496,18 @@ int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet)
 	}
 	for (size_t i = 0; i < c->nvs && !nargs; i++)
 		w.vs[i].target = w.vs[i].in_set = 1;
+	/* a damaged generation above the one read: mounts pass over it */
+	if (c->layout_bad > c->layout.gen) {
+		char key[64];
+		dcr_layout_key(c->layout_bad, key, sizeof(key));
+		if (!add_cause(&w, key, "layout generation damaged (it does not decode or "
+			       "its checksum fails): readers pass over it and read generation "
+			       "%" PRIu64 "; dcrfs-ctl compact publishes a newer one",
+			       c->layout.gen)) {
+			ret = DCR_ERR(-ENOMEM);
+			goto err_fail;
+		}
+	}
 	if ((ret = verify_load(&w)) || (ret = verify_refs(&w)) ||
 	    (ret = verify_packs(&w)))
 		goto err_fail;

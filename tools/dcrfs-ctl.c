@@ -333,7 +333,7 @@ static int ctl_index(struct ctl *c)
 		dcr_err("%s: cannot list the store: %s", c->st->url, dcr_strerror(ret));
 		return ret;
 	}
-	if ((ret = dcr_store_layout(c->st, &c->layout))) {
+	if ((ret = dcr_store_find_layout(c->st, 0, 0, &c->layout_bad, &c->layout))) {
 		dcr_err("%s: cannot read the store's layout: %s", c->st->url,
 			dcr_strerror(ret));
 		return ret;
@@ -408,7 +408,7 @@ int ctl_reload_layout(struct ctl *c)
 		c->vs[i].state = 0;
 	}
 	dcr_layout_free(&c->layout);
-	if ((ret = dcr_store_layout(c->st, &c->layout)))
+	if ((ret = dcr_store_find_layout(c->st, 0, 0, &c->layout_bad, &c->layout)))
 		dcr_err("%s: cannot read the store's layout: %s", c->st->url,
 			dcr_strerror(ret));
 	return ret;
