@@ -105,6 +105,7 @@ static atomic_int init_pending;
 
 /* The mount's state, for the hooks (one session per process). */
 static struct dcrfs_pt *the_pt;
+static atomic_int said_eloop;
 
 static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 {
@@ -256,8 +257,15 @@ int dcrfs_pt_register(struct dcrfs_pt *pt, int fd)
 		return id;
 	}
 	err = id < 0 ? errno : EPROTO;
-	if (err == ELOOP || err == EBADF)
+	if (err == ELOOP || err == EBADF) {
+		/* that file only: a cache on a stacked file system (overlayfs,
+		 * another FUSE mount) is too deep for the kernel */
+		if (!atomic_exchange(&said_eloop, 1))
+			dcr_info("passthrough: off for files of this cache "
+				 "(registering a backing file: %s; is the cache "
+				 "on a stacked file system?)", strerror(err));
 		return -err;
+	}
 	/* EPERM (no CAP_SYS_ADMIN in the initial namespace), ENOTTY or
 	 * EINVAL (a kernel without it after all): not worth asking again */
 	if (!atomic_exchange(&pt->disabled, 1))

@@ -279,9 +279,10 @@ for p in sys.argv[1:]:
             break
         h = os.lseek(fd, d, os.SEEK_HOLE)
         for b in range(d, h, 4096):
-            x = bytearray(os.pread(fd, 1, b + 7))
+            at = min(b + 7, h - 1)  # a slab ends where its file does
+            x = bytearray(os.pread(fd, 1, at))
             x[0] ^= 0x01
-            os.pwrite(fd, bytes(x), b + 7)
+            os.pwrite(fd, bytes(x), at)
             n += 1
         off = h
     os.fsync(fd)
