@@ -517,8 +517,8 @@ static int refetch_from_store(struct batch *b, struct bchunk *c)
 			return c->rc; /* a fetch failed: nothing to prove */
 	chain_free(&c->ch);
 	ret = resolve_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
-	if (ret)
-		return ret == -ENOMEM ? ret : DCR_ERR(-EIO);
+	if (ret) /* logged; -ESTALE: read_impl retries */
+		return ret == -ENOMEM || ret == -ESTALE ? ret : DCR_ERR(-EIO);
 	bufs = calloc(c->ch.n + 1, sizeof(*bufs));
 	if (!bufs)
 		return DCR_ERR(-ENOMEM);
