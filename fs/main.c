@@ -51,6 +51,7 @@
 
 #include "common.h"
 #include "fileio.h"
+#include "mirror.h"
 #include "store.h"
 #include "fs.h"
 
@@ -90,6 +91,7 @@ struct opts {
 	char *s3_timeout;
 	char *fetch_threads;
 	char *fetch_ahead;
+	char *mirror;       /* every mirror=URL, comma-joined */
 	int path_style;
 	int no_sign_request;
 	int no_splice; /* -o nosplice: accepted, no effect (always copied) */
@@ -121,6 +123,7 @@ enum {
 	KEY_DEBUG,
 	KEY_FSNAME,
 	KEY_SUBTYPE,
+	KEY_MIRROR,
 };
 
 #define OPT(t, field, v) { t, offsetof(struct opts, field), v }
@@ -167,6 +170,7 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
 	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
 	FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
+	FUSE_OPT_KEY("mirror=", KEY_MIRROR),
 
 	/*
 	 * Options for mount(8), fstab and mount.fuse3 that mean nothing to
@@ -251,6 +255,8 @@ static void usage(FILE *f)
 "                           no credentials found is an error\n"
 "    -o s3_timeout=SECONDS  bound on one read(2)'s S3 requests, retries\n"
 "                           included (default 30)\n"
+"    -o mirror=URL          send pack GETs through this cache tier\n"
+"                           (repeatable; default $DCRFS_MIRROR)\n"
 "\n"
 "fetching (any store):\n"
 "    -o fetch_threads=N     parallel fetches per read and read-ahead threads\n"
@@ -317,6 +323,16 @@ static int opt_proc(void *data, const char *arg, int key,
 	case KEY_SUBTYPE:
 		o->has_subtype = 1;
 		return 1;
+	case KEY_MIRROR: { /* repeatable: keep them all */
+		char *m = NULL;
+
+		if (asprintf(&m, "%s%s%s", o->mirror ? o->mirror : "",
+			     o->mirror ? "," : "", arg + strlen("mirror=")) < 0)
+			return -1;
+		free(o->mirror);
+		o->mirror = m;
+		return 0;
+	}
 	case FUSE_OPT_KEY_NONOPT:
 		if (!o->store) {
 			o->store = strdup(arg);
@@ -907,6 +923,21 @@ static int build_fuse_args(struct fuse_args *args, const struct opts *o,
 	return ret;
 }
 
+/* Put the mirrors in @list (NULL or empty: none) in front of *@st. */
+static int mirrors_wrap(const char *list, const struct dcr_store_cfg *cfg,
+			struct dcr_store **st)
+{
+	struct dcr_store *w;
+	int ret;
+
+	if (!list || !list[strspn(list, ", \t\n")])
+		return 0;
+	ret = dcr_mirror_open(*st, list, cfg, &w);
+	if (ret == 0)
+		*st = w;
+	return ret;
+}
+
 static void free_opts(struct opts *o)
 {
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
@@ -915,7 +946,7 @@ static void free_opts(struct opts *o)
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
 			  &o->fetch_ahead, &o->store, &o->mountpoint,
-			  &o->log };
+			  &o->log, &o->mirror };
 
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(strs); i++) {
 		free(*strs[i]);
@@ -1096,6 +1127,10 @@ int main(int argc, char *argv[])
 		dcr_err("cannot open store %s: %s", store, dcr_strerror(ret));
 		goto out_signals;
 	}
+	ret = mirrors_wrap(o.mirror ? o.mirror : getenv("DCRFS_MIRROR"),
+			   &cfg, &fs.st);
+	if (ret < 0)
+		goto out_store; /* logged */
 	ret = dcr_store_check(fs.st, false, &sinfo);
 	if (ret == -ENOENT || ret == -EBADMSG || ret == -EPROTONOSUPPORT)
 		goto out_store; /* nothing to mount; logged */

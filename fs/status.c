@@ -11,6 +11,7 @@
 #endif
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "common.h"
 #include "json.h"
 #include "fs.h"
+#include "mirror.h"
 
 /* Resident set size of this process in bytes; 0 if unknown. */
 static uint64_t rss_bytes(void)
@@ -43,6 +45,7 @@ static const char *prefetch_name(enum dcrfs_prefetch p)
 /* Everything reported, gathered once per rendering. */
 struct snap {
 	struct dcr_reader_stats rs;
+	struct dcr_mirror_stats mirrors; /* n == 0: no mirrors */
 	uint64_t want, done, cur, pf_bytes, pf_total, pf_versions;
 	uint64_t fuse_reads, fuse_read_errors, refresh_errors, rss;
 	/* passthrough: opens by mode, fallbacks by reason, READs that
@@ -87,6 +90,8 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 #undef PT
 	s->pt_on = dcrfs_pt_usable(&fs->pt);
 	s->pt_offered = atomic_load(&fs->pt.offered);
+	if (dcr_mirror_get_stats(fs->st, &s->mirrors))
+		s->mirrors.n = 0;
 	s->rss = rss_bytes();
 	s->uptime = (double)(dcr_now_ns() - fs->mount_ns) / 1e9;
 	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
@@ -130,8 +135,24 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 	fprintf(f, " \"prefetch\": {\"mode\": \"%s\", \"want\": %" PRIu64
 		", \"done\": %" PRIu64 ", \"current\": %" PRIu64 ", \"bytes_done\": %"
 		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64
-		"}}\n", prefetch_name(fs->prefetch), s->want, s->done, s->cur,
+		"}", prefetch_name(fs->prefetch), s->want, s->done, s->cur,
 		s->pf_bytes, s->pf_total, s->pf_versions);
+	if (s->mirrors.n) {
+		fputs(",\n \"sources\": [", f);
+		for (size_t i = 0; i < s->mirrors.n; i++) {
+			const struct dcr_mirror_source *m = &s->mirrors.src[i];
+
+			fprintf(f, "%s{\"kind\": \"%s\", \"url\": ", i ? ", " : "",
+				i ? "mirror" : "store");
+			dcr_json_str(f, m->url);
+			fprintf(f, ", \"requests\": %" PRIu64 ", \"bytes\": %" PRIu64
+				", \"errors\": %" PRIu64 ", \"skipping\": %s}",
+				m->requests, m->bytes, m->errors,
+				m->skipping ? "true" : "false");
+		}
+		fprintf(f, "], \"refetches\": %" PRIu64, s->mirrors.refetches);
+	}
+	fputs("}\n", f);
 }
 
 /* A Prometheus label value: '\\', '"' and newlines escaped. */
@@ -147,6 +168,40 @@ static void label_value(FILE *f, const char *s)
 			fputc(*s, f);
 	}
 	fputc('"', f);
+}
+
+/* Pack GETs by source (store/mirror.h), when the mount has mirrors. */
+static void render_sources(const struct dcr_mirror_stats *ms, FILE *f)
+{
+	static const struct {
+		const char *name, *help;
+		size_t field;
+	} fam[] = {
+		{ "source_requests_total", "GETs answered, by source.",
+		  offsetof(struct dcr_mirror_source, requests) },
+		{ "source_bytes_total", "Bytes received, by source.",
+		  offsetof(struct dcr_mirror_source, bytes) },
+		{ "source_errors_total", "Failed GETs, by source (a mirror's "
+		  "went to the store).", offsetof(struct dcr_mirror_source, errors) },
+	};
+
+	for (size_t k = 0; k < DCR_ARRAY_SIZE(fam); k++) {
+		fprintf(f, "# HELP dcrfs_%s %s\n# TYPE dcrfs_%s counter\n",
+			fam[k].name, fam[k].help, fam[k].name);
+		for (size_t i = 0; i < ms->n; i++) {
+			const struct dcr_mirror_source *m = &ms->src[i];
+
+			fprintf(f, "dcrfs_%s{kind=\"%s\",source=", fam[k].name,
+				i ? "mirror" : "store");
+			label_value(f, m->url);
+			fprintf(f, "} %" PRIu64 "\n", *(const uint64_t *)
+				((const char *)m + fam[k].field));
+		}
+	}
+	fprintf(f, "# HELP dcrfs_mirror_refetches_total Frames fetched again "
+		"from the store after failing their check.\n"
+		"# TYPE dcrfs_mirror_refetches_total counter\n"
+		"dcrfs_mirror_refetches_total %" PRIu64 "\n", ms->refetches);
 }
 
 static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
@@ -228,6 +283,8 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
 		fprintf(f, "dcrfs_passthrough_fallbacks_total{reason=\"%s\"} %"
 			PRIu64 "\n", fallback_names[i], s->pt_fb[i]);
+	if (s->mirrors.n)
+		render_sources(&s->mirrors, f);
 }
 
 int dcrfs_status_render(struct dcrfs *fs, enum dcrfs_status_file which,

@@ -30,6 +30,7 @@
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
+#include "mirror.h"
 #include "reader_int.h"
 
 /* --------------------------------------------------------- codec pool */
@@ -517,6 +518,59 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	}
 }
 
+/*
+ * Leader chunk @c failed its proof although every frame was fetched, and
+ * the store sends pack GETs through mirrors (store/mirror.h): resolve
+ * its chain again and prove it from frames fetched from the store
+ * itself. 0, or -errno (logged).
+ */
+static int refetch_from_store(struct batch *b, struct bchunk *c)
+{
+	struct piece *p = c->p;
+	struct dcr_buf *bufs;
+	int64_t saved;
+	int ret;
+
+	for (size_t k = 0; k < c->ch.n; k++)
+		if (c->ch.s[k].rc)
+			return c->rc; /* a fetch failed: nothing to prove */
+	chain_free(&c->ch);
+	ret = resolve_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
+	if (ret) /* logged; -ESTALE: read_impl retries */
+		return ret == -ENOMEM || ret == -ESTALE ? ret : DCR_ERR(-EIO);
+	bufs = calloc(c->ch.n + 1, sizeof(*bufs));
+	if (!bufs)
+		return DCR_ERR(-ENOMEM);
+	saved = dcr_store_deadline();
+	dcr_store_set_deadline(b->deadline);
+	for (size_t k = 0; k < c->ch.n; k++) {
+		struct step *s = &c->ch.s[k];
+		char key[DCR_HASH_HEX_LEN + 16];
+
+		dcr_pack_key(s->ref.pack, key, sizeof(key));
+		dcr_buf_init(&bufs[k], s->ref.len);
+		s->rc = dcr_mirror_refetch(b->r->st, key, s->ref.off,
+					   s->ref.len, &bufs[k]);
+		STAT_ADD(b->r, fetches, 1);
+		STAT_ADD(b->r, fetched, bufs[k].len);
+		if (!s->rc && bufs[k].len < s->ref.len)
+			s->rc = -EIO; /* the store's pack ends early */
+		if (s->rc) {
+			STAT_ADD(b->r, fetch_errors, 1);
+			RERR("%s: %s (refetch for " WHERE_FMT ")", key,
+			     dcr_strerror(s->rc), WHERE_ARGS(&p->w));
+			s->rc = s->rc == -ENOMEM ? s->rc : DCR_ERR(-EIO);
+		}
+		s->data = bufs[k].data;
+	}
+	dcr_store_set_deadline(saved);
+	ret = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
+	for (size_t k = 0; k < c->ch.n; k++)
+		dcr_buf_free(&bufs[k]);
+	free(bufs);
+	return ret;
+}
+
 /* Apply and verify leader chunk @i, then cache it. */
 static void finish_one(void *arg, size_t i)
 {
@@ -527,6 +581,8 @@ static void finish_one(void *arg, size_t i)
 	if (!c->leader || c->ready || c->rc)
 		return;
 	c->rc = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
+	if (c->rc == -EIO && dcr_store_is_mirrored(b->r->st))
+		c->rc = refetch_from_store(b, c);
 	if (!c->rc)
 		chunk_built(b, c);
 }

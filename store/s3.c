@@ -754,8 +754,10 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 	error_doc(&x.err, code, sizeof(code), msg, sizeof(msg));
 	snprintf(why, wc, "HTTP %ld%s%s%s%s%s", st, code[0] ? " " : "", code,
 		 msg[0] ? ": " : "", msg, hint_for(code));
-	if (st == 416 && r->has_range) {
-		*ret = 0; /* offset at or past the end: no bytes */
+	if (st == 416 && (r->has_range || s->mirror)) {
+		/* offset at or past the end: no bytes; from a slicing cache
+		 * also the answer for a whole empty object */
+		*ret = 0;
 	} else if (st == 404) {
 		*ret = DCR_ERR(-ENOENT);
 		if (!strcmp(code, "NoSuchBucket"))
@@ -846,7 +848,7 @@ int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 		enum outcome oc = attempt(s, h, r, (const char *)url.data,
 					  (const char *)path.data, payload_sha,
 					  deadline, &ret, why, sizeof(why));
-		if (oc == OUT_DONE)
+		if (oc == OUT_DONE || s->mirror)
 			break;
 		int64_t left = deadline - dcr_mono_ns();
 		if (n >= S3_ATTEMPTS_MAX || left < 20 * 1000000LL ||
@@ -867,7 +869,10 @@ int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 	}
 	handle_put(s, h);
 log:
-	if (ret == -ENOENT && r->quiet_enoent) {
+	if (ret && s->mirror) {
+		dcr_debug("mirror %s: %s %s failed: %s", s->origin, r->method,
+			  r->what, why); /* store/mirror.c says it once */
+	} else if (ret == -ENOENT && r->quiet_enoent) {
 		dcr_debug("%s: %s %s: not found", s->base.url, r->method, r->what);
 	} else if (ret && ret != -EEXIST) {
 		char tries[96] = "";
@@ -1500,6 +1505,7 @@ int dcr_s3_open(const char *url, const struct dcr_store_cfg *cfg, int flags,
 					"DCR_S3_READ_TIMEOUT_MS", S3_READ_TIMEOUT_MS);
 	s->write_timeout_ns = timeout_ns(cfg ? cfg->write_timeout_ms : 0,
 					 "DCR_S3_WRITE_TIMEOUT_MS", S3_WRITE_TIMEOUT_MS);
+	s->mirror = cfg && cfg->mirror;
 
 	if (!(s->share = curl_share_init())) {
 		ret = DCR_ERR(-ENOMEM);

@@ -52,6 +52,7 @@ struct dcr_s3_store {
 	char *path_base;  /* "/bucket" (path-style) or "" (virtual-hosted) */
 	int64_t read_timeout_ns;
 	int64_t write_timeout_ns;
+	bool mirror;      /* dcr_store_cfg.mirror: one attempt, quiet */
 
 	CURLSH *share;
 	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];

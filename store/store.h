@@ -29,6 +29,10 @@ struct dcr_store_cfg {
 	 * the default (30 s for get/head/list/del, 600 s per put or part). */
 	unsigned int read_timeout_ms;
 	unsigned int write_timeout_ms;
+	/* S3: the endpoint is a mirror (store/mirror.h): one attempt per
+	 * request, failures logged at debug level only (the caller falls
+	 * back to the store and logs once per incident). */
+	int mirror;
 };
 
 enum dcr_open_flags {
