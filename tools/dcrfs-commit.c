@@ -24,6 +24,7 @@
 #include "common.h"
 #include "dcr.h"
 #include "objstore.h"
+#include "toolopts.h"
 
 #define EXIT_USAGE 2
 
@@ -66,6 +67,7 @@ static void usage(FILE *f)
 "                         (also DCRFS_COMPACT_EVERY)\n"
 "      --allow-nonfinite  commit NaN and Inf values in float tensors of\n"
 "                         safetensors files (default: refuse, publish nothing)\n"
+TOOL_USAGE
 "  -q, --quiet            no progress or summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -100,6 +102,7 @@ struct args {
 	int jobs;
 	int quiet;
 	int verbose;
+	struct tool_opts t;
 };
 
 static int parse_args(int argc, char **argv, struct args *a)
@@ -124,6 +127,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		TOOL_LONGOPTS,
 		{ 0 },
 	};
 	uint64_t v;
@@ -135,7 +139,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-commit: DCRFS_COMPACT_EVERY: '%s' is not a number\n", ce);
 		return -1;
 	}
+	a->t.log_level = -1;
 	while ((c = getopt_long(argc, argv, "s:p:t:fc:j:C:qvhV", longopts, NULL)) != -1) {
+		int r = tool_opt(&a->t, c, optarg, "dcrfs-commit");
+		if (r < 0)
+			return -1;
+		if (r)
+			continue;
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -277,15 +287,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "Try 'dcrfs-commit --help' for more information.\n");
 		return EXIT_USAGE;
 	}
-	dcr_set_log_level(a.verbose ? DCR_LEVEL_DEBUG : a.quiet ? DCR_LEVEL_WARN : DCR_LEVEL_INFO);
+	dcr_set_log_level(a.t.log_level >= 0 ? a.t.log_level : a.verbose ? DCR_LEVEL_DEBUG :
+			  a.quiet ? DCR_LEVEL_WARN : DCR_LEVEL_INFO);
 
 	struct stat sb;
 	if (stat(a.dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
 		dcr_err("%s: %s", a.dir, stat(a.dir, &sb) < 0 ? strerror(errno) : "not a directory");
 		return 1;
 	}
-	if (dcr_store_handle_open(a.store, (a.init ? DCR_STORE_INIT : 0) |
-				  (a.no_sign ? DCR_STORE_NO_SIGN : 0), &s))
+	struct dcr_store_options so = { a.t.profile, a.t.region, a.t.endpoint, a.t.ca_bundle };
+	if (dcr_store_handle_open_opts(a.store, (a.init ? DCR_STORE_INIT : 0) |
+				       (a.no_sign ? DCR_STORE_NO_SIGN : 0), &so, &s))
 		return 1;
 
 	struct progress pg = { .tty = !a.quiet && isatty(STDERR_FILENO), .start = dcr_mono_ns() };
@@ -345,7 +357,7 @@ err_failed:
 	if (ret == -EINPROGRESS) /* the version named above may hold it */
 		dcr_err("commit of %s failed: whether it was published is unknown (see above)",
 			a.dir);
-	else
+	else if (!*dcr_log_errors()) /* else said once, with its cause */
 		dcr_err("commit of %s failed: %s; nothing was published", a.dir,
 			dcr_strerror(ret));
 out_free:
