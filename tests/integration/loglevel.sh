@@ -43,6 +43,27 @@ t "$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/cc" "$T/empty" >"$T/out" 2>"$
 t "$DCRFS_COMMIT" --store "$T/nostore" "$T/tree" >"$T/out" 2>"$T/err" || true
 [ "$(wc -l <"$T/err")" = 1 ] || fail "a missing store gives not one line: $(cat "$T/err")"
 
+# Python: a failure is raised once, with one message naming the store
+# once, and not printed on stderr as well.
+LIBDCR=$DCR_BUILDDIR/.libs/libdcr.so.0
+if [ -e "$LIBDCR" ]; then
+	DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python t python3 - "$T/nostore" \
+		>"$T/out" 2>"$T/err" <<'PY' || fail "python: $(cat "$T/out" "$T/err")"
+import sys, dcrfs
+url = sys.argv[1]
+try:
+    dcrfs.Commit(url)
+except dcrfs.DcrError as e:
+    msg = e.strerror
+    assert msg.count(url) == 1, msg
+    assert "\n" not in msg, msg
+    assert "no store there" in msg, msg
+    print("raised")
+PY
+	[ "$(cat "$T/out")" = raised ] || fail "python did not raise: $(cat "$T/out")"
+	[ -s "$T/err" ] && fail "python printed the error as well: $(cat "$T/err")"
+fi
+
 # AWS flags beat the variables (nothing is listening anywhere).
 export HOME=$T/home AWS_ACCESS_KEY_ID=AKIDTEST AWS_SECRET_ACCESS_KEY=secret \
 	AWS_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:9
