@@ -23,6 +23,7 @@
 #include "chunk.h"
 #include "common.h"
 #include "dcr.h"
+#include "json.h"
 #include "objstore.h"
 #include "toolopts.h"
 
@@ -45,7 +46,10 @@ static void usage(FILE *f)
 "      --allow-empty      publish a tree without regular files (refused\n"
 "                         otherwise: it would empty every mount's latest)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
-"  -t, --tag NAME         also point tag NAME at the new version\n"
+"  -t, --tag NAME         also point tag NAME at the new version (once)\n"
+"      --json             print one JSON object on stdout instead of the\n"
+"                         version: version, parent, tags, bytes (read),\n"
+"                         stored_bytes (uploaded), seconds\n"
 "  -f, --full             store every chunk in full (an anchor version)\n"
 "  -c, --chunk-size SIZE  chunk size, power of two, 4K..64M (default: the\n"
 "                         parent's, else 1M)\n"
@@ -102,6 +106,7 @@ struct args {
 	int jobs;
 	int quiet;
 	int verbose;
+	int json;
 	struct tool_opts t;
 };
 
@@ -127,6 +132,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "json", no_argument, NULL, 'J' },
 		TOOL_LONGOPTS,
 		{ 0 },
 	};
@@ -162,7 +168,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 				fprintf(stderr, "dcrfs-commit: --tag: '%s' is not a valid tag name (letters, digits, '.', '_', '-'; at most 128; not starting with '.')\n", optarg);
 				return -1;
 			}
+			if (a->tag) {
+				fprintf(stderr, "dcrfs-commit: --tag: given twice ('%s', '%s'); a commit sets one tag (add more with dcrfs-ctl tag NAME VERSION)\n", a->tag, optarg);
+				return -1;
+			}
 			a->tag = optarg;
+			break;
+		case 'J':
+			a->json = 1;
 			break;
 		case 'f':
 			a->full = 1;
@@ -323,7 +336,18 @@ int main(int argc, char **argv)
 	if (ret && !res.version)
 		goto err_failed;
 	/* The new version is published: print it before anything else. */
-	printf("%" PRIu64 "\n", res.version);
+	if (a.json) {
+		printf("{\"version\": %" PRIu64 ", \"parent\": %" PRIu64 ", \"tags\": [",
+		       res.version, res.parent);
+		if (a.tag && !ret)
+			dcr_json_str(stdout, a.tag);
+		printf("], \"bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
+		       ", \"seconds\": %.3f}\n", res.bytes_in,
+		       res.bytes_packed + res.manifest_len,
+		       (double)(dcr_mono_ns() - pg.start) / 1e9);
+	} else {
+		printf("%" PRIu64 "\n", res.version);
+	}
 	fflush(stdout);
 	exit_code = ret ? 1 : 0;
 	if (!a.quiet) {
