@@ -381,7 +381,8 @@ err_failed:
 	if (ret == -EINPROGRESS) /* the version named above may hold it */
 		dcr_err("commit of %s failed: whether it was published is unknown (see above)",
 			a.dir);
-	else if (!*dcr_log_errors()) /* else said once, with its cause */
+	else if (!strstr(dcr_log_errors(), " published")) /* else said once,
+							   with its cause */
 		dcr_err("commit of %s failed: %s; nothing was published", a.dir,
 			dcr_strerror(ret));
 out_free:
