@@ -30,6 +30,18 @@ void dcr_log_set_prog(const char *prog) { log_prog = prog; }
 void dcr_log_set_level(enum dcr_log_level lvl) { log_level = lvl; }
 void dcr_log_set_sink(dcr_log_sink_fn fn) { log_sink = fn; }
 enum dcr_log_level dcr_log_get_level(void) { return log_level; }
+
+int dcr_log_parse_level(const char *s, enum dcr_log_level *out)
+{
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(level_names); i++) {
+		if (strcmp(s, level_names[i]) == 0 ||
+		    (i == DCR_LOG_WARN && strcmp(s, "warn") == 0)) {
+			*out = (enum dcr_log_level)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
 void dcr_log_quiet_sink(bool quiet) { log_sink_quiet = quiet; }
 
 int dcr_log_to_file(const char *path)
@@ -76,6 +88,15 @@ static void log_file_line(enum dcr_log_level lvl, const char *msg)
  * DCR_LOG_ERR is the lowest level, so errors are always formatted. */
 static __thread char tl_errors[4096];
 static __thread size_t tl_errors_len;
+static __thread bool tl_errors_captured;
+
+bool dcr_log_errors_capture(bool on)
+{
+	bool was = tl_errors_captured;
+
+	tl_errors_captured = on;
+	return was;
+}
 
 void dcr_log_errors_reset(void)
 {
@@ -112,6 +133,8 @@ void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap)
 		if (log_sink_quiet)
 			return;
 	}
+	if (lvl == DCR_LOG_ERR && tl_errors_captured)
+		return;
 	if (log_sink) {
 		log_sink(lvl, msg);
 		return;

@@ -84,6 +84,20 @@ enum dcr_log_level dcr_log_get_level(void);
 const char *dcr_log_errors(void);
 void dcr_log_errors_reset(void);
 
+/**
+ * dcr_log_parse_level - "error", "warn" (or "warning"), "info" or
+ * "debug" into *@out (-o log_level=, --log-level). 0 or -EINVAL.
+ */
+int dcr_log_parse_level(const char *s, enum dcr_log_level *out);
+/**
+ * dcr_log_errors_capture - while on (per thread), this thread's error
+ * lines are only kept for dcr_log_errors (and the log file), not
+ * written to the sink or stderr: a caller that reports them itself
+ * (libdcr raising them in Python) shows each once. Returns the previous
+ * setting.
+ */
+bool dcr_log_errors_capture(bool on);
+
 /** Emit one log line (no trailing newline needed). */
 void dcr_log(enum dcr_log_level lvl, const char *fmt, ...) DCR_PRINTF(2, 3);
 void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap);

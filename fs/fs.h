@@ -258,6 +258,29 @@ void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino);
  * released everything, and closing /dev/fuse drops the backing ids). */
 void dcrfs_backing_free(struct dcrfs *fs);
 
+/** A running scrape endpoint (metrics_http.c). */
+struct dcrfs_metrics;
+
+/**
+ * dcrfs_metrics_parse - split -o metrics=@spec, "HOST:PORT" or
+ * "[V6ADDR]:PORT", into @host and @port (NUL-terminated, bounded by
+ * their lengths). 0 or -EINVAL.
+ */
+int dcrfs_metrics_parse(const char *spec, char *host, size_t host_len,
+			char *port, size_t port_len);
+
+/**
+ * dcrfs_metrics_start - serve GET /metrics (dcrfs_status_render's
+ * Prometheus text of @fs) on @spec, HOST:PORT, from a thread of its own.
+ * 0 with *@out set, or -errno with the reason logged once (the address
+ * is bad, in use, or not ours).
+ */
+int dcrfs_metrics_start(struct dcrfs *fs, const char *spec,
+			struct dcrfs_metrics **out);
+
+/** Stop serving and free @m (NULL is ignored). */
+void dcrfs_metrics_stop(struct dcrfs_metrics *m);
+
 /** The low-level operations table (fs/ops.c). */
 extern const struct fuse_lowlevel_ops dcrfs_ll_ops;
 

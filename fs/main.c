@@ -98,6 +98,8 @@ struct opts {
 	int prefetch_pagecache;
 	int nonempty;
 	char *log;
+	char *log_level;
+	char *metrics;
 	/* session loop */
 	int foreground;
 	int debug;
@@ -140,6 +142,8 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("nosplice", no_splice, 1),
 	OPT("nonempty", nonempty, 1),
 	OPT("log=%s", log, 0),
+	OPT("log_level=%s", log_level, 0),
+	OPT("metrics=%s", metrics, 0),
 	OPT("readahead=%s", readahead, 0),
 	OPT("endpoint=%s", endpoint, 0),
 	OPT("region=%s", region, 0),
@@ -238,6 +242,10 @@ static void usage(FILE *f)
 "    -o log=FILE            append every message to FILE (with -f: and to\n"
 "                           stderr); default: syslog once detached, or\n"
 "                           CACHE_DIR/dcrfs.log where there is no syslog\n"
+"    -o log_level=LEVEL     error, warn, info (default) or debug\n"
+"    -o metrics=HOST:PORT   serve GET /metrics (Prometheus text, as\n"
+"                           MNT/.dcrfs/metrics) on HOST:PORT, e.g.\n"
+"                           127.0.0.1:9567 (off by default)\n"
 "    -o nonempty            allow a mount point that is not empty (its\n"
 "                           files are hidden while mounted)\n"
 "    -o nosplice            accepted; replies are always copied (every\n"
@@ -370,6 +378,33 @@ static int opt_proc(void *data, const char *arg, int key,
 }
 
 /* ------------------------------------------------------------- helpers */
+
+/*
+ * -o log_level= (set now, so that every later line obeys it) and
+ * -o metrics= (its form; binding is tried once the store is open).
+ * 0, or -1 with the reason printed.
+ */
+static int check_log_metrics_opts(const struct opts *o)
+{
+	enum dcr_log_level lvl;
+	char host[256], port[8];
+
+	if (o->log_level) {
+		if (dcr_log_parse_level(o->log_level, &lvl) < 0) {
+			fprintf(stderr, PROG ": bad log_level '%s' (error, "
+				"warn, info or debug)\n", o->log_level);
+			return -1;
+		}
+		dcr_log_set_level(lvl);
+	}
+	if (o->metrics && dcrfs_metrics_parse(o->metrics, host, sizeof(host),
+					      port, sizeof(port)) < 0) {
+		fprintf(stderr, PROG ": bad metrics '%s' (HOST:PORT, e.g. "
+			"127.0.0.1:9567)\n", o->metrics);
+		return -1;
+	}
+	return 0;
+}
 
 /* "@a/@b" in a new string (NULL on allocation failure). */
 static char *join(const char *a, const char *b)
@@ -946,7 +981,7 @@ static void free_opts(struct opts *o)
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
 			  &o->fetch_ahead, &o->store, &o->mountpoint,
-			  &o->log, &o->mirror };
+			  &o->log, &o->mirror, &o->log_level, &o->metrics };
 
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(strs); i++) {
 		free(*strs[i]);
@@ -980,6 +1015,7 @@ int main(int argc, char *argv[])
 	struct dcr_reader_opts ropts;
 	struct dcr_store_info sinfo;
 	struct fuse_loop_config *lcfg = NULL;
+	struct dcrfs_metrics *metrics = NULL;
 	char *store = NULL, *mountpoint = NULL, *cache_dir = NULL;
 	char *log_path = NULL;
 
@@ -1028,6 +1064,8 @@ int main(int argc, char *argv[])
 			"missing STORE" : "missing MOUNTPOINT");
 		goto out_args;
 	}
+	if (check_log_metrics_opts(&o) < 0)
+		goto out_args;
 	if (o.debug)
 		dcr_log_set_level(DCR_LOG_DEBUG);
 	if (check_opts(&o, &fs, &cfg, &ropts) < 0)
@@ -1156,9 +1194,11 @@ int main(int argc, char *argv[])
 			dcr_strerror(ret));
 		goto out_reader;
 	}
+	if (o.metrics && dcrfs_metrics_start(&fs, o.metrics, &metrics) < 0)
+		goto out_reader; /* logged */
 	if (fuse_session_mount(fs.se, mountpoint) != 0) {
 		dcr_err("cannot mount on %s", mountpoint);
-		goto out_reader;
+		goto out_metrics;
 	}
 	set_readahead(mountpoint, fs.read_ahead_kb);
 	dcrfs_pt_install(fs.se, &fs.pt); /* failing, reads take the normal path */
@@ -1212,6 +1252,8 @@ int main(int argc, char *argv[])
 	dcrfs_backing_free(&fs);
 out_unmount:
 	fuse_session_unmount(fs.se);
+out_metrics:
+	dcrfs_metrics_stop(metrics);
 out_reader:
 	dcr_reader_close(fs.r);
 out_store:

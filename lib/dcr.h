@@ -84,6 +84,14 @@ enum dcr_level { DCR_LEVEL_ERROR, DCR_LEVEL_WARN, DCR_LEVEL_INFO, DCR_LEVEL_DEBU
 /** dcr_set_log_level - what goes to stderr (default DCR_LEVEL_INFO); global. */
 DCR_API void dcr_set_log_level(int level);
 
+/**
+ * dcr_set_log_errors - with @print 0, the errors of a failing call made
+ * by this process's threads are not written to stderr, only returned by
+ * dcr_errmsg (default 1: written too). Errors of libdcr's own worker
+ * threads are always written. Global.
+ */
+DCR_API void dcr_set_log_errors(int print);
+
 /** Flags of dcr_store_handle_open. */
 #define DCR_STORE_INIT 1u /* create the store if there is none */
 #define DCR_STORE_NO_SIGN 2u /* S3: unsigned requests (a public bucket);
@@ -97,6 +105,27 @@ DCR_API void dcr_set_log_level(int level);
  */
 DCR_API int dcr_store_handle_open(const char *url, unsigned flags,
 				  dcr_store_handle **out);
+
+/**
+ * struct dcr_store_options - S3 settings given by the caller, as the aws
+ * CLI's --profile, --region, --endpoint-url and --ca-bundle: each beats
+ * its AWS_* variable and the config files (an explicit profile also
+ * beats AWS_ACCESS_KEY_ID); NULL leaves it to them.
+ */
+struct dcr_store_options {
+	const char *profile;
+	const char *region;
+	const char *endpoint_url;
+	const char *ca_bundle;
+};
+
+/**
+ * dcr_store_handle_open_opts - dcr_store_handle_open with the S3
+ * settings @o (NULL: none given).
+ */
+DCR_API int dcr_store_handle_open_opts(const char *url, unsigned flags,
+				       const struct dcr_store_options *o,
+				       dcr_store_handle **out);
 
 /** dcr_store_handle_close - close @s (NULL accepted); no commit may use it. */
 DCR_API void dcr_store_handle_close(dcr_store_handle *s);

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ struct dcr_commit_handle {
 };
 
 static __thread char errmsg[4096];
+static atomic_bool errors_not_printed; /* dcr_set_log_errors(0) */
 
 DCR_API const char *dcr_errmsg(void)
 {
@@ -56,11 +58,13 @@ static void api_enter(void)
 {
 	errmsg[0] = 0;
 	dcr_log_errors_reset();
+	dcr_log_errors_capture(atomic_load(&errors_not_printed));
 }
 
 /* End of a public call: @ret, with dcr_errmsg set if it is a failure. */
 static int api_leave(int ret, const char *what)
 {
+	dcr_log_errors_capture(false);
 	if (ret >= 0)
 		return ret;
 	const char *lines = dcr_log_errors();
@@ -69,6 +73,11 @@ static int api_leave(int ret, const char *what)
 	else
 		snprintf(errmsg, sizeof(errmsg), "%s: %s", what, dcr_strerror(ret));
 	return ret;
+}
+
+DCR_API void dcr_set_log_errors(int print)
+{
+	atomic_store(&errors_not_printed, !print);
 }
 
 DCR_API void dcr_set_log_level(int level)
@@ -83,19 +92,44 @@ DCR_API void dcr_set_log_level(int level)
  * error, so a mistyped URL never starts a new store silently.
  */
 static int open_store(const char *url, bool init, bool no_sign,
+		      const struct dcr_store_options *o,
 		      struct dcr_store **out)
 {
 	struct dcr_store_cfg cfg = { .path_style = -1,
 				     .no_sign_request = no_sign };
+
+	if (o) {
+		cfg.profile = o->profile;
+		cfg.region = o->region;
+		cfg.endpoint = o->endpoint_url;
+		cfg.ca_bundle = o->ca_bundle;
+	}
 	struct dcr_store_info info;
 	struct dcr_store *st;
 	int ret;
 
+	/* A directory that is not there is one error, with the hint: the
+	 * store's own "cannot open" line is held back for it. */
+	bool captured = dcr_log_errors_capture(true);
 	ret = dcr_store_open(url, &cfg, init ? DCR_OPEN_CREATE : 0, &st);
+	dcr_log_errors_capture(captured);
 	if (ret) {
-		if (ret == -ENOENT && !init)
+		char held[4096];
+
+		snprintf(held, sizeof(held), "%s", dcr_log_errors());
+		dcr_log_errors_reset();
+		/* (an s3:// open fails with -ENOENT only for its settings, a
+		 * profile not found: that error stands) */
+		if (ret == -ENOENT && !init && strncmp(url, "s3://", 5) != 0)
 			dcr_err("%s: no store there; create one with 'dcrfs-commit "
 				"--init' or 'dcrfs-ctl init'", url);
+		else
+			for (char *l = held, *nl; *l; l = nl) {
+				nl = l + strcspn(l, "\n");
+				if (*nl)
+					*nl++ = '\0';
+				dcr_err("%s", l);
+			}
 		return ret;
 	}
 	ret = dcr_store_check(st, init, &info);
@@ -110,6 +144,13 @@ static int open_store(const char *url, bool init, bool no_sign,
 DCR_API int dcr_store_handle_open(const char *url, unsigned flags,
 				  dcr_store_handle **out)
 {
+	return dcr_store_handle_open_opts(url, flags, NULL, out);
+}
+
+DCR_API int dcr_store_handle_open_opts(const char *url, unsigned flags,
+				       const struct dcr_store_options *o,
+				       dcr_store_handle **out)
+{
 	dcr_store_handle *s;
 	int ret;
 
@@ -119,7 +160,7 @@ DCR_API int dcr_store_handle_open(const char *url, unsigned flags,
 	if (!(s = calloc(1, sizeof(*s))))
 		return api_leave(-ENOMEM, url);
 	if ((ret = open_store(url, flags & DCR_STORE_INIT,
-			      flags & DCR_STORE_NO_SIGN, &s->st))) {
+			      flags & DCR_STORE_NO_SIGN, o, &s->st))) {
 		free(s);
 		return api_leave(ret, url);
 	}

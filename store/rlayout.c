@@ -243,10 +243,14 @@ static int layout_update(struct dcr_reader *r, struct refresh_ctx *ctx, bool lis
 	/* what failed for a passing reason: the next refresh lists again */
 	if (retry)
 		r->layout_listed = false;
-	if (r->layout.gen || done || retry)
+	/* "0 versions re-encoded" at every mount and commit is routine */
+	if (done || retry)
 		dcr_info("%s: layout generation %" PRIu64 ": %zu versions "
 			 "re-encoded%s", url_of(r), r->layout.gen, done, retry ?
 			 "; the others are tried again at the next refresh" : "");
+	else if (r->layout.gen)
+		dcr_debug("%s: layout generation %" PRIu64 ": no version "
+			  "re-encoded", url_of(r), r->layout.gen);
 	return ret == -ENOMEM ? ret : 0;
 }
 

@@ -1495,8 +1495,9 @@ int dcr_s3_open(const char *url, const struct dcr_store_cfg *cfg, int flags,
 	if ((ret = parse_url(s, url)))
 		goto err_close;
 	if ((ret = dcr_aws_cfg_load(cfg, &s->aws))) {
-		dcr_err("%s: cannot resolve the S3 settings: %s", s->base.url,
-			dcr_strerror(ret));
+		/* its reason was logged, naming the file or variable */
+		dcr_debug("%s: cannot resolve the S3 settings: %s", s->base.url,
+			  dcr_strerror(ret));
 		goto err_close;
 	}
 	if ((ret = setup_addressing(s)))

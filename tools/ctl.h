@@ -18,6 +18,7 @@
 #include "objstore.h"
 #include "compact.h"
 #include "reader.h"
+#include "toolopts.h"
 
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -43,6 +44,7 @@ struct args {
 	int no_sign;
 	/* compact (and gc's rebasing) */
 	unsigned max_depth;  /* 0 = default */
+	struct tool_opts t;  /* --profile, --region, ..., --log-level */
 };
 
 struct ver {

@@ -23,7 +23,9 @@
 #include "chunk.h"
 #include "common.h"
 #include "dcr.h"
+#include "json.h"
 #include "objstore.h"
+#include "toolopts.h"
 
 #define EXIT_USAGE 2
 
@@ -44,7 +46,10 @@ static void usage(FILE *f)
 "      --allow-empty      publish a tree without regular files (refused\n"
 "                         otherwise: it would empty every mount's latest)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
-"  -t, --tag NAME         also point tag NAME at the new version\n"
+"  -t, --tag NAME         also point tag NAME at the new version (once)\n"
+"      --json             print one JSON object on stdout instead of the\n"
+"                         version: version, parent, tags, bytes (read),\n"
+"                         stored_bytes (uploaded), seconds\n"
 "  -f, --full             store every chunk in full (an anchor version)\n"
 "  -c, --chunk-size SIZE  chunk size, power of two, 4K..64M (default: the\n"
 "                         parent's, else 1M)\n"
@@ -66,6 +71,7 @@ static void usage(FILE *f)
 "                         (also DCRFS_COMPACT_EVERY)\n"
 "      --allow-nonfinite  commit NaN and Inf values in float tensors of\n"
 "                         safetensors files (default: refuse, publish nothing)\n"
+TOOL_USAGE
 "  -q, --quiet            no progress or summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -100,6 +106,8 @@ struct args {
 	int jobs;
 	int quiet;
 	int verbose;
+	int json;
+	struct tool_opts t;
 };
 
 static int parse_args(int argc, char **argv, struct args *a)
@@ -124,6 +132,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "json", no_argument, NULL, 'J' },
+		TOOL_LONGOPTS,
 		{ 0 },
 	};
 	uint64_t v;
@@ -135,7 +145,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-commit: DCRFS_COMPACT_EVERY: '%s' is not a number\n", ce);
 		return -1;
 	}
+	a->t.log_level = -1;
 	while ((c = getopt_long(argc, argv, "s:p:t:fc:j:C:qvhV", longopts, NULL)) != -1) {
+		int r = tool_opt(&a->t, c, optarg, "dcrfs-commit");
+		if (r < 0)
+			return -1;
+		if (r)
+			continue;
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -152,7 +168,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 				fprintf(stderr, "dcrfs-commit: --tag: '%s' is not a valid tag name (letters, digits, '.', '_', '-'; at most 128; not starting with '.')\n", optarg);
 				return -1;
 			}
+			if (a->tag) {
+				fprintf(stderr, "dcrfs-commit: --tag: given twice ('%s', '%s'); a commit sets one tag (add more with dcrfs-ctl tag NAME VERSION)\n", a->tag, optarg);
+				return -1;
+			}
 			a->tag = optarg;
+			break;
+		case 'J':
+			a->json = 1;
 			break;
 		case 'f':
 			a->full = 1;
@@ -277,15 +300,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "Try 'dcrfs-commit --help' for more information.\n");
 		return EXIT_USAGE;
 	}
-	dcr_set_log_level(a.verbose ? DCR_LEVEL_DEBUG : a.quiet ? DCR_LEVEL_WARN : DCR_LEVEL_INFO);
+	dcr_set_log_level(a.t.log_level >= 0 ? a.t.log_level : a.verbose ? DCR_LEVEL_DEBUG :
+			  a.quiet ? DCR_LEVEL_WARN : DCR_LEVEL_INFO);
 
 	struct stat sb;
 	if (stat(a.dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
 		dcr_err("%s: %s", a.dir, stat(a.dir, &sb) < 0 ? strerror(errno) : "not a directory");
 		return 1;
 	}
-	if (dcr_store_handle_open(a.store, (a.init ? DCR_STORE_INIT : 0) |
-				  (a.no_sign ? DCR_STORE_NO_SIGN : 0), &s))
+	struct dcr_store_options so = { a.t.profile, a.t.region, a.t.endpoint, a.t.ca_bundle };
+	if (dcr_store_handle_open_opts(a.store, (a.init ? DCR_STORE_INIT : 0) |
+				       (a.no_sign ? DCR_STORE_NO_SIGN : 0), &so, &s))
 		return 1;
 
 	struct progress pg = { .tty = !a.quiet && isatty(STDERR_FILENO), .start = dcr_mono_ns() };
@@ -311,7 +336,18 @@ int main(int argc, char **argv)
 	if (ret && !res.version)
 		goto err_failed;
 	/* The new version is published: print it before anything else. */
-	printf("%" PRIu64 "\n", res.version);
+	if (a.json) {
+		printf("{\"version\": %" PRIu64 ", \"parent\": %" PRIu64 ", \"tags\": [",
+		       res.version, res.parent);
+		if (a.tag && !ret)
+			dcr_json_str(stdout, a.tag);
+		printf("], \"bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
+		       ", \"seconds\": %.3f}\n", res.bytes_in,
+		       res.bytes_packed + res.manifest_len,
+		       (double)(dcr_mono_ns() - pg.start) / 1e9);
+	} else {
+		printf("%" PRIu64 "\n", res.version);
+	}
 	fflush(stdout);
 	exit_code = ret ? 1 : 0;
 	if (!a.quiet) {
@@ -345,7 +381,8 @@ err_failed:
 	if (ret == -EINPROGRESS) /* the version named above may hold it */
 		dcr_err("commit of %s failed: whether it was published is unknown (see above)",
 			a.dir);
-	else
+	else if (!strstr(dcr_log_errors(), " published")) /* else said once,
+							   with its cause */
 		dcr_err("commit of %s failed: %s; nothing was published", a.dir,
 			dcr_strerror(ret));
 out_free:

@@ -30,6 +30,7 @@
 #include "frame.h"
 #include "hash.h"
 #include "json.h"
+#include "toolopts.h"
 #include "manifest.h"
 #include "reader.h"
 #include "safetensors.h"
@@ -84,8 +85,10 @@ static void usage(FILE *f)
 "compact options (gc's rebasing too):\n"
 "      --max-depth K      at most K frames per chunk, anchor included\n"
 "                         (default 8; 1 makes every version an anchor)\n"
+"global options:\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
+TOOL_USAGE
 "  -q, --quiet            no summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -116,6 +119,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		TOOL_LONGOPTS,
 		{ 0 },
 	};
 	static const struct {
@@ -135,7 +139,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 	a->store = getenv("DCRFS_STORE");
 	a->keep_tagged = 1;
 	a->grace = 86400;
+	a->t.log_level = -1;
 	while ((c = getopt_long(argc, argv, "s:nqvhV", longopts, NULL)) != -1) {
+		int r = tool_opt(&a->t, c, optarg, "dcrfs-ctl");
+		if (r < 0)
+			return -1;
+		if (r)
+			continue;
 		gc_opt |= strchr("LTUNG", c) != NULL;
 		dry |= c == 'n';
 		depth |= c == 'K';
@@ -993,13 +1003,13 @@ static int cmd_untag(struct ctl *c, const char *name)
 
 /* Create the store at @url; an existing one (marked or legacy) is left
  * alone and reported as a failure. */
-static int cmd_init(const char *url, int json)
+static int cmd_init(const char *url, const struct dcr_store_cfg *cfg, int json)
 {
 	struct dcr_store_info info;
 	struct dcr_store *st;
 	int ret, status = EXIT_FAIL;
 
-	if (dcr_store_open(url, NULL, DCR_OPEN_CREATE, &st))
+	if (dcr_store_open(url, cfg, DCR_OPEN_CREATE, &st))
 		return EXIT_FAIL;
 	ret = dcr_store_init(st, &info);
 	if (ret == -EEXIST) {
@@ -1307,16 +1317,19 @@ int main(int argc, char **argv)
 			"'.', '_', '-'; at most 128; not starting with '.')\n", a.cmd, a.pos[0]);
 		return EXIT_USAGE;
 	}
-	dcr_log_set_level(a.verbose ? DCR_LOG_DEBUG : a.quiet ? DCR_LOG_WARN : DCR_LOG_INFO);
+	dcr_log_set_level(a.t.log_level >= 0 ? (enum dcr_log_level)a.t.log_level :
+			  a.verbose ? DCR_LOG_DEBUG : a.quiet ? DCR_LOG_WARN : DCR_LOG_INFO);
 	c.json = a.json;
+	struct dcr_store_cfg cfg = { .path_style = -1,
+				     .no_sign_request = a.no_sign,
+				     .profile = a.t.profile, .region = a.t.region,
+				     .endpoint = a.t.endpoint, .ca_bundle = a.t.ca_bundle };
 	if (!strcmp(a.cmd, "init"))
-		return cmd_init(a.store, a.json);
+		return cmd_init(a.store, &cfg, a.json);
 	if (!strcmp(a.cmd, "status")) {
 		status = cmd_status(a.pos[0], a.json);
 		return fflush(stdout) ? EXIT_FAIL : status;
 	}
-	struct dcr_store_cfg cfg = { .path_style = -1,
-				     .no_sign_request = a.no_sign };
 	if (dcr_store_open(a.store, &cfg, 0, &c.st))
 		return EXIT_FAIL;
 	/* Never report on what is not a store as if it were an empty one. */

@@ -109,6 +109,10 @@ _lib.dcr_commit_free.argtypes = [_vp]
 _lib.dcr_commit_free.restype = None
 _lib.dcr_set_log_level.argtypes = [ctypes.c_int]
 _lib.dcr_set_log_level.restype = None
+_lib.dcr_set_log_errors.argtypes = [ctypes.c_int]
+_lib.dcr_set_log_errors.restype = None
+# A failing call's errors are raised as DcrError, not printed as well.
+_lib.dcr_set_log_errors(0)
 
 
 class DcrError(OSError):
@@ -141,9 +145,15 @@ def _cstr(s, what, fs=False):
 
 
 def _check(ret, what):
+    """Raise libdcr's message for a failed call once: it names the object
+    already (the store, the path); what is prefixed only when it does not."""
     if ret < 0:
-        msg = (_lib.dcr_errmsg() or b"").decode("utf-8", "replace")
-        raise DcrError(-ret, "%s: %s" % (what, msg or os.strerror(-ret)))
+        msg = (_lib.dcr_errmsg() or b"").decode("utf-8", "replace").strip()
+        if not msg:
+            msg = "%s: %s" % (what, os.strerror(-ret))
+        elif os.fsdecode(what) not in msg:
+            msg = "%s: %s" % (os.fsdecode(what), msg)
+        raise DcrError(-ret, msg)
     return ret
 
 

@@ -77,3 +77,56 @@ t "$CTL" --store "$STORE" show 1 >"$T/show" 2>&1 || fail "show 1: $(cat "$T/show
 grep -q "model.safetensors" "$T/show" && grep -q "config.json" "$T/show" ||
 	fail "version 1 lacks the committed files: $(cat "$T/show")"
 log "ok: installed module ($SITE) committed version 1 with the installed libdcr"
+
+# 2. As the README's newcomer does it: `../configure && make install`
+#    with no PYTHON= and no --prefix, a pyenv-like python3 first on PATH
+#    (configure must still choose /usr/bin/python3, the one that reads
+#    the result), then `/usr/bin/python3 -c 'import dcrfs; dcrfs.Commit'`
+#    from any directory with no PYTHONPATH, then `make uninstall` leaves
+#    nothing. The build directory holds core/ as every out-of-tree build
+#    does: configure says nothing about it. /usr/local is a scratch
+#    directory in a private mount namespace: nothing changes outside it.
+[ "$(id -u)" -eq 0 ] || { log "not root: default-prefix install not tried"; exit 0; }
+unshare -m --propagation private true 2>/dev/null || {
+	log "no private mount namespaces: default-prefix install not tried"
+	exit 0
+}
+B2=$T/build2
+mkdir -p "$B2/core" "$T/fakebin" "$T/usrlocal"
+printf '#!/bin/sh\necho "the pyenv python3 was run" >&2\nexit 1\n' >"$T/fakebin/python3"
+cp "$T/fakebin/python3" "$T/fakebin/python"
+chmod +x "$T/fakebin/python3" "$T/fakebin/python"
+(cd "$B2" && PATH=$T/fakebin:$PATH DCR_TIMEOUT=300 t "$DCR_SRCDIR/configure" \
+	CFLAGS='-O0 -g0') >"$T/configure2.log" 2>&1 ||
+	fail "configure with the default prefix failed: $(tail -20 "$T/configure2.log")"
+grep -q "cannot remove 'core'" "$T/configure2.log" &&
+	fail "configure complains about core/: $(grep -c "cannot remove 'core'" "$T/configure2.log") lines"
+line=$(grep 'python module:' "$T/configure2.log") || fail "no python module line in configure's summary"
+case $line in
+*'${'*) fail "configure's summary is unexpanded: $line" ;;
+*"/usr/local/lib/python3"*"/dist-packages/dcrfs (/usr/bin/python3)") ;;
+*) fail "configure chose another python or directory: $line" ;;
+esac
+DCR_TIMEOUT=600 t make -C "$B2" -j2 -s libdcr.la python/dcrfs/_paths.py >"$T/make2.log" 2>&1 ||
+	fail "build failed: $(tail -20 "$T/make2.log")"
+cat >"$T/ns2.sh" <<'NS'
+set -eu
+T=$1 B2=$2
+mount --bind "$T/usrlocal" /usr/local
+make -C "$B2" -s install-libLTLIBRARIES install-dcrfspyPYTHON install-nodist_dcrfspyPYTHON
+cd /
+env -u PYTHONPATH -u LD_LIBRARY_PATH -u DCRFS_LIBDCR /usr/bin/python3 -c \
+	'import dcrfs, sys; dcrfs.Commit; print(dcrfs.__file__)'
+make -C "$B2" -s uninstall-libLTLIBRARIES uninstall-dcrfspyPYTHON uninstall-nodist_dcrfspyPYTHON
+left=$(find /usr/local -name 'libdcr*' -o -name '__init__.py' -path '*dcrfs*' | head -3)
+[ -z "$left" ] || { echo "left after uninstall: $left"; exit 1; }
+echo ns2-ok
+NS
+out=$(t unshare -m --propagation private bash "$T/ns2.sh" "$T" "$B2" 2>&1) ||
+	fail "default-prefix install, import, uninstall: $out"
+[ "${out##*$'\n'}" = ns2-ok ] || fail "default-prefix install: $out"
+case $out in
+*/usr/local/lib/python3*/dist-packages/dcrfs/__init__.py*) ;;
+*) fail "/usr/bin/python3 imported dcrfs from elsewhere: $out" ;;
+esac
+log "ok: configure && make install with the default prefix: /usr/bin/python3 imports dcrfs; uninstall leaves nothing"
