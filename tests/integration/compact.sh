@@ -50,6 +50,7 @@ assert len(d) == 52 and k[1] == "anchor" and k[30] == "anchor" and k[52] == "del
 # a mount that reads the old layout, and keeps reading while compaction runs
 M1=$T/m1
 mount_dcrfs "$S" "$M1" "cache_dir=$T/c1,poll=0.2,prefetch=none"
+LOG1=$MOUNT_LOG
 same "$M1" 29
 (
 	for ((i = 0; i < 200; i++)); do
@@ -95,10 +96,10 @@ umount_dcrfs "$M2" || fail "the fresh mount did not exit cleanly"
 
 # the old mount learns the new layout and reads every version right
 for ((i = 0; i < 100; i++)); do
-	grep -q "layout generation 1" "$MOUNT_LOG" && break
+	grep -q "layout generation 1" "$LOG1" && break
 	sleep 0.1
 done
-grep -q "layout generation 1" "$MOUNT_LOG" || fail "the running mount did not log the new layout: $(cat "$MOUNT_LOG")"
+grep -q "layout generation 1" "$LOG1" || fail "the running mount did not log the new layout: $(cat "$LOG1")"
 for v in 52 48 40 33 30 29 17 2; do same "$M1" "$v"; done
 
 # --- again: nothing to do; after three more commits, only those
@@ -132,7 +133,7 @@ for ((v = N - 4; v <= N; v++)); do same "$M3" "$v"; done
 umount_dcrfs "$M3" || fail "the mount after gc did not exit cleanly"
 # the mount that saw every generation follows: the kept versions read right
 for ((i = 0; i < 100; i++)); do
-	grep -q "layout generation 3" "$MOUNT_LOG" && break
+	grep -q "layout generation 3" "$LOG1" && break
 	sleep 0.1
 done
 for ((v = N - 4; v <= N; v++)); do same "$M1" "$v"; done

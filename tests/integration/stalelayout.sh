@@ -117,7 +117,9 @@ p = sys.argv[1]
 b = bytearray(open(p, "rb").read())
 b[len(b) // 2] ^= 0x40
 open(p, "wb").write(b)' "$L2"
-mount_dcrfs "$S" "$M" "cache_dir=$T/c-bad,poll=0.2,prefetch=none"
+# (log_level=debug: a fresh mount that re-encodes nothing says which
+# generation it reads at debug level only)
+mount_dcrfs "$S" "$M" "cache_dir=$T/c-bad,poll=0.2,prefetch=none,log_level=debug"
 log=$MOUNT_LOG
 for ((v = 1; v <= 14; v++)); do same "$M" "$v"; done
 [ "$(grep -c 'layouts/0000000002' "$log")" = 1 ] ||
