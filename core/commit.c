@@ -30,7 +30,6 @@
 #include <string.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,15 +42,14 @@
 #include "hash.h"
 #include "manifest.h"
 #include "nonfinite.h"
+#include "packw.h"
 #include "safetensors.h"
+#include "wq.h"
 
-#define PACK_MAGIC "DCRPACK1"
-#define PACK_HDR_LEN 8
 #define PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
 #define PUBLISH_TRIES 1000
 #define MAX_JOBS 256
 #define UPLOADS_DEFAULT 4
-#define MAX_UPLOADS 32
 
 /* ------------------------------------------------------------- scan */
 
@@ -193,11 +191,24 @@ static int scan_dir(struct scan *s, int dfd, const char *rel)
 
 /* ----------------------------------------------------------- pipeline */
 
+/*
+ * A chunk on its way through the pipeline: read by the feeder into a
+ * slot (struct job), encoded and decode-checked by a worker of the
+ * encode queue (core/wq), then packed by whichever thread finishes the
+ * oldest unpacked slot, in the order the chunks were read: file order,
+ * chunk order. So the packs hold the same frames in the same order
+ * whatever the number of workers and their timing, and the same commit
+ * gives the same pack bytes (tests/integration/commit_packs_same.sh).
+ * Slot seq lives at slots[seq % nslots]; the feeder waits while nslots
+ * slots are unpacked (the bound on memory).
+ */
 struct job {
 	uint32_t fidx;
 	uint64_t cidx;
 	uint32_t len;
 	uint8_t *buf;
+	struct dcr_buf frame; /* the encoded frame; empty: nothing to pack */
+	bool done;            /* encoded (or failed): ready to pack */
 };
 
 struct fstate {
@@ -226,103 +237,24 @@ static void fstate_release(struct fstate *fs)
 	fs->nonfinite = NULL;
 }
 
-/*
- * A pack's bytes: page-aligned (mmap), so that a store can write them
- * without a copy (the directory store uses O_DIRECT), backed by huge
- * pages where the kernel allows (MADV_HUGEPAGE) and faulted in ahead of
- * the appends in large steps (MADV_POPULATE_WRITE): on some hypervisors
- * first-touching 4 KiB pages costs more than encoding into them (filling
- * 384 MiB of fresh memory on the 2-core dev VM: 3.2 s with 4 KiB
- * faults, 2.1 s populated, 0.1-0.2 s with huge pages). Buffers are
- * re-used within a commit.
- */
-struct pbuf {
-	uint8_t *data;
-	size_t len, cap;
-	size_t ready;  /* bytes known to be faulted in */
-};
-
-#define PBUF_POPULATE_STEP ((size_t)8 << 20)
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
-static int pbuf_init(struct pbuf *b, size_t cap)
-{
-	long pg = sysconf(_SC_PAGESIZE);
-	size_t psz = pg > 0 ? (size_t)pg : 4096;
-
-	cap = (cap + psz - 1) / psz * psz;
-	void *m = mmap(NULL, cap, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
-		return DCR_ERR(-ENOMEM);
-	madvise(m, cap, MADV_HUGEPAGE); /* a hint, as below */
-	*b = (struct pbuf){ .data = m, .cap = cap };
-	return 0;
-}
-
-static void pbuf_free(struct pbuf *b)
-{
-	if (b->data)
-		munmap(b->data, b->cap);
-	b->data = NULL;
-}
-
-static int pbuf_append(struct pbuf *b, const void *src, size_t n)
-{
-	if (n > b->cap - b->len)
-		return DCR_ERR(-EFBIG);
-	if (b->len + n > b->ready) {
-		size_t grow = DCR_MIN(DCR_MAX(b->len + n - b->ready, PBUF_POPULATE_STEP),
-				      b->cap - b->ready);
-		/* Only a hint: a kernel without it faults page by page. */
-		madvise(b->data + b->ready, grow, MADV_POPULATE_WRITE);
-		b->ready += grow;
-	}
-	memcpy(b->data + b->len, src, n);
-	b->len += n;
-	return 0;
-}
-
-struct pack {
-	struct pbuf data;
-	uint32_t idx;
-};
-
 struct pipe {
 	struct dcr_store *st;
 	const struct dcr_commit_opts *o;
 	struct dcr_manifest *m;
 	const struct dcr_manifest *pm;
 	uint32_t cs;
-	uint64_t pack_target;
 
 	pthread_mutex_t lock;
-	pthread_cond_t cond_job;  /* a job was queued or the queue closed */
-	pthread_cond_t cond_free; /* a buffer came back */
-	struct job *queue;        /* ring of capacity nbufs */
-	size_t qhead, qlen;
-	uint8_t **free_bufs;
-	size_t nfree, nbufs;
-	bool closed;
+	pthread_cond_t cond_free; /* a slot was packed, or an error */
+	struct job *slots;
+	size_t nslots;
+	uint64_t next_seq;        /* the feeder's next slot */
+	uint64_t packed_seq;      /* the oldest slot not packed yet */
 	int err;                  /* first error; stops everything */
 	struct fstate *fs;
 
-	pthread_mutex_t pack_lock;
-	struct pack *cur;
-	uint64_t bytes_packed;
-	uint32_t packs_cap;
-	uint32_t uploads_running;  /* sealed packs not yet uploaded */
-	pthread_cond_t cond_uploads;
-	struct pbuf spare[MAX_UPLOADS + 2]; /* pack buffers kept for re-use */
-	unsigned nspare;
-	/* Sealed packs waiting for an uploader (ring, under pack_lock). */
-	struct pack **upq;
-	size_t upq_head, upq_len, upq_cap;
-	bool up_closed;
-	pthread_cond_t cond_upq;
-	uint32_t nup;              /* uploader threads */
+	struct dcr_wq *wq;        /* the encoders */
+	struct dcr_packw *pw;     /* the packs (appended under lock) */
 
 	uint64_t same, delta, full;
 	/* A non-finite value was found (atomic): encode no more, fail. */
@@ -331,13 +263,17 @@ struct pipe {
 	bool staging;
 };
 
+static void set_err_locked(struct pipe *p, int err)
+{
+	if (!p->err)
+		p->err = err;
+	pthread_cond_broadcast(&p->cond_free);
+}
+
 static void set_err(struct pipe *p, int err)
 {
 	pthread_mutex_lock(&p->lock);
-	if (!p->err)
-		p->err = err;
-	pthread_cond_broadcast(&p->cond_job);
-	pthread_cond_broadcast(&p->cond_free);
+	set_err_locked(p, err);
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -349,140 +285,39 @@ static int get_err(struct pipe *p)
 	return e;
 }
 
-/*
- * Name, upload (unless @put is false: the commit already failed) and free
- * a sealed pack. Called without pack_lock.
- */
-static int upload_pack(struct pipe *p, struct pack *pk, bool put)
-{
-	uint8_t h[DCR_HASH_LEN];
-	char key[80];
-	int ret = 0;
-
-	if (put) {
-		dcr_sha256(pk->data.data, pk->data.len, h);
-		dcr_pack_key(h, key, sizeof(key));
-		ret = dcr_store_put(p->st, key, pk->data.data, pk->data.len, 0);
-	}
-	pthread_mutex_lock(&p->pack_lock);
-	if (put)
-		memcpy(p->m->packs[pk->idx], h, DCR_HASH_LEN);
-	if (put && !ret)
-		p->bytes_packed += pk->data.len;
-	p->uploads_running--;
-	pthread_cond_broadcast(&p->cond_uploads);
-	/* Re-use the buffer: faulting in fresh pages costs more than encoding. */
-	if (p->nspare < DCR_ARRAY_SIZE(p->spare)) {
-		pk->data.len = 0;
-		p->spare[p->nspare++] = pk->data;
-	} else {
-		pbuf_free(&pk->data);
-	}
-	pthread_mutex_unlock(&p->pack_lock);
-	free(pk);
-	return ret;
-}
-
-/*
- * Queue a sealed pack for the uploaders, waiting while nup packs are
- * already in flight (the bound on memory). Called with pack_lock held.
- */
-static void queue_sealed(struct pipe *p, struct pack *pk)
-{
-	while (p->uploads_running >= p->nup)
-		pthread_cond_wait(&p->cond_uploads, &p->pack_lock);
-	p->uploads_running++;
-	p->upq[(p->upq_head + p->upq_len) % p->upq_cap] = pk;
-	p->upq_len++;
-	pthread_cond_signal(&p->cond_upq);
-}
-
-static void *uploader_main(void *arg)
-{
-	struct pipe *p = arg;
-
-	pthread_mutex_lock(&p->pack_lock);
-	for (;;) {
-		while (!p->upq_len && !p->up_closed)
-			pthread_cond_wait(&p->cond_upq, &p->pack_lock);
-		if (!p->upq_len)
-			break;
-		struct pack *pk = p->upq[p->upq_head];
-		p->upq_head = (p->upq_head + 1) % p->upq_cap;
-		p->upq_len--;
-		pthread_mutex_unlock(&p->pack_lock);
-		int ret = upload_pack(p, pk, get_err(p) == 0);
-		if (ret)
-			set_err(p, ret);
-		pthread_mutex_lock(&p->pack_lock);
-	}
-	pthread_mutex_unlock(&p->pack_lock);
-	return NULL;
-}
-
-/* Append one encoded frame to the open pack; may seal and queue it. */
-static int pack_frame(struct pipe *p, const struct dcr_buf *frame,
-		      struct dcr_chunk_ref *ref)
-{
-	int ret = 0;
-
-	pthread_mutex_lock(&p->pack_lock);
-	if (!p->cur) {
-		if (p->m->npacks == p->packs_cap) {
-			uint32_t cap = p->packs_cap ? p->packs_cap * 2 : 16;
-			void *np = realloc(p->m->packs, (size_t)cap * DCR_HASH_LEN);
-			if (!np) {
-				ret = DCR_ERR(-ENOMEM);
-				goto err_unlock;
-			}
-			p->m->packs = np;
-			p->packs_cap = cap;
-		}
-		struct pack *pk = calloc(1, sizeof(*pk));
-		if (!pk) {
-			ret = DCR_ERR(-ENOMEM);
-			goto err_unlock;
-		}
-		/* A pack is sealed once it reaches the target, so it never
-		 * holds more than the target plus one frame (a chunk and
-		 * its header). */
-		if (p->nspare) {
-			pk->data = p->spare[--p->nspare];
-		} else if ((ret = pbuf_init(&pk->data, p->pack_target + p->cs + 4096))) {
-			free(pk);
-			goto err_unlock;
-		}
-		if ((ret = pbuf_append(&pk->data, PACK_MAGIC, PACK_HDR_LEN))) {
-			pbuf_free(&pk->data);
-			free(pk);
-			goto err_unlock;
-		}
-		pk->idx = p->m->npacks++;
-		p->cur = pk;
-	}
-	ref->pack = p->cur->idx;
-	ref->off = p->cur->data.len;
-	ref->len = (uint32_t)frame->len;
-	ret = pbuf_append(&p->cur->data, frame->data, frame->len);
-	if (ret)
-		goto err_unlock;
-	if (p->cur->data.len >= p->pack_target) {
-		struct pack *sealed = p->cur;
-		p->cur = NULL;
-		queue_sealed(p, sealed);
-	}
-err_unlock:
-	pthread_mutex_unlock(&p->pack_lock);
-	return ret;
-}
-
+/* An encoder's own state (core/wq's on_start makes it, per worker). */
 struct worker {
-	struct pipe *p;
 	struct dcr_codec *codec;
 	uint8_t *pbuf;          /* parent chunk, then the frame decoded again */
-	struct dcr_buf frame;
-	pthread_t tid;
 };
+
+static void worker_free(void *ctx, void *ws)
+{
+	struct worker *w = ws;
+
+	(void)ctx;
+	if (!w)
+		return;
+	dcr_codec_free(w->codec);
+	free(w->pbuf);
+	free(w);
+}
+
+static void *worker_new(void *ctx)
+{
+	struct pipe *p = ctx;
+	struct worker *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->codec = dcr_codec_new(p->o->zstd_level);
+	w->pbuf = malloc(p->cs);
+	if (!w->codec || !w->pbuf) {
+		worker_free(ctx, w);
+		return NULL;
+	}
+	return w;
+}
 
 /* Index of the first tensor of @ts that ends after file offset @off. */
 static size_t first_tensor(const struct dcr_tensors *ts, uint64_t off)
@@ -608,9 +443,8 @@ static bool parent_chunk_ok(const struct dcr_manifest *pm,
 	return dcr_hash_eq(h, pref->hash);
 }
 
-static int encode_job(struct worker *w, const struct job *j)
+static int encode_job(struct pipe *p, struct worker *w, struct job *j)
 {
-	struct pipe *p = w->p;
 	struct dcr_file *f = &p->m->files[j->fidx];
 	struct dcr_chunk_ref *ref = &f->chunks[j->cidx];
 	int fd, ret, kind;
@@ -642,12 +476,11 @@ static int encode_job(struct worker *w, const struct job *j)
 		}
 		base = w->pbuf;
 	}
-	dcr_buf_reset(&w->frame);
 	/* Regions are written before the file's first job is queued. */
 	struct dcr_elem_hint hint = dcr_regions_hint(&p->fs[j->fidx].regions,
 						     j->cidx * (uint64_t)p->cs);
 	ret = dcr_frame_encode2(w->codec, j->buf, base, j->len, &hint,
-				&w->frame, &kind);
+				&j->frame, &kind);
 	if (ret)
 		return ret;
 	/*
@@ -657,7 +490,7 @@ static int encode_job(struct worker *w, const struct job *j)
 	 * applied in place onto the parent's chunk, which pbuf still holds
 	 * (the encoder only reads it); a full frame overwrites pbuf.
 	 */
-	if (dcr_frame_apply(w->codec, w->frame.data, w->frame.len, w->pbuf, j->len) ||
+	if (dcr_frame_apply(w->codec, j->frame.data, j->frame.len, w->pbuf, j->len) ||
 	    memcmp(w->pbuf, j->buf, j->len) != 0) {
 		dcr_err("internal error: the frame encoded for %s (chunk %" PRIu64
 			") does not decode to the chunk; nothing is published",
@@ -665,10 +498,10 @@ static int encode_job(struct worker *w, const struct job *j)
 		return DCR_ERR(-EIO);
 	}
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
-	dcr_sha256(w->frame.data, w->frame.len, ref->fhash);
+	dcr_sha256(j->frame.data, j->frame.len, ref->fhash);
 	__atomic_add_fetch(kind == DCR_FRAME_DELTA ? &p->delta : &p->full, 1,
 			   __ATOMIC_RELAXED);
-	return pack_frame(p, &w->frame, ref);
+	return 0;
 }
 
 /*
@@ -696,62 +529,84 @@ static void file_done(struct pipe *p, uint32_t fi)
 	}
 }
 
-static void *worker_main(void *arg)
+/*
+ * Pack the slots that are done, oldest first, up to the first that is
+ * not (see struct job): the packs' order is the chunks'. Under p->lock;
+ * appending may wait for an upload slot (the packer never takes
+ * p->lock).
+ */
+static void drain_locked(struct pipe *p)
 {
-	struct worker *w = arg;
-	struct pipe *p = w->p;
-
-	for (;;) {
-		pthread_mutex_lock(&p->lock);
-		while (!p->qlen && !p->closed && !p->err)
-			pthread_cond_wait(&p->cond_job, &p->lock);
-		if (p->err || (!p->qlen && p->closed)) {
-			pthread_mutex_unlock(&p->lock);
-			return NULL;
+	while (p->packed_seq < p->next_seq) {
+		struct job *j = &p->slots[p->packed_seq % p->nslots];
+		if (!j->done)
+			break;
+		if (!p->err && j->frame.len) {
+			struct dcr_chunk_ref *ref = &p->m->files[j->fidx].chunks[j->cidx];
+			int ret = dcr_packw_append(p->pw, j->frame.data, j->frame.len,
+						   &ref->pack, &ref->off);
+			ref->len = (uint32_t)j->frame.len;
+			if (ret)
+				set_err_locked(p, ret);
 		}
-		struct job j = p->queue[p->qhead];
-		p->qhead = (p->qhead + 1) % p->nbufs;
-		p->qlen--;
-		pthread_mutex_unlock(&p->lock);
-
-		int ret = encode_job(w, &j);
-
-		pthread_mutex_lock(&p->lock);
-		p->free_bufs[p->nfree++] = j.buf;
-		struct fstate *fs = &p->fs[j.fidx];
-		if (--fs->pending == 0 && fs->read_done)
-			file_done(p, j.fidx);
-		pthread_cond_signal(&p->cond_free);
-		pthread_mutex_unlock(&p->lock);
-		if (ret) {
-			set_err(p, ret);
-			return NULL;
-		}
+		j->done = false;
+		p->packed_seq++;
+		pthread_cond_broadcast(&p->cond_free);
 	}
 }
 
-/* Wait for a free buffer; NULL if the pipeline failed. */
-static uint8_t *take_buf(struct pipe *p)
+/* Encode slot @j with @w (NULL: no state, -ENOMEM), then pack what is
+ * ready. */
+static void run_job(struct pipe *p, struct worker *w, struct job *j)
 {
-	uint8_t *b = NULL;
+	int ret = 0;
 
+	dcr_buf_reset(&j->frame);
+	if (!get_err(p))
+		ret = w ? encode_job(p, w, j) : DCR_ERR(-ENOMEM);
+	if (ret)
+		dcr_buf_reset(&j->frame);
 	pthread_mutex_lock(&p->lock);
-	while (!p->nfree && !p->err)
-		pthread_cond_wait(&p->cond_free, &p->lock);
-	if (!p->err)
-		b = p->free_bufs[--p->nfree];
+	if (ret)
+		set_err_locked(p, ret);
+	struct fstate *fs = &p->fs[j->fidx];
+	if (--fs->pending == 0 && fs->read_done)
+		file_done(p, j->fidx);
+	j->done = true;
+	drain_locked(p);
 	pthread_mutex_unlock(&p->lock);
-	return b;
 }
 
-static void queue_job(struct pipe *p, const struct job *j)
+static void encode_fn(void *ctx, void *ws, void *arg)
+{
+	run_job(ctx, ws, arg);
+}
+
+/* Wait for the next free slot; NULL if the pipeline failed. */
+static struct job *take_slot(struct pipe *p)
+{
+	struct job *j = NULL;
+
+	pthread_mutex_lock(&p->lock);
+	while (p->next_seq - p->packed_seq >= p->nslots && !p->err)
+		pthread_cond_wait(&p->cond_free, &p->lock);
+	if (!p->err)
+		j = &p->slots[p->next_seq % p->nslots];
+	pthread_mutex_unlock(&p->lock);
+	return j;
+}
+
+/* Hand the slot taken last, filled, to the encoders; @self is the
+ * feeder's own state, for when no worker runs it. */
+static void queue_job(struct pipe *p, struct job *j, struct worker *self)
 {
 	pthread_mutex_lock(&p->lock);
-	p->queue[(p->qhead + p->qlen) % p->nbufs] = *j;
-	p->qlen++;
+	j->done = false;
+	p->next_seq++;
 	p->fs[j->fidx].pending++;
-	pthread_cond_signal(&p->cond_job);
 	pthread_mutex_unlock(&p->lock);
+	if (!dcr_wq_submit(p->wq, encode_fn, j, 0))
+		run_job(p, self, j);
 }
 
 static void report(struct pipe *p, struct dcr_commit_progress *pr,
@@ -763,9 +618,7 @@ static void report(struct pipe *p, struct dcr_commit_progress *pr,
 	if (!force && now - *last < 200000000)
 		return;
 	*last = now;
-	pthread_mutex_lock(&p->pack_lock);
-	pr->bytes_uploaded = p->bytes_packed;
-	pthread_mutex_unlock(&p->pack_lock);
+	pr->bytes_uploaded = dcr_packw_uploaded(p->pw);
 	p->o->progress(p->o->progress_arg, pr);
 }
 
@@ -959,8 +812,8 @@ static int open_source(const struct dcr_commit_source *src, struct stat *sb)
 }
 
 /* Read one file sequentially and queue its chunks. */
-static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr,
-		     int64_t *last)
+static int feed_file(struct pipe *p, struct worker *self, uint32_t fi,
+		     struct dcr_commit_progress *pr, int64_t *last)
 {
 	struct dcr_file *f = &p->m->files[fi];
 	struct fstate *fs = &p->fs[fi];
@@ -1020,36 +873,35 @@ static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr
 	if (fd >= 0)
 		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (uint64_t c = 0; c < f->nchunks; c++) {
-		struct job j = { .fidx = fi, .cidx = c,
-				 .len = dcr_chunk_len(f->size, p->cs, c) };
-		if (!(j.buf = take_buf(p))) {
+		struct job *j = take_slot(p);
+		if (!j) {
 			ret = get_err(p);
 			goto err_close;
 		}
-		ret = src_read(src, fd, j.buf, j.len, c * (uint64_t)p->cs);
+		j->fidx = fi;
+		j->cidx = c;
+		j->len = dcr_chunk_len(f->size, p->cs, c);
+		ret = src_read(src, fd, j->buf, j->len, c * (uint64_t)p->cs);
 		if (ret) {
 			if (ret == -ENODATA)
 				dcr_err("%s changed while it was being committed", src_name(src));
 			else
 				dcr_err("%s: %s", src_name(src), dcr_strerror(ret));
-			pthread_mutex_lock(&p->lock);
-			p->free_bufs[p->nfree++] = j.buf;
-			pthread_mutex_unlock(&p->lock);
 			goto err_close;
 		}
-		if (c && j.len >= 8 && check_edge(fs, tail, j.buf, c * (uint64_t)p->cs))
+		if (c && j->len >= 8 && check_edge(fs, tail, j->buf, c * (uint64_t)p->cs))
 			__atomic_store_n(&p->refused, true, __ATOMIC_RELAXED);
-		if (j.len >= 8)
-			memcpy(tail, j.buf + j.len - 8, 8);
-		if (sfd >= 0 && (ret = stage_chunk(sfd, fd, j.buf, j.len,
+		if (j->len >= 8)
+			memcpy(tail, j->buf + j->len - 8, 8);
+		if (sfd >= 0 && (ret = stage_chunk(sfd, fd, j->buf, j->len,
 						    c * (uint64_t)p->cs, &kcopy))) {
 			stage_failed(p, f->path, ret);
 			close(sfd);
 			sfd = -1;
 			ret = 0;
 		}
-		queue_job(p, &j);
-		pr->bytes_done += j.len;
+		pr->bytes_done += j->len;
+		queue_job(p, j, self);
 		report(p, pr, last, c + 1 == f->nchunks);
 	}
 	/*
@@ -1466,85 +1318,61 @@ int dcr_commit_sources(struct dcr_store *st,
 	jobs = DCR_MAX(1, DCR_MIN(jobs, MAX_JOBS));
 	struct pipe p = {
 		.st = st, .o = o, .m = &m, .pm = pm, .cs = cs,
-		.pack_target = o->pack_target ? o->pack_target : PACK_TARGET_DEFAULT,
-		.nbufs = (size_t)jobs * 2 + 2,
+		.nslots = (size_t)jobs * 2 + 2,
 		.staging = staging,
 	};
 	if (o->stage_dir && !staging)
 		dcr_warn("cannot keep a copy of the committed tree in %s; the next "
 			 "commit will rebuild its parent from the store", o->stage_dir);
 	pthread_mutex_init(&p.lock, NULL);
-	pthread_mutex_init(&p.pack_lock, NULL);
-	pthread_cond_init(&p.cond_job, NULL);
 	pthread_cond_init(&p.cond_free, NULL);
-	pthread_cond_init(&p.cond_uploads, NULL);
-	pthread_cond_init(&p.cond_upq, NULL);
-	p.nup = (uint32_t)(o->uploads > 0 ? DCR_MIN(o->uploads, MAX_UPLOADS) : UPLOADS_DEFAULT);
-	p.upq_cap = p.nup + 1;
-	p.upq = calloc(p.upq_cap, sizeof(*p.upq));
-	pthread_t *ups = calloc(p.nup, sizeof(*ups));
-	uint32_t ups_started = 0;
-	struct worker *ws = calloc((size_t)jobs, sizeof(*ws));
-	p.queue = calloc(p.nbufs, sizeof(*p.queue));
-	p.free_bufs = calloc(p.nbufs, sizeof(*p.free_bufs));
+	struct worker *self = worker_new(&p);
+	p.slots = calloc(p.nslots, sizeof(*p.slots));
 	p.fs = calloc(m.nfiles ? m.nfiles : 1, sizeof(*p.fs));
-	int started = 0;
-	if (!ws || !p.queue || !p.free_bufs || !p.fs || !p.upq || !ups) {
+	if (!self || !p.slots || !p.fs) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_free_pipe;
 	}
-	for (; ups_started < p.nup; ups_started++)
-		if ((ret = -pthread_create(&ups[ups_started], NULL, uploader_main, &p)))
-			goto err_stop_workers;
 	for (uint32_t i = 0; i < m.nfiles; i++) {
 		p.fs[i].parent_fd = -1;
 		p.fs[i].src = order[i];
 	}
-	for (size_t i = 0; i < p.nbufs; i++) {
-		if (!(p.free_bufs[i] = malloc(cs))) {
+	for (size_t i = 0; i < p.nslots; i++) {
+		dcr_buf_init(&p.slots[i].frame, SIZE_MAX);
+		if (!(p.slots[i].buf = malloc(cs))) {
 			ret = DCR_ERR(-ENOMEM);
-			/* the uploaders run: stop and join them first (found
-			 * by tests/unit/test_failmalloc: they waited on a
-			 * condition variable being destroyed) */
-			goto err_stop_workers;
+			goto err_free_pipe;
 		}
-		p.nfree++;
 	}
-	for (int i = 0; i < jobs; i++) {
-		ws[i].p = &p;
-		dcr_buf_init(&ws[i].frame, SIZE_MAX);
-		ws[i].codec = dcr_codec_new(o->zstd_level);
-		ws[i].pbuf = malloc(cs);
-		if (!ws[i].codec || !ws[i].pbuf) {
-			ret = DCR_ERR(-ENOMEM);
-			goto err_stop_workers;
-		}
-		if ((ret = -pthread_create(&ws[i].tid, NULL, worker_main, &ws[i])))
-			goto err_stop_workers;
-		started++;
-	}
+	/* A pack is sealed once it reaches the target, so it never holds
+	 * more than the target plus one frame (a chunk and its header). */
+	struct dcr_packw_opts po = {
+		.st = st, .target = o->pack_target ? o->pack_target : PACK_TARGET_DEFAULT,
+		.frame_max = (size_t)cs + 4096,
+		.uploads = (unsigned)(o->uploads > 0 ? o->uploads : UPLOADS_DEFAULT),
+	};
+	struct dcr_wq_opts wo = {
+		.name = "dcr-encode", .threads = jobs, .max_items = p.nslots,
+		.on_start = worker_new, .on_stop = worker_free, .ctx = &p,
+	};
+	if ((ret = dcr_packw_new(&po, &p.pw)) || (ret = dcr_wq_create(&wo, &p.wq)))
+		goto err_free_pipe;
 
 	int64_t last = 0;
 	report(&p, &pr, &last, true);
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++) {
 		if (m.files[i].type != DCR_FT_REG)
 			continue;
-		ret = feed_file(&p, i, &pr, &last);
+		ret = feed_file(&p, self, i, &pr, &last);
 		res->bytes_in += m.files[i].size;
 	}
 	if (ret)
 		set_err(&p, ret);
-
-err_stop_workers:
-	pthread_mutex_lock(&p.lock);
-	p.closed = true;
-	pthread_cond_broadcast(&p.cond_job);
-	pthread_mutex_unlock(&p.lock);
-	for (int i = 0; i < started; i++)
-		pthread_join(ws[i].tid, NULL);
-	/* After a failure, jobs may still sit in the queue holding buffers. */
-	for (; p.qlen; p.qlen--, p.qhead = (p.qhead + 1) % p.nbufs)
-		p.free_bufs[p.nfree++] = p.queue[p.qhead].buf;
+	/* Every queued chunk is encoded and packed (or skipped, after an
+	 * error) before the workers stop. */
+	dcr_wq_wait_idle(p.wq);
+	dcr_wq_free(p.wq);
+	p.wq = NULL;
 	if (!ret)
 		ret = get_err(&p);
 	for (uint32_t i = 0; p.refused && i < m.nfiles; i++)
@@ -1554,26 +1382,14 @@ err_stop_workers:
 			"is published (--allow-nonfinite commits them anyway)", what);
 		ret = DCR_ERR(-EDOM);
 	}
-	/* Seal the last pack, let the uploaders drain the queue and stop. */
-	pthread_mutex_lock(&p.pack_lock);
-	if (!ret && p.cur && ups_started) {
-		queue_sealed(&p, p.cur);
-		p.cur = NULL;
-	}
-	p.up_closed = true;
-	pthread_cond_broadcast(&p.cond_upq);
-	pthread_mutex_unlock(&p.pack_lock);
-	for (uint32_t i = 0; i < ups_started; i++)
-		pthread_join(ups[i], NULL);
+	/* Seal the last pack and wait for the uploads. */
 	if (!ret)
-		ret = get_err(&p);
-	if (p.cur) {
-		pbuf_free(&p.cur->data);
-		free(p.cur);
-		p.cur = NULL;
-	}
-	while (p.nspare)
-		pbuf_free(&p.spare[--p.nspare]);
+		ret = dcr_packw_finish(p.pw);
+	if (!ret && (m.npacks = dcr_packw_count(p.pw)) &&
+	    !(m.packs = malloc((size_t)m.npacks * DCR_HASH_LEN)))
+		ret = DCR_ERR(-ENOMEM);
+	if (!ret && m.npacks)
+		memcpy(m.packs, dcr_packw_hashes(p.pw), (size_t)m.npacks * DCR_HASH_LEN);
 	/* Every chunk is hashed now: the files' digests (format 3). */
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++)
 		if (m.files[i].type == DCR_FT_REG)
@@ -1587,7 +1403,7 @@ err_stop_workers:
 		ret = publish(&p, &res->version, &res->manifest_len,
 			      res->manifest_hash);
 	if (!ret) {
-		res->bytes_packed = p.bytes_packed;
+		res->bytes_packed = dcr_packw_uploaded(p.pw);
 		res->packs = m.npacks;
 		res->chunks_same = p.same;
 		res->chunks_delta = p.delta;
@@ -1595,27 +1411,19 @@ err_stop_workers:
 		res->staged = p.staging;
 	}
 err_free_pipe:
-	for (int i = 0; ws && i < jobs; i++) {
-		dcr_codec_free(ws[i].codec);
-		free(ws[i].pbuf);
-		dcr_buf_free(&ws[i].frame);
+	dcr_wq_free(p.wq);
+	dcr_packw_free(p.pw);
+	worker_free(&p, self);
+	for (size_t i = 0; p.slots && i < p.nslots; i++) {
+		free(p.slots[i].buf);
+		dcr_buf_free(&p.slots[i].frame);
 	}
-	for (size_t i = 0; p.free_bufs && i < p.nfree; i++)
-		free(p.free_bufs[i]);
 	for (uint32_t i = 0; p.fs && i < m.nfiles; i++)
 		fstate_release(&p.fs[i]);
-	free(ups);
-	free(p.upq);
 	free(p.fs);
-	free(p.free_bufs);
-	free(p.queue);
-	free(ws);
+	free(p.slots);
 	pthread_mutex_destroy(&p.lock);
-	pthread_mutex_destroy(&p.pack_lock);
-	pthread_cond_destroy(&p.cond_job);
 	pthread_cond_destroy(&p.cond_free);
-	pthread_cond_destroy(&p.cond_uploads);
-	pthread_cond_destroy(&p.cond_upq);
 err_free_manifest:
 	dcr_manifest_free(&m);
 	free(order);

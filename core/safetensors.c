@@ -536,12 +536,6 @@ void dcr_tensors_free(struct dcr_tensors *ts)
 	ts->n = 0;
 }
 
-int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
-			       struct dcr_regions *out)
-{
-	return dcr_safetensors_parse_fd(fd, file_size, out, NULL);
-}
-
 int dcr_safetensors_parse_fd(int fd, uint64_t file_size,
 			     struct dcr_regions *regions,
 			     struct dcr_tensors *floats)

@@ -50,14 +50,6 @@ int dcr_safetensors_prefix_len(const void *p, size_t n, uint64_t file_size,
 int dcr_safetensors_regions(const void *file_prefix, size_t n,
 			    uint64_t file_size, struct dcr_regions *out);
 
-/**
- * dcr_safetensors_regions_fd - read the header of the open file @fd of
- * @file_size bytes with pread and parse it as above. Never moves the file
- * offset. Returns as dcr_safetensors_regions, or -errno of a read.
- */
-int dcr_safetensors_regions_fd(int fd, uint64_t file_size,
-			       struct dcr_regions *out);
-
 /** One tensor of a safetensors file, by name (for reports such as diffs). */
 struct dcr_tensor {
 	char *name;      /* unescaped UTF-8 (a \u0000 or surrogate shows as '?') */

@@ -34,13 +34,6 @@ static int dtype_rank(const char *dtype)
 	return -1;
 }
 
-unsigned dcr_st_dtype_width(const char *dtype)
-{
-	int r = dtype_rank(dtype);
-
-	return r < 0 ? 0 : dtypes[r].width;
-}
-
 struct sortkey {
 	int rank;
 	const char *name;

@@ -36,12 +36,6 @@ struct dcr_st_meta {
 };
 
 /**
- * dcr_st_dtype_width - bytes per element of safetensors dtype @dtype
- * (1, 2, 4 or 8), or 0 if the writer does not know it.
- */
-unsigned dcr_st_dtype_width(const char *dtype);
-
-/**
  * dcr_safetensors_layout - the header of a safetensors file holding
  * @t[0..n) and @meta[0..nmeta) (nmeta 0: no "__metadata__"): the first
  * *hdr_len bytes of the file into *hdr (malloc'ed; the caller frees

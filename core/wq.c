@@ -90,10 +90,11 @@ static struct par *par_pick(struct dcr_wq *q)
 static void *worker_main(void *arg)
 {
 	struct dcr_wq *q = arg;
+	void *ws = NULL;
 
 	tl_self = q;
 	if (q->o.on_start)
-		q->o.on_start(q->o.ctx);
+		ws = q->o.on_start(q->o.ctx);
 	pthread_mutex_lock(&q->lock);
 	for (;;) {
 		struct par *p = par_pick(q);
@@ -114,7 +115,7 @@ static void *worker_main(void *arg)
 			q->busy++;
 			pthread_cond_broadcast(&q->done); /* room: submit */
 			pthread_mutex_unlock(&q->lock);
-			j.fn(q->o.ctx, j.arg);
+			j.fn(q->o.ctx, ws, j.arg);
 			pthread_mutex_lock(&q->lock);
 			if (--q->busy == 0 && !q->len)
 				pthread_cond_broadcast(&q->done); /* wait_idle */
@@ -126,7 +127,7 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&q->lock);
 	if (q->o.on_stop)
-		q->o.on_stop(q->o.ctx);
+		q->o.on_stop(q->o.ctx, ws);
 	return NULL;
 }
 

@@ -25,8 +25,11 @@
 struct dcr_wq;
 
 /** A job: runs once on a worker (or, when not queued, wherever the
- * submitter runs it); @ctx is the queue's opts.ctx. */
-typedef void (*dcr_wq_fn)(void *ctx, void *arg);
+ * submitter runs it); @ctx is the queue's opts.ctx, @ws the state the
+ * running worker's on_start returned (NULL without on_start, when it
+ * failed, or when the submitter runs the job itself: a job that needs
+ * state must cope with NULL). */
+typedef void (*dcr_wq_fn)(void *ctx, void *ws, void *arg);
 
 /** The body of dcr_wq_par_for, called once for each index @i. */
 typedef void (*dcr_wq_par_fn)(void *arg, size_t i);
@@ -44,12 +47,14 @@ struct dcr_wq_opts {
 	 * budget. A job costing more than the budget alone is taken only
 	 * when nothing is queued. */
 	uint64_t max_cost;
-	/** Run by each worker once, when it starts (per-thread setup,
-	 * e.g. thread-locals); NULL: none. */
-	void (*on_start)(void *ctx);
-	/** Run by each worker once, last, when it exits at dcr_wq_stop
-	 * (to free what on_start made); NULL: none. */
-	void (*on_stop)(void *ctx);
+	/** Run by each worker once, when it starts: returns that
+	 * worker's own state (scratch buffers, a codec), handed to every
+	 * job it runs as @ws (after erofs-utils' workqueue); NULL if it
+	 * has none or could not make it. NULL: none. */
+	void *(*on_start)(void *ctx);
+	/** Run by each worker once, last, when it exits at dcr_wq_stop,
+	 * with what on_start returned (to free it); NULL: none. */
+	void (*on_stop)(void *ctx, void *ws);
 	/** Called with the arg of each job dropped by dcr_wq_stop(q,
 	 * true) (to free it), on the stopping thread; NULL: none. */
 	void (*drop)(void *ctx, void *arg);

@@ -950,7 +950,11 @@ static int build_fuse_args(struct fuse_args *args, const struct opts *o,
 	 * must refuse them (EROFS) by themselves; tests/integration/
 	 * readonly.sh checks both layers.
 	 */
+#ifdef DCR_TEST_HOOKS
 	const char *rw = getenv("DCRFS_TEST_KERNEL_RW");
+#else
+	const char *rw = NULL; /* a production build always mounts ro */
+#endif
 	if (ret == 0)
 		ret = fuse_opt_add_arg(args, rw && !strcmp(rw, "1") ?
 				       "nosuid,nodev" : "ro,nosuid,nodev");

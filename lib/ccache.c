@@ -48,11 +48,16 @@ static int rm_rf(const char *path)
 	return nftw(path, rm_cb, 32, FTW_DEPTH | FTW_PHYS) ? -errno : 0;
 }
 
-/* The cache directory's length is checked in main, so this cannot truncate. */
-static void path_join(char *buf, size_t cap, const char *a, const char *b)
+/* "@a/@b" into @buf: 0, or -ENAMETOOLONG (logged) if it does not fit
+ * (dcr_ccache_open bounds the cache directory's length, so with the
+ * short names below it always fits). */
+static int path_join(char *buf, size_t cap, const char *a, const char *b)
 {
-	if ((size_t)snprintf(buf, cap, "%s/%s", a, b) >= cap)
-		abort();
+	if ((size_t)snprintf(buf, cap, "%s/%s", a, b) >= cap) {
+		dcr_err("%s/%s: path too long", a, b);
+		return DCR_ERR(-ENAMETOOLONG);
+	}
+	return 0;
 }
 
 /*
@@ -74,7 +79,8 @@ static uint64_t read_state(const char *cache, char *source, char *from,
 
 	source[0] = from[0] = 0;
 	*has_mhash = false;
-	path_join(path, sizeof(path), cache, "state");
+	if (path_join(path, sizeof(path), cache, "state"))
+		return 0;
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return 0;
@@ -103,8 +109,11 @@ static int write_state(const char *cache, uint64_t v, const uint8_t *mhash,
 {
 	char path[PATH_MAX], tmp[PATH_MAX], hex[DCR_HASH_HEX_LEN + 1];
 
-	path_join(path, sizeof(path), cache, "state");
-	path_join(tmp, sizeof(tmp), cache, "state.tmp");
+	int ret;
+
+	if ((ret = path_join(path, sizeof(path), cache, "state")) ||
+	    (ret = path_join(tmp, sizeof(tmp), cache, "state.tmp")))
+		return ret;
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return -errno;
@@ -129,8 +138,8 @@ static void clear_state(const char *cache)
 {
 	char path[PATH_MAX];
 
-	path_join(path, sizeof(path), cache, "state");
-	unlink(path);
+	if (!path_join(path, sizeof(path), cache, "state"))
+		unlink(path);
 }
 
 static int default_cache_dir(const struct dcr_store *st, char *buf, size_t cap)
@@ -239,8 +248,9 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 		dcr_info("building the parent tree (version %" PRIu64 ") from the store into %s",
 			 v, cache);
 	clear_state(cache);
-	path_join(tree, sizeof(tree), cache, "tree");
-	path_join(scratch, sizeof(scratch), cache, "reader");
+	if ((ret = path_join(tree, sizeof(tree), cache, "tree")) ||
+	    (ret = path_join(scratch, sizeof(scratch), cache, "reader")))
+		return ret;
 	if ((ret = rm_rf(tree)) || (ret = rm_rf(scratch)) ||
 	    (ret = dcr_mkdir_p(tree, 0755))) {
 		dcr_err("%s: %s", cache, dcr_strerror(ret));
@@ -310,9 +320,10 @@ int dcr_ccache_open(struct dcr_store *st, const char *dir, bool quiet,
 		dcr_err("%s: %s", cc->dir, dcr_strerror(ret));
 		goto err_free;
 	}
-	path_join(lockp, sizeof(lockp), cc->dir, "lock");
-	path_join(cc->tree, sizeof(cc->tree), cc->dir, "tree");
-	path_join(cc->stage, sizeof(cc->stage), cc->dir, "stage");
+	if ((ret = path_join(lockp, sizeof(lockp), cc->dir, "lock")) ||
+	    (ret = path_join(cc->tree, sizeof(cc->tree), cc->dir, "tree")) ||
+	    (ret = path_join(cc->stage, sizeof(cc->stage), cc->dir, "stage")))
+		goto err_free;
 	cc->lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (cc->lock_fd >= 0 && flock(cc->lock_fd, LOCK_EX | LOCK_NB) < 0 &&
 	    errno == EWOULDBLOCK) {

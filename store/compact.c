@@ -20,6 +20,7 @@
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
+#include "packw.h"
 #include "safetensors.h"
 #include "wq.h"
 
@@ -38,10 +39,6 @@ struct cver {
 	uint8_t mhash[DCR_HASH_LEN];
 };
 
-struct cpack {
-	uint8_t h[DCR_HASH_LEN];
-};
-
 /* One chunk being encoded: a worker's scratch (chunks of a batch are
  * encoded in parallel, then packed in order). */
 struct slot {
@@ -58,10 +55,7 @@ struct cctx {
 	struct dcr_compact_stats *s;
 	struct cver *vs;
 	size_t n, cap;
-	/* packs */
-	struct dcr_buf pack;     /* the open pack */
-	struct cpack *packs;     /* sealed, by sequence number */
-	size_t npacks, cap_packs;
+	struct dcr_packw *pw;     /* packs: frames in order, by sequence number */
 	/* encoding: nslots chunks at a time on the pool's threads */
 	struct dcr_wq *wq;
 	int threads;
@@ -198,29 +192,6 @@ static void plan(struct cctx *c, unsigned k)
 	}
 }
 
-/* Seal the open pack: name it, upload it, give it a sequence number. */
-static int seal(struct cctx *c)
-{
-	char key[128];
-	int ret;
-
-	if (!c->pack.len)
-		return 0;
-	if (dcr_array_grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
-		return -ENOMEM;
-	dcr_sha256(c->pack.data, c->pack.len, c->packs[c->npacks].h);
-	dcr_pack_key(c->packs[c->npacks].h, key, sizeof(key));
-	ret = dcr_store_put(c->st, key, c->pack.data, c->pack.len, 0);
-	if (ret) {
-		dcr_err("%s: cannot upload %s: %s", c->st->url, key, dcr_strerror(ret));
-		return ret;
-	}
-	c->s->bytes += c->pack.len;
-	c->npacks++;
-	c->pack.len = 0;
-	return 0;
-}
-
 /* Bytes [off, off + len) of file @fi of version @v, through the reader. */
 static int read_chunk(struct cctx *c, uint64_t v, uint32_t fi, uint64_t off,
 		      uint8_t *dst, size_t len)
@@ -327,7 +298,6 @@ static void encode_one(void *arg, size_t i)
 static int encode_batch(struct batch *bt, size_t n)
 {
 	struct cctx *c = bt->c;
-	uint64_t target = c->o->pack_target ? c->o->pack_target : PACK_TARGET_DEFAULT;
 	int ret;
 
 	dcr_wq_par_for(c->wq, c->threads, n, encode_one, bt);
@@ -341,14 +311,13 @@ static int encode_batch(struct batch *bt, size_t n)
 			c->s->same++;
 			continue;
 		}
-		ref->pack = (uint32_t)c->npacks; /* a sequence number for now */
-		ref->off = c->pack.len;
 		if (ref->kind == DCR_CK_DELTA)
 			c->s->delta++;
 		else
 			c->s->full++;
-		if ((ret = dcr_buf_append(&c->pack, sl->frame.data, sl->frame.len)) ||
-		    (c->pack.len >= target && (ret = seal(c))))
+		/* ref->pack: a sequence number until finish() */
+		if ((ret = dcr_packw_append(c->pw, sl->frame.data, sl->frame.len,
+					    &ref->pack, &ref->off)))
 			return ret;
 	}
 	return 0;
@@ -404,7 +373,7 @@ static int rewrite(struct cctx *c, struct cver *x)
 	/* One version's frames per pack (or a few, past pack_target): gc
 	 * deletes whole packs, and a pack shared by many versions would be
 	 * kept whole for the one version that still needs it. */
-	return seal(c);
+	return dcr_packw_seal(c->pw);
 }
 
 /*
@@ -414,7 +383,9 @@ static int rewrite(struct cctx *c, struct cver *x)
 static int finish(struct cctx *c, struct cver *x)
 {
 	struct dcr_manifest *m = &x->nm;
-	uint32_t *map = calloc(c->npacks ? c->npacks : 1, sizeof(*map));
+	uint32_t npacks = dcr_packw_count(c->pw);
+	const uint8_t (*hashes)[DCR_HASH_LEN] = dcr_packw_hashes(c->pw);
+	uint32_t *map = calloc(npacks ? npacks : 1, sizeof(*map));
 	struct dcr_buf b;
 	char key[128];
 	int ret = -ENOMEM;
@@ -430,9 +401,9 @@ static int finish(struct cctx *c, struct cver *x)
 		}
 	if (m->npacks && !(m->packs = calloc(m->npacks, DCR_HASH_LEN)))
 		goto out;
-	for (size_t i = 0; i < c->npacks; i++)
+	for (size_t i = 0; i < npacks; i++)
 		if (map[i])
-			memcpy(m->packs[map[i] - 1], c->packs[i].h, DCR_HASH_LEN);
+			memcpy(m->packs[map[i] - 1], hashes[i], DCR_HASH_LEN);
 	for (uint32_t fi = 0; fi < m->nfiles; fi++)
 		for (uint64_t k = 0; k < m->files[fi].nchunks; k++) {
 			struct dcr_chunk_ref *ref = &m->files[fi].chunks[k];
@@ -532,6 +503,13 @@ static int slots_new(struct cctx *c)
 		if (!sl->codec || !sl->buf || !sl->bbuf || !sl->chk)
 			return DCR_ERR(-ENOMEM);
 	}
+	/* a frame is never larger than its chunk stored (frame.h) */
+	struct dcr_packw_opts po = {
+		.st = c->st, .frame_max = (size_t)cs + 4096, .uploads = 0,
+		.target = c->o->pack_target ? c->o->pack_target : PACK_TARGET_DEFAULT,
+	};
+	if ((ret = dcr_packw_new(&po, &c->pw)))
+		return ret;
 	if (c->threads > 1) {
 		struct dcr_wq_opts wo = { .name = "dcr-compact",
 					  .threads = c->threads - 1,
@@ -564,7 +542,6 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 	int ret;
 
 	memset(s, 0, sizeof(*s));
-	dcr_buf_init(&c.pack, SIZE_MAX);
 	if ((ret = load(&c, l)))
 		goto out;
 	plan(&c, k);
@@ -582,8 +559,9 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 	}
 	if (ret || o->dry_run)
 		goto out;
-	if ((ret = seal(&c)))
+	if ((ret = dcr_packw_finish(c.pw)))
 		goto out;
+	s->bytes += dcr_packw_uploaded(c.pw);
 	for (size_t i = 0; i < c.n && !ret; i++)
 		if (c.vs[i].kept && c.vs[i].rewrite)
 			ret = finish(&c, &c.vs[i]);
@@ -597,8 +575,7 @@ out:
 			dcr_manifest_free(&c.vs[i].nm);
 	}
 	free(c.vs);
-	free(c.packs);
-	dcr_buf_free(&c.pack);
+	dcr_packw_free(c.pw);
 	slots_free(&c);
 	return ret;
 }

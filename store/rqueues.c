@@ -55,7 +55,7 @@ struct ra_job {
  * ends it (flight_done, flight_release) once the file is in place. A
  * full queue makes the builder write itself: the disk sets the pace.
  */
-static void wq_run(void *ctx, void *arg)
+static void wq_run(void *ctx, void *ws, void *arg)
 {
 	struct dcr_reader *r = ctx;
 	struct flight *f = arg;
@@ -90,7 +90,7 @@ bool wq_submit(struct dcr_reader *r, struct flight *f)
  * once and fetch at once: fetching and decoding would take turns
  * instead of overlapping. A full queue makes the fetcher decode itself.
  */
-static void ra_decode(void *ctx, void *arg)
+static void ra_decode(void *ctx, void *ws, void *arg)
 {
 	struct ra_job *j = arg;
 
@@ -113,7 +113,7 @@ static void ra_materialize(struct dcr_reader *r, struct ra_job *j, size_t n)
 	for (size_t i = 0; i < j->b.nruns; i++)
 		fetch_run(&j->b, i);
 	if (!dcr_wq_try_submit(r->dq, ra_decode, j, 0))
-		ra_decode(r, j);
+		ra_decode(r, NULL, j);
 }
 
 /* ------------------------------------------------------------ read-ahead */
@@ -148,7 +148,7 @@ void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
 }
 
 /* A read-ahead job, on a read-ahead thread. */
-static void ra_run(void *ctx, void *arg)
+static void ra_run(void *ctx, void *ws, void *arg)
 {
 	struct dcr_reader *r = ctx;
 	struct ra_job *j = arg;
@@ -268,10 +268,11 @@ out_unlock:
 
 /* -------------------------------------------------- open, sync, close */
 
-static void quiet_start(void *ctx)
+static void *quiet_start(void *ctx)
 {
 	(void)ctx;
 	tl_quiet = true;
+	return NULL;
 }
 
 int queues_open(struct dcr_reader *r)

@@ -66,13 +66,16 @@
 int dcr_s3_open(const char *url, const struct dcr_store_cfg *cfg, int flags,
 		struct dcr_store **out);
 
+#ifdef DCR_TEST_HOOKS
 /**
  * dcr_s3_test_lose_replies - for tests only: treat the replies to the
  * next @n conditional PUT attempts (of any store in the process) as
  * lost after the server acted on them - a transient error, so they are
  * retried, as after a connection reset between the server storing the
  * object and the client reading the reply. 0 disarms. Thread-safe.
+ * Built only with configure --enable-test-hooks (DCR_TEST_HOOKS).
  */
 void dcr_s3_test_lose_replies(int n);
+#endif
 
 #endif /* DCR_S3_H */

@@ -68,7 +68,7 @@ static void gate_open(struct gate *g)
 	pthread_mutex_unlock(&g->lock);
 }
 
-static void gate_job(void *ctx, void *arg)
+static void gate_job(void *ctx, void *ws, void *arg)
 {
 	(void)ctx;
 	struct gate *g = arg;
@@ -81,13 +81,13 @@ static void gate_job(void *ctx, void *arg)
 	atomic_fetch_add(&g->ran, 1);
 }
 
-static void count_job(void *ctx, void *arg)
+static void count_job(void *ctx, void *ws, void *arg)
 {
 	(void)ctx;
 	atomic_fetch_add((atomic_int *)arg, 1);
 }
 
-static void slow_count_job(void *ctx, void *arg)
+static void slow_count_job(void *ctx, void *ws, void *arg)
 {
 	(void)ctx;
 	sleep_ms(2);
@@ -164,7 +164,7 @@ static void test_wait_idle(void **state)
 		if (dcr_wq_try_submit(q, slow_count_job, &n, 0))
 			queued++;
 		else
-			slow_count_job(NULL, &n);
+			slow_count_job(NULL, NULL, &n);
 	}
 	assert_true(queued > 0);
 	dcr_wq_wait_idle(q);
@@ -289,27 +289,43 @@ static void test_stop_drops(void **state)
 	alarm(0);
 }
 
-/* on_start runs once in each worker, before its jobs; on_stop once
- * when it exits. */
-static __thread bool tl_setup;
+/* on_start runs once in each worker, before its jobs, and hands it its
+ * own state; every job that worker runs gets that state; on_stop gets
+ * it back once when the worker exits. */
+struct wstate {
+	int magic;
+	pthread_t self;
+};
 static atomic_int starts, stops;
 
-static void on_start(void *ctx)
+static void *on_start(void *ctx)
 {
-	tl_setup = ctx == &starts;
+	struct wstate *w = malloc(sizeof(*w));
+
+	if (w && ctx == &starts) {
+		w->magic = 0x5eed;
+		w->self = pthread_self();
+	}
 	atomic_fetch_add(&starts, 1);
+	return w;
 }
 
-static void on_stop(void *ctx)
+static void on_stop(void *ctx, void *ws)
 {
-	if (tl_setup && ctx == &starts)
+	struct wstate *w = ws;
+
+	if (w && w->magic == 0x5eed && ctx == &starts &&
+	    pthread_equal(w->self, pthread_self()))
 		atomic_fetch_add(&stops, 1);
+	free(w);
 }
 
-static void setup_job(void *ctx, void *arg)
+static void setup_job(void *ctx, void *ws, void *arg)
 {
+	struct wstate *w = ws;
+
 	(void)ctx;
-	if (!tl_setup)
+	if (!w || w->magic != 0x5eed || !pthread_equal(w->self, pthread_self()))
 		atomic_fetch_add((atomic_int *)arg, 1);
 }
 
@@ -471,7 +487,7 @@ struct self_arg {
 	bool first_ok;
 };
 
-static void self_leaf(void *ctx, void *arg)
+static void self_leaf(void *ctx, void *ws, void *arg)
 {
 	(void)ctx;
 	struct self_arg *a = arg;
@@ -482,14 +498,14 @@ static void self_leaf(void *ctx, void *arg)
 static void self_par(void *arg, size_t i)
 {
 	(void)i;
-	self_leaf(NULL, arg);
+	self_leaf(NULL, NULL, arg);
 }
 
 /* On the only worker of a queue of one item: queue one job (room), then
  * a second with the blocking submit (full, and only we could make
  * room): it must refuse instead of deadlocking, and we run it here. A
  * par_for on the same queue must not wait for its busy worker. */
-static void self_job(void *ctx, void *arg)
+static void self_job(void *ctx, void *ws, void *arg)
 {
 	(void)ctx;
 	struct self_arg *a = arg;
@@ -497,7 +513,7 @@ static void self_job(void *ctx, void *arg)
 	a->first_ok = dcr_wq_submit(a->q, self_leaf, a, 0);
 	if (!dcr_wq_submit(a->q, self_leaf, a, 0)) {
 		atomic_fetch_add(&a->inline_runs, 1);
-		self_leaf(NULL, a);
+		self_leaf(NULL, NULL, a);
 	}
 	dcr_wq_par_for(a->q, 4, 10, self_par, a);
 }

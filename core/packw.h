@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * packw.h - the one pack writer: commit (core/commit.c) and compaction
+ * (store/compact.c) both put their frames in packs through it.
+ *
+ * The caller encodes and decode-checks each frame, then appends it here
+ * in the order the packs are to hold them (one appender at a time; the
+ * order must not depend on thread timing, so that the same input gives
+ * the same pack bytes). A pack is "DCRPACK1" (HACKING's on-store format)
+ * followed by the frames; it is sealed once it reaches the target size
+ * (or when the caller says), named by the SHA-256 of its bytes and put
+ * as packs/<sha256> by one of @uploads workers of a core/wq queue while
+ * the caller goes on appending. At most uploads + 1 sealed packs wait or
+ * upload at once (a seal waits for room), so memory stays about
+ * (uploads + 2) x (target + frame_max). With uploads 0 the seal puts the
+ * pack itself, on the appender's thread (compaction: every store
+ * mutation on one thread, in order, as tests/integration/killgc.sh's
+ * per-thread syscall counts need).
+ */
+#ifndef DCR_PACKW_H
+#define DCR_PACKW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hash.h"
+#include "objstore.h"
+
+/** The bytes every pack starts with. */
+#define DCR_PACK_MAGIC "DCRPACK1"
+/** Their length. */
+#define DCR_PACK_HDR_LEN 8
+
+struct dcr_packw;
+
+/** How a pack writer is made (see dcr_packw_new). */
+struct dcr_packw_opts {
+	struct dcr_store *st;  /* where packs are put (not owned) */
+	uint64_t target;       /* seal a pack once it holds this much; 0: 64 MiB */
+	size_t frame_max;      /* the largest frame that will be appended */
+	unsigned uploads;      /* packs uploaded at once; 0: by the sealer */
+};
+
+/**
+ * dcr_packw_new - make a pack writer for @o. Returns 0 and *@out (free
+ * with dcr_packw_free), or -EINVAL / -ENOMEM. No thread starts before
+ * the first seal.
+ */
+int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out);
+
+/**
+ * dcr_packw_append - append the frame @data[0..len) to the open pack
+ * (opening one first), sealing the pack when it reaches the target.
+ * Sets *@pack to the pack's sequence number (0, 1, ... in the order
+ * packs are opened: an index into dcr_packw_hashes once finished) and
+ * *@off to the frame's offset in it. Returns 0, -EFBIG for a frame over
+ * frame_max, -ENOMEM, or the first upload's error (logged where it
+ * happened; nothing more is uploaded after one). One caller at a time.
+ */
+int dcr_packw_append(struct dcr_packw *w, const void *data, size_t len,
+		     uint32_t *pack, uint64_t *off);
+
+/**
+ * dcr_packw_seal - seal the open pack now, if it holds a frame (a
+ * caller's boundary: compaction keeps one version per pack). Returns 0
+ * or as dcr_packw_append. One caller at a time, as append.
+ */
+int dcr_packw_seal(struct dcr_packw *w);
+
+/**
+ * dcr_packw_finish - seal the open pack and wait until every sealed
+ * pack is uploaded. Returns 0 or the first error (logged). Nothing may
+ * be appended after it.
+ */
+int dcr_packw_finish(struct dcr_packw *w);
+
+/**
+ * dcr_packw_error - the first error of an upload so far (0: none), for
+ * a pipeline that stops early. Thread-safe.
+ */
+int dcr_packw_error(struct dcr_packw *w);
+
+/** dcr_packw_count - packs opened so far. After finish: how many
+ * dcr_packw_hashes holds. */
+uint32_t dcr_packw_count(const struct dcr_packw *w);
+
+/**
+ * dcr_packw_hashes - the SHA-256 names of the packs by sequence number,
+ * valid after a successful dcr_packw_finish, until dcr_packw_free.
+ */
+const uint8_t (*dcr_packw_hashes(const struct dcr_packw *w))[DCR_HASH_LEN];
+
+/** dcr_packw_uploaded - bytes of packs put so far (for progress and
+ * statistics). Thread-safe. */
+uint64_t dcr_packw_uploaded(struct dcr_packw *w);
+
+/**
+ * dcr_packw_free - stop (packs not yet uploaded are dropped) and free.
+ * NULL is fine.
+ */
+void dcr_packw_free(struct dcr_packw *w);
+
+#endif /* DCR_PACKW_H */
