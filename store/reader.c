@@ -627,13 +627,56 @@ ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
 /* How far ahead of the check of a backing file its disk reads run. */
 #define BACKING_AHEAD (UINT64_C(32) << 20)
 
+/* One backing file's check, shared by the threads of par_for. */
+struct backing_check {
+	struct dcr_reader *r;
+	const struct rver *rv;
+	uint32_t file;       /* manifest index */
+	uint64_t size;
+	bool verify;         /* read every chunk, proven or not */
+	atomic_int failed;   /* first failure (-errno), 0 */
+	atomic_uint_fast64_t bytes; /* chunk bytes found good */
+};
+
+/* par_for body: check chunk @i of the file; the first chunk of each
+ * BACKING_AHEAD window starts the disk on the window after it. */
+static void backing_check_one(void *arg, size_t i)
+{
+	struct backing_check *b = arg;
+	struct dcr_catalog_chunk ref;
+	struct dcr_cache_key k;
+	uint64_t cs = b->rv->chunk_size, pos = (uint64_t)i * cs;
+	int ret;
+
+	if (atomic_load_explicit(&b->failed, memory_order_relaxed))
+		return;
+	ret = ref_get(b->r, b->rv, b->file, i, &ref);
+	if (ret == 0) {
+		cache_key(&k, b->rv, b->file, i, &ref);
+		if (i == 0 || pos / BACKING_AHEAD != (pos - cs) / BACKING_AHEAD)
+			dcr_cache_advise(b->r->cache, &k,
+					 (pos / BACKING_AHEAD + 1) * BACKING_AHEAD,
+					 BACKING_AHEAD);
+		ret = b->verify ? dcr_cache_verify(b->r->cache, &k) :
+				  dcr_cache_check(b->r->cache, &k);
+		if (ret >= 0) {
+			atomic_fetch_add(&b->bytes, k.len);
+			return;
+		}
+		ret = -EAGAIN; /* not cached (or failed): normal path */
+	}
+	int zero = 0;
+	atomic_compare_exchange_strong(&b->failed, &zero, ret);
+}
+
 int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			    uint32_t idx, struct dcr_cache_pin **pin)
 {
+	struct backing_check b = { .r = r, .file = idx - 1 };
+	struct dcr_catalog_chunk ref;
 	struct dcr_cache_key k;
 	struct rver *rv;
-	uint64_t size = 0, end = 0, advised = 0, n;
-	bool verify;
+	uint64_t n;
 	int ret;
 
 	*pin = NULL;
@@ -650,54 +693,35 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	ret = -EISDIR;
 	if (rv->entries[idx].type != DCR_FT_REG)
 		goto out_leave;
-	size = rv->entries[idx].size;
+	b.rv = rv;
+	b.size = rv->entries[idx].size;
 	ret = -EAGAIN;
-	if (size == 0)
+	if (b.size == 0)
 		goto out_leave; /* nothing to back: the normal path is free */
-	n = dcr_chunk_count(size, rv->chunk_size);
+	n = dcr_chunk_count(b.size, rv->chunk_size);
+	ret = ref_get(r, rv, b.file, n - 1, &ref);
+	if (ret)
+		goto out_leave;
+	cache_key(&k, rv, b.file, n - 1, &ref);
 	/*
 	 * The kernel will read the file without us: before its first
 	 * passthrough open in this mount, every chunk is read and checked
 	 * now (through the page cache, so the kernel then reads it from
-	 * memory), even chunks this mount wrote itself (they may have
-	 * rotted since); later opens find the slab verified whole.
+	 * memory; on every thread, the disk read ahead of the hashing),
+	 * even chunks this mount wrote itself (they may have rotted since);
+	 * later opens find the slab verified whole.
 	 */
-	{
-		struct dcr_catalog_chunk ref;
-
-		ret = ref_get(r, rv, idx - 1, 0, &ref);
-		if (ret)
-			goto out_leave;
-		cache_key(&k, rv, idx - 1, 0, &ref);
-		verify = !dcr_cache_pin_verified(r->cache, &k);
-	}
-	for (uint64_t i = 0; i < n; i++) {
-		struct dcr_catalog_chunk ref;
-		uint64_t pos = i * rv->chunk_size;
-
-		ret = ref_get(r, rv, idx - 1, i, &ref);
-		if (ret)
-			goto out_leave;
-		cache_key(&k, rv, idx - 1, i, &ref);
-		/* Keep the disk up to BACKING_AHEAD ahead of the hashing (a
-		 * no-op for pages already in memory). */
-		while (advised < size && advised < pos + 2 * BACKING_AHEAD) {
-			dcr_cache_advise(r->cache, &k, advised, BACKING_AHEAD);
-			advised += BACKING_AHEAD;
-		}
-		ret = verify ? dcr_cache_verify(r->cache, &k) :
-			       dcr_cache_check(r->cache, &k);
-		if (ret < 0) {
-			ret = -EAGAIN; /* not cached (or failed): normal path */
-			goto out_leave;
-		}
-		end += k.len;
-	}
-	if (end != size) {
+	b.verify = !dcr_cache_pin_verified(r->cache, &k);
+	dcr_cache_advise(r->cache, &k, 0, BACKING_AHEAD);
+	par_for(r, r->fetch_threads, (size_t)n, backing_check_one, &b);
+	ret = atomic_load(&b.failed);
+	if (ret)
+		goto out_leave;
+	if (atomic_load(&b.bytes) != b.size) {
 		ret = DCR_ERR(-EIO);
 		goto out_leave;
 	}
-	ret = dcr_cache_pin(r->cache, &k, verify ? DCR_CACHE_PIN_VERIFIED : 0,
+	ret = dcr_cache_pin(r->cache, &k, b.verify ? DCR_CACHE_PIN_VERIFIED : 0,
 			    pin);
 out_leave:
 	read_leave(r);
