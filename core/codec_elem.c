@@ -1036,3 +1036,40 @@ int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
 		return DCR_ERR(-EBADMSG);
 	return 0;
 }
+
+int dcr_elem_cost(const uint8_t *p, size_t n, int delta, size_t len,
+		  uint64_t *cost)
+{
+	static const uint8_t per_byte[DCR_SM_COUNT] = {
+		[DCR_SM_ZERO] = 0, [DCR_SM_RAW] = DCR_COST_COPY,
+		[DCR_SM_SPARSE] = DCR_COST_SPARSE, [DCR_SM_PLANES] = DCR_COST_PLANES,
+		[DCR_SM_ZSTD] = DCR_COST_ZSTD,
+	};
+	struct dcr_rd r;
+	uint8_t ver, dt, m;
+	uint64_t nseg, slen, plen, sum = 0;
+	const uint8_t *sp;
+	size_t pos = 0;
+
+	dcr_rd_init(&r, p, n);
+	if (dcr_rd_u8(&r, &ver) || ver != LAYOUT_VERSION ||
+	    dcr_rd_varint_max(&r, DCR_FRAME_SEG_MAX, &nseg) || nseg == 0)
+		return DCR_ERR(-EBADMSG);
+	for (uint64_t i = 0; i < nseg; i++) {
+		if (dcr_rd_u8(&r, &dt) || dcr_rd_u8(&r, &m) ||
+		    dt >= DCR_DT_COUNT || m >= DCR_SM_COUNT ||
+		    dcr_rd_varint_max(&r, len - pos, &slen) || slen == 0 ||
+		    dcr_rd_varint_max(&r, dcr_rd_left(&r), &plen) ||
+		    dcr_rd_bytes(&r, plen, &sp))
+			return DCR_ERR(-EBADMSG);
+		if (m == DCR_SM_SPARSE)
+			sum += per_byte[m] * plen; /* per changed element */
+		else if (m != DCR_SM_ZERO || !delta)
+			sum += (uint64_t)DCR_MAX(per_byte[m], DCR_COST_COPY) * slen;
+		pos += slen;
+	}
+	if (pos != len || dcr_rd_left(&r))
+		return DCR_ERR(-EBADMSG);
+	*cost = sum;
+	return 0;
+}

@@ -82,4 +82,12 @@ int dcr_elem_encode(struct dcr_elem_ctx *c, const uint8_t *chunk,
 int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
 		   int delta, uint8_t *dst, size_t len);
 
+/**
+ * dcr_elem_cost - the modelled decode cost (frame.h, DCR_COST_*) of the
+ * codec-2 payload @p[0..n) of a chunk of @len bytes, from its segment
+ * table alone (nothing is decoded). 0 and *@cost, or -EBADMSG.
+ */
+int dcr_elem_cost(const uint8_t *p, size_t n, int delta, size_t len,
+		  uint64_t *cost);
+
 #endif /* DCR_CODEC_ELEM_H */

@@ -182,6 +182,29 @@ int dcr_frame_parse_hdr(const void *p, size_t n, struct dcr_frame_hdr *h)
 	return 0;
 }
 
+int dcr_frame_cost(const void *p, size_t n, uint64_t *cost)
+{
+	struct dcr_frame_hdr h;
+	uint64_t dec;
+	int ret = dcr_frame_parse_hdr(p, n, &h);
+
+	if (ret)
+		return ret;
+	if (DCR_FRAME_HDR_LEN + (size_t)h.payload_len != n)
+		return DCR_ERR(-EBADMSG);
+	if (h.codec == DCR_CODEC_ELEM) {
+		if ((ret = dcr_elem_cost((const uint8_t *)p + DCR_FRAME_HDR_LEN,
+					 h.payload_len, h.kind == DCR_FRAME_DELTA,
+					 h.raw_len, &dec)))
+			return ret;
+	} else {
+		dec = (uint64_t)(h.codec == DCR_CODEC_ZSTD ? DCR_COST_ZSTD
+							   : DCR_COST_COPY) * h.raw_len;
+	}
+	*cost = DCR_COST_FRAME + (uint64_t)DCR_COST_FETCH * n + dec;
+	return 0;
+}
+
 int dcr_frame_apply(struct dcr_codec *c, const void *p, size_t n, void *dst,
 		    size_t len)
 {

@@ -37,6 +37,14 @@ struct cver {
 	struct dcr_manifest nm; /* the new encoding; chunk packs are pack
 				   sequence numbers until finish() */
 	uint8_t mhash[DCR_HASH_LEN];
+	/* per file (NULL: not a regular file), per chunk: the modelled
+	 * cold-read cost of the chunk as encoded (chain) and of the full
+	 * frame its chain starts from (root); see within() */
+	struct ccost **cost;
+};
+
+struct ccost {
+	uint64_t chain, root;
 };
 
 /* One chunk being encoded: a worker's scratch (chunks of a batch are
@@ -56,6 +64,7 @@ struct cctx {
 	struct cver *vs;
 	size_t n, cap;
 	struct dcr_packw *pw;     /* packs: frames in order, by sequence number */
+	unsigned read_pct;        /* see dcr_compact_opts.read_cost */
 	/* encoding: nslots chunks at a time on the pool's threads */
 	struct dcr_wq *wq;
 	int threads;
@@ -72,6 +81,7 @@ struct batch {
 	const struct dcr_regions *rg;
 	uint64_t k0;
 	struct dcr_chunk_ref *refs; /* the file's, from k0 */
+	struct ccost *cost, *bcost; /* the file's and its base file's */
 };
 
 static int list_cb(const char *key, const struct dcr_obj_info *info, void *arg)
@@ -211,6 +221,139 @@ static int read_chunk(struct cctx *c, uint64_t v, uint32_t fi, uint64_t off,
 	return 0;
 }
 
+/*
+ * Whether a chunk of @len bytes whose frames cost @chain to fetch and
+ * apply reads within @pct % of the time of its chain's full frame alone
+ * (@root): the bound compaction keeps on every chunk of every version.
+ * Every read of a chunk costs at least one request (DCR_COST_FRAME), so
+ * a short chunk is not made full for the request its delta adds.
+ */
+static bool within(uint64_t chain, uint64_t root, size_t len, unsigned pct)
+{
+	uint64_t fixed = (uint64_t)DCR_COMPACT_READ_FIXED * len + DCR_COST_FRAME;
+
+	return (fixed + chain) * 100 <= (fixed + root) * pct;
+}
+
+static int cost_alloc(struct cver *x)
+{
+	if (!(x->cost = calloc(x->o.nfiles ? x->o.nfiles : 1, sizeof(*x->cost))))
+		return DCR_ERR(-ENOMEM);
+	for (uint32_t fi = 0; fi < x->o.nfiles; fi++) {
+		const struct dcr_file *f = &x->o.files[fi];
+		if (f->type == DCR_FT_REG &&
+		    !(x->cost[fi] = calloc(f->nchunks ? f->nchunks : 1,
+					   sizeof(*x->cost[fi]))))
+			return DCR_ERR(-ENOMEM);
+	}
+	return 0;
+}
+
+static void cost_free(struct cver *x)
+{
+	for (uint32_t fi = 0; x->cost && fi < x->o.nfiles; fi++)
+		free(x->cost[fi]);
+	free(x->cost);
+	x->cost = NULL;
+}
+
+/* The costs of chunk base file @bfi of @b, if @b's costs are known and
+ * its file has the chunks of @f. */
+static struct ccost *base_costs(const struct cver *b, uint32_t bfi,
+				const struct dcr_file *f)
+{
+	if (!b || !b->cost || bfi >= b->o.nfiles ||
+	    b->o.files[bfi].type != DCR_FT_REG ||
+	    b->o.files[bfi].nchunks != f->nchunks)
+		return NULL;
+	return b->cost[bfi];
+}
+
+/*
+ * The costs of the chunks of @x as encoded now (a version plan() leaves
+ * on its base), from the headers of its frames; *@over: some chunk reads
+ * beyond the bound (within()), or on a base of unknown cost, so @x is
+ * to be re-encoded. 0 or -errno (logged).
+ */
+static int costs_of(struct cctx *c, const struct dcr_layout *l,
+		    struct cver *x, bool *over)
+{
+	const struct dcr_layout_entry *e = dcr_layout_find(l, x->v);
+	const struct cver *b = find(c, x->eb);
+	struct dcr_manifest em, *m = &x->o;
+	char key[DCR_HASH_HEX_LEN + 16];
+	struct dcr_buf fr;
+	int ret;
+
+	*over = false;
+	if (e) {
+		if ((ret = dcr_store_get_mobj(c->st, e->mhash, x->v, &em)))
+			return ret; /* logged */
+		m = &em;
+	}
+	dcr_buf_init(&fr, DCR_CHUNK_MAX + 4096);
+	if ((ret = cost_alloc(x)))
+		goto out_em;
+	if (m->nfiles != x->o.nfiles) {
+		*over = true;
+		goto out_em;
+	}
+	for (uint32_t fi = 0; fi < m->nfiles; fi++) {
+		const struct dcr_file *f = &m->files[fi];
+		const struct ccost *bc;
+
+		if (f->type != DCR_FT_REG || !x->cost[fi])
+			continue;
+		bc = f->base == DCR_NO_BASE ? NULL : base_costs(b, f->base, f);
+		for (uint64_t k = 0; k < f->nchunks; k++) {
+			const struct dcr_chunk_ref *ref = &f->chunks[k];
+			struct ccost *cc = &x->cost[fi][k];
+			uint64_t fc;
+
+			if (ref->kind != DCR_CK_FULL && !bc) {
+				*over = true;
+				continue;
+			}
+			if (ref->kind == DCR_CK_SAME) {
+				*cc = bc[k];
+				continue;
+			}
+			dcr_pack_key(m->packs[ref->pack], key, sizeof(key));
+			fr.len = 0;
+			ret = dcr_store_get(c->st, key, ref->off, ref->len, &fr);
+			if (!ret && fr.len != ref->len)
+				ret = DCR_ERR(-EIO);
+			if (!ret)
+				ret = dcr_frame_cost(fr.data, fr.len, &fc);
+			if (ret) {
+				dcr_err("%s: cannot read the frame of chunk %" PRIu64
+					" of %s (version %" PRIu64 ") at %" PRIu64
+					"+%" PRIu32 ": %s", key, k, f->path, x->v,
+					ref->off, ref->len, dcr_strerror(ret));
+				goto out_buf;
+			}
+			/* a full frame chosen against a base since re-encoded
+			 * (gc made it an anchor): a delta may do now */
+			if (ref->kind == DCR_CK_FULL && f->base != DCR_NO_BASE &&
+			    b && b->rewrite)
+				*over = true;
+			if (ref->kind == DCR_CK_FULL)
+				*cc = (struct ccost){ fc, fc };
+			else
+				*cc = (struct ccost){ bc[k].chain + fc, bc[k].root };
+			*over |= !within(cc->chain, cc->root,
+					 dcr_chunk_len(f->size, m->chunk_size, k),
+					 c->read_pct);
+		}
+	}
+out_buf:
+	dcr_buf_free(&fr);
+out_em:
+	if (m == &em)
+		dcr_manifest_free(&em);
+	return ret;
+}
+
 /* The element regions of file @fi of version @v, if it is safetensors. */
 static void regions(struct cctx *c, uint64_t v, uint32_t fi, uint64_t size,
 		    struct dcr_regions *out)
@@ -246,6 +389,8 @@ static void encode_one(void *arg, size_t i)
 	size_t len = (size_t)dcr_chunk_len(f->size, cs, k);
 	struct dcr_elem_hint hint = dcr_regions_hint(bt->rg, off);
 	struct dcr_chunk_ref *ref = &bt->refs[i];
+	struct ccost *cc = &bt->cost[k];
+	uint64_t fc;
 	int kind, ret;
 
 	*ref = f->chunks[k]; /* hash and check value: the content's */
@@ -253,6 +398,7 @@ static void encode_one(void *arg, size_t i)
 	sl->frame.len = 0;
 	if (bt->bfi >= 0 &&
 	    dcr_hash_eq(f->chunks[k].hash, bt->b->o.files[bt->bfi].chunks[k].hash)) {
+		*cc = bt->bcost[k];
 		ref->kind = DCR_CK_SAME;
 		ref->pack = 0;
 		ref->off = 0;
@@ -268,6 +414,18 @@ static void encode_one(void *arg, size_t i)
 	}
 	ret = dcr_frame_encode2(sl->codec, sl->buf, bt->bfi >= 0 ? sl->bbuf : NULL,
 				len, &hint, &sl->frame, &kind);
+	if (!ret)
+		ret = dcr_frame_cost(sl->frame.data, sl->frame.len, &fc);
+	/* a delta that would make the chunk too dear to read: a full frame
+	 * (the encoder already chose one where that is smaller) */
+	if (!ret && kind == DCR_FRAME_DELTA &&
+	    !within(bt->bcost[k].chain + fc, bt->bcost[k].root, len, c->read_pct)) {
+		sl->frame.len = 0;
+		ret = dcr_frame_encode2(sl->codec, sl->buf, NULL, len, &hint,
+					&sl->frame, &kind);
+		if (!ret)
+			ret = dcr_frame_cost(sl->frame.data, sl->frame.len, &fc);
+	}
 	if (ret) {
 		dcr_err("cannot encode chunk %" PRIu64 " of %s (version %" PRIu64
 			"): %s", k, f->path, bt->x->v, dcr_strerror(ret));
@@ -287,6 +445,10 @@ static void encode_one(void *arg, size_t i)
 	}
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
 	ref->len = (uint32_t)sl->frame.len;
+	if (kind == DCR_FRAME_DELTA)
+		*cc = (struct ccost){ bt->bcost[k].chain + fc, bt->bcost[k].root };
+	else
+		*cc = (struct ccost){ fc, fc };
 	if (bt->x->o.format >= 2)
 		dcr_sha256(sl->frame.data, sl->frame.len, ref->fhash);
 	else
@@ -336,6 +498,9 @@ static int rewrite(struct cctx *c, struct cver *x)
 	m->packs = NULL;
 	if (!(m->files = calloc(x->o.nfiles ? x->o.nfiles : 1, sizeof(*m->files))))
 		return -ENOMEM;
+	cost_free(x); /* as encoded before, when costs_of() chose this */
+	if ((ret = cost_alloc(x)))
+		return ret;
 	for (uint32_t fi = 0; fi < x->o.nfiles; fi++) {
 		const struct dcr_file *f = &x->o.files[fi];
 		struct dcr_file *g = &m->files[fi];
@@ -355,11 +520,15 @@ static int rewrite(struct cctx *c, struct cver *x)
 					 b->o.files[bfi].size != f->size))
 				bfi = -1;
 		}
+		/* a base whose costs are unknown cannot be bounded: none */
+		struct ccost *bc = bfi >= 0 ? base_costs(b, (uint32_t)bfi, f) : NULL;
+		if (!bc)
+			bfi = -1;
 		g->base = bfi >= 0 ? (uint32_t)bfi : DCR_NO_BASE;
 		struct dcr_regions rg;
 		regions(c, x->v, fi, f->size, &rg);
 		struct batch bt = { .c = c, .x = x, .b = b, .fi = fi, .bfi = bfi,
-				    .rg = &rg };
+				    .rg = &rg, .cost = x->cost[fi], .bcost = bc };
 		for (uint64_t k = 0; k < f->nchunks && !ret; k += c->nslots) {
 			bt.k0 = k;
 			bt.refs = &g->chunks[k];
@@ -486,8 +655,9 @@ static int slots_new(struct cctx *c)
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int ret;
 
+	/* kept, not only rewrite: costs_of() may add versions */
 	for (size_t i = 0; i < c->n; i++)
-		if (c->vs[i].kept && c->vs[i].rewrite)
+		if (c->vs[i].kept)
 			cs = DCR_MAX(cs, c->vs[i].o.chunk_size);
 	c->threads = (int)DCR_MAX(1, DCR_MIN(ncpu, 8));
 	c->nslots = 2 * (size_t)c->threads;
@@ -538,7 +708,9 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 		struct dcr_compact_stats *s)
 {
 	unsigned k = o->max_depth ? o->max_depth : DCR_COMPACT_DEPTH_DEFAULT;
-	struct cctx c = { .st = st, .r = r, .o = o, .s = s };
+	struct cctx c = { .st = st, .r = r, .o = o, .s = s,
+			  .read_pct = o->read_cost ? o->read_cost
+						   : DCR_COMPACT_READ_COST_DEFAULT };
 	int ret;
 
 	memset(s, 0, sizeof(*s));
@@ -549,9 +721,13 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 		goto out;
 	for (size_t i = 0; i < c.n && !ret; i++) {
 		struct cver *x = &c.vs[i];
+		bool over = false;
 		if (!x->kept)
 			continue;
-		if (x->rewrite && !o->dry_run)
+		/* on its base already, but maybe too dear to read there */
+		if (!x->rewrite && !o->dry_run && !(ret = costs_of(&c, l, x, &over)))
+			x->rewrite = over;
+		if (x->rewrite && !o->dry_run && !ret)
 			ret = rewrite(&c, x);
 		s->rewritten += x->rewrite;
 		if (!ret && o->report)
@@ -573,6 +749,7 @@ out:
 		/* nm shares nothing with o: every path and array is its own */
 		if (c.vs[i].nm.files)
 			dcr_manifest_free(&c.vs[i].nm);
+		cost_free(&c.vs[i]);
 	}
 	free(c.vs);
 	dcr_packw_free(c.pw);

@@ -18,6 +18,19 @@
  * commits costs only the new versions, and retention that keeps the
  * oldest kept version stable does not rewrite the rest.
  *
+ * Per chunk, a delta on the skip-base or a full frame: skip-deltas over
+ * many steps carry most of the elements and cost more to apply than a
+ * full frame, so a chunk whose chain (its frames down to the first full
+ * one) would cost more than read_cost % of that full frame to fetch and
+ * apply, counting what every read costs anyway (frame.h's cost model,
+ * computed from the frames' headers: deterministic), is stored as a full
+ * frame instead. A version plan() leaves on its base is costed from its
+ * frames as they are (fetched, headers read) and re-encoded when one of
+ * its chunks reads beyond the bound, so the bound holds on every kept
+ * version, or when it holds full frames chosen against a base re-encoded
+ * in this run (gc's new anchor: deltas may do now); a dry run does not fetch frames and reports base changes
+ * only.
+ *
  * Every rewritten chunk is materialized through a reader (verified as
  * any read is), its base chunk too, encoded with the committer's codec
  * (element hints from the safetensors header), and decoded back onto the
@@ -50,9 +63,23 @@
 #include "reader.h"
 
 #define DCR_COMPACT_DEPTH_DEFAULT 8
+#define DCR_COMPACT_READ_COST_DEFAULT 150
+/*
+ * What every cold read of a chunk costs per raw byte whatever its
+ * encoding (checking its XXH3, copying it out through FUSE, caching it),
+ * in the units of frame.h's cost model. Counted on both sides of
+ * the bound (with one request, DCR_COST_FRAME, per chunk), so the ratio
+ * is the one a reader sees; a little under what
+ * bench-compact measures (a cold read of an anchor less its frames'
+ * fetching, hashing and decoding: ~0.7 ns a byte).
+ */
+#define DCR_COMPACT_READ_FIXED 6
 
 struct dcr_compact_opts {
 	unsigned max_depth;   /* K >= 1 frames per chunk; 0 = default (8) */
+	/* Bound on every chunk's modelled cold read, in percent of its
+	 * chain's full frame alone (see above); 0 = default (150). */
+	unsigned read_cost;
 	/* Versions to keep, ascending (gc): the others are left out of the
 	 * lineages and of the new layout; NULL = every listed version. */
 	const uint64_t *keep;
