@@ -69,8 +69,8 @@ static void usage(FILE *f)
 "\n"
 "  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
 "                         (default: $DCRFS_STORE)\n"
-"      --json             machine-readable output (init, log, show, diff,\n"
-"                         verify, compact, status)\n"
+"      --json             machine-readable output: one JSON value on stdout\n"
+"                         (every command)\n"
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
 "gc options:\n"
@@ -125,14 +125,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 	static const struct {
 		const char *name;
 		int min, max; /* positional arguments; max -1: any */
-		int json;     /* takes --json */
 	} cmds[] = {
-		{ "init", 0, 0, 1 },
-		{ "log", 0, 0, 1 },    { "show", 1, 1, 1 },
-		{ "diff", 2, 2, 1 },   { "tag", 2, 2, 0 },
-		{ "untag", 1, 1, 0 },  { "verify", 0, -1, 1 },
-		{ "gc", 0, 0, 0 },     { "status", 1, 1, 1 },
-		{ "compact", 0, 0, 1 },
+		{ "init", 0, 0 },
+		{ "log", 0, 0 },    { "show", 1, 1 },
+		{ "diff", 2, 2 },   { "tag", 2, 2 },
+		{ "untag", 1, 1 },  { "verify", 0, -1 },
+		{ "gc", 0, 0 },     { "status", 1, 1 },
+		{ "compact", 0, 0 },
 	};
 	int c, gc_opt = 0, dry = 0, depth = 0;
 
@@ -225,10 +224,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (a->npos < cmds[i].min || (cmds[i].max >= 0 && a->npos > cmds[i].max)) {
 		fprintf(stderr, "dcrfs-ctl: %s: wrong number of arguments\n", a->cmd);
-		return -1;
-	}
-	if (a->json && !cmds[i].json) {
-		fprintf(stderr, "dcrfs-ctl: %s does not take --json\n", a->cmd);
 		return -1;
 	}
 	if (a->deep && strcmp(a->cmd, "verify")) {
@@ -983,19 +978,40 @@ static int cmd_tag(struct ctl *c, const char *name, const char *arg)
 		dcr_err("%s: cannot write tags/%s: %s", c->st->url, name, dcr_strerror(ret));
 		return EXIT_FAIL;
 	}
-	dcr_info("tag %s -> version %" PRIu64, name, x->v);
+	if (c->json) {
+		fputs("{\"tag\": ", stdout);
+		dcr_json_str(stdout, name);
+		printf(", \"version\": %" PRIu64 "}\n", x->v);
+	} else {
+		dcr_info("tag %s -> version %" PRIu64, name, x->v);
+	}
 	return 0;
 }
 
 static int cmd_untag(struct ctl *c, const char *name)
 {
-	int ret = dcr_store_del_tag(c->st, name);
+	uint64_t was = 0;
+	int ret;
 
-	if (ret == -ENOENT)
+	for (size_t i = 0; i < c->ntags; i++)
+		if (!strcmp(c->tags[i].name, name))
+			was = c->tags[i].v;
+	if ((ret = dcr_store_del_tag(c->st, name)) == -ENOENT)
 		dcr_err("%s: there is no tag '%s'", c->st->url, name);
 	else if (ret)
 		dcr_err("%s: cannot remove tags/%s: %s", c->st->url, name, dcr_strerror(ret));
-	return ret ? EXIT_FAIL : 0;
+	if (ret)
+		return EXIT_FAIL;
+	if (c->json) {
+		/* the version it pointed at (null: unreadable) */
+		fputs("{\"tag\": ", stdout);
+		dcr_json_str(stdout, name);
+		if (was)
+			printf(", \"removed\": true, \"version\": %" PRIu64 "}\n", was);
+		else
+			fputs(", \"removed\": true, \"version\": null}\n", stdout);
+	}
+	return 0;
 }
 
 /* Whether some chunk of @m is built on its parent's (SAME or DELTA). */
