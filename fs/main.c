@@ -250,8 +250,8 @@ static void usage(FILE *f)
 "                           files are hidden while mounted)\n"
 "    -o nosplice            accepted; replies are always copied (every\n"
 "                           chunk read from the cache is checked)\n"
-"    -o readahead=SIZE      kernel readahead of the mount (default 1M,\n"
-"                           0 = kernel default; needs root)\n"
+"    -o readahead=SIZE      kernel readahead of the mount (0 to 1G, default\n"
+"                           1M, 0 = kernel default; raising it needs root)\n"
 "    -o max_threads=N       session worker threads (default %d)\n"
 "    -o max_idle_threads=N  idle worker threads kept\n"
 "    -o clone_fd            one /dev/fuse descriptor per thread\n"
@@ -527,9 +527,10 @@ static void unescape_mountinfo(char *s)
  * Raise the readahead of the mount's bdi to @kb KiB. The kernel caps
  * FUSE readahead (and mmap fault-around reads) at the bdi's
  * read_ahead_kb, 128 KiB by default, whatever max_readahead says.
- * Needs root; failures are only logged at debug level.
+ * Needs root; a failure is a warning when -o readahead was given
+ * (@asked), else logged at debug level.
  */
-static void set_readahead(const char *mountpoint, unsigned int kb)
+static void set_readahead(const char *mountpoint, unsigned int kb, bool asked)
 {
 	unsigned int maj = 0, min = 0;
 	int found = 0;
@@ -566,12 +567,16 @@ static void set_readahead(const char *mountpoint, unsigned int kb)
 	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
 		 maj, min);
 	f = fopen(path, "we");
-	if (!f) {
-		dcr_debug("cannot set %s: %s", path, strerror(errno));
-		return;
+	if (f) {
+		fprintf(f, "%u\n", kb);
+		if (fclose(f) == 0)
+			return;
 	}
-	fprintf(f, "%u\n", kb);
-	if (fclose(f) != 0)
+	if (asked)
+		dcr_warn("-o readahead: cannot set %s to %u KiB (%s; only root "
+			 "may): the kernel's default stays, if lower", path, kb,
+			 strerror(errno));
+	else
 		dcr_debug("cannot set %s: %s", path, strerror(errno));
 }
 
@@ -1200,7 +1205,7 @@ int main(int argc, char *argv[])
 		dcr_err("cannot mount on %s", mountpoint);
 		goto out_metrics;
 	}
-	set_readahead(mountpoint, fs.read_ahead_kb);
+	set_readahead(mountpoint, fs.read_ahead_kb, o.readahead != NULL);
 	dcrfs_pt_install(fs.se, &fs.pt); /* failing, reads take the normal path */
 
 	/* From here on, messages go to syslog unless -f. */
