@@ -41,6 +41,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <syslog.h>
@@ -450,6 +451,15 @@ static char *absolute(const char *path)
 	return join(cwd, path);
 }
 
+/* @mnt answered ENOTCONN: a FUSE mount whose daemon is gone (killed).
+ * Say so with the command that clears it. */
+static void say_dead_mount(const char *mnt)
+{
+	fprintf(stderr, PROG ": mount point %s: %s: a dead FUSE mount (its "
+		"daemon is gone); unmount it first (fusermount3 -u %s)\n", mnt,
+		strerror(ENOTCONN), mnt);
+}
+
 /*
  * Refuse a mount point that is already a mount (two dcrfs stacked on one
  * path) or, unless -o nonempty, holds files the mount would hide; rclone
@@ -470,6 +480,11 @@ static int check_mountpoint(const char *mnt, int nonempty)
 		return -1;
 	}
 	if (sb.st_dev != psb.st_dev && strcmp(mnt, "/") != 0) {
+		struct statfs sf; /* never answered from the kernel's cache */
+		if (statfs(mnt, &sf) < 0 && errno == ENOTCONN) {
+			say_dead_mount(mnt);
+			return -1;
+		}
 		fprintf(stderr, PROG ": %s is already a mount point; unmount it "
 			"first (fusermount3 -u %s)\n", mnt, mnt);
 		return -1;
@@ -1089,6 +1104,10 @@ int main(int argc, char *argv[])
 			errno = ENOTDIR;
 		else if (mountpoint)
 			errno = 0;
+		if (!mountpoint && errno == ENOTCONN) {
+			say_dead_mount(o.mountpoint);
+			goto out_args;
+		}
 		if (!mountpoint || errno) {
 			fprintf(stderr, PROG ": bad mount point '%s': %s\n",
 				o.mountpoint, strerror(errno));

@@ -1171,8 +1171,13 @@ static int check_mount(const char *mnt, dev_t *dev)
 
 	if (!realpath(mnt, real) || statfs(real, &sf) < 0 ||
 	    stat(real, &sb) < 0) {
-		dcr_err("%s: %s (is a dcrfs mounted on it?)", mnt,
-			strerror(errno));
+		if (errno == ENOTCONN) /* its daemon is gone (killed) */
+			dcr_err("%s: %s: a dead dcrfs mount; unmount it "
+				"(fusermount3 -u %s) and mount it again", mnt,
+				strerror(errno), mnt);
+		else
+			dcr_err("%s: %s (is a dcrfs mounted on it?)", mnt,
+				strerror(errno));
 		return -1;
 	}
 	if ((unsigned long)sf.f_type != FUSE_SUPER_MAGIC) {
