@@ -1200,6 +1200,7 @@ int main(int argc, char *argv[])
 	 * cache if it has one, and says so. Known, the store's identity
 	 * need not be asked for again. */
 	ropts.store_info = ret ? NULL : &sinfo;
+	ropts.store_err = ret;
 	ret = dcr_mkdir_p(cache_dir, 0700);
 	if (ret < 0) {
 		dcr_err("cannot create cache directory %s: %s", cache_dir,
@@ -1207,6 +1208,12 @@ int main(int argc, char *argv[])
 		goto out_store;
 	}
 	ret = dcr_reader_open(fs.st, &ropts, &fs.r);
+	if (ret == -EHOSTUNREACH) {
+		dcr_err("not mounted: %s cannot be reached (above) and the "
+			"cache in %s holds nothing of it to start from", store,
+			cache_dir);
+		goto out_store;
+	}
 	if (ret < 0) {
 		dcr_err("cannot open the cache in %s: %s", cache_dir,
 			dcr_strerror(ret));
