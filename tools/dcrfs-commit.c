@@ -13,6 +13,8 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,11 +265,82 @@ struct progress {
 	int64_t start;
 };
 
+/* Where the commit is, for a signal that ends it (on_interrupt): the
+ * last progress, in MiB, and 1 once it publishes. Lock-free atomics:
+ * read in a signal handler. */
+static _Atomic uint64_t at_done, at_total;
+static atomic_int at_publishing;
+
+/* Append decimal @v at @p (async-signal-safe); returns the end. */
+static char *put_u64(char *p, uint64_t v)
+{
+	char d[24];
+	int n = 0;
+
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10));
+	while (n)
+		*p++ = d[--n];
+	return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+	while (*s)
+		*p++ = *s++;
+	return p;
+}
+
+/*
+ * SIGINT, SIGTERM or SIGHUP during the commit: say what was left behind
+ * and what collects it, then die of the signal as without this handler.
+ * Async-signal-safe: one write(2) of a line built here.
+ */
+static void on_interrupt(int sig)
+{
+	char b[768], *p = b;
+
+	p = put_str(p, "\ndcrfs-commit: interrupted");
+	if (atomic_load(&at_publishing)) {
+		p = put_str(p, " while publishing: the version may or may not be "
+			    "published (dcrfs-ctl log shows it); if not,");
+	} else {
+		p = put_str(p, " after reading ");
+		p = put_u64(p, atomic_load(&at_done));
+		p = put_str(p, " of ");
+		p = put_u64(p, atomic_load(&at_total));
+		p = put_str(p, " MiB: nothing was published;");
+	}
+	p = put_str(p, " the packs it uploaded and its incomplete uploads are named "
+		    "by no manifest, and 'dcrfs-ctl gc' deletes them once they are "
+		    "older than its grace period (--grace, default 24h)\n");
+	if (write(STDERR_FILENO, b, (size_t)(p - b)) < 0) {
+		/* nothing more to do */
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* Catch the signals that end a commit (@on), or stop catching them. */
+static void catch_interrupts(bool on)
+{
+	struct sigaction sa = { .sa_handler = on ? on_interrupt : SIG_DFL };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
 static void on_progress(void *arg, const struct dcr_progress *p)
 {
 	struct progress *pg = arg;
 	char done[32], total[32], rate_s[32], up[32], eta[32] = "";
 
+	atomic_store(&at_done, p->bytes_done >> 20);
+	atomic_store(&at_total, p->bytes_total >> 20);
+	atomic_store(&at_publishing, !strcmp(p->phase, "publish"));
 	if (!pg->tty)
 		return;
 	double secs = (double)(dcr_mono_ns() - pg->start) / 1e9;
@@ -330,7 +403,9 @@ int main(int argc, char **argv)
 	};
 	if ((ret = dcr_commit_begin(s, &o, &c)) || (ret = dcr_commit_add_tree(c, a.dir)))
 		goto err_failed;
+	catch_interrupts(true);
 	ret = dcr_commit_publish(c, a.tag, &res);
+	catch_interrupts(false);
 	if (pg.tty)
 		fputs("\r\033[K", stderr);
 	if (ret && !res.version)
