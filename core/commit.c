@@ -1051,6 +1051,10 @@ static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr
 		queue_job(p, &j);
 		pr->bytes_done += j.len;
 		report(p, pr, last, c + 1 == f->nchunks);
+		if (p->o->cancel && atomic_load(p->o->cancel)) {
+			ret = DCR_ERR(-ECANCELED);
+			goto err_close;
+		}
 	}
 	/*
 	 * A file written while it was read (in place, at the same size, or
@@ -1581,8 +1585,16 @@ err_stop_workers:
 	if (!ret) {
 		pr.phase = "publish";
 		report(&p, &pr, &last, true);
-		ret = check_packs(st, &m);
+		if (o->cancel && atomic_load(o->cancel))
+			ret = DCR_ERR(-ECANCELED);
+		else
+			ret = check_packs(st, &m);
 	}
+	if (ret == -ECANCELED)
+		dcr_err("%s: cancelled after reading %" PRIu64 " of %" PRIu64 " bytes: "
+			"nothing was published; the packs it uploaded are named by no "
+			"manifest, and dcrfs-ctl gc deletes them once older than its "
+			"grace period", what, pr.bytes_done, pr.bytes_total);
 	if (!ret)
 		ret = publish(&p, &res->version, &res->manifest_len,
 			      res->manifest_hash);

@@ -12,6 +12,7 @@
 #ifndef DCR_COMMIT_H
 #define DCR_COMMIT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -75,6 +76,11 @@ struct dcr_commit_opts {
 	 * last chunk of each file is read; may be NULL. */
 	void (*progress)(void *arg, const struct dcr_commit_progress *p);
 	void *progress_arg;
+	/* If non-NULL and it becomes nonzero (set from any thread or a
+	 * signal handler), the commit stops with -ECANCELED (logged) as
+	 * soon as it sees it: after the chunk being read, or at the latest
+	 * right before the manifest is published; nothing is published. */
+	const atomic_int *cancel;
 };
 
 struct dcr_commit_result {

@@ -284,6 +284,17 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 			       struct dcr_commit_info *info);
 
 /**
+ * dcr_commit_cancel - make a dcr_commit_publish of @c running in another
+ * thread (or interrupted by the signal whose handler calls this) stop
+ * with -ECANCELED as soon as it sees it: after the chunk it is reading,
+ * at the latest before the manifest is published. Nothing is published
+ * then; the packs uploaded so far are named by no manifest and left to
+ * dcrfs-ctl gc (dcr_errmsg says so). Too late (publishing begun) it has
+ * no effect. Async-signal-safe; the handle stays @c's owner's to free.
+ */
+DCR_API void dcr_commit_cancel(dcr_commit_handle *c);
+
+/**
  * dcr_commit_free - free @c (NULL accepted). A commit not published is
  * aborted: nothing was uploaded and nothing is published.
  */

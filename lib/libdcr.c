@@ -43,6 +43,7 @@ struct dcr_commit_handle {
 	size_t n, cap;
 	char *tree;      /* the directory added with add_tree, if one */
 	bool published;
+	atomic_int cancel; /* dcr_commit_cancel */
 };
 
 static __thread char errmsg[4096];
@@ -488,6 +489,7 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		.jobs = c->o.jobs,
 		.progress = c->o.progress ? on_progress : NULL,
 		.progress_arg = c,
+		.cancel = &c->cancel,
 	};
 	/* See DCR_COMMIT_COPY in dcr.h; decided before dcr_ccache_parent,
 	 * which may rebuild the tree the decision looks at. */
@@ -535,6 +537,12 @@ err_free:
 	dcr_ccache_close(cc);
 	dcr_manifest_free(&pm);
 	return api_leave(ret, what);
+}
+
+DCR_API void dcr_commit_cancel(dcr_commit_handle *c)
+{
+	if (c)
+		atomic_store(&c->cancel, 1);
 }
 
 DCR_API void dcr_commit_free(dcr_commit_handle *c)
