@@ -958,6 +958,27 @@ static int open_source(const struct dcr_commit_source *src, struct stat *sb)
 	return fd;
 }
 
+/* Whether @m, digests computed, holds what @pm does: the same paths,
+ * types, modes, sizes and file digests (mtimes aside). */
+static bool tree_unchanged(const struct dcr_manifest *m,
+			   const struct dcr_manifest *pm)
+{
+	if (m->nfiles != pm->nfiles || m->format != pm->format ||
+	    m->chunk_size != pm->chunk_size)
+		return false;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		int64_t b = dcr_manifest_find(pm, f->path);
+		if (b < 0)
+			return false;
+		const struct dcr_file *g = &pm->files[b];
+		if (g->type != f->type || g->mode != f->mode || g->size != f->size ||
+		    memcmp(g->sha256, f->sha256, DCR_HASH_LEN))
+			return false;
+	}
+	return true;
+}
+
 /* Read one file sequentially and queue its chunks. */
 static int feed_file(struct pipe *p, uint32_t fi, struct dcr_commit_progress *pr,
 		     int64_t *last)
@@ -1582,6 +1603,13 @@ err_stop_workers:
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++)
 		if (m.files[i].type == DCR_FT_REG)
 			ret = dcr_file_digest(&m.files[i], m.files[i].sha256);
+	if (!ret && pm && !o->allow_unchanged && tree_unchanged(&m, pm)) {
+		dcr_err("%s is unchanged since version %" PRIu64 " (the same files, "
+			"modes and bytes): nothing was published (pass "
+			"--allow-unchanged to publish it as a new version)", what,
+			o->parent);
+		ret = DCR_ERR(-ENODATA);
+	}
 	if (!ret) {
 		pr.phase = "publish";
 		report(&p, &pr, &last, true);

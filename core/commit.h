@@ -57,6 +57,12 @@ struct dcr_commit_opts {
 	 */
 	bool allow_empty;
 	/*
+	 * A tree equal to the parent's (the same paths, types, modes and
+	 * file digests) fails with -ENODATA (logged) before anything is
+	 * published, unless this is set.
+	 */
+	bool allow_unchanged;
+	/*
 	 * false (the default): a NaN or Inf in a float tensor (BF16, F16,
 	 * F32, F64, F8_E4M3, F8_E5M2) of a safetensors file fails the commit
 	 * with -EDOM before anything is published, after logging, per

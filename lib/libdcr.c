@@ -484,6 +484,7 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		.parent_manifest = parent ? &pm : NULL,
 		.full = !!(fl & DCR_COMMIT_FULL),
 		.allow_empty = !!(fl & DCR_COMMIT_ALLOW_EMPTY),
+		.allow_unchanged = !!(fl & DCR_COMMIT_ALLOW_UNCHANGED),
 		.allow_nonfinite = !!(fl & DCR_COMMIT_ALLOW_NONFINITE),
 		.chunk_size = c->o.chunk_size,
 		.jobs = c->o.jobs,
@@ -515,6 +516,18 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		goto err_free;
 	}
 	c->published = true;
+	if (res.version > parent + 1) { /* a racing committer took parent + 1 */
+		char others[64];
+		if (res.version == parent + 2)
+			snprintf(others, sizeof(others), "version %" PRIu64 " is", parent + 1);
+		else
+			snprintf(others, sizeof(others), "versions %" PRIu64 " to %" PRIu64
+				 " are", parent + 1, res.version - 1);
+		dcr_warn("%s: published as version %" PRIu64 ", built on version %" PRIu64
+			 ", which stopped being the latest while this commit ran: %s "
+			 "another committer's and not in it", st->url, res.version,
+			 parent, others);
+	}
 	dcr_ccache_done(cc, res.version, res.manifest_hash,
 			no_copy ? DCR_CCACHE_SOURCE :
 			keep && res.staged ? DCR_CCACHE_STAGED : DCR_CCACHE_NOTHING,

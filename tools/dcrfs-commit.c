@@ -47,6 +47,8 @@ static void usage(FILE *f)
 "                         it, finding no credentials is an error\n"
 "      --allow-empty      publish a tree without regular files (refused\n"
 "                         otherwise: it would empty every mount's latest)\n"
+"      --allow-unchanged  publish a tree equal to the parent's as a new\n"
+"                         version (refused otherwise)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
 "  -t, --tag NAME         also point tag NAME at the new version (once)\n"
 "      --json             print one JSON object on stdout instead of the\n"
@@ -102,6 +104,7 @@ struct args {
 	int init;
 	int no_sign;
 	int allow_empty;
+	int allow_unchanged;
 	int allow_nonfinite;
 	uint64_t compact_every;
 	uint32_t chunk_size;
@@ -128,6 +131,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "init", no_argument, NULL, 'I' },
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "allow-empty", no_argument, NULL, 'E' },
+		{ "allow-unchanged", no_argument, NULL, 'W' },
 		{ "allow-nonfinite", no_argument, NULL, 'F' },
 		{ "compact-every", required_argument, NULL, 'K' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -216,6 +220,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'E':
 			a->allow_empty = 1;
+			break;
+		case 'W':
+			a->allow_unchanged = 1;
 			break;
 		case 'F':
 			a->allow_nonfinite = 1;
@@ -392,6 +399,7 @@ int main(int argc, char **argv)
 		.cache_dir = a.cache_dir,
 		.flags = (a.full ? DCR_COMMIT_FULL : 0) |
 			 (a.allow_empty ? DCR_COMMIT_ALLOW_EMPTY : 0) |
+			 (a.allow_unchanged ? DCR_COMMIT_ALLOW_UNCHANGED : 0) |
 			 (a.allow_nonfinite ? DCR_COMMIT_ALLOW_NONFINITE : 0) |
 			 (a.no_cache ? DCR_COMMIT_NO_CACHE : 0) |
 			 (a.no_copy ? DCR_COMMIT_NO_COPY : 0) |

@@ -67,6 +67,7 @@ class _Info(ctypes.Structure):
 
 _STORE_INIT = 1
 _FULL, _ALLOW_EMPTY, _ALLOW_NONFINITE, _NO_CACHE = 1, 2, 4, 8
+_ALLOW_UNCHANGED = 64
 
 
 def _load():
@@ -245,7 +246,8 @@ class Commit:
 
     Options: init (create the store if there is none), parent (0: the
     latest), full (every chunk a full frame), allow_nonfinite,
-    allow_empty, no_cache, chunk_size, jobs, cache_dir (the committer's
+    allow_empty, allow_unchanged (publish a tree equal to the parent's;
+    refused otherwise), no_cache, chunk_size, jobs, cache_dir (the committer's
     cache of the parent tree; default as dcrfs-commit's), log_level
     (0 errors .. 3 debug, default 1). A Commit is used by one thread;
     distinct Commits are independent.
@@ -253,7 +255,8 @@ class Commit:
 
     def __init__(self, url, init=False, parent=0, full=False,
                  allow_nonfinite=False, allow_empty=False, no_cache=False,
-                 chunk_size=0, jobs=0, cache_dir=None, log_level=1):
+                 chunk_size=0, jobs=0, cache_dir=None, log_level=1,
+                 allow_unchanged=False):
         _lib.dcr_set_log_level(log_level)
         self._keep = []      # memory the library reads at publish
         self._store = _vp()
@@ -262,7 +265,8 @@ class Commit:
                                           ctypes.byref(self._store)), url)
         flags = ((_FULL if full else 0) | (_ALLOW_EMPTY if allow_empty else 0) |
                  (_ALLOW_NONFINITE if allow_nonfinite else 0) |
-                 (_NO_CACHE if no_cache else 0))
+                 (_NO_CACHE if no_cache else 0) |
+                 (_ALLOW_UNCHANGED if allow_unchanged else 0))
         # publish(progress=) is told through this, from the calling thread
         # (which is also where a SIGINT handler of Python's can run)
         self._progress = None
