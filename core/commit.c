@@ -1603,7 +1603,8 @@ err_stop_workers:
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++)
 		if (m.files[i].type == DCR_FT_REG)
 			ret = dcr_file_digest(&m.files[i], m.files[i].sha256);
-	if (!ret && pm && !o->allow_unchanged && tree_unchanged(&m, pm)) {
+	/* (a full commit of the same tree is a new anchor: wanted) */
+	if (!ret && pm && !o->allow_unchanged && !o->full && tree_unchanged(&m, pm)) {
 		dcr_err("%s is unchanged since version %" PRIu64 " (the same files, "
 			"modes and bytes): nothing was published (pass "
 			"--allow-unchanged to publish it as a new version)", what,

@@ -59,7 +59,7 @@ struct dcr_commit_opts {
 	/*
 	 * A tree equal to the parent's (the same paths, types, modes and
 	 * file digests) fails with -ENODATA (logged) before anything is
-	 * published, unless this is set.
+	 * published, unless this is set or @full (a new anchor).
 	 */
 	bool allow_unchanged;
 	/*

@@ -76,6 +76,8 @@ static void usage(FILE *f)
 "      --allow-nonfinite  commit NaN and Inf values in float tensors of\n"
 "                         safetensors files (default: refuse, publish nothing)\n"
 TOOL_USAGE
+"      --progress         progress on stderr even when it is not a terminal\n"
+"                         (a line every 5 s)\n"
 "  -q, --quiet            no progress or summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -105,6 +107,7 @@ struct args {
 	int no_sign;
 	int allow_empty;
 	int allow_unchanged;
+	int progress; /* --progress */
 	int allow_nonfinite;
 	uint64_t compact_every;
 	uint32_t chunk_size;
@@ -132,6 +135,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "allow-empty", no_argument, NULL, 'E' },
 		{ "allow-unchanged", no_argument, NULL, 'W' },
+		{ "progress", no_argument, NULL, 'P' },
 		{ "allow-nonfinite", no_argument, NULL, 'F' },
 		{ "compact-every", required_argument, NULL, 'K' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -224,6 +228,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'W':
 			a->allow_unchanged = 1;
 			break;
+		case 'P':
+			a->progress = 1;
+			break;
 		case 'F':
 			a->allow_nonfinite = 1;
 			break;
@@ -268,8 +275,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 /* ------------------------------------------------------------ progress */
 
 struct progress {
-	int tty;
+	int tty;           /* show it, redrawn in place */
+	int lines;         /* --progress without a tty: a line every 5 s */
 	int64_t start;
+	int64_t t0;        /* the first report of encoding (0: none yet) */
+	uint64_t done0;    /* its bytes_done */
+	int64_t last_line;
 };
 
 /* Where the commit is, for a signal that ends it (on_interrupt): the
@@ -348,21 +359,34 @@ static void on_progress(void *arg, const struct dcr_progress *p)
 	atomic_store(&at_done, p->bytes_done >> 20);
 	atomic_store(&at_total, p->bytes_total >> 20);
 	atomic_store(&at_publishing, !strcmp(p->phase, "publish"));
-	if (!pg->tty)
+	if (!pg->tty && !pg->lines)
 		return;
-	double secs = (double)(dcr_mono_ns() - pg->start) / 1e9;
-	double rate = secs > 0 ? (double)p->bytes_done / secs : 0;
-	if (rate > 0 && p->bytes_done < p->bytes_total) {
-		double left = (double)(p->bytes_total - p->bytes_done) / rate;
-		snprintf(eta, sizeof(eta), ", ETA %d:%02d", (int)left / 60,
-			 (int)left % 60);
+	int64_t now = dcr_mono_ns();
+	if (!pg->t0 && !strcmp(p->phase, "encode")) {
+		pg->t0 = now; /* the rate counts from here: not the parent's build */
+		pg->done0 = p->bytes_done;
 	}
-	fprintf(stderr, "\r\033[K%s: %s / %s (%3.0f%%), %s/s, %s uploaded%s",
-		p->phase, dcr_format_size(p->bytes_done, done, sizeof(done)),
+	double secs = pg->t0 ? (double)(now - pg->t0) / 1e9 : 0;
+	double rate = secs > 0 ? (double)(p->bytes_done - pg->done0) / secs : 0;
+	/* an ETA from under 2 s of encoding is noise (it read 340:17) */
+	if (secs >= 2 && rate > 0 && p->bytes_done < p->bytes_total) {
+		double left = (double)(p->bytes_total - p->bytes_done) / rate;
+		snprintf(eta, sizeof(eta), ", ETA %d:%02d", (int)DCR_MIN(left, 359999) / 60,
+			 (int)DCR_MIN(left, 359999) % 60);
+	}
+	if (pg->lines) {
+		if (now - pg->last_line < 5000000000LL && strcmp(p->phase, "publish"))
+			return;
+		pg->last_line = now;
+	}
+	fprintf(stderr, "%s%s: %s / %s (%3.0f%%), %s/s, %s uploaded%s%s",
+		pg->tty ? "\r\033[K" : "", p->phase,
+		dcr_format_size(p->bytes_done, done, sizeof(done)),
 		dcr_format_size(p->bytes_total, total, sizeof(total)),
 		p->bytes_total ? 100.0 * (double)p->bytes_done / (double)p->bytes_total : 100.0,
 		dcr_format_size((uint64_t)rate, rate_s, sizeof(rate_s)),
-		dcr_format_size(p->bytes_uploaded, up, sizeof(up)), eta);
+		dcr_format_size(p->bytes_uploaded, up, sizeof(up)), eta,
+		pg->tty ? "" : "\n");
 }
 
 /* ---------------------------------------------------------------- main */
@@ -394,6 +418,7 @@ int main(int argc, char **argv)
 		return 1;
 
 	struct progress pg = { .tty = !a.quiet && isatty(STDERR_FILENO), .start = dcr_mono_ns() };
+	pg.lines = a.progress && !pg.tty;
 	struct dcr_commit_options o = {
 		.parent = a.has_parent ? a.parent : 0,
 		.cache_dir = a.cache_dir,
