@@ -811,6 +811,27 @@ static int open_source(const struct dcr_commit_source *src, struct stat *sb)
 	return fd;
 }
 
+/* Whether @m, digests computed, holds what @pm does: the same paths,
+ * types, modes, sizes and file digests (mtimes aside). */
+static bool tree_unchanged(const struct dcr_manifest *m,
+			   const struct dcr_manifest *pm)
+{
+	if (m->nfiles != pm->nfiles || m->format != pm->format ||
+	    m->chunk_size != pm->chunk_size)
+		return false;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct dcr_file *f = &m->files[i];
+		int64_t b = dcr_manifest_find(pm, f->path);
+		if (b < 0)
+			return false;
+		const struct dcr_file *g = &pm->files[b];
+		if (g->type != f->type || g->mode != f->mode || g->size != f->size ||
+		    memcmp(g->sha256, f->sha256, DCR_HASH_LEN))
+			return false;
+	}
+	return true;
+}
+
 /* Read one file sequentially and queue its chunks. */
 static int feed_file(struct pipe *p, struct worker *self, uint32_t fi,
 		     struct dcr_commit_progress *pr, int64_t *last)
@@ -903,6 +924,10 @@ static int feed_file(struct pipe *p, struct worker *self, uint32_t fi,
 		pr->bytes_done += j->len;
 		queue_job(p, j, self);
 		report(p, pr, last, c + 1 == f->nchunks);
+		if (p->o->cancel && atomic_load(p->o->cancel)) {
+			ret = DCR_ERR(-ECANCELED);
+			goto err_close;
+		}
 	}
 	/*
 	 * A file written while it was read (in place, at the same size, or
@@ -1394,11 +1419,27 @@ int dcr_commit_sources(struct dcr_store *st,
 	for (uint32_t i = 0; i < m.nfiles && !ret; i++)
 		if (m.files[i].type == DCR_FT_REG)
 			ret = dcr_file_digest(&m.files[i], m.files[i].sha256);
+	/* (a full commit of the same tree is a new anchor: wanted) */
+	if (!ret && pm && !o->allow_unchanged && !o->full && tree_unchanged(&m, pm)) {
+		dcr_err("%s is unchanged since version %" PRIu64 " (the same files, "
+			"modes and bytes): nothing was published (pass "
+			"--allow-unchanged to publish it as a new version)", what,
+			o->parent);
+		ret = DCR_ERR(-ENODATA);
+	}
 	if (!ret) {
 		pr.phase = "publish";
 		report(&p, &pr, &last, true);
-		ret = check_packs(st, &m);
+		if (o->cancel && atomic_load(o->cancel))
+			ret = DCR_ERR(-ECANCELED);
+		else
+			ret = check_packs(st, &m);
 	}
+	if (ret == -ECANCELED)
+		dcr_err("%s: cancelled after reading %" PRIu64 " of %" PRIu64 " bytes: "
+			"nothing was published; the packs it uploaded are named by no "
+			"manifest, and dcrfs-ctl gc deletes them once older than its "
+			"grace period", what, pr.bytes_done, pr.bytes_total);
 	if (!ret)
 		ret = publish(&p, &res->version, &res->manifest_len,
 			      res->manifest_hash);

@@ -12,6 +12,7 @@
 #ifndef DCR_COMMIT_H
 #define DCR_COMMIT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -56,6 +57,12 @@ struct dcr_commit_opts {
 	 */
 	bool allow_empty;
 	/*
+	 * A tree equal to the parent's (the same paths, types, modes and
+	 * file digests) fails with -ENODATA (logged) before anything is
+	 * published, unless this is set or @full (a new anchor).
+	 */
+	bool allow_unchanged;
+	/*
 	 * false (the default): a NaN or Inf in a float tensor (BF16, F16,
 	 * F32, F64, F8_E4M3, F8_E5M2) of a safetensors file fails the commit
 	 * with -EDOM before anything is published, after logging, per
@@ -75,6 +82,11 @@ struct dcr_commit_opts {
 	 * last chunk of each file is read; may be NULL. */
 	void (*progress)(void *arg, const struct dcr_commit_progress *p);
 	void *progress_arg;
+	/* If non-NULL and it becomes nonzero (set from any thread or a
+	 * signal handler), the commit stops with -ECANCELED (logged) as
+	 * soon as it sees it: after the chunk being read, or at the latest
+	 * right before the manifest is published; nothing is published. */
+	const atomic_int *cancel;
 };
 
 struct dcr_commit_result {

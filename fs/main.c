@@ -41,6 +41,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <syslog.h>
@@ -250,8 +251,8 @@ static void usage(FILE *f)
 "                           files are hidden while mounted)\n"
 "    -o nosplice            accepted; replies are always copied (every\n"
 "                           chunk read from the cache is checked)\n"
-"    -o readahead=SIZE      kernel readahead of the mount (default 1M,\n"
-"                           0 = kernel default; needs root)\n"
+"    -o readahead=SIZE      kernel readahead of the mount (0 to 1G, default\n"
+"                           1M, 0 = kernel default; raising it needs root)\n"
 "    -o max_threads=N       session worker threads (default %d)\n"
 "    -o max_idle_threads=N  idle worker threads kept\n"
 "    -o clone_fd            one /dev/fuse descriptor per thread\n"
@@ -450,6 +451,15 @@ static char *absolute(const char *path)
 	return join(cwd, path);
 }
 
+/* @mnt answered ENOTCONN: a FUSE mount whose daemon is gone (killed).
+ * Say so with the command that clears it. */
+static void say_dead_mount(const char *mnt)
+{
+	fprintf(stderr, PROG ": mount point %s: %s: a dead FUSE mount (its "
+		"daemon is gone); unmount it first (fusermount3 -u %s)\n", mnt,
+		strerror(ENOTCONN), mnt);
+}
+
 /*
  * Refuse a mount point that is already a mount (two dcrfs stacked on one
  * path) or, unless -o nonempty, holds files the mount would hide; rclone
@@ -470,6 +480,11 @@ static int check_mountpoint(const char *mnt, int nonempty)
 		return -1;
 	}
 	if (sb.st_dev != psb.st_dev && strcmp(mnt, "/") != 0) {
+		struct statfs sf; /* never answered from the kernel's cache */
+		if (statfs(mnt, &sf) < 0 && errno == ENOTCONN) {
+			say_dead_mount(mnt);
+			return -1;
+		}
 		fprintf(stderr, PROG ": %s is already a mount point; unmount it "
 			"first (fusermount3 -u %s)\n", mnt, mnt);
 		return -1;
@@ -527,9 +542,10 @@ static void unescape_mountinfo(char *s)
  * Raise the readahead of the mount's bdi to @kb KiB. The kernel caps
  * FUSE readahead (and mmap fault-around reads) at the bdi's
  * read_ahead_kb, 128 KiB by default, whatever max_readahead says.
- * Needs root; failures are only logged at debug level.
+ * Needs root; a failure is a warning when -o readahead was given
+ * (@asked), else logged at debug level.
  */
-static void set_readahead(const char *mountpoint, unsigned int kb)
+static void set_readahead(const char *mountpoint, unsigned int kb, bool asked)
 {
 	unsigned int maj = 0, min = 0;
 	int found = 0;
@@ -566,12 +582,16 @@ static void set_readahead(const char *mountpoint, unsigned int kb)
 	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
 		 maj, min);
 	f = fopen(path, "we");
-	if (!f) {
-		dcr_debug("cannot set %s: %s", path, strerror(errno));
-		return;
+	if (f) {
+		fprintf(f, "%u\n", kb);
+		if (fclose(f) == 0)
+			return;
 	}
-	fprintf(f, "%u\n", kb);
-	if (fclose(f) != 0)
+	if (asked)
+		dcr_warn("-o readahead: cannot set %s to %u KiB (%s; only root "
+			 "may): the kernel's default stays, if lower", path, kb,
+			 strerror(errno));
+	else
 		dcr_debug("cannot set %s: %s", path, strerror(errno));
 }
 
@@ -1088,6 +1108,10 @@ int main(int argc, char *argv[])
 			errno = ENOTDIR;
 		else if (mountpoint)
 			errno = 0;
+		if (!mountpoint && errno == ENOTCONN) {
+			say_dead_mount(o.mountpoint);
+			goto out_args;
+		}
 		if (!mountpoint || errno) {
 			fprintf(stderr, PROG ": bad mount point '%s': %s\n",
 				o.mountpoint, strerror(errno));
@@ -1180,6 +1204,7 @@ int main(int argc, char *argv[])
 	 * cache if it has one, and says so. Known, the store's identity
 	 * need not be asked for again. */
 	ropts.store_info = ret ? NULL : &sinfo;
+	ropts.store_err = ret;
 	ret = dcr_mkdir_p(cache_dir, 0700);
 	if (ret < 0) {
 		dcr_err("cannot create cache directory %s: %s", cache_dir,
@@ -1187,6 +1212,12 @@ int main(int argc, char *argv[])
 		goto out_store;
 	}
 	ret = dcr_reader_open(fs.st, &ropts, &fs.r);
+	if (ret == -EHOSTUNREACH) {
+		dcr_err("not mounted: %s cannot be reached (above) and the "
+			"cache in %s holds nothing of it to start from", store,
+			cache_dir);
+		goto out_store;
+	}
 	if (ret < 0) {
 		dcr_err("cannot open the cache in %s: %s", cache_dir,
 			dcr_strerror(ret));
@@ -1204,7 +1235,7 @@ int main(int argc, char *argv[])
 		dcr_err("cannot mount on %s", mountpoint);
 		goto out_metrics;
 	}
-	set_readahead(mountpoint, fs.read_ahead_kb);
+	set_readahead(mountpoint, fs.read_ahead_kb, o.readahead != NULL);
 	dcrfs_pt_install(fs.se, &fs.pt); /* failing, reads take the normal path */
 
 	/* From here on, messages go to syslog unless -f. */

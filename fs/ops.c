@@ -1380,10 +1380,15 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	if (fs->max_read)
 		conn->max_read = fs->max_read;
 	/*
-	 * The kernel takes the minimum of this and the bdi's read_ahead_kb,
-	 * which main.c raises right after mounting.
+	 * The kernel lowers the bdi's read_ahead_kb to this, and main.c
+	 * sets read_ahead_kb to -o readahead right after mounting (before
+	 * this reply): both say what was asked, or that stays capped here.
+	 * 0 (-o readahead=0): the kernel's default stays.
 	 */
-	conn->max_readahead = DCR_MAX(conn->max_readahead, DCRFS_READ_MAX);
+	if (fs->read_ahead_kb)
+		conn->max_readahead = fs->read_ahead_kb * 1024;
+	else
+		conn->max_readahead = DCR_MAX(conn->max_readahead, DCRFS_READ_MAX);
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)

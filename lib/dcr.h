@@ -162,6 +162,8 @@ DCR_API int dcr_store_compact(dcr_store_handle *s, unsigned max_depth,
 #define DCR_COMMIT_NO_CACHE        (1u << 3) /* keep no copy of the new version */
 #define DCR_COMMIT_NO_COPY         (1u << 4) /* a tree's next parent is the tree itself */
 #define DCR_COMMIT_COPY            (1u << 5) /* always copy a tree into the cache */
+#define DCR_COMMIT_ALLOW_UNCHANGED (1u << 6) /* publish a tree equal to the parent's
+						(refused otherwise: -ENODATA) */
 /*
  * A tree (dcr_commit_add_tree) with neither NO_COPY nor COPY is copied
  * into the cache only when it is the directory the previous commit came
@@ -278,10 +280,25 @@ struct dcr_commit_info {
  * except for -EINPROGRESS: the store's answers did not tell whether the
  * manifest was stored (dcr_errmsg names the version that may hold it;
  * check it before committing again). A failure to set the tag after the
- * version was published returns -EIO with info->version set.
+ * version was published returns -EIO with info->version set. A tree
+ * without files, or equal to the parent's, is -ENODATA unless
+ * DCR_COMMIT_ALLOW_EMPTY / DCR_COMMIT_ALLOW_UNCHANGED. Published on top
+ * of versions another committer published meanwhile (a number above
+ * parent + 1), it warns that their changes are not in it.
  */
 DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 			       struct dcr_commit_info *info);
+
+/**
+ * dcr_commit_cancel - make a dcr_commit_publish of @c running in another
+ * thread (or interrupted by the signal whose handler calls this) stop
+ * with -ECANCELED as soon as it sees it: after the chunk it is reading,
+ * at the latest before the manifest is published. Nothing is published
+ * then; the packs uploaded so far are named by no manifest and left to
+ * dcrfs-ctl gc (dcr_errmsg says so). Too late (publishing begun) it has
+ * no effect. Async-signal-safe; the handle stays @c's owner's to free.
+ */
+DCR_API void dcr_commit_cancel(dcr_commit_handle *c);
 
 /**
  * dcr_commit_free - free @c (NULL accepted). A commit not published is

@@ -43,6 +43,7 @@ struct dcr_commit_handle {
 	size_t n, cap;
 	char *tree;      /* the directory added with add_tree, if one */
 	bool published;
+	atomic_int cancel; /* dcr_commit_cancel */
 };
 
 static __thread char errmsg[4096];
@@ -483,11 +484,13 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		.parent_manifest = parent ? &pm : NULL,
 		.full = !!(fl & DCR_COMMIT_FULL),
 		.allow_empty = !!(fl & DCR_COMMIT_ALLOW_EMPTY),
+		.allow_unchanged = !!(fl & DCR_COMMIT_ALLOW_UNCHANGED),
 		.allow_nonfinite = !!(fl & DCR_COMMIT_ALLOW_NONFINITE),
 		.chunk_size = c->o.chunk_size,
 		.jobs = c->o.jobs,
 		.progress = c->o.progress ? on_progress : NULL,
 		.progress_arg = c,
+		.cancel = &c->cancel,
 	};
 	/* See DCR_COMMIT_COPY in dcr.h; decided before dcr_ccache_parent,
 	 * which may rebuild the tree the decision looks at. */
@@ -513,6 +516,18 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		goto err_free;
 	}
 	c->published = true;
+	if (res.version > parent + 1) { /* a racing committer took parent + 1 */
+		char others[64];
+		if (res.version == parent + 2)
+			snprintf(others, sizeof(others), "version %" PRIu64 " is", parent + 1);
+		else
+			snprintf(others, sizeof(others), "versions %" PRIu64 " to %" PRIu64
+				 " are", parent + 1, res.version - 1);
+		dcr_warn("%s: published as version %" PRIu64 ", built on version %" PRIu64
+			 ", which stopped being the latest while this commit ran: %s "
+			 "another committer's and not in it", st->url, res.version,
+			 parent, others);
+	}
 	dcr_ccache_done(cc, res.version, res.manifest_hash,
 			no_copy ? DCR_CCACHE_SOURCE :
 			keep && res.staged ? DCR_CCACHE_STAGED : DCR_CCACHE_NOTHING,
@@ -535,6 +550,12 @@ err_free:
 	dcr_ccache_close(cc);
 	dcr_manifest_free(&pm);
 	return api_leave(ret, what);
+}
+
+DCR_API void dcr_commit_cancel(dcr_commit_handle *c)
+{
+	if (c)
+		atomic_store(&c->cancel, 1);
 }
 
 DCR_API void dcr_commit_free(dcr_commit_handle *c)

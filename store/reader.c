@@ -157,10 +157,12 @@ static int drop_store_state(struct dcr_reader *r)
  * the store now has another id - it was deleted and created again at the
  * same URL - or the directory was filled before ids were recorded, the
  * catalog and every slab are dropped first: nothing of another store is
- * ever served. A store that cannot be asked (down, unreachable) keeps a
- * directory already bound, so a mount still starts from its cache.
+ * ever served. A store that cannot be asked (down, unreachable; or
+ * @known_err, what the caller's asking got) keeps a directory already
+ * bound, so a mount still starts from its cache.
  */
-static int bind_store(struct dcr_reader *r, const struct dcr_store_info *known)
+static int bind_store(struct dcr_reader *r, const struct dcr_store_info *known,
+		      int known_err)
 {
 	struct dcr_store_info info;
 	char path[PATH_MAX], tmp[PATH_MAX + 8], have[DCR_STORE_ID_MAX + 2];
@@ -181,6 +183,8 @@ static int bind_store(struct dcr_reader *r, const struct dcr_store_info *known)
 	if (known && known->id[0]) {
 		info = *known;
 		ret = 0;
+	} else if (known_err) {
+		ret = known_err; /* asked already, just now */
 	} else {
 		ret = dcr_store_identify(r->st, &info);
 	}
@@ -312,7 +316,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		goto err_close;
 	ret = lock_dir(r, opts->cache_dir);
 	if (!ret)
-		ret = bind_store(r, opts->store_info);
+		ret = bind_store(r, opts->store_info, opts->store_err);
 	if (ret)
 		goto err_close;
 	if (snprintf(path, sizeof(path), "%s/catalog.db", r->dir) >=

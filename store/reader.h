@@ -44,6 +44,11 @@ struct dcr_reader_opts {
 	/* The store's identity if the caller has just read it
 	 * (dcr_store_check); NULL: the reader asks the store itself. */
 	const struct dcr_store_info *store_info;
+	/* Without @store_info: what the caller's dcr_store_check returned
+	 * when the store could not be asked (-errno; 0: the reader asks it
+	 * itself). The reader does not ask again: it starts from a cache
+	 * directory already bound to the store, or fails with this. */
+	int store_err;
 	/* Trees of versions kept in memory while nobody holds them (the
 	 * newest version's is always kept; the least recently used others
 	 * are unloaded when the reader is idle and loaded again from the

@@ -734,11 +734,19 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		goto out;
 	}
 	r->unresolved = cc == CURLE_COULDNT_RESOLVE_HOST;
+	r->unreachable = r->unresolved || cc == CURLE_COULDNT_CONNECT;
 	if (cc != CURLE_OK) {
+		long oserr = 0;
 		*ret = DCR_ERR(-EIO);
 		if (r->unresolved)
 			snprintf(why, wc, "cannot resolve the host of %s "
 				 "(check the endpoint and DNS)", s->origin);
+		else if (cc == CURLE_COULDNT_CONNECT &&
+			 curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &oserr) == CURLE_OK &&
+			 oserr > 0)
+			snprintf(why, wc, "cannot reach the store at %s: %s "
+				 "(check the endpoint; is the server up?)", s->origin,
+				 strerror((int)oserr));
 		else
 			snprintf(why, wc, "%s", curl_easy_strerror(cc));
 		oc = curl_transient(cc) ? OUT_RETRY : OUT_DONE;
@@ -749,6 +757,7 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		goto out;
 	}
 	long st = x.status;
+	atomic_store_explicit(&s->reached, true, memory_order_relaxed);
 	if (st >= 200 && st < 300) {
 		*ret = 0;
 		goto out;
@@ -855,6 +864,11 @@ int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 		if (oc == OUT_DONE || s->mirror)
 			break;
 		int64_t left = deadline - dcr_mono_ns();
+		if (r->unreachable && n >= S3_RESOLVE_ATTEMPTS &&
+		    !atomic_load_explicit(&s->reached, memory_order_relaxed)) {
+			ret = DCR_ERR(-EHOSTUNREACH); /* it never answered */
+			break;
+		}
 		if (n >= S3_ATTEMPTS_MAX || left < 20 * 1000000LL ||
 		    (r->unresolved && n >= S3_RESOLVE_ATTEMPTS))
 			break;

@@ -9,6 +9,7 @@
 #define DCR_S3_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -53,6 +54,7 @@ struct dcr_s3_store {
 	int64_t read_timeout_ns;
 	int64_t write_timeout_ns;
 	bool mirror;      /* dcr_store_cfg.mirror: one attempt, quiet */
+	atomic_bool reached; /* some request got an HTTP reply (s3_request) */
 
 	CURLSH *share;
 	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
@@ -89,6 +91,7 @@ struct s3_req {
 	/* results */
 	bool maybe_applied;    /* a failed attempt may have taken effect */
 	bool unresolved;       /* the last attempt could not resolve the host */
+	bool unreachable;      /* ... or connect to it (nothing was sent) */
 	long status;
 	char etag[S3_ETAG_MAX];
 	uint64_t clen;
@@ -98,7 +101,11 @@ struct s3_req {
 /* ---- s3.c */
 
 /* Perform @r with retries: 0 or -errno; every failure but the expected
- * ones (-ENOENT when quiet, -EEXIST) is logged once, naming the key. */
+ * ones (-ENOENT when quiet, -EEXIST) is logged once, naming the key.
+ * Until the store has answered once, a host it cannot resolve or connect
+ * to is tried S3_RESOLVE_ATTEMPTS times, then -EHOSTUNREACH ("cannot
+ * reach": a wrong endpoint or a server that is down fails a mount or a
+ * tool at once); afterwards that is -EIO after the whole retry budget. */
 int s3_request(struct dcr_s3_store *s, struct s3_req *r);
 /* The full object key of store key @key (with the prefix) into @buf. */
 int object_key(const struct dcr_s3_store *s, const char *key,

@@ -59,7 +59,8 @@ int dcr_store_check(struct dcr_store *st, bool init,
 		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
 			"versions); create one with 'dcrfs-commit --init' or "
 			"'dcrfs-ctl init'", st->url, DCR_STORE_MARKER);
-	} else if (ret && ret != -EBADMSG && ret != -EPROTONOSUPPORT) {
+	} else if (ret && ret != -EBADMSG && ret != -EPROTONOSUPPORT &&
+		   ret != -EHOSTUNREACH) { /* "cannot reach": logged */
 		dcr_err("%s: cannot tell whether this is a dcrfs store: %s",
 			st->url, dcr_strerror(ret)); /* the others: logged */
 	}

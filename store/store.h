@@ -55,7 +55,8 @@ int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
  * is -ENOENT with a message naming it and how to create one. Fills
  * @info. Returns 0, -ENOENT, -EBADMSG or -EPROTONOSUPPORT (a bad or
  * newer marker), or another -errno when the store could not be asked
- * (a message says so; the mount goes on from its cache then).
+ * (a message says so; the mount goes on from its cache then):
+ * -EHOSTUNREACH when it could not be reached at all.
  */
 int dcr_store_check(struct dcr_store *st, bool init,
 		    struct dcr_store_info *info);

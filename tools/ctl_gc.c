@@ -26,6 +26,19 @@
 
 /* -------------------------------------------------------------------- gc */
 
+/* A line of what gc does, on stdout; none with --json (one object at the
+ * end says it all). */
+static void DCR_PRINTF(2, 3) say(const struct ctl *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (c->json)
+		return;
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+}
+
 enum keep_why { KEEP_NOT = 0, KEEP_LAST, KEEP_TAGGED, KEEP_NEWER, KEEP_CHAIN };
 
 /* Mark the packs of @m in @ps (parallel to c->packs) with at least @mark. */
@@ -192,7 +205,7 @@ static int partial_cb(const char *key, const struct dcr_obj_info *info, void *ar
 		pp->kept++;
 		return 0;
 	}
-	printf("%sabort incomplete upload %s%s%s\n", pp->a->dry_run ? "would " : "", key,
+	say(pp->c, "%sabort incomplete upload %s%s%s\n", pp->a->dry_run ? "would " : "", key,
 	       info->size ? ", " : "", info->size ? dcr_format_size(info->size, b, sizeof(b)) : "");
 	int ret = pp->a->dry_run ? 0 : dcr_store_abort_partial(pp->c->st, key, info->upload);
 	if (ret && ret != -ENOENT) {
@@ -241,7 +254,7 @@ static int gc_rebase(struct ctl *c, const struct args *a, const uint8_t *keep)
 		need |= p && !keep[p - c->vs];
 	}
 	if (need) {
-		printf("%srebase the kept versions that are built on removed ones:\n",
+		say(c, "%srebase the kept versions that are built on removed ones:\n",
 		       a->dry_run ? "would " : "");
 		if (ctl_compact(c, a, kv, nk, &s)) {
 			dcr_err("%s: rebasing the kept versions failed: nothing removed",
@@ -281,7 +294,7 @@ static int gc_forget(struct ctl *c, const struct args *a, const uint8_t *keep)
 		free(nl.e);
 		return 0;
 	}
-	printf("%spublish layout generation %" PRIu64 ", which no longer names the "
+	say(c, "%spublish layout generation %" PRIu64 ", which no longer names the "
 	       "removed versions\n", a->dry_run ? "would " : "", nl.gen);
 	if (a->dry_run) {
 		free(nl.e);
@@ -326,7 +339,7 @@ static int stale_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 	} else {
 		return 0;
 	}
-	printf("%sdelete %s (replaced by layout generation %" PRIu64 ")\n",
+	say(st->c, "%sdelete %s (replaced by layout generation %" PRIu64 ")\n",
 	       st->a->dry_run ? "would " : "", key, l->gen);
 	if (gc_del(st->c, key, st->a->dry_run))
 		st->err = -EIO;
@@ -398,6 +411,44 @@ static int gc_keep_previous(struct ctl *c, const uint8_t *keep, uint8_t *ps,
 	dcr_layout_free(&prev);
 	free(seen);
 	return ret;
+}
+
+struct gc_counts {
+	size_t kept, chain, packs, orphans, prev, aborted, uploads_kept;
+	uint64_t freed, orphan_bytes, prev_bytes, aborted_bytes;
+};
+
+/* gc --json: one object, what was (dry run: would be) done. */
+static void gc_json(const struct ctl *c, const struct args *a, const uint8_t *keep,
+		    int rebased, const struct gc_counts *n)
+{
+	int first = 1;
+
+	printf("{\"dry_run\": %s, \"rebased\": %s, \"versions_kept\": %zu"
+	       ", \"versions_kept_for_chains\": %zu, \"versions_removed\": [",
+	       a->dry_run ? "true" : "false", rebased ? "true" : "false", n->kept, n->chain);
+	for (size_t i = 0; i < c->nvs; i++)
+		if (!keep[i]) {
+			printf("%s%" PRIu64, first ? "" : ", ", c->vs[i].v);
+			first = 0;
+		}
+	fputs("], \"tags_removed\": [", stdout);
+	first = 1;
+	for (size_t t = 0; t < c->ntags; t++) {
+		struct ver *x = c->tags[t].v ? ver_find((struct ctl *)c, c->tags[t].v) : NULL;
+		if (!x || keep[x - c->vs])
+			continue;
+		fputs(first ? "" : ", ", stdout);
+		dcr_json_str(stdout, c->tags[t].name);
+		first = 0;
+	}
+	printf("], \"packs_deleted\": %zu, \"bytes_freed\": %" PRIu64
+	       ", \"orphans_kept\": %zu, \"orphan_bytes_kept\": %" PRIu64
+	       ", \"previous_layout_packs_kept\": %zu, \"previous_layout_bytes_kept\": %" PRIu64
+	       ", \"uploads_aborted\": %zu, \"upload_bytes_aborted\": %" PRIu64
+	       ", \"uploads_kept\": %zu, \"grace_seconds\": %" PRIu64 "}\n",
+	       n->packs, n->freed, n->orphans, n->orphan_bytes, n->prev, n->prev_bytes,
+	       n->aborted, n->aborted_bytes, n->uploads_kept, a->grace);
 }
 
 int cmd_gc(struct ctl *c, const struct args *a)
@@ -481,7 +532,7 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		struct ver *x = c->tags[t].v ? ver_find(c, c->tags[t].v) : NULL;
 		if (!x || keep[x - c->vs])
 			continue;
-		printf("%sremove tag %s (version %" PRIu64 ")\n", would, c->tags[t].name, x->v);
+		say(c, "%sremove tag %s (version %" PRIu64 ")\n", would, c->tags[t].name, x->v);
 		int ret = a->dry_run ? 0 : dcr_store_del_tag(c->st, c->tags[t].name);
 		if (ret && ret != -ENOENT) {
 			dcr_err("%s: cannot remove tag %s: %s", c->st->url, c->tags[t].name,
@@ -495,11 +546,11 @@ int cmd_gc(struct ctl *c, const struct args *a)
 	 * built on kept ones only (rebased above) */
 	for (size_t i = c->nvs; i-- > 0;) {
 		if (keep[i] == KEEP_CHAIN)
-			printf("keep version %" PRIu64 ": the chain of version %" PRIu64
+			say(c, "keep version %" PRIu64 ": the chain of version %" PRIu64
 			       " needs it\n", c->vs[i].v, by[i]);
 		if (keep[i])
 			continue;
-		printf("%sremove version %" PRIu64 "\n", would, c->vs[i].v);
+		say(c, "%sremove version %" PRIu64 "\n", would, c->vs[i].v);
 		dcr_version_key(c->vs[i].v, key, sizeof(key));
 		if (gc_del(c, key, a->dry_run))
 			goto err_free;
@@ -527,7 +578,7 @@ int cmd_gc(struct ctl *c, const struct args *a)
 			continue;
 		}
 		dcr_pack_key(c->packs[i].h, key, sizeof(key));
-		printf("%sdelete %s (%s%s)\n", would, key,
+		say(c, "%sdelete %s (%s%s)\n", would, key,
 		       dcr_format_size(c->packs[i].size, b1, sizeof(b1)),
 		       ps[i] == P_ORPHAN ? ", named by no manifest" : "");
 		if (gc_del(c, key, a->dry_run))
@@ -545,7 +596,13 @@ int cmd_gc(struct ctl *c, const struct args *a)
 				dcr_strerror(ret));
 		goto err_free;
 	}
-	if (!a->quiet) {
+	if (c->json)
+		gc_json(c, a, keep, rebased, &(struct gc_counts){
+			.kept = nkept, .chain = nchain, .packs = npk, .freed = freed,
+			.orphans = norphan, .orphan_bytes = orphan_bytes, .prev = nprev,
+			.prev_bytes = prev_bytes, .aborted = pp.n, .aborted_bytes = pp.bytes,
+			.uploads_kept = pp.kept });
+	else if (!a->quiet) {
 		dcr_info("%s%zu versions kept (%zu only for the chains of kept versions), "
 			 "%zu removed; %zu packs deleted (%s)", a->dry_run ? "dry run: " : "",
 			 nkept, nchain, nrm, npk, dcr_format_size(freed, b1, sizeof(b1)));
@@ -554,14 +611,14 @@ int cmd_gc(struct ctl *c, const struct args *a)
 				 a->dry_run ? "dry run: " : "", pp.n,
 				 dcr_format_size(pp.bytes, b2, sizeof(b2)));
 	}
-	if (nprev && !a->quiet)
+	if (nprev && !a->quiet && !c->json)
 		dcr_info("%s%zu packs (%s) that the previous layout builds kept versions on "
 			 "were kept: layout generation %" PRIu64 " is younger than the grace "
 			 "period (%" PRIu64 " s), and mounts may still read the one before it; "
 			 "a later gc collects them", a->dry_run ? "dry run: " : "", nprev,
 			 dcr_format_size(prev_bytes, b2, sizeof(b2)),
 			 c->layout.gen + dry_rebase, a->grace);
-	if ((norphan || pp.kept) && !a->quiet)
+	if ((norphan || pp.kept) && !a->quiet && !c->json)
 		dcr_info("%zu packs (%s) named by no manifest and %zu incomplete uploads "
 			 "were kept: younger than the grace period (%" PRIu64 " s), a commit "
 			 "may still be publishing them", norphan,

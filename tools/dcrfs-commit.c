@@ -13,6 +13,8 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,8 @@ static void usage(FILE *f)
 "                         it, finding no credentials is an error\n"
 "      --allow-empty      publish a tree without regular files (refused\n"
 "                         otherwise: it would empty every mount's latest)\n"
+"      --allow-unchanged  publish a tree equal to the parent's as a new\n"
+"                         version (refused otherwise)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
 "  -t, --tag NAME         also point tag NAME at the new version (once)\n"
 "      --json             print one JSON object on stdout instead of the\n"
@@ -72,6 +76,8 @@ static void usage(FILE *f)
 "      --allow-nonfinite  commit NaN and Inf values in float tensors of\n"
 "                         safetensors files (default: refuse, publish nothing)\n"
 TOOL_USAGE
+"      --progress         progress on stderr even when it is not a terminal\n"
+"                         (a line every 5 s)\n"
 "  -q, --quiet            no progress or summary on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -100,6 +106,8 @@ struct args {
 	int init;
 	int no_sign;
 	int allow_empty;
+	int allow_unchanged;
+	int progress; /* --progress */
 	int allow_nonfinite;
 	uint64_t compact_every;
 	uint32_t chunk_size;
@@ -126,6 +134,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "init", no_argument, NULL, 'I' },
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "allow-empty", no_argument, NULL, 'E' },
+		{ "allow-unchanged", no_argument, NULL, 'W' },
+		{ "progress", no_argument, NULL, 'P' },
 		{ "allow-nonfinite", no_argument, NULL, 'F' },
 		{ "compact-every", required_argument, NULL, 'K' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -215,6 +225,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'E':
 			a->allow_empty = 1;
 			break;
+		case 'W':
+			a->allow_unchanged = 1;
+			break;
+		case 'P':
+			a->progress = 1;
+			break;
 		case 'F':
 			a->allow_nonfinite = 1;
 			break;
@@ -259,30 +275,118 @@ static int parse_args(int argc, char **argv, struct args *a)
 /* ------------------------------------------------------------ progress */
 
 struct progress {
-	int tty;
+	int tty;           /* show it, redrawn in place */
+	int lines;         /* --progress without a tty: a line every 5 s */
 	int64_t start;
+	int64_t t0;        /* the first report of encoding (0: none yet) */
+	uint64_t done0;    /* its bytes_done */
+	int64_t last_line;
 };
+
+/* Where the commit is, for a signal that ends it (on_interrupt): the
+ * last progress, in MiB, and 1 once it publishes. Lock-free atomics:
+ * read in a signal handler. */
+static _Atomic uint64_t at_done, at_total;
+static atomic_int at_publishing;
+
+/* Append decimal @v at @p (async-signal-safe); returns the end. */
+static char *put_u64(char *p, uint64_t v)
+{
+	char d[24];
+	int n = 0;
+
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10));
+	while (n)
+		*p++ = d[--n];
+	return p;
+}
+
+static char *put_str(char *p, const char *s)
+{
+	while (*s)
+		*p++ = *s++;
+	return p;
+}
+
+/*
+ * SIGINT, SIGTERM or SIGHUP during the commit: say what was left behind
+ * and what collects it, then die of the signal as without this handler.
+ * Async-signal-safe: one write(2) of a line built here.
+ */
+static void on_interrupt(int sig)
+{
+	char b[768], *p = b;
+
+	p = put_str(p, "\ndcrfs-commit: interrupted");
+	if (atomic_load(&at_publishing)) {
+		p = put_str(p, " while publishing: the version may or may not be "
+			    "published (dcrfs-ctl log shows it); if not,");
+	} else {
+		p = put_str(p, " after reading ");
+		p = put_u64(p, atomic_load(&at_done));
+		p = put_str(p, " of ");
+		p = put_u64(p, atomic_load(&at_total));
+		p = put_str(p, " MiB: nothing was published;");
+	}
+	p = put_str(p, " the packs it uploaded and its incomplete uploads are named "
+		    "by no manifest, and 'dcrfs-ctl gc' deletes them once they are "
+		    "older than its grace period (--grace, default 24h)\n");
+	if (write(STDERR_FILENO, b, (size_t)(p - b)) < 0) {
+		/* nothing more to do */
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* Catch the signals that end a commit (@on), or stop catching them. */
+static void catch_interrupts(bool on)
+{
+	struct sigaction sa = { .sa_handler = on ? on_interrupt : SIG_DFL };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
 
 static void on_progress(void *arg, const struct dcr_progress *p)
 {
 	struct progress *pg = arg;
 	char done[32], total[32], rate_s[32], up[32], eta[32] = "";
 
-	if (!pg->tty)
+	atomic_store(&at_done, p->bytes_done >> 20);
+	atomic_store(&at_total, p->bytes_total >> 20);
+	atomic_store(&at_publishing, !strcmp(p->phase, "publish"));
+	if (!pg->tty && !pg->lines)
 		return;
-	double secs = (double)(dcr_mono_ns() - pg->start) / 1e9;
-	double rate = secs > 0 ? (double)p->bytes_done / secs : 0;
-	if (rate > 0 && p->bytes_done < p->bytes_total) {
-		double left = (double)(p->bytes_total - p->bytes_done) / rate;
-		snprintf(eta, sizeof(eta), ", ETA %d:%02d", (int)left / 60,
-			 (int)left % 60);
+	int64_t now = dcr_mono_ns();
+	if (!pg->t0 && !strcmp(p->phase, "encode")) {
+		pg->t0 = now; /* the rate counts from here: not the parent's build */
+		pg->done0 = p->bytes_done;
 	}
-	fprintf(stderr, "\r\033[K%s: %s / %s (%3.0f%%), %s/s, %s uploaded%s",
-		p->phase, dcr_format_size(p->bytes_done, done, sizeof(done)),
+	double secs = pg->t0 ? (double)(now - pg->t0) / 1e9 : 0;
+	double rate = secs > 0 ? (double)(p->bytes_done - pg->done0) / secs : 0;
+	/* an ETA from under 2 s of encoding is noise (it read 340:17) */
+	if (secs >= 2 && rate > 0 && p->bytes_done < p->bytes_total) {
+		double left = (double)(p->bytes_total - p->bytes_done) / rate;
+		snprintf(eta, sizeof(eta), ", ETA %d:%02d", (int)DCR_MIN(left, 359999) / 60,
+			 (int)DCR_MIN(left, 359999) % 60);
+	}
+	if (pg->lines) {
+		if (now - pg->last_line < 5000000000LL && strcmp(p->phase, "publish"))
+			return;
+		pg->last_line = now;
+	}
+	fprintf(stderr, "%s%s: %s / %s (%3.0f%%), %s/s, %s uploaded%s%s",
+		pg->tty ? "\r\033[K" : "", p->phase,
+		dcr_format_size(p->bytes_done, done, sizeof(done)),
 		dcr_format_size(p->bytes_total, total, sizeof(total)),
 		p->bytes_total ? 100.0 * (double)p->bytes_done / (double)p->bytes_total : 100.0,
 		dcr_format_size((uint64_t)rate, rate_s, sizeof(rate_s)),
-		dcr_format_size(p->bytes_uploaded, up, sizeof(up)), eta);
+		dcr_format_size(p->bytes_uploaded, up, sizeof(up)), eta,
+		pg->tty ? "" : "\n");
 }
 
 /* ---------------------------------------------------------------- main */
@@ -314,11 +418,13 @@ int main(int argc, char **argv)
 		return 1;
 
 	struct progress pg = { .tty = !a.quiet && isatty(STDERR_FILENO), .start = dcr_mono_ns() };
+	pg.lines = a.progress && !pg.tty;
 	struct dcr_commit_options o = {
 		.parent = a.has_parent ? a.parent : 0,
 		.cache_dir = a.cache_dir,
 		.flags = (a.full ? DCR_COMMIT_FULL : 0) |
 			 (a.allow_empty ? DCR_COMMIT_ALLOW_EMPTY : 0) |
+			 (a.allow_unchanged ? DCR_COMMIT_ALLOW_UNCHANGED : 0) |
 			 (a.allow_nonfinite ? DCR_COMMIT_ALLOW_NONFINITE : 0) |
 			 (a.no_cache ? DCR_COMMIT_NO_CACHE : 0) |
 			 (a.no_copy ? DCR_COMMIT_NO_COPY : 0) |
@@ -330,7 +436,9 @@ int main(int argc, char **argv)
 	};
 	if ((ret = dcr_commit_begin(s, &o, &c)) || (ret = dcr_commit_add_tree(c, a.dir)))
 		goto err_failed;
+	catch_interrupts(true);
 	ret = dcr_commit_publish(c, a.tag, &res);
+	catch_interrupts(false);
 	if (pg.tty)
 		fputs("\r\033[K", stderr);
 	if (ret && !res.version)

@@ -50,7 +50,9 @@ static void usage(FILE *f)
 "Commands:\n"
 "  init                   create a store (exits 1 if there is one already)\n"
 "  log                    the versions, newest first\n"
-"  show V                 the files of version V, their sizes and SHA-256\n"
+"  show V                 the files of version V, their sizes and digests\n"
+"                         (dcrfs's file digest, not sha256sum's: see\n"
+"                         dcrfs-ctl(8))\n"
 "  diff A B               what changed from version A to version B, per file\n"
 "                         and per safetensors tensor\n"
 "  tag NAME V             point tag NAME at version V\n"
@@ -69,8 +71,8 @@ static void usage(FILE *f)
 "\n"
 "  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
 "                         (default: $DCRFS_STORE)\n"
-"      --json             machine-readable output (init, log, show, diff,\n"
-"                         verify, compact, status)\n"
+"      --json             machine-readable output: one JSON value on stdout\n"
+"                         (every command)\n"
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
 "gc options:\n"
@@ -125,14 +127,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 	static const struct {
 		const char *name;
 		int min, max; /* positional arguments; max -1: any */
-		int json;     /* takes --json */
 	} cmds[] = {
-		{ "init", 0, 0, 1 },
-		{ "log", 0, 0, 1 },    { "show", 1, 1, 1 },
-		{ "diff", 2, 2, 1 },   { "tag", 2, 2, 0 },
-		{ "untag", 1, 1, 0 },  { "verify", 0, -1, 1 },
-		{ "gc", 0, 0, 0 },     { "status", 1, 1, 1 },
-		{ "compact", 0, 0, 1 },
+		{ "init", 0, 0 },
+		{ "log", 0, 0 },    { "show", 1, 1 },
+		{ "diff", 2, 2 },   { "tag", 2, 2 },
+		{ "untag", 1, 1 },  { "verify", 0, -1 },
+		{ "gc", 0, 0 },     { "status", 1, 1 },
+		{ "compact", 0, 0 },
 	};
 	int c, gc_opt = 0, dry = 0, depth = 0;
 
@@ -225,10 +226,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (a->npos < cmds[i].min || (cmds[i].max >= 0 && a->npos > cmds[i].max)) {
 		fprintf(stderr, "dcrfs-ctl: %s: wrong number of arguments\n", a->cmd);
-		return -1;
-	}
-	if (a->json && !cmds[i].json) {
-		fprintf(stderr, "dcrfs-ctl: %s does not take --json\n", a->cmd);
 		return -1;
 	}
 	if (a->deep && strcmp(a->cmd, "verify")) {
@@ -983,19 +980,40 @@ static int cmd_tag(struct ctl *c, const char *name, const char *arg)
 		dcr_err("%s: cannot write tags/%s: %s", c->st->url, name, dcr_strerror(ret));
 		return EXIT_FAIL;
 	}
-	dcr_info("tag %s -> version %" PRIu64, name, x->v);
+	if (c->json) {
+		fputs("{\"tag\": ", stdout);
+		dcr_json_str(stdout, name);
+		printf(", \"version\": %" PRIu64 "}\n", x->v);
+	} else {
+		dcr_info("tag %s -> version %" PRIu64, name, x->v);
+	}
 	return 0;
 }
 
 static int cmd_untag(struct ctl *c, const char *name)
 {
-	int ret = dcr_store_del_tag(c->st, name);
+	uint64_t was = 0;
+	int ret;
 
-	if (ret == -ENOENT)
+	for (size_t i = 0; i < c->ntags; i++)
+		if (!strcmp(c->tags[i].name, name))
+			was = c->tags[i].v;
+	if ((ret = dcr_store_del_tag(c->st, name)) == -ENOENT)
 		dcr_err("%s: there is no tag '%s'", c->st->url, name);
 	else if (ret)
 		dcr_err("%s: cannot remove tags/%s: %s", c->st->url, name, dcr_strerror(ret));
-	return ret ? EXIT_FAIL : 0;
+	if (ret)
+		return EXIT_FAIL;
+	if (c->json) {
+		/* the version it pointed at (null: unreadable) */
+		fputs("{\"tag\": ", stdout);
+		dcr_json_str(stdout, name);
+		if (was)
+			printf(", \"removed\": true, \"version\": %" PRIu64 "}\n", was);
+		else
+			fputs(", \"removed\": true, \"version\": null}\n", stdout);
+	}
+	return 0;
 }
 
 /* Whether some chunk of @m is built on its parent's (SAME or DELTA). */
@@ -1155,8 +1173,13 @@ static int check_mount(const char *mnt, dev_t *dev)
 
 	if (!realpath(mnt, real) || statfs(real, &sf) < 0 ||
 	    stat(real, &sb) < 0) {
-		dcr_err("%s: %s (is a dcrfs mounted on it?)", mnt,
-			strerror(errno));
+		if (errno == ENOTCONN) /* its daemon is gone (killed) */
+			dcr_err("%s: %s: a dead dcrfs mount; unmount it "
+				"(fusermount3 -u %s) and mount it again", mnt,
+				strerror(errno), mnt);
+		else
+			dcr_err("%s: %s (is a dcrfs mounted on it?)", mnt,
+				strerror(errno));
 		return -1;
 	}
 	if ((unsigned long)sf.f_type != FUSE_SUPER_MAGIC) {

@@ -1762,7 +1762,8 @@ static void usage(FILE *fp)
 "  --seed N        random seed (default 0); same seed, same bytes\n"
 "  --jobs N        threads (default: number of CPUs)\n"
 "  --quiet         no statistics on stderr\n"
-"  --help          this text\n");
+"  --help          this text\n"
+"  --version       the version\n");
 }
 
 int main(int argc, char **argv)
@@ -1794,6 +1795,10 @@ int main(int argc, char **argv)
 	dcr_log_set_prog(PROG);
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		usage(stdout);
+		return 0;
+	}
+	if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+		printf(PROG " %s\n", PACKAGE_VERSION);
 		return 0;
 	}
 	if (argc < 2 || (strcmp(argv[1], "init") && strcmp(argv[1], "step"))) {

@@ -25,6 +25,8 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import signal
+import threading
 
 __all__ = ["Commit", "DcrError", "version"]
 
@@ -65,6 +67,7 @@ class _Info(ctypes.Structure):
 
 _STORE_INIT = 1
 _FULL, _ALLOW_EMPTY, _ALLOW_NONFINITE, _NO_CACHE = 1, 2, 4, 8
+_ALLOW_UNCHANGED = 64
 
 
 def _load():
@@ -107,6 +110,8 @@ _lib.dcr_commit_add_tree.argtypes = [_vp, ctypes.c_char_p]
 _lib.dcr_commit_publish.argtypes = [_vp, ctypes.c_char_p, ctypes.POINTER(_Info)]
 _lib.dcr_commit_free.argtypes = [_vp]
 _lib.dcr_commit_free.restype = None
+_lib.dcr_commit_cancel.argtypes = [_vp]
+_lib.dcr_commit_cancel.restype = None
 _lib.dcr_set_log_level.argtypes = [ctypes.c_int]
 _lib.dcr_set_log_level.restype = None
 _lib.dcr_set_log_errors.argtypes = [ctypes.c_int]
@@ -241,7 +246,8 @@ class Commit:
 
     Options: init (create the store if there is none), parent (0: the
     latest), full (every chunk a full frame), allow_nonfinite,
-    allow_empty, no_cache, chunk_size, jobs, cache_dir (the committer's
+    allow_empty, allow_unchanged (publish a tree equal to the parent's;
+    refused otherwise), no_cache, chunk_size, jobs, cache_dir (the committer's
     cache of the parent tree; default as dcrfs-commit's), log_level
     (0 errors .. 3 debug, default 1). A Commit is used by one thread;
     distinct Commits are independent.
@@ -249,7 +255,8 @@ class Commit:
 
     def __init__(self, url, init=False, parent=0, full=False,
                  allow_nonfinite=False, allow_empty=False, no_cache=False,
-                 chunk_size=0, jobs=0, cache_dir=None, log_level=1):
+                 chunk_size=0, jobs=0, cache_dir=None, log_level=1,
+                 allow_unchanged=False):
         _lib.dcr_set_log_level(log_level)
         self._keep = []      # memory the library reads at publish
         self._store = _vp()
@@ -258,9 +265,15 @@ class Commit:
                                           ctypes.byref(self._store)), url)
         flags = ((_FULL if full else 0) | (_ALLOW_EMPTY if allow_empty else 0) |
                  (_ALLOW_NONFINITE if allow_nonfinite else 0) |
-                 (_NO_CACHE if no_cache else 0))
+                 (_NO_CACHE if no_cache else 0) |
+                 (_ALLOW_UNCHANGED if allow_unchanged else 0))
+        # publish(progress=) is told through this, from the calling thread
+        # (which is also where a SIGINT handler of Python's can run)
+        self._progress = None
+        self._progress_fn = _PROGRESS_FN(self._on_progress)
         o = _Options(parent=parent, cache_dir=_cstr(cache_dir, "cache_dir", fs=True) if cache_dir else None,
-                     flags=flags, chunk_size=chunk_size, jobs=jobs)
+                     flags=flags, chunk_size=chunk_size, jobs=jobs,
+                     progress=self._progress_fn)
         try:
             _check(_lib.dcr_commit_begin(self._store, ctypes.byref(o),
                                          ctypes.byref(self._c)), url)
@@ -304,15 +317,48 @@ class Commit:
         _check(_lib.dcr_commit_add_tree(self._c, _cstr(directory, "directory", fs=True)),
                directory)
 
-    def publish(self, tag=None):
-        """Publish everything added; returns the new version number."""
+    def _on_progress(self, _arg, p):
+        if self._progress:
+            c = p.contents
+            self._progress(c.bytes_done, c.bytes_total, c.bytes_uploaded,
+                           (c.phase or b"").decode())
+
+    def publish(self, tag=None, progress=None):
+        """Publish everything added; returns the new version number.
+
+        progress: called now and then from this thread as
+        progress(bytes_done, bytes_total, bytes_uploaded, phase), phase
+        "encode" then "publish"; an exception it raises is not passed on.
+        Ctrl-C (SIGINT, in the main thread) stops the commit before it
+        publishes: KeyboardInterrupt is raised saying that nothing was
+        published and that dcrfs-ctl gc collects the packs it uploaded.
+        Once publishing has begun it is too late: the version is published
+        and KeyboardInterrupt follows, naming it."""
         info = _Info()
+        interrupted = []
+        old = None
+
+        def on_sigint(signum, frame):
+            interrupted.append(signum)
+            _lib.dcr_commit_cancel(self._c)
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGINT, on_sigint)
+        self._progress = progress
         try:
-            _check(_lib.dcr_commit_publish(self._c, _cstr(tag, "tag") if tag else None,
-                                           ctypes.byref(info)), "publish")
+            ret = _lib.dcr_commit_publish(self._c, _cstr(tag, "tag") if tag else None,
+                                          ctypes.byref(info))
         finally:
+            self._progress = None
             self._keep = []
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+        if ret == -errno.ECANCELED and interrupted:
+            raise KeyboardInterrupt((_lib.dcr_errmsg() or b"").decode("utf-8", "replace").strip())
+        _check(ret, "publish")
         self.info = info
+        if interrupted:
+            raise KeyboardInterrupt("interrupted too late: version %d is published"
+                                    % info.version)
         return info.version
 
     def abort(self):

@@ -284,7 +284,6 @@ expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" show
 expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" diff 1
 expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" log 1
 expect_status 2 "deep" "$DCRFS_CTL" --store "$STORE" log --deep
-expect_status 2 "json" "$DCRFS_CTL" --store "$STORE" tag --json x 1
 expect_status 2 "tag name" "$DCRFS_CTL" --store "$STORE" tag ../x 1
 expect_status 2 "keep-last" "$DCRFS_CTL" --store "$STORE" gc
 expect_status 2 "keep-last" "$DCRFS_CTL" --store "$STORE" gc --keep-last 0

@@ -385,9 +385,10 @@ static void test_server_down(void **state)
 	assert_int_equal(dcr_store_open("s3://bucket/p", &cfg, 0, &st), 0);
 	dcr_buf_init(&b, 1 << 20);
 	int64_t t0 = dcr_mono_ns();
-	assert_int_equal(dcr_store_get(st, "x", 0, DCR_GET_ALL, &b), -EIO);
+	/* never answered: "cannot reach", after 2 attempts */
+	assert_int_equal(dcr_store_get(st, "x", 0, DCR_GET_ALL, &b), -EHOSTUNREACH);
 	int64_t dt = dcr_mono_ns() - t0;
-	assert_true(dt < 3000000000LL);
+	assert_true(dt < 1000000000LL);
 	dcr_buf_free(&b);
 	dcr_store_close(st);
 }
