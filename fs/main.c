@@ -229,9 +229,10 @@ static void usage(FILE *f)
 "    -o relist=SECONDS      list versions/ whole this often (default %d):\n"
 "                           re-index versions whose manifest changed in\n"
 "                           the store, drop those that are gone\n"
-"    -o prefetch=none|latest|all  read each new latest version (all: and\n"
-"                           then every older one) in the background so it\n"
-"                           is cached (default none)\n"
+"    -o prefetch=none|latest|all  read each new version (all: and then\n"
+"                           every older one) in the background so it is\n"
+"                           cached before latest moves to it (default\n"
+"                           latest)\n"
 "    -o passthrough=auto|off  let the kernel read files that are whole and\n"
 "                           verified in the cache straight from it (FUSE\n"
 "                           passthrough; needs CAP_SYS_ADMIN; default auto)\n"
@@ -853,7 +854,7 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 		ropts->relist_ms = (uint32_t)x;
 	}
 
-	fs->prefetch = DCRFS_PREFETCH_NONE;
+	fs->prefetch = DCRFS_PREFETCH_LATEST;
 	if (o->prefetch) {
 		if (strcmp(o->prefetch, "latest") == 0) {
 			fs->prefetch = DCRFS_PREFETCH_LATEST;
