@@ -27,7 +27,7 @@ free_port() {
 }
 PORT=$(free_port)
 
-mount_dcrfs "$STORE" "$T/mnt" "metrics=127.0.0.1:$PORT,log_level=debug"
+mount_dcrfs "$STORE" "$T/mnt" "metrics=127.0.0.1:$PORT,log_level=debug,prefetch=none"
 cat "$T/mnt/latest/w.bin" >/dev/null
 m=$(t curl -sf "http://127.0.0.1:$PORT/metrics") || fail "GET /metrics failed"
 f=$(cat "$T/mnt/.dcrfs/metrics")

@@ -140,7 +140,8 @@ cp "$T/packs.now" "$T/packs.1"
 log "v1: $(cat "$T/pb.1") pack bytes"
 
 tier_start "$T/tier"
-MOPTS="$S3_OPTS,mirror=$TIER_URL,poll=0.2"
+# (prefetch=none: the origin bytes are counted per round of reads)
+MOPTS="$S3_OPTS,mirror=$TIER_URL,poll=0.2,prefetch=none"
 
 for i in $(seq "$NMOUNTS"); do
 	s3_mount "$STORE" "$T/m$i" "$MOPTS,cache_dir=$T/cache.$i"
@@ -286,7 +287,7 @@ log "the tier down: v2 read from the store, one incident line"
 tier_start "$T/tier2"
 echo '[{"method": "GET", "path": "/packs/", "fault": "status:503", "count": -1}]' >"$RULES"
 sleep 1.1 # the proxy reads its rules again when their mtime changes
-s3_mount "$STORE" "$T/e" "$S3_OPTS,mirror=$TIER_URL,cache_dir=$T/cache.e"
+s3_mount "$STORE" "$T/e" "$S3_OPTS,mirror=$TIER_URL,cache_dir=$T/cache.e,prefetch=none"
 read_all "$T/e" 2 "$T/got.e"
 diff "$T/want.2" "$T/got.e" >/dev/null || fail "with the origin failing through the tier, v2 read wrong"
 grep -q "^status:503 GET" "$T/faults.log" || fail "the fault proxy injected nothing"

@@ -49,7 +49,7 @@ log "mode 644 credentials refused: $(grep -m1 accessible "$T/err")"
 
 # gateway gone mid-read: EIO within the bounded time, mount stays up
 export DCR_S3_READ_TIMEOUT_MS=4000
-s3_mount "$STORE" "$T/mnt" "$S3_OPTS,cache_dir=$T/cache"
+s3_mount "$STORE" "$T/mnt" "$S3_OPTS,cache_dir=$T/cache,prefetch=none"
 t cat "$T/mnt/v1/b.txt" >/dev/null || fail "read before the outage failed"
 "$S3_SERVER" stop-gateway "$S3_DIR"
 start=$(date +%s)
