@@ -18,6 +18,7 @@
 #include "objstore.h"
 #include "compact.h"
 #include "reader.h"
+#include "progress.h"
 #include "toolopts.h"
 
 #define EXIT_FAIL 1
@@ -42,6 +43,7 @@ struct args {
 	uint64_t grace;      /* seconds */
 	int dry_run;
 	int no_sign;
+	int progress;        /* --progress */
 	/* compact (and gc's rebasing) */
 	unsigned max_depth;  /* 0 = default */
 	struct tool_opts t;  /* --profile, --region, ..., --log-level */
@@ -84,6 +86,7 @@ struct ctl {
 	struct dcr_reader *r;        /* scratch reader, opened on demand */
 	char scratch[PATH_MAX];      /* its directory ("" = none) */
 	int json;
+	struct progress pg;          /* verify, gc, compact */
 };
 
 /* Forget every loaded manifest and read the store's layout again

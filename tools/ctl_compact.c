@@ -16,7 +16,9 @@
 
 struct report {
 	const struct args *a;
-	int json;
+	struct ctl *c;
+	const char *phase; /* of the progress line */
+	uint64_t done, total; /* versions */
 };
 
 static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
@@ -25,8 +27,10 @@ static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
 	struct report *rp = arg;
 	char ob[32], nb[32];
 
-	if (!rewritten || rp->json)
-		return;
+	rp->done++;
+	if (!rewritten || rp->c->json)
+		goto progress;
+	progress_clear(&rp->c->pg);
 	snprintf(ob, sizeof(ob), old_base ? "version %" PRIu64 : "nothing", old_base);
 	snprintf(nb, sizeof(nb), new_base ? "version %" PRIu64 : "nothing (an anchor)",
 		 new_base);
@@ -34,18 +38,25 @@ static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
 	       rp->a->dry_run ? "would " : "", rp->a->dry_run ? "rewrite" : "rewrote", v,
 	       ob, nb, depth);
 	fflush(stdout);
+progress:
+	progress_show(&rp->c->pg, rp->phase, rp->done, rp->total, "versions", NULL,
+		      rp->done == rp->total);
 }
 
 int ctl_compact(struct ctl *c, const struct args *a, const uint64_t *keep,
 		size_t nkeep, struct dcr_compact_stats *s)
 {
-	struct report rp = { .a = a, .json = c->json };
+	struct report rp = { .a = a, .c = c, .phase = keep ? "rebase" : "compact",
+			     .total = keep ? nkeep : c->nvs };
 	struct dcr_compact_opts o = {
 		.max_depth = a->max_depth, .keep = keep, .nkeep = nkeep,
 		.dry_run = a->dry_run, .report = report, .arg = &rp,
 	};
+	progress_start(&c->pg, 0);
+	progress_show(&c->pg, rp.phase, 0, rp.total, "versions", NULL, false);
 	int ret = dcr_compact_scratch(c->st, &o, s);
 
+	progress_clear(&c->pg);
 	if (ret)
 		return ret;
 	return s->gen ? ctl_reload_layout(c) : 0;

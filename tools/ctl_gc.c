@@ -28,12 +28,13 @@
 
 /* A line of what gc does, on stdout; none with --json (one object at the
  * end says it all). */
-static void DCR_PRINTF(2, 3) say(const struct ctl *c, const char *fmt, ...)
+static void DCR_PRINTF(2, 3) say(struct ctl *c, const char *fmt, ...)
 {
 	va_list ap;
 
 	if (c->json)
 		return;
+	progress_clear(&c->pg);
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
@@ -453,7 +454,8 @@ static void gc_json(const struct ctl *c, const struct args *a, const uint8_t *ke
 
 int cmd_gc(struct ctl *c, const struct args *a)
 {
-	enum { P_ORPHAN = 0, P_REMOVED = 1, P_PREV = 2, P_KEPT = 3 };
+	enum { P_ORPHAN = 0, P_REMOVED = 1, P_PREV = 2, P_KEPT = 3,
+	       P_GO = 8 /* flag: deleted below */ };
 	uint8_t *keep = calloc(c->nvs ? c->nvs : 1, 1);
 	uint64_t *by = calloc(c->nvs ? c->nvs : 1, sizeof(*by));
 	uint8_t *ps = calloc(c->npacks ? c->npacks : 1, 1);
@@ -467,7 +469,9 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		goto err_free;
 	gc_time_floor(c);
 	/* the rules */
+	progress_start(&c->pg, 0);
 	for (size_t i = 0; i < c->nvs; i++) {
+		progress_show(&c->pg, "read manifests", i, c->nvs, "versions", NULL, false);
 		const struct dcr_manifest *m = ver_manifest(c, &c->vs[i]);
 		if (i + a->keep_last >= c->nvs)
 			keep[i] = KEEP_LAST;
@@ -480,6 +484,8 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		if (x && !keep[x - c->vs])
 			keep[x - c->vs] = KEEP_TAGGED;
 	}
+	progress_show(&c->pg, "read manifests", c->nvs, c->nvs, "versions", NULL, true);
+	progress_clear(&c->pg);
 	/* kept versions built on removed ones are rebased (compaction of
 	 * the kept versions), and the layout forgets the removed ones */
 	int rebased = 0;
@@ -544,6 +550,10 @@ int cmd_gc(struct ctl *c, const struct args *a)
 	 * built on it (newer) that goes too, so whatever prefix of this is
 	 * done (gc killed), every version still listed reads; kept ones are
 	 * built on kept ones only (rebased above) */
+	size_t ngo = 0;
+	for (size_t i = 0; i < c->nvs; i++)
+		ngo += !keep[i];
+	progress_start(&c->pg, 0);
 	for (size_t i = c->nvs; i-- > 0;) {
 		if (keep[i] == KEEP_CHAIN)
 			say(c, "keep version %" PRIu64 ": the chain of version %" PRIu64
@@ -555,7 +565,9 @@ int cmd_gc(struct ctl *c, const struct args *a)
 		if (gc_del(c, key, a->dry_run))
 			goto err_free;
 		nrm++;
+		progress_show(&c->pg, "remove versions", nrm, ngo, "versions", NULL, nrm == ngo);
 	}
+	progress_clear(&c->pg);
 	if (!dry_rebase && gc_forget(c, a, keep))
 		goto err_free;
 	if (!a->dry_run && gc_recheck(c, ps, P_KEPT))
@@ -563,6 +575,8 @@ int cmd_gc(struct ctl *c, const struct args *a)
 	now = dcr_now_ns();
 	/* what a layout replaced stays while mounts may still read it */
 	bool young = layout_young(c, a, now, dry_rebase);
+	uint64_t to_free = 0;
+	size_t npk_go = 0;
 	for (size_t i = 0; i < c->npacks; i++) {
 		if (ps[i] == P_KEPT)
 			continue;
@@ -577,15 +591,27 @@ int cmd_gc(struct ctl *c, const struct args *a)
 			orphan_bytes += c->packs[i].size;
 			continue;
 		}
+		ps[i] |= P_GO;
+		npk_go++;
+		to_free += c->packs[i].size;
+	}
+	/* then delete them, with their progress */
+	progress_start(&c->pg, 0);
+	for (size_t i = 0; i < c->npacks; i++) {
+		if (!(ps[i] & P_GO))
+			continue;
 		dcr_pack_key(c->packs[i].h, key, sizeof(key));
 		say(c, "%sdelete %s (%s%s)\n", would, key,
 		       dcr_format_size(c->packs[i].size, b1, sizeof(b1)),
-		       ps[i] == P_ORPHAN ? ", named by no manifest" : "");
+		       ps[i] == (P_ORPHAN | P_GO) ? ", named by no manifest" : "");
 		if (gc_del(c, key, a->dry_run))
 			goto err_free;
 		npk++;
 		freed += c->packs[i].size;
+		progress_show(&c->pg, "delete packs", freed, to_free, NULL, NULL,
+			      npk == npk_go);
 	}
+	progress_clear(&c->pg);
 	if (!young && gc_layouts(c, a, now))
 		goto err_free;
 	struct partials pp = { .c = c, .a = a, .now = now };

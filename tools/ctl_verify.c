@@ -243,6 +243,14 @@ static void set_cause(struct verify *w, const struct fref *r, uint32_t k)
 		*cp = k;
 }
 
+/* The listed size of pack @h (0: not listed), for progress. */
+static uint64_t pack_size(const struct ctl *c, const uint8_t h[DCR_HASH_LEN])
+{
+	const struct pack *p = pack_find(c, h);
+
+	return p ? p->size : 0;
+}
+
 static int verify_packs(struct verify *w)
 {
 	struct ctl *c = w->c;
@@ -257,9 +265,16 @@ static int verify_packs(struct verify *w)
 		goto err_free;
 	}
 	dcr_buf_init(&pk, PACK_OBJ_MAX);
+	uint64_t done = 0, total = 0;
+	for (size_t i = 0; i < w->nrefs && progress_on(&c->pg); i++)
+		if (!i || memcmp(w->refs[i].pack, w->refs[i - 1].pack, DCR_HASH_LEN))
+			total += pack_size(c, w->refs[i].pack);
+	progress_start(&c->pg, 0);
 	for (size_t i = 0, j; i < w->nrefs; i = j) {
 		for (j = i + 1; j < w->nrefs && !memcmp(w->refs[j].pack, w->refs[i].pack, DCR_HASH_LEN); j++)
 			;
+		progress_show(&c->pg, "check packs", done, total, NULL, NULL, false);
+		done += pack_size(c, w->refs[i].pack);
 		dcr_pack_key(w->refs[i].pack, key, sizeof(key));
 		dcr_hash_hex(w->refs[i].pack, hex);
 		dcr_buf_reset(&pk);
@@ -288,8 +303,10 @@ static int verify_packs(struct verify *w)
 								 why, w->refs[x].off));
 		}
 	}
+	progress_show(&c->pg, "check packs", done, total, NULL, NULL, true);
 	ret = 0;
 err_free_buf:
+	progress_clear(&c->pg);
 	dcr_buf_free(&pk);
 err_free:
 	free(chunk);
@@ -369,6 +386,12 @@ static int verify_deep(struct verify *w)
 		ret = -ENOMEM;
 		goto err_free;
 	}
+	uint64_t done = 0, total = 0;
+	for (size_t i = 0; i < c->nvs; i++)
+		for (uint32_t f = 0; w->vs[i].target && w->vs[i].need && f < c->vs[i].m.nfiles; f++)
+			if (c->vs[i].m.files[f].type == DCR_FT_REG)
+				total += c->vs[i].m.files[f].size;
+	progress_start(&c->pg, 0);
 	for (size_t i = 0; i < c->nvs; i++) {
 		struct vstate *s = &w->vs[i];
 		const struct dcr_manifest *m = &c->vs[i].m;
@@ -388,13 +411,18 @@ static int verify_deep(struct verify *w)
 				continue;
 			for (uint64_t k = 0; k < fl->nchunks && !bad; k++)
 				bad = s->cause[f][k] != 0;
-			if (bad)
+			if (bad) {
+				done += fl->size;
 				continue; /* already reported */
+			}
 			for (uint64_t off = 0; off < fl->size && !bad; off += bufsz) {
 				size_t n = (size_t)DCR_MIN(bufsz, fl->size - off);
+				progress_show(&c->pg, "materialize", done + off, total, NULL,
+					      NULL, false);
 				bad = read_bytes(c, c->vs[i].v, f, fl->path, off, buf, n) != 0;
 				dcr_file_hasher_update(sc, buf, n);
 			}
+			done += fl->size;
 			dcr_file_hasher_final(sc, h);
 			if (bad || !dcr_hash_eq(h, fl->sha256)) {
 				char why[64 + DCR_PATH_MAX];
@@ -406,7 +434,9 @@ static int verify_deep(struct verify *w)
 			}
 		}
 	}
+	progress_show(&c->pg, "materialize", done, total, NULL, NULL, true);
 err_free:
+	progress_clear(&c->pg);
 	dcr_file_hasher_free(sc);
 	free(buf);
 	return ret;

@@ -27,6 +27,7 @@
 #include "dcr.h"
 #include "json.h"
 #include "objstore.h"
+#include "progress.h"
 #include "toolopts.h"
 
 #define EXIT_USAGE 2
@@ -274,15 +275,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 /* ------------------------------------------------------------ progress */
 
-struct progress {
-	int tty;           /* show it, redrawn in place */
-	int lines;         /* --progress without a tty: a line every 5 s */
-	int64_t start;
-	int64_t t0;        /* the first report of encoding (0: none yet) */
-	uint64_t done0;    /* its bytes_done */
-	int64_t last_line;
-};
-
 /* Where the commit is, for a signal that ends it (on_interrupt): the
  * last progress, in MiB, and 1 once it publishes. Lock-free atomics:
  * read in a signal handler. */
@@ -354,39 +346,19 @@ static void catch_interrupts(bool on)
 static void on_progress(void *arg, const struct dcr_progress *p)
 {
 	struct progress *pg = arg;
-	char done[32], total[32], rate_s[32], up[32], eta[32] = "";
+	char up[32], extra[48];
 
 	atomic_store(&at_done, p->bytes_done >> 20);
 	atomic_store(&at_total, p->bytes_total >> 20);
 	atomic_store(&at_publishing, !strcmp(p->phase, "publish"));
-	if (!pg->tty && !pg->lines)
+	if (!progress_on(pg))
 		return;
-	int64_t now = dcr_mono_ns();
-	if (!pg->t0 && !strcmp(p->phase, "encode")) {
-		pg->t0 = now; /* the rate counts from here: not the parent's build */
-		pg->done0 = p->bytes_done;
-	}
-	double secs = pg->t0 ? (double)(now - pg->t0) / 1e9 : 0;
-	double rate = secs > 0 ? (double)(p->bytes_done - pg->done0) / secs : 0;
-	/* an ETA from under 2 s of encoding is noise (it read 340:17) */
-	if (secs >= 2 && rate > 0 && p->bytes_done < p->bytes_total) {
-		double left = (double)(p->bytes_total - p->bytes_done) / rate;
-		snprintf(eta, sizeof(eta), ", ETA %d:%02d", (int)DCR_MIN(left, 359999) / 60,
-			 (int)DCR_MIN(left, 359999) % 60);
-	}
-	if (pg->lines) {
-		if (now - pg->last_line < 5000000000LL && strcmp(p->phase, "publish"))
-			return;
-		pg->last_line = now;
-	}
-	fprintf(stderr, "%s%s: %s / %s (%3.0f%%), %s/s, %s uploaded%s%s",
-		pg->tty ? "\r\033[K" : "", p->phase,
-		dcr_format_size(p->bytes_done, done, sizeof(done)),
-		dcr_format_size(p->bytes_total, total, sizeof(total)),
-		p->bytes_total ? 100.0 * (double)p->bytes_done / (double)p->bytes_total : 100.0,
-		dcr_format_size((uint64_t)rate, rate_s, sizeof(rate_s)),
-		dcr_format_size(p->bytes_uploaded, up, sizeof(up)), eta,
-		pg->tty ? "" : "\n");
+	if (!pg->t0 && !strcmp(p->phase, "encode"))
+		progress_start(pg, p->bytes_done); /* not the parent's build */
+	snprintf(extra, sizeof(extra), "%s uploaded",
+		 dcr_format_size(p->bytes_uploaded, up, sizeof(up)));
+	progress_show(pg, p->phase, p->bytes_done, p->bytes_total, NULL, extra,
+		      !strcmp(p->phase, "publish"));
 }
 
 /* ---------------------------------------------------------------- main */
@@ -417,8 +389,9 @@ int main(int argc, char **argv)
 				       (a.no_sign ? DCR_STORE_NO_SIGN : 0), &so, &s))
 		return 1;
 
-	struct progress pg = { .tty = !a.quiet && isatty(STDERR_FILENO), .start = dcr_mono_ns() };
-	pg.lines = a.progress && !pg.tty;
+	int64_t start = dcr_mono_ns();
+	struct progress pg;
+	progress_init(&pg, a.progress, a.quiet, a.json);
 	struct dcr_commit_options o = {
 		.parent = a.has_parent ? a.parent : 0,
 		.cache_dir = a.cache_dir,
@@ -439,8 +412,7 @@ int main(int argc, char **argv)
 	catch_interrupts(true);
 	ret = dcr_commit_publish(c, a.tag, &res);
 	catch_interrupts(false);
-	if (pg.tty)
-		fputs("\r\033[K", stderr);
+	progress_clear(&pg);
 	if (ret && !res.version)
 		goto err_failed;
 	/* The new version is published: print it before anything else. */
@@ -452,7 +424,7 @@ int main(int argc, char **argv)
 		printf("], \"bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
 		       ", \"seconds\": %.3f}\n", res.bytes_in,
 		       res.bytes_packed + res.manifest_len,
-		       (double)(dcr_mono_ns() - pg.start) / 1e9);
+		       (double)(dcr_mono_ns() - start) / 1e9);
 	} else {
 		printf("%" PRIu64 "\n", res.version);
 	}
@@ -460,7 +432,7 @@ int main(int argc, char **argv)
 	exit_code = ret ? 1 : 0;
 	if (!a.quiet) {
 		char in[32], up[32];
-		double secs = (double)(dcr_mono_ns() - pg.start) / 1e9;
+		double secs = (double)(dcr_mono_ns() - start) / 1e9;
 		dcr_info("version %" PRIu64 " (parent %" PRIu64 "): %" PRIu64 " files, %s read, "
 			 "%s uploaded in %" PRIu32 " packs + %" PRIu64 " B manifest; chunks: "
 			 "%" PRIu64 " unchanged, %" PRIu64 " delta, %" PRIu64 " full; %.2f s",

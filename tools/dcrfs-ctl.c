@@ -91,7 +91,9 @@ static void usage(FILE *f)
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
 TOOL_USAGE
-"  -q, --quiet            no summary on stderr\n"
+"      --progress         verify, gc, compact: progress on stderr even when it\n"
+"                         is not a terminal (a line every 5 s) or with --json\n"
+"  -q, --quiet            no summary or progress on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
 "  -V, --version          show the version\n"
@@ -119,6 +121,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "dry-run", no_argument, NULL, 'n' },
 		{ "max-depth", required_argument, NULL, 'K' },
 		{ "no-sign-request", no_argument, NULL, 'S' },
+		{ "progress", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		TOOL_LONGOPTS,
@@ -184,6 +187,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'S':
 			a->no_sign = 1;
 			break;
+		case 'P':
+			a->progress = 1;
+			break;
 		case 'n':
 			a->dry_run = 1;
 			break;
@@ -230,6 +236,11 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (a->deep && strcmp(a->cmd, "verify")) {
 		fprintf(stderr, "dcrfs-ctl: only verify takes --deep\n");
+		return -1;
+	}
+	if (a->progress && strcmp(a->cmd, "verify") && strcmp(a->cmd, "gc") &&
+	    strcmp(a->cmd, "compact")) {
+		fprintf(stderr, "dcrfs-ctl: only verify, gc and compact take --progress\n");
 		return -1;
 	}
 	if (gc_opt && strcmp(a->cmd, "gc")) {
@@ -1343,6 +1354,7 @@ int main(int argc, char **argv)
 	dcr_log_set_level(a.t.log_level >= 0 ? (enum dcr_log_level)a.t.log_level :
 			  a.verbose ? DCR_LOG_DEBUG : a.quiet ? DCR_LOG_WARN : DCR_LOG_INFO);
 	c.json = a.json;
+	progress_init(&c.pg, a.progress, a.quiet, a.json);
 	struct dcr_store_cfg cfg = { .path_style = -1,
 				     .no_sign_request = a.no_sign,
 				     .profile = a.t.profile, .region = a.t.region,
