@@ -257,9 +257,10 @@ int dcr_ent_plane_decode_ref(struct dcr_rd *r, uint8_t *dst, size_t n,
 
 /**
  * dcr_ent_set_simd - allow (1, the default) or forbid (0) the codec's
- * SIMD paths where the CPU has them: the plane decoder and the element
- * codec's delta scan. For tests and benchmarks only (the scalar paths
- * must produce the same bytes); not thread-safe.
+ * SIMD paths where the CPU has them: the plane decoder, the element
+ * codec's delta scan and the NaN/Inf count (nonfinite.h). For tests and
+ * benchmarks only (the scalar paths must give the same results); not
+ * thread-safe.
  */
 void dcr_ent_set_simd(int on);
 
