@@ -1066,7 +1066,6 @@ struct mpu {
 	char *uid_q; /* "uploadId=<encoded>" */
 	char (*etags)[S3_ETAG_MAX];
 	pthread_mutex_t lock;
-	unsigned next;
 	int err;
 };
 
