@@ -20,6 +20,10 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define DCR_SCAN_AVX512 1
+#endif
 
 #include "chunk.h"
 #include "codec_elem.h"
@@ -32,6 +36,9 @@
 #define VMODE_XOR 0
 #define VMODE_ADD 1
 #define PMODEL_GAPS 0
+/* entries of the scan's arrays beyond its limit: scan_w goes up to 8
+ * past it, scan_avx512 stores 16 lanes at up to 16 past it */
+#define SCAN_SLACK 32
 
 /* ------------------------------------------------------------ helpers */
 
@@ -499,9 +506,70 @@ static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
 	return n > limit ? limit + 1 : n;
 }
 
+#ifdef DCR_SCAN_AVX512
+/*
+ * scan_w for 2- and 4-byte elements, 64 bytes a step and no branch on
+ * the data but the all-equal test: the changed lanes' values (widened
+ * to 32 bits) and indices are compressed into place (vpcompressd), 16
+ * lanes stored a time past the count, so @idx and @val need SCAN_SLACK
+ * entries beyond @limit. The tail goes to scan_w.
+ */
+__attribute__((target("avx512f,avx512bw,popcnt")))
+static size_t scan_avx512(const uint8_t *a, const uint8_t *b, size_t len,
+			  unsigned w, uint32_t *idx, uint32_t *val, size_t limit)
+{
+	const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+					       10, 11, 12, 13, 14, 15);
+	const __m512i sixteen = _mm512_set1_epi32(16);
+	size_t n = 0, i = 0;
+
+	for (; i + 64 <= len; i += 64) {
+		__m512i x = _mm512_xor_si512(_mm512_loadu_si512((const void *)(a + i)),
+					     _mm512_loadu_si512((const void *)(b + i)));
+		__m512i e = _mm512_add_epi32(_mm512_set1_epi32((int)(i / w)), iota);
+		if (w == 4) {
+			__mmask16 m = _mm512_test_epi32_mask(x, x);
+			if (!m)
+				continue;
+			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(m, x));
+			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, e));
+			n += (unsigned)__builtin_popcount(m);
+		} else {
+			__mmask32 m = _mm512_test_epi16_mask(x, x);
+			if (!m)
+				continue;
+			__mmask16 lo = (__mmask16)m, hi = (__mmask16)(m >> 16);
+			__m512i vl = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(x));
+			__m512i vh = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(x, 1));
+			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(lo, vl));
+			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(lo, e));
+			n += (unsigned)__builtin_popcount(lo);
+			e = _mm512_add_epi32(e, sixteen);
+			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(hi, vh));
+			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(hi, e));
+			n += (unsigned)__builtin_popcount(hi);
+		}
+		if (n > limit)
+			return limit + 1;
+	}
+	size_t t = w == 4 ? scan_w(a + i, b + i, len - i, 4, idx + n, val + n, limit - n)
+			  : scan_w(a + i, b + i, len - i, 2, idx + n, val + n, limit - n);
+	if (t > limit - n)
+		return limit + 1;
+	for (size_t k = n; k < n + t; k++)
+		idx[k] += (uint32_t)(i / w);
+	return n + t;
+}
+#endif
+
 static size_t scan(const uint8_t *a, const uint8_t *b, size_t len, unsigned w,
 		   uint32_t *idx, uint32_t *val, size_t limit)
 {
+#ifdef DCR_SCAN_AVX512
+	if (w != 1 && dcr_ent_simd() && __builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("popcnt"))
+		return scan_avx512(a, b, len, w, idx, val, limit);
+#endif
 	switch (w) {
 	case 1:
 		return scan_w(a, b, len, 1, idx, val, limit);
@@ -887,7 +955,7 @@ static int encode_seg(struct dcr_elem_ctx *c, const uint8_t *a, const uint8_t *b
 	dcr_buf_reset(o);
 	if (b) {
 		size_t limit = nel / SPARSE_DIV;
-		if ((ret = reserve_sparse(c, limit + 8)))
+		if ((ret = reserve_sparse(c, limit + SCAN_SLACK)))
 			return ret;
 		size_t nchg = scan(a, b, len, w, c->idx, c->val, limit);
 		if (nchg == 0)

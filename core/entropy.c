@@ -498,6 +498,11 @@ void dcr_ent_set_simd(int on)
 	simd_allowed = on;
 }
 
+int dcr_ent_simd(void)
+{
+	return simd_allowed;
+}
+
 static int x32_decode(struct dcr_rd *r, uint8_t *dst, size_t n,
 		      struct dcr_ent_dec *dec)
 {

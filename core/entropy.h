@@ -256,10 +256,15 @@ int dcr_ent_plane_decode_ref(struct dcr_rd *r, uint8_t *dst, size_t n,
 			     struct dcr_ent_dec *dec, const uint8_t **out);
 
 /**
- * dcr_ent_set_simd - allow (1, the default) or forbid (0) the SIMD plane
- * decoder where the CPU has one. For tests and benchmarks only (the
- * scalar decoder must produce the same bytes); not thread-safe.
+ * dcr_ent_set_simd - allow (1, the default) or forbid (0) the codec's
+ * SIMD paths where the CPU has them: the plane decoder, the element
+ * codec's delta scan and the NaN/Inf count (nonfinite.h). For tests and
+ * benchmarks only (the scalar paths must give the same results); not
+ * thread-safe.
  */
 void dcr_ent_set_simd(int on);
+
+/** dcr_ent_simd - whether dcr_ent_set_simd allows the SIMD paths. */
+int dcr_ent_simd(void);
 
 #endif /* DCR_ENTROPY_H */

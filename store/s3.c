@@ -1066,7 +1066,6 @@ struct mpu {
 	char *uid_q; /* "uploadId=<encoded>" */
 	char (*etags)[S3_ETAG_MAX];
 	pthread_mutex_t lock;
-	unsigned next;
 	int err;
 };
 
@@ -1094,25 +1093,23 @@ static int mpu_part(struct mpu *m, unsigned i)
 	return 0;
 }
 
-static void *mpu_worker(void *arg)
+/* Part @i of the upload @arg (a dcr_wq_par_for loop); after a failure
+ * the parts left are skipped. */
+static void mpu_part_fn(void *arg, size_t i)
 {
 	struct mpu *m = arg;
 
-	for (;;) {
+	pthread_mutex_lock(&m->lock);
+	bool failed = m->err != 0;
+	pthread_mutex_unlock(&m->lock);
+	if (failed)
+		return;
+	int ret = mpu_part(m, (unsigned)i);
+	if (ret) {
 		pthread_mutex_lock(&m->lock);
-		if (m->err || m->next >= m->nparts) {
-			pthread_mutex_unlock(&m->lock);
-			return NULL;
-		}
-		unsigned i = m->next++;
+		if (!m->err)
+			m->err = ret;
 		pthread_mutex_unlock(&m->lock);
-		int ret = mpu_part(m, i);
-		if (ret) {
-			pthread_mutex_lock(&m->lock);
-			if (!m->err)
-				m->err = ret;
-			pthread_mutex_unlock(&m->lock);
-		}
 	}
 }
 
@@ -1159,16 +1156,7 @@ static int put_multipart(struct dcr_s3_store *s, const char *key,
 		goto err_abort;
 	}
 	pthread_mutex_init(&m.lock, NULL);
-	pthread_t tids[S3_MPU_THREADS];
-	unsigned nt = DCR_MIN(m.nparts, (unsigned)S3_MPU_THREADS), started = 0;
-	for (unsigned i = 1; i < nt; i++) {
-		if (pthread_create(&tids[started], NULL, mpu_worker, &m))
-			break;
-		started++;
-	}
-	mpu_worker(&m);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
+	dcr_wq_par_for(s->mpu_wq, S3_MPU_THREADS, m.nparts, mpu_part_fn, &m);
 	pthread_mutex_destroy(&m.lock);
 	if ((ret = m.err))
 		goto err_abort;
@@ -1323,6 +1311,7 @@ static void s3_close(struct dcr_store *st)
 {
 	struct dcr_s3_store *s = to_s3(st);
 
+	dcr_wq_free(s->mpu_wq);
 	for (int i = 0; i < s->npool; i++)
 		curl_easy_cleanup(s->pool[i]);
 	if (s->share)
@@ -1525,6 +1514,11 @@ int dcr_s3_open(const char *url, const struct dcr_store_cfg *cfg, int flags,
 	s->write_timeout_ns = timeout_ns(cfg ? cfg->write_timeout_ms : 0,
 					 "DCR_S3_WRITE_TIMEOUT_MS", S3_WRITE_TIMEOUT_MS);
 	s->mirror = cfg && cfg->mirror;
+	struct dcr_wq_opts wo = {
+		.name = "dcr-s3-mpu", .threads = S3_MPU_THREADS - 1, .max_items = 1,
+	};
+	if ((ret = dcr_wq_create(&wo, &s->mpu_wq)))
+		goto err_close;
 
 	if (!(s->share = curl_share_init())) {
 		ret = DCR_ERR(-ENOMEM);

@@ -18,6 +18,7 @@
 #include "awscfg.h"
 #include "buf.h"
 #include "objstore.h"
+#include "wq.h"
 
 #define S3_KEY_MAX 1024             /* S3's limit on object key bytes */
 #define S3_POOL_MAX 64              /* idle easy handles kept */
@@ -64,6 +65,8 @@ struct dcr_s3_store {
 
 	pthread_mutex_t probe_lock;
 	int condput; /* 0 unknown, 1 If-None-Match honoured, -1 ignored */
+
+	struct dcr_wq *mpu_wq; /* multipart parts (dcr_wq_par_for), 7 workers */
 };
 
 static inline struct dcr_s3_store *to_s3(struct dcr_store *st)

@@ -32,7 +32,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,11 +41,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "fileio.h"
 #include "hash.h"
+#include "wq.h"
 
 #define PROG "dcrfs-synth"
 #define BLOCK_ELEMS ((uint64_t)1 << 16)   /* elements per random stream */
@@ -973,17 +974,21 @@ static void do_uniform_block(struct work *w, const struct tensor *t,
 		atomic_fetch_add(&w->changed32, changed);
 }
 
-static void *worker(void *arg)
+/* One worker's share of @w's blocks (a dcr_wq_par_for loop of one
+ * iteration per worker; each takes blocks until none is left). */
+static void worker(void *arg, size_t unused)
 {
 	struct work *w = arg;
 	struct scratch *sc = NULL;
+
+	(void)unused;
 
 	if (w->kind == W_ADAM) {
 		sc = malloc(sizeof(*sc));
 		if (!sc) {
 			int zero = 0;
 			atomic_compare_exchange_strong(&w->err, &zero, -ENOMEM);
-			return NULL;
+			return;
 		}
 	}
 	for (;;) {
@@ -1009,7 +1014,6 @@ static void *worker(void *arg)
 		}
 	}
 	free(sc);
-	return NULL;
 }
 
 /* Is tensor @t processed by @kind? (others are copied unchanged) */
@@ -1024,9 +1028,6 @@ static bool handled(enum work_kind kind, const struct tensor *t)
 
 static int run_work(struct work *w, int jobs)
 {
-	pthread_t th[MAX_JOBS];
-	int started = 0;
-
 	w->blk_first = xcalloc(w->f->n + 1, sizeof(uint64_t));
 	w->nblocks = 0;
 	for (size_t i = 0; i < w->f->n; i++) {
@@ -1042,16 +1043,14 @@ static int run_work(struct work *w, int jobs)
 	}
 	w->blk_first[w->f->n] = w->nblocks;
 	atomic_store(&w->next, 0);
-	if (jobs > 1 && w->nblocks > 1) {
-		for (int i = 0; i < jobs - 1; i++) {
-			if (pthread_create(&th[i], NULL, worker, w))
-				break;
-			started++;
-		}
-	}
-	worker(w); /* the calling thread works too; also covers jobs == 1 */
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
+	/* the calling thread works too; with no queue (jobs == 1, or none
+	 * could be made) it does all */
+	struct dcr_wq *q = NULL;
+	struct dcr_wq_opts o = { .name = "synth", .threads = jobs - 1, .max_items = 1 };
+	if (jobs > 1 && w->nblocks > 1 && dcr_wq_create(&o, &q))
+		q = NULL;
+	dcr_wq_par_for(q, jobs, q ? (size_t)jobs : 1, worker, w);
+	dcr_wq_free(q);
 	free(w->blk_first);
 	w->blk_first = NULL;
 	return atomic_load(&w->err);

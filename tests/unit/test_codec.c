@@ -631,6 +631,62 @@ static void test_full_simd_scalar(void **state)
 	free(chunk);
 }
 
+/*
+ * The delta scan's SIMD path and the scalar one give the same frames:
+ * changes at the edges, in a tail shorter than a SIMD step, and exactly
+ * at the sparse limit (a quarter of the elements) and one past it.
+ */
+static void test_sparse_simd_scalar(void **state)
+{
+	struct fx *f = *state;
+	size_t len = (64 << 10) + 40;
+	uint8_t *base = malloc(len), *chunk = malloc(len), *first = malloc(2 * len);
+	static const uint8_t dts[] = { DCR_DT_BF16, DCR_DT_F32, DCR_DT_U16, DCR_DT_F8 };
+	static const unsigned rates[] = { 1, 30, 200 };
+
+	for (size_t d = 0; d < sizeof(dts); d++) {
+		struct dcr_region r;
+		struct dcr_elem_hint h = one_region(&r, dts[d], len);
+		unsigned w = dcr_dtype_width(dts[d]);
+		size_t nel = len / w;
+		if (w == 4)
+			fill_f32(base, len);
+		else
+			fill_bf16(base, len);
+		for (size_t k = 0; k < 5; k++) {
+			memcpy(chunk, base, len);
+			if (k < 3) {
+				perturb(chunk, len, w, rates[k], (int)(k & 1));
+			} else {
+				/* every 4th element: the limit; k == 4 one more */
+				for (size_t e = 0; e < nel; e += 4)
+					chunk[e * w] ^= 1;
+				if (k == 4)
+					chunk[(nel - 2) * w] ^= 1;
+			}
+			chunk[0] ^= 2;
+			chunk[len - w] ^= 2;
+			size_t flen = 0;
+			for (int simd = 1; simd >= 0; simd--) {
+				dcr_ent_set_simd(simd);
+				roundtrip(f, chunk, base, len, &h, 0, -1);
+				if (simd) {
+					assert_true(f->out.len <= 2 * len);
+					memcpy(first, f->out.data, f->out.len);
+					flen = f->out.len;
+				} else {
+					assert_int_equal(f->out.len, flen);
+					assert_memory_equal(f->out.data, first, flen);
+				}
+			}
+			dcr_ent_set_simd(1);
+		}
+	}
+	free(base);
+	free(chunk);
+	free(first);
+}
+
 /* -------------------------------------------------------- safetensors */
 
 static size_t make_st(uint8_t *buf, const char *json, uint64_t data_len)
@@ -755,6 +811,7 @@ int main(void)
 		cmocka_unit_test(test_safetensors_tensors),
 		cmocka_unit_test(test_plane_x32),
 		cmocka_unit_test_setup_teardown(test_full_simd_scalar, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sparse_simd_scalar, setup, teardown),
 		cmocka_unit_test(test_safetensors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

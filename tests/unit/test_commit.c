@@ -24,6 +24,7 @@
 #include "commit.h"
 #include "common.h"
 #include "dirstore.h"
+#include "entropy.h"
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
@@ -374,7 +375,8 @@ static void test_nonfinite_encodings(void **state)
 	memcpy(odd + 1, f32, sizeof(f32));
 	assert_int_equal(dcr_nonfinite_count(odd + 1, 8, DCR_FF_F32), 4);
 	assert_int_equal(dcr_float_width(DCR_FF_F64), 8);
-	/* Against the obvious per-element test, at every offset and length. */
+	/* Against the obvious per-element test, at every offset and length,
+	 * with the SIMD count (64 bytes a step) and without. */
 	uint8_t rnd[203];
 	fill(rnd, sizeof(rnd), 9);
 	/* Many exponents all ones: the byte pair (0xf8|r, 0x7f|r) makes a
@@ -390,8 +392,12 @@ static void test_nonfinite_encodings(void **state)
 				want += dcr_nonfinite_count(rnd + off + e * wd, 1,
 							    (enum dcr_float_fmt)ff);
 			assert_true(want > 0);
-			assert_int_equal(dcr_nonfinite_count(rnd + off, ne,
-							     (enum dcr_float_fmt)ff), want);
+			for (int simd = 1; simd >= 0; simd--) {
+				dcr_ent_set_simd(simd);
+				assert_int_equal(dcr_nonfinite_count(rnd + off, ne,
+								     (enum dcr_float_fmt)ff), want);
+			}
+			dcr_ent_set_simd(1);
 		}
 	}
 	assert_int_equal(dcr_float_width(DCR_FF_F8_E4M3), 1);
