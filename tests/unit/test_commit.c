@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "chunk.h"
 #include "commit.h"
 #include "common.h"
@@ -40,16 +42,8 @@ struct fx {
 	uint64_t nver;
 };
 
-static void sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	assert_int_equal(system(cmd), 0);
-}
+/* A shell command that must succeed. */
+#define sh(...) assert_int_equal(tu_sh(__VA_ARGS__), 0)
 
 static void write_file(const char *dir, const char *rel, const uint8_t *p, size_t n)
 {

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +164,21 @@ static inline void tu_fill(void *p, size_t n, uint64_t seed)
 }
 
 /** tu_rand - next value of a caller-held xorshift64 state (non-zero). */
+/* Run the shell command made from @fmt as printf would; its system(3)
+ * status (0 when it exited 0). */
+static inline int tu_sh(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static inline int tu_sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
 static inline uint64_t tu_rand(uint64_t *state)
 {
 	uint64_t x = *state ? *state : 88172645463325252ull;
