@@ -860,7 +860,9 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 			fs->prefetch = DCRFS_PREFETCH_LATEST;
 		} else if (strcmp(o->prefetch, "all") == 0) {
 			fs->prefetch = DCRFS_PREFETCH_ALL;
-		} else if (strcmp(o->prefetch, "none") != 0) {
+		} else if (strcmp(o->prefetch, "none") == 0) {
+			fs->prefetch = DCRFS_PREFETCH_NONE;
+		} else {
 			fprintf(stderr, PROG ": bad prefetch '%s' (none, "
 				"latest or all)\n", o->prefetch);
 			return -1;

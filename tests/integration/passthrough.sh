@@ -56,7 +56,7 @@ EOF
 }
 
 # --- 1. the kernel serves materialized files
-mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,prefetch=none"
 [ "$(status passthrough offered)" = true ] ||
 	skip "this kernel does not offer FUSE passthrough (CONFIG_FUSE_PASSTHROUGH, Linux >= 6.9)"
 [ "$(status passthrough active)" = true ] ||
@@ -95,7 +95,7 @@ t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs through passth
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 
 # --- 3. open and mapped through passthrough, under eviction
-mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,cache_size=12M"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,cache_size=12M,prefetch=none"
 t cmp "$T/tree.1/a.bin" "$MNT/v1/a.bin" || fail "v1/a.bin differs (small budget)"
 t python3 - "$MNT" "$T/tree.1" "$T/tree.2" <<'EOF' || fail "a mapped passthrough file changed under eviction"
 import mmap, os, sys, filecmp
@@ -121,7 +121,7 @@ cb=$(status cache bytes)
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 
 # --- 4. bit rot in a backing file is never served
-mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot,prefetch=none"
 t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs (rot setup)"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 nrot=$(rot_cache "$T/cache.rot")
@@ -130,7 +130,7 @@ sync
 echo 3 >/proc/sys/vm/drop_caches
 mv "$STORE/packs" "$T/packs.away"
 mkdir "$STORE/packs"
-mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot,prefetch=none"
 if t cat "$MNT/v2/a.bin" >"$T/rot.out" 2>"$T/rot.err"; then
 	fail "a rotten cache file was served"
 fi
@@ -139,7 +139,7 @@ grep -q 'Input/output error' "$T/rot.err" || fail "expected EIO, got: $(cat "$T/
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 rmdir "$STORE/packs"
 mv "$T/packs.away" "$STORE/packs"
-mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.rot,prefetch=none"
 t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs after the rot"
 t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs after the rot (passthrough)"
 [ "$(status opens passthrough)" -ge 1 ] || fail "the repaired file was not opened with passthrough"
@@ -147,7 +147,7 @@ umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 log "ok: $nrot rotten blocks never served"
 
 # --- 5a. passthrough=off
-mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,passthrough=off"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,passthrough=off,prefetch=none"
 for i in 1 2; do
 	t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs (passthrough=off)"
 done
@@ -175,7 +175,7 @@ os.dup2(out, 1)
 os.dup2(out, 2)
 os.execvp("setpriv", ["setpriv", "--bounding-set=-sys_admin", "--",
                       dcrfs, store, "/dev/fd/%d" % fd, "-f",
-                      "-o", "cache_dir=" + cache])
+                      "-o", "cache_dir=" + cache + ",prefetch=none"])
 EOF
 # (an asynchronous command's standard input is /dev/null: a file, not a
 # here-document)
