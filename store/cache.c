@@ -82,6 +82,30 @@ struct slab {
 				instance; cleared when a chunk goes) */
 	uint64_t dead_bytes; /* what a pinned slab held when it died */
 	bool dead;           /* evicted: off the table, unlinked */
+	uint64_t epoch;      /* this opening's (slab_open), for its sums */
+};
+
+/*
+ * Sub-block sums (see cache.h, "partial reads"): the XXH3-128 of each
+ * SUB_SIZE bytes of a chunk, computed from the very buffer that was just
+ * read whole and proven against the manifest. Keyed by the slab's epoch
+ * (a new one at every slab_open: its proven bits start empty) and the
+ * chunk; dropped when the chunk is punched or rewritten; LRU within
+ * SUMS_BUDGET bytes.
+ */
+#define SUB_SHIFT 16
+#define SUB_SIZE ((uint32_t)1 << SUB_SHIFT)
+#define SUMS_BUDGET ((size_t)4 << 20)
+#define SUMS_BUCKETS 4096
+
+struct sums {
+	struct sums *next;          /* bucket chain */
+	struct sums *older, *newer; /* LRU list */
+	uint64_t epoch, chunk;
+	uint8_t check[DCR_XXH_LEN]; /* the key's xxh (or hash) prefix */
+	uint32_t len;               /* the chunk's length */
+	uint32_t n;                 /* sub-blocks */
+	uint8_t sum[][DCR_XXH_LEN];
 };
 
 struct dcr_cache {
@@ -117,6 +141,14 @@ struct dcr_cache {
 	atomic_bool said_small; /* warned that one slab exceeds the budget */
 	atomic_bool fs_short;   /* the file system is short of the budget:
 				   said once per incident (fs_room) */
+
+	/* Sub-block sums, under sums_lock (taken after @lock, never
+	 * before). */
+	pthread_mutex_t sums_lock;
+	struct sums **sums_tab;        /* SUMS_BUCKETS chains */
+	struct sums *sums_new, *sums_old; /* LRU ends */
+	size_t sums_bytes;
+	uint64_t epochs;               /* last epoch given (under @lock) */
 };
 
 static int64_t now_ms(void)
@@ -340,6 +372,7 @@ static int slab_open(struct dcr_cache *c, struct slab *s,
 	}
 	s->fd = fd;
 	s->dfd = -1;
+	s->epoch = ++c->epochs;
 	scan_present(s);
 	/* The estimate from the allocated size becomes the exact count. */
 	c->bytes -= DCR_MIN(c->bytes, s->bytes);
@@ -546,6 +579,132 @@ static int slab_dfd(struct dcr_cache *c, struct slab *s)
 	return fd;
 }
 
+/* ---------------------------------------------------- sub-block sums */
+
+static size_t sums_bucket(uint64_t epoch, uint64_t chunk)
+{
+	uint64_t h = epoch * 0x9E3779B97F4A7C15ULL ^
+		     chunk * 0xC2B2AE3D27D4EB4FULL;
+
+	return (size_t)(h >> 40) % SUMS_BUCKETS;
+}
+
+/* What a chunk of @k must hash to, as the sums remember it. */
+static const uint8_t *key_check(const struct dcr_cache_key *k)
+{
+	return k->xxh ? k->xxh : k->hash;
+}
+
+/* The sums of (@epoch, @chunk), or NULL. Caller holds sums_lock. */
+static struct sums *sums_find(const struct dcr_cache *c, uint64_t epoch,
+			      uint64_t chunk)
+{
+	struct sums *e = c->sums_tab[sums_bucket(epoch, chunk)];
+
+	while (e && (e->epoch != epoch || e->chunk != chunk))
+		e = e->next;
+	return e;
+}
+
+/* Take @e off its chain and the LRU list. Caller holds sums_lock. */
+static void sums_unlink(struct dcr_cache *c, struct sums *e)
+{
+	struct sums **pp = &c->sums_tab[sums_bucket(e->epoch, e->chunk)];
+
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	if (e->older)
+		e->older->newer = e->newer;
+	else
+		c->sums_old = e->newer;
+	if (e->newer)
+		e->newer->older = e->older;
+	else
+		c->sums_new = e->older;
+	c->sums_bytes -= sizeof(*e) + (size_t)e->n * sizeof(e->sum[0]);
+}
+
+/* Put @e at the newest end of the LRU list. Caller holds sums_lock. */
+static void sums_link_new(struct dcr_cache *c, struct sums *e)
+{
+	e->newer = NULL;
+	e->older = c->sums_new;
+	if (c->sums_new)
+		c->sums_new->newer = e;
+	else
+		c->sums_old = e;
+	c->sums_new = e;
+}
+
+/* Forget the sums of chunk @i of @s (punched or rewritten). */
+static void sums_drop(struct dcr_cache *c, const struct slab *s, uint64_t i)
+{
+	struct sums *e;
+
+	if (!c->sums_tab)
+		return;
+	pthread_mutex_lock(&c->sums_lock);
+	e = sums_find(c, s->epoch, i);
+	if (e)
+		sums_unlink(c, e);
+	pthread_mutex_unlock(&c->sums_lock);
+	free(e);
+}
+
+/*
+ * Keep the sums of chunk @k of the slab opening @epoch, computed from
+ * @buf: its @k->len bytes just read whole and proven against @k's hash.
+ * Best effort (nothing is kept without memory).
+ */
+static void sums_keep(struct dcr_cache *c, const struct dcr_cache_key *k,
+		      uint64_t epoch, const uint8_t *buf)
+{
+	uint32_t n = (uint32_t)(((uint64_t)k->len + SUB_SIZE - 1) >> SUB_SHIFT);
+	size_t sz = sizeof(struct sums) + (size_t)n * DCR_XXH_LEN;
+	struct sums *e, *old, *gone = NULL;
+
+	if (!c->sums_tab || sz > SUMS_BUDGET / 4)
+		return;
+	e = malloc(sz);
+	if (!e)
+		return;
+	e->epoch = epoch;
+	e->chunk = k->chunk;
+	e->len = k->len;
+	e->n = n;
+	memcpy(e->check, key_check(k), DCR_XXH_LEN);
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t at = (uint64_t)i << SUB_SHIFT;
+
+		dcr_xxh128(buf + at, DCR_MIN((uint64_t)SUB_SIZE, k->len - at),
+			   e->sum[i]);
+	}
+	pthread_mutex_lock(&c->sums_lock);
+	old = sums_find(c, epoch, k->chunk);
+	if (old)
+		sums_unlink(c, old);
+	while (c->sums_old && c->sums_bytes + sz > SUMS_BUDGET) {
+		struct sums *lru = c->sums_old;
+
+		sums_unlink(c, lru);
+		lru->next = gone; /* freed outside the lock */
+		gone = lru;
+	}
+	e->next = c->sums_tab[sums_bucket(epoch, k->chunk)];
+	c->sums_tab[sums_bucket(epoch, k->chunk)] = e;
+	sums_link_new(c, e);
+	c->sums_bytes += sz;
+	pthread_mutex_unlock(&c->sums_lock);
+	free(old);
+	while (gone) {
+		struct sums *next = gone->next;
+
+		free(gone);
+		gone = next;
+	}
+}
+
 /*
  * Punch out chunk @i of @s after a failed check or write (it is no
  * longer proven). Caller holds @s->wlock (see the locking notes).
@@ -555,6 +714,7 @@ static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 	uint64_t off = i * s->cs;
 	uint64_t len = DCR_ROUND_UP((uint64_t)slot_len(s, i), DCR_CACHE_ALIGN);
 
+	sums_drop(c, s, i);
 	pthread_mutex_lock(&c->lock);
 	s->verified = false;
 	if (s->pins) {
@@ -823,6 +983,9 @@ int dcr_cache_open(const char *dir, uint64_t budget, struct dcr_cache **out)
 			 "space", dir, old);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->evict_lock, NULL);
+	pthread_mutex_init(&c->sums_lock, NULL);
+	/* Without it partial reads read their chunk whole. */
+	c->sums_tab = calloc(SUMS_BUCKETS, sizeof(*c->sums_tab));
 	c->st.bytes = c->bytes;
 	open_fit(c);
 	evict(c, NULL, 0);
@@ -846,8 +1009,16 @@ void dcr_cache_close(struct dcr_cache *c)
 		slab_shut(c, c->tab[i]);
 		slab_free(c->tab[i]);
 	}
+	while (c->sums_old) {
+		struct sums *e = c->sums_old;
+
+		sums_unlink(c, e);
+		free(e);
+	}
+	free(c->sums_tab);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->evict_lock);
+	pthread_mutex_destroy(&c->sums_lock);
 	free(c->fences);
 	free(c->tab);
 	free(c->dir);
@@ -925,16 +1096,23 @@ static bool proves(const struct dcr_cache_key *k, const void *p, size_t len)
 
 /*
  * Read chunk @k whole from @s and prove it; copy the slice [@off,
- * @off+@n) into @dst. 0, -EBADMSG (it fails its check) or -errno.
+ * @off+@n) into @dst. The chunk is read into @whole if given (@k->len
+ * bytes, aligned), else into @dst when the slice is the whole chunk,
+ * else into a scratch buffer. With @keep, the sums of its sub-blocks are
+ * kept (under the slab opening @epoch) for the partial reads that may
+ * follow (sums_read). 0, -EBADMSG (it fails its check) or -errno.
  */
 static int verify_read(struct dcr_cache *c, struct slab *s,
 		       const struct dcr_cache_key *k, uint32_t off, void *dst,
-		       size_t n, bool pagecache)
+		       size_t n, bool pagecache, uint8_t *whole, bool keep,
+		       uint64_t epoch)
 {
 	uint8_t *buf;
 	int ret;
 
-	if (off == 0 && n == k->len) {
+	if (whole) {
+		buf = whole;
+	} else if (off == 0 && n == k->len) {
 		buf = dst; /* read in place; dst is unspecified on a miss */
 	} else {
 		buf = dcr_thread_buf(DCR_TBUF_SCRATCH, k->len);
@@ -946,9 +1124,83 @@ static int verify_read(struct dcr_cache *c, struct slab *s,
 		ret = -EBADMSG;
 	if (!ret && !proves(k, buf, k->len))
 		ret = -EBADMSG;
+	if (!ret && keep)
+		sums_keep(c, k, epoch, buf);
 	if (!ret && buf != dst && n)
 		memcpy(dst, buf + off, n);
 	return ret;
+}
+
+/* Sub-blocks one sums_read checks at most (a longer read reads whole). */
+#define SUMS_READ_MAX 64
+
+/*
+ * Copy [@off, @off+@n) (@n > 0) of chunk @k of @s (opening @epoch) into
+ * @dst, reading only the sub-blocks the range covers and checking each
+ * against the sums kept when the chunk was last proven whole in this
+ * instance (see cache.h). 0, -EAGAIN if no sums are kept for it (or the
+ * range is too long for them), -EBADMSG if a sub-block fails, or -errno.
+ */
+static int sums_read(struct dcr_cache *c, struct slab *s,
+		     const struct dcr_cache_key *k, uint64_t epoch,
+		     uint32_t off, void *dst, size_t n)
+{
+	uint8_t want[SUMS_READ_MAX][DCR_XXH_LEN], got[DCR_XXH_LEN];
+	uint32_t a = off >> SUB_SHIFT;
+	uint32_t b = (uint32_t)((off + n - 1) >> SUB_SHIFT);
+	uint64_t from = (uint64_t)a << SUB_SHIFT;
+	uint64_t to = DCR_MIN((uint64_t)k->len, (uint64_t)(b + 1) << SUB_SHIFT);
+	struct sums *e;
+	uint8_t *buf;
+	int ret;
+
+	if (!c->sums_tab || b - a + 1 > SUMS_READ_MAX)
+		return -EAGAIN;
+	pthread_mutex_lock(&c->sums_lock);
+	e = sums_find(c, epoch, k->chunk);
+	if (e && (e->len != k->len ||
+		  memcmp(e->check, key_check(k), DCR_XXH_LEN) != 0))
+		e = NULL; /* kept for other content: read whole */
+	if (e) {
+		memcpy(want, e->sum[a], (size_t)(b - a + 1) * DCR_XXH_LEN);
+		if (c->sums_new != e) {
+			/* most recently used */
+			if (e->older)
+				e->older->newer = e->newer;
+			else
+				c->sums_old = e->newer;
+			e->newer->older = e->older;
+			sums_link_new(c, e);
+		}
+	}
+	pthread_mutex_unlock(&c->sums_lock);
+	if (!e)
+		return -EAGAIN;
+
+	if (from == off && to == off + n) {
+		buf = dst; /* read in place; dst is unspecified on a failure */
+	} else {
+		buf = dcr_thread_buf(DCR_TBUF_SCRATCH, (size_t)(to - from));
+		if (!buf)
+			return DCR_ERR(-ENOMEM);
+	}
+	ret = pread_lean(c, s, buf, (size_t)(to - from),
+			 k->chunk * s->cs + from, false);
+	if (ret == -EIO || ret == -ENODATA)
+		return -EBADMSG;
+	if (ret)
+		return ret;
+	for (uint32_t i = a; i <= b; i++) {
+		uint64_t at = ((uint64_t)i << SUB_SHIFT) - from;
+
+		dcr_xxh128(buf + at, DCR_MIN((uint64_t)SUB_SIZE,
+					     to - from - at), got);
+		if (memcmp(got, want[i - a], DCR_XXH_LEN) != 0)
+			return -EBADMSG;
+	}
+	if (buf != dst)
+		memcpy(dst, buf + (off - from), n);
+	return 0;
 }
 
 enum { GET_COPY, GET_CHECK, GET_VERIFY };
@@ -964,10 +1216,13 @@ enum { GET_COPY, GET_CHECK, GET_VERIFY };
  * error.
  */
 static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
-		     int how, uint32_t off, void *dst, size_t n)
+		     int how, uint32_t off, void *dst, size_t n,
+		     uint8_t *whole, bool *filled)
 {
 	int64_t now = now_ms();
 	bool present, proven, due;
+	bool part = how == GET_COPY && n && n < k->len;
+	uint64_t epoch;
 	struct slab *s;
 	int ret;
 
@@ -979,6 +1234,7 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 	pthread_mutex_lock(&c->lock);
 	present = bit(s->present, s->nbits, k->chunk);
 	proven = bit(s->proven, s->nbits, k->chunk);
+	epoch = s->epoch;
 	if (present && now > s->used_ms)
 		s->used_ms = now;
 	due = present && now - s->stamped_ms >= STAMP_INTERVAL_MS;
@@ -994,10 +1250,24 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		stamp(s, now);
 
 	ret = 0;
-	if (!proven || how != GET_CHECK) {
+	if (part && proven) {
+		/* A part of a chunk proven whole before: check only the
+		 * sub-blocks it covers, against its sums. */
+		ret = sums_read(c, s, k, epoch, off, dst, n);
+		if (ret == -EAGAIN)
+			ret = 1; /* none kept: read it whole below */
+	} else if (proven && how == GET_CHECK) {
+		ret = 0;
+	} else {
+		ret = 1;
+	}
+	if (ret == 1) {
 		/* Every copy out of a slab is checked, proven or not: a byte
 		 * may rot on disk after the chunk's first use. */
-		ret = verify_read(c, s, k, off, dst, n, how != GET_COPY);
+		ret = verify_read(c, s, k, off, dst, n, how != GET_COPY,
+				  whole, part, epoch);
+		if (ret == 0 && filled)
+			*filled = whole != NULL;
 		if (ret == 0 && !proven) {
 			pthread_mutex_lock(&c->lock);
 			bit_set(s->proven, k->chunk, true);
@@ -1014,11 +1284,13 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		 * progress, not damage, and it reads right now. Another
 		 * reader may have punched it already (no longer present). */
 		pthread_mutex_lock(&s->wlock);
+		sums_drop(c, s, k->chunk);
 		pthread_mutex_lock(&c->lock);
 		rewritten = !bit(s->present, s->nbits, k->chunk);
 		pthread_mutex_unlock(&c->lock);
 		if (!rewritten)
-			rewritten = verify_read(c, s, k, 0, NULL, 0, false) == 0;
+			rewritten = verify_read(c, s, k, 0, NULL, 0, false,
+							 NULL, false, 0) == 0;
 		if (!rewritten)
 			punch(c, s, k->chunk);
 		pthread_mutex_unlock(&s->wlock);
@@ -1058,19 +1330,30 @@ out_miss:
 int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
 		   uint32_t off, void *dst, size_t n)
 {
-	int ret = chunk_get(c, k, GET_COPY, off, dst, n);
+	int ret = chunk_get(c, k, GET_COPY, off, dst, n, NULL, NULL);
 
 	return ret > 0 ? 0 : ret;
 }
 
+int dcr_cache_read_part(struct dcr_cache *c, const struct dcr_cache_key *k,
+			uint32_t off, void *dst, size_t n, void *whole)
+{
+	bool filled = false;
+	int ret = chunk_get(c, k, GET_COPY, off, dst, n, whole, &filled);
+
+	if (ret < 0)
+		return ret;
+	return filled ? 1 : 0;
+}
+
 int dcr_cache_check(struct dcr_cache *c, const struct dcr_cache_key *k)
 {
-	return chunk_get(c, k, GET_CHECK, 0, NULL, 0);
+	return chunk_get(c, k, GET_CHECK, 0, NULL, 0, NULL, NULL);
 }
 
 int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k)
 {
-	int ret = chunk_get(c, k, GET_VERIFY, 0, NULL, 0);
+	int ret = chunk_get(c, k, GET_VERIFY, 0, NULL, 0, NULL, NULL);
 
 	return ret > 0 ? 0 : ret;
 }
@@ -1282,6 +1565,7 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		slab_put(c, s);
 		return 0;
 	}
+	sums_drop(c, s, k->chunk); /* none for an unproven chunk: hygiene */
 	if (direct)
 		dfd = slab_dfd(c, s);
 	if (dfd >= 0) {

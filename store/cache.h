@@ -17,7 +17,28 @@
  * checked, every time, whatever the file's inode or times say, against
  * the value the caller's manifest gives (its XXH3-128 for format 2, its
  * SHA-256 for format 1): a byte may rot on disk after the chunk's first
- * use. A chunk that fails (bit rot, a torn write, a store recreated
+ * use.
+ *
+ * Partial reads: when a part of a chunk is read (a random 256 KiB read
+ * of a 1 MiB chunk), the chunk is read whole and checked as above, and
+ * the XXH3-128 of each 64 KiB of the buffer just proven is kept in
+ * memory ("sums": 256 bytes per MiB of chunk, at most 4 MiB in all, the
+ * least recently used dropped first, so about 16 GiB of 1 MiB chunks).
+ * A later partial read of that chunk in this instance reads only the
+ * 64 KiB sub-blocks it covers and checks each against its sum, and
+ * serves nothing unless all match (a mismatch is a failed check: the
+ * chunk is read whole again, and punched out if it fails). The trust
+ * argument: a sum is computed from bytes that were, a moment before,
+ * proven equal to the manifest's hash of the chunk, in this process's
+ * memory; so a sub-block that matches its sum now is the manifest's
+ * bytes with the strength of XXH3-128 against accidental change (bit
+ * rot, a torn or stray write), the threat the check of a cache file is
+ * for - as for format 2's own per-chunk check; for format 1 the
+ * cryptographic SHA-256 of the chunk is then replaced, for that read,
+ * by this non-cryptographic check, the cache directory being the
+ * daemon's own (mode 0700). Sums are kept per opening of a slab (its
+ * proven bits start empty at each) and dropped when the chunk is
+ * punched; they never leave memory, so a new mount starts with none. A chunk that fails (bit rot, a torn write, a store recreated
  * under the same cache directory) has its range punched out, is
  * reported as a miss (one warning naming the slab and the chunk) and is
  * fetched again: a rotten byte is never served. Chunks this instance
@@ -104,6 +125,19 @@ void dcr_cache_close(struct dcr_cache *c);
  */
 int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
 		   uint32_t off, void *dst, size_t n);
+
+/**
+ * dcr_cache_read_part - dcr_cache_read of the part [@off, @off+@n) of
+ * chunk @k (@n < @k->len) that may hand the whole chunk back: if this
+ * instance kept the sums of @k (see "Partial reads" above), only the
+ * sub-blocks the part covers are read and checked against them, and 0
+ * is returned; else the chunk is read whole into @whole (@k->len bytes,
+ * DCR_CACHE_ALIGN-aligned), checked, its sums kept and the part copied
+ * out, and 1 is returned: @whole then holds the proven chunk. -ENOENT
+ * and -errno as dcr_cache_read.
+ */
+int dcr_cache_read_part(struct dcr_cache *c, const struct dcr_cache_key *k,
+			uint32_t off, void *dst, size_t n, void *whole);
 
 /**
  * dcr_cache_check - make sure the cached chunk @k is proven in this

@@ -347,9 +347,10 @@ out_codec:
 /*
  * Fast path: look up the chunk's reference and try memory, then the
  * cache, which checks every chunk it reads whole against the manifest.
- * A piece of a chunk read from the cache keeps the whole chunk it read
- * and checked in memory (hot), so that the other pieces of it do not
- * read and check it again. 0 on a hit, -ENOENT on a miss (p->ref is
+ * A piece of a chunk read from the cache checks only its own sub-blocks
+ * if the cache kept the chunk's sums (dcr_cache_read_part); else it
+ * reads and checks the chunk whole and keeps it in memory (hot), so that
+ * the other pieces of it do not read and check it again. 0 on a hit, -ENOENT on a miss (p->ref is
  * then filled; a chunk that failed its check is a miss), else -errno
  * (logged). Without p->dst (read-ahead), a cached chunk is proven now
  * if this mount has not yet (on the read-ahead thread, through the page
@@ -385,14 +386,15 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 		uint8_t *whole = buf_get(r, p->clen);
 
 		if (whole) {
-			ret = dcr_cache_read(r->cache, &k, 0, whole, p->clen);
-			if (ret == 0) {
-				memcpy(p->dst, whole + p->coff, p->n);
+			/* Checks only the part when the cache kept the
+			 * chunk's sums; else reads it whole: kept hot. */
+			ret = dcr_cache_read_part(r->cache, &k, p->coff,
+						  p->dst, p->n, whole);
+			if (ret == 1)
 				hot_put(r, p->ref.hash, p->clen, whole);
-			} else {
+			else
 				buf_put(r, whole, p->clen);
-			}
-			return ret;
+			return ret == 1 ? 0 : ret;
 		}
 	}
 	return dcr_cache_read(r->cache, &k, p->coff, p->dst, p->n);

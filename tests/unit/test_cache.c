@@ -255,6 +255,89 @@ static void test_bit_rot_is_caught(void **state)
 }
 
 /*
+ * Partial reads check only the 64 KiB sub-blocks they cover once the
+ * chunk was proven whole in this instance: a byte rotten elsewhere in
+ * the chunk does not fail them, one rotten in what they cover does (and
+ * its chunk is punched out); a new instance starts with no sums.
+ */
+#define PCS ((uint32_t)256 << 10) /* four sub-blocks */
+#define PSIZE ((uint64_t)PCS + 1000)
+static void test_partial_reads(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *data = aligned_alloc(DCR_CACHE_ALIGN, 2 * PCS);
+	uint8_t *whole = aligned_alloc(DCR_CACHE_ALIGN, PCS);
+	uint8_t *buf = malloc(PCS);
+	uint8_t hash[2][DCR_HASH_LEN], xxh[2][DCR_XXH_LEN];
+	struct dcr_cache_key k[2];
+	struct dcr_cache_stats st;
+	char path[PATH_MAX];
+
+	tu_fill(data, 2 * PCS, 99);
+	for (int i = 0; i < 2; i++) {
+		k[i] = (struct dcr_cache_key){
+			.v = 9, .file = 0, .chunk = (uint64_t)i,
+			.file_size = PSIZE, .chunk_size = PCS,
+			.len = dcr_chunk_len(PSIZE, PCS, (uint64_t)i),
+			.hash = hash[i], .xxh = xxh[i],
+		};
+		dcr_sha256(data + i * PCS, k[i].len, hash[i]);
+		dcr_xxh128(data + i * PCS, k[i].len, xxh[i]);
+	}
+	open_cache(f, 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(dcr_cache_put(f->cache, &k[i], data + i * PCS,
+					       0), 0);
+	dcr_cache_slab_path(f->cache, 9, 0, path, sizeof(path));
+	close_cache(f);
+
+	open_cache(f, 0);
+	/* No sums yet: read whole into @whole, checked, sums kept. */
+	assert_int_equal(dcr_cache_read_part(f->cache, &k[0], 65546, buf, 100,
+					     whole), 1);
+	assert_memory_equal(whole, data, PCS);
+	assert_memory_equal(buf, data + 65546, 100);
+	assert_int_equal(dcr_cache_read_part(f->cache, &k[0], 65546, buf, 100,
+					     whole), 0);
+	assert_memory_equal(buf, data + 65546, 100);
+	/* Rot in sub-block 0: a read of sub-block 2 checks only that. */
+	rot(path, 5);
+	memset(buf, 0, PCS);
+	assert_int_equal(dcr_cache_read(f->cache, &k[0], 2 * 65536, buf,
+					65536), 0);
+	assert_memory_equal(buf, data + 2 * 65536, 65536);
+	/* One that covers it fails, and the chunk is punched out. */
+	assert_int_equal(dcr_cache_read(f->cache, &k[0], 60000, buf, 10000),
+			 -ENOENT);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.corrupt, 1);
+	assert_int_equal(dcr_cache_read(f->cache, &k[0], 2 * 65536, buf,
+					65536), -ENOENT);
+	/* Stored again: proven by the put, but no sums: read whole. */
+	assert_int_equal(dcr_cache_put(f->cache, &k[0], data, 0), 0);
+	assert_int_equal(dcr_cache_read_part(f->cache, &k[0], 0, buf, 10,
+					     whole), 1);
+	assert_memory_equal(buf, data, 10);
+	rot(path, 3 * 65536 + 7);
+	assert_int_equal(dcr_cache_read(f->cache, &k[0], 3 * 65536, buf, 100),
+			 -ENOENT);
+	/* The short last chunk: its one short sub-block. */
+	assert_int_equal(dcr_cache_read(f->cache, &k[1], 10, buf, 20), 0);
+	assert_int_equal(dcr_cache_read(f->cache, &k[1], 990, buf, 10), 0);
+	assert_memory_equal(buf, data + PCS + 990, 10);
+	close_cache(f);
+
+	/* A new instance has no sums: the rot in chunk 1 is seen. */
+	rot(path, PCS + 5);
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_read(f->cache, &k[1], 990, buf, 10),
+			 -ENOENT);
+	free(buf);
+	free(whole);
+	free(data);
+}
+
+/*
  * A chunk whose slot holds other bytes (a store recreated under the same
  * cache directory: same version number, other content) is never served.
  */
@@ -610,6 +693,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_put_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bit_rot_is_caught, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_partial_reads, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_other_content_refused,
 						setup, teardown),
