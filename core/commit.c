@@ -811,27 +811,6 @@ static int open_source(const struct dcr_commit_source *src, struct stat *sb)
 	return fd;
 }
 
-/* Whether @m, digests computed, holds what @pm does: the same paths,
- * types, modes, sizes and file digests (mtimes aside). */
-static bool tree_unchanged(const struct dcr_manifest *m,
-			   const struct dcr_manifest *pm)
-{
-	if (m->nfiles != pm->nfiles || m->format != pm->format ||
-	    m->chunk_size != pm->chunk_size)
-		return false;
-	for (uint32_t i = 0; i < m->nfiles; i++) {
-		const struct dcr_file *f = &m->files[i];
-		int64_t b = dcr_manifest_find(pm, f->path);
-		if (b < 0)
-			return false;
-		const struct dcr_file *g = &pm->files[b];
-		if (g->type != f->type || g->mode != f->mode || g->size != f->size ||
-		    memcmp(g->sha256, f->sha256, DCR_HASH_LEN))
-			return false;
-	}
-	return true;
-}
-
 /* Read one file sequentially and queue its chunks. */
 static int feed_file(struct pipe *p, struct worker *self, uint32_t fi,
 		     struct dcr_commit_progress *pr, int64_t *last)
@@ -1420,7 +1399,8 @@ int dcr_commit_sources(struct dcr_store *st,
 		if (m.files[i].type == DCR_FT_REG)
 			ret = dcr_file_digest(&m.files[i], m.files[i].sha256);
 	/* (a full commit of the same tree is a new anchor: wanted) */
-	if (!ret && pm && !o->allow_unchanged && !o->full && tree_unchanged(&m, pm)) {
+	if (!ret && pm && !o->allow_unchanged && !o->full &&
+	    m.format == pm->format && dcr_manifest_same_files(&m, pm, 0)) {
 		dcr_err("%s is unchanged since version %" PRIu64 " (the same files, "
 			"modes and bytes): nothing was published (pass "
 			"--allow-unchanged to publish it as a new version)", what,

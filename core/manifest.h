@@ -195,6 +195,22 @@ int dcr_manifest_check_parent(const struct dcr_manifest *m,
 /** True if some chunk of @m is built on its parent's (SAME or DELTA). */
 int dcr_manifest_needs_parent(const struct dcr_manifest *m);
 
+/* dcr_manifest_same_files flags */
+enum {
+	DCR_SAME_TIMES = 1 << 0, /* the version's and every file's time too */
+};
+
+/**
+ * dcr_manifest_same_files - true if @a and @b hold the same tree with
+ * the same bytes: chunk size, and every file's path, type, mode, size
+ * and digest (then every chunk's hash is the same too); with
+ * DCR_SAME_TIMES also the version's ctime and every file's mtime. The
+ * one comparison of trees: a commit of an unchanged tree, a version
+ * re-indexed in the store, a layout's manifest.
+ */
+int dcr_manifest_same_files(const struct dcr_manifest *a,
+			    const struct dcr_manifest *b, unsigned flags);
+
 /**
  * dcr_manifest_same_content - true if @a and @b describe the same
  * version with the same bytes: number, format, time, chunk size, and

@@ -41,34 +41,14 @@ const char *hash_prefix(const struct dcr_catalog_ident *id,
 	return out;
 }
 
-/* Whether @a and @b show the same tree with the same bytes: chunk
- * size, ctime, and every file's path, type, mode, size, mtime and
- * SHA-256 (then every chunk is the same too). */
-static bool same_tree(const struct dcr_manifest *a,
-		      const struct dcr_manifest *b)
-{
-	if (a->chunk_size != b->chunk_size || a->ctime_ns != b->ctime_ns ||
-	    a->nfiles != b->nfiles)
-		return false;
-	for (uint32_t i = 0; i < a->nfiles; i++) {
-		const struct dcr_file *x = &a->files[i], *y = &b->files[i];
-
-		if (strcmp(x->path, y->path) != 0 || x->type != y->type ||
-		    x->mode != y->mode || x->size != y->size ||
-		    x->mtime_ns != y->mtime_ns ||
-		    memcmp(x->sha256, y->sha256, DCR_HASH_LEN) != 0)
-			return false;
-	}
-	return true;
-}
-
 /* Whether the whole manifests @a (from the catalog) and @b (from the
  * store) index the same frames: same tree, parent, packs, and every
  * chunk reference. */
 static bool same_index(const struct dcr_manifest *a,
 		       const struct dcr_manifest *b)
 {
-	if (!same_tree(a, b) || a->parent != b->parent ||
+	if (!dcr_manifest_same_files(a, b, DCR_SAME_TIMES) ||
+	    a->parent != b->parent ||
 	    a->format != b->format || a->npacks != b->npacks)
 		return false;
 	for (uint32_t i = 0; i < a->npacks; i++)
@@ -197,7 +177,7 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 		return -ENOENT;
 	old_id = old->id;
 	if (dcr_catalog_load_files(r->cat, v, &om) == 0) {
-		changed = !same_tree(&om, m);
+		changed = !dcr_manifest_same_files(&om, m, DCR_SAME_TIMES);
 		dcr_manifest_free(&om);
 	}
 	nrv = rver_new(v, m->parent, m->ctime_ns, m->chunk_size, m->nfiles);
