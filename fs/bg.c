@@ -190,22 +190,20 @@ static void announce_changes(struct dcrfs *fs)
  */
 static uint64_t hold_latest(struct dcrfs *fs, uint64_t newest)
 {
-	uint64_t shown = fs->shown_latest;
+	uint64_t shown = atomic_load(&fs->latest);
 	int64_t now = dcr_mono_ns();
 
 	if (fs->prefetch == DCRFS_PREFETCH_NONE || !fs->latest_wait_ms ||
 	    !shown || newest <= shown || fs->prefetch_latest_done >= newest) {
-		fs->held_since_ns = fs->held_until_ns = 0;
+		fs->held_until_ns = 0;
 		return newest;
 	}
-	if (!fs->held_since_ns) {
-		fs->held_since_ns = now;
+	if (!fs->held_until_ns)
 		fs->held_until_ns = now + (int64_t)fs->latest_wait_ms * 1000000;
-	}
 	if (now >= fs->held_until_ns) {
 		dcr_info("v%" PRIu64 " not prefetched after %u s: latest moves "
 			 "to it anyway", newest, fs->latest_wait_ms / 1000);
-		fs->held_since_ns = fs->held_until_ns = 0;
+		fs->held_until_ns = 0;
 		return newest;
 	}
 	return shown;
@@ -227,9 +225,7 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 		pthread_cond_broadcast(&fs->bg_cond);
 	}
 	latest = hold_latest(fs, newest);
-	moved = latest != fs->shown_latest;
-	if (moved)
-		fs->shown_latest = latest;
+	moved = latest != atomic_load(&fs->latest);
 	atomic_store(&fs->latest, latest);
 	pthread_mutex_unlock(&fs->bg_lock);
 

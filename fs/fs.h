@@ -146,7 +146,8 @@ struct dcrfs {
 	unsigned int latest_wait_ms;
 	/* The target of /latest (dcrfs_latest): the reader's newest
 	 * version, or with prefetch the newest one prefetched (or waited
-	 * for latest_wait_ms). Written by main.c and the watcher. */
+	 * for latest_wait_ms): what the kernel was told about. Written by
+	 * the watcher under bg_lock, read anywhere. */
 	atomic_uint_fast64_t latest;
 	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
 	unsigned int max_read;         /* -o max_read=N, 0 if not given */
@@ -178,11 +179,10 @@ struct dcrfs {
 	pthread_cond_t bg_cond;        /* CLOCK_MONOTONIC */
 	int bg_stop;
 	int bg_kick;                   /* watcher: look at latest now */
-	uint64_t shown_latest;         /* latest the kernel was told about */
-	/* With prefetch: the reader's newest version since when (mono ns)
-	 * it has been newer than /latest, and when the watcher must show it
-	 * whatever the prefetch (0: nothing held back) */
-	int64_t held_since_ns, held_until_ns;
+	/* With prefetch: when the watcher must show the reader's newest
+	 * version, held back from /latest, whatever the prefetch (mono ns;
+	 * 0: nothing held back) */
+	int64_t held_until_ns;
 	uint64_t prefetch_latest_done; /* newest version prefetched whole */
 	uint64_t prefetch_want;        /* newest version to prefetch */
 	uint64_t prefetch_done;        /* last version fully prefetched */
