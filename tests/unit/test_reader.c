@@ -718,9 +718,11 @@ static void test_chain_cold_and_cached_base(void **state)
 	assert_int_equal(f->cs->gets_packs, want);
 
 	for (uint64_t v = 1; v <= 5; v++) {
+		dcr_reader_sync(f->r);
 		counts_reset(f->cs);
 		want = expect_version(f, v);
 		check_version(f, v);
+		dcr_reader_sync(f->r);
 		assert_int_equal(f->cs->gets_packs, want);
 	}
 	/* Everything is cached now: no more fetches. */
