@@ -111,7 +111,7 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		return id;
 	}
 	b = insert(fs, ino);
-	if (!b) { /* no table entry, no mode to keep: the normal path */
+	if (!b) { /* without an entry its mode could not be kept: fail it */
 		pthread_mutex_unlock(&fs->backing_lock);
 		return DCR_ERR(-ENOMEM);
 	}
