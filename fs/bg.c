@@ -399,8 +399,9 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 	}
 	if (vi->chunk_size && bs % vi->chunk_size)
 		bs = vi->chunk_size;
-	buf = malloc(bs);
-	if (!buf) {
+	/* Only prefetch_pagecache needs the bytes themselves. */
+	buf = fs->prefetch_pagecache ? malloc(bs) : NULL;
+	if (fs->prefetch_pagecache && !buf) {
 		dcr_warn("prefetch of v%" PRIu64 ": %s", v,
 			 dcr_strerror(-ENOMEM));
 		version_put(fs, vi);

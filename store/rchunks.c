@@ -408,5 +408,7 @@ void flight_done(struct dcr_reader *r, struct flight *f, int rc)
 			break;
 		}
 	}
+	f->ended = true; /* for a settling prefetch (struct batch) */
+	pthread_cond_broadcast(&r->sf_cond);
 	pthread_mutex_unlock(&r->sf_lock);
 }

@@ -488,12 +488,12 @@ static ssize_t read_once(struct dcr_reader *r, uint64_t v, int64_t tree,
 		p.clen = dcr_chunk_len(size, cs, i);
 		p.coff = (uint32_t)(pos - i * cs);
 		p.n = (size_t)DCR_MIN(end - pos, (uint64_t)p.clen - p.coff);
-		p.dst = (uint8_t *)dst + (pos - off);
+		p.dst = dst ? (uint8_t *)dst + (pos - off) : NULL;
 		pos += p.n;
-		ret = piece_fast(r, &p);
-		STAT_ADD(r, hits, ret == 0);
+		ret = piece_fast(r, &p); /* without dst: 1 if proved now */
+		STAT_ADD(r, hits, ret >= 0);
 		STAT_ADD(r, misses, ret == -ENOENT);
-		if (ret == 0)
+		if (ret >= 0)
 			continue;
 		if (ret != -ENOENT)
 			goto out_free;
@@ -533,7 +533,8 @@ static ssize_t read_once(struct dcr_reader *r, uint64_t v, int64_t tree,
 			ret = DCR_ERR(-EIO);
 		} else {
 			ret = materialize_batch(r, miss, nmiss,
-						r->fetch_threads, pagecache);
+						r->fetch_threads, pagecache,
+						!dst);
 			/* Timed out: the kernel's next request for these
 			 * pages (it asks again at once) fails at once. */
 			if (ret == -EIO && !tl_quiet && deadline &&

@@ -221,8 +221,11 @@ ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
  * the cache through the page cache, so that the reads that follow find them
  * resident. dcr_reader_read writes them around it and serves them from
  * memory instead, so that a first read does not also fill the page cache
- * with a second copy of every chunk. Same returns and thread-safety as
- * dcr_reader_read.
+ * with a second copy of every chunk. With @dst NULL nothing is copied
+ * out: it returns once every chunk of the range is in the cache (built
+ * here or by read-ahead, or found there and proven), which is all a
+ * prefetcher that does not also feed the kernel's page cache needs.
+ * Same returns and thread-safety as dcr_reader_read.
  */
 ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			    uint32_t idx, uint64_t off, void *dst, size_t len);

@@ -178,6 +178,8 @@ struct flight {
 	bool quiet;     /* led by read-ahead: a failure was not logged */
 	bool cold;      /* built for a prefetch, which writes it through the
 			   page cache: not kept hot (see struct hot) */
+	bool ended;     /* flight_done ran: the chunk is in the cache (or
+			   the flight failed); sf_cond is broadcast */
 };
 
 /* A file being read sequentially (see ra_note). */
@@ -444,6 +446,10 @@ struct batch {
 	struct dcr_reader *r;
 	int64_t deadline; /* the caller's dcr_store_deadline, for fetchers */
 	bool pagecache; /* write the cache through the page cache */
+	/* A prefetch without destinations (dcr_reader_prefetch with no
+	 * buffer): returns once every chunk is in the cache, waiting for
+	 * the flights it joined to end, not only to be built. */
+	bool settle;
 	struct bchunk *c;
 	size_t nc;
 	struct fitem *it;
@@ -678,9 +684,10 @@ int batch_finish(struct batch *b, int nthreads);
 
 /* Materialize the @n missed chunks @ps (one batch, coalesced, on up to
  * @nthreads threads) and copy each slice to its destination: 0 or the
- * first -errno. Thread-safe. */
+ * first -errno. With @settle (pieces without destinations, for a
+ * prefetch) it returns once every chunk is in the cache. Thread-safe. */
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
-		      int nthreads, bool pagecache);
+		      int nthreads, bool pagecache, bool settle);
 
 /* ----------------------------------------------- reader.c: the facade */
 

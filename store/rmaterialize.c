@@ -509,7 +509,7 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	STAT_ADD(b->r, materialized, p->clen);
 	STAT_ADD(b->r, verified, p->clen);
 	flight_publish(b->r, c->f, 0);
-	if (!b->pagecache && wq_submit(b->r, c->f)) {
+	if (!b->pagecache && !b->settle && wq_submit(b->r, c->f)) {
 		c->handed = true;
 	} else {
 		struct dcr_cache_key k;
@@ -737,21 +737,24 @@ int batch_finish(struct batch *b, int nthreads)
 		struct bchunk *c = &b->c[i];
 		struct flight *f = c->f;
 
-		if (!f || c->leader || !c->p->dst)
+		if (!f || c->leader || (!c->p->dst && !b->settle))
 			continue;
 		pthread_mutex_lock(&r->sf_lock);
-		while (!f->done)
+		while (!f->done || (b->settle && !f->rc && !f->ended))
 			pthread_cond_wait(&r->sf_cond, &r->sf_lock);
 		pthread_mutex_unlock(&r->sf_lock);
 		c->rc = f->rc;
 		if (!c->rc) {
-			memcpy(c->p->dst, f->data + c->p->coff, c->p->n);
+			if (c->p->dst)
+				memcpy(c->p->dst, f->data + c->p->coff,
+				       c->p->n);
 		} else if (f->quiet && !tl_quiet) {
 			/* Read-ahead failed quietly: do it ourselves, so the
 			 * failure is logged by the read that needs it. */
 			flight_release(r, f);
 			c->f = NULL;
-			c->rc = materialize_batch(r, c->p, 1, 1, b->pagecache);
+			c->rc = materialize_batch(r, c->p, 1, 1, b->pagecache,
+						  b->settle);
 		}
 	}
 
@@ -781,9 +784,10 @@ int batch_finish(struct batch *b, int nthreads)
  * in flight. Returns 0 or the first -errno.
  */
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
-		      int nthreads, bool pagecache)
+		      int nthreads, bool pagecache, bool settle)
 {
 	struct batch b = { .r = r, .nc = n, .pagecache = pagecache,
+			   .settle = settle,
 			   .deadline = dcr_store_deadline() };
 
 	b.c = calloc(n, sizeof(*b.c));
