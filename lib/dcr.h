@@ -155,6 +155,89 @@ struct dcr_compact_info {
 DCR_API int dcr_store_compact(dcr_store_handle *s, unsigned max_depth,
 			      struct dcr_compact_info *info);
 
+/*
+ * Maintenance: what dcrfs-ctl log, show, diff, verify, gc and tag do
+ * (see dcrfs-ctl(8)), from the store's own listing, each call on a fresh
+ * look at it. Results are the JSON text `dcrfs-ctl CMD --json` prints,
+ * byte for byte (one value and a newline; its members are documented in
+ * dcrfs-ctl(8)), returned in *@json, NUL-terminated and malloc'ed: free
+ * it with dcr_free. A version is named as on dcrfs-ctl's command line:
+ * a number, a tag name or "latest". Materializing (diff, a deep verify)
+ * uses a scratch cache in $TMPDIR (at most 1 GiB, removed before the
+ * call returns). Safe on a store handle other threads use; safe while
+ * commits and mounts run (gc as dcrfs-ctl gc is: see its grace period).
+ */
+
+/** dcr_free - free what a libdcr call returned (NULL accepted). */
+DCR_API void dcr_free(void *p);
+
+/**
+ * dcr_store_log - the store's versions, newest first (`log --json`: an
+ * array of objects). 0, or -errno (a version whose manifest cannot be
+ * read fails the call).
+ */
+DCR_API int dcr_store_log(dcr_store_handle *s, char **json);
+
+/**
+ * dcr_store_show - version @version with its files (`show V --json`).
+ * 0, -ENOENT if there is no such version, or -errno.
+ */
+DCR_API int dcr_store_show(dcr_store_handle *s, const char *version,
+			   char **json);
+
+/**
+ * dcr_store_diff - what changed from version @a to version @b, per file
+ * and per safetensors tensor (`diff A B --json`). 0, -ENOENT if either
+ * version does not exist, or -errno (nothing returned).
+ */
+DCR_API int dcr_store_diff(dcr_store_handle *s, const char *a, const char *b,
+			   char **json);
+
+/** Flags of dcr_store_verify. */
+#define DCR_VERIFY_DEEP 1u /* also materialize every file and check its digest */
+
+/**
+ * dcr_store_verify - check that every object versions @versions[0..n)
+ * (n 0: every version) need exists and matches its hashes (`verify
+ * [V...] [--deep] --json`). 0 if everything checks out; -EBADMSG if
+ * damage was found: *@json is set then too (its "damage" array), and
+ * dcr_errmsg has one line per damaged object, naming it and why
+ * ("<url>: damaged: packs/<hex>: missing"); -ENOENT for a version that
+ * does not exist; other -errno if the check could not be made.
+ */
+DCR_API int dcr_store_verify(dcr_store_handle *s, const char *const *versions,
+			     size_t n, unsigned flags, char **json);
+
+/** What dcr_store_gc keeps (the options of `dcrfs-ctl gc`). */
+struct dcr_gc_options {
+	uint64_t keep_last;    /* the newest N versions stay; >= 1 */
+	int keep_tagged;       /* tagged versions stay (their tags go otherwise) */
+	uint64_t keep_newer;   /* seconds: versions committed within stay (0: no rule) */
+	uint64_t grace;        /* seconds: packs no manifest names and incomplete
+				  uploads go once older (dcrfs-ctl's default: 86400) */
+	int dry_run;           /* report what would be done; change nothing */
+	unsigned max_depth;    /* the rebase's frames per chunk (0: 8) */
+};
+
+/**
+ * dcr_store_gc - remove the versions outside retention @o and the
+ * objects no kept version needs, as `dcrfs-ctl gc --json` does (kept
+ * versions built on removed ones are rebased first). 0; -EINVAL for
+ * keep_last 0; -EAGAIN if a compaction published meanwhile (nothing
+ * deleted; call again); other -errno.
+ */
+DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
+			 char **json);
+
+/**
+ * dcr_store_tag - point tag @name at version @version (a number, a tag
+ * or "latest"), as `dcrfs-ctl tag` does; the version's number into
+ * *@out (may be NULL). 0; -EINVAL for an invalid tag name; -ENOENT for
+ * no such version; other -errno.
+ */
+DCR_API int dcr_store_tag(dcr_store_handle *s, const char *name,
+			  const char *version, uint64_t *out);
+
 /** Flags of struct dcr_commit_options. */
 #define DCR_COMMIT_FULL            (1u << 0) /* every chunk a full frame */
 #define DCR_COMMIT_ALLOW_EMPTY     (1u << 1) /* publish a version without files */

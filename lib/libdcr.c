@@ -19,6 +19,7 @@
 #include "dcr.h"
 
 #include "ccache.h"
+#include "libdcr_int.h"
 #include "chunk.h"
 #include "commit.h"
 #include "common.h"
@@ -27,10 +28,6 @@
 #include "manifest.h"
 #include "store.h"
 #include "stwriter.h"
-
-struct dcr_store_handle {
-	struct dcr_store *st;
-};
 
 struct dcr_commit_handle {
 	dcr_store_handle *s;
@@ -76,6 +73,16 @@ static int api_leave(int ret, const char *what)
 	return ret;
 }
 
+void dcr_api_enter(void)
+{
+	api_enter();
+}
+
+int dcr_api_leave(int ret, const char *what)
+{
+	return api_leave(ret, what);
+}
+
 DCR_API void dcr_set_log_errors(int print)
 {
 	atomic_store(&errors_not_printed, !print);
@@ -94,7 +101,7 @@ DCR_API void dcr_set_log_level(int level)
  */
 static int open_store(const char *url, bool init, bool no_sign,
 		      const struct dcr_store_options *o,
-		      struct dcr_store **out)
+		      struct dcr_store **out, struct dcr_store_info *info)
 {
 	struct dcr_store_cfg cfg = { .path_style = -1,
 				     .no_sign_request = no_sign };
@@ -105,7 +112,6 @@ static int open_store(const char *url, bool init, bool no_sign,
 		cfg.endpoint = o->endpoint_url;
 		cfg.ca_bundle = o->ca_bundle;
 	}
-	struct dcr_store_info info;
 	struct dcr_store *st;
 	int ret;
 
@@ -133,7 +139,7 @@ static int open_store(const char *url, bool init, bool no_sign,
 			}
 		return ret;
 	}
-	ret = dcr_store_check(st, init, &info);
+	ret = dcr_store_check(st, init, info);
 	if (ret) {
 		dcr_store_close(st);
 		return ret;
@@ -161,7 +167,7 @@ DCR_API int dcr_store_handle_open_opts(const char *url, unsigned flags,
 	if (!(s = calloc(1, sizeof(*s))))
 		return api_leave(-ENOMEM, url);
 	if ((ret = open_store(url, flags & DCR_STORE_INIT,
-			      flags & DCR_STORE_NO_SIGN, o, &s->st))) {
+			      flags & DCR_STORE_NO_SIGN, o, &s->st, &s->info))) {
 		free(s);
 		return api_leave(ret, url);
 	}

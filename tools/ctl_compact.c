@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl_compact.c - dcrfs-ctl compact: re-encode the store's versions as
- * skip-deltas of bounded depth (store/compact.h), and the same rebasing
- * for gc (see ctl.h, dcrfs-ctl(8)).
+ * skip-deltas of bounded depth (store/compact.h) and print what it did
+ * (see ctl.h, dcrfs-ctl(8)).
  */
 #include "config.h"
 
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "compact.h"
 #include "ctl.h"
 
 struct report {
@@ -21,53 +22,49 @@ struct report {
 	uint64_t done, total; /* versions */
 };
 
-static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
-		   unsigned depth, int rewritten)
+void ctl_print_rewrite(struct ctl *c, int dry_run, uint64_t v, uint64_t old_base,
+		       uint64_t new_base, unsigned depth)
 {
-	struct report *rp = arg;
 	char ob[32], nb[32];
 
-	rp->done++;
-	if (!rewritten || rp->c->json)
-		goto progress;
-	progress_clear(&rp->c->pg);
+	if (c->json)
+		return;
+	progress_clear(&c->pg);
 	snprintf(ob, sizeof(ob), old_base ? "version %" PRIu64 : "nothing", old_base);
 	snprintf(nb, sizeof(nb), new_base ? "version %" PRIu64 : "nothing (an anchor)",
 		 new_base);
 	printf("%s%s version %" PRIu64 ": built on %s, now on %s (at most %u frames per chunk)\n",
-	       rp->a->dry_run ? "would " : "", rp->a->dry_run ? "rewrite" : "rewrote", v,
-	       ob, nb, depth);
+	       dry_run ? "would " : "", dry_run ? "rewrite" : "rewrote", v, ob, nb, depth);
 	fflush(stdout);
-progress:
-	progress_show(&rp->c->pg, rp->phase, rp->done, rp->total, "versions", NULL,
-		      rp->done == rp->total);
 }
 
-int ctl_compact(struct ctl *c, const struct args *a, const uint64_t *keep,
-		size_t nkeep, struct dcr_compact_stats *s)
+static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
+		   unsigned depth, int rewritten)
 {
-	struct report rp = { .a = a, .c = c, .phase = keep ? "rebase" : "compact",
-			     .total = keep ? nkeep : c->nvs };
-	struct dcr_compact_opts o = {
-		.max_depth = a->max_depth, .keep = keep, .nkeep = nkeep,
-		.dry_run = a->dry_run, .report = report, .arg = &rp,
-	};
-	progress_start(&c->pg, 0);
-	progress_show(&c->pg, rp.phase, 0, rp.total, "versions", NULL, false);
-	int ret = dcr_compact_scratch(c->st, &o, s);
+	struct report *rp = arg;
 
-	progress_clear(&c->pg);
-	if (ret)
-		return ret;
-	return s->gen ? ctl_reload_layout(c) : 0;
+	rp->done++;
+	if (rewritten)
+		ctl_print_rewrite(rp->c, rp->a->dry_run, v, old_base, new_base, depth);
+	progress_show(&rp->c->pg, rp->phase, rp->done, rp->total, "versions", NULL,
+		      rp->done == rp->total);
 }
 
 int cmd_compact(struct ctl *c, const struct args *a)
 {
 	struct dcr_compact_stats s;
+	struct report rp = { .a = a, .c = c, .phase = "compact", .total = c->ix.nvs };
+	struct dcr_compact_opts o = {
+		.max_depth = a->max_depth, .dry_run = a->dry_run, .report = report,
+		.arg = &rp,
+	};
 	char b[32];
 
-	if (ctl_compact(c, a, NULL, 0, &s))
+	progress_start(&c->pg, 0);
+	progress_show(&c->pg, rp.phase, 0, rp.total, "versions", NULL, false);
+	int ret = dcr_compact_scratch(c->ix.st, &o, &s);
+	progress_clear(&c->pg);
+	if (ret)
 		return EXIT_FAIL;
 	if (c->json) {
 		printf("{\"generation\": %" PRIu64 ", \"dry_run\": %s, \"versions\": %zu"

@@ -1,573 +1,68 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ctl_verify.c - dcrfs-ctl verify: every object the given versions (and
- * the chains they build on) need exists and checks out; damage is traced
- * down the chains and named (see ctl.h, dcrfs-ctl(8)).
+ * ctl_verify.c - dcrfs-ctl verify: store/verify.h checks; this prints
+ * each damaged object and what it affects, and the summary (see ctl.h,
+ * dcrfs-ctl(8)).
  */
 #include "config.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "chunk.h"
 #include "common.h"
 #include "ctl.h"
-#include "frame.h"
-#include "hash.h"
-#include "json.h"
-#include "manifest.h"
-#include "reader.h"
+#include "maintjson.h"
+#include "verify.h"
 
-/* ---------------------------------------------------------------- verify */
-
-/*
- * Every damaged object is a "cause"; every chunk of every version checked
- * carries the cause that makes it unreadable (0: none), its own frame's
- * or one inherited down its chain.
- */
-struct cause {
-	char key[80];
-	char why[200];
-};
-
-struct vstate {
-	int in_set, target;
-	uint32_t vcause;  /* the manifest itself is damaged */
-	uint32_t pcause;  /* the parent's manifest is missing */
-	uint8_t **need;   /* [file][chunk] */
-	uint32_t **cause; /* [file][chunk] */
-};
-
-struct fref {
-	const uint8_t *pack;
-	uint64_t off;
-	uint32_t len;
-	uint32_t vi, f;
-	uint64_t k;
-};
-
-struct verify {
-	struct ctl *c;
-	struct vstate *vs; /* parallel to c->vs */
-	struct cause *causes;
-	size_t ncauses, cap_causes;
-	struct fref *refs;
-	size_t nrefs, cap_refs;
-	struct fref *f1; /* format 1 delta chunks, proven by materializing */
-	size_t nf1, cap_f1;
-	uint64_t packs_checked, bytes_checked;
-};
-
-static uint32_t add_cause(struct verify *w, const char *key, const char *fmt, ...)
-	DCR_PRINTF(3, 4);
-
-/* A new cause (or the existing one of @key); its id, 0 on ENOMEM. */
-static uint32_t add_cause(struct verify *w, const char *key, const char *fmt, ...)
+static void verify_text(const struct dcr_verify_result *r)
 {
-	va_list ap;
-
-	for (size_t i = 0; i < w->ncauses; i++)
-		if (!strcmp(w->causes[i].key, key))
-			return (uint32_t)i + 1;
-	if (dcr_array_grow(&w->causes, sizeof(*w->causes), w->ncauses, &w->cap_causes))
-		return 0;
-	struct cause *k = &w->causes[w->ncauses];
-	snprintf(k->key, sizeof(k->key), "%s", key);
-	va_start(ap, fmt);
-	vsnprintf(k->why, sizeof(k->why), fmt, ap);
-	va_end(ap);
-	return (uint32_t)++w->ncauses;
-}
-
-static int vstate_alloc(struct vstate *s, const struct dcr_manifest *m)
-{
-	if (!(s->need = calloc(m->nfiles ? m->nfiles : 1, sizeof(*s->need))) ||
-	    !(s->cause = calloc(m->nfiles ? m->nfiles : 1, sizeof(*s->cause))))
-		return -ENOMEM;
-	for (uint32_t f = 0; f < m->nfiles; f++) {
-		uint64_t n = m->files[f].nchunks;
-		if (!n)
-			continue;
-		if (!(s->need[f] = calloc(n, 1)) ||
-		    !(s->cause[f] = calloc(n, sizeof(**s->cause))))
-			return -ENOMEM;
-	}
-	return 0;
-}
-
-static void vstate_free(struct vstate *s, const struct dcr_manifest *m)
-{
-	for (uint32_t f = 0; s->need && f < m->nfiles; f++) {
-		free(s->need[f]);
-		free(s->cause[f]);
-	}
-	free(s->need);
-	free(s->cause);
-}
-
-static int cmp_fref(const void *a, const void *b)
-{
-	const struct fref *x = a, *y = b;
-	int r = memcmp(x->pack, y->pack, DCR_HASH_LEN);
-
-	return r ? r : x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Load the targets and every version their chains reach; mark what they need. */
-static int verify_load(struct verify *w)
-{
-	struct ctl *c = w->c;
-	char key[64];
-
-	for (size_t i = c->nvs; i-- > 0;) {
-		struct vstate *s = &w->vs[i];
-		struct ver *x = &c->vs[i];
-		if (!s->in_set)
-			continue;
-		const struct dcr_manifest *m = ver_manifest(c, x);
-		dcr_version_key(x->v, key, sizeof(key));
-		if (!m) {
-			s->vcause = add_cause(w, key, "manifest %s", x->state == -ENOENT ?
-					      "missing" : "unreadable or corrupt");
-			continue;
+	for (size_t k = 0; k < r->ndamage; k++) {
+		const struct dcr_verify_damage *d = &r->damage[k];
+		printf("damaged: %s: %s\n", d->object, d->reason);
+		for (size_t h = 0; h < d->nhits; h++) {
+			const struct dcr_verify_hit *x = &d->hits[h];
+			if (!x->path)
+				printf("  affects version %" PRIu64 " (all of it)\n", x->version);
+			else
+				printf("  affects version %" PRIu64 ": %s (%" PRIu64 " of %" PRIu64
+				       " chunks)\n", x->version, x->path, x->chunks, x->nchunks);
 		}
-		if (!s->need && vstate_alloc(s, m))
-			return -ENOMEM;
-		if (s->target)
-			for (uint32_t f = 0; f < m->nfiles; f++)
-				memset(s->need[f], 1, m->files[f].nchunks);
-		if (!m->parent)
-			continue;
-		struct ver *p = ver_find(c, m->parent);
-		if (!p) {
-			/* gone: only the chunks built on it suffer (an anchor is fine) */
-			dcr_version_key(m->parent, key, sizeof(key));
-			if (dcr_manifest_needs_parent(m))
-				s->pcause = add_cause(w, key, "manifest missing (the parent of "
-						      "version %" PRIu64 ")", x->v);
-			continue;
-		}
-		struct vstate *ps = &w->vs[p - c->vs];
-		ps->in_set = 1;
-		const struct dcr_manifest *pm = ver_manifest(c, p);
-		if (pm && dcr_manifest_check_parent(m, pm)) {
-			s->vcause = add_cause(w, key, "manifest inconsistent with its parent, version %"
-					      PRIu64, m->parent);
-		}
-		/* the parent's chunks our SAME and DELTA chunks build on */
-		if (!pm)
-			continue;
-		if (!ps->need && vstate_alloc(ps, pm))
-			return -ENOMEM;
-		for (uint32_t f = 0; f < m->nfiles; f++) {
-			const struct dcr_file *fl = &m->files[f];
-			if (fl->base == DCR_NO_BASE || fl->base >= pm->nfiles)
-				continue;
-			for (uint64_t k = 0; k < fl->nchunks && k < pm->files[fl->base].nchunks; k++)
-				if (s->need[f][k] && fl->chunks[k].kind != DCR_CK_FULL)
-					ps->need[fl->base][k] = 1;
-		}
-	}
-	return 0;
-}
-
-/* Collect the frames needed, sorted by pack and offset. */
-static int verify_refs(struct verify *w)
-{
-	struct ctl *c = w->c;
-
-	for (size_t i = 0; i < c->nvs; i++) {
-		const struct dcr_manifest *m = &c->vs[i].m;
-		if (!w->vs[i].need)
-			continue;
-		for (uint32_t f = 0; f < m->nfiles; f++)
-			for (uint64_t k = 0; k < m->files[f].nchunks; k++) {
-				const struct dcr_chunk_ref *r = &m->files[f].chunks[k];
-				if (!w->vs[i].need[f][k] || r->kind == DCR_CK_SAME)
-					continue;
-				if (dcr_array_grow(&w->refs, sizeof(*w->refs), w->nrefs, &w->cap_refs))
-					return -ENOMEM;
-				w->refs[w->nrefs++] = (struct fref){ m->packs[r->pack], r->off,
-					r->len, (uint32_t)i, f, k };
-			}
-	}
-	qsort(w->refs, w->nrefs, sizeof(*w->refs), cmp_fref);
-	return 0;
-}
-
-/* Check one frame of a pack already fetched; 0 or a reason. */
-static const char *check_frame(struct verify *w, struct dcr_codec *codec,
-			       const struct dcr_buf *pk, const struct fref *r,
-			       uint8_t *chunk)
-{
-	const struct dcr_manifest *m = &w->c->vs[r->vi].m;
-	const struct dcr_file *f = &m->files[r->f];
-	const struct dcr_chunk_ref *cr = &f->chunks[r->k];
-	uint32_t len = dcr_chunk_len(f->size, m->chunk_size, r->k);
-	struct dcr_frame_hdr h;
-	uint8_t hash[DCR_HASH_LEN];
-
-	if (r->off > pk->len || r->len > pk->len - r->off)
-		return "frame runs past the end of the pack";
-	const uint8_t *p = pk->data + r->off;
-	if (dcr_frame_parse_hdr(p, r->len, &h) || h.raw_len != len)
-		return "frame header is malformed";
-	if (m->format >= 2) {
-		dcr_sha256(p, r->len, hash);
-		return dcr_hash_eq(hash, cr->fhash) ? NULL : "frame does not match its SHA-256";
-	}
-	/* format 1: no frame hash; a full frame must give the chunk's SHA-256 */
-	memset(chunk, 0, len);
-	if (dcr_frame_apply(codec, p, r->len, chunk, len))
-		return "frame does not decode";
-	if (h.kind == DCR_FRAME_FULL) {
-		dcr_sha256(chunk, len, hash);
-		return dcr_hash_eq(hash, cr->hash) ? NULL : "frame does not decode to its chunk's SHA-256";
-	}
-	if (!dcr_array_grow(&w->f1, sizeof(*w->f1), w->nf1, &w->cap_f1))
-		w->f1[w->nf1++] = *r;
-	return NULL;
-}
-
-static void set_cause(struct verify *w, const struct fref *r, uint32_t k)
-{
-	uint32_t *cp = &w->vs[r->vi].cause[r->f][r->k];
-
-	if (!*cp)
-		*cp = k;
-}
-
-/* The listed size of pack @h (0: not listed), for progress. */
-static uint64_t pack_size(const struct ctl *c, const uint8_t h[DCR_HASH_LEN])
-{
-	const struct pack *p = pack_find(c, h);
-
-	return p ? p->size : 0;
-}
-
-static int verify_packs(struct verify *w)
-{
-	struct ctl *c = w->c;
-	struct dcr_codec *codec = dcr_codec_new(0);
-	uint8_t *chunk = malloc(DCR_CHUNK_MAX);
-	struct dcr_buf pk;
-	char key[80], hex[DCR_HASH_HEX_LEN + 1];
-	int ret = 0;
-
-	if (!codec || !chunk) {
-		ret = -ENOMEM;
-		goto err_free;
-	}
-	dcr_buf_init(&pk, PACK_OBJ_MAX);
-	uint64_t done = 0, total = 0;
-	for (size_t i = 0; i < w->nrefs && progress_on(&c->pg); i++)
-		if (!i || memcmp(w->refs[i].pack, w->refs[i - 1].pack, DCR_HASH_LEN))
-			total += pack_size(c, w->refs[i].pack);
-	progress_start(&c->pg, 0);
-	for (size_t i = 0, j; i < w->nrefs; i = j) {
-		for (j = i + 1; j < w->nrefs && !memcmp(w->refs[j].pack, w->refs[i].pack, DCR_HASH_LEN); j++)
-			;
-		progress_show(&c->pg, "check packs", done, total, NULL, NULL, false);
-		done += pack_size(c, w->refs[i].pack);
-		dcr_pack_key(w->refs[i].pack, key, sizeof(key));
-		dcr_hash_hex(w->refs[i].pack, hex);
-		dcr_buf_reset(&pk);
-		ret = dcr_store_get(c->st, key, 0, DCR_GET_ALL, &pk);
-		if (ret == -ENOMEM)
-			goto err_free_buf;
-		if (ret) {
-			uint32_t k = add_cause(w, key, "%s", ret == -ENOENT ? "missing" :
-					       ret == -EFBIG ? "too large to check" :
-					       dcr_strerror(ret));
-			for (size_t x = i; x < j; x++)
-				set_cause(w, &w->refs[x], k);
-			ret = 0;
-			continue;
-		}
-		w->packs_checked++;
-		w->bytes_checked += pk.len;
-		uint8_t h[DCR_HASH_LEN];
-		dcr_sha256(pk.data, pk.len, h);
-		if (!dcr_hash_eq(h, w->refs[i].pack))
-			add_cause(w, key, "content does not match its name");
-		for (size_t x = i; x < j; x++) {
-			const char *why = check_frame(w, codec, &pk, &w->refs[x], chunk);
-			if (why)
-				set_cause(w, &w->refs[x], add_cause(w, key, "%s (at offset %" PRIu64 ")",
-								 why, w->refs[x].off));
-		}
-	}
-	progress_show(&c->pg, "check packs", done, total, NULL, NULL, true);
-	ret = 0;
-err_free_buf:
-	progress_clear(&c->pg);
-	dcr_buf_free(&pk);
-err_free:
-	free(chunk);
-	dcr_codec_free(codec);
-	return ret;
-}
-
-/* Pass every chunk's cause down the chains, oldest version first. */
-static void verify_propagate(struct verify *w)
-{
-	struct ctl *c = w->c;
-
-	for (size_t i = 0; i < c->nvs; i++) {
-		struct vstate *s = &w->vs[i];
-		const struct dcr_manifest *m = &c->vs[i].m;
-		if (!s->need)
-			continue;
-		struct ver *p = m->parent ? ver_find(c, m->parent) : NULL;
-		struct vstate *ps = p ? &w->vs[p - c->vs] : NULL;
-		for (uint32_t f = 0; f < m->nfiles; f++) {
-			const struct dcr_file *fl = &m->files[f];
-			for (uint64_t k = 0; k < fl->nchunks; k++) {
-				uint32_t *cp = &s->cause[f][k];
-				if (*cp || !s->need[f][k])
-					continue;
-				if (s->vcause)
-					*cp = s->vcause;
-				else if (fl->chunks[k].kind != DCR_CK_FULL && ps && ps->cause &&
-					 fl->base < p->m.nfiles && k < p->m.files[fl->base].nchunks)
-					*cp = ps->cause[fl->base][k];
-				else if (fl->chunks[k].kind != DCR_CK_FULL && ps && ps->vcause)
-					*cp = ps->vcause;
-				else if (fl->chunks[k].kind != DCR_CK_FULL && !ps)
-					*cp = s->pcause;
-			}
-		}
-	}
-}
-
-/* Format 1 delta chunks: the read path proves them against their SHA-256. */
-static int verify_format1(struct verify *w)
-{
-	struct ctl *c = w->c;
-	uint8_t *buf = w->nf1 ? malloc(DCR_CHUNK_MAX) : NULL;
-	char key[80];
-
-	if (w->nf1 && !buf)
-		return -ENOMEM;
-	for (size_t i = 0; i < w->nf1; i++) {
-		const struct fref *r = &w->f1[i];
-		const struct dcr_manifest *m = &c->vs[r->vi].m;
-		const struct dcr_file *f = &m->files[r->f];
-		if (w->vs[r->vi].cause[r->f][r->k])
-			continue;
-		uint32_t len = dcr_chunk_len(f->size, m->chunk_size, r->k);
-		if (read_bytes(c, c->vs[r->vi].v, r->f, f->path, r->k * m->chunk_size, buf, len)) {
-			dcr_pack_key(r->pack, key, sizeof(key));
-			set_cause(w, r, add_cause(w, key, "delta frame at offset %" PRIu64
-						  " does not give its chunk's SHA-256", r->off));
-		}
-	}
-	free(buf);
-	return 0;
-}
-
-/* --deep: read every file of every target through the read path. */
-static int verify_deep(struct verify *w)
-{
-	struct ctl *c = w->c;
-	size_t bufsz = 4u << 20;
-	uint8_t *buf = malloc(bufsz), h[DCR_HASH_LEN];
-	struct dcr_file_hasher *sc = NULL;
-	char key[64];
-	int ret = 0;
-
-	if (!buf) {
-		ret = -ENOMEM;
-		goto err_free;
-	}
-	uint64_t done = 0, total = 0;
-	for (size_t i = 0; i < c->nvs; i++)
-		for (uint32_t f = 0; w->vs[i].target && w->vs[i].need && f < c->vs[i].m.nfiles; f++)
-			if (c->vs[i].m.files[f].type == DCR_FT_REG)
-				total += c->vs[i].m.files[f].size;
-	progress_start(&c->pg, 0);
-	for (size_t i = 0; i < c->nvs; i++) {
-		struct vstate *s = &w->vs[i];
-		const struct dcr_manifest *m = &c->vs[i].m;
-		if (!s->target || !s->need)
-			continue;
-		dcr_file_hasher_free(sc);
-		sc = dcr_file_hasher_new(m->format, m->chunk_size);
-		if (!sc) {
-			ret = -ENOMEM;
-			goto err_free;
-		}
-		dcr_version_key(c->vs[i].v, key, sizeof(key));
-		for (uint32_t f = 0; f < m->nfiles; f++) {
-			const struct dcr_file *fl = &m->files[f];
-			int bad = 0;
-			if (fl->type != DCR_FT_REG)
-				continue;
-			for (uint64_t k = 0; k < fl->nchunks && !bad; k++)
-				bad = s->cause[f][k] != 0;
-			if (bad) {
-				done += fl->size;
-				continue; /* already reported */
-			}
-			for (uint64_t off = 0; off < fl->size && !bad; off += bufsz) {
-				size_t n = (size_t)DCR_MIN(bufsz, fl->size - off);
-				progress_show(&c->pg, "materialize", done + off, total, NULL,
-					      NULL, false);
-				bad = read_bytes(c, c->vs[i].v, f, fl->path, off, buf, n) != 0;
-				dcr_file_hasher_update(sc, buf, n);
-			}
-			done += fl->size;
-			dcr_file_hasher_final(sc, h);
-			if (bad || !dcr_hash_eq(h, fl->sha256)) {
-				char why[64 + DCR_PATH_MAX];
-				snprintf(why, sizeof(why), "%s/%s", key, fl->path);
-				uint32_t k = add_cause(w, why, "%s", bad ? "does not materialize" :
-						       "materialized file does not match its digest");
-				for (uint64_t x = 0; x < fl->nchunks; x++)
-					s->cause[f][x] = k;
-			}
-		}
-	}
-	progress_show(&c->pg, "materialize", done, total, NULL, NULL, true);
-err_free:
-	progress_clear(&c->pg);
-	dcr_file_hasher_free(sc);
-	free(buf);
-	return ret;
-}
-
-static void verify_report(struct verify *w)
-{
-	struct ctl *c = w->c;
-	int json = c->json, nt = 0;
-
-	if (json) {
-		printf("{\"ok\": %s, \"packs_checked\": %" PRIu64 ", \"bytes_checked\": %" PRIu64
-		       ", \"versions\": [", w->ncauses ? "false" : "true", w->packs_checked,
-		       w->bytes_checked);
-		for (size_t i = 0; i < c->nvs; i++)
-			if (w->vs[i].target)
-				printf("%s%" PRIu64, nt++ ? ", " : "", c->vs[i].v);
-		fputs("], \"damage\": [", stdout);
-	}
-	for (size_t k = 1; k <= w->ncauses; k++) {
-		const struct cause *ca = &w->causes[k - 1];
-		int na = 0;
-		if (json) {
-			printf("%s\n  {\"object\": ", k > 1 ? "," : "");
-			dcr_json_str(stdout, ca->key);
-			fputs(", \"reason\": ", stdout);
-			dcr_json_str(stdout, ca->why);
-			fputs(", \"affects\": [", stdout);
-		} else {
-			printf("damaged: %s: %s\n", ca->key, ca->why);
-		}
-		for (size_t i = 0; i < c->nvs; i++) {
-			const struct vstate *s = &w->vs[i];
-			const struct dcr_manifest *m = &c->vs[i].m;
-			if (!s->target)
-				continue;
-			if (s->vcause == k && !s->need) {
-				if (json)
-					printf("%s{\"version\": %" PRIu64 ", \"path\": null, \"chunks\": null}",
-					       na++ ? ", " : "", c->vs[i].v);
-				else if (++na)
-					printf("  affects version %" PRIu64 " (all of it)\n", c->vs[i].v);
-				continue;
-			}
-			for (uint32_t f = 0; s->cause && f < m->nfiles; f++) {
-				uint64_t n = 0;
-				for (uint64_t x = 0; x < m->files[f].nchunks; x++)
-					n += s->cause[f][x] == k;
-				if (!n)
-					continue;
-				if (json) {
-					printf("%s{\"version\": %" PRIu64 ", \"path\": ", na++ ? ", " : "",
-					       c->vs[i].v);
-					dcr_json_str(stdout, m->files[f].path);
-					printf(", \"chunks\": %" PRIu64 "}", n);
-				} else if (++na) {
-					printf("  affects version %" PRIu64 ": %s (%" PRIu64 " of %" PRIu64
-					       " chunks)\n", c->vs[i].v, m->files[f].path, n,
-					       m->files[f].nchunks);
-				}
-			}
-		}
-		if (json)
-			fputs("]}", stdout);
-		else if (!na)
+		if (!d->nhits)
 			printf("  affects no frame a checked version needs\n");
 	}
-	if (json)
-		fputs(w->ncauses ? "\n]}\n" : "]}\n", stdout);
 }
 
 int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet)
 {
-	struct verify w = { .c = c };
-	int ret, status = 0;
+	uint64_t *vs = calloc(nargs ? (size_t)nargs : 1, sizeof(*vs));
+	struct dcr_pg pg = { .fn = ctl_progress, .arg = c };
+	struct dcr_verify_result r;
+	int status = EXIT_FAIL;
 	char b[32];
 
-	if (!(w.vs = calloc(c->nvs ? c->nvs : 1, sizeof(*w.vs))))
+	if (!vs)
 		return EXIT_FAIL;
 	for (int i = 0; i < nargs; i++) {
-		struct ver *x = resolve(c, args[i]);
-		if (!x) {
-			status = EXIT_FAIL;
+		struct dcr_ix_ver *x = dcr_index_resolve(&c->ix, args[i]);
+		if (!x)
 			goto err_free;
-		}
-		w.vs[x - c->vs].target = w.vs[x - c->vs].in_set = 1;
+		vs[i] = x->v;
 	}
-	for (size_t i = 0; i < c->nvs && !nargs; i++)
-		w.vs[i].target = w.vs[i].in_set = 1;
-	/* a damaged generation above the one read: mounts pass over it */
-	if (c->layout_bad > c->layout.gen) {
-		char key[64];
-		dcr_layout_key(c->layout_bad, key, sizeof(key));
-		if (!add_cause(&w, key, "layout generation damaged (it does not decode or "
-			       "its checksum fails): readers pass over it and read generation "
-			       "%" PRIu64 "; dcrfs-ctl compact publishes a newer one",
-			       c->layout.gen)) {
-			ret = DCR_ERR(-ENOMEM);
-			goto err_fail;
-		}
-	}
-	if ((ret = verify_load(&w)) || (ret = verify_refs(&w)) ||
-	    (ret = verify_packs(&w)))
-		goto err_fail;
-	verify_propagate(&w);
-	if ((ret = verify_format1(&w)))
-		goto err_fail;
-	verify_propagate(&w);
-	if (deep && (ret = verify_deep(&w)))
-		goto err_fail;
-	verify_report(&w);
-	if (!quiet) {
-		size_t nt = 0;
-		for (size_t i = 0; i < c->nvs; i++)
-			nt += w.vs[i].target;
-		dcr_info("%zu versions, %" PRIu64 " packs (%s) checked%s: %s", nt,
-			 w.packs_checked, dcr_format_size(w.bytes_checked, b, sizeof(b)),
+	if (dcr_verify(&c->ix, vs, (size_t)nargs, deep, &pg, &r))
+		goto err_free;
+	if (c->json)
+		dcr_verify_json(stdout, &r);
+	else
+		verify_text(&r);
+	if (!quiet)
+		dcr_info("%zu versions, %" PRIu64 " packs (%s) checked%s: %s", r.nversions,
+			 r.packs_checked, dcr_format_size(r.bytes_checked, b, sizeof(b)),
 			 deep ? ", every file materialized" : "",
-			 w.ncauses ? "DAMAGED" : "ok");
-	}
-	status = w.ncauses ? EXIT_FAIL : 0;
-	goto err_free;
-err_fail:
-	dcr_err("verify: %s", dcr_strerror(ret));
-	status = EXIT_FAIL;
+			 r.ndamage ? "DAMAGED" : "ok");
+	status = r.ndamage ? EXIT_FAIL : 0;
+	dcr_verify_result_free(&r);
 err_free:
-	for (size_t i = 0; i < c->nvs; i++)
-		vstate_free(&w.vs[i], &c->vs[i].m);
-	free(w.vs);
-	free(w.causes);
-	free(w.refs);
-	free(w.f1);
+	free(vs);
 	return status;
 }

@@ -36,10 +36,9 @@
 #include "safetensors.h"
 #include "store.h"
 #include "ctl.h"
+#include "diff.h"
+#include "maintjson.h"
 
-
-/* Cache budget of the scratch reader (diff, verify --deep). */
-#define SCRATCH_CACHE ((uint64_t)1 << 30)
 
 static void usage(FILE *f)
 {
@@ -263,374 +262,67 @@ static int parse_args(int argc, char **argv, struct args *a)
 	return 0;
 }
 
-/* ----------------------------------------------------- the store's index */
+/* ------------------------------------------------------------- progress */
 
-
-
-
-
-static int versions_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+void ctl_progress(void *arg, enum dcr_pg_state s, const char *phase,
+		  uint64_t done, uint64_t total, const char *unit)
 {
 	struct ctl *c = arg;
-	uint64_t v;
 
-	if (dcr_version_from_key(key, &v))
-		return 0;
-	if (dcr_array_grow(&c->vs, sizeof(*c->vs), c->nvs, &c->cap_vs))
-		return -ENOMEM;
-	c->vs[c->nvs++] = (struct ver){ .v = v, .obj_size = info->size };
-	return 0;
-}
-
-/* The hash a "packs/<hex>" key names into @h: 0, or -1 for another key. */
-int pack_key_hash(const char *key, uint8_t h[DCR_HASH_LEN])
-{
-	if (strncmp(key, "packs/", 6) || strlen(key + 6) != DCR_HASH_HEX_LEN ||
-	    dcr_hash_unhex(key + 6, h))
-		return -1;
-	return 0;
-}
-
-static int packs_cb(const char *key, const struct dcr_obj_info *info, void *arg)
-{
-	struct ctl *c = arg;
-	uint8_t h[DCR_HASH_LEN];
-
-	if (pack_key_hash(key, h))
-		return 0;
-	if (dcr_array_grow(&c->packs, sizeof(*c->packs), c->npacks, &c->cap_packs))
-		return -ENOMEM;
-	memcpy(c->packs[c->npacks].h, h, DCR_HASH_LEN);
-	c->packs[c->npacks].size = info->size;
-	c->packs[c->npacks++].mtime_ns = info->mtime_ns;
-	return 0;
-}
-
-static int tags_cb(const char *key, const struct dcr_obj_info *info, void *arg)
-{
-	struct ctl *c = arg;
-	const char *name = key + 5;
-
-	if (strncmp(key, "tags/", 5) || !dcr_tag_name_valid(name))
-		return 0;
-	if (dcr_array_grow(&c->tags, sizeof(*c->tags), c->ntags, &c->cap_tags))
-		return -ENOMEM;
-	if (!(c->tags[c->ntags].name = strdup(name)))
-		return -ENOMEM;
-	c->tags[c->ntags++].v = 0;
-	return 0;
-}
-
-static int cmp_ver(const void *a, const void *b)
-{
-	const struct ver *x = a, *y = b;
-
-	return x->v < y->v ? -1 : x->v > y->v;
-}
-
-static int cmp_pack(const void *a, const void *b)
-{
-	return memcmp(a, b, DCR_HASH_LEN);
-}
-
-static int cmp_tag(const void *a, const void *b)
-{
-	const struct tag *x = a, *y = b;
-
-	return strcmp(x->name, y->name);
-}
-
-/* List the store's versions, packs and tags (each tag's target read). */
-static int ctl_index(struct ctl *c)
-{
-	int ret;
-
-	if ((ret = dcr_store_list(c->st, "versions/", versions_cb, c)) ||
-	    (ret = dcr_store_list(c->st, "packs/", packs_cb, c)) ||
-	    (ret = dcr_store_list(c->st, "tags/", tags_cb, c))) {
-		dcr_err("%s: cannot list the store: %s", c->st->url, dcr_strerror(ret));
-		return ret;
-	}
-	if ((ret = dcr_store_find_layout(c->st, 0, 0, &c->layout_bad, &c->layout))) {
-		dcr_err("%s: cannot read the store's layout: %s", c->st->url,
-			dcr_strerror(ret));
-		return ret;
-	}
-	qsort(c->vs, c->nvs, sizeof(*c->vs), cmp_ver);
-	qsort(c->packs, c->npacks, sizeof(*c->packs), cmp_pack);
-	qsort(c->tags, c->ntags, sizeof(*c->tags), cmp_tag);
-	for (size_t i = 0; i < c->ntags; i++) {
-		ret = dcr_store_get_tag(c->st, c->tags[i].name, &c->tags[i].v);
-		if (ret && ret != -ENOENT && ret != -EBADMSG)
-			return ret;
-		if (ret)
-			c->tags[i].v = 0; /* vanished or malformed: shown nowhere */
-	}
-	return 0;
-}
-
-static void ctl_free(struct ctl *c)
-{
-	dcr_reader_close(c->r);
-	if (c->scratch[0])
-		dcr_rm_rf(c->scratch);
-	for (size_t i = 0; i < c->nvs; i++)
-		dcr_manifest_free(&c->vs[i].m);
-	free(c->vs);
-	free(c->packs);
-	for (size_t i = 0; i < c->ntags; i++)
-		free(c->tags[i].name);
-	free(c->tags);
-	dcr_layout_free(&c->layout);
-	dcr_store_close(c->st);
-}
-
-struct ver *ver_find(struct ctl *c, uint64_t v)
-{
-	struct ver key = { .v = v };
-
-	return bsearch(&key, c->vs, c->nvs, sizeof(*c->vs), cmp_ver);
-}
-
-const struct pack *pack_find(const struct ctl *c, const uint8_t h[DCR_HASH_LEN])
-{
-	return bsearch(h, c->packs, c->npacks, sizeof(*c->packs), cmp_pack);
-}
-
-/* Version @v's manifest as readers read it (layout.h), fetched once;
- * NULL (logged) if it cannot be had. */
-const struct dcr_manifest *ver_manifest(struct ctl *c, struct ver *x)
-{
-	if (x->state == 0) {
-		const struct dcr_layout_entry *e = dcr_layout_find(&c->layout, x->v);
-		int ret = dcr_store_get_encoding(c->st, &c->layout, x->v, &x->m);
-		x->state = ret ? ret : 1;
-		x->compacted = e != NULL;
-		x->lparent = e ? e->lparent : x->m.parent;
-		if (ret == -ENOENT)
-			dcr_err("%s: %s of version %" PRIu64 " vanished while reading",
-				c->st->url, e ? "the compacted manifest" : "the manifest",
-				x->v);
-	}
-	return x->state == 1 ? &x->m : NULL;
-}
-
-int ctl_reload_layout(struct ctl *c)
-{
-	int ret;
-
-	for (size_t i = 0; i < c->nvs; i++) {
-		if (c->vs[i].state == 1)
-			dcr_manifest_free(&c->vs[i].m);
-		memset(&c->vs[i].m, 0, sizeof(c->vs[i].m));
-		c->vs[i].state = 0;
-	}
-	dcr_layout_free(&c->layout);
-	if ((ret = dcr_store_find_layout(c->st, 0, 0, &c->layout_bad, &c->layout)))
-		dcr_err("%s: cannot read the store's layout: %s", c->st->url,
-			dcr_strerror(ret));
-	return ret;
-}
-
-/* Resolve "latest", a number or a tag name into a listed version. */
-struct ver *resolve(struct ctl *c, const char *arg)
-{
-	uint64_t v = 0;
-
-	if (!strcmp(arg, "latest")) {
-		if (c->nvs)
-			return &c->vs[c->nvs - 1];
-		dcr_err("%s: the store has no versions", c->st->url);
-		return NULL;
-	}
-	if (dcr_parse_u64(arg, &v)) {
-		for (size_t i = 0; i < c->ntags; i++)
-			if (!strcmp(c->tags[i].name, arg))
-				v = c->tags[i].v;
-		if (!v) {
-			dcr_err("%s: '%s' is neither a version number nor a tag", c->st->url, arg);
-			return NULL;
-		}
-	}
-	struct ver *x = ver_find(c, v);
-	if (!x)
-		dcr_err("%s: version %s does not exist", c->st->url, arg);
-	return x;
-}
-
-/* ------------------------------------------------------ the scratch reader */
-
-static int ctl_reader(struct ctl *c)
-{
-	int ret;
-
-	if (c->r)
-		return 0;
-	if ((ret = dcr_mktempdir("dcrfs-ctl", c->scratch, sizeof(c->scratch))))
-		return ret;
-	struct dcr_reader_opts ro = { .cache_dir = c->scratch, .cache_size = SCRATCH_CACHE };
-	if ((ret = dcr_reader_open(c->st, &ro, &c->r)))
-		return ret;
-	return dcr_reader_refresh(c->r, NULL);
-}
-
-/* Read exactly @len bytes at @off of file @fi of version @v. */
-int read_bytes(struct ctl *c, uint64_t v, uint32_t fi, const char *path,
-		      uint64_t off, void *buf, size_t len)
-{
-	const struct dcr_version_info *vi;
-	int ret;
-
-	if ((ret = ctl_reader(c)) || (ret = dcr_reader_version(c->r, v, &vi)))
-		return ret;
-	/* Entry 0 is the root; the manifest's files follow in order. */
-	if (fi + 1 >= vi->nentries || strcmp(vi->entries[fi + 1].path, path))
-		return DCR_ERR(-EIO);
-	for (size_t done = 0; done < len;) {
-		ssize_t n = dcr_reader_read(c->r, v, fi + 1, off + done,
-					    (uint8_t *)buf + done, len - done);
-		if (n <= 0)
-			return n < 0 ? (int)n : DCR_ERR(-EIO);
-		done += (size_t)n;
-	}
-	return 0;
-}
-
-/* ------------------------------------------------------------- summaries */
-
-struct mstats {
-	uint64_t files, dirs, bytes;
-	uint64_t same, delta, full;
-	uint64_t frame_bytes;
-};
-
-static void mstats(const struct dcr_manifest *m, struct mstats *s)
-{
-	memset(s, 0, sizeof(*s));
-	for (uint32_t i = 0; i < m->nfiles; i++) {
-		const struct dcr_file *f = &m->files[i];
-		if (f->type == DCR_FT_DIR) {
-			s->dirs++;
-			continue;
-		}
-		s->files++;
-		s->bytes += f->size;
-		for (uint64_t k = 0; k < f->nchunks; k++) {
-			const struct dcr_chunk_ref *r = &f->chunks[k];
-			s->same += r->kind == DCR_CK_SAME;
-			s->delta += r->kind == DCR_CK_DELTA;
-			s->full += r->kind == DCR_CK_FULL;
-			if (r->kind != DCR_CK_SAME)
-				s->frame_bytes += r->len;
-		}
+	switch (s) {
+	case DCR_PG_START:
+		progress_start(&c->pg, done);
+		break;
+	case DCR_PG_STEP:
+	case DCR_PG_LAST:
+		progress_show(&c->pg, phase, done, total, unit, NULL, s == DCR_PG_LAST);
+		break;
+	case DCR_PG_END:
+		progress_clear(&c->pg);
+		break;
 	}
 }
 
-/* anchor (no chunk needs another version), compacted (encoded by the
- * layout's manifest: skip-deltas), delta. */
-static const char *kind_name(const struct ver *x, const struct mstats *s)
-{
-	if (!x->m.parent || (!s->same && !s->delta))
-		return "anchor";
-	return x->compacted ? "compacted" : "delta";
-}
-
-/* Bytes the version's encoding holds in the store: its frames and its
- * manifest object (compacted versions share packs, so packs are not
- * counted whole). */
-static uint64_t stored_bytes(const struct ver *x, const struct mstats *s)
-{
-	return x->obj_size + s->frame_bytes;
-}
-
-static char *fmt_time(int64_t ns, char *buf, size_t cap)
-{
-	time_t t = (time_t)(ns / 1000000000);
-	struct tm tm;
-
-	if (!gmtime_r(&t, &tm) || !strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm))
-		snprintf(buf, cap, "?");
-	return buf;
-}
-
-/* The tags of version @v, comma-separated (text) or as a JSON array. */
-static void print_tags(const struct ctl *c, uint64_t v, int json)
+/* The tags of version @v, comma-separated, or "-". */
+static void print_tags(const struct ctl *c, uint64_t v)
 {
 	int n = 0;
 
-	if (json)
-		putchar('[');
-	for (size_t i = 0; i < c->ntags; i++) {
-		if (c->tags[i].v != v)
+	for (size_t i = 0; i < c->ix.ntags; i++) {
+		if (c->ix.tags[i].v != v)
 			continue;
 		if (n++)
-			fputs(json ? ", " : ",", stdout);
-		if (json)
-			dcr_json_str(stdout, c->tags[i].name);
-		else
-			fputs(c->tags[i].name, stdout);
+			putchar(',');
+		fputs(c->ix.tags[i].name, stdout);
 	}
-	if (json)
-		putchar(']');
-	else if (!n)
+	if (!n)
 		putchar('-');
-}
-
-/* The members log and show share, for loaded version @x with stats @s. */
-static void print_summary_json(const struct ctl *c, const struct ver *x,
-			       const struct mstats *s)
-{
-	char tm[40];
-
-	printf("\"version\": %" PRIu64 ", \"parent\": %" PRIu64 ", \"base\": %" PRIu64
-	       ", \"time\": \"%s\", \"time_ns\": %" PRId64 ", \"bytes\": %" PRIu64
-	       ", \"stored_bytes\": %" PRIu64 ", \"kind\": \"%s\", \"tags\": ",
-	       x->v, x->lparent, dcr_manifest_needs_parent(&x->m) ? x->m.parent : 0,
-	       fmt_time(x->m.ctime_ns, tm, sizeof(tm)), x->m.ctime_ns, s->bytes,
-	       stored_bytes(x, s), kind_name(x, s));
-	print_tags(c, x->v, 1);
 }
 
 /* ------------------------------------------------------------------- log */
 
 static int cmd_log(struct ctl *c)
 {
-	int status = 0, n = 0;
-	char tm[40], b1[32], b2[32];
+	char b1[32], b2[32];
+	int status = 0;
 
 	if (c->json)
-		fputs("[", stdout);
-	else
-		printf("%10s %10s  %-20s %10s %10s  %-9s  %s\n", "VERSION", "PARENT",
-		       "TIME", "BYTES", "STORED", "KIND", "TAGS");
-	for (size_t i = c->nvs; i-- > 0;) {
-		struct ver *x = &c->vs[i];
-		const struct dcr_manifest *m = ver_manifest(c, x);
-		struct mstats s;
-		if (!m) {
+		return dcr_log_json(stdout, &c->ix) ? EXIT_FAIL : 0;
+	printf("%10s %10s  %-20s %10s %10s  %-9s  %s\n", "VERSION", "PARENT",
+	       "TIME", "BYTES", "STORED", "KIND", "TAGS");
+	for (size_t i = c->ix.nvs; i-- > 0;) {
+		struct dcr_version_record r;
+		if (dcr_index_record(&c->ix, &c->ix.vs[i], &r)) {
 			status = EXIT_FAIL;
 			continue;
 		}
-		mstats(m, &s);
-		uint64_t stored = stored_bytes(x, &s);
-		if (c->json) {
-			printf("%s\n  {", n++ ? "," : "");
-			print_summary_json(c, x, &s);
-			printf(", \"files\": %" PRIu64 ", \"chunks\": {\"same\": %" PRIu64
-			       ", \"delta\": %" PRIu64 ", \"full\": %" PRIu64 "}}",
-			       s.files, s.same, s.delta, s.full);
-		} else {
-			printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-9s  ",
-			       x->v, x->lparent, fmt_time(m->ctime_ns, tm, sizeof(tm)),
-			       dcr_format_size(s.bytes, b1, sizeof(b1)),
-			       dcr_format_size(stored, b2, sizeof(b2)),
-			       kind_name(x, &s));
-			print_tags(c, x->v, 0);
-			putchar('\n');
-		}
+		printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-9s  ",
+		       r.version, r.parent, r.time,
+		       dcr_format_size(r.bytes, b1, sizeof(b1)),
+		       dcr_format_size(r.stored_bytes, b2, sizeof(b2)), r.kind);
+		print_tags(c, r.version);
+		putchar('\n');
 	}
-	if (c->json)
-		fputs(n ? "\n]\n" : "]\n", stdout);
 	return status;
 }
 
@@ -638,343 +330,87 @@ static int cmd_log(struct ctl *c)
 
 static int cmd_show(struct ctl *c, const char *arg)
 {
-	struct ver *x = resolve(c, arg);
-	const struct dcr_manifest *m = x ? ver_manifest(c, x) : NULL;
-	char tm[40], hex[DCR_HASH_HEX_LEN + 1], b1[32], b2[32];
-	struct mstats s;
+	struct dcr_ix_ver *x = dcr_index_resolve(&c->ix, arg);
+	char hex[DCR_HASH_HEX_LEN + 1], b1[32], b2[32];
+	struct dcr_version_record r;
 
-	if (!m)
+	if (!x)
 		return EXIT_FAIL;
-	mstats(m, &s);
-	uint64_t stored = stored_bytes(x, &s);
-	fmt_time(m->ctime_ns, tm, sizeof(tm));
-	if (c->json) {
-		putchar('{');
-		print_summary_json(c, x, &s);
-		printf(", \"format\": %" PRIu32 ", \"chunk_size\": %" PRIu32 ", \"packs\": [",
-		       m->format, m->chunk_size);
-		for (uint32_t i = 0; i < m->npacks; i++) {
-			dcr_hash_hex(m->packs[i], hex);
-			printf("%s\"%s\"", i ? ", " : "", hex);
-		}
-		fputs("], \"files\": [", stdout);
-	} else {
-		printf("version %" PRIu64 ", parent %" PRIu64 ", %s, %s, format %" PRIu32
-		       ", chunk size %s\n", x->v, x->lparent, tm, kind_name(x, &s),
-		       m->format, dcr_format_size(m->chunk_size, b1, sizeof(b1)));
-		printf("%" PRIu64 " files, %s; %s stored in %" PRIu32 " packs; tags: ",
-		       s.files, dcr_format_size(s.bytes, b1, sizeof(b1)),
-		       dcr_format_size(stored, b2, sizeof(b2)), m->npacks);
-		print_tags(c, x->v, 0);
-		putchar('\n');
-		printf("file digests: %s\n", m->format >= 3 ?
-		       "SHA-256 of each file's chunk SHA-256s (dcrfs-ctl verify "
-		       "--deep checks them)" : "SHA-256 of each file's bytes");
-	}
+	if (c->json)
+		return dcr_show_json(stdout, &c->ix, x) ? EXIT_FAIL : 0;
+	if (dcr_index_record(&c->ix, x, &r))
+		return EXIT_FAIL;
+	const struct dcr_manifest *m = &x->m;
+	printf("version %" PRIu64 ", parent %" PRIu64 ", %s, %s, format %" PRIu32
+	       ", chunk size %s\n", r.version, r.parent, r.time, r.kind,
+	       r.format, dcr_format_size(r.chunk_size, b1, sizeof(b1)));
+	printf("%" PRIu64 " files, %s; %s stored in %" PRIu32 " packs; tags: ",
+	       r.files, dcr_format_size(r.bytes, b1, sizeof(b1)),
+	       dcr_format_size(r.stored_bytes, b2, sizeof(b2)), r.npacks);
+	print_tags(c, r.version);
+	putchar('\n');
+	printf("file digests: %s\n", m->format >= 3 ?
+	       "SHA-256 of each file's chunk SHA-256s (dcrfs-ctl verify "
+	       "--deep checks them)" : "SHA-256 of each file's bytes");
 	for (uint32_t i = 0; i < m->nfiles; i++) {
 		const struct dcr_file *f = &m->files[i];
 		int dir = f->type == DCR_FT_DIR;
-		uint64_t fb = 0;
-		for (uint64_t k = 0; k < f->nchunks; k++)
-			if (f->chunks[k].kind != DCR_CK_SAME)
-				fb += f->chunks[k].len;
 		dcr_hash_hex(f->sha256, hex);
-		if (c->json) {
-			printf("%s\n  {\"path\": ", i ? "," : "");
-			dcr_json_str(stdout, f->path);
-			printf(", \"type\": \"%s\", \"mode\": \"%04" PRIo32 "\", \"size\": %" PRIu64,
-			       dir ? "dir" : "file", f->mode, f->size);
-			if (!dir && m->format < 3)
-				printf(", \"sha256\": \"%s\"", hex);
-			if (!dir)
-				printf(", \"digest\": \"%s\", \"digest_kind\": \"%s\", "
-				       "\"chunks\": %" PRIu64 ", \"stored_bytes\": %" PRIu64,
-				       hex, dcr_file_digest_kind(m->format), f->nchunks, fb);
-			putchar('}');
-		} else {
-			printf("%c%04" PRIo32 " %14" PRIu64 "  %-64s  %s%s\n", dir ? 'd' : '-',
-			       f->mode, f->size, dir ? "-" : hex, f->path, dir ? "/" : "");
-		}
+		printf("%c%04" PRIo32 " %14" PRIu64 "  %-64s  %s%s\n", dir ? 'd' : '-',
+		       f->mode, f->size, dir ? "-" : hex, f->path, dir ? "/" : "");
 	}
-	if (c->json)
-		fputs(m->nfiles ? "\n]}\n" : "]}\n", stdout);
 	return 0;
 }
 
 /* ------------------------------------------------------------------ diff */
 
-struct dstat {
-	uint64_t chunks, changed_chunks, changed_bytes, stored_bytes;
-};
-
-static uint64_t ndiff(const uint8_t *a, const uint8_t *b, size_t n)
-{
-	uint64_t d = 0;
-
-	for (size_t i = 0; i < n; i++)
-		d += a[i] != b[i];
-	return d;
-}
-
-/*
- * Per chunk of file @fi of version @b, the bytes of the frames a node
- * holding version @a (or nothing, a = 0) downloads to build it: those of
- * the versions on @b's chain newer than @a, down to the first full frame.
- */
-static int chain_stored(struct ctl *c, struct ver *b, uint32_t fi, uint64_t a,
-			uint64_t *stored)
-{
-	const struct dcr_manifest *m = ver_manifest(c, b);
-	uint64_t n = m->files[fi].nchunks;
-	uint8_t *done = calloc(n ? n : 1, 1);
-
-	if (!done)
-		return -ENOMEM;
-	memset(stored, 0, n * sizeof(*stored));
-	for (;;) {
-		const struct dcr_file *f = &m->files[fi];
-		for (uint64_t k = 0; k < n && k < f->nchunks; k++) {
-			if (done[k] || f->chunks[k].kind == DCR_CK_SAME)
-				continue;
-			stored[k] += f->chunks[k].len;
-			done[k] = f->chunks[k].kind == DCR_CK_FULL;
-		}
-		if (!m->parent || m->parent <= a || f->base == DCR_NO_BASE)
-			break;
-		struct ver *p = ver_find(c, m->parent);
-		if (!p || !(m = ver_manifest(c, p)) || f->base >= m->nfiles)
-			break; /* the rest of the chain is gone: verify reports it */
-		fi = f->base;
-	}
-	free(done);
-	return 0;
-}
-
-struct tstat {
-	const struct dcr_tensor *t;
-	struct dstat d;
-};
-
-/* The tensors of file @fi of version @v, if it is a safetensors file. */
-static void file_tensors(struct ctl *c, uint64_t v, const struct dcr_file *f,
-			 uint32_t fi, struct dcr_tensors *ts)
-{
-	uint8_t h[8];
-	size_t need, len = strlen(f->path);
-
-	ts->t = NULL;
-	ts->n = 0;
-	if (len < 12 || strcmp(f->path + len - 12, ".safetensors") || f->size < 8 ||
-	    read_bytes(c, v, fi, f->path, 0, h, 8) ||
-	    dcr_safetensors_prefix_len(h, 8, f->size, &need))
-		return;
-	uint8_t *buf = malloc(need);
-	if (buf && !read_bytes(c, v, fi, f->path, 0, buf, need) &&
-	    dcr_safetensors_tensors(buf, need, f->size, ts))
-		dcr_warn("version %" PRIu64 ": %s: safetensors header not understood; "
-			 "no per-tensor diff", v, f->path);
-	free(buf);
-}
-
-/*
- * Compare file @fa of version @va (NULL: absent) with file @fb of @vb
- * chunk by chunk (in @vb's chunks): a chunk whose SHA-256 is the same is
- * unchanged; the others are materialized and compared byte for byte.
- */
-static int diff_file(struct ctl *c, struct ver *va, const struct dcr_file *fa,
-		     uint32_t ia, struct ver *vb, const struct dcr_file *fb,
-		     uint32_t ib, struct dstat *d, struct tstat *ts, size_t nts)
-{
-	const struct dcr_manifest *ma = &va->m, *mb = &vb->m;
-	uint32_t cs = mb->chunk_size;
-	uint64_t *stored = calloc(fb->nchunks ? fb->nchunks : 1, sizeof(*stored));
-	uint8_t *ba = malloc(cs), *bb = malloc(cs);
-	int ret = -ENOMEM;
-
-	if (!stored || !ba || !bb ||
-	    (ret = chain_stored(c, vb, ib, va->v, stored)))
-		goto err_free;
-	d->chunks = fb->nchunks;
-	size_t t0 = 0;
-	for (uint64_t k = 0; k < fb->nchunks; k++) {
-		uint64_t off = k * cs;
-		uint32_t len = dcr_chunk_len(fb->size, cs, k);
-		d->stored_bytes += stored[k];
-		if (fa && ma->chunk_size == cs && k < fa->nchunks &&
-		    dcr_chunk_len(fa->size, cs, k) == len &&
-		    dcr_hash_eq(fa->chunks[k].hash, fb->chunks[k].hash))
-			continue;
-		/* bytes of A that overlap the chunk; the rest of it is new */
-		size_t na = !fa || fa->size <= off ? 0 : (size_t)DCR_MIN(fa->size - off, len);
-		if ((ret = read_bytes(c, vb->v, ib, fb->path, off, bb, len)) ||
-		    (na && (ret = read_bytes(c, va->v, ia, fa->path, off, ba, na))))
-			goto err_free;
-		uint64_t nd = ndiff(ba, bb, na) + (len - na);
-		d->changed_bytes += nd;
-		d->changed_chunks += nd != 0;
-		while (t0 < nts && ts[t0].t->off + ts[t0].t->len <= off)
-			t0++;
-		for (size_t t = t0; t < nts && ts[t].t->off < off + len; t++) {
-			uint64_t lo = DCR_MAX(ts[t].t->off, off);
-			uint64_t hi = DCR_MIN(ts[t].t->off + ts[t].t->len, off + len);
-			if (hi <= lo)
-				continue;
-			uint64_t tna = lo - off >= na ? 0 : DCR_MIN(hi, off + na) - lo;
-			uint64_t tnd = ndiff(ba + (lo - off), bb + (lo - off), tna) +
-				       (hi - lo - tna);
-			ts[t].d.changed_bytes += tnd;
-			ts[t].d.changed_chunks += tnd != 0;
-			/* frames are per chunk: apportion by overlap */
-			ts[t].d.stored_bytes += stored[k] * (hi - lo) / len;
-		}
-	}
-	if (fa && fa->size > fb->size) {
-		/* A's bytes past B's end are removed: changed */
-		d->changed_bytes += fa->size - fb->size;
-		d->changed_chunks += dcr_chunk_count(fa->size - fb->size, cs);
-	}
-	ret = 0;
-err_free:
-	free(stored);
-	free(ba);
-	free(bb);
-	return ret;
-}
-
-static void print_dstat(const struct dstat *d, int json)
+static void print_dstat(const struct dcr_diff_stat *d)
 {
 	char b1[32], b2[32];
 
-	if (json)
-		printf("\"chunks\": %" PRIu64 ", \"changed_chunks\": %" PRIu64
-		       ", \"changed_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64,
-		       d->chunks, d->changed_chunks, d->changed_bytes, d->stored_bytes);
-	else
-		printf("%" PRIu64 "/%" PRIu64 " chunks, %s changed, %s stored",
-		       d->changed_chunks, d->chunks,
-		       dcr_format_size(d->changed_bytes, b1, sizeof(b1)),
-		       dcr_format_size(d->stored_bytes, b2, sizeof(b2)));
-}
-
-static void print_diff_file(const char *path, const char *status,
-			    const struct dstat *d, const struct tstat *ts,
-			    size_t nts, int json, int first)
-{
-	if (json) {
-		printf("%s\n  {\"path\": ", first ? "" : ",");
-		dcr_json_str(stdout, path);
-		printf(", \"status\": \"%s\", ", status);
-		print_dstat(d, 1);
-		if (nts)
-			fputs(", \"tensors\": [", stdout);
-		for (size_t t = 0; t < nts; t++) {
-			printf("%s\n    {\"name\": ", t ? "," : "");
-			dcr_json_str(stdout, ts[t].t->name);
-			printf(", \"dtype\": ");
-			dcr_json_str(stdout, ts[t].t->dtype);
-			printf(", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64
-			       ", \"changed_chunks\": %" PRIu64 ", \"changed_bytes\": %" PRIu64
-			       ", \"stored_bytes\": %" PRIu64 "}", ts[t].t->off,
-			       ts[t].t->len, ts[t].d.changed_chunks,
-			       ts[t].d.changed_bytes, ts[t].d.stored_bytes);
-		}
-		fputs(nts ? "]}" : "}", stdout);
-		return;
-	}
-	if (!strcmp(status, "unchanged"))
-		return;
-	printf("%-9s %s: ", status, path);
-	print_dstat(d, 0);
-	putchar('\n');
-	for (size_t t = 0; t < nts; t++) {
-		if (!ts[t].d.changed_bytes)
-			continue;
-		printf("            %s [%s]: ", ts[t].t->name, ts[t].t->dtype);
-		print_dstat(&ts[t].d, 0);
-		putchar('\n');
-	}
+	printf("%" PRIu64 "/%" PRIu64 " chunks, %s changed, %s stored",
+	       d->changed_chunks, d->chunks,
+	       dcr_format_size(d->changed_bytes, b1, sizeof(b1)),
+	       dcr_format_size(d->stored_bytes, b2, sizeof(b2)));
 }
 
 static int cmd_diff(struct ctl *c, const char *arg_a, const char *arg_b)
 {
-	struct ver *va = resolve(c, arg_a), *vb = resolve(c, arg_b);
-	const struct dcr_manifest *ma = va ? ver_manifest(c, va) : NULL;
-	const struct dcr_manifest *mb = vb ? ver_manifest(c, vb) : NULL;
-	struct dstat total = { 0 };
-	int ret = 0, n = 0;
+	struct dcr_ix_ver *va = dcr_index_resolve(&c->ix, arg_a);
+	struct dcr_ix_ver *vb = dcr_index_resolve(&c->ix, arg_b);
+	struct dcr_diff_result r;
+	int ret;
 
-	if (!ma || !mb)
+	if (!va || !vb)
 		return EXIT_FAIL;
-	if (c->json)
-		printf("{\"from\": %" PRIu64 ", \"to\": %" PRIu64 ", \"files\": [",
-		       va->v, vb->v);
-	for (uint32_t i = 0, j = 0; (i < ma->nfiles || j < mb->nfiles) && !ret;) {
-		int cmp = i == ma->nfiles ? 1 : j == mb->nfiles ? -1 :
-			  strcmp(ma->files[i].path, mb->files[j].path);
-		const struct dcr_file *fa = cmp <= 0 ? &ma->files[i] : NULL;
-		const struct dcr_file *fb = cmp >= 0 ? &mb->files[j] : NULL;
-		uint32_t ia = i, ib = j;
-		i += cmp <= 0;
-		j += cmp >= 0;
-		if (fa && fb && fa->type != fb->type) {
-			/* a directory became a file or back: removed and added */
-			if (cmp == 0)
-				j--;
-			fb = NULL;
-		}
-		const char *path = fb ? fb->path : fa->path;
-		const char *status = !fa ? "added" : !fb ? "removed" : "changed";
-		struct dstat d = { 0 };
-		struct dcr_tensors tens = { NULL, 0 };
-		struct tstat *ts = NULL;
-		if ((fb ? fb : fa)->type == DCR_FT_DIR) {
-			if (!fa || !fb)
-				print_diff_file(path, status, &d, NULL, 0, c->json, !n++);
-			continue;
-		}
-		if (!fb) {
-			d.chunks = d.changed_chunks = fa->nchunks;
-			d.changed_bytes = fa->size;
-		} else if (fa && fa->size == fb->size && dcr_hash_eq(fa->sha256, fb->sha256)) {
-			d.chunks = fb->nchunks;
-			status = "unchanged";
-		} else {
-			file_tensors(c, vb->v, fb, ib, &tens);
-			ts = calloc(tens.n ? tens.n : 1, sizeof(*ts));
-			if (!ts) {
-				ret = -ENOMEM;
-				break;
-			}
-			for (size_t t = 0; t < tens.n; t++) {
-				const struct dcr_tensor *tn = &tens.t[t];
-				uint32_t cs = mb->chunk_size;
-				ts[t].t = tn;
-				ts[t].d.chunks = !tn->len ? 0 :
-					(tn->off + tn->len - 1) / cs - tn->off / cs + 1;
-			}
-			ret = diff_file(c, va, fa, ia, vb, fb, ib, &d, ts, tens.n);
-			if (ret)
-				dcr_err("diff of %s: %s", path, dcr_strerror(ret));
-		}
-		if (!ret) {
-			total.chunks += d.chunks;
-			total.changed_chunks += d.changed_chunks;
-			total.changed_bytes += d.changed_bytes;
-			total.stored_bytes += d.stored_bytes;
-			print_diff_file(path, status, &d, ts, tens.n, c->json, !n++);
-		}
-		free(ts);
-		dcr_tensors_free(&tens);
-	}
+	ret = dcr_diff(&c->ix, va, vb, &r);
+	if (!r.to)
+		return EXIT_FAIL; /* nothing compared */
 	if (c->json) {
-		fputs("\n], \"total\": {", stdout);
-		print_dstat(&total, 1);
-		fputs("}}\n", stdout);
-	} else {
-		printf("total: ");
-		print_dstat(&total, 0);
-		putchar('\n');
+		dcr_diff_json(stdout, &r);
+		goto out;
 	}
+	for (size_t i = 0; i < r.nfiles; i++) {
+		const struct dcr_diff_file *df = &r.files[i];
+		if (!strcmp(df->status, "unchanged"))
+			continue;
+		printf("%-9s %s: ", df->status, df->path);
+		print_dstat(&df->d);
+		putchar('\n');
+		for (size_t t = 0; t < df->tensors.n; t++) {
+			if (!df->ts[t].changed_bytes)
+				continue;
+			printf("            %s [%s]: ", df->tensors.t[t].name,
+			       df->tensors.t[t].dtype);
+			print_dstat(&df->ts[t]);
+			putchar('\n');
+		}
+	}
+	printf("total: ");
+	print_dstat(&r.total);
+	putchar('\n');
+out:
+	dcr_diff_result_free(&r);
 	return ret ? EXIT_FAIL : 0;
 }
 
@@ -982,13 +418,13 @@ static int cmd_diff(struct ctl *c, const char *arg_a, const char *arg_b)
 
 static int cmd_tag(struct ctl *c, const char *name, const char *arg)
 {
-	struct ver *x;
+	struct dcr_ix_ver *x;
 	int ret;
 
-	if (!(x = resolve(c, arg)))
+	if (!(x = dcr_index_resolve(&c->ix, arg)))
 		return EXIT_FAIL;
-	if ((ret = dcr_store_put_tag(c->st, name, x->v))) {
-		dcr_err("%s: cannot write tags/%s: %s", c->st->url, name, dcr_strerror(ret));
+	if ((ret = dcr_store_put_tag(c->ix.st, name, x->v))) {
+		dcr_err("%s: cannot write tags/%s: %s", c->ix.st->url, name, dcr_strerror(ret));
 		return EXIT_FAIL;
 	}
 	if (c->json) {
@@ -1006,13 +442,13 @@ static int cmd_untag(struct ctl *c, const char *name)
 	uint64_t was = 0;
 	int ret;
 
-	for (size_t i = 0; i < c->ntags; i++)
-		if (!strcmp(c->tags[i].name, name))
-			was = c->tags[i].v;
-	if ((ret = dcr_store_del_tag(c->st, name)) == -ENOENT)
-		dcr_err("%s: there is no tag '%s'", c->st->url, name);
+	for (size_t i = 0; i < c->ix.ntags; i++)
+		if (!strcmp(c->ix.tags[i].name, name))
+			was = c->ix.tags[i].v;
+	if ((ret = dcr_store_del_tag(c->ix.st, name)) == -ENOENT)
+		dcr_err("%s: there is no tag '%s'", c->ix.st->url, name);
 	else if (ret)
-		dcr_err("%s: cannot remove tags/%s: %s", c->st->url, name, dcr_strerror(ret));
+		dcr_err("%s: cannot remove tags/%s: %s", c->ix.st->url, name, dcr_strerror(ret));
 	if (ret)
 		return EXIT_FAIL;
 	if (c->json) {
@@ -1027,7 +463,6 @@ static int cmd_untag(struct ctl *c, const char *name)
 	return 0;
 }
 
-/* Whether some chunk of @m is built on its parent's (SAME or DELTA). */
 /* ------------------------------------------------------------------ init */
 
 /* Create the store at @url; an existing one (marked or legacy) is left
@@ -1338,6 +773,8 @@ int main(int argc, char **argv)
 {
 	struct args a = { 0 };
 	struct ctl c = { 0 };
+	struct dcr_store_info info;
+	struct dcr_store *st;
 	int status;
 
 	dcr_log_set_prog("dcrfs-ctl");
@@ -1365,16 +802,12 @@ int main(int argc, char **argv)
 		status = cmd_status(a.pos[0], a.json);
 		return fflush(stdout) ? EXIT_FAIL : status;
 	}
-	if (dcr_store_open(a.store, &cfg, 0, &c.st))
+	if (dcr_store_open(a.store, &cfg, 0, &st))
 		return EXIT_FAIL;
 	/* Never report on what is not a store as if it were an empty one. */
-	if (dcr_store_check(c.st, false, &c.info)) {
-		status = EXIT_FAIL;
-		goto out;
-	}
-	if (ctl_index(&c)) {
-		status = EXIT_FAIL;
-		goto out;
+	if (dcr_store_check(st, false, &info) || dcr_index_load(&c.ix, st, &info)) {
+		dcr_store_close(st);
+		return EXIT_FAIL;
 	}
 	if (!strcmp(a.cmd, "log"))
 		status = cmd_log(&c);
@@ -1396,7 +829,7 @@ int main(int argc, char **argv)
 		dcr_err("writing the output: %s", strerror(errno));
 		status = EXIT_FAIL;
 	}
-out:
-	ctl_free(&c);
+	dcr_index_free(&c.ix);
+	dcr_store_close(st);
 	return status;
 }

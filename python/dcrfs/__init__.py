@@ -9,6 +9,11 @@ guarantees as dcrfs-commit, and no checkpoint file is written::
         c.add_safetensors("model.safetensors", state_dict)
         v = c.publish(tag="step-100")
 
+and to look after the store as dcrfs-ctl does: log(url), show(url, v),
+diff(url, a, b), verify(url, deep=False), gc(url, keep_last=N, ...),
+tag(url, name, v) and compact(url). Their results are dcrfs-ctl's
+--json output, parsed (dicts and lists, documented in dcrfs-ctl(8)).
+
 Tensors are numpy arrays or torch tensors (CPU). Contiguous memory is
 read in place (zero-copy): do not modify the tensors until publish()
 returns. torch bfloat16 is viewed as int16 (no copy); a non-contiguous
@@ -24,11 +29,13 @@ the system's library path.
 import ctypes
 import ctypes.util
 import errno
+import json
 import os
 import signal
 import threading
 
-__all__ = ["Commit", "DcrError", "version"]
+__all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
+           "verify", "gc", "tag"]
 
 _u64 = ctypes.c_uint64
 
@@ -112,6 +119,16 @@ _lib.dcr_commit_free.argtypes = [_vp]
 _lib.dcr_commit_free.restype = None
 _lib.dcr_commit_cancel.argtypes = [_vp]
 _lib.dcr_commit_cancel.restype = None
+_pvp = ctypes.POINTER(_vp)
+_lib.dcr_free.argtypes = [_vp]
+_lib.dcr_free.restype = None
+_lib.dcr_store_log.argtypes = [_vp, _pvp]
+_lib.dcr_store_show.argtypes = [_vp, ctypes.c_char_p, _pvp]
+_lib.dcr_store_diff.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p, _pvp]
+_lib.dcr_store_verify.argtypes = [_vp, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
+                                  ctypes.c_uint, _pvp]
+_lib.dcr_store_gc.argtypes = [_vp, ctypes.c_void_p, _pvp]
+_lib.dcr_store_tag.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
 _lib.dcr_set_log_level.argtypes = [ctypes.c_int]
 _lib.dcr_set_log_level.restype = None
 _lib.dcr_set_log_errors.argtypes = [ctypes.c_int]
@@ -239,6 +256,110 @@ def compact(url, max_depth=0):
                 "depth": info.depth}
     finally:
         _lib.dcr_store_handle_close(s)
+
+
+class _GcOptions(ctypes.Structure):
+    _fields_ = [("keep_last", _u64), ("keep_tagged", ctypes.c_int),
+                ("keep_newer", _u64), ("grace", _u64), ("dry_run", ctypes.c_int),
+                ("max_depth", ctypes.c_uint)]
+
+
+class _Store:
+    """The store at url, opened for one call (with: closed after)."""
+
+    def __init__(self, url):
+        self.url = url
+        self.h = _vp()
+        _check(_lib.dcr_store_handle_open(_cstr(url, "store URL"), 0,
+                                          ctypes.byref(self.h)), url)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _lib.dcr_store_handle_close(self.h)
+        return False
+
+    def json(self, fn, *args, keep_on=()):
+        """fn(handle, *args, &json) parsed; a failure raises DcrError (with
+        .result, the parsed JSON, when ret is in keep_on and one came)."""
+        out = _vp()
+        ret = fn(self.h, *args, ctypes.byref(out))
+        try:
+            res = json.loads(ctypes.string_at(out.value).decode("utf-8")) if out.value else None
+        finally:
+            _lib.dcr_free(out)
+        try:
+            _check(ret, self.url)
+        except DcrError as e:
+            if -ret in keep_on:
+                e.result = res
+            raise
+        return res
+
+
+def _vname(v):
+    """A version as libdcr takes it: a number, a tag name or "latest"."""
+    return _cstr(str(v) if isinstance(v, int) else v, "version")
+
+
+def log(url):
+    """The versions of the store at url, newest first: a list of dicts, as
+    `dcrfs-ctl log --json` prints them (version, parent, base, time,
+    time_ns, bytes, stored_bytes, kind, tags, files, chunks)."""
+    with _Store(url) as s:
+        return s.json(_lib.dcr_store_log)
+
+
+def show(url, v):
+    """Version v (a number, a tag name or "latest") with its files: a
+    dict, as `dcrfs-ctl show V --json`."""
+    with _Store(url) as s:
+        return s.json(_lib.dcr_store_show, _vname(v))
+
+
+def diff(url, a, b):
+    """What changed from version a to version b, per file and per
+    safetensors tensor: a dict, as `dcrfs-ctl diff A B --json`."""
+    with _Store(url) as s:
+        return s.json(_lib.dcr_store_diff, _vname(a), _vname(b))
+
+
+def verify(url, deep=False, versions=None):
+    """Check that every object the versions (default: all) need exists and
+    matches its hashes; deep also materializes every file. Returns the
+    dict of `dcrfs-ctl verify --json` when everything checks out; damage
+    raises DcrError (errno EBADMSG) whose message names each damaged
+    object and why, with that dict as .result."""
+    vs = [_vname(v) for v in (versions or [])]
+    arr = (ctypes.c_char_p * max(1, len(vs)))(*vs)
+    with _Store(url) as s:
+        return s.json(_lib.dcr_store_verify, arr, len(vs), 1 if deep else 0,
+                      keep_on=(errno.EBADMSG,))
+
+
+def gc(url, keep_last, keep_tagged=True, grace=86400, keep_newer=0, dry_run=False,
+       max_depth=0):
+    """Remove the versions outside retention and the objects no kept
+    version needs, as `dcrfs-ctl gc` does: the newest keep_last versions
+    stay, tagged ones with keep_tagged, those committed within keep_newer
+    seconds; packs no manifest names and incomplete uploads go once older
+    than grace seconds. Returns the dict of `dcrfs-ctl gc --json`."""
+    o = _GcOptions(keep_last=keep_last, keep_tagged=1 if keep_tagged else 0,
+                   keep_newer=int(keep_newer), grace=int(grace),
+                   dry_run=1 if dry_run else 0, max_depth=max_depth)
+    with _Store(url) as s:
+        return s.json(_lib.dcr_store_gc, ctypes.byref(o))
+
+
+def tag(url, name, v):
+    """Point tag name at version v (a number, a tag name or "latest");
+    returns the version's number."""
+    out = _u64()
+    with _Store(url) as s:
+        _check(_lib.dcr_store_tag(s.h, _cstr(name, "tag"), _vname(v), ctypes.byref(out)),
+               url)
+    return out.value
 
 
 class Commit:

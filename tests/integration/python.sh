@@ -8,7 +8,10 @@
 # (dcrfs-ctl diff names the changed tensors); a NaN is refused with an
 # exception naming the tensor; a NUL or invalid UTF-8 in a tensor name,
 # path, metadata key or value or tag is refused with a DcrError naming
-# it; an aborted commit publishes nothing.
+# it; an aborted commit publishes nothing. The maintenance calls answer
+# as dcrfs-ctl --json does (log, show, diff, gc dry run: equal dicts), tag
+# points a tag, verify raises DcrError naming a missing pack, gc removes
+# what retention drops.
 # Uses Debian's python3 (numpy and torch are Debian packages there).
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -143,6 +146,54 @@ if phase == "commit":
     info = dcrfs.compact(store, max_depth=1)
     assert info == {"generation": 1, "rewritten": 1, "depth": 1}, info
     assert dcrfs.compact(store, max_depth=1)["generation"] == 0
+elif phase == "maint":
+    import errno, shutil, subprocess
+    ctlbin = sys.argv[4]
+    def ctl(*a):
+        p = subprocess.run([ctlbin, "--store", store, "--json"] + list(a),
+                           capture_output=True, check=True)
+        return json.loads(p.stdout)
+    assert dcrfs.log(store) == ctl("log"), (dcrfs.log(store), ctl("log"))
+    assert [x["version"] for x in dcrfs.log(store)] == [2, 1]
+    assert dcrfs.show(store, 2) == ctl("show", "2")
+    assert dcrfs.show(store, "step-0") == ctl("show", "step-0")
+    d = dcrfs.diff(store, 1, "latest")
+    assert d == ctl("diff", "1", "latest")
+    ts = {t["name"]: t for f in d["files"] for t in f.get("tensors", [])}
+    assert ts["layers.0.w"]["changed_bytes"] > 0 and ts["layers.0.b"]["changed_bytes"] == 0, ts
+    assert dcrfs.tag(store, "best", "latest") == 2
+    assert "best" in dcrfs.show(store, 2)["tags"]
+    try:
+        dcrfs.show(store, 7)
+        sys.exit("show of a version that does not exist")
+    except dcrfs.DcrError as e:
+        assert e.errno == errno.ENOENT and "version 7 does not exist" in str(e), str(e)
+    assert dcrfs.verify(store)["ok"] and dcrfs.verify(store, deep=True)["ok"]
+    assert dcrfs.verify(store, versions=["step-0"])["versions"] == [1]
+    # a pack gone: DcrError naming it, with the JSON as .result
+    pack = "packs/" + dcrfs.show(store, 2)["packs"][0]
+    shutil.move(os.path.join(store, pack), os.path.join(store, "aside"))
+    try:
+        dcrfs.verify(store)
+        sys.exit("verify passed a store missing %s" % pack)
+    except dcrfs.DcrError as e:
+        assert e.errno == errno.EBADMSG and "damaged: %s: missing" % pack in str(e), str(e)
+        assert e.result["damage"][0]["object"] == pack, e.result
+    shutil.move(os.path.join(store, "aside"), os.path.join(store, pack))
+    # gc: as dcrfs-ctl gc --dry-run says, then for real
+    dry = dcrfs.gc(store, keep_last=1, keep_tagged=False, grace=0, dry_run=True)
+    assert dry == ctl("gc", "--keep-last", "1", "--no-keep-tagged", "--grace", "0", "-n"), dry
+    g = dcrfs.gc(store, keep_last=1, keep_tagged=False, grace=0)
+    assert g["versions_removed"] == [1] and g["tags_removed"] == ["step-0"], g
+    assert g["packs_deleted"] > 0 and not g["dry_run"], g
+    assert [x["version"] for x in dcrfs.log(store)] == [2]
+    assert dcrfs.verify(store, deep=True)["ok"]
+    try:
+        dcrfs.gc(store, keep_last=0)
+        sys.exit("gc took keep_last=0")
+    except dcrfs.DcrError as e:
+        assert e.errno == errno.EINVAL, str(e)
+    print("maintenance: log, show, diff, tag, verify, gc", file=sys.stderr)
 else:
     mnt = sys.argv[4]
     for step in (0, 1):
@@ -179,4 +230,5 @@ t "$PY" "$T/t.py" "$STORE" "$T/commit-cache" compare "$MNT"
 grep -q "layers.0.w" "$T/diff" || fail "diff does not name layers.0.w: $(cat "$T/diff")"
 ! grep -q "layers.0.b" "$T/diff" || fail "diff names an unchanged tensor: $(cat "$T/diff")"
 umount_dcrfs "$MNT"
+t "$PY" "$T/t.py" "$STORE" "$T/commit-cache" maint "$DCR_BUILDDIR/dcrfs-ctl"
 log "ok"
