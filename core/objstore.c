@@ -23,18 +23,6 @@
 #define TAG_OBJ_MAX 64
 #define MARKER_OBJ_MAX 4096
 
-static __thread int64_t tl_store_deadline;
-
-void dcr_store_set_deadline(int64_t mono_ns)
-{
-	tl_store_deadline = mono_ns;
-}
-
-int64_t dcr_store_deadline(void)
-{
-	return tl_store_deadline;
-}
-
 static int latest_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	uint64_t *best = arg, v;

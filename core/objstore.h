@@ -65,10 +65,13 @@ struct dcr_store_ops {
 	 * get - append bytes [off, off+len) of @key to @out (len may be
 	 * DCR_GET_ALL). A range that runs past the end returns what exists;
 	 * an offset past the end returns no bytes. -ENOENT if absent;
-	 * -EFBIG if @out's maximum would be exceeded.
+	 * -EFBIG if @out's maximum would be exceeded. @deadline (a
+	 * CLOCK_MONOTONIC time, 0: none) bounds the whole operation: a
+	 * backend that retries gives up at it, whatever its own timeout,
+	 * and one called after it fails at once with -ETIMEDOUT.
 	 */
 	int (*get)(struct dcr_store *st, const char *key, uint64_t off,
-		   uint64_t len, struct dcr_buf *out);
+		   uint64_t len, int64_t deadline, struct dcr_buf *out);
 	/**
 	 * put - store @len bytes under @key atomically: readers see the old
 	 * object (or none) or the whole new one, never a part. With
@@ -111,7 +114,16 @@ struct dcr_store {
 static inline int dcr_store_get(struct dcr_store *st, const char *key,
 				uint64_t off, uint64_t len, struct dcr_buf *out)
 {
-	return st->ops->get(st, key, off, len, out);
+	return st->ops->get(st, key, off, len, 0, out);
+}
+/** dcr_store_get bounded by @deadline (see the get op): for callers
+ * that bound a whole operation made of several requests (a read(2) that
+ * fetches a chain), and the threads that fetch for them. */
+static inline int dcr_store_get_within(struct dcr_store *st, const char *key,
+				       uint64_t off, uint64_t len,
+				       int64_t deadline, struct dcr_buf *out)
+{
+	return st->ops->get(st, key, off, len, deadline, out);
 }
 static inline int dcr_store_put(struct dcr_store *st, const char *key,
 				const void *data, uint64_t len, int flags)
@@ -150,18 +162,6 @@ static inline void dcr_store_close(struct dcr_store *st)
 	if (st)
 		st->ops->close(st);
 }
-
-/**
- * dcr_store_set_deadline - bound the calling thread's store operations
- * by the CLOCK_MONOTONIC time @mono_ns (0: none): a backend that retries
- * gives up at it, whatever its own per-operation timeout, and one called
- * after it fails at once with -ETIMEDOUT. For callers that bound a whole
- * operation made of several requests (a read(2) that fetches a chain);
- * a thread that fetches for another passes the deadline along.
- * dcr_store_deadline returns the calling thread's.
- */
-void dcr_store_set_deadline(int64_t mono_ns);
-int64_t dcr_store_deadline(void);
 
 /**
  * dcr_store_latest - the highest version number whose manifest exists

@@ -68,10 +68,12 @@ static void count(struct counters *c, int ret, uint64_t bytes)
 
 /* A GET from the store itself, counted. */
 static int origin_get(struct dcr_mirror_store *ms, const char *key,
-		      uint64_t off, uint64_t len, struct dcr_buf *out)
+		      uint64_t off, uint64_t len, int64_t deadline,
+		      struct dcr_buf *out)
 {
 	size_t start = out->len;
-	int ret = dcr_store_get(ms->origin, key, off, len, out);
+	int ret = dcr_store_get_within(ms->origin, key, off, len, deadline,
+				       out);
 
 	count(&ms->on, ret && ret != -ENOENT, out->len - start);
 	return ret;
@@ -182,21 +184,18 @@ static void mirror_ok(struct mirror *m)
  */
 static int mirror_try(struct dcr_mirror_store *ms, struct mirror *m,
 		      const char *key, uint64_t off, uint64_t len,
-		      struct dcr_buf *out)
+		      int64_t deadline, struct dcr_buf *out)
 {
-	int64_t saved = dcr_store_deadline(), now = dcr_mono_ns();
-	int64_t end = now + ms->share_ns;
+	int64_t now = dcr_mono_ns(), end = now + ms->share_ns;
 	size_t start = out->len;
 	int ret;
 
-	if (saved) {
-		if (saved - now < MIRROR_LEFT_MIN_NS)
+	if (deadline) {
+		if (deadline - now < MIRROR_LEFT_MIN_NS)
 			return -ETIMEDOUT; /* no time to spare: the store */
-		end = DCR_MIN(end, now + (saved - now) / 2);
+		end = DCR_MIN(end, now + (deadline - now) / 2);
 	}
-	dcr_store_set_deadline(end);
-	ret = dcr_store_get(m->st, key, off, len, out);
-	dcr_store_set_deadline(saved);
+	ret = dcr_store_get_within(m->st, key, off, len, end, out);
 	if (!ret && len != DCR_GET_ALL && out->len - start != len) {
 		dcr_debug("mirror %s: GET %s: %zu of %" PRIu64 " bytes at %"
 			  PRIu64 "; asking the store", m->url, key,
@@ -209,14 +208,14 @@ static int mirror_try(struct dcr_mirror_store *ms, struct mirror *m,
 }
 
 static int mirror_get(struct dcr_store *st, const char *key, uint64_t off,
-		      uint64_t len, struct dcr_buf *out)
+		      uint64_t len, int64_t deadline, struct dcr_buf *out)
 {
 	struct dcr_mirror_store *ms = to_mirror(st);
 	size_t order[DCR_MIRRORS_MAX], n;
 	int64_t now = dcr_mono_ns();
 
 	if (len == 0 || strncmp(key, PACKS_PREFIX, strlen(PACKS_PREFIX)))
-		return origin_get(ms, key, off, len, out);
+		return origin_get(ms, key, off, len, deadline, out);
 	n = rank(ms, key, order);
 	for (size_t i = 0; i < n; i++) {
 		struct mirror *m = &ms->m[order[i]];
@@ -225,7 +224,7 @@ static int mirror_get(struct dcr_store *st, const char *key, uint64_t off,
 
 		if (!usable(m, now))
 			continue; /* the next in the key's order takes it */
-		ret = mirror_try(ms, m, key, off, len, out);
+		ret = mirror_try(ms, m, key, off, len, deadline, out);
 		if (ret == -ENOMEM || ret == -EFBIG)
 			return ret; /* ours, not the mirror's */
 		if (!ret) {
@@ -239,11 +238,11 @@ static int mirror_get(struct dcr_store *st, const char *key, uint64_t off,
 		}
 		break; /* a failed request goes to the store at once */
 	}
-	return origin_get(ms, key, off, len, out);
+	return origin_get(ms, key, off, len, deadline, out);
 }
 
 int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
-		       uint64_t len, struct dcr_buf *out)
+		       uint64_t len, int64_t deadline, struct dcr_buf *out)
 {
 	struct dcr_mirror_store *ms;
 	size_t order[DCR_MIRRORS_MAX];
@@ -257,7 +256,7 @@ int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
 		 "a GET through mirror %s (the mirror it maps to); fetching "
 		 "them again from the store", key, off, len,
 		 ms->m[order[0]].url);
-	return origin_get(ms, key, off, len, out);
+	return origin_get(ms, key, off, len, deadline, out);
 }
 
 /* ------------------------------------------------ everything else: origin */

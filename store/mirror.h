@@ -87,11 +87,12 @@ bool dcr_store_is_mirrored(const struct dcr_store *st);
  * dcr_mirror_refetch - bytes [@off, @off+@len) of pack @key failed their
  * check after a GET of the mirrored store @st: log it once (naming the
  * object and the mirror it maps to), count it, and append the range as
- * the store itself holds it to @out. Returns as the store's get;
- * -EOPNOTSUPP if @st is not mirrored.
+ * the store itself holds it to @out, within @deadline (as the store's
+ * get op). Returns as the store's get; -EOPNOTSUPP if @st is not
+ * mirrored.
  */
 int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
-		       uint64_t len, struct dcr_buf *out);
+		       uint64_t len, int64_t deadline, struct dcr_buf *out);
 
 /**
  * dcr_mirror_get_stats - the per-source counters of the mirrored store

@@ -333,7 +333,7 @@ void flight_release(struct dcr_reader *r, struct flight *f)
 }
 
 /* Register chunk @c: lead a new flight or join the one in progress. */
-int batch_join(struct dcr_reader *r, struct bchunk *c, bool cold)
+int batch_join(struct dcr_reader *r, struct bchunk *c, const struct rreq *q)
 {
 	const uint8_t *hash = c->p->ref.hash;
 	struct flight *f;
@@ -361,8 +361,8 @@ int batch_join(struct dcr_reader *r, struct bchunk *c, bool cold)
 	f->chunk = c->p->w.chunk;
 	f->ref = c->p->ref;
 	f->refs = 1;
-	f->quiet = tl_quiet;
-	f->cold = cold;
+	f->quiet = q->quiet;
+	f->cold = q->pagecache;
 	f->next = r->flights;
 	r->flights = f;
 	pthread_mutex_unlock(&r->sf_lock);

@@ -60,9 +60,6 @@
 #include "reader.h"
 #include "reader_int.h"
 
-/* The thread-local declared (and described) in reader_int.h. */
-__thread bool tl_quiet;
-
 /* ------------------------------------------------------------ open/close */
 
 /*
@@ -468,6 +465,9 @@ static ssize_t read_once(struct dcr_reader *r, uint64_t v, int64_t tree,
 	uint64_t size = 0, end = 0, pos;
 	uint32_t cs;
 	int ret;
+	/* A foreground read, or a prefetch (@pagecache; with no @dst it
+	 * only settles the chunks in the cache). */
+	struct rreq q = { .pagecache = pagecache, .settle = !dst };
 
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
@@ -490,7 +490,7 @@ static ssize_t read_once(struct dcr_reader *r, uint64_t v, int64_t tree,
 		p.n = (size_t)DCR_MIN(end - pos, (uint64_t)p.clen - p.coff);
 		p.dst = dst ? (uint8_t *)dst + (pos - off) : NULL;
 		pos += p.n;
-		ret = piece_fast(r, &p); /* without dst: 1 if proved now */
+		ret = piece_fast(r, &q, &p); /* without dst: 1 if proved now */
 		STAT_ADD(r, hits, ret >= 0);
 		STAT_ADD(r, misses, ret == -ENOENT);
 		if (ret >= 0)
@@ -518,30 +518,24 @@ static ssize_t read_once(struct dcr_reader *r, uint64_t v, int64_t tree,
 	if (nmiss) {
 		/* A foreground read is bounded as a whole (read_timeout),
 		 * however many GETs its misses take: the store gives up at
-		 * the deadline, the fetching threads inherit it. */
-		int64_t saved = dcr_store_deadline();
-
+		 * the deadline, which the fetching threads are handed. */
 		ra_hits(r, v, idx, false); /* read-ahead fell behind */
-		if (!pagecache && !tl_quiet && r->read_timeout_ns && !saved)
-			dcr_store_set_deadline(dcr_mono_ns() +
-					       r->read_timeout_ns);
-		int64_t deadline = dcr_store_deadline();
-		if (!tl_quiet && failed_recently(r, miss, nmiss)) {
-			RERR(WHERE_FMT ": the store did not answer in time for "
-			     "a read of it a moment ago; failing at once",
+		if (!pagecache && r->read_timeout_ns)
+			q.deadline = dcr_mono_ns() + r->read_timeout_ns;
+		if (failed_recently(r, miss, nmiss)) {
+			RERR(&q, WHERE_FMT ": the store did not answer in time "
+			     "for a read of it a moment ago; failing at once",
 			     WHERE_ARGS(&miss[0].w));
 			ret = DCR_ERR(-EIO);
 		} else {
 			ret = materialize_batch(r, miss, nmiss,
-						r->fetch_threads, pagecache,
-						!dst);
+						r->fetch_threads, &q);
 			/* Timed out: the kernel's next request for these
 			 * pages (it asks again at once) fails at once. */
-			if (ret == -EIO && !tl_quiet && deadline &&
-			    dcr_mono_ns() >= deadline - r->read_timeout_ns / 8)
+			if (ret == -EIO && q.deadline &&
+			    dcr_mono_ns() >= q.deadline - r->read_timeout_ns / 8)
 				note_failed(r, miss, nmiss);
 		}
-		dcr_store_set_deadline(saved);
 	}
 out_free:
 	if (miss != &one)

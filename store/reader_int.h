@@ -368,12 +368,28 @@ struct dcr_reader {
 	atomic_fetch_add_explicit(&(r)->stats.field, (n), memory_order_relaxed)
 
 /*
- * Set in the background queues' threads: errors of speculative work go to the debug
- * log only; the read that really needs the chunk redoes it and logs.
- * Defined in reader.c.
+ * What one read asks of the read path, handed down explicitly (to the
+ * batch, the threads that fetch and decode for it, and the store's get
+ * op) rather than through thread-locals.
  */
-extern __thread bool tl_quiet;
-#define RERR(...) dcr_log(tl_quiet ? DCR_LOG_DEBUG : DCR_LOG_ERR, __VA_ARGS__)
+struct rreq {
+	/* CLOCK_MONOTONIC bound on the store GETs of the whole read (the
+	 * foreground read's read_timeout); 0: none. */
+	int64_t deadline;
+	/* Speculative (read-ahead): its errors go to the debug log only;
+	 * the read that really needs the chunk redoes it and logs. */
+	bool quiet;
+	/* Write the cache through the page cache (a prefetch). */
+	bool pagecache;
+	/* No destinations (dcr_reader_prefetch with no buffer): done once
+	 * every chunk is in the cache, so the flights it joins must have
+	 * ended, not only built their chunk. */
+	bool settle;
+};
+
+/* Log a read path error of request @q: at debug level if speculative. */
+#define RERR(q, ...) \
+	dcr_log((q)->quiet ? DCR_LOG_DEBUG : DCR_LOG_ERR, __VA_ARGS__)
 
 /* ------------------------------------------------------------ chains */
 
@@ -444,12 +460,7 @@ struct run {
 
 struct batch {
 	struct dcr_reader *r;
-	int64_t deadline; /* the caller's dcr_store_deadline, for fetchers */
-	bool pagecache; /* write the cache through the page cache */
-	/* A prefetch without destinations (dcr_reader_prefetch with no
-	 * buffer): returns once every chunk is in the cache, waiting for
-	 * the flights it joined to end, not only to be built. */
-	bool settle;
+	struct rreq q; /* the read it serves */
 	struct bchunk *c;
 	size_t nc;
 	struct fitem *it;
@@ -642,10 +653,10 @@ int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
  * or gives the buffer back, and frees @f. Thread-safe (sf_lock). */
 void flight_release(struct dcr_reader *r, struct flight *f);
 
-/* Register batch chunk @c: lead a new flight (c->leader; @cold: built
- * for a prefetch) or join the one in progress; either way c->f holds a
- * reference. 0 or -ENOMEM. Thread-safe (sf_lock). */
-int batch_join(struct dcr_reader *r, struct bchunk *c, bool cold);
+/* Register batch chunk @c of request @q: lead a new flight (c->leader)
+ * or join the one in progress; either way c->f holds a reference. 0 or
+ * -ENOMEM. Thread-safe (sf_lock). */
+int batch_join(struct dcr_reader *r, struct bchunk *c, const struct rreq *q);
 
 /* Publish the outcome @rc of a flight we lead; it stays listed until
  * flight_done. Thread-safe (sf_lock). */
@@ -659,13 +670,12 @@ void flight_done(struct dcr_reader *r, struct flight *f, int rc);
 
 /* Look up piece @p's reference and serve it from the hot set or the
  * cache: 0 on a hit, -ENOENT on a miss (p->ref filled), else -errno
- * (logged); without p->dst, 1 if a cached chunk was proven now.
- * Thread-safe. */
-int piece_fast(struct dcr_reader *r, struct piece *p);
+ * (logged as @q says); without p->dst, 1 if a cached chunk was proven
+ * now. Thread-safe. */
+int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p);
 
 /* Run @fn(@arg, 0..@n-1) on up to @nthreads threads: the caller plus
- * idle threads of r->par, which take the caller's tl_quiet meanwhile.
- * Thread-safe. */
+ * idle threads of r->par. Thread-safe. */
 void par_for(struct dcr_reader *r, int nthreads, size_t n,
 	     dcr_wq_par_fn fn, void *arg);
 
@@ -683,11 +693,12 @@ void batch_prepare(struct batch *b, struct piece *ps);
 int batch_finish(struct batch *b, int nthreads);
 
 /* Materialize the @n missed chunks @ps (one batch, coalesced, on up to
- * @nthreads threads) and copy each slice to its destination: 0 or the
- * first -errno. With @settle (pieces without destinations, for a
- * prefetch) it returns once every chunk is in the cache. Thread-safe. */
+ * @nthreads threads) for request @q and copy each slice to its
+ * destination: 0 or the first -errno. With q->settle (pieces without
+ * destinations, for a prefetch) it returns once every chunk is in the
+ * cache. Thread-safe. */
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
-		      int nthreads, bool pagecache, bool settle);
+		      int nthreads, const struct rreq *q);
 
 /* ----------------------------------------------- reader.c: the facade */
 

@@ -11,8 +11,8 @@
  * (a run), applies them oldest first, proves the result against the
  * committed chunk (a corrupt frame is named once in the log), stores
  * it in the cache (now or through the write-behind queue) and copies
- * the slices out. Errors are logged once, at debug level under
- * tl_quiet. Locks: codec_lock (the codec pool); waits on sf_cond.
+ * the slices out. Errors are logged once, at debug level for a
+ * speculative request (struct rreq). Locks: codec_lock (the codec pool); waits on sf_cond.
  */
 #include "config.h"
 
@@ -90,7 +90,8 @@ static int chain_push(struct chain *ch, struct rver *rv, uint32_t file,
  * ancestor whose chunk is cached (read into @out) or that is a full
  * frame. Fills @ch with the frames to apply, newest first.
  */
-static int resolve_chain(struct dcr_reader *r, const struct where *w,
+static int resolve_chain(struct dcr_reader *r, const struct rreq *q,
+			 const struct where *w,
 			 const struct dcr_catalog_chunk *ref0, uint32_t clen,
 			 uint8_t *out, struct chain *ch)
 {
@@ -105,7 +106,7 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 		/* Parents strictly decrease, so a chain has at most v links;
 		 * anything else is a damaged catalog, not a reason to spin. */
 		if (++steps > w->rv->v) {
-			RERR(WHERE_FMT ": the parent chain is longer than the "
+			RERR(q, WHERE_FMT ": the parent chain is longer than the "
 			     "version number", WHERE_ARGS(w));
 			return DCR_ERR(-EIO);
 		}
@@ -136,7 +137,7 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 		case DCR_CK_SAME:
 			break;
 		default:
-			RERR(WHERE_FMT ": version %llu has an invalid "
+			RERR(q, WHERE_FMT ": version %llu has an invalid "
 				"chunk kind %u", WHERE_ARGS(w),
 				(unsigned long long)cur->v, ref.kind);
 			return DCR_ERR(-EIO);
@@ -144,21 +145,21 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 
 		pf = cur->m.files[cf].base;
 		if (cur->parent >= cur->v) {
-			RERR(WHERE_FMT ": version %llu has parent %llu, which "
+			RERR(q, WHERE_FMT ": version %llu has parent %llu, which "
 			     "is not older", WHERE_ARGS(w),
 			     (unsigned long long)cur->v,
 			     (unsigned long long)cur->parent);
 			return DCR_ERR(-EIO);
 		}
 		if (!cur->parent || pf == DCR_NO_BASE) {
-			RERR(WHERE_FMT ": version %llu refers to a parent "
+			RERR(q, WHERE_FMT ": version %llu refers to a parent "
 				"chunk but has no parent", WHERE_ARGS(w),
 				(unsigned long long)cur->v);
 			return DCR_ERR(-EIO);
 		}
 		ret = get_ver(r, cur->parent, &pv);
 		if (ret) {
-			RERR(WHERE_FMT ": needs version %llu (%s), which is "
+			RERR(q, WHERE_FMT ": needs version %llu (%s), which is "
 				"missing or corrupt", WHERE_ARGS(w),
 				(unsigned long long)cur->parent,
 				ret == -ENOENT ? "not indexed"
@@ -169,7 +170,7 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 		    pv->chunk_size != cur->chunk_size ||
 		    dcr_chunk_len(pv->m.files[pf].size, pv->chunk_size,
 				  w->chunk) != clen) {
-			RERR(WHERE_FMT ": base file %u of version %llu does "
+			RERR(q, WHERE_FMT ": base file %u of version %llu does "
 				"not match", WHERE_ARGS(w), pf,
 				(unsigned long long)pv->v);
 			return DCR_ERR(-EIO);
@@ -178,7 +179,7 @@ static int resolve_chain(struct dcr_reader *r, const struct where *w,
 		if (ret == -ESTALE)
 			return ret; /* re-indexed meanwhile: read_impl retries */
 		if (ret) {
-			RERR(WHERE_FMT ": no chunk reference in version "
+			RERR(q, WHERE_FMT ": no chunk reference in version "
 				"%llu: %s", WHERE_ARGS(w),
 				(unsigned long long)pv->v, dcr_strerror(ret));
 			return DCR_ERR(-EIO);
@@ -218,7 +219,8 @@ static int apply_chain(struct dcr_codec *codec, struct chain *ch,
 }
 
 /* Name the frame that made the chain fail verification; one log line. */
-static void blame(struct dcr_reader *r, const struct where *w,
+static void blame(struct dcr_reader *r, const struct rreq *q,
+		  const struct where *w,
 		  struct dcr_codec *codec, struct chain *ch, uint8_t *out,
 		  uint32_t clen, int first_err, size_t first_bad)
 {
@@ -243,7 +245,7 @@ static void blame(struct dcr_reader *r, const struct where *w,
 			bad = 0;
 	}
 	dcr_pack_key(ch->s[bad].ref.pack, key, sizeof(key));
-	RERR("%s: %s in the frame of version %llu at %llu+%u (needed for "
+	RERR(q, "%s: %s in the frame of version %llu at %llu+%u (needed for "
 		WHERE_FMT ")", key,
 		ret == -EBADMSG ? "corrupt frame (does not decode)"
 		: ret == -EILSEQ || ret == 0 ? "corrupt data (chunk hash mismatch)"
@@ -276,7 +278,8 @@ static bool chain_has_check(const struct dcr_catalog_chunk *ref0,
  * else the result against its SHA-256. Errors are logged once (a failed
  * fetch was logged by fetch_run).
  */
-static int finish_chain(struct dcr_reader *r, const struct where *w,
+static int finish_chain(struct dcr_reader *r, const struct rreq *q,
+			const struct where *w,
 			const struct dcr_catalog_chunk *ref0, uint32_t clen,
 			uint8_t *out, struct chain *ch)
 {
@@ -295,7 +298,7 @@ static int finish_chain(struct dcr_reader *r, const struct where *w,
 			char key[DCR_HASH_HEX_LEN + 16];
 
 			dcr_pack_key(ch->s[k].ref.pack, key, sizeof(key));
-			RERR("%s: corrupt frame (frame hash mismatch) of "
+			RERR(q, "%s: corrupt frame (frame hash mismatch) of "
 			     "version %llu at %llu+%u (needed for "
 			     WHERE_FMT ")", key,
 			     (unsigned long long)ch->s[k].rv->v,
@@ -332,9 +335,9 @@ static int finish_chain(struct dcr_reader *r, const struct where *w,
 		}
 	}
 	if (ch->n) {
-		blame(r, w, codec, ch, out, clen, ret, bad);
+		blame(r, q, w, codec, ch, out, clen, ret, bad);
 	} else {
-		RERR(WHERE_FMT ": cached base does not match (hash "
+		RERR(q, WHERE_FMT ": cached base does not match (hash "
 		     "mismatch)", WHERE_ARGS(w));
 	}
 	ret = DCR_ERR(-EIO);
@@ -357,7 +360,7 @@ out_codec:
  * cache, so the reader that follows finds it resident): 1 if that work
  * was done.
  */
-int piece_fast(struct dcr_reader *r, struct piece *p)
+int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 {
 	struct dcr_cache_key k;
 	int ret;
@@ -366,7 +369,7 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 	if (ret == -ESTALE)
 		return ret; /* re-indexed meanwhile: read_impl retries */
 	if (ret) {
-		RERR(WHERE_FMT ": no chunk reference in the catalog: %s",
+		RERR(q, WHERE_FMT ": no chunk reference in the catalog: %s",
 		     WHERE_ARGS(&p->w), dcr_strerror(ret));
 		return DCR_ERR(-EIO);
 	}
@@ -402,33 +405,12 @@ int piece_fast(struct dcr_reader *r, struct piece *p)
 
 /* ---------------------------------------------- parallel for, batches */
 
-/* par_for's job: the caller's function and tl_quiet. */
-struct par {
-	dcr_wq_par_fn fn;
-	void *arg;
-	bool quiet;
-};
-
-static void par_body(void *arg, size_t i)
-{
-	const struct par *pp = arg;
-	const bool quiet = tl_quiet;
-
-	tl_quiet = pp->quiet;
-	pp->fn(pp->arg, i);
-	tl_quiet = quiet;
-}
-
-/*
- * Run @fn(@arg, 0..@n-1) on up to @nthreads threads: the caller plus
- * idle threads of r->par (a network wait blocks only its own thread).
- */
+/* The caller plus idle threads of r->par: a network wait blocks only its
+ * own thread. */
 void par_for(struct dcr_reader *r, int nthreads, size_t n,
 	     dcr_wq_par_fn fn, void *arg)
 {
-	struct par pp = { .fn = fn, .arg = arg, .quiet = tl_quiet };
-
-	dcr_wq_par_for(r->par, nthreads, n, par_body, &pp);
+	dcr_wq_par_for(r->par, nthreads, n, fn, arg);
 }
 
 static int cmp_fitem(const void *a, const void *b)
@@ -455,16 +437,14 @@ void fetch_run(void *arg, size_t i)
 
 	dcr_pack_key(first->s->ref.pack, key, sizeof(key));
 	dcr_buf_init(&ru->buf, (size_t)ru->len);
-	int64_t saved = dcr_store_deadline(); /* a pool thread's own */
-	dcr_store_set_deadline(b->deadline);
-	ret = dcr_store_get(b->r->st, key, ru->off, ru->len, &ru->buf);
+	ret = dcr_store_get_within(b->r->st, key, ru->off, ru->len,
+				   b->q.deadline, &ru->buf);
 	STAT_ADD(b->r, fetches, 1);
 	STAT_ADD(b->r, fetched, ru->buf.len);
 	if (ret)
 		STAT_ADD(b->r, fetch_errors, 1);
-	dcr_store_set_deadline(saved);
 	if (ret && ret != -ENOMEM) {
-		RERR("%s: %s (needed for " WHERE_FMT ")", key,
+		RERR(&b->q, "%s: %s (needed for " WHERE_FMT ")", key,
 		     ret == -ENOENT ? "missing object" : dcr_strerror(ret),
 		     WHERE_ARGS(w));
 		ret = DCR_ERR(-EIO);
@@ -479,7 +459,7 @@ void fetch_run(void *arg, size_t i)
 		if (rel + s->ref.len > ru->buf.len) {
 			/* The pack ends early: frames before the cut are fine. */
 			if (!logged)
-				RERR("%s: truncated: %llu of %u bytes at %llu "
+				RERR(&b->q, "%s: truncated: %llu of %u bytes at %llu "
 				     "(needed for " WHERE_FMT ")", key,
 				     (unsigned long long)(ru->buf.len > rel ?
 							  ru->buf.len - rel : 0),
@@ -509,14 +489,14 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	STAT_ADD(b->r, materialized, p->clen);
 	STAT_ADD(b->r, verified, p->clen);
 	flight_publish(b->r, c->f, 0);
-	if (!b->pagecache && !b->settle && wq_submit(b->r, c->f)) {
+	if (!b->q.pagecache && !b->q.settle && wq_submit(b->r, c->f)) {
 		c->handed = true;
 	} else {
 		struct dcr_cache_key k;
 
 		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 		dcr_cache_put(b->r->cache, &k, c->f->data,
-			      b->pagecache ? 0 : cache_put_flags(b->r));
+			      b->q.pagecache ? 0 : cache_put_flags(b->r));
 	}
 }
 
@@ -530,21 +510,19 @@ static int refetch_from_store(struct batch *b, struct bchunk *c)
 {
 	struct piece *p = c->p;
 	struct dcr_buf *bufs;
-	int64_t saved;
 	int ret;
 
 	for (size_t k = 0; k < c->ch.n; k++)
 		if (c->ch.s[k].rc)
 			return c->rc; /* a fetch failed: nothing to prove */
 	chain_free(&c->ch);
-	ret = resolve_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
+	ret = resolve_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->f->data,
+			    &c->ch);
 	if (ret) /* logged; -ESTALE: read_impl retries */
 		return ret == -ENOMEM || ret == -ESTALE ? ret : DCR_ERR(-EIO);
 	bufs = calloc(c->ch.n + 1, sizeof(*bufs));
 	if (!bufs)
 		return DCR_ERR(-ENOMEM);
-	saved = dcr_store_deadline();
-	dcr_store_set_deadline(b->deadline);
 	for (size_t k = 0; k < c->ch.n; k++) {
 		struct step *s = &c->ch.s[k];
 		char key[DCR_HASH_HEX_LEN + 16];
@@ -552,21 +530,21 @@ static int refetch_from_store(struct batch *b, struct bchunk *c)
 		dcr_pack_key(s->ref.pack, key, sizeof(key));
 		dcr_buf_init(&bufs[k], s->ref.len);
 		s->rc = dcr_mirror_refetch(b->r->st, key, s->ref.off,
-					   s->ref.len, &bufs[k]);
+					   s->ref.len, b->q.deadline, &bufs[k]);
 		STAT_ADD(b->r, fetches, 1);
 		STAT_ADD(b->r, fetched, bufs[k].len);
 		if (!s->rc && bufs[k].len < s->ref.len)
 			s->rc = -EIO; /* the store's pack ends early */
 		if (s->rc) {
 			STAT_ADD(b->r, fetch_errors, 1);
-			RERR("%s: %s (refetch for " WHERE_FMT ")", key,
+			RERR(&b->q, "%s: %s (refetch for " WHERE_FMT ")", key,
 			     dcr_strerror(s->rc), WHERE_ARGS(&p->w));
 			s->rc = s->rc == -ENOMEM ? s->rc : DCR_ERR(-EIO);
 		}
 		s->data = bufs[k].data;
 	}
-	dcr_store_set_deadline(saved);
-	ret = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
+	ret = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->f->data,
+			   &c->ch);
 	for (size_t k = 0; k < c->ch.n; k++)
 		dcr_buf_free(&bufs[k]);
 	free(bufs);
@@ -582,7 +560,8 @@ static void finish_one(void *arg, size_t i)
 
 	if (!c->leader || c->ready || c->rc)
 		return;
-	c->rc = finish_chain(b->r, &p->w, &p->ref, p->clen, c->f->data, &c->ch);
+	c->rc = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->f->data,
+			     &c->ch);
 	if (c->rc == -EIO && dcr_store_is_mirrored(b->r->st))
 		c->rc = refetch_from_store(b, c);
 	if (!c->rc)
@@ -616,7 +595,7 @@ static int plan_runs(struct batch *b)
 				char key[DCR_HASH_HEX_LEN + 16];
 
 				dcr_pack_key(s->ref.pack, key, sizeof(key));
-				RERR("%s: frame of version %llu at %llu has a "
+				RERR(&b->q, "%s: frame of version %llu at %llu has a "
 				     "bad length %u (" WHERE_FMT ")", key,
 				     (unsigned long long)s->rv->v,
 				     (unsigned long long)s->ref.off,
@@ -665,7 +644,7 @@ void batch_prepare(struct batch *b, struct piece *ps)
 		struct bchunk *c = &b->c[i];
 
 		c->p = &ps[i];
-		c->rc = batch_join(r, c, b->pagecache);
+		c->rc = batch_join(r, c, &b->q);
 		if (c->rc || !c->leader)
 			continue;
 		c->f->data = buf_get(r, c->p->clen);
@@ -686,12 +665,13 @@ void batch_prepare(struct batch *b, struct piece *ps)
 		if (c->rc == 0) {
 			c->ready = true;
 		} else if (c->rc == -ENOENT) {
-			c->rc = resolve_chain(r, &c->p->w, &c->p->ref,
+			c->rc = resolve_chain(r, &b->q, &c->p->w, &c->p->ref,
 					      c->p->clen, c->f->data, &c->ch);
 			if (!c->rc && !c->ch.n) {
 				/* An older version's cached chunk that is this
 				 * one (SAME): proven, and stored as ours. */
-				c->rc = finish_chain(r, &c->p->w, &c->p->ref,
+				c->rc = finish_chain(r, &b->q, &c->p->w,
+						     &c->p->ref,
 						     c->p->clen, c->f->data,
 						     &c->ch);
 				if (!c->rc)
@@ -737,10 +717,10 @@ int batch_finish(struct batch *b, int nthreads)
 		struct bchunk *c = &b->c[i];
 		struct flight *f = c->f;
 
-		if (!f || c->leader || (!c->p->dst && !b->settle))
+		if (!f || c->leader || (!c->p->dst && !b->q.settle))
 			continue;
 		pthread_mutex_lock(&r->sf_lock);
-		while (!f->done || (b->settle && !f->rc && !f->ended))
+		while (!f->done || (b->q.settle && !f->rc && !f->ended))
 			pthread_cond_wait(&r->sf_cond, &r->sf_lock);
 		pthread_mutex_unlock(&r->sf_lock);
 		c->rc = f->rc;
@@ -748,13 +728,12 @@ int batch_finish(struct batch *b, int nthreads)
 			if (c->p->dst)
 				memcpy(c->p->dst, f->data + c->p->coff,
 				       c->p->n);
-		} else if (f->quiet && !tl_quiet) {
+		} else if (f->quiet && !b->q.quiet) {
 			/* Read-ahead failed quietly: do it ourselves, so the
 			 * failure is logged by the read that needs it. */
 			flight_release(r, f);
 			c->f = NULL;
-			c->rc = materialize_batch(r, c->p, 1, 1, b->pagecache,
-						  b->settle);
+			c->rc = materialize_batch(r, c->p, 1, 1, &b->q);
 		}
 	}
 
@@ -762,7 +741,7 @@ int batch_finish(struct batch *b, int nthreads)
 		if (b->c[i].f)
 			flight_release(r, b->c[i].f);
 		chain_free(&b->c[i].ch);
-		if (!ret && b->c[i].rc && (!tl_quiet || b->c[i].leader))
+		if (!ret && b->c[i].rc && (!b->q.quiet || b->c[i].leader))
 			ret = b->c[i].rc;
 	}
 	for (size_t i = 0; i < b->nruns; i++)
@@ -779,16 +758,15 @@ int batch_finish(struct batch *b, int nthreads)
  * their frames with as few ranged GETs as adjacency allows (one per run
  * of neighbouring frames in a pack), runs in parallel, then decode,
  * verify and cache - and copy each slice to its destination. With
- * @nthreads > 1 fetches and decodes run in parallel. Read-ahead callers
- * (tl_quiet) pass pieces without a destination and skip chunks already
- * in flight. Returns 0 or the first -errno.
+ * @nthreads > 1 fetches and decodes run in parallel. Pieces without a
+ * destination skip chunks already in flight (read-ahead), unless
+ * q->settle (a prefetch), which waits for them to be in the cache.
+ * Returns 0 or the first -errno.
  */
 int materialize_batch(struct dcr_reader *r, struct piece *ps, size_t n,
-		      int nthreads, bool pagecache, bool settle)
+		      int nthreads, const struct rreq *q)
 {
-	struct batch b = { .r = r, .nc = n, .pagecache = pagecache,
-			   .settle = settle,
-			   .deadline = dcr_store_deadline() };
+	struct batch b = { .r = r, .nc = n, .q = *q };
 
 	b.c = calloc(n, sizeof(*b.c));
 	if (!b.c)

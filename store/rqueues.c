@@ -6,8 +6,9 @@
  * notes sequential reads and materializes the chunks ahead of them,
  * fetching on its threads and handing the decoding to the decode queue
  * (r->dq); r->par lends idle threads to par_for (rmaterialize.c). A
- * full queue makes the submitter do the work itself. Background work
- * runs with tl_quiet set: its errors are logged at debug level only.
+ * full queue makes the submitter do the work itself. Read-ahead is
+ * speculative (struct rreq quiet): its errors are logged at debug level
+ * only.
  */
 #include "config.h"
 
@@ -43,6 +44,9 @@ struct ra_job {
 	struct batch b;
 	struct piece ps[]; /* n */
 };
+
+/* What read-ahead asks of the read path: speculative, no deadline. */
+static const struct rreq ra_req = { .quiet = true };
 
 /* ------------------------------------------------------- write-behind */
 
@@ -103,7 +107,8 @@ static void ra_decode(void *ctx, void *ws, void *arg)
  * decode over there. */
 static void ra_materialize(struct dcr_reader *r, struct ra_job *j, size_t n)
 {
-	j->b = (struct batch){ .r = r, .nc = n, .pagecache = j->pagecache };
+	j->b = (struct batch){ .r = r, .nc = n, .q = ra_req };
+	j->b.q.pagecache = j->pagecache;
 	j->b.c = calloc(n, sizeof(*j->b.c));
 	if (!j->b.c) {
 		free(j);
@@ -168,7 +173,7 @@ static void ra_run(void *ctx, void *ws, void *arg)
 		p->w.chunk = i;
 		p->clen = dcr_chunk_len(j->rv->entries[idx].size,
 					j->rv->chunk_size, i);
-		ret = piece_fast(r, p);
+		ret = piece_fast(r, &ra_req, p);
 		if (ret == -ENOENT)
 			n++;
 		else if (ret == 1)
@@ -268,13 +273,6 @@ out_unlock:
 
 /* -------------------------------------------------- open, sync, close */
 
-static void *quiet_start(void *ctx)
-{
-	(void)ctx;
-	tl_quiet = true;
-	return NULL;
-}
-
 int queues_open(struct dcr_reader *r)
 {
 	const struct dcr_wq_opts o[] = {
@@ -294,7 +292,6 @@ int queues_open(struct dcr_reader *r)
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(q); i++) {
 		struct dcr_wq_opts x = o[i];
 
-		x.on_start = quiet_start;
 		x.ctx = r;
 		ret = dcr_wq_create(&x, q[i]);
 		if (ret)

@@ -845,7 +845,7 @@ int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 		goto err_free;
 	}
 	int64_t t0 = dcr_mono_ns(), deadline = t0 + r->timeout_ns;
-	int64_t bound = dcr_store_deadline();
+	int64_t bound = r->deadline;
 	int n = 0;
 
 	if (bound && bound < deadline)
@@ -970,7 +970,7 @@ static int s3_head(struct dcr_store *st, const char *key, uint64_t *size)
 }
 
 static int s3_get(struct dcr_store *st, const char *key, uint64_t off,
-		  uint64_t len, struct dcr_buf *out)
+		  uint64_t len, int64_t deadline, struct dcr_buf *out)
 {
 	struct dcr_s3_store *s = to_s3(st);
 	char okey[S3_KEY_MAX + 1];
@@ -986,6 +986,7 @@ static int s3_get(struct dcr_store *st, const char *key, uint64_t off,
 		.has_range = off > 0 || len != DCR_GET_ALL,
 		.range_off = off, .range_len = len,
 		.timeout_ns = s->read_timeout_ns, .quiet_enoent = true,
+		.deadline = deadline,
 	};
 	return s3_request(s, &r);
 }

@@ -89,6 +89,8 @@ struct s3_req {
 	uint64_t range_off, range_len; /* range_len may be DCR_GET_ALL */
 	struct dcr_buf *out;   /* the 2xx body is appended here, or NULL */
 	int64_t timeout_ns;    /* bound for all attempts together */
+	int64_t deadline;      /* the caller's bound on its whole operation
+				  (CLOCK_MONOTONIC; 0: none) */
 	bool quiet_enoent;     /* 404 NoSuchKey is expected: log at debug */
 
 	/* results */

@@ -565,13 +565,13 @@ struct lying {
 };
 
 static int lying_get(struct dcr_store *st, const char *key, uint64_t off,
-		     uint64_t len, struct dcr_buf *out)
+		     uint64_t len, int64_t deadline, struct dcr_buf *out)
 {
 	struct lying *l = (struct lying *)st;
 
 	if (l->get_fails && !strncmp(key, "versions/", 9))
 		return -EIO;
-	return dcr_store_get(l->real, key, off, len, out);
+	return dcr_store_get_within(l->real, key, off, len, deadline, out);
 }
 
 static int lying_put(struct dcr_store *st, const char *key, const void *data,

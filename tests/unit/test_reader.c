@@ -92,7 +92,7 @@ static struct cstore *to_c(struct dcr_store *st)
 }
 
 static int c_get(struct dcr_store *st, const char *key, uint64_t off,
-		 uint64_t len, struct dcr_buf *out)
+		 uint64_t len, int64_t deadline, struct dcr_buf *out)
 {
 	struct cstore *c = to_c(st);
 
@@ -110,7 +110,7 @@ static int c_get(struct dcr_store *st, const char *key, uint64_t off,
 	if (c->fail_err && !strcmp(key, c->fail_key))
 		return c->fail_err;
 	size_t had = out->len;
-	int ret = dcr_store_get(c->in, key, off, len, out);
+	int ret = dcr_store_get_within(c->in, key, off, len, deadline, out);
 	if (!ret && c->damage_left > 0 && !strcmp(key, c->damage_key) &&
 	    out->len > had) {
 		c->damage_left--;
