@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * s3_int.h - the S3 backend's internals, shared by s3.c (requests,
- * objects, open) and s3_list.c (listings: ListObjectsV2 and
- * ListMultipartUploads). Not for use outside store/s3*.c; the backend's
- * contract is s3.h.
+ * s3_int.h - the S3 backend's internals (s3.h is its contract): the
+ * store and request structs and what one file of the backend calls in
+ * another. Not for use outside these store/ files:
+ *
+ *   s3.c          the store ops (head, get, put, del, close) and open
+ *   s3_request.c  one request: performed on a pooled handle, its outcome
+ *                 classified, retried with backoff, logged once
+ *   s3_sign.c     AWS Signature V4 and its encodings (hex, URI)
+ *   s3_xml.c      the XML of S3's answers
+ *   s3_mpu.c      multipart uploads (large puts)
+ *   s3_list.c     listings: ListObjectsV2 and ListMultipartUploads
  */
 #ifndef DCR_S3_INT_H
 #define DCR_S3_INT_H
@@ -17,6 +24,8 @@
 
 #include "awscfg.h"
 #include "buf.h"
+#include "common.h"
+#include "hash.h"
 #include "objstore.h"
 #include "wq.h"
 
@@ -105,6 +114,12 @@ struct s3_req {
 
 /* ---- s3.c */
 
+/* The full object key of store key @key (with the prefix) into @buf. */
+int object_key(const struct dcr_s3_store *s, const char *key,
+		      bool check, char out[S3_KEY_MAX + 1]);
+
+/* ---- s3_request.c */
+
 /* Perform @r with retries: 0 or -errno; every failure but the expected
  * ones (-ENOENT when quiet, -EEXIST) is logged once, naming the key.
  * Until the store has answered once, a host it cannot resolve or connect
@@ -112,14 +127,35 @@ struct s3_req {
  * reach": a wrong endpoint or a server that is down fails a mount or a
  * tool at once); afterwards that is -EIO after the whole retry budget. */
 int s3_request(struct dcr_s3_store *s, struct s3_req *r);
-/* The full object key of store key @key (with the prefix) into @buf. */
-int object_key(const struct dcr_s3_store *s, const char *key,
-		      bool check, char out[S3_KEY_MAX + 1]);
-/* Append @s to @b percent-encoded as SigV4 wants it. */
-int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash);
 /* Append the string @s to @b; terminate @b as a C string. */
 int buf_str(struct dcr_buf *b, const char *s);
 int buf_cstr(struct dcr_buf *b);
+/* Append printf(@fmt, ...) (under 512 bytes) to @b: 0, -EOVERFLOW or
+ * -ENOMEM (past @b's maximum). */
+int buf_printf(struct dcr_buf *b, const char *fmt, ...) DCR_PRINTF(2, 3);
+/* A pseudo-random number (xorshift, seeded per thread). */
+uint64_t rand_u64(void);
+/* The <Code> and <Message> of S3 error document @b, sanitized, into
+ * @code (@cc bytes) and @msg (@mc); empty if absent. */
+void error_doc(const struct dcr_buf *b, char *code, size_t cc, char *msg,
+		      size_t mc);
+
+/* ---- s3_sign.c */
+
+/* The signed header list for one attempt of @r (path @canon_uri,
+ * payload hash @payload_sha), for curl_slist_free_all; NULL on failure
+ * (no memory, a value too long). */
+struct curl_slist *sign(struct dcr_s3_store *s, const struct s3_req *r,
+			       const char *canon_uri, const char *payload_sha);
+/* The lowercase hex of @p[0..n) into @out (2 * @n + 1 bytes). */
+void hex_encode(const uint8_t *p, size_t n, char *out);
+/* The hex SHA-256 of @p[0..n) into @hex. */
+void sha256_hex(const void *p, size_t n, char hex[DCR_HASH_HEX_LEN + 1]);
+/* Append @s to @b percent-encoded as SigV4 wants it. */
+int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash);
+
+/* ---- s3_xml.c */
+
 /* XML of S3's answers: the text of element @tag in @s[0..n); the next
  * @tag element after *@p; whether a listing says it is truncated; an
  * element's unescaped text (malloc'd, at most @max bytes); the text of
@@ -131,6 +167,15 @@ int xml_next(const char **p, const char *end, const char *tag,
 bool xml_truncated(const struct dcr_buf *b);
 char *xml_text(const char *s, size_t n, size_t max);
 char *xml_child(const char *c, size_t cn, const char *tag, size_t max);
+
+/* ---- s3_mpu.c */
+
+/* Put @data (@len bytes, above S3_MPU_THRESHOLD) as object @okey (store
+ * key @key) in a multipart upload, its parts in parallel on the store's
+ * mpu_wq; a failed upload is aborted (best effort). 0 or -errno,
+ * logged. */
+int put_multipart(struct dcr_s3_store *s, const char *key,
+			 const char *okey, const void *data, uint64_t len);
 
 /* ---- s3_list.c: the list, list_partial and abort_partial ops. */
 int s3_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,

@@ -20,28 +20,14 @@ command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 S=$T/store
 N=52
 ctl() { t "$DCRFS_CTL" --store "$S" "$@"; }
-# same MNT V: version V under MNT is byte for byte the source tree s$V
-same() {
-	local mnt=$1 v=$2
-	diff <(cd "$T/s$v" && find . -type f | sort) <(cd "$mnt/v$v" && find . -type f | sort) >/dev/null ||
-		fail "v$v under $mnt does not list the files of s$v"
-	(cd "$T/s$v" && find . -type f -print0 | xargs -0 -I{} cmp -s {} "$mnt/v$v/{}") ||
-		fail "v$v under $mnt differs from s$v"
-}
 
-t "$DCRFS_SYNTH" init --size 2M --seed 1 --quiet "$T/s1"
-rm -f "$T/s1/.dcrfs-synth.state"
-full=""
-for ((v = 1; v <= N; v++)); do
-	if [ "$v" -gt 1 ]; then
-		t "$DCRFS_SYNTH" step --mode uniform --rate 0.03 --seed "$v" --in "$T/s$((v - 1))" \
-			--out "$T/s$v" --state "$T/state" --quiet
-		[ "$v" -lt 20 ] || [ "$v" -ge 40 ] || rand_file "$T/s$v/extra.bin" 300000 "e$v"
-	fi
-	full=""
-	[ "$v" != 30 ] || full=--full
-	[ "$(commit "$S" "$T/s$v" $full)" = "$v" ] || fail "s$v is not version $v"
-done
+# v20 to v39 hold one file more; v30 is committed as an anchor.
+# shellcheck disable=SC2317,SC2034 # run by chain_store, which reads CHAIN_ARGS
+edit() {
+	[ "$1" -lt 20 ] || [ "$1" -ge 40 ] || rand_file "$T/s$1/extra.bin" 300000 "e$1"
+	[ "$1" != 30 ] || CHAIN_ARGS=(--full)
+}
+chain_store "$S" 2M 1 "$N" edit
 ctl log --json >"$T/log0.json"
 py "$T/log0.json" '
 k = {e["version"]: e["kind"] for e in d}
@@ -105,11 +91,7 @@ for v in 52 48 40 33 30 29 17 2; do same "$M1" "$v"; done
 # --- again: nothing to do; after three more commits, only those
 ctl compact --json >"$T/c2.json"
 py "$T/c2.json" 'assert d["generation"] == 0 and d["rewritten"] == 0, d'
-for ((v = N + 1; v <= N + 3; v++)); do
-	t "$DCRFS_SYNTH" step --mode uniform --rate 0.03 --seed "$v" --in "$T/s$((v - 1))" \
-		--out "$T/s$v" --state "$T/state" --quiet
-	[ "$(commit "$S" "$T/s$v")" = "$v" ] || fail "s$v is not version $v"
-done
+chain_store "$S" 2M $((N + 1)) $((N + 3))
 N=$((N + 3))
 ctl compact >"$T/c3.out"
 [ "$(grep -c "rewrote version" "$T/c3.out")" -ge 1 ] && ! grep -q "rewrote version [1-4]" "$T/c3.out" &&

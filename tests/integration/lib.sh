@@ -89,6 +89,47 @@ commit() {
 		--quiet "$@" "$dir"
 }
 
+# chain_tree V SIZE - the source tree $T/s$V of a synthetic chain: for V 1
+# dcrfs-synth init (SIZE, seed 1, no state kept in the tree), after it one
+# step from $T/s$((V - 1)) (3 % of the values, uniformly, seed V; the
+# synth state in $T/state, so the trees are made in order).
+chain_tree() {
+	if [ "$1" = 1 ]; then
+		t "$DCRFS_SYNTH" init --size "$2" --seed 1 --quiet "$T/s1"
+		rm -f "$T/s1/.dcrfs-synth.state"
+	else
+		t "$DCRFS_SYNTH" step --mode uniform --rate 0.03 --seed "$1" \
+			--in "$T/s$(($1 - 1))" --out "$T/s$1" --state "$T/state" --quiet
+	fi
+}
+
+# chain_store STORE SIZE FROM TO [EDIT] - make the trees $T/s$FROM to
+# $T/s$TO (chain_tree) and commit each into STORE, as version $v (else
+# the test fails). EDIT, a shell function, runs as EDIT V after tree V
+# is made and before its commit: it may change the tree and set
+# CHAIN_ARGS, the extra dcrfs-commit arguments of that commit (none
+# unless it does).
+chain_store() {
+	local store=$1 size=$2 from=$3 to=$4 edit=${5:-} v
+	for ((v = from; v <= to; v++)); do
+		chain_tree "$v" "$size"
+		CHAIN_ARGS=()
+		[ -z "$edit" ] || "$edit" "$v"
+		[ "$(commit "$store" "$T/s$v" ${CHAIN_ARGS[@]+"${CHAIN_ARGS[@]}"})" = "$v" ] ||
+			fail "s$v is not version $v"
+	done
+}
+
+# same MNT V: version V under MNT is byte for byte the source tree $T/s$V
+# (the same files, the same bytes).
+same() {
+	local mnt=$1 v=$2
+	diff <(cd "$T/s$v" && find . -type f | sort) <(cd "$mnt/v$v" && find . -type f | sort) >/dev/null ||
+		fail "v$v under $mnt does not list the files of s$v"
+	(cd "$T/s$v" && find . -type f -print0 | xargs -0 -I{} cmp -s {} "$mnt/v$v/{}") ||
+		fail "v$v under $mnt differs from s$v"
+}
+
 # _forget_mount MNT - drop MNT from the bookkeeping.
 _forget_mount() {
 	local i

@@ -1,0 +1,538 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache_io.c - the chunk cache's reads and writes of chunks (see
+ * cache.h): a chunk found, read whole or in part and checked
+ * (dcr_cache_read, _read_part, _check, _verify), one that fails punched
+ * out; the pins of whole slabs for passthrough opens; the writes
+ * (dcr_cache_put). The locking notes are in cache_int.h.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "cache_int.h"
+#include "common.h"
+#include "fileio.h"
+#include "hash.h"
+
+/* Rewrite a slab's mtime (its last use) at most this often. */
+#define STAMP_INTERVAL_MS (60 * 1000)
+
+static int64_t now_ms(void)
+{
+	return dcr_now_ns() / 1000000;
+}
+
+static bool aligned(const void *p, uint64_t a, uint64_t b)
+{
+	return ((uintptr_t)p | a | b) % DCR_CACHE_ALIGN == 0;
+}
+
+/*
+ * Punch out chunk @i of @s after a failed check or write (it is no
+ * longer proven). Caller holds @s->wlock (see the locking notes).
+ */
+static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
+{
+	uint64_t off = i * s->cs;
+	uint64_t len = DCR_ROUND_UP((uint64_t)slot_len(s, i), DCR_CACHE_ALIGN);
+
+	sums_drop(c, s, i);
+	pthread_mutex_lock(&c->lock);
+	s->verified = false;
+	if (s->pins) {
+		/* The kernel reads this file for a passthrough open: a hole
+		 * would read as zeros there. Unlink it whole instead; its
+		 * chunks are fetched again into a new slab. */
+		bit_set(s->present, i, false);
+		bit_set(s->proven, i, false);
+		if (!s->dead)
+			slab_evict(c, s);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	if (bit(s->present, s->nbits, i)) {
+		bit_set(s->present, i, false);
+		if (!s->dead) {
+			s->bytes -= DCR_MIN(s->bytes, alloc_len(slot_len(s, i)));
+			c->bytes -= DCR_MIN(c->bytes, alloc_len(slot_len(s, i)));
+		}
+	}
+	if (i < s->nbits)
+		bit_set(s->proven, i, false);
+	pthread_mutex_unlock(&c->lock);
+	if (!atomic_load(&c->no_punch) &&
+	    fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)off, (off_t)len) < 0 &&
+	    (errno == EOPNOTSUPP || errno == ENOSYS) &&
+	    !atomic_exchange(&c->no_punch, true))
+		dcr_warn("cache %s: the file system cannot punch holes; "
+			 "chunks that fail their check stay allocated and "
+			 "are checked again at every mount", c->dir);
+}
+
+/* ------------------------------------------------------------- reads */
+
+/*
+ * Read @n bytes at @off of slab @s into @dst. A range the page cache
+ * holds is copied from it; one that is not resident is read around the
+ * page cache (O_DIRECT) when @dst, @off and @n are aligned, so that
+ * reading a base chunk once neither allocates and fills page-cache pages
+ * for it nor starts read-ahead (which a RWF_NOWAIT read would, and the
+ * next chunks would then be read twice). Else (or with @pagecache) a
+ * plain read.
+ */
+int pread_lean(struct dcr_cache *c, struct slab *s, void *dst,
+		      size_t n, uint64_t off, bool pagecache)
+{
+	int dfd, ret, res;
+
+	if (pagecache || n == 0 || atomic_load(&c->no_direct) ||
+	    !aligned(dst, n, off))
+		return dcr_pread_full(s->fd, dst, n, off);
+	res = dcr_resident(s->fd, off, n);
+	if (res == 1)
+		return dcr_pread_full(s->fd, dst, n, off);
+	if (res < 0) {
+		/* No cachestat(2) (before Linux 6.5): ask by reading. */
+		struct iovec iov = { dst, n };
+		ssize_t got = preadv2(s->fd, &iov, 1, (off_t)off, RWF_NOWAIT);
+
+		if (got == (ssize_t)n)
+			return 0;
+		if (got < 0 && errno != EAGAIN)
+			return dcr_pread_full(s->fd, dst, n, off);
+	}
+	dfd = slab_dfd(c, s);
+	if (dfd < 0)
+		return dcr_pread_full(s->fd, dst, n, off);
+	ret = dcr_pread_full(dfd, dst, n, off);
+	if (ret == -EINVAL) {
+		atomic_store(&c->no_direct, true);
+		ret = dcr_pread_full(s->fd, dst, n, off);
+	}
+	return ret;
+}
+
+/* Whether @len bytes at @p are the chunk @k says (see cache.h). */
+static bool proves(const struct dcr_cache_key *k, const void *p, size_t len)
+{
+	uint8_t got[DCR_HASH_LEN];
+
+	if (k->xxh) {
+		dcr_xxh128(p, len, got);
+		return memcmp(got, k->xxh, DCR_XXH_LEN) == 0;
+	}
+	dcr_sha256(p, len, got);
+	return dcr_hash_eq(got, k->hash);
+}
+
+/*
+ * Read chunk @k whole from @s and prove it; copy the slice [@off,
+ * @off+@n) into @dst. The chunk is read into @whole if given (@k->len
+ * bytes, aligned), else into @dst when the slice is the whole chunk,
+ * else into a scratch buffer. With @keep, the sums of its sub-blocks are
+ * kept (under the slab opening @epoch) for the partial reads that may
+ * follow (sums_read). 0, -EBADMSG (it fails its check) or -errno.
+ */
+static int verify_read(struct dcr_cache *c, struct slab *s,
+		       const struct dcr_cache_key *k, uint32_t off, void *dst,
+		       size_t n, bool pagecache, uint8_t *whole, bool keep,
+		       uint64_t epoch)
+{
+	uint8_t *buf;
+	int ret;
+
+	if (whole) {
+		buf = whole;
+	} else if (off == 0 && n == k->len) {
+		buf = dst; /* read in place; dst is unspecified on a miss */
+	} else {
+		buf = dcr_thread_buf(DCR_TBUF_SCRATCH, k->len);
+		if (!buf)
+			return DCR_ERR(-ENOMEM);
+	}
+	ret = pread_lean(c, s, buf, k->len, k->chunk * s->cs, pagecache);
+	if (ret == -EIO || ret == -ENODATA)
+		ret = -EBADMSG;
+	if (!ret && !proves(k, buf, k->len))
+		ret = -EBADMSG;
+	if (!ret && keep)
+		sums_keep(c, k, epoch, buf);
+	if (!ret && buf != dst && n)
+		memcpy(dst, buf + off, n);
+	return ret;
+}
+
+enum { GET_COPY, GET_CHECK, GET_VERIFY };
+
+/*
+ * Find chunk @k and make sure it is good: GET_COPY: read it whole and
+ * check it (every time: a byte may rot after its first use), and copy
+ * bytes [@off, @off+@n) into @dst; GET_CHECK: only prove it, through the
+ * page cache, unless this instance proved it already; GET_VERIFY: the
+ * same, proven or not. 0 on a hit, 1 on
+ * a hit proven now, -ENOENT on a miss (a chunk that fails is punched
+ * out, or its pinned slab unlinked), or another -errno on a local I/O
+ * error.
+ */
+static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
+		     int how, uint32_t off, void *dst, size_t n,
+		     uint8_t *whole, bool *filled)
+{
+	int64_t now = now_ms();
+	bool present, proven, due;
+	bool part = how == GET_COPY && n && n < k->len;
+	uint64_t epoch;
+	struct slab *s;
+	int ret;
+
+	if ((uint64_t)off + n > k->len || k->len == 0)
+		return DCR_ERR(-EINVAL);
+	s = slab_get(c, k, false, &ret);
+	if (!s)
+		goto out_miss;
+	pthread_mutex_lock(&c->lock);
+	present = bit(s->present, s->nbits, k->chunk);
+	proven = bit(s->proven, s->nbits, k->chunk);
+	epoch = s->epoch;
+	if (present && now > s->used_ms)
+		s->used_ms = now;
+	due = present && now - s->stamped_ms >= STAMP_INTERVAL_MS;
+	if (due)
+		s->stamped_ms = now;
+	pthread_mutex_unlock(&c->lock);
+	if (!present) {
+		slab_put(c, s);
+		ret = -ENOENT;
+		goto out_miss;
+	}
+	if (due)
+		stamp(s, now);
+
+	ret = 0;
+	if (part && proven) {
+		/* A part of a chunk proven whole before: check only the
+		 * sub-blocks it covers, against its sums. */
+		ret = sums_read(c, s, k, epoch, off, dst, n);
+		if (ret == -EAGAIN)
+			ret = 1; /* none kept: read it whole below */
+	} else if (proven && how == GET_CHECK) {
+		ret = 0;
+	} else {
+		ret = 1;
+	}
+	if (ret == 1) {
+		/* Every copy out of a slab is checked, proven or not: a byte
+		 * may rot on disk after the chunk's first use. */
+		ret = verify_read(c, s, k, off, dst, n, how != GET_COPY,
+				  whole, part, epoch);
+		if (ret == 0 && filled)
+			*filled = whole != NULL;
+		if (ret == 0 && !proven) {
+			pthread_mutex_lock(&c->lock);
+			bit_set(s->proven, k->chunk, true);
+			pthread_mutex_unlock(&c->lock);
+			ret = 1;
+		}
+	}
+	if (ret == -EBADMSG) {
+		char path[PATH_MAX];
+		bool rewritten;
+
+		/* A write may have stored the chunk while we read (writes
+		 * hold wlock): then what we read was that write in
+		 * progress, not damage, and it reads right now. Another
+		 * reader may have punched it already (no longer present). */
+		pthread_mutex_lock(&s->wlock);
+		sums_drop(c, s, k->chunk);
+		pthread_mutex_lock(&c->lock);
+		rewritten = !bit(s->present, s->nbits, k->chunk);
+		pthread_mutex_unlock(&c->lock);
+		if (!rewritten)
+			rewritten = verify_read(c, s, k, 0, NULL, 0, false,
+							 NULL, false, 0) == 0;
+		if (!rewritten)
+			punch(c, s, k->chunk);
+		pthread_mutex_unlock(&s->wlock);
+		if (!rewritten) {
+			dcr_cache_slab_path(c, s->v, s->file, path,
+					    sizeof(path));
+			dcr_warn("cache: %s: chunk %" PRIu64 " failed its "
+				 "check; punched out, it will be fetched "
+				 "again", path, k->chunk);
+		}
+		slab_put(c, s);
+		pthread_mutex_lock(&c->lock);
+		c->st.corrupt += !rewritten;
+		c->st.misses++;
+		pthread_mutex_unlock(&c->lock);
+		return -ENOENT;
+	}
+	slab_put(c, s);
+	if (ret < 0) {
+		dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32 " chunk %"
+			 PRIu64 ": %s", k->v, k->file, k->chunk,
+			 dcr_strerror(ret));
+		return ret == -ENOMEM ? ret : -ENOENT;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->st.hits++;
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+
+out_miss:
+	pthread_mutex_lock(&c->lock);
+	c->st.misses++;
+	pthread_mutex_unlock(&c->lock);
+	return ret == -ENOENT || ret == -ENOMEM ? ret : -ENOENT;
+}
+
+int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,
+		   uint32_t off, void *dst, size_t n)
+{
+	int ret = chunk_get(c, k, GET_COPY, off, dst, n, NULL, NULL);
+
+	return ret > 0 ? 0 : ret;
+}
+
+int dcr_cache_read_part(struct dcr_cache *c, const struct dcr_cache_key *k,
+			uint32_t off, void *dst, size_t n, void *whole)
+{
+	bool filled = false;
+	int ret = chunk_get(c, k, GET_COPY, off, dst, n, whole, &filled);
+
+	if (ret < 0)
+		return ret;
+	return filled ? 1 : 0;
+}
+
+int dcr_cache_check(struct dcr_cache *c, const struct dcr_cache_key *k)
+{
+	return chunk_get(c, k, GET_CHECK, 0, NULL, 0, NULL, NULL);
+}
+
+int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k)
+{
+	int ret = chunk_get(c, k, GET_VERIFY, 0, NULL, 0, NULL, NULL);
+
+	return ret > 0 ? 0 : ret;
+}
+
+/* ------------------------------------------------------------- pins */
+
+void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k,
+		      uint64_t off, uint64_t len)
+{
+	int ret;
+	struct slab *s = slab_get(c, k, false, &ret);
+
+	if (!s)
+		return;
+	posix_fadvise(s->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+	slab_put(c, s);
+}
+
+/* A pin is its slab: a pinned slab holds a reference, on the table or
+ * dead (unlinked) until the pin goes. */
+struct dcr_cache_pin;
+
+bool dcr_cache_pin_verified(struct dcr_cache *c,
+			    const struct dcr_cache_key *k)
+{
+	struct slab *s;
+	bool v;
+	int ret;
+
+	s = slab_get(c, k, false, &ret);
+	if (!s)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	v = s->verified;
+	pthread_mutex_unlock(&c->lock);
+	slab_put(c, s);
+	return v;
+}
+
+int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
+		  unsigned flags, struct dcr_cache_pin **pin)
+{
+	char path[PATH_MAX];
+	struct stat a, b;
+	struct slab *s;
+	bool whole = true, first;
+	int ret, fd;
+
+	*pin = NULL;
+	s = slab_get(c, k, false, &ret);
+	if (!s)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	for (uint64_t i = 0; i < s->nbits && whole; i++)
+		whole = bit(s->present, s->nbits, i) &&
+			bit(s->proven, s->nbits, i);
+	whole = whole && s->size == k->file_size && !s->dead;
+	first = whole && s->pins == 0;
+	if (whole) {
+		s->pins++; /* from here no put, punch or budget touches it */
+		c->st.pinned++;
+		if (flags & DCR_CACHE_PIN_VERIFIED)
+			s->verified = true;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!whole) {
+		slab_put(c, s);
+		return -EAGAIN;
+	}
+	*pin = (struct dcr_cache_pin *)s;
+	/* The kernel reads the backing file to its own end: cut the padding
+	 * a direct write of the last chunk left past the file's (no reader
+	 * of ours looks there, and nothing else maps it before the first
+	 * pin). */
+	if (first && fstat(s->fd, &b) == 0 && (uint64_t)b.st_size > s->size) {
+		pthread_mutex_lock(&s->wlock);
+		if (ftruncate(s->fd, (off_t)s->size) < 0)
+			dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32 ": %s",
+				 s->v, s->file, strerror(errno));
+		pthread_mutex_unlock(&s->wlock);
+	}
+	/* A read-only descriptor of the very inode that was proven. */
+	dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &a) < 0 || fstat(s->fd, &b) < 0 ||
+	    a.st_ino != b.st_ino || a.st_dev != b.st_dev ||
+	    (uint64_t)a.st_size != s->size) {
+		ret = fd < 0 ? -errno : -ESTALE;
+		if (fd >= 0)
+			close(fd);
+		dcr_cache_unpin(c, *pin);
+		*pin = NULL;
+		return ret;
+	}
+	return fd;
+}
+
+void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin)
+{
+	struct slab *s = (struct slab *)pin;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&c->lock);
+	s->pins--;
+	if (s->dead && !s->pins) {
+		c->dead_pinned -= DCR_MIN(c->dead_pinned, s->dead_bytes);
+		s->dead_bytes = 0;
+	}
+	c->st.pinned--;
+	pthread_mutex_unlock(&c->lock);
+	slab_put(c, s);
+	evict(c, NULL, 0); /* what it held may have kept the budget full */
+}
+
+/* ------------------------------------------------------------ writes */
+
+int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
+		  const void *data, unsigned flags)
+{
+	uint64_t off = k->chunk * (uint64_t)k->chunk_size;
+	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && aligned(data, 0, 0);
+	uint64_t need = alloc_len(k->len);
+	struct slab *s;
+	bool was;
+	int ret, dfd = -1, room;
+
+	if (k->len == 0)
+		return 0;
+	s = slab_get(c, k, true, &ret);
+	if (!s && ret == -ESTALE)
+		return ret; /* built for an older index of the version */
+	if (!s && is_full(ret))
+		goto err_full;
+	if (!s)
+		goto err_log;
+	if (k->chunk >= s->nbits) {
+		slab_put(c, s);
+		return DCR_ERR(-EINVAL);
+	}
+	room = fs_room(c, s, need);
+	if (room < 0) {
+		slab_put(c, s);
+		return room; /* not cached: the file system holds no more */
+	}
+	pthread_mutex_lock(&s->wlock);
+	pthread_mutex_lock(&c->lock);
+	was = bit(s->proven, s->nbits, k->chunk);
+	pthread_mutex_unlock(&c->lock);
+	if (was) {
+		/* There and proven: readers may be splicing it. */
+		pthread_mutex_unlock(&s->wlock);
+		slab_put(c, s);
+		return 0;
+	}
+	sums_drop(c, s, k->chunk); /* none for an unproven chunk: hygiene */
+	if (direct)
+		dfd = slab_dfd(c, s);
+	if (dfd >= 0) {
+		/* Whole blocks: past the last chunk's end is padding. */
+		ret = dcr_pwrite_full(dfd, data,
+				      DCR_ROUND_UP((size_t)k->len,
+						   DCR_CACHE_ALIGN), off);
+		if (ret == -EINVAL) {
+			atomic_store(&c->no_direct, true);
+			dfd = -1;
+		}
+	}
+	if (dfd < 0)
+		ret = dcr_pwrite_full(s->fd, data, k->len, off);
+	if (ret) {
+		punch(c, s, k->chunk);
+		pthread_mutex_unlock(&s->wlock);
+		if (is_full(ret))
+			fs_room(c, s, need); /* for the next chunk */
+		slab_put(c, s);
+		if (is_full(ret))
+			goto err_full;
+		goto err_log;
+	}
+	pthread_mutex_lock(&c->lock);
+	was = bit(s->present, s->nbits, k->chunk);
+	bit_set(s->present, k->chunk, true);
+	bit_set(s->proven, k->chunk, true);
+	if (!was && !s->dead) {
+		s->bytes += alloc_len(k->len);
+		c->bytes += alloc_len(k->len);
+	}
+	s->used_ms = DCR_MAX(s->used_ms, now_ms());
+	c->st.inserts++;
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&s->wlock);
+	if (room == 1)
+		atomic_store(&c->fs_short, false); /* the incident is over */
+	evict(c, s, 0);
+	slab_put(c, s);
+	return 0;
+
+err_full:
+	say_short(c); /* the budget reached, not this chunk's error */
+	return ret;
+
+err_log:
+	dcr_warn("cache: cannot store chunk %" PRIu64 " of slab v%" PRIu64
+		 ".f%" PRIu32 ": %s", k->chunk, k->v, k->file,
+		 dcr_strerror(ret));
+	return ret;
+}
