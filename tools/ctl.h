@@ -3,8 +3,9 @@
  * ctl.h - what the parts of dcrfs-ctl share: the command line, the
  * store's index (versions, packs, tags; loaded once per run) and the
  * helpers over it. tools/dcrfs-ctl.c parses, indexes and runs log, show,
- * diff, tag, untag, init and status; ctl_verify.c runs verify and
- * ctl_gc.c runs gc. Single-threaded, like the tool.
+ * diff, tag, untag, init and status; ctl_verify.c runs verify,
+ * ctl_gc.c gc, ctl_compact.c compact and ctl_warm.c warm. Single-threaded,
+ * like the tool, but for warm's GETs (on a core/wq queue).
  */
 #ifndef DCR_CTL_H
 #define DCR_CTL_H
@@ -19,6 +20,8 @@
 #include "compact.h"
 #include "reader.h"
 #include "progress.h"
+#include "mirror.h"
+#include "store.h"
 #include "toolopts.h"
 
 #define EXIT_FAIL 1
@@ -46,6 +49,11 @@ struct args {
 	int progress;        /* --progress */
 	/* compact (and gc's rebasing) */
 	unsigned max_depth;  /* 0 = default */
+	/* warm */
+	const char *mirror[DCR_MIRRORS_MAX]; /* each --mirror */
+	int nmirrors;
+	uint64_t slice;      /* bytes per GET */
+	int jobs;            /* GETs at once */
 	struct tool_opts t;  /* --profile, --region, ..., --log-level */
 };
 
@@ -114,6 +122,8 @@ int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet);
 int cmd_gc(struct ctl *c, const struct args *a);
 /* compact [--max-depth K] [--dry-run] (ctl_compact.c) */
 int cmd_compact(struct ctl *c, const struct args *a);
+/* warm [V] --mirror URL... (ctl_warm.c); @cfg: how the store was opened */
+int cmd_warm(struct ctl *c, const struct args *a, const struct dcr_store_cfg *cfg);
 /* Compaction keeping only @keep (ascending; NULL: all): 0 or -errno
  * (logged); prints what it does unless @quiet. (ctl_compact.c) */
 int ctl_compact(struct ctl *c, const struct args *a, const uint64_t *keep,
