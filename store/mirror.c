@@ -259,6 +259,28 @@ int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
 	return origin_get(ms, key, off, len, deadline, out);
 }
 
+int dcr_mirror_warm(struct dcr_store *st, const char *key, uint64_t off,
+		    uint64_t len, struct dcr_buf *out, const char **url)
+{
+	struct dcr_mirror_store *ms;
+	size_t order[DCR_MIRRORS_MAX], start = out->len;
+	struct mirror *m;
+	int ret;
+
+	if (!dcr_store_is_mirrored(st))
+		return -EOPNOTSUPP;
+	if (strncmp(key, PACKS_PREFIX, strlen(PACKS_PREFIX)))
+		return DCR_ERR(-EINVAL);
+	ms = to_mirror(st);
+	rank(ms, key, order);
+	m = &ms->m[order[0]];
+	if (url)
+		*url = m->url;
+	ret = mirror_try(ms, m, key, off, len, 0, out);
+	count(&m->n, ret, out->len - start);
+	return ret;
+}
+
 /* ------------------------------------------------ everything else: origin */
 
 static int mirror_put(struct dcr_store *st, const char *key, const void *data,

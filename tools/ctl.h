@@ -4,8 +4,9 @@
  * store's index (store/index.h, loaded once per run). The work is in
  * store/ (index.h, diff.h, verify.h, gc.h, compact.h); these files parse
  * and print: tools/dcrfs-ctl.c parses and runs log, show, diff, tag,
- * untag, init and status; ctl_verify.c prints verify, ctl_gc.c gc and
- * ctl_compact.c compact. Single-threaded, like the tool.
+ * untag, init and status; ctl_verify.c prints verify, ctl_gc.c gc,
+ * ctl_compact.c compact and ctl_warm.c runs warm. Single-threaded, like
+ * the tool, but for warm's GETs (on a core/wq queue).
  */
 #ifndef DCR_CTL_H
 #define DCR_CTL_H
@@ -14,6 +15,8 @@
 
 #include "index.h"
 #include "progress.h"
+#include "mirror.h"
+#include "store.h"
 #include "toolopts.h"
 
 #define EXIT_FAIL 1
@@ -38,6 +41,11 @@ struct args {
 	int progress;        /* --progress */
 	/* compact (and gc's rebasing) */
 	unsigned max_depth;  /* 0 = default */
+	/* warm */
+	const char *mirror[DCR_MIRRORS_MAX]; /* each --mirror */
+	int nmirrors;
+	uint64_t slice;      /* bytes per GET */
+	int jobs;            /* GETs at once */
 	struct tool_opts t;  /* --profile, --region, ..., --log-level */
 };
 
@@ -62,5 +70,9 @@ int cmd_compact(struct ctl *c, const struct args *a);
  * version @v, on stdout; none with --json. (ctl_compact.c) */
 void ctl_print_rewrite(struct ctl *c, int dry_run, uint64_t v, uint64_t old_base,
 		       uint64_t new_base, unsigned depth);
+/* warm [V] --mirror URL... (ctl_warm.c); @cfg: how the store *@stp was
+ * opened; *@stp becomes the mirrored store that owns it (close that). */
+int cmd_warm(struct ctl *c, const struct args *a, const struct dcr_store_cfg *cfg,
+	     struct dcr_store **stp);
 
 #endif /* DCR_CTL_H */

@@ -65,6 +65,9 @@ static void usage(FILE *f)
 "                         version materializes with at most K frames per chunk\n"
 "  status MNT             what the dcrfs mounted on MNT is doing (no store\n"
 "                         needed: read from MNT/.dcrfs/status.json)\n"
+"  warm [V]               fill the cache tiers with the packs of version V\n"
+"                         (default latest), each through the mirror the\n"
+"                         mounts send it to\n"
 "\n"
 "A version V is a number, a tag name, or 'latest'.\n"
 "\n"
@@ -86,11 +89,16 @@ static void usage(FILE *f)
 "compact options (gc's rebasing too):\n"
 "      --max-depth K      at most K frames per chunk, anchor included\n"
 "                         (default 8; 1 makes every version an anchor)\n"
+"warm options:\n"
+"      --mirror URL       a tier, http(s)://host[:port], as the mounts' -o\n"
+"                         mirror= (repeat it; default: $DCRFS_MIRROR)\n"
+"      --slice SIZE       bytes per GET: the tier's slice (default 1M)\n"
+"      --jobs N           GETs at once (default 8, at most 64)\n"
 "global options:\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
 TOOL_USAGE
-"      --progress         verify, gc, compact: progress on stderr even when it\n"
+"      --progress         verify, gc, compact, warm: progress on stderr even when it\n"
 "                         is not a terminal (a line every 5 s) or with --json\n"
 "  -q, --quiet            no summary or progress on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
@@ -121,6 +129,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "max-depth", required_argument, NULL, 'K' },
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "progress", no_argument, NULL, 'P' },
+		{ "mirror", required_argument, NULL, 'M' },
+		{ "slice", required_argument, NULL, 'X' },
+		{ "jobs", required_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		TOOL_LONGOPTS,
@@ -135,13 +146,16 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "diff", 2, 2 },   { "tag", 2, 2 },
 		{ "untag", 1, 1 },  { "verify", 0, -1 },
 		{ "gc", 0, 0 },     { "status", 1, 1 },
-		{ "compact", 0, 0 },
+		{ "compact", 0, 0 }, { "warm", 0, 1 },
 	};
-	int c, gc_opt = 0, dry = 0, depth = 0;
+	int c, gc_opt = 0, dry = 0, depth = 0, warm_opt = 0;
+	uint64_t k;
 
 	a->store = getenv("DCRFS_STORE");
 	a->keep_tagged = 1;
 	a->grace = 86400;
+	a->slice = (uint64_t)1 << 20;
+	a->jobs = 8;
 	a->t.log_level = -1;
 	while ((c = getopt_long(argc, argv, "s:nqvhV", longopts, NULL)) != -1) {
 		int r = tool_opt(&a->t, c, optarg, "dcrfs-ctl");
@@ -152,6 +166,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		gc_opt |= strchr("LTUNG", c) != NULL;
 		dry |= c == 'n';
 		depth |= c == 'K';
+		warm_opt |= strchr("MXj", c) != NULL;
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -192,8 +207,28 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'n':
 			a->dry_run = 1;
 			break;
+		case 'M':
+			if (a->nmirrors == DCR_MIRRORS_MAX) {
+				fprintf(stderr, "dcrfs-ctl: more than %d --mirror\n", DCR_MIRRORS_MAX);
+				return -1;
+			}
+			a->mirror[a->nmirrors++] = optarg;
+			break;
+		case 'X':
+			if (dcr_parse_size(optarg, &a->slice) || a->slice < (64u << 10) ||
+			    a->slice > (64u << 20)) {
+				fprintf(stderr, "dcrfs-ctl: --slice: '%s' must be a size from 64K to 64M\n", optarg);
+				return -1;
+			}
+			break;
+		case 'j':
+			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 64) {
+				fprintf(stderr, "dcrfs-ctl: --jobs: '%s' must be a number from 1 to 64\n", optarg);
+				return -1;
+			}
+			a->jobs = (int)k;
+			break;
 		case 'K': {
-			uint64_t k;
 			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 64) {
 				fprintf(stderr, "dcrfs-ctl: --max-depth: '%s' must be a number from 1 to 64\n", optarg);
 				return -1;
@@ -238,8 +273,17 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return -1;
 	}
 	if (a->progress && strcmp(a->cmd, "verify") && strcmp(a->cmd, "gc") &&
-	    strcmp(a->cmd, "compact")) {
-		fprintf(stderr, "dcrfs-ctl: only verify, gc and compact take --progress\n");
+	    strcmp(a->cmd, "compact") && strcmp(a->cmd, "warm")) {
+		fprintf(stderr, "dcrfs-ctl: only verify, gc, compact and warm take --progress\n");
+		return -1;
+	}
+	if (warm_opt && strcmp(a->cmd, "warm")) {
+		fprintf(stderr, "dcrfs-ctl: only warm takes --mirror, --slice and --jobs\n");
+		return -1;
+	}
+	if (!strcmp(a->cmd, "warm") && !a->nmirrors &&
+	    !(getenv("DCRFS_MIRROR") && *getenv("DCRFS_MIRROR"))) {
+		fprintf(stderr, "dcrfs-ctl: warm needs --mirror URL (or DCRFS_MIRROR)\n");
 		return -1;
 	}
 	if (gc_opt && strcmp(a->cmd, "gc")) {
@@ -823,6 +867,8 @@ int main(int argc, char **argv)
 		status = cmd_gc(&c, &a);
 	else if (!strcmp(a.cmd, "compact"))
 		status = cmd_compact(&c, &a);
+	else if (!strcmp(a.cmd, "warm"))
+		status = cmd_warm(&c, &a, &cfg, &st);
 	else
 		status = cmd_verify(&c, a.pos, a.npos, a.deep, a.quiet);
 	if (fflush(stdout) || ferror(stdout)) {

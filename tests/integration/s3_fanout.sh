@@ -7,7 +7,9 @@
 #   the origin sends each version's packs about once (bytes counted from
 #   the tier's log of upstream bytes); a new version is visible at once
 #   (the tier never sees anything but packs); a warm re-read costs the
-#   origin 0 bytes; a ranged GET across a slice boundary and a zero-length
+#   origin 0 bytes; dcrfs-ctl warm fills the tier with a new version's
+#   packs, and a cold mount then reads it costing the origin 0 bytes (a
+#   warm through a tier that is down fails, naming it); a ranged GET across a slice boundary and a zero-length
 #   object come back right; a corrupted byte in the tier's cache never
 #   reaches a reader (refetched from the store); the tier down: reads come
 #   from the store; the origin's 5xx through the tier: the mount goes to
@@ -224,6 +226,39 @@ grep -q '^dcrfs_source_bytes_total{kind="mirror",source="'"$TIER_URL"'"} [1-9]' 
 umount_dcrfs "$T/w"
 log "a warm re-read of v2 cost the origin 0 bytes"
 
+# dcrfs-ctl warm: the tier gets v3's packs before any mount reads v3; a
+# cold mount then reads v3 (v1 and v2 are in the tier from the rounds)
+# costing the origin nothing
+mkdir -p "$T/tree.3"
+cp -a "$T/tree.2/." "$T/tree.3/"
+flip_bytes "$T/tree.3/model.bin" 0.002 3
+rand_file "$T/tree.3/added3.bin" $((2560 * 1024 + 11)) a3 # a pack of 3 slices
+(cd "$T/tree.3" && find . -type f | sort | xargs sha256sum) >"$T/want.3"
+[ "$(commit "$STORE" "$T/tree.3")" = 3 ] || fail "commit of v3 failed"
+pack_bytes "$T/packs.1" "$T/packs.2" >"$T/pb.3"
+grep -v -F -f <(cut -f1 "$T/packs.1" "$T/packs.2") "$T/packs.now" >"$T/packs.3" || true
+[ "$(cat "$T/pb.3")" -gt 0 ] || fail "v3 has no new packs"
+b3=$(origin_bytes "$T/tier")
+t "$DCR_BUILDDIR/dcrfs-ctl" --store "$STORE" warm --mirror "$TIER_URL" --slice 1M --jobs 4 \
+	--json 3 >"$T/warm.json" 2>"$T/warm.err" || fail "dcrfs-ctl warm failed: $(cat "$T/warm.err")"
+py "$T/warm.json" '
+import sys
+want = int(open(sys.argv[2]).read())
+assert d["version"] == 3 and d["failed"] == 0 and d["pieces"] >= 3, d
+assert d["bytes"] == want and d["bytes_warmed"] == want, (d, want)
+assert [m["url"] for m in d["mirrors"]] == [sys.argv[3]], d
+assert d["mirrors"][0]["bytes"] == want and d["mirrors"][0]["errors"] == 0, d' "$T/pb.3" "$TIER_URL" ||
+	fail "dcrfs-ctl warm --json: $(cat "$T/warm.json")"
+bytes_ok "$b3" "$(cat "$T/pb.3")" "$(wc -l <"$T/packs.3")" "dcrfs-ctl warm of v3"
+b4=$(origin_bytes "$T/tier")
+s3_mount "$STORE" "$T/wv" "$MOPTS,cache_dir=$T/cache.wv"
+read_all "$T/wv" 3 "$T/got.wv"
+diff "$T/want.3" "$T/got.wv" >/dev/null || fail "v3 read through the warmed tier is wrong"
+[ "$(origin_bytes "$T/tier")" = "$b4" ] ||
+	fail "after dcrfs-ctl warm, reading v3 cost the origin $(($(origin_bytes "$T/tier") - b4)) bytes"
+umount_dcrfs "$T/wv"
+log "dcrfs-ctl warm sent v3's $(cat "$T/pb.3") pack bytes through the tier in $(py "$T/warm.json" 'print(d["seconds"])') s; a cold mount then read v3 costing the origin 0 bytes"
+
 # a ranged GET across a slice boundary, through the tier, right bytes
 PACK=$(sort -k2 -n "$T/packs.1" | tail -n 1 | cut -f1)
 PSIZE=$(sort -k2 -n "$T/packs.1" | tail -n 1 | cut -f2)
@@ -281,6 +316,12 @@ assert m["errors"] >= 1 and m["bytes"] == 0, m
 assert s["bytes"] > 0, s' || fail "tier down: sources $(grep sources "$T/d/.dcrfs/status.json")"
 umount_dcrfs "$T/d"
 log "the tier down: v2 read from the store, one incident line"
+rc=0
+"$DCR_BUILDDIR/dcrfs-ctl" --store "$STORE" warm --mirror "$TIER_URL" 3 >"$T/warm.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "dcrfs-ctl warm through a tier that is down: exit $rc, expected 1"
+grep -q "through mirror $TIER_URL failed" "$T/warm.out" ||
+	fail "dcrfs-ctl warm through a tier that is down: $(cat "$T/warm.out")"
+log "dcrfs-ctl warm through a tier that is down: exit 1, the mirror named"
 
 # the origin answers 5xx through a (cold) tier: the mount goes to the
 # store; the 5xx reaches it as a 5xx and is not cached
