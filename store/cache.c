@@ -122,7 +122,9 @@ static void slab_shut(struct dcr_cache *c, struct slab *s)
 	close(s->fd);
 	if (s->dfd >= 0)
 		close(s->dfd);
-	s->fd = s->dfd = -1;
+	if (s->sfd >= 0)
+		close(s->sfd);
+	s->fd = s->dfd = s->sfd = -1;
 	free(s->present);
 	free(s->proven);
 	s->present = s->proven = NULL;
@@ -259,6 +261,8 @@ void slab_evict(struct dcr_cache *c, struct slab *s)
 	}
 	s->bytes = 0;
 	unlink(path);
+	sums_path(c, s, path, sizeof(path));
+	unlink(path);
 	if (s->refs == 0) {
 		slab_shut(c, s);
 		slab_free(s);
@@ -360,7 +364,7 @@ struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		}
 		s->v = k->v;
 		s->file = k->file;
-		s->fd = s->dfd = -1;
+		s->fd = s->dfd = s->sfd = -1;
 		pthread_mutex_init(&s->wlock, NULL);
 		i = tab_lower(c, k->v, k->file);
 		ret = tab_insert(c, i, s);
@@ -439,6 +443,17 @@ static int scan_slabs(struct dcr_cache *c)
 		uint64_t v;
 		uint32_t file;
 
+		if (sums_name(de->d_name, &v, &file)) {
+			char slab[64];
+
+			/* A sums file outlives its slab only after a crash. */
+			snprintf(slab, sizeof(slab), "v%010" PRIu64 ".f%" PRIu32,
+				 v, file);
+			if (fstatat(dirfd(d), slab, &sb, AT_SYMLINK_NOFOLLOW) < 0 &&
+			    errno == ENOENT)
+				unlinkat(dirfd(d), de->d_name, 0);
+			continue;
+		}
 		if (parse_slab_name(de->d_name, &v, &file) != 0 ||
 		    fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISREG(sb.st_mode))
@@ -450,7 +465,7 @@ static int scan_slabs(struct dcr_cache *c)
 		}
 		s->v = v;
 		s->file = file;
-		s->fd = s->dfd = -1;
+		s->fd = s->dfd = s->sfd = -1;
 		pthread_mutex_init(&s->wlock, NULL);
 		s->bytes = (uint64_t)sb.st_blocks * 512;
 		s->used_ms = s->stamped_ms = (int64_t)sb.st_mtim.tv_sec * 1000 +

@@ -21,13 +21,19 @@
  *
  * Partial reads: when a part of a chunk is read (a random 256 KiB read
  * of a 1 MiB chunk), the chunk is read whole and checked as above, and
- * the XXH3-128 of each 64 KiB of the buffer just proven is kept in
- * memory ("sums": 256 bytes per MiB of chunk, at most 4 MiB in all, the
- * least recently used dropped first, so about 16 GiB of 1 MiB chunks).
- * A later partial read of that chunk in this instance reads only the
- * 64 KiB sub-blocks it covers and checks each against its sum, and
- * serves nothing unless all match (a mismatch is a failed check: the
- * chunk is read whole again, and punched out if it fails). The trust
+ * the XXH3-128 of each 64 KiB of the buffer just proven is kept
+ * ("sums": 256 bytes per MiB of chunk), in memory (at most 4 MiB in
+ * all, the least recently used dropped first, so about 16 GiB of 1 MiB
+ * chunks) and in the slab's sums file beside it (vV.fF.sums: about
+ * 0.03 % of the slab, outside the budget, removed with the slab). So do
+ * the proofs of dcr_cache_check (a prefetch). A later partial read of
+ * that chunk, in this instance or a later one, reads only the 64 KiB
+ * sub-blocks it covers and checks each against its sum, and serves
+ * nothing unless all match (a mismatch sends it to the whole read and
+ * check above, which punches the chunk out if its bytes are bad, and
+ * keeps new sums if a sum was). A sums entry begins with the check
+ * value of the content it describes and is used only for a chunk of
+ * that value, so it never needs invalidating. The trust
  * argument: a sum is computed from bytes that were, a moment before,
  * proven equal to the manifest's hash of the chunk, in this process's
  * memory; so a sub-block that matches its sum now is the manifest's
@@ -36,9 +42,12 @@
  * for - as for format 2's own per-chunk check; for format 1 the
  * cryptographic SHA-256 of the chunk is then replaced, for that read,
  * by this non-cryptographic check, the cache directory being the
- * daemon's own (mode 0700). Sums are kept per opening of a slab (its
- * proven bits start empty at each) and dropped when the chunk is
- * punched; they never leave memory, so a new mount starts with none. A chunk that fails (bit rot, a torn write, a store recreated
+ * daemon's own (mode 0700); a sums file read back in a later instance
+ * is of the same trust as the slab beside it, written by this daemon
+ * from bytes it had proven, and damage to either is caught as above. In
+ * memory, sums are kept per opening of a slab (its proven bits start
+ * empty at each) and dropped when the chunk is punched. A chunk that
+ * fails (bit rot, a torn write, a store recreated
  * under the same cache directory) has its range punched out, is
  * reported as a miss (one warning naming the slab and the chunk) and is
  * fetched again: a rotten byte is never served. Chunks this instance

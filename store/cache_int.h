@@ -57,6 +57,8 @@ struct slab {
 	uint32_t file;
 	int fd;              /* read-write; -1 while closed */
 	int dfd;             /* O_DIRECT, opened on first need; -1 */
+	int sfd;             /* its sums file (cache_sums.c), opened on
+				first need; -1 */
 	uint32_t cs;         /* slot stride: the version's chunk size */
 	uint64_t size;       /* the file's size (slab length) */
 	uint64_t nbits;      /* chunks the bitmaps cover */
@@ -199,18 +201,27 @@ void evict(struct dcr_cache *c, struct slab *keep, uint64_t room);
 
 /* ---- cache_sums.c */
 
+/* The path of @s's sums file into @buf. */
+void sums_path(const struct dcr_cache *c, const struct slab *s, char *buf,
+	       size_t cap);
+/* Whether @name (in the slabs directory) is a sums file; its slab's
+ * version and file into *@v, *@file. */
+bool sums_name(const char *name, uint64_t *v, uint32_t *file);
+
 /* Forget the sums of chunk @i of @s (punched or rewritten). Takes
  * sums_lock. */
 void sums_drop(struct dcr_cache *c, const struct slab *s, uint64_t i);
-/* Keep the sums of chunk @k of the slab opening @epoch, computed from
- * @buf, its @k->len bytes just read whole and proven. Best effort.
- * Takes sums_lock. */
-void sums_keep(struct dcr_cache *c, const struct dcr_cache_key *k,
-		      uint64_t epoch, const uint8_t *buf);
+/* Keep the sums of chunk @k of @s (opening @epoch), computed from @buf,
+ * its @k->len bytes just read whole and proven, in memory and in @s's
+ * sums file. Best effort. Takes sums_lock, and @lock to open the file. */
+void sums_keep(struct dcr_cache *c, struct slab *s,
+	       const struct dcr_cache_key *k, uint64_t epoch,
+	       const uint8_t *buf);
 /* Copy [@off, @off+@n) (@n > 0) of chunk @k of @s (opening @epoch) into
- * @dst, checking the sub-blocks read against the kept sums: 0, -EAGAIN
- * (no sums kept for it, or the range too long), -EBADMSG or -errno.
- * Takes sums_lock (not across the read). */
+ * @dst, checking the sub-blocks read against the sums kept in memory or,
+ * failing that, in @s's sums file: 0, -EAGAIN (none for it, or the range
+ * too long), -EBADMSG or -errno. Takes sums_lock (not across the read),
+ * and @lock to open the file. */
 int sums_read(struct dcr_cache *c, struct slab *s,
 		     const struct dcr_cache_key *k, uint64_t epoch,
 		     uint32_t off, void *dst, size_t n);

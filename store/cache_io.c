@@ -171,7 +171,7 @@ static int verify_read(struct dcr_cache *c, struct slab *s,
 	if (!ret && !proves(k, buf, k->len))
 		ret = -EBADMSG;
 	if (!ret && keep)
-		sums_keep(c, k, epoch, buf);
+		sums_keep(c, s, k, epoch, buf);
 	if (!ret && buf != dst && n)
 		memcpy(dst, buf + off, n);
 	return ret;
@@ -224,12 +224,16 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		stamp(s, now);
 
 	ret = 0;
-	if (part && proven) {
-		/* A part of a chunk proven whole before: check only the
+	if (part) {
+		/* A part of a chunk proven whole before (in this instance, or
+		 * an earlier one that left its sums): check only the
 		 * sub-blocks it covers, against its sums. */
 		ret = sums_read(c, s, k, epoch, off, dst, n);
-		if (ret == -EAGAIN)
-			ret = 1; /* none kept: read it whole below */
+		/* None kept, or a sub-block failed (the bytes, or a sum that
+		 * rotted in its file): read it whole and prove it below, which
+		 * punches it if the bytes are bad and keeps new sums if not. */
+		if (ret == -EAGAIN || ret == -EBADMSG)
+			ret = 1;
 	} else if (proven && how == GET_CHECK) {
 		ret = 0;
 	} else {
@@ -238,8 +242,11 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 	if (ret == 1) {
 		/* Every copy out of a slab is checked, proven or not: a byte
 		 * may rot on disk after the chunk's first use. */
+		/* The sums are kept for the partial reads that may follow:
+		 * those of this read, and of a later mount after a prefetch
+		 * proved the chunk (GET_CHECK). */
 		ret = verify_read(c, s, k, off, dst, n, how != GET_COPY,
-				  whole, part, epoch);
+				  whole, part || how == GET_CHECK, epoch);
 		if (ret == 0 && filled)
 			*filled = whole != NULL;
 		if (ret == 0 && !proven) {

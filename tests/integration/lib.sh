@@ -307,7 +307,7 @@ PY
 # times back (same inode, size and mtime) and drop its pages. Prints the
 # number of blocks flipped.
 rot_cache() {
-	find "$1" -path '*/slabs/*' -type f -print0 | xargs -0 python3 -c 'import os, sys
+	find "$1" -path '*/slabs/*' ! -name '*.sums' -type f -print0 | xargs -0 python3 -c 'import os, sys
 n = 0
 for p in sys.argv[1:]:
     st = os.stat(p)

@@ -313,10 +313,11 @@ static void test_partial_reads(void **state)
 	assert_int_equal(st.corrupt, 1);
 	assert_int_equal(dcr_cache_read(f->cache, &k[0], 2 * 65536, buf,
 					65536), -ENOENT);
-	/* Stored again: proven by the put, but no sums: read whole. */
+	/* Stored again: the same content, so the sums its file kept from
+	 * the first proof still check its parts (no whole read). */
 	assert_int_equal(dcr_cache_put(f->cache, &k[0], data, 0), 0);
 	assert_int_equal(dcr_cache_read_part(f->cache, &k[0], 0, buf, 10,
-					     whole), 1);
+					     whole), 0);
 	assert_memory_equal(buf, data, 10);
 	rot(path, 3 * 65536 + 7);
 	assert_int_equal(dcr_cache_read(f->cache, &k[0], 3 * 65536, buf, 100),
@@ -327,11 +328,103 @@ static void test_partial_reads(void **state)
 	assert_memory_equal(buf, data + PCS + 990, 10);
 	close_cache(f);
 
-	/* A new instance has no sums: the rot in chunk 1 is seen. */
+	/* A new instance has the sums the file kept: the rot in chunk 1's
+	 * one sub-block is seen. */
 	rot(path, PCS + 5);
 	open_cache(f, 0);
 	assert_int_equal(dcr_cache_read(f->cache, &k[1], 990, buf, 10),
 			 -ENOENT);
+	free(buf);
+	free(whole);
+	free(data);
+}
+
+/*
+ * Sums outlive the instance that computed them (the slab's sums file): a
+ * partial read in a new instance checks only its sub-blocks, never
+ * serves a rotten one, and a rotten or foreign sums entry only costs a
+ * whole read.
+ */
+static void test_sums_persist(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *data = aligned_alloc(DCR_CACHE_ALIGN, PCS);
+	uint8_t *whole = aligned_alloc(DCR_CACHE_ALIGN, PCS);
+	uint8_t *buf = malloc(PCS);
+	uint8_t hash[DCR_HASH_LEN], xxh[DCR_XXH_LEN];
+	struct dcr_cache_key k = {
+		.v = 7, .file = 1, .chunk = 0, .file_size = PCS,
+		.chunk_size = PCS, .len = PCS, .hash = hash, .xxh = xxh,
+	};
+	struct dcr_cache_stats st;
+	char path[PATH_MAX], spath[PATH_MAX + 8];
+
+	tu_fill(data, PCS, 7);
+	dcr_sha256(data, PCS, hash);
+	dcr_xxh128(data, PCS, xxh);
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_put(f->cache, &k, data, 0), 0);
+	/* The first partial read proves the chunk whole and keeps sums. */
+	assert_int_equal(dcr_cache_read_part(f->cache, &k, 70000, buf, 100,
+					     whole), 1);
+	assert_memory_equal(buf, data + 70000, 100);
+	dcr_cache_slab_path(f->cache, 7, 1, path, sizeof(path));
+	snprintf(spath, sizeof(spath), "%s.sums", path);
+	assert_int_equal(access(spath, F_OK), 0);
+	close_cache(f);
+
+	/* A new instance: the parts are checked against the kept sums. */
+	open_cache(f, 0);
+	memset(whole, 0, PCS);
+	assert_int_equal(dcr_cache_read_part(f->cache, &k, 70000, buf, 100,
+					     whole), 0);
+	assert_memory_equal(buf, data + 70000, 100);
+	/* Rot in sub-block 3 is not read by a read of sub-block 1 ... */
+	rot(path, 3 * 65536 + 11);
+	assert_int_equal(dcr_cache_read(f->cache, &k, 65536, buf, 65536), 0);
+	assert_memory_equal(buf, data + 65536, 65536);
+	/* ... and a read that covers it fails and punches the chunk. */
+	assert_int_equal(dcr_cache_read(f->cache, &k, 3 * 65536, buf, 10),
+			 -ENOENT);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.corrupt, 1);
+	close_cache(f);
+
+	/* A rotten sum: the part is read whole, proven, and served right;
+	 * the entry is written again and checks the next one. */
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_put(f->cache, &k, data, 0), 0);
+	close_cache(f);
+	rot(spath, DCR_XXH_LEN + 5); /* sub-block 0's sum */
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_read_part(f->cache, &k, 10, buf, 100,
+					     whole), 1);
+	assert_memory_equal(buf, data + 10, 100);
+	close_cache(f);
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_read_part(f->cache, &k, 10, buf, 100,
+					     whole), 0);
+	assert_memory_equal(buf, data + 10, 100);
+	close_cache(f);
+
+	/* Sums kept for other content (the entry names another check
+	 * value) are not used: a store recreated under this cache. */
+	rot(spath, 0);
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_read_part(f->cache, &k, 10, buf, 100,
+					     whole), 1);
+	close_cache(f);
+
+	/* The sums file goes with its slab; one left behind alone (a
+	 * crash) is removed at open. */
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_drop_version(f->cache, 7, 1) > 0, 1);
+	assert_int_equal(access(spath, F_OK), -1);
+	close_cache(f);
+	assert_int_equal(close(open(spath, O_CREAT | O_WRONLY, 0600)), 0);
+	open_cache(f, 0);
+	assert_int_equal(access(spath, F_OK), -1);
+	close_cache(f);
 	free(buf);
 	free(whole);
 	free(data);
@@ -695,6 +788,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bit_rot_is_caught, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_partial_reads, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_sums_persist, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_other_content_refused,
 						setup, teardown),
