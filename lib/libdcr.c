@@ -399,12 +399,19 @@ DCR_API int dcr_commit_add_safetensors(dcr_commit_handle *c, const char *path,
 		ret = -ENOMEM;
 		goto err_free;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		ts[i] = (struct dcr_st_tensor){ t[i].name, t[i].dtype, t[i].shape,
 						t[i].ndim, t[i].data, t[i].len };
+		if (t[i].len && !t[i].data) {
+			dcr_err("%s: tensor %s: %" PRIu64 " bytes and no data", path,
+				t[i].name ? t[i].name : "(null)", t[i].len);
+			ret = -EINVAL;
+			goto err_free;
+		}
+	}
 	for (size_t i = 0; i < nmeta; i++)
 		ms[i] = (struct dcr_st_meta){ meta_kv[2 * i], meta_kv[2 * i + 1] };
-	if ((ret = dcr_safetensors_layout(ts, n, ms, nmeta, &hdr, &hlen, order))) {
+	if ((ret = dcr_safetensors_layout(ts, n, ms, nmeta, 0, &hdr, &hlen, order))) {
 		dcr_err("%s: cannot lay out a safetensors file", path);
 		goto err_free;
 	}
