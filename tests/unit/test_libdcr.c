@@ -308,6 +308,12 @@ static void test_safetensors_commit(void **state)
 	assert_int_equal(dcr_commit_publish(c, NULL, &info), 0);
 	assert_true(info.version == 2 && info.parent == 1);
 	dcr_commit_free(c);
+	/* bytes promised and no data: refused naming the tensor */
+	t[1].data = NULL;
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", t, 2, NULL, 0), -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "tensor layer.b: 40 bytes and no data"));
+	dcr_commit_free(c);
 	free(w);
 }
 
