@@ -209,14 +209,51 @@ static int map_dtype(const char *s, size_t n)
 	return -1;
 }
 
+/* A tensor's shape as the header gives it, if it can be kept. */
+struct shape {
+	uint8_t ndim; /* DCR_ST_NDIM_UNKNOWN: not kept */
+	uint64_t d[DCR_ST_NDIM_MAX];
+};
+
+/* A shape [d, ...] into @sh; -1 (@j unmoved) if it is not one to keep. */
+static int shape(struct js *j, struct shape *sh)
+{
+	struct js at = *j;
+
+	sh->ndim = 0;
+	if (expect(j, '['))
+		goto not_kept;
+	ws(j);
+	if (j->p < j->end && *j->p == ']') {
+		j->p++;
+		return 0;
+	}
+	for (;;) {
+		if (sh->ndim == DCR_ST_NDIM_MAX || json_uint(j, &sh->d[sh->ndim++]))
+			goto not_kept;
+		ws(j);
+		if (j->p < j->end && *j->p == ']') {
+			j->p++;
+			return 0;
+		}
+		if (j->p >= j->end || *j->p++ != ',')
+			goto not_kept;
+	}
+not_kept:
+	*j = at;
+	sh->ndim = DCR_ST_NDIM_UNKNOWN;
+	return -1;
+}
+
 /* One tensor entry {"dtype":..., "shape":[...], "data_offsets":[b,e]}. */
 static int tensor(struct js *j, int *dt, const char **dts, size_t *dtn,
-		  uint64_t *b, uint64_t *e)
+		  uint64_t *b, uint64_t *e, struct shape *sh)
 {
 	const char *s;
 	size_t n;
 	int have = 0;
 
+	sh->ndim = DCR_ST_NDIM_UNKNOWN;
 	if (expect(j, '{'))
 		return -1;
 	for (;;) {
@@ -232,6 +269,8 @@ static int tensor(struct js *j, int *dt, const char **dts, size_t *dtn,
 			    json_uint(j, e) || expect(j, ']') || *e < *b)
 				return -1;
 			have |= 2;
+		} else if (str_is(s, n, "shape") && !shape(j, sh)) {
+			/* kept; any other shape is skipped as before */
 		} else if (skip_value(j, 2)) {
 			return -1;
 		}
@@ -278,12 +317,13 @@ int dcr_safetensors_prefix_len(const void *p, size_t n, uint64_t file_size,
 
 /*
  * One tensor of the header: its raw (still escaped) name and dtype
- * strings, the codec's dtype (-1 unknown) and its data offsets relative
- * to the end of the header. Return non-zero to stop the walk.
+ * strings, the codec's dtype (-1 unknown), its data offsets relative
+ * to the end of the header and its shape. Return non-zero to stop the
+ * walk.
  */
 typedef int (*tensor_fn)(const char *name, size_t name_len, const char *dtype,
 			 size_t dtype_len, int dt, uint64_t b, uint64_t e,
-			 void *arg);
+			 const struct shape *sh, void *arg);
 
 /*
  * Walk the header in @file_prefix[0..n) of a file of @file_size bytes,
@@ -321,9 +361,10 @@ static int walk(const void *file_prefix, size_t n, uint64_t file_size,
 		} else {
 			int dt = -1;
 			uint64_t b = 0, e = 0;
-			if (tensor(&j, &dt, &dts, &dtn, &b, &e) || e > file_size - need)
+			struct shape sh;
+			if (tensor(&j, &dt, &dts, &dtn, &b, &e, &sh) || e > file_size - need)
 				return DCR_ERR(-EBADMSG);
-			if ((ret = fn(s, sn, dts, dtn, dt, b, e, arg)))
+			if ((ret = fn(s, sn, dts, dtn, dt, b, e, &sh, arg)))
 				return ret;
 		}
 		ws(&j);
@@ -351,7 +392,8 @@ struct regions_walk {
 };
 
 static int region_cb(const char *name, size_t name_len, const char *dtype,
-		     size_t dtype_len, int dt, uint64_t b, uint64_t e, void *arg)
+		     size_t dtype_len, int dt, uint64_t b, uint64_t e,
+		     const struct shape *sh, void *arg)
 {
 	struct regions_walk *w = arg;
 
@@ -422,7 +464,8 @@ struct parse_walk {
 };
 
 static int tensor_cb(const char *name, size_t name_len, const char *dtype,
-		     size_t dtype_len, int dt, uint64_t b, uint64_t e, void *arg)
+		     size_t dtype_len, int dt, uint64_t b, uint64_t e,
+		     const struct shape *sh, void *arg)
 {
 	struct tensors_walk *w = arg;
 
@@ -441,6 +484,8 @@ static int tensor_cb(const char *name, size_t name_len, const char *dtype,
 	t->off = w->data0 + b;
 	t->len = e - b;
 	t->fmt = (uint8_t)map_float(dtype, dtype_len);
+	t->ndim = sh->ndim;
+	memcpy(t->shape, sh->d, sizeof(t->shape));
 	return 0;
 }
 
@@ -470,18 +515,19 @@ int dcr_safetensors_tensors(const void *file_prefix, size_t n,
 }
 
 static int parse_cb(const char *name, size_t name_len, const char *dtype,
-		    size_t dtype_len, int dt, uint64_t b, uint64_t e, void *arg)
+		    size_t dtype_len, int dt, uint64_t b, uint64_t e,
+		    const struct shape *sh, void *arg)
 {
 	struct parse_walk *w = arg;
 	enum dcr_float_fmt ff = map_float(dtype, dtype_len);
-	int ret = region_cb(name, name_len, dtype, dtype_len, dt, b, e, &w->rw);
+	int ret = region_cb(name, name_len, dtype, dtype_len, dt, b, e, sh, &w->rw);
 
 	if (ret || !w->floats || ff == DCR_FF_NONE || e == b)
 		return ret;
 	if ((e - b) % dcr_float_width(ff))
 		return DCR_ERR(-EBADMSG);
 	w->tw.data0 = w->rw.data0;
-	return tensor_cb(name, name_len, dtype, dtype_len, dt, b, e, &w->tw);
+	return tensor_cb(name, name_len, dtype, dtype_len, dt, b, e, sh, &w->tw);
 }
 
 /* Empty the outputs of dcr_safetensors_parse (@floats may be NULL). */

@@ -50,6 +50,13 @@ int dcr_safetensors_prefix_len(const void *p, size_t n, uint64_t file_size,
 int dcr_safetensors_regions(const void *file_prefix, size_t n,
 			    uint64_t file_size, struct dcr_regions *out);
 
+/* Dimensions a struct dcr_tensor keeps of its shape. */
+#define DCR_ST_NDIM_MAX 8
+/* dcr_tensor.ndim when the shape is not kept: missing, of more than
+ * DCR_ST_NDIM_MAX dimensions, or not a list of integers below 2^53 (none
+ * of which makes the header invalid here). */
+#define DCR_ST_NDIM_UNKNOWN 0xff
+
 /** One tensor of a safetensors file, by name (for reports such as diffs). */
 struct dcr_tensor {
 	char *name;      /* unescaped UTF-8 (a \u0000 or surrogate shows as '?') */
@@ -57,6 +64,8 @@ struct dcr_tensor {
 	uint64_t off;    /* file offset of the first byte */
 	uint64_t len;    /* bytes */
 	uint8_t fmt;     /* enum dcr_float_fmt; DCR_FF_NONE if not a float */
+	uint8_t ndim;    /* 0: a scalar; DCR_ST_NDIM_UNKNOWN: see above */
+	uint64_t shape[DCR_ST_NDIM_MAX]; /* shape[0..ndim) */
 };
 
 /** Tensors of one file; free with dcr_tensors_free. */

@@ -122,7 +122,8 @@ static bool text_ok(const char *what, const char *s)
 
 int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 			   const struct dcr_st_meta *meta, size_t nmeta,
-			   char **hdr, size_t *hdr_len, size_t *order)
+			   unsigned flags, char **hdr, size_t *hdr_len,
+			   size_t *order)
 {
 	struct sortkey *keys = calloc(n ? n : 1, sizeof(*keys));
 	struct dcr_st_meta *ms = calloc(nmeta ? nmeta : 1, sizeof(*ms));
@@ -148,8 +149,7 @@ int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 			dcr_err("safetensors: tensor %s: unknown dtype '%s'", t[i].name,
 				t[i].dtype ? t[i].dtype : "(null)");
 			ret = DCR_ERR(-EINVAL);
-		} else if (!len_matches(&t[i], dtypes[keys[i].rank].width) ||
-			   (t[i].len && !t[i].data)) {
+		} else if (!len_matches(&t[i], dtypes[keys[i].rank].width)) {
 			dcr_err("safetensors: tensor %s: %" PRIu64 " bytes do not hold a %s tensor of its shape",
 				t[i].name, t[i].len, t[i].dtype);
 			ret = DCR_ERR(-EINVAL);
@@ -175,7 +175,11 @@ int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 		}
 	for (size_t i = 0; i < n; i++)
 		keys[i].rank = dtype_rank(t[keys[i].idx].dtype);
-	qsort(keys, n, sizeof(*keys), cmp_key);
+	if (flags & DCR_ST_GIVEN_ORDER)
+		for (size_t i = 0; i < n; i++)
+			keys[i] = (struct sortkey){ 0, t[i].name, i };
+	else
+		qsort(keys, n, sizeof(*keys), cmp_key);
 	for (size_t i = 0; i < n; i++)
 		order[i] = keys[i].idx;
 	memcpy(ms, meta, nmeta * sizeof(*ms));

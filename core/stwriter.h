@@ -9,8 +9,10 @@
  * "data_offsets":[b,e]}), padded with spaces to a multiple of 8, then
  * the tensors' bytes back to back. Data order: by dtype, the reference's
  * order of Dtype descending (U64, I64, F64, F32, U32, I32, BF16, F16, U16,
- * I16, F8_E4M3, F8_E5M2, I8, U8, BOOL), then by name (bytewise). The
- * reference keeps metadata in a hash map; here its keys are sorted.
+ * I16, F8_E4M3, F8_E5M2, I8, U8, BOOL), then by name (bytewise), or the
+ * caller's (DCR_ST_GIVEN_ORDER: as PyTorch's own writers and
+ * dcrfs-synth lay out a checkpoint). The reference keeps metadata in a
+ * hash map; here its keys are sorted.
  * core/safetensors.h parses what this writes (tests/unit/test_libdcr.c).
  */
 #ifndef DCR_STWRITER_H
@@ -19,15 +21,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/** One tensor: its bytes stay the caller's (never copied here). */
+/** One tensor: its bytes stay the caller's (never read here). */
 struct dcr_st_tensor {
 	const char *name;     /* UTF-8, not "__metadata__" */
 	const char *dtype;    /* "BF16", "F32", ... as safetensors spells it */
 	const uint64_t *shape;
 	size_t ndim;          /* 0: a scalar */
-	const void *data;
+	const void *data;     /* for the caller's use (the layout needs none) */
 	uint64_t len;         /* bytes: must equal the shape's count x width */
 };
+
+/* Flags of dcr_safetensors_layout. */
+#define DCR_ST_GIVEN_ORDER 1u /* the tensors' bytes in @t's order */
 
 /** One "__metadata__" entry (string to string). */
 struct dcr_st_meta {
@@ -37,7 +42,8 @@ struct dcr_st_meta {
 
 /**
  * dcr_safetensors_layout - the header of a safetensors file holding
- * @t[0..n) and @meta[0..nmeta) (nmeta 0: no "__metadata__"): the first
+ * @t[0..n) and @meta[0..nmeta) (nmeta 0: no "__metadata__"), laid out as
+ * @flags say (DCR_ST_*; 0: the reference's order): the first
  * *hdr_len bytes of the file into *hdr (malloc'ed; the caller frees
  * it), and in @order[0..n) the indices of @t in the order their bytes
  * follow the header. Returns 0; -EINVAL (logged, naming the tensor) for
@@ -49,6 +55,7 @@ struct dcr_st_meta {
  */
 int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 			   const struct dcr_st_meta *meta, size_t nmeta,
-			   char **hdr, size_t *hdr_len, size_t *order);
+			   unsigned flags, char **hdr, size_t *hdr_len,
+			   size_t *order);
 
 #endif /* DCR_STWRITER_H */

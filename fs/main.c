@@ -55,6 +55,7 @@
 #include "mirror.h"
 #include "store.h"
 #include "fs.h"
+#include "options.h"
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
@@ -65,13 +66,15 @@
 /* -o latest_wait default, seconds: how long /latest waits for the
  * prefetch of a new version before it moves to it anyway */
 #define LATEST_WAIT_DEFAULT 60
-#define POLL_MAX (7 * 86400)
+#define POLL_MAX 604800 /* 7 days; said in the option table's hints */
 #define POLL_MIN_MS 50
 #define RELIST_DEFAULT 60
 #define READAHEAD_DEFAULT ((uint64_t)1 << 20)
 #define READAHEAD_MAX ((uint64_t)1 << 30)
 #define MAX_THREADS_DEFAULT 64
 #define EXIT_USAGE 2
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a macro's value as a string literal */
 #define S3_TIMEOUT_DEFAULT 30 /* seconds, as store/s3.c's default */
 
 struct opts {
@@ -101,6 +104,7 @@ struct opts {
 	char *log;
 	char *log_level;
 	char *metrics;
+	int log_lvl;        /* -o log_level, converted (enum dcr_log_level) */
 	/* session loop */
 	int foreground;
 	int debug;
@@ -380,33 +384,6 @@ static int opt_proc(void *data, const char *arg, int key,
 }
 
 /* ------------------------------------------------------------- helpers */
-
-/*
- * -o log_level= (set now, so that every later line obeys it) and
- * -o metrics= (its form; binding is tried once the store is open).
- * 0, or -1 with the reason printed.
- */
-static int check_log_metrics_opts(const struct opts *o)
-{
-	enum dcr_log_level lvl;
-	char host[256], port[8];
-
-	if (o->log_level) {
-		if (dcr_log_parse_level(o->log_level, &lvl) < 0) {
-			fprintf(stderr, PROG ": bad log_level '%s' (error, "
-				"warn, info or debug)\n", o->log_level);
-			return -1;
-		}
-		dcr_log_set_level(lvl);
-	}
-	if (o->metrics && dcrfs_metrics_parse(o->metrics, host, sizeof(host),
-					      port, sizeof(port)) < 0) {
-		fprintf(stderr, PROG ": bad metrics '%s' (HOST:PORT, e.g. "
-			"127.0.0.1:9567)\n", o->metrics);
-		return -1;
-	}
-	return 0;
-}
 
 /* "@a/@b" in a new string (NULL on allocation failure). */
 static char *join(const char *a, const char *b)
@@ -814,94 +791,103 @@ static char **long_opts(int argc, char **argv, int *out_argc)
 
 /* ----------------------------------------------------------------- main */
 
-/* Validate dcrfs's own options into @fs, @cfg and @ropts. 0 or -1. */
+/* -o log_level: a level of core/common.h into @out. */
+static int parse_log_level(const char *s, uint64_t *out)
+{
+	enum dcr_log_level lvl;
+	int ret = dcr_log_parse_level(s, &lvl);
+
+	*out = (uint64_t)lvl;
+	return ret;
+}
+
+/* -o metrics: its form only (binding is tried once the store is open). */
+static int parse_metrics(const char *s, uint64_t *out)
+{
+	char host[256], port[8];
+
+	*out = 0;
+	return dcrfs_metrics_parse(s, host, sizeof(host), port, sizeof(port));
+}
+
+/* The structs the option table sets, as check_opts passes them. */
+enum { TO_OPTS, TO_FS, TO_READER };
+
+#define GIVEN(member) .given = offsetof(struct opts, member)
+#define TO_OPTS(member) DCRFS_OPT_FIELD(TO_OPTS, struct opts, member)
+#define TO_FS(member) DCRFS_OPT_FIELD(TO_FS, struct dcrfs, member)
+#define TO_READER(member) \
+	DCRFS_OPT_FIELD(TO_READER, struct dcr_reader_opts, member)
+
+static const struct dcrfs_opt_word prefetch_words[] = {
+	{ "latest", DCRFS_PREFETCH_LATEST }, { "all", DCRFS_PREFETCH_ALL },
+	{ "none", DCRFS_PREFETCH_NONE }, { NULL, 0 },
+};
+static const struct dcrfs_opt_word passthrough_words[] = {
+	{ "off", DCRFS_PT_OFF }, { "auto", DCRFS_PT_AUTO }, { NULL, 0 },
+};
+
+/*
+ * dcrfs's -o options with a value to check, in the order they are
+ * checked (the first bad one is reported): see options.h.
+ */
+static const struct dcrfs_opt opt_table[] = {
+	{ "log_level", GIVEN(log_level), parse_log_level, TO_OPTS(log_lvl),
+	  .hint = "error, warn, info or debug" },
+	{ "metrics", GIVEN(metrics), parse_metrics,
+	  .hint = "HOST:PORT, e.g. 127.0.0.1:9567" },
+	{ "cache_size", GIVEN(cache_size), dcr_parse_size, .min = 1,
+	  .flags = DCRFS_OPT_DEFAULT, .def = DCR_CACHE_SIZE_DEFAULT,
+	  TO_READER(cache_size), .hint = "e.g. 512M, 50G" },
+	{ "poll", GIVEN(poll), dcr_parse_ms, .min = POLL_MIN_MS,
+	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_ZERO | DCRFS_OPT_DEFAULT,
+	  .def = POLL_DEFAULT * 1000, TO_FS(poll_ms),
+	  .hint = "seconds, 0 or 0.05 to " STR(POLL_MAX) "; e.g. 5, 0.25" },
+	{ "relist", GIVEN(relist), dcr_parse_ms, .min = POLL_MIN_MS,
+	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_DEFAULT,
+	  .def = RELIST_DEFAULT * 1000, TO_READER(relist_ms),
+	  .hint = "seconds, 0.05 to " STR(POLL_MAX) "; e.g. 60" },
+	{ "prefetch", GIVEN(prefetch), .words = prefetch_words,
+	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_PREFETCH_LATEST,
+	  TO_FS(prefetch), .hint = "none, latest or all" },
+	{ "latest_wait", GIVEN(latest_wait), dcr_parse_ms,
+	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_DEFAULT,
+	  .def = LATEST_WAIT_DEFAULT * 1000, TO_FS(latest_wait_ms),
+	  .hint = "seconds, 0 to " STR(POLL_MAX) },
+	{ "passthrough", GIVEN(passthrough), .words = passthrough_words,
+	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_PT_AUTO, TO_FS(pt.mode),
+	  .hint = "auto or off" },
+	{ "readahead", GIVEN(readahead), dcr_parse_size, .max = READAHEAD_MAX,
+	  .flags = DCRFS_OPT_DEFAULT, .def = READAHEAD_DEFAULT, .div = 1024,
+	  TO_FS(read_ahead_kb), .hint = "0 to 1G" },
+	/* A whole read's bound; the store's own (cfg) is set from it. */
+	{ "s3_timeout", GIVEN(s3_timeout), dcr_parse_u64, .min = 1,
+	  .max = 86400, .flags = DCRFS_OPT_DEFAULT, .def = S3_TIMEOUT_DEFAULT,
+	  .mul = 1000, TO_READER(read_timeout_ms),
+	  .hint = "seconds, 1 to 86400" },
+	{ "fetch_threads", GIVEN(fetch_threads), dcr_parse_u64, .min = 1,
+	  .max = 64, TO_READER(fetch_threads), .hint = "1 to 64" },
+	{ "fetch_ahead", GIVEN(fetch_ahead), dcr_parse_size,
+	  .max = (uint64_t)16 << 30, .flags = DCRFS_OPT_ZERO_OFF,
+	  TO_READER(readahead), .hint = "0 to 16G" },
+};
+
+/* Check and convert dcrfs's own options into @o, @fs, @cfg and @ropts
+ * (log_level is set now). 0 or -1, said on stderr. */
 static int check_opts(struct opts *o, struct dcrfs *fs,
 		      struct dcr_store_cfg *cfg, struct dcr_reader_opts *ropts)
 {
-	uint64_t x;
+	void *const to[] = { [TO_OPTS] = o, [TO_FS] = fs, [TO_READER] = ropts };
 
-	ropts->cache_size = DCR_CACHE_SIZE_DEFAULT;
-	if (o->cache_size && (dcr_parse_size(o->cache_size, &x) < 0 ||
-			      x == 0)) {
-		fprintf(stderr, PROG ": bad cache_size '%s' (e.g. 512M, 50G)\n",
-			o->cache_size);
+	if (dcrfs_opts_apply(opt_table, DCR_ARRAY_SIZE(opt_table), o, to,
+			     PROG) < 0)
 		return -1;
-	}
-	if (o->cache_size)
-		ropts->cache_size = x;
-
-	fs->poll_ms = POLL_DEFAULT * 1000;
-	if (o->poll) {
-		if (dcr_parse_ms(o->poll, &x) < 0 || x > POLL_MAX * 1000ull ||
-		    (x && x < POLL_MIN_MS)) {
-			fprintf(stderr, PROG ": bad poll '%s' (seconds, 0 or "
-				"0.05 to %d; e.g. 5, 0.25)\n", o->poll,
-				POLL_MAX);
-			return -1;
-		}
-		fs->poll_ms = (unsigned int)x;
-	}
-
-	ropts->relist_ms = RELIST_DEFAULT * 1000;
-	if (o->relist) {
-		if (dcr_parse_ms(o->relist, &x) < 0 ||
-		    x > POLL_MAX * 1000ull || x < POLL_MIN_MS) {
-			fprintf(stderr, PROG ": bad relist '%s' (seconds, "
-				"0.05 to %d; e.g. 60)\n", o->relist,
-				POLL_MAX);
-			return -1;
-		}
-		ropts->relist_ms = (uint32_t)x;
-	}
-
-	fs->prefetch = DCRFS_PREFETCH_LATEST;
-	if (o->prefetch) {
-		if (strcmp(o->prefetch, "latest") == 0) {
-			fs->prefetch = DCRFS_PREFETCH_LATEST;
-		} else if (strcmp(o->prefetch, "all") == 0) {
-			fs->prefetch = DCRFS_PREFETCH_ALL;
-		} else if (strcmp(o->prefetch, "none") == 0) {
-			fs->prefetch = DCRFS_PREFETCH_NONE;
-		} else {
-			fprintf(stderr, PROG ": bad prefetch '%s' (none, "
-				"latest or all)\n", o->prefetch);
-			return -1;
-		}
-	}
-
-	fs->latest_wait_ms = LATEST_WAIT_DEFAULT * 1000;
-	if (o->latest_wait) {
-		if (dcr_parse_ms(o->latest_wait, &x) < 0 ||
-		    x > POLL_MAX * 1000ull) {
-			fprintf(stderr, PROG ": bad latest_wait '%s' (seconds, "
-				"0 to %d)\n", o->latest_wait, POLL_MAX);
-			return -1;
-		}
-		fs->latest_wait_ms = (unsigned int)x;
-	}
-
-	fs->pt.mode = DCRFS_PT_AUTO;
-	if (o->passthrough) {
-		if (strcmp(o->passthrough, "off") == 0) {
-			fs->pt.mode = DCRFS_PT_OFF;
-		} else if (strcmp(o->passthrough, "auto") != 0) {
-			fprintf(stderr, PROG ": bad passthrough '%s' (auto or "
-				"off)\n", o->passthrough);
-			return -1;
-		}
-	}
-
-	x = READAHEAD_DEFAULT;
-	if (o->readahead && (dcr_parse_size(o->readahead, &x) < 0 ||
-			     x > READAHEAD_MAX)) {
-		fprintf(stderr, PROG ": bad readahead '%s' (0 to 1G)\n",
-			o->readahead);
-		return -1;
-	}
-	fs->read_ahead_kb = (unsigned int)DCR_DIV_ROUND_UP(x, 1024);
+	if (o->log_level)
+		dcr_log_set_level(o->log_lvl);
+	if (o->s3_timeout)
+		cfg->read_timeout_ms = ropts->read_timeout_ms;
 	fs->max_read = o->max_read;
 	fs->prefetch_pagecache = o->prefetch_pagecache;
-
 	cfg->endpoint = o->endpoint;
 	cfg->region = o->region;
 	cfg->profile = o->profile;
@@ -909,35 +895,6 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 	cfg->ca_bundle = o->ca_bundle;
 	cfg->path_style = o->path_style;
 	cfg->no_sign_request = o->no_sign_request;
-	ropts->read_timeout_ms = S3_TIMEOUT_DEFAULT * 1000; /* a whole read */
-	if (o->s3_timeout) {
-		if (dcr_parse_u64(o->s3_timeout, &x) < 0 || x == 0 ||
-		    x > 86400) {
-			fprintf(stderr, PROG ": bad s3_timeout '%s' (seconds, "
-				"1 to 86400)\n", o->s3_timeout);
-			return -1;
-		}
-		cfg->read_timeout_ms = (unsigned int)x * 1000;
-		ropts->read_timeout_ms = cfg->read_timeout_ms;
-	}
-	if (o->fetch_threads) {
-		if (dcr_parse_u64(o->fetch_threads, &x) < 0 || x == 0 ||
-		    x > 64) {
-			fprintf(stderr, PROG ": bad fetch_threads '%s' (1 to "
-				"64)\n", o->fetch_threads);
-			return -1;
-		}
-		ropts->fetch_threads = (int)x;
-	}
-	if (o->fetch_ahead) {
-		if (dcr_parse_size(o->fetch_ahead, &x) < 0 ||
-		    x > ((uint64_t)16 << 30)) {
-			fprintf(stderr, PROG ": bad fetch_ahead '%s' (0 to "
-				"16G)\n", o->fetch_ahead);
-			return -1;
-		}
-		ropts->readahead = x ? (int64_t)x : -1;
-	}
 	return 0;
 }
 
@@ -1091,12 +1048,10 @@ int main(int argc, char *argv[])
 			"missing STORE" : "missing MOUNTPOINT");
 		goto out_args;
 	}
-	if (check_log_metrics_opts(&o) < 0)
+	if (check_opts(&o, &fs, &cfg, &ropts) < 0)
 		goto out_args;
 	if (o.debug)
 		dcr_log_set_level(DCR_LOG_DEBUG);
-	if (check_opts(&o, &fs, &cfg, &ropts) < 0)
-		goto out_args;
 	exit_code = 1;
 
 	/* Paths are resolved now: the daemon runs in "/". */

@@ -155,6 +155,25 @@ struct dcr_compact_info {
 DCR_API int dcr_store_compact(dcr_store_handle *s, unsigned max_depth,
 			      struct dcr_compact_info *info);
 
+/** The options of dcr_store_compact_opts (`dcrfs-ctl compact`'s). */
+struct dcr_compact_options {
+	unsigned max_depth; /* frames per chunk, anchor included (0: 8; at most 64) */
+	/* A chunk whose frames down to its first full one would cost more
+	 * than read_cost % of that full frame to read (as modelled from
+	 * their headers) is stored as a full frame: 100 to 10000, 0: 150
+	 * (`dcrfs-ctl compact --read-cost`). */
+	unsigned read_cost;
+};
+
+/**
+ * dcr_store_compact_opts - dcr_store_compact with the options @o (NULL:
+ * the defaults). -EINVAL for an option out of its range; otherwise as
+ * dcr_store_compact.
+ */
+DCR_API int dcr_store_compact_opts(dcr_store_handle *s,
+				   const struct dcr_compact_options *o,
+				   struct dcr_compact_info *info);
+
 /*
  * Maintenance: what dcrfs-ctl log, show, diff, verify, gc and tag do
  * (see dcrfs-ctl(8)), from the store's own listing, each call on a fresh

@@ -192,13 +192,33 @@ DCR_API int dcr_store_handle_latest(dcr_store_handle *s, uint64_t *version)
 DCR_API int dcr_store_compact(dcr_store_handle *s, unsigned max_depth,
 			      struct dcr_compact_info *info)
 {
-	struct dcr_compact_opts o = { .max_depth = max_depth };
+	const struct dcr_compact_options o = { .max_depth = max_depth };
+
+	return dcr_store_compact_opts(s, &o, info);
+}
+
+DCR_API int dcr_store_compact_opts(dcr_store_handle *s,
+				   const struct dcr_compact_options *co,
+				   struct dcr_compact_info *info)
+{
+	struct dcr_compact_opts o = { 0 };
 	struct dcr_compact_stats st;
 	int ret;
 
 	api_enter();
-	if (!s || max_depth > 64)
+	if (co)
+		o = (struct dcr_compact_opts){ .max_depth = co->max_depth,
+					       .read_cost = co->read_cost };
+	if (!s)
 		return api_leave(-EINVAL, "dcr_store_compact");
+	if (o.max_depth > 64 || (o.read_cost &&
+	    (o.read_cost < DCR_COMPACT_READ_COST_MIN ||
+	     o.read_cost > DCR_COMPACT_READ_COST_MAX))) {
+		dcr_err("dcr_store_compact: max_depth must be at most 64 and read_cost "
+			"0 or %d to %d", DCR_COMPACT_READ_COST_MIN,
+			DCR_COMPACT_READ_COST_MAX);
+		return api_leave(-EINVAL, "dcr_store_compact");
+	}
 	ret = dcr_compact_scratch(s->st, &o, &st);
 	if (!ret && info) {
 		info->generation = st.gen;
@@ -379,12 +399,19 @@ DCR_API int dcr_commit_add_safetensors(dcr_commit_handle *c, const char *path,
 		ret = -ENOMEM;
 		goto err_free;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		ts[i] = (struct dcr_st_tensor){ t[i].name, t[i].dtype, t[i].shape,
 						t[i].ndim, t[i].data, t[i].len };
+		if (t[i].len && !t[i].data) {
+			dcr_err("%s: tensor %s: %" PRIu64 " bytes and no data", path,
+				t[i].name ? t[i].name : "(null)", t[i].len);
+			ret = -EINVAL;
+			goto err_free;
+		}
+	}
 	for (size_t i = 0; i < nmeta; i++)
 		ms[i] = (struct dcr_st_meta){ meta_kv[2 * i], meta_kv[2 * i + 1] };
-	if ((ret = dcr_safetensors_layout(ts, n, ms, nmeta, &hdr, &hlen, order))) {
+	if ((ret = dcr_safetensors_layout(ts, n, ms, nmeta, 0, &hdr, &hlen, order))) {
 		dcr_err("%s: cannot lay out a safetensors file", path);
 		goto err_free;
 	}

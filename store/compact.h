@@ -64,6 +64,11 @@
 
 #define DCR_COMPACT_DEPTH_DEFAULT 8
 #define DCR_COMPACT_READ_COST_DEFAULT 150
+/* The read_cost a caller may ask for: below 100 % not even a full frame
+ * would be within it (every version rewritten on every run); 10000 %
+ * lets a chain cost 100 times its full frame. */
+#define DCR_COMPACT_READ_COST_MIN 100
+#define DCR_COMPACT_READ_COST_MAX 10000
 /*
  * What every cold read of a chunk costs per raw byte whatever its
  * encoding (checking its XXH3, copying it out through FUSE, caching it),

@@ -267,7 +267,8 @@ static int gc_rebase(const struct gc *g, const uint8_t *keep)
 	if (need) {
 		struct rebase rb = { .g = g, .total = nk };
 		struct dcr_compact_opts co = {
-			.max_depth = g->o->max_depth, .keep = kv, .nkeep = nk,
+			.max_depth = g->o->max_depth, .read_cost = g->o->read_cost,
+			.keep = kv, .nkeep = nk,
 			.dry_run = g->o->dry_run, .report = rebase_report, .arg = &rb,
 		};
 		gc_event(g, (struct dcr_gc_event){ .what = DCR_GC_REBASE });

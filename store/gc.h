@@ -68,6 +68,7 @@ struct dcr_gc_opts {
 	uint64_t grace;       /* seconds (0: none, collect orphans at once) */
 	int dry_run;          /* say what would be done; change nothing */
 	unsigned max_depth;   /* the rebase's bound (compact.h; 0: default) */
+	unsigned read_cost;   /* the rebase's read-cost bound (compact.h; 0: default) */
 	/* Called for each thing done (may be NULL). */
 	void (*event)(void *arg, const struct dcr_gc_event *e);
 	void *arg;

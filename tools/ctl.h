@@ -41,6 +41,7 @@ struct args {
 	int progress;        /* --progress */
 	/* compact (and gc's rebasing) */
 	unsigned max_depth;  /* 0 = default */
+	unsigned read_cost;  /* --read-cost, percent; 0 = default */
 	/* warm */
 	const char *mirror[DCR_MIRRORS_MAX]; /* each --mirror */
 	int nmirrors;
@@ -64,7 +65,7 @@ void ctl_progress(void *arg, enum dcr_pg_state s, const char *phase,
 int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet);
 /* gc (ctl_gc.c) */
 int cmd_gc(struct ctl *c, const struct args *a);
-/* compact [--max-depth K] [--dry-run] (ctl_compact.c) */
+/* compact [--max-depth K] [--read-cost PCT] [--dry-run] (ctl_compact.c) */
 int cmd_compact(struct ctl *c, const struct args *a);
 /* The line saying that compaction (dry run: would have) re-encoded
  * version @v, on stdout; none with --json. (ctl_compact.c) */

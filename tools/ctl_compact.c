@@ -55,8 +55,8 @@ int cmd_compact(struct ctl *c, const struct args *a)
 	struct dcr_compact_stats s;
 	struct report rp = { .a = a, .c = c, .phase = "compact", .total = c->ix.nvs };
 	struct dcr_compact_opts o = {
-		.max_depth = a->max_depth, .dry_run = a->dry_run, .report = report,
-		.arg = &rp,
+		.max_depth = a->max_depth, .read_cost = a->read_cost, .dry_run = a->dry_run,
+		.report = report, .arg = &rp,
 	};
 	char b[32];
 

@@ -77,7 +77,7 @@ int cmd_gc(struct ctl *c, const struct args *a)
 	struct dcr_gc_opts o = {
 		.keep_last = a->keep_last, .keep_tagged = a->keep_tagged,
 		.keep_newer = a->keep_newer, .grace = a->grace, .dry_run = a->dry_run,
-		.max_depth = a->max_depth, .event = gc_event, .arg = c,
+		.max_depth = a->max_depth, .read_cost = a->read_cost, .event = gc_event, .arg = c,
 		.pg = { .fn = ctl_progress, .arg = c },
 	};
 	const char *dry = a->dry_run ? "dry run: " : "";

@@ -26,6 +26,7 @@
 
 #include "chunk.h"
 #include "common.h"
+#include "compact.h"
 #include "fileio.h"
 #include "frame.h"
 #include "hash.h"
@@ -89,6 +90,9 @@ static void usage(FILE *f)
 "compact options (gc's rebasing too):\n"
 "      --max-depth K      at most K frames per chunk, anchor included\n"
 "                         (default 8; 1 makes every version an anchor)\n"
+"      --read-cost PCT    a chunk whose frames would cost more than PCT %% of\n"
+"                         its full frame to read is stored full (100 to\n"
+"                         10000, default 150; 100: every changed chunk full)\n"
 "warm options:\n"
 "      --mirror URL       a tier, http(s)://host[:port], as the mounts' -o\n"
 "                         mirror= (repeat it; default: $DCRFS_MIRROR)\n"
@@ -127,6 +131,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "grace", required_argument, NULL, 'G' },
 		{ "dry-run", no_argument, NULL, 'n' },
 		{ "max-depth", required_argument, NULL, 'K' },
+		{ "read-cost", required_argument, NULL, 'R' },
 		{ "no-sign-request", no_argument, NULL, 'S' },
 		{ "progress", no_argument, NULL, 'P' },
 		{ "mirror", required_argument, NULL, 'M' },
@@ -148,7 +153,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "gc", 0, 0 },     { "status", 1, 1 },
 		{ "compact", 0, 0 }, { "warm", 0, 1 },
 	};
-	int c, gc_opt = 0, dry = 0, depth = 0, warm_opt = 0;
+	int c, gc_opt = 0, dry = 0, depth = 0, cost = 0, warm_opt = 0;
 	uint64_t k;
 
 	a->store = getenv("DCRFS_STORE");
@@ -166,6 +171,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		gc_opt |= strchr("LTUNG", c) != NULL;
 		dry |= c == 'n';
 		depth |= c == 'K';
+		cost |= c == 'R';
 		warm_opt |= strchr("MXj", c) != NULL;
 		switch (c) {
 		case 's':
@@ -236,6 +242,17 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->max_depth = (unsigned)k;
 			break;
 		}
+		case 'R': {
+			uint64_t pct;
+			if (dcr_parse_u64(optarg, &pct) || pct < DCR_COMPACT_READ_COST_MIN ||
+			    pct > DCR_COMPACT_READ_COST_MAX) {
+				fprintf(stderr, "dcrfs-ctl: --read-cost: '%s' must be a percentage from %d to %d\n",
+					optarg, DCR_COMPACT_READ_COST_MIN, DCR_COMPACT_READ_COST_MAX);
+				return -1;
+			}
+			a->read_cost = (unsigned)pct;
+			break;
+		}
 		case 'v':
 			a->verbose = 1;
 			break;
@@ -290,9 +307,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: only gc takes --keep-* and --grace\n");
 		return -1;
 	}
-	if ((dry || depth) && strcmp(a->cmd, "gc") && strcmp(a->cmd, "compact")) {
+	if ((dry || depth || cost) && strcmp(a->cmd, "gc") && strcmp(a->cmd, "compact")) {
 		fprintf(stderr, "dcrfs-ctl: only gc and compact take --%s\n",
-			dry ? "dry-run" : "max-depth");
+			dry ? "dry-run" : depth ? "max-depth" : "read-cost");
 		return -1;
 	}
 	if (!strcmp(a->cmd, "gc") && !a->keep_last) {

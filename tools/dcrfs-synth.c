@@ -47,6 +47,9 @@
 #include "common.h"
 #include "fileio.h"
 #include "hash.h"
+#include "nonfinite.h"
+#include "safetensors.h"
+#include "stwriter.h"
 #include "wq.h"
 
 #define PROG "dcrfs-synth"
@@ -54,8 +57,6 @@
 #define ST_HDR_LEN 64                     /* state file header bytes */
 #define ST_MAGIC "DCRSYNST"
 #define ST_FORMAT 1
-#define HDR_MAX ((uint64_t)100 << 20)     /* safetensors header bound */
-#define MAX_NDIM 8
 #define MAX_JOBS 256
 
 /* Adam hyper-parameters (the usual PyTorch defaults). */
@@ -253,14 +254,12 @@ static char *path_join(const char *a, const char *b)
 
 /* ------------------------------------------------------------ tensors */
 
-enum dtype { DT_BF16, DT_F16, DT_F32, DT_OTHER };
-
 struct tensor {
 	char *name;
 	char dtype[16];
-	enum dtype dt;
+	enum dcr_float_fmt fmt; /* core/nonfinite.h; DCR_FF_NONE: not a float */
 	int ndim;
-	uint64_t shape[MAX_NDIM];
+	uint64_t shape[DCR_ST_NDIM_MAX];
 	uint64_t nelem;
 	uint64_t off, end;   /* data_offsets, relative to the data section */
 	uint64_t id;         /* fnv1a(name): names the random streams */
@@ -278,28 +277,13 @@ struct stfile {
 	uint64_t data_len;
 };
 
-static unsigned dtype_width(enum dtype dt)
+/* Bytes per element of the formats simulated (BF16, F16, F32); 0 else. */
+static unsigned sim_width(const struct tensor *t)
 {
-	switch (dt) {
-	case DT_BF16:
-	case DT_F16:
-		return 2;
-	case DT_F32:
-		return 4;
-	default:
-		return 0;
-	}
-}
+	bool sim = t->fmt == DCR_FF_BF16 || t->fmt == DCR_FF_F16 ||
+		   t->fmt == DCR_FF_F32;
 
-static enum dtype dtype_parse(const char *s)
-{
-	if (!strcmp(s, "BF16"))
-		return DT_BF16;
-	if (!strcmp(s, "F16"))
-		return DT_F16;
-	if (!strcmp(s, "F32"))
-		return DT_F32;
-	return DT_OTHER;
+	return sim ? dcr_float_width(t->fmt) : 0;
 }
 
 static struct tensor *stfile_add(struct stfile *f)
@@ -325,289 +309,51 @@ static void stfile_free(struct stfile *f)
 	memset(f, 0, sizeof(*f));
 }
 
-/* ------------------------------------------------------------ JSON */
-
-/* A small parser for safetensors headers: bounded, no recursion bombs. */
-struct jp {
-	const char *p, *end;
-};
-
-static void jp_ws(struct jp *j)
-{
-	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' ||
-				 *j->p == '\n' || *j->p == '\r'))
-		j->p++;
-}
-
-static int jp_expect(struct jp *j, char c)
-{
-	jp_ws(j);
-	if (j->p >= j->end || *j->p != c)
-		return -EBADMSG;
-	j->p++;
-	return 0;
-}
-
-/* String into @out (cap bytes, NUL-terminated); \uXXXX becomes UTF-8. */
-static int jp_string(struct jp *j, char *out, size_t cap)
-{
-	size_t n = 0;
-
-	if (jp_expect(j, '"'))
-		return -EBADMSG;
-	while (j->p < j->end && *j->p != '"') {
-		char c = *j->p++;
-		unsigned cp;
-
-		if ((unsigned char)c < 0x20)
-			return -EBADMSG;
-		if (c == '\\') {
-			if (j->p >= j->end)
-				return -EBADMSG;
-			c = *j->p++;
-			switch (c) {
-			case '"': case '\\': case '/': break;
-			case 'b': c = '\b'; break;
-			case 'f': c = '\f'; break;
-			case 'n': c = '\n'; break;
-			case 'r': c = '\r'; break;
-			case 't': c = '\t'; break;
-			case 'u':
-				if (j->end - j->p < 4)
-					return -EBADMSG;
-				cp = 0;
-				for (int i = 0; i < 4; i++) {
-					char h = *j->p++;
-					cp <<= 4;
-					if (h >= '0' && h <= '9')
-						cp |= (unsigned)(h - '0');
-					else if (h >= 'a' && h <= 'f')
-						cp |= (unsigned)(h - 'a' + 10);
-					else if (h >= 'A' && h <= 'F')
-						cp |= (unsigned)(h - 'A' + 10);
-					else
-						return -EBADMSG;
-				}
-				if (cp == 0)
-					return -EBADMSG;
-				if (cp >= 0x80) {
-					/* surrogates are kept as-is (3 bytes) */
-					char u[3];
-					int k;
-					if (cp < 0x800) {
-						u[0] = (char)(0xc0 | (cp >> 6));
-						u[1] = (char)(0x80 | (cp & 0x3f));
-						k = 2;
-					} else {
-						u[0] = (char)(0xe0 | (cp >> 12));
-						u[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-						u[2] = (char)(0x80 | (cp & 0x3f));
-						k = 3;
-					}
-					if (n + (size_t)k >= cap)
-						return -ENAMETOOLONG;
-					memcpy(out + n, u, (size_t)k);
-					n += (size_t)k;
-					continue;
-				}
-				c = (char)cp;
-				break;
-			default:
-				return -EBADMSG;
-			}
-		}
-		if (n + 1 >= cap)
-			return -ENAMETOOLONG;
-		out[n++] = c;
-	}
-	if (j->p >= j->end)
-		return -EBADMSG;
-	j->p++;
-	out[n] = 0;
-	return 0;
-}
-
-static int jp_u64(struct jp *j, uint64_t *v)
-{
-	uint64_t x = 0;
-	int digits = 0;
-
-	jp_ws(j);
-	while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-		unsigned d = (unsigned)(*j->p - '0');
-		if (x > (UINT64_MAX - d) / 10)
-			return -EBADMSG;
-		x = x * 10 + d;
-		j->p++;
-		digits++;
-	}
-	if (!digits)
-		return -EBADMSG;
-	*v = x;
-	return 0;
-}
-
-static int jp_skip(struct jp *j, int depth)
-{
-	char tmp[4096];
-
-	if (depth > 32)
-		return -EBADMSG;
-	jp_ws(j);
-	if (j->p >= j->end)
-		return -EBADMSG;
-	switch (*j->p) {
-	case '"':
-		return jp_string(j, tmp, sizeof(tmp)) == -EBADMSG ? -EBADMSG : 0;
-	case '{':
-	case '[': {
-		char close = *j->p == '{' ? '}' : ']';
-		bool obj = *j->p == '{';
-		j->p++;
-		jp_ws(j);
-		if (j->p < j->end && *j->p == close) {
-			j->p++;
-			return 0;
-		}
-		for (;;) {
-			if (obj) {
-				if (jp_string(j, tmp, sizeof(tmp)) || jp_expect(j, ':'))
-					return -EBADMSG;
-			}
-			if (jp_skip(j, depth + 1))
-				return -EBADMSG;
-			jp_ws(j);
-			if (j->p < j->end && *j->p == ',') {
-				j->p++;
-				continue;
-			}
-			return jp_expect(j, close);
-		}
-	}
-	default:
-		/* number, true, false, null */
-		while (j->p < j->end && (strchr("+-.eE", *j->p) ||
-					 (*j->p >= '0' && *j->p <= '9') ||
-					 (*j->p >= 'a' && *j->p <= 'z')))
-			j->p++;
-		return 0;
-	}
-}
-
-static int cmp_tensor_off(const void *a, const void *b)
-{
-	const struct tensor *x = a, *y = b;
-
-	return x->off < y->off ? -1 : x->off > y->off;
-}
+/* ------------------------------------------------------------ parse */
 
 /*
- * Parse the safetensors header @hdr[0..len) of a file whose data section
- * holds @data_len bytes into @f (tensors sorted by offset).
+ * The tensors of the safetensors file @p[0..len) into @f (sorted by
+ * offset), through core's parser; what the simulation needs of them
+ * must hold too: every shape known, BF16/F16/F32 lengths matching their
+ * shapes, no two tensors overlapping.
  */
-static int st_parse(const char *hdr, uint64_t len, uint64_t data_len,
-		    struct stfile *f)
+static int st_parse(const uint8_t *p, uint64_t len, struct stfile *f)
 {
-	struct jp j = { hdr, hdr + len };
-	char key[1024], field[64];
+	struct dcr_tensors ts;
+	int e = dcr_safetensors_tensors(p, len, len, &ts);
 
-	if (jp_expect(&j, '{'))
-		return -EBADMSG;
-	jp_ws(&j);
-	if (j.p < j.end && *j.p == '}')
-		goto done;
-	for (;;) {
-		if (jp_string(&j, key, sizeof(key)) || jp_expect(&j, ':'))
-			return -EBADMSG;
-		if (!strcmp(key, "__metadata__")) {
-			if (jp_skip(&j, 0))
-				return -EBADMSG;
-		} else {
-			struct tensor *t = stfile_add(f);
-			int have = 0;
+	if (e)
+		return e;
+	uint64_t data0 = 8 + dcr_get_le64(p); /* checked by the parser */
+	for (size_t i = 0; i < ts.n && !e; i++) {
+		const struct dcr_tensor *x = &ts.t[i];
+		struct tensor *t = stfile_add(f);
 
-			t->name = xstrdup(key);
-			t->id = fnv1a(key);
-			if (jp_expect(&j, '{'))
-				return -EBADMSG;
-			for (;;) {
-				if (jp_string(&j, field, sizeof(field)) ||
-				    jp_expect(&j, ':'))
-					return -EBADMSG;
-				if (!strcmp(field, "dtype")) {
-					if (jp_string(&j, t->dtype, sizeof(t->dtype)))
-						return -EBADMSG;
-					t->dt = dtype_parse(t->dtype);
-					have |= 1;
-				} else if (!strcmp(field, "shape")) {
-					if (jp_expect(&j, '['))
-						return -EBADMSG;
-					jp_ws(&j);
-					if (j.p < j.end && *j.p == ']') {
-						j.p++;
-					} else {
-						for (;;) {
-							if (t->ndim == MAX_NDIM ||
-							    jp_u64(&j, &t->shape[t->ndim++]))
-								return -EBADMSG;
-							jp_ws(&j);
-							if (j.p < j.end && *j.p == ',') {
-								j.p++;
-								continue;
-							}
-							if (jp_expect(&j, ']'))
-								return -EBADMSG;
-							break;
-						}
-					}
-					have |= 2;
-				} else if (!strcmp(field, "data_offsets")) {
-					if (jp_expect(&j, '[') || jp_u64(&j, &t->off) ||
-					    jp_expect(&j, ',') || jp_u64(&j, &t->end) ||
-					    jp_expect(&j, ']'))
-						return -EBADMSG;
-					have |= 4;
-				} else if (jp_skip(&j, 0)) {
-					return -EBADMSG;
-				}
-				jp_ws(&j);
-				if (j.p < j.end && *j.p == ',') {
-					j.p++;
-					continue;
-				}
-				if (jp_expect(&j, '}'))
-					return -EBADMSG;
-				break;
-			}
-			if (have != 7 || t->end < t->off || t->end > data_len)
-				return -EBADMSG;
-			t->nelem = 1;
-			for (int d = 0; d < t->ndim; d++) {
-				if (t->shape[d] && t->nelem > UINT64_MAX / t->shape[d])
-					return -EBADMSG;
-				t->nelem *= t->shape[d];
-			}
-			unsigned w = dtype_width(t->dt);
-			if (w && t->nelem * w != t->end - t->off)
-				return -EBADMSG;
+		t->name = xstrdup(x->name);
+		t->id = fnv1a(x->name);
+		memcpy(t->dtype, x->dtype, sizeof(t->dtype));
+		t->fmt = (enum dcr_float_fmt)x->fmt;
+		t->off = x->off - data0;
+		t->end = t->off + x->len;
+		if (x->ndim == DCR_ST_NDIM_UNKNOWN) {
+			e = -EBADMSG;
+			break;
 		}
-		jp_ws(&j);
-		if (j.p < j.end && *j.p == ',') {
-			j.p++;
-			continue;
-		}
-		if (jp_expect(&j, '}'))
-			return -EBADMSG;
-		break;
+		t->ndim = x->ndim;
+		memcpy(t->shape, x->shape, sizeof(t->shape));
+		t->nelem = 1;
+		for (int d = 0; d < t->ndim; d++)
+			if (__builtin_mul_overflow(t->nelem, t->shape[d], &t->nelem))
+				e = -EBADMSG;
+		if (sim_width(t) && t->nelem * sim_width(t) != x->len)
+			e = -EBADMSG;
+		if (i && t->off < f->t[i - 1].end)
+			e = -EBADMSG; /* overlapping tensors */
 	}
-done:
-	qsort(f->t, f->n, sizeof(*f->t), cmp_tensor_off);
-	for (size_t i = 1; i < f->n; i++)
-		if (f->t[i].off < f->t[i - 1].end)
-			return -EBADMSG; /* overlapping tensors */
-	f->hdr_len = len;
-	f->data_len = data_len;
-	return 0;
+	dcr_tensors_free(&ts);
+	f->hdr_len = data0 - 8;
+	f->data_len = len - data0;
+	return e;
 }
 
 /* ------------------------------------------------------------ files */
@@ -850,7 +596,7 @@ static void do_init_block(struct work *w, const struct tensor *t,
 	uint64_t rs = stream_seed(w->seed, 0, t->id, b, 0);
 	uint8_t *out = w->out + t->off;
 
-	if (t->dt == DT_BF16) {
+	if (t->fmt == DCR_FF_BF16) {
 		uint16_t *o = (uint16_t *)out;
 		for (uint64_t i = s; i < e; i++)
 			o[i] = f32_to_bf16(t->mean + t->std * rng_normal(&rs));
@@ -868,7 +614,7 @@ static void do_adam_block(struct work *w, struct scratch *sc,
 	uint64_t gs = stream_seed(w->seed, w->step, t->id, b, 1);
 	uint64_t ms = stream_seed(w->seed, w->step, t->id, b, 2);
 	float *st = w->st + 3 * t->st_index;
-	uint8_t *out = sc->out - (size_t)dtype_width(t->dt) * s;
+	uint8_t *out = sc->out - (size_t)sim_width(t) * s;
 	int err;
 	const float lr = w->lr, b1 = ADAM_B1, b2 = ADAM_B2;
 	/* stationary std of m for iid N(0,1) gradients: sqrt((1-b1)/(1+b1)) */
@@ -879,7 +625,7 @@ static void do_adam_block(struct work *w, struct scratch *sc,
 		float x, m, v, in;
 		uint32_t inbits, outbits;
 
-		if (t->dt == DT_BF16) {
+		if (t->fmt == DCR_FF_BF16) {
 			uint16_t h;
 			memcpy(&h, w->in + t->off + 2 * i, 2);
 			inbits = h;
@@ -892,7 +638,7 @@ static void do_adam_block(struct work *w, struct scratch *sc,
 			x = st[3 * i];
 			m = st[3 * i + 1];
 			v = st[3 * i + 2];
-			uint32_t mb = t->dt == DT_BF16 ? f32_to_bf16(x) : f32_bits(x);
+			uint32_t mb = t->fmt == DCR_FF_BF16 ? f32_to_bf16(x) : f32_bits(x);
 			if (mb != inbits) {
 				/* state and checkpoint disagree: trust the file */
 				x = in;
@@ -907,7 +653,7 @@ static void do_adam_block(struct work *w, struct scratch *sc,
 			x = in;
 			m = m0 * rng_normal(&ms);
 			v = 1.0f;
-			if (t->dt == DT_BF16 && (inbits & 0x7f80u) &&
+			if (t->fmt == DCR_FF_BF16 && (inbits & 0x7f80u) &&
 			    (inbits & 0x7f80u) != 0x7f80u) {
 				float ulp = bits_f32((inbits & 0x7f80u) << 16) *
 					    (1.0f / 128.0f);
@@ -923,7 +669,7 @@ static void do_adam_block(struct work *w, struct scratch *sc,
 		m = b1 * m + (1.0f - b1) * g;
 		v = b2 * v + (1.0f - b2) * g * g;
 		x -= lr * m / (sqrtf(v) + ADAM_EPS);
-		if (t->dt == DT_BF16) {
+		if (t->fmt == DCR_FF_BF16) {
 			uint16_t h = f32_to_bf16(x);
 			memcpy(out + 2 * i, &h, 2);
 			outbits = h;
@@ -936,13 +682,13 @@ static void do_adam_block(struct work *w, struct scratch *sc,
 		st[3 * i + 1] = m;
 		st[3 * i + 2] = v;
 	}
-	err = dcr_pwrite_full(w->out_fd, sc->out, (size_t)(e - s) * dtype_width(t->dt),
-			 w->out_base + t->off + dtype_width(t->dt) * s);
+	err = dcr_pwrite_full(w->out_fd, sc->out, (size_t)(e - s) * sim_width(t),
+			 w->out_base + t->off + sim_width(t) * s);
 	if (err) {
 		int zero = 0;
 		atomic_compare_exchange_strong(&w->err, &zero, err);
 	}
-	if (t->dt == DT_BF16)
+	if (t->fmt == DCR_FF_BF16)
 		atomic_fetch_add(&w->changed16, changed);
 	else
 		atomic_fetch_add(&w->changed32, changed);
@@ -954,7 +700,7 @@ static void do_uniform_block(struct work *w, const struct tensor *t,
 			     uint64_t b, uint64_t s, uint64_t e)
 {
 	uint64_t rs = stream_seed(w->seed, w->step, t->id, b, 3);
-	unsigned width = dtype_width(t->dt);
+	unsigned width = sim_width(t);
 	/* exactly floor(p*n) per tensor: block quotas telescope */
 	uint64_t q = (uint64_t)floor((double)w->rate * (double)e) -
 		     (uint64_t)floor((double)w->rate * (double)s);
@@ -968,7 +714,7 @@ static void do_uniform_block(struct work *w, const struct tensor *t,
 		/* flip 1..7 in the low mantissa bits (little-endian) */
 		out[(size_t)width * i] ^= (uint8_t)(1 + rng_below(&rs, 7));
 	}
-	if (t->dt == DT_BF16)
+	if (t->fmt == DCR_FF_BF16)
 		atomic_fetch_add(&w->changed16, changed);
 	else
 		atomic_fetch_add(&w->changed32, changed);
@@ -1022,8 +768,8 @@ static bool handled(enum work_kind kind, const struct tensor *t)
 	if (t->nelem == 0)
 		return false;
 	if (kind == W_UNIFORM)
-		return dtype_width(t->dt) != 0;
-	return t->dt == DT_BF16 || t->dt == DT_F32;
+		return sim_width(t) != 0;
+	return t->fmt == DCR_FF_BF16 || t->fmt == DCR_FF_F32;
 }
 
 static int run_work(struct work *w, int jobs)
@@ -1035,7 +781,7 @@ static int run_work(struct work *w, int jobs)
 		w->blk_first[i] = w->nblocks;
 		if (handled(w->kind, t)) {
 			w->nblocks += DCR_DIV_ROUND_UP(t->nelem, BLOCK_ELEMS);
-			if (t->dt == DT_BF16)
+			if (t->fmt == DCR_FF_BF16)
 				atomic_fetch_add(&w->n16, t->nelem);
 			else
 				atomic_fetch_add(&w->n32, t->nelem);
@@ -1124,15 +870,17 @@ static void arch_for_size(uint64_t target, struct arch *a)
 	a->vocab = DCR_MAX(v / q * q, 16);
 }
 
-static void add_tensor(struct stfile *f, const char *name, enum dtype dt,
-		       uint64_t d0, uint64_t d1, float mean, float std)
+static void add_tensor(struct stfile *f, const char *name,
+		       enum dcr_float_fmt fmt, uint64_t d0, uint64_t d1,
+		       float mean, float std)
 {
 	struct tensor *t = stfile_add(f);
 
 	t->name = xstrdup(name);
 	t->id = fnv1a(name);
-	t->dt = dt;
-	snprintf(t->dtype, sizeof(t->dtype), "%s", dt == DT_BF16 ? "BF16" : "F32");
+	t->fmt = fmt;
+	snprintf(t->dtype, sizeof(t->dtype), "%s",
+		 fmt == DCR_FF_BF16 ? "BF16" : "F32");
 	t->ndim = d1 ? 2 : 1;
 	t->shape[0] = d0;
 	t->shape[1] = d1;
@@ -1148,7 +896,7 @@ static void model_tensors(const struct arch *a, struct stfile *all)
 	uint64_t h = a->h, kv = a->kv_heads * a->head_dim;
 	float std = 0.02f, ostd = 0.02f / sqrtf(2.0f * (float)a->layers);
 
-	add_tensor(all, "model.embed_tokens.weight", DT_BF16, a->vocab, h, 0, std);
+	add_tensor(all, "model.embed_tokens.weight", DCR_FF_BF16, a->vocab, h, 0, std);
 	for (uint64_t l = 0; l < a->layers; l++) {
 #define LAYER(n, dt, d0, d1, mu, sd)                                          \
 	do {                                                                  \
@@ -1156,65 +904,74 @@ static void model_tensors(const struct arch *a, struct stfile *all)
 			 l, n);                                               \
 		add_tensor(all, name, dt, d0, d1, mu, sd);                    \
 	} while (0)
-		LAYER("input_layernorm.weight", DT_F32, h, 0, 1.0f, 0.05f);
-		LAYER("self_attn.q_proj.weight", DT_BF16, h, h, 0, std);
-		LAYER("self_attn.k_proj.weight", DT_BF16, kv, h, 0, std);
-		LAYER("self_attn.v_proj.weight", DT_BF16, kv, h, 0, std);
-		LAYER("self_attn.o_proj.weight", DT_BF16, h, h, 0, ostd);
-		LAYER("post_attention_layernorm.weight", DT_F32, h, 0, 1.0f, 0.05f);
-		LAYER("mlp.gate_proj.weight", DT_BF16, a->inter, h, 0, std);
-		LAYER("mlp.up_proj.weight", DT_BF16, a->inter, h, 0, std);
-		LAYER("mlp.down_proj.weight", DT_BF16, h, a->inter, 0, ostd);
+		LAYER("input_layernorm.weight", DCR_FF_F32, h, 0, 1.0f, 0.05f);
+		LAYER("self_attn.q_proj.weight", DCR_FF_BF16, h, h, 0, std);
+		LAYER("self_attn.k_proj.weight", DCR_FF_BF16, kv, h, 0, std);
+		LAYER("self_attn.v_proj.weight", DCR_FF_BF16, kv, h, 0, std);
+		LAYER("self_attn.o_proj.weight", DCR_FF_BF16, h, h, 0, ostd);
+		LAYER("post_attention_layernorm.weight", DCR_FF_F32, h, 0, 1.0f, 0.05f);
+		LAYER("mlp.gate_proj.weight", DCR_FF_BF16, a->inter, h, 0, std);
+		LAYER("mlp.up_proj.weight", DCR_FF_BF16, a->inter, h, 0, std);
+		LAYER("mlp.down_proj.weight", DCR_FF_BF16, h, a->inter, 0, ostd);
 #undef LAYER
 	}
-	add_tensor(all, "model.norm.weight", DT_F32, h, 0, 1.0f, 0.05f);
-	add_tensor(all, "lm_head.weight", DT_BF16, a->vocab, h, 0, std);
+	add_tensor(all, "model.norm.weight", DCR_FF_F32, h, 0, 1.0f, 0.05f);
+	add_tensor(all, "lm_head.weight", DCR_FF_BF16, a->vocab, h, 0, std);
 }
 
-/* Header JSON of @f (offsets assigned here), padded to 8-byte alignment. */
-static void st_header(struct stfile *f, struct sbuf *sb)
+/*
+ * The header of @f (8-byte length, JSON, padding) into *@hdr (malloc'ed),
+ * laid out by core's writer with the tensors in @f's order; their data
+ * offsets are assigned here. 0 or -errno (logged).
+ */
+static int st_header(struct stfile *f, char **hdr)
 {
+	struct dcr_st_tensor *ts = xcalloc(f->n ? f->n : 1, sizeof(*ts));
+	size_t *order = xcalloc(f->n ? f->n : 1, sizeof(*order));
+	const struct dcr_st_meta meta = { "format", "pt" };
 	uint64_t off = 0;
+	size_t len;
 
-	sb->len = 0;
-	sb_printf(sb, "{\"__metadata__\":{\"format\":\"pt\"}");
 	for (size_t i = 0; i < f->n; i++) {
 		struct tensor *t = &f->t[i];
 		t->off = off;
-		t->end = off + t->nelem * dtype_width(t->dt);
+		t->end = off + t->nelem * sim_width(t);
 		off = t->end;
-		sb_printf(sb, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t->name,
-			  t->dtype);
-		for (int d = 0; d < t->ndim; d++)
-			sb_printf(sb, "%s%" PRIu64, d ? "," : "", t->shape[d]);
-		sb_printf(sb, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}",
-			  t->off, t->end);
+		ts[i] = (struct dcr_st_tensor){ t->name, t->dtype, t->shape,
+						(size_t)t->ndim, NULL,
+						t->end - t->off };
 	}
-	sb_printf(sb, "}");
-	while ((8 + sb->len) % 8)
-		sb_printf(sb, " ");
-	f->hdr_len = sb->len;
+	int e = dcr_safetensors_layout(ts, f->n, &meta, 1, DCR_ST_GIVEN_ORDER,
+				       hdr, &len, order);
+	free(order);
+	free(ts);
+	if (e)
+		return e;
+	f->hdr_len = len - 8;
 	f->data_len = off;
+	return 0;
 }
 
 static int write_safetensors(const char *path, struct stfile *f, uint64_t seed,
 			     int jobs)
 {
-	struct sbuf sb = { 0 };
+	char *hdr;
 	struct map m;
 	struct work w;
 	int e;
 
-	st_header(f, &sb);
+	if ((e = st_header(f, &hdr))) {
+		die_msg("%s: cannot lay out its header: %s", path, strerror(-e));
+		return e;
+	}
 	e = map_create(path, 8 + f->hdr_len + f->data_len, &m);
 	if (e) {
-		free(sb.p);
+		free(hdr);
 		die_msg("%s: %s", path, strerror(-e));
 		return e;
 	}
-	dcr_put_le64(m.p, f->hdr_len);
-	memcpy(m.p + 8, sb.p, f->hdr_len);
-	free(sb.p);
+	memcpy(m.p, hdr, 8 + f->hdr_len);
+	free(hdr);
 	memset(&w, 0, sizeof(w));
 	w.kind = W_INIT;
 	w.f = f;
@@ -1322,7 +1079,7 @@ static int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 	arch_for_size(size, &a);
 	model_tensors(&a, &all);
 	for (size_t i = 0; i < all.n; i++)
-		total += all.t[i].nelem * dtype_width(all.t[i].dt);
+		total += all.t[i].nelem * sim_width(&all.t[i]);
 	if (shards > all.n)
 		shards = (unsigned)all.n;
 
@@ -1349,7 +1106,7 @@ static int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 			struct tensor *t = stfile_add(&f);
 			*t = all.t[next];
 			t->name = xstrdup(all.t[next].name);
-			acc += t->nelem * dtype_width(t->dt);
+			acc += t->nelem * sim_width(t);
 			if (shards > 1)
 				sb_printf(&idx, "%s\n    \"%s\": \"%s\"",
 					  next ? "," : "", t->name, name);
@@ -1498,10 +1255,7 @@ static int load_ckpt(const char *dir, struct ckpt_file **out, size_t *nout)
 			free(p);
 			return e;
 		}
-		uint64_t hl = c->in.len >= 8 ? dcr_get_le64(c->in.p) : 0;
-		if (c->in.len < 8 || hl > HDR_MAX || hl > c->in.len - 8 ||
-		    st_parse((const char *)c->in.p + 8, hl, c->in.len - 8 - hl,
-			     &c->f)) {
+		if (st_parse(c->in.p, c->in.len, &c->f)) {
 			die_msg("%s: not a valid safetensors file", p);
 			free(p);
 			return -EBADMSG;

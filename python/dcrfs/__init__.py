@@ -106,7 +106,7 @@ _lib.dcr_store_handle_open.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.PO
 _lib.dcr_store_handle_close.argtypes = [_vp]
 _lib.dcr_store_handle_close.restype = None
 _lib.dcr_store_handle_latest.argtypes = [_vp, ctypes.POINTER(_u64)]
-_lib.dcr_store_compact.argtypes = [_vp, ctypes.c_uint, ctypes.c_void_p]
+_lib.dcr_store_compact_opts.argtypes = [_vp, ctypes.c_void_p, ctypes.c_void_p]
 _lib.dcr_commit_begin.argtypes = [_vp, ctypes.POINTER(_Options), ctypes.POINTER(_vp)]
 _lib.dcr_commit_add_bytes.argtypes = [_vp, ctypes.c_char_p, ctypes.c_uint,
                                       ctypes.POINTER(_Range), ctypes.c_size_t]
@@ -242,16 +242,23 @@ class _CompactInfo(ctypes.Structure):
     _fields_ = [("generation", _u64), ("rewritten", _u64), ("depth", ctypes.c_uint)]
 
 
-def compact(url, max_depth=0):
+class _CompactOptions(ctypes.Structure):
+    _fields_ = [("max_depth", ctypes.c_uint), ("read_cost", ctypes.c_uint)]
+
+
+def compact(url, max_depth=0, read_cost=0):
     """Compact the store at url as `dcrfs-ctl compact` does: re-encode its
-    versions as skip-deltas of at most max_depth frames per chunk (0: 8).
+    versions as skip-deltas of at most max_depth frames per chunk (0: 8),
+    a chunk whose frames would cost more than read_cost % of its full
+    frame to read stored full (100 to 10000; 0: 150), as --read-cost.
     Returns {"generation", "rewritten", "depth"}; generation 0 when
     nothing needed rewriting."""
+    o = _CompactOptions(max_depth, read_cost)
     s = _vp()
     _check(_lib.dcr_store_handle_open(_cstr(url, "store URL"), 0, ctypes.byref(s)), url)
     try:
         info = _CompactInfo()
-        _check(_lib.dcr_store_compact(s, max_depth, ctypes.byref(info)), url)
+        _check(_lib.dcr_store_compact_opts(s, ctypes.byref(o), ctypes.byref(info)), url)
         return {"generation": info.generation, "rewritten": info.rewritten,
                 "depth": info.depth}
     finally:

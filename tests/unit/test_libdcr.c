@@ -159,7 +159,9 @@ static void test_abort_and_errors(void **state)
 /*
  * The layout's bytes equal the safetensors format's, written here from
  * the specification: tensors by dtype (F32 before BF16 before U8), then
- * name; "__metadata__" first; spaces to 8 bytes.
+ * name; "__metadata__" first; spaces to 8 bytes. With DCR_ST_GIVEN_ORDER
+ * the tensors keep the caller's order. The parser gives back each shape,
+ * and a shape it cannot keep is not an error.
  */
 static void test_layout_reference_bytes(void **state)
 {
@@ -184,7 +186,7 @@ static void test_layout_reference_bytes(void **state)
 	char *hdr;
 	size_t hlen, order[4];
 
-	assert_int_equal(dcr_safetensors_layout(t, 4, m, 2, &hdr, &hlen, order), 0);
+	assert_int_equal(dcr_safetensors_layout(t, 4, m, 2, 0, &hdr, &hlen, order), 0);
 	size_t jl = strlen(want_json), padded = (jl + 7) / 8 * 8;
 	assert_true(hlen == 8 + padded);
 	assert_true(dcr_get_le64((const uint8_t *)hdr) == padded);
@@ -210,19 +212,52 @@ static void test_layout_reference_bytes(void **state)
 	assert_string_equal(ts.t[2].dtype, "BF16");
 	assert_true(ts.t[2].off == hlen + 28 && ts.t[2].len == 6);
 	assert_memory_equal(file + ts.t[2].off, h, 6);
+	/* the parser keeps each shape */
+	assert_true(ts.t[0].ndim == 2 && ts.t[0].shape[0] == 2 && ts.t[0].shape[1] == 2);
+	assert_true(ts.t[2].ndim == 1 && ts.t[2].shape[0] == 3);
+	assert_true(ts.t[3].ndim == 0);
 	dcr_tensors_free(&ts);
 	free(file);
 	free(hdr);
 
+	/* DCR_ST_GIVEN_ORDER: the caller's order, data offsets in it */
+	const char *given_json =
+		"{\"u\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]},"
+		"\"b\\\"q\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[1,7]},"
+		"\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[7,23]},"
+		"\"a2\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[23,35]}}";
+	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, DCR_ST_GIVEN_ORDER, &hdr,
+						&hlen, order), 0);
+	jl = strlen(given_json);
+	assert_true(hlen == 8 + (jl + 7) / 8 * 8);
+	assert_memory_equal(hdr + 8, given_json, jl);
+	assert_true(order[0] == 0 && order[1] == 1 && order[2] == 2 && order[3] == 3);
+	free(hdr);
+
+	/* A shape the parser does not keep (9 dimensions, a float) is no error. */
+	const char *odd = "{\"x\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+			  "\"data_offsets\":[0,1]},\"y\":{\"dtype\":\"U8\",\"shape\":[1.0],"
+			  "\"data_offsets\":[1,2]},\"z\":{\"dtype\":\"U8\",\"data_offsets\":[2,3]}}";
+	size_t ol = strlen(odd);
+	uint8_t ofile[256];
+	dcr_put_le64(ofile, ol);
+	memcpy(ofile + 8, odd, ol);
+	memset(ofile + 8 + ol, 0, 3);
+	assert_int_equal(dcr_safetensors_tensors(ofile, 8 + ol + 3, 8 + ol + 3, &ts), 0);
+	assert_int_equal(ts.n, 3);
+	for (size_t i = 0; i < 3; i++)
+		assert_int_equal(ts.t[i].ndim, DCR_ST_NDIM_UNKNOWN);
+	dcr_tensors_free(&ts);
+
 	/* Refusals: unknown dtype, a length that does not fit, a repeat. */
 	t[0].dtype = "Q4";
-	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, &hdr, &hlen, order), -EINVAL);
+	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, 0, &hdr, &hlen, order), -EINVAL);
 	t[0].dtype = "U8";
 	t[0].len = 2;
-	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, &hdr, &hlen, order), -EINVAL);
+	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, 0, &hdr, &hlen, order), -EINVAL);
 	t[0].len = 1;
 	t[3].name = "a";
-	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, &hdr, &hlen, order), -EINVAL);
+	assert_int_equal(dcr_safetensors_layout(t, 4, NULL, 0, 0, &hdr, &hlen, order), -EINVAL);
 }
 
 /* Tensors committed from memory; a NaN is refused naming the tensor. */
@@ -272,6 +307,12 @@ static void test_safetensors_commit(void **state)
 	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", t, 2, NULL, 0), 0);
 	assert_int_equal(dcr_commit_publish(c, NULL, &info), 0);
 	assert_true(info.version == 2 && info.parent == 1);
+	dcr_commit_free(c);
+	/* bytes promised and no data: refused naming the tensor */
+	t[1].data = NULL;
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_safetensors(c, "m.safetensors", t, 2, NULL, 0), -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "tensor layer.b: 40 bytes and no data"));
 	dcr_commit_free(c);
 	free(w);
 }
