@@ -567,6 +567,52 @@ static size_t x32_decode_avx2(uint32_t *x, const uint8_t **pp, const uint8_t *en
 	return i;
 }
 
+/*
+ * One step of 16 states (x32_decode_avx2's X32_STEP on a 512-bit
+ * vector): the renormalising lanes take the next words in lane order
+ * (an expand of the words at p); returns the 16 symbols.
+ */
+#define X32_STEP16(X)                                                         \
+	__extension__({                                                       \
+		__m512i e_ = _mm512_i32gather_epi32(_mm512_and_si512(X, m12), \
+						    (const void *)tab, 4);    \
+		__m512i f_ = _mm512_and_si512(e_, m12);                       \
+		__m512i b_ = _mm512_and_si512(_mm512_srli_epi32(e_, 12), m12); \
+		X = _mm512_add_epi32(_mm512_mullo_epi32(f_, _mm512_srli_epi32(X, 12)), \
+				     b_);                                     \
+		__mmask16 n_ = _mm512_cmplt_epu32_mask(X, lo);                \
+		__m512i w_ = _mm512_cvtepu16_epi32(_mm256_maskz_expand_epi16( \
+			n_, _mm256_loadu_si256((const __m256i *)(const void *)p))); \
+		X = _mm512_mask_or_epi32(X, n_, _mm512_slli_epi32(X, 16), w_); \
+		p += 2 * (unsigned)__builtin_popcount(n_);                    \
+		_mm512_cvtepi32_epi8(_mm512_srli_epi32(e_, 24));              \
+	})
+
+/* x32_decode_avx2 with two vectors of 16 states (AVX-512). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt")))
+static size_t x32_decode_avx512(uint32_t *x, const uint8_t **pp, const uint8_t *end,
+				const uint32_t *tab, uint8_t *dst, size_t n)
+{
+	const __m512i m12 = _mm512_set1_epi32(0xfff);
+	const __m512i lo = _mm512_set1_epi32((int)DCR_RANS_L);
+	__m512i x0 = _mm512_loadu_si512((const void *)x);
+	__m512i x1 = _mm512_loadu_si512((const void *)(x + 16));
+	const uint8_t *p = *pp;
+	size_t i = 0;
+
+	/* a round reads at most 64 bytes: each step loads 32 at p */
+	for (; i + X32 <= n && end - p >= 2 * X32; i += X32) {
+		__m128i s0 = X32_STEP16(x0);
+		__m128i s1 = X32_STEP16(x1);
+		_mm_storeu_si128((__m128i *)(void *)(dst + i), s0);
+		_mm_storeu_si128((__m128i *)(void *)(dst + i + 16), s1);
+	}
+	_mm512_storeu_si512((void *)x, x0);
+	_mm512_storeu_si512((void *)(x + 16), x1);
+	*pp = p;
+	return i;
+}
+
 #endif
 
 void dcr_ent_set_simd(int on)
@@ -610,8 +656,10 @@ static int x32_decode(struct dcr_rd *r, uint8_t *dst, size_t n,
 	}
 	size_t i = 0;
 #ifdef DCR_X32_AVX2
-	if (simd_allowed && __builtin_cpu_supports("avx2") &&
-	    __builtin_cpu_supports("popcnt"))
+	if (x32_avx512())
+		i = x32_decode_avx512(x, &p, end, dec->packed, dst, n);
+	else if (simd_allowed && __builtin_cpu_supports("avx2") &&
+		 __builtin_cpu_supports("popcnt"))
 		i = x32_decode_avx2(x, &p, end, dec->packed, dst, n);
 #endif
 	if (x32_decode_tail(x, &p, end, dec->packed, dst, i, n) || p != end)
