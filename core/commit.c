@@ -2,9 +2,10 @@
 /*
  * commit.c - turn a directory tree into a new version (see commit.h).
  *
- * Pipeline: the calling thread walks the tree, then reads every regular
- * file once, sequentially, chunk by chunk, feeding the optional stage copy
- * as it goes, and queues each chunk. Worker threads hash the chunk (the
+ * Pipeline: the calling thread walks the tree, then opens every regular
+ * file and queues its chunks in order. Worker threads read each chunk
+ * into their own buffer (so every pass below runs from the cache of the
+ * core that read it), copy it to the optional stage, hash it (the
  * only SHA-256 pass over the source bytes: a file's digest is the hash of
  * its chunk hashes, manifest.h format 3), compare the hash with the
  * parent's (equal: no frame at all), otherwise read the parent's chunk
@@ -192,10 +193,12 @@ static int scan_dir(struct scan *s, int dfd, const char *rel)
 /* ----------------------------------------------------------- pipeline */
 
 /*
- * A chunk on its way through the pipeline: read by the feeder into a
- * slot (struct job), encoded and decode-checked by a worker of the
- * encode queue (core/wq), then packed by whichever thread finishes the
- * oldest unpacked slot, in the order the chunks were read: file order,
+ * A chunk on its way through the pipeline: queued by the feeder in a
+ * slot (struct job), then read, hashed, encoded and decode-checked by a
+ * worker of the encode queue (core/wq) into its own buffers, so that
+ * every pass over the chunk and its parent's runs on the core that read
+ * them, from its cache; then packed by whichever thread finishes the
+ * oldest unpacked slot, in the order the chunks were queued: file order,
  * chunk order. So the packs hold the same frames in the same order
  * whatever the number of workers and their timing, and the same commit
  * gives the same pack bytes (tests/integration/commit_packs_same.sh).
@@ -206,16 +209,26 @@ struct job {
 	uint32_t fidx;
 	uint64_t cidx;
 	uint32_t len;
-	uint8_t *buf;
 	struct dcr_buf frame; /* the encoded frame; empty: nothing to pack */
 	bool done;            /* encoded (or failed): ready to pack */
 };
 
+/*
+ * A file being committed. The feeder opens it and sets everything before
+ * it queues the file's first chunk (the queue's lock orders that before
+ * the workers' reads); the descriptors are closed by file_done, after
+ * the last chunk is done.
+ */
 struct fstate {
 	const struct dcr_commit_source *src;
+	int fd;          /* the source file; -1: @src's ranges (or closed) */
+	struct stat sb0; /* @fd's fstat when opened (file_changed) */
+	int sfd;         /* its stage copy; -1: none */
+	bool kcopy;      /* copy_file_range to @sfd works (atomic) */
 	int parent_fd;   /* -1 if no base */
 	uint32_t pending;/* queued chunks not yet finished */
-	bool read_done;
+	bool read_done;  /* the feeder is done with it */
+	bool queued_all; /* ... having queued every chunk */
 	/* dtype regions from a safetensors header; empty = byte mode */
 	struct dcr_regions regions;
 	/* Its float tensors and, per tensor, the NaN/Inf found so far
@@ -224,13 +237,24 @@ struct fstate {
 	uint64_t *nonfinite;
 };
 
-/* Called with p->lock held once a file is read and all its chunks encoded. */
+/* Close @fs's descriptors but the stage copy's (stage_close). */
+static void fstate_close(struct fstate *fs)
+{
+	if (fs->fd >= 0)
+		close(fs->fd);
+	if (fs->parent_fd >= 0)
+		close(fs->parent_fd);
+	fs->fd = fs->parent_fd = -1;
+}
+
+/* Called with p->lock held once a file is read and all its chunks
+ * encoded (after stage_close), or when the pipeline is freed. */
 static void fstate_release(struct fstate *fs)
 {
-	if (fs->parent_fd >= 0) {
-		close(fs->parent_fd);
-		fs->parent_fd = -1;
-	}
+	fstate_close(fs);
+	if (fs->sfd >= 0)
+		close(fs->sfd);
+	fs->sfd = -1;
 	dcr_regions_free(&fs->regions);
 	dcr_tensors_free(&fs->floats);
 	free(fs->nonfinite);
@@ -259,7 +283,8 @@ struct pipe {
 	uint64_t same, delta, full;
 	/* A non-finite value was found (atomic): encode no more, fail. */
 	bool refused;
-	/* false once the stage copy failed: the commit goes on without it */
+	/* false once the stage copy failed: the commit goes on without it
+	 * (atomic loads; set under lock) */
 	bool staging;
 };
 
@@ -285,9 +310,166 @@ static int get_err(struct pipe *p)
 	return e;
 }
 
+/*
+ * The copy of the committed tree is only an optimisation for the next
+ * commit: when it cannot be written (a full or read-only cache disk), say
+ * so once and go on without it; the caller then forgets the stage.
+ */
+static void stage_failed_locked(struct pipe *p, const char *path, int err)
+{
+	if (!p->staging)
+		return;
+	__atomic_store_n(&p->staging, false, __ATOMIC_RELAXED);
+	dcr_warn("cannot keep a copy of the committed tree in %s (%s/%s: %s); "
+		 "going on without it, the next commit will rebuild its parent from the store",
+		 p->o->stage_dir, p->o->stage_dir, path, dcr_strerror(err));
+}
+
+static void stage_failed(struct pipe *p, const char *path, int err)
+{
+	pthread_mutex_lock(&p->lock);
+	stage_failed_locked(p, path, err);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Close file @fi's stage copy; under p->lock. */
+static void stage_close(struct pipe *p, uint32_t fi)
+{
+	struct fstate *fs = &p->fs[fi];
+
+	if (fs->sfd >= 0 && close(fs->sfd) < 0)
+		stage_failed_locked(p, p->m->files[fi].path, DCR_ERR(-errno));
+	fs->sfd = -1;
+}
+
+/* Where a source's bytes come from, for messages. */
+static const char *src_name(const struct dcr_commit_source *src)
+{
+	return src->file ? src->file : src->path;
+}
+
+/*
+ * Bytes [off, off+len) of a file to commit: pread from @fd (its source
+ * is a file) or gathered from the caller's ranges.
+ */
+static int src_read(const struct dcr_commit_source *src, int fd, void *buf,
+		    size_t len, uint64_t off)
+{
+	if (src->file)
+		return dcr_pread_full(fd, buf, len, off);
+	uint8_t *dst = buf;
+	for (size_t i = 0; i < src->nranges && len; i++) {
+		const struct dcr_commit_range *r = &src->ranges[i];
+		if (off >= r->len) {
+			off -= r->len;
+			continue;
+		}
+		size_t n = (size_t)DCR_MIN((uint64_t)len, r->len - off);
+		memcpy(dst, (const uint8_t *)r->data + off, n);
+		dst += n;
+		len -= n;
+		off = 0;
+	}
+	return len ? DCR_ERR(-ENODATA) : 0;
+}
+
+/*
+ * Bytes [off, off+len) of a source given as ranges, where one range
+ * holds them all: the caller's memory, read in place. NULL: they must be
+ * gathered (src_read).
+ */
+static const uint8_t *src_direct(const struct dcr_commit_source *src,
+				 uint64_t off, size_t len)
+{
+	for (size_t i = 0; !src->file && i < src->nranges; i++) {
+		const struct dcr_commit_range *r = &src->ranges[i];
+		if (off >= r->len) {
+			off -= r->len;
+			continue;
+		}
+		return len <= r->len - off ? (const uint8_t *)r->data + off : NULL;
+	}
+	return NULL;
+}
+
+/*
+ * The safetensors header of a source of @size bytes, parsed into element
+ * regions (and @floats); as dcr_safetensors_parse_fd for either kind of
+ * source.
+ */
+static int src_parse_header(const struct dcr_commit_source *src, int fd,
+			    uint64_t size, struct dcr_regions *regions,
+			    struct dcr_tensors *floats)
+{
+	uint8_t h[8];
+	size_t need;
+	int ret;
+
+	if (size < 8)
+		return DCR_ERR(-EBADMSG);
+	if ((ret = src_read(src, fd, h, 8, 0)) ||
+	    (ret = dcr_safetensors_prefix_len(h, 8, size, &need)))
+		return ret;
+	uint8_t *buf = malloc(need);
+	if (!buf)
+		return DCR_ERR(-ENOMEM);
+	ret = src_read(src, fd, buf, need, 0);
+	if (!ret)
+		ret = dcr_safetensors_parse(buf, need, size, regions, floats);
+	free(buf);
+	return ret;
+}
+
+/*
+ * Copy chunk @buf[0..len), just read from offset @off of the source @fd
+ * (-1: from memory), to the stage file @sfd. Where the kernel can, it
+ * copies between the two files itself (copy_file_range): much cheaper
+ * than writing from @buf, the source's pages being in the page cache. It
+ * copies what the file holds now, which is what was just read unless the
+ * file changed, and then the commit fails (file_changed) or the next
+ * commit's check of its parent chunks catches it, as for a reflink.
+ * *@kcopy is cleared when the kernel cannot, for the rest of the file.
+ * Positioned I/O only: the workers copy a file's chunks concurrently.
+ */
+static int stage_chunk(int sfd, int fd, const uint8_t *buf, size_t len,
+		       uint64_t off, bool *kcopy)
+{
+	size_t done = 0;
+
+	while (__atomic_load_n(kcopy, __ATOMIC_RELAXED) && fd >= 0 && done < len) {
+		loff_t in = (loff_t)(off + done), out = in;
+		ssize_t n = copy_file_range(fd, &in, sfd, &out, len - done, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			/* EXDEV, EOPNOTSUPP, ... or the source shrank: write
+			 * the rest of this chunk from buf. */
+			__atomic_store_n(kcopy, false, __ATOMIC_RELAXED);
+			break;
+		}
+		done += (size_t)n;
+	}
+	if (done == len)
+		return 0;
+	return dcr_pwrite_full(sfd, buf + done, len - done, off + done);
+}
+
+/* Whether the file behind @fd changed since @before (size, mtime, ctime). */
+static bool file_changed(int fd, const struct stat *before)
+{
+	struct stat sb;
+
+	return fstat(fd, &sb) < 0 || sb.st_size != before->st_size ||
+	       sb.st_mtim.tv_sec != before->st_mtim.tv_sec ||
+	       sb.st_mtim.tv_nsec != before->st_mtim.tv_nsec ||
+	       sb.st_ctim.tv_sec != before->st_ctim.tv_sec ||
+	       sb.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
+}
+
 /* An encoder's own state (core/wq's on_start makes it, per worker). */
 struct worker {
 	struct dcr_codec *codec;
+	uint8_t *cbuf;          /* the chunk, read from its file */
 	uint8_t *pbuf;          /* parent chunk, then the frame decoded again */
 };
 
@@ -299,6 +481,7 @@ static void worker_free(void *ctx, void *ws)
 	if (!w)
 		return;
 	dcr_codec_free(w->codec);
+	free(w->cbuf);
 	free(w->pbuf);
 	free(w);
 }
@@ -311,8 +494,9 @@ static void *worker_new(void *ctx)
 	if (!w)
 		return NULL;
 	w->codec = dcr_codec_new(p->o->zstd_level);
+	w->cbuf = malloc(p->cs);
 	w->pbuf = malloc(p->cs);
-	if (!w->codec || !w->pbuf) {
+	if (!w->codec || !w->cbuf || !w->pbuf) {
 		worker_free(ctx, w);
 		return NULL;
 	}
@@ -368,31 +552,34 @@ static bool check_chunk(struct fstate *fs, const uint8_t *buf, uint64_t off,
 
 /*
  * The element of a float tensor that straddles file offset @off (a chunk
- * boundary), if any, from the last bytes of the chunk before (@tail, the
- * 8 bytes ending at @off) and the first of the chunk at @off (@head).
- * Called by the feeder, which sees both chunks, whether or not either is
- * encoded. True if it is NaN or Inf.
+ * boundary), if any: its bytes before @off read from the source again
+ * (a few bytes, rarely: most tensors start on a chunk-aligned offset
+ * multiple of their width), the rest from the chunk at @off (@head, at
+ * least 8 bytes). Called by the worker of the chunk at @off, whether or
+ * not it is encoded. 1 if it is NaN or Inf, 0 if not (or there is none),
+ * or the read's -errno.
  */
-static bool check_edge(struct fstate *fs, const uint8_t tail[8],
-		       const uint8_t *head, uint64_t off)
+static int check_edge(struct fstate *fs, const uint8_t *head, uint64_t off)
 {
 	const struct dcr_tensors *ts = &fs->floats;
 	size_t i = first_tensor(ts, off);
 
 	if (!fs->nonfinite || i >= ts->n || ts->t[i].off >= off)
-		return false;
+		return 0;
 	const struct dcr_tensor *t = &ts->t[i];
 	unsigned w = dcr_float_width(t->fmt);
 	unsigned before = (unsigned)((off - t->off) % w);
 	if (!before)
-		return false;
+		return 0;
 	uint8_t e[8];
-	memcpy(e, tail + 8 - before, before);
+	int ret = src_read(fs->src, fs->fd, e, before, off - before);
+	if (ret)
+		return ret;
 	memcpy(e + before, head, w - before);
 	if (!dcr_nonfinite_count(e, 1, t->fmt))
-		return false;
+		return 0;
 	__atomic_add_fetch(&fs->nonfinite[i], 1, __ATOMIC_RELAXED);
-	return true;
+	return 1;
 }
 
 /*
@@ -443,14 +630,53 @@ static bool parent_chunk_ok(const struct dcr_manifest *pm,
 	return dcr_hash_eq(h, pref->hash);
 }
 
+/*
+ * Read chunk @j of its file into @w->cbuf (in place for a source in
+ * memory: *@out), check the element across its start, and copy it to the
+ * stage. -errno, logged naming the file.
+ */
+static int read_chunk(struct pipe *p, struct worker *w, const struct job *j,
+		      const uint8_t **out)
+{
+	struct fstate *fs = &p->fs[j->fidx];
+	const struct dcr_commit_source *src = fs->src;
+	uint64_t off = j->cidx * (uint64_t)p->cs;
+	const uint8_t *buf = src_direct(src, off, j->len);
+	int ret = 0;
+
+	if (!buf) {
+		ret = src_read(src, fs->fd, w->cbuf, j->len, off);
+		buf = w->cbuf;
+	}
+	if (!ret && j->cidx && j->len >= 8 && (ret = check_edge(fs, buf, off)) > 0) {
+		__atomic_store_n(&p->refused, true, __ATOMIC_RELAXED);
+		ret = 0;
+	}
+	if (ret) {
+		if (ret == -ENODATA)
+			dcr_err("%s changed while it was being committed", src_name(src));
+		else
+			dcr_err("%s: %s", src_name(src), dcr_strerror(ret));
+		return ret;
+	}
+	if (fs->sfd >= 0 && __atomic_load_n(&p->staging, __ATOMIC_RELAXED) &&
+	    (ret = stage_chunk(fs->sfd, fs->fd, buf, j->len, off, &fs->kcopy)))
+		stage_failed(p, p->m->files[j->fidx].path, ret);
+	*out = buf;
+	return 0;
+}
+
 static int encode_job(struct pipe *p, struct worker *w, struct job *j)
 {
 	struct dcr_file *f = &p->m->files[j->fidx];
 	struct dcr_chunk_ref *ref = &f->chunks[j->cidx];
-	int fd, ret, kind;
+	const uint8_t *buf;
+	int ret, kind;
 
-	dcr_sha256(j->buf, j->len, ref->hash);
-	dcr_xxh128(j->buf, j->len, ref->xxh);
+	if ((ret = read_chunk(p, w, j, &buf)))
+		return ret;
+	dcr_sha256(buf, j->len, ref->hash);
+	dcr_xxh128(buf, j->len, ref->xxh);
 	const void *base = NULL;
 	const struct dcr_chunk_ref *pref = f->base == DCR_NO_BASE ? NULL :
 		&p->pm->files[f->base].chunks[j->cidx];
@@ -459,16 +685,14 @@ static int encode_job(struct pipe *p, struct worker *w, struct job *j)
 		__atomic_add_fetch(&p->same, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
-	if (check_chunk(&p->fs[j->fidx], j->buf, j->cidx * (uint64_t)p->cs, j->len))
+	if (check_chunk(&p->fs[j->fidx], buf, j->cidx * (uint64_t)p->cs, j->len))
 		__atomic_store_n(&p->refused, true, __ATOMIC_RELAXED);
 	/* A refused commit only goes on counting, for the message. */
 	if (__atomic_load_n(&p->refused, __ATOMIC_RELAXED))
 		return 0;
 	if (pref) {
-		pthread_mutex_lock(&p->lock);
-		fd = p->fs[j->fidx].parent_fd;
-		pthread_mutex_unlock(&p->lock);
-		ret = dcr_pread_full(fd, w->pbuf, j->len, j->cidx * (uint64_t)p->cs);
+		ret = dcr_pread_full(p->fs[j->fidx].parent_fd, w->pbuf, j->len,
+				     j->cidx * (uint64_t)p->cs);
 		if (ret || !parent_chunk_ok(p->pm, pref, w->pbuf, j->len)) {
 			dcr_warn("parent copy of %s (chunk %" PRIu64 ") in %s does not match version %" PRIu64,
 				 f->path, j->cidx, p->o->parent_dir, p->m->parent);
@@ -479,7 +703,7 @@ static int encode_job(struct pipe *p, struct worker *w, struct job *j)
 	/* Regions are written before the file's first job is queued. */
 	struct dcr_elem_hint hint = dcr_regions_hint(&p->fs[j->fidx].regions,
 						     j->cidx * (uint64_t)p->cs);
-	ret = dcr_frame_encode2(w->codec, j->buf, base, j->len, &hint,
+	ret = dcr_frame_encode2(w->codec, buf, base, j->len, &hint,
 				&j->frame, &kind);
 	if (ret)
 		return ret;
@@ -491,7 +715,7 @@ static int encode_job(struct pipe *p, struct worker *w, struct job *j)
 	 * (the encoder only reads it); a full frame overwrites pbuf.
 	 */
 	if (dcr_frame_apply(w->codec, j->frame.data, j->frame.len, w->pbuf, j->len) ||
-	    memcmp(w->pbuf, j->buf, j->len) != 0) {
+	    memcmp(w->pbuf, buf, j->len) != 0) {
 		dcr_err("internal error: the frame encoded for %s (chunk %" PRIu64
 			") does not decode to the chunk; nothing is published",
 			f->path, j->cidx);
@@ -514,6 +738,15 @@ static void file_done(struct pipe *p, uint32_t fi)
 	struct fstate *fs = &p->fs[fi];
 	bool found = false;
 
+	/*
+	 * A file written while it was read (in place, at the same size, or
+	 * grown) would be committed as bytes it never held at any one time.
+	 */
+	if (fs->queued_all && fs->fd >= 0 && !p->err && file_changed(fs->fd, &fs->sb0)) {
+		dcr_err("%s changed while it was being committed", fs->src->file);
+		set_err_locked(p, DCR_ERR(-EAGAIN));
+	}
+	stage_close(p, fi);
 	for (size_t i = 0; fs->nonfinite && i < fs->floats.n && !found; i++)
 		found = __atomic_load_n(&fs->nonfinite[i], __ATOMIC_RELAXED) != 0;
 	if (found) {
@@ -623,127 +856,6 @@ static void report(struct pipe *p, struct dcr_commit_progress *pr,
 }
 
 
-/*
- * The copy of the committed tree is only an optimisation for the next
- * commit: when it cannot be written (a full or read-only cache disk), say
- * so once and go on without it; the caller then forgets the stage.
- */
-static void stage_failed(struct pipe *p, const char *path, int err)
-{
-	if (!p->staging)
-		return;
-	p->staging = false;
-	dcr_warn("cannot keep a copy of the committed tree in %s (%s/%s: %s); "
-		 "going on without it, the next commit will rebuild its parent from the store",
-		 p->o->stage_dir, p->o->stage_dir, path, dcr_strerror(err));
-}
-
-/* Where a source's bytes come from, for messages. */
-static const char *src_name(const struct dcr_commit_source *src)
-{
-	return src->file ? src->file : src->path;
-}
-
-/*
- * Bytes [off, off+len) of a file to commit: pread from @fd (its source
- * is a file) or gathered from the caller's ranges.
- */
-static int src_read(const struct dcr_commit_source *src, int fd, void *buf,
-		    size_t len, uint64_t off)
-{
-	if (src->file)
-		return dcr_pread_full(fd, buf, len, off);
-	uint8_t *dst = buf;
-	for (size_t i = 0; i < src->nranges && len; i++) {
-		const struct dcr_commit_range *r = &src->ranges[i];
-		if (off >= r->len) {
-			off -= r->len;
-			continue;
-		}
-		size_t n = (size_t)DCR_MIN((uint64_t)len, r->len - off);
-		memcpy(dst, (const uint8_t *)r->data + off, n);
-		dst += n;
-		len -= n;
-		off = 0;
-	}
-	return len ? DCR_ERR(-ENODATA) : 0;
-}
-
-/*
- * The safetensors header of a source of @size bytes, parsed into element
- * regions (and @floats); as dcr_safetensors_parse_fd for either kind of
- * source.
- */
-static int src_parse_header(const struct dcr_commit_source *src, int fd,
-			    uint64_t size, struct dcr_regions *regions,
-			    struct dcr_tensors *floats)
-{
-	uint8_t h[8];
-	size_t need;
-	int ret;
-
-	if (size < 8)
-		return DCR_ERR(-EBADMSG);
-	if ((ret = src_read(src, fd, h, 8, 0)) ||
-	    (ret = dcr_safetensors_prefix_len(h, 8, size, &need)))
-		return ret;
-	uint8_t *buf = malloc(need);
-	if (!buf)
-		return DCR_ERR(-ENOMEM);
-	ret = src_read(src, fd, buf, need, 0);
-	if (!ret)
-		ret = dcr_safetensors_parse(buf, need, size, regions, floats);
-	free(buf);
-	return ret;
-}
-
-/*
- * Copy chunk @buf[0..len), just read from offset @off of the source @fd
- * (-1: from memory), to the stage file @sfd. Where the kernel can, it
- * copies between the two files itself (copy_file_range): much cheaper
- * than writing from @buf, the source's pages being in the page cache. It
- * copies what the file holds now, which is what was just read unless the
- * file changed, and then the commit fails (file_changed) or the next
- * commit's check of its parent chunks catches it, as for a reflink.
- * *@kcopy is cleared when the kernel cannot, for the rest of the file.
- */
-static int stage_chunk(int sfd, int fd, const uint8_t *buf, size_t len,
-		       uint64_t off, bool *kcopy)
-{
-	size_t done = 0;
-
-	while (*kcopy && fd >= 0 && done < len) {
-		loff_t in = (loff_t)(off + done), out = in;
-		ssize_t n = copy_file_range(fd, &in, sfd, &out, len - done, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			/* EXDEV, EOPNOTSUPP, ... or the source shrank: write
-			 * the rest of this chunk from buf. */
-			*kcopy = false;
-			break;
-		}
-		done += (size_t)n;
-	}
-	if (done == len)
-		return 0;
-	if (lseek(sfd, (off_t)(off + done), SEEK_SET) < 0)
-		return DCR_ERR(-errno);
-	return dcr_write_full(sfd, buf + done, len - done);
-}
-
-/* Whether the file behind @fd changed since @before (size, mtime, ctime). */
-static bool file_changed(int fd, const struct stat *before)
-{
-	struct stat sb;
-
-	return fstat(fd, &sb) < 0 || sb.st_size != before->st_size ||
-	       sb.st_mtim.tv_sec != before->st_mtim.tv_sec ||
-	       sb.st_mtim.tv_nsec != before->st_mtim.tv_nsec ||
-	       sb.st_ctim.tv_sec != before->st_ctim.tv_sec ||
-	       sb.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
-}
-
 #ifdef DCR_TEST_HOOKS
 /*
  * Test hook (HACKING): DCRFS_TEST_COMMIT_BEFORE_OPEN=CMD runs
@@ -811,32 +923,35 @@ static int open_source(const struct dcr_commit_source *src, struct stat *sb)
 	return fd;
 }
 
-/* Read one file sequentially and queue its chunks. */
+/*
+ * Open one file (its source, stage copy and parent copy) and queue its
+ * chunks, in order; the workers read them (read_chunk).
+ */
 static int feed_file(struct pipe *p, struct worker *self, uint32_t fi,
 		     struct dcr_commit_progress *pr, int64_t *last)
 {
 	struct dcr_file *f = &p->m->files[fi];
 	struct fstate *fs = &p->fs[fi];
 	const struct dcr_commit_source *src = fs->src;
-	struct stat sb0;
-	int ret = 0, sfd = -1, fd = -1;
-	bool kcopy = true;
+	int ret = 0;
 
 	if (src->file) {
-		if ((fd = open_source(src, &sb0)) < 0) {
-			ret = fd;
-			goto err_close;
+		if ((fs->fd = open_source(src, &fs->sb0)) < 0) {
+			ret = fs->fd;
+			fs->fd = -1;
+			goto err_done;
 		}
-		if ((uint64_t)sb0.st_size != f->size) {
+		if ((uint64_t)fs->sb0.st_size != f->size) {
 			dcr_err("%s changed while it was being committed", src->file);
 			ret = DCR_ERR(-EAGAIN);
-			goto err_close;
+			goto err_done;
 		}
-		f->mtime_ns = (int64_t)sb0.st_mtim.tv_sec * 1000000000 + sb0.st_mtim.tv_nsec;
+		f->mtime_ns = (int64_t)fs->sb0.st_mtim.tv_sec * 1000000000 +
+			      fs->sb0.st_mtim.tv_nsec;
 	}
-	if (p->staging) {
-		sfd = dcr_open_beneath(p->o->stage_dir, f->path,
-				   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (__atomic_load_n(&p->staging, __ATOMIC_RELAXED)) {
+		int sfd = dcr_open_beneath(p->o->stage_dir, f->path,
+					   O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (sfd < 0)
 			stage_failed(p, f->path, sfd);
 		/*
@@ -844,88 +959,61 @@ static int feed_file(struct pipe *p, struct worker *self, uint32_t fi,
 		 * source change after the clone, the next commit's check of
 		 * every parent chunk against its hash catches it (-ESTALE).
 		 */
-		if (sfd >= 0 && fd >= 0 && ioctl(sfd, FICLONE, fd) == 0) {
+		if (sfd >= 0 && fs->fd >= 0 && ioctl(sfd, FICLONE, fs->fd) == 0) {
 			close(sfd);
 			sfd = -1;
 		}
+		fs->sfd = sfd < 0 ? -1 : sfd;
+		fs->kcopy = true;
 	}
 	if (f->base != DCR_NO_BASE) {
 		int pfd = dcr_open_beneath(p->o->parent_dir, f->path, O_RDONLY, 0);
 		if (pfd < 0) {
 			dcr_warn("%s/%s: %s", p->o->parent_dir, f->path, dcr_strerror(pfd));
 			ret = DCR_ERR(-ESTALE);
-			goto err_close;
+			goto err_done;
 		}
 		fs->parent_fd = pfd;
 	}
 	/* Element hints for the codec; a file that is not safetensors (or
 	 * whose header does not parse) is simply coded as bytes. */
-	ret = src_parse_header(src, fd, f->size, &fs->regions,
+	ret = src_parse_header(src, fs->fd, f->size, &fs->regions,
 			       p->o->allow_nonfinite ? NULL : &fs->floats);
 	if (ret == -ENOMEM)
-		goto err_close;
+		goto err_done;
 	ret = 0;
 	if (fs->floats.n && !(fs->nonfinite = calloc(fs->floats.n, sizeof(*fs->nonfinite)))) {
 		ret = DCR_ERR(-ENOMEM);
-		goto err_close;
+		goto err_done;
 	}
-	uint8_t tail[8] = { 0 };
-	if (fd >= 0)
-		posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	if (fs->fd >= 0)
+		posix_fadvise(fs->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (uint64_t c = 0; c < f->nchunks; c++) {
 		struct job *j = take_slot(p);
 		if (!j) {
 			ret = get_err(p);
-			goto err_close;
+			goto err_done;
 		}
 		j->fidx = fi;
 		j->cidx = c;
 		j->len = dcr_chunk_len(f->size, p->cs, c);
-		ret = src_read(src, fd, j->buf, j->len, c * (uint64_t)p->cs);
-		if (ret) {
-			if (ret == -ENODATA)
-				dcr_err("%s changed while it was being committed", src_name(src));
-			else
-				dcr_err("%s: %s", src_name(src), dcr_strerror(ret));
-			goto err_close;
-		}
-		if (c && j->len >= 8 && check_edge(fs, tail, j->buf, c * (uint64_t)p->cs))
-			__atomic_store_n(&p->refused, true, __ATOMIC_RELAXED);
-		if (j->len >= 8)
-			memcpy(tail, j->buf + j->len - 8, 8);
-		if (sfd >= 0 && (ret = stage_chunk(sfd, fd, j->buf, j->len,
-						    c * (uint64_t)p->cs, &kcopy))) {
-			stage_failed(p, f->path, ret);
-			close(sfd);
-			sfd = -1;
-			ret = 0;
-		}
 		pr->bytes_done += j->len;
 		queue_job(p, j, self);
 		report(p, pr, last, c + 1 == f->nchunks);
 		if (p->o->cancel && atomic_load(p->o->cancel)) {
 			ret = DCR_ERR(-ECANCELED);
-			goto err_close;
+			goto err_done;
 		}
 	}
-	/*
-	 * A file written while it was read (in place, at the same size, or
-	 * grown) would be committed as bytes it never held at any one time.
-	 */
-	if (fd >= 0 && file_changed(fd, &sb0)) {
-		dcr_err("%s changed while it was being committed", src->file);
-		ret = DCR_ERR(-EAGAIN);
-	}
-err_close:
+	pthread_mutex_lock(&p->lock);
+	fs->queued_all = true;
+	pthread_mutex_unlock(&p->lock);
+err_done:
 	pthread_mutex_lock(&p->lock);
 	fs->read_done = true;
 	if (fs->pending == 0)
 		file_done(p, fi);
 	pthread_mutex_unlock(&p->lock);
-	if (sfd >= 0 && close(sfd) < 0)
-		stage_failed(p, f->path, -errno);
-	if (fd >= 0)
-		close(fd);
 	return ret;
 }
 
@@ -1338,16 +1426,11 @@ int dcr_commit_sources(struct dcr_store *st,
 		goto err_free_pipe;
 	}
 	for (uint32_t i = 0; i < m.nfiles; i++) {
-		p.fs[i].parent_fd = -1;
+		p.fs[i].fd = p.fs[i].sfd = p.fs[i].parent_fd = -1;
 		p.fs[i].src = order[i];
 	}
-	for (size_t i = 0; i < p.nslots; i++) {
+	for (size_t i = 0; i < p.nslots; i++)
 		dcr_buf_init(&p.slots[i].frame, SIZE_MAX);
-		if (!(p.slots[i].buf = malloc(cs))) {
-			ret = DCR_ERR(-ENOMEM);
-			goto err_free_pipe;
-		}
-	}
 	/* A pack is sealed once it reaches the target, so it never holds
 	 * more than the target plus one frame (a chunk and its header). */
 	struct dcr_packw_opts po = {
@@ -1435,10 +1518,8 @@ err_free_pipe:
 	dcr_wq_free(p.wq);
 	dcr_packw_free(p.pw);
 	worker_free(&p, self);
-	for (size_t i = 0; p.slots && i < p.nslots; i++) {
-		free(p.slots[i].buf);
+	for (size_t i = 0; p.slots && i < p.nslots; i++)
 		dcr_buf_free(&p.slots[i].frame);
-	}
 	for (uint32_t i = 0; p.fs && i < m.nfiles; i++)
 		fstate_release(&p.fs[i]);
 	free(p.fs);

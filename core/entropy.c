@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -204,6 +205,77 @@ enum { PLANE_CONST = 0, PLANE_RAW = 1, PLANE_RANS = 2, PLANE_X32 = 3 };
  * from @end (the two bytes below every write position are scratch).
  * Returns the start of the stream, which runs to @end.
  */
+static int simd_allowed = 1;
+
+#ifdef DCR_X32_AVX2
+_Static_assert(sizeof(struct dcr_rans_esym) == 16 &&
+	       offsetof(struct dcr_rans_esym, rcp_freq) == 4 &&
+	       offsetof(struct dcr_rans_esym, bias) == 8 &&
+	       offsetof(struct dcr_rans_esym, cmpl_freq) == 12 &&
+	       offsetof(struct dcr_rans_esym, rcp_shift) == 14, "x32_put16");
+
+/*
+ * dcr_rans_put on 16 states at once (lanes 0..15 of *@xv, symbols
+ * @s[0..16)): the same arithmetic, the symbols' fields gathered from
+ * @m's 16-byte entries (x_max is (TOTAL - cmpl_freq) << 19, as
+ * dcr_ent_enc_init makes it). The renormalising lanes' words go below
+ * *@pp in lane order, which is where the scalar loop, going from the
+ * highest state down, puts them.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt")))
+static inline void x32_put16(__m512i *xv, uint8_t **pp, const uint8_t *s,
+			     const struct dcr_ent_enc *m)
+{
+	const int *t = (const int *)(const void *)m->s;
+	__m512i x = *xv;
+	__m512i idx = _mm512_slli_epi32(_mm512_cvtepu8_epi32(
+		_mm_loadu_si128((const __m128i *)(const void *)s)), 2);
+	__m512i rcp = _mm512_i32gather_epi32(idx, t + 1, 4);
+	__m512i bias = _mm512_i32gather_epi32(idx, t + 2, 4);
+	__m512i cs = _mm512_i32gather_epi32(idx, t + 3, 4);
+	__m512i cmpl = _mm512_and_si512(cs, _mm512_set1_epi32(0xffff));
+	__m512i xmax = _mm512_slli_epi32(_mm512_sub_epi32(
+		_mm512_set1_epi32((int)DCR_ENT_TOTAL), cmpl), 19);
+	__mmask16 n = _mm512_cmpge_epu32_mask(x, xmax);
+	unsigned cnt = (unsigned)__builtin_popcount(n);
+	__m256i w = _mm256_maskz_compress_epi16(n, _mm512_cvtepi32_epi16(x));
+
+	*pp -= 2 * cnt;
+	_mm256_mask_storeu_epi16(*pp, (__mmask16)((1u << cnt) - 1), w);
+	x = _mm512_mask_srli_epi32(x, n, x, 16);
+	__m512i pe = _mm512_srli_epi64(_mm512_mul_epu32(x, rcp), 32);
+	__m512i po = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(rcp, 32));
+	__m512i q = _mm512_srlv_epi32(_mm512_mask_blend_epi32(0xaaaa, pe, po),
+				      _mm512_srli_epi32(cs, 16));
+	*xv = _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_mullo_epi32(q, cmpl));
+}
+
+/* x32_encode's whole rounds: @src[0..n), n a multiple of X32, onto the
+ * states @x, words below *@pp. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt")))
+static void x32_encode_avx512(const uint8_t *src, size_t n,
+			      const struct dcr_ent_enc *m, uint32_t *x, uint8_t **pp)
+{
+	__m512i x0 = _mm512_loadu_si512((const void *)x);
+	__m512i x1 = _mm512_loadu_si512((const void *)(x + 16));
+
+	while (n) {
+		n -= X32;
+		x32_put16(&x1, pp, src + n + 16, m);
+		x32_put16(&x0, pp, src + n, m);
+	}
+	_mm512_storeu_si512((void *)x, x0);
+	_mm512_storeu_si512((void *)(x + 16), x1);
+}
+
+static int x32_avx512(void)
+{
+	return simd_allowed && __builtin_cpu_supports("avx512f") &&
+	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("popcnt");
+}
+#endif
+
 static uint8_t *x32_encode(const uint8_t *src, size_t n,
 			   const struct dcr_ent_enc *m, uint8_t *end)
 {
@@ -217,6 +289,12 @@ static uint8_t *x32_encode(const uint8_t *src, size_t n,
 		i--;
 		dcr_rans_put(&x[i & (X32 - 1)], &p, &m->s[src[i]]);
 	}
+#ifdef DCR_X32_AVX2
+	if (i && x32_avx512()) {
+		x32_encode_avx512(src, i, m, x, &p);
+		i = 0;
+	}
+#endif
 	while (i) {
 		i -= X32;
 		for (int k = X32 - 1; k >= 0; k--)
@@ -489,9 +567,53 @@ static size_t x32_decode_avx2(uint32_t *x, const uint8_t **pp, const uint8_t *en
 	return i;
 }
 
-#endif
+/*
+ * One step of 16 states (x32_decode_avx2's X32_STEP on a 512-bit
+ * vector): the renormalising lanes take the next words in lane order
+ * (an expand of the words at p); returns the 16 symbols.
+ */
+#define X32_STEP16(X)                                                         \
+	__extension__({                                                       \
+		__m512i e_ = _mm512_i32gather_epi32(_mm512_and_si512(X, m12), \
+						    (const void *)tab, 4);    \
+		__m512i f_ = _mm512_and_si512(e_, m12);                       \
+		__m512i b_ = _mm512_and_si512(_mm512_srli_epi32(e_, 12), m12); \
+		X = _mm512_add_epi32(_mm512_mullo_epi32(f_, _mm512_srli_epi32(X, 12)), \
+				     b_);                                     \
+		__mmask16 n_ = _mm512_cmplt_epu32_mask(X, lo);                \
+		__m512i w_ = _mm512_cvtepu16_epi32(_mm256_maskz_expand_epi16( \
+			n_, _mm256_loadu_si256((const __m256i *)(const void *)p))); \
+		X = _mm512_mask_or_epi32(X, n_, _mm512_slli_epi32(X, 16), w_); \
+		p += 2 * (unsigned)__builtin_popcount(n_);                    \
+		_mm512_cvtepi32_epi8(_mm512_srli_epi32(e_, 24));              \
+	})
 
-static int simd_allowed = 1;
+/* x32_decode_avx2 with two vectors of 16 states (AVX-512). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,popcnt")))
+static size_t x32_decode_avx512(uint32_t *x, const uint8_t **pp, const uint8_t *end,
+				const uint32_t *tab, uint8_t *dst, size_t n)
+{
+	const __m512i m12 = _mm512_set1_epi32(0xfff);
+	const __m512i lo = _mm512_set1_epi32((int)DCR_RANS_L);
+	__m512i x0 = _mm512_loadu_si512((const void *)x);
+	__m512i x1 = _mm512_loadu_si512((const void *)(x + 16));
+	const uint8_t *p = *pp;
+	size_t i = 0;
+
+	/* a round reads at most 64 bytes: each step loads 32 at p */
+	for (; i + X32 <= n && end - p >= 2 * X32; i += X32) {
+		__m128i s0 = X32_STEP16(x0);
+		__m128i s1 = X32_STEP16(x1);
+		_mm_storeu_si128((__m128i *)(void *)(dst + i), s0);
+		_mm_storeu_si128((__m128i *)(void *)(dst + i + 16), s1);
+	}
+	_mm512_storeu_si512((void *)x, x0);
+	_mm512_storeu_si512((void *)(x + 16), x1);
+	*pp = p;
+	return i;
+}
+
+#endif
 
 void dcr_ent_set_simd(int on)
 {
@@ -534,8 +656,10 @@ static int x32_decode(struct dcr_rd *r, uint8_t *dst, size_t n,
 	}
 	size_t i = 0;
 #ifdef DCR_X32_AVX2
-	if (simd_allowed && __builtin_cpu_supports("avx2") &&
-	    __builtin_cpu_supports("popcnt"))
+	if (x32_avx512())
+		i = x32_decode_avx512(x, &p, end, dec->packed, dst, n);
+	else if (simd_allowed && __builtin_cpu_supports("avx2") &&
+		 __builtin_cpu_supports("popcnt"))
 		i = x32_decode_avx2(x, &p, end, dec->packed, dst, n);
 #endif
 	if (x32_decode_tail(x, &p, end, dec->packed, dst, i, n) || p != end)
