@@ -187,8 +187,8 @@ static struct hot *hot_find(struct dcr_reader *r,
  * here) in memory, evicting the least recently used unreferenced ones
  * to stay within the budget.
  */
-void hot_put(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len, uint8_t *data)
+void hot_put(struct dcr_reader *r, const struct where *w,
+	     const uint8_t hash[DCR_HASH_LEN], uint32_t len, uint8_t *data)
 {
 	struct hot *slot = NULL;
 
@@ -226,6 +226,7 @@ void hot_put(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
 	}
 	memcpy(slot->hash, hash, DCR_HASH_LEN);
 	slot->len = len;
+	slot->w = *w;
 	slot->data = data;
 	slot->refs = 0;
 	slot->stamp = ++r->hot_clock;
@@ -255,15 +256,32 @@ int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
 	return 0;
 }
 
-bool hot_has(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len)
+int hot_serve(struct dcr_reader *r, const struct piece *p, unsigned put_flags)
 {
-	bool ret;
+	struct hot *h;
 
 	pthread_mutex_lock(&r->hot_lock);
-	ret = hot_find(r, hash, len) != NULL;
+	h = hot_find(r, p->ref.hash, p->clen);
+	if (!h) {
+		pthread_mutex_unlock(&r->hot_lock);
+		return -ENOENT;
+	}
+	h->refs++;
+	h->stamp = ++r->hot_clock;
 	pthread_mutex_unlock(&r->hot_lock);
-	return ret;
+	/* Referenced: not evicted meanwhile. */
+	if (p->dst)
+		memcpy(p->dst, h->data + p->coff, p->n);
+	if (!where_eq(&h->w, &p->w)) {
+		struct dcr_cache_key k;
+
+		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+		dcr_cache_put(r->cache, &k, h->data, put_flags);
+	}
+	pthread_mutex_lock(&r->hot_lock);
+	h->refs--;
+	pthread_mutex_unlock(&r->hot_lock);
+	return 0;
 }
 
 /*
@@ -325,7 +343,8 @@ void flight_release(struct dcr_reader *r, struct flight *f)
 	pthread_mutex_unlock(&r->sf_lock);
 	if (last) {
 		if (f->done && f->rc == 0 && f->data && !f->cold)
-			hot_put(r, f->hash, f->len, f->data);
+			hot_put(r, &(struct where){ f->rv, f->file, f->chunk },
+				f->hash, f->len, f->data);
 		else
 			buf_put(r, f->data, f->len);
 		free(f);

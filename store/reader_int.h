@@ -239,9 +239,18 @@ struct refblk {
 #define POOL_MAX 32
 #define POOL_BYTES ((size_t)32 << 20)  /* idle buffers kept, in bytes */
 
+/* A chunk of a file of a version: where one is materialized (and named
+ * in log lines), and which one a hot chunk was built as. */
+struct where {
+	const struct rver *rv;
+	uint32_t file;
+	uint64_t chunk;
+};
+
 struct hot {
 	uint8_t hash[DCR_HASH_LEN];
 	uint32_t len;
+	struct where w; /* the chunk it was built (and cached) as */
 	uint8_t *data;  /* NULL: free slot */
 	unsigned refs;  /* readers copying out of it */
 	uint64_t stamp; /* LRU */
@@ -409,13 +418,6 @@ struct chain {
 	const struct rver *base_rv;
 	uint32_t base_file;
 	struct dcr_catalog_chunk base_ref;
-};
-
-/* Where the chunk being materialized is, for log lines. */
-struct where {
-	const struct rver *rv;
-	uint32_t file;
-	uint64_t chunk;
 };
 
 #define WHERE_FMT "version %llu %s chunk %llu"
@@ -621,19 +623,30 @@ uint8_t *buf_get(struct dcr_reader *r, uint32_t len);
 void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len);
 
 /* Keep the verified chunk @data (a buf_get buffer of @len bytes;
- * ownership passes here) hot, evicting the least recently used
- * unreferenced ones to stay within hot_budget. Thread-safe (hot_lock). */
-void hot_put(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len, uint8_t *data);
+ * ownership passes here), built and cached as @w, hot, evicting the
+ * least recently used unreferenced ones to stay within hot_budget.
+ * Thread-safe (hot_lock). */
+void hot_put(struct dcr_reader *r, const struct where *w,
+	     const uint8_t hash[DCR_HASH_LEN], uint32_t len, uint8_t *data);
 
 /* Copy [@off, @off+@n) of hot chunk @hash (of @len bytes) into @dst: 0,
  * or -ENOENT if it is not hot. Thread-safe (hot_lock). */
 int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
 	     uint32_t len, uint32_t off, void *dst, size_t n);
 
-/* Whether chunk @hash of @len bytes is hot. Thread-safe (hot_lock). */
-bool hot_has(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len);
+/* Serve piece @p (its reference looked up) from the hot set: copy its
+ * slice to p->dst (none without one). A chunk of the same content built
+ * as another version's or file's is also stored in the cache as @p's
+ * (with @put_flags), so that every chunk a read served is in its own
+ * file's slab. 0, or -ENOENT if it is not hot. Thread-safe (hot_lock). */
+int hot_serve(struct dcr_reader *r, const struct piece *p, unsigned put_flags);
+
+/* Whether @a and @b are the same chunk of the same file of the same
+ * version. */
+static inline bool where_eq(const struct where *a, const struct where *b)
+{
+	return a->rv == b->rv && a->file == b->file && a->chunk == b->chunk;
+}
 
 /* Fill @k, the cache key of chunk @chunk of file @file of @rv whose
  * reference is @ref (which must outlive the key). No locks. */

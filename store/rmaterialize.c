@@ -374,7 +374,7 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 		return DCR_ERR(-EIO);
 	}
 	if (!p->dst) {
-		if (hot_has(r, p->ref.hash, p->clen))
+		if (hot_serve(r, p, q->pagecache ? 0 : cache_put_flags(r)) == 0)
 			return 0;
 		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 		ret = dcr_cache_check(r->cache, &k);
@@ -382,7 +382,7 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 			STAT_ADD(r, verified, p->clen);
 		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
 	}
-	if (hot_read(r, p->ref.hash, p->clen, p->coff, p->dst, p->n) == 0)
+	if (hot_serve(r, p, q->pagecache ? 0 : cache_put_flags(r)) == 0)
 		return 0;
 	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 	if (p->n < p->clen) {
@@ -394,7 +394,7 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 			ret = dcr_cache_read_part(r->cache, &k, p->coff,
 						  p->dst, p->n, whole);
 			if (ret == 1)
-				hot_put(r, p->ref.hash, p->clen, whole);
+				hot_put(r, &p->w, p->ref.hash, p->clen, whole);
 			else
 				buf_put(r, whole, p->clen);
 			return ret == 1 ? 0 : ret;
@@ -688,6 +688,16 @@ void batch_prepare(struct batch *b, struct piece *ps)
 	}
 }
 
+/* Store @data, the verified content of piece @p, as @p's chunk. */
+static void put_as(struct batch *b, const struct piece *p, const uint8_t *data)
+{
+	struct dcr_cache_key k;
+
+	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+	dcr_cache_put(b->r->cache, &k, data,
+		      b->q.pagecache ? 0 : cache_put_flags(b->r));
+}
+
 /*
  * Decode, verify and cache what batch_prepare planned and the GETs
  * brought, hand the slices to their destinations, and free @b's parts.
@@ -728,6 +738,12 @@ int batch_finish(struct batch *b, int nthreads)
 			if (c->p->dst)
 				memcpy(c->p->dst, f->data + c->p->coff,
 				       c->p->n);
+			/* Built as another version's or file's chunk of the
+			 * same content: ours goes to the cache too, so that
+			 * every chunk a read served is in its own slab. */
+			if (!where_eq(&(struct where){ f->rv, f->file, f->chunk },
+				      &c->p->w))
+				put_as(b, c->p, f->data);
 		} else if (f->quiet && !b->q.quiet) {
 			/* Read-ahead failed quietly: do it ourselves, so the
 			 * failure is logged by the read that needs it. */

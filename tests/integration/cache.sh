@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # cache.sh - the chunk cache survives a remount (a second mount reads
-# everything with the store's packs gone), and a damaged cached chunk is
-# never served: it is fetched again from the store.
+# everything with the store's packs gone), a damaged cached chunk is
+# never served: it is fetched again from the store, and every chunk a
+# read served is cached as its own version's, even one served from
+# memory as another version's chunk of the same content.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_bins
@@ -55,5 +57,22 @@ mv "$STORE/packs" "$T/packs.away"
 mkdir "$STORE/packs"
 mount_dcrfs "$STORE" "$MNT" "cache_dir=$CACHE,poll=1"
 check_all "remount after repair, without packs"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+rmdir "$STORE/packs"
+mv "$T/packs.away" "$STORE/packs"
+
+# 5. a chunk served from memory as another version's of the same content
+#    (nested/b.bin did not change from v1 to v2) is in its own version's
+#    slab too: read v2 first, then v1, then v1 again without the packs
+rm -rf "$CACHE"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$CACHE,poll=1,prefetch=none"
+t diff -r "$T/tree.2" "$MNT/v2" || fail "fresh cache: v2 differs from tree.2"
+t diff -r "$T/tree.1" "$MNT/v1" || fail "fresh cache: v1 differs from tree.1"
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+mv "$STORE/packs" "$T/packs.away"
+mkdir "$STORE/packs"
+mount_dcrfs "$STORE" "$MNT" "cache_dir=$CACHE,poll=1,prefetch=none"
+t diff -r "$T/tree.1" "$MNT/v1" ||
+	fail "v1 read after v2, without packs: a chunk v2 shares was not cached as v1's"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 log "ok"
