@@ -245,6 +245,12 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		const uint32_t n = (uint32_t)DCR_MIN(group, to - from);
 		struct ra_job *j;
 
+		/* Whole groups only, but at the end of the file: the window
+		 * moves on by one chunk a read, and a job of the one chunk it
+		 * uncovers would be a GET of its own, never coalesced. */
+		if (n < group && to < nchunks)
+			break;
+
 		if (s->hits >= RA_HITS_QUIET && ++s->skipped < RA_PROBE) {
 			if (s->skip_from == UINT64_MAX)
 				s->skip_from = from;
