@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "testchain.h"
 
 #include "chunk.h"
 #include "commit.h"
@@ -78,22 +79,10 @@ static void write_src(struct fx *f, const uint8_t *p)
 
 static void commit(struct fx *f)
 {
-	struct dcr_commit_result r;
-	uint64_t parent = f->nver;
-	struct dcr_commit_opts o = {
-		.parent = parent,
-		.parent_manifest = parent ? &f->man[parent] : NULL,
-		.parent_dir = f->par,
-		.stage_dir = f->stage,
-		.chunk_size = CS,
-		.jobs = 2,
-	};
-	sh("rm -rf '%s' && mkdir -p '%s'", f->stage, f->stage);
-	assert_int_equal(dcr_commit(f->st, f->src, &o, &r), 0);
-	assert_true(r.version == parent + 1);
-	assert_int_equal(dcr_store_get_manifest(f->st, r.version, &f->man[r.version]), 0);
-	sh("rm -rf '%s' && mv '%s' '%s'", f->par, f->stage, f->par);
-	f->nver = r.version;
+	struct tu_chain c = { f->st, f->src, f->par, f->stage, f->man, f->nver };
+
+	tu_chain_commit(&c, CS, 2);
+	f->nver = c.nver;
 }
 
 static int setup(void **state)

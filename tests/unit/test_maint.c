@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "testutil.h"
+#include "testchain.h"
 
 #include "commit.h"
 #include "common.h"
@@ -71,23 +72,11 @@ static void put_file(struct fx *f, const char *name, const void *p, size_t n)
 
 static void commit(struct fx *f)
 {
-	struct dcr_commit_result r;
-	uint64_t parent = f->nver;
-	struct dcr_commit_opts o = {
-		.parent = parent,
-		.parent_manifest = parent ? &f->man[parent] : NULL,
-		.parent_dir = f->par,
-		.stage_dir = f->stage,
-		.chunk_size = CS,
-		.jobs = 2,
-	};
+	struct tu_chain c = { f->st, f->src, f->par, f->stage, f->man, f->nver };
+
 	put_file(f, "model.safetensors", f->model, f->len);
-	sh("rm -rf '%s' && mkdir -p '%s'", f->stage, f->stage);
-	assert_int_equal(dcr_commit(f->st, f->src, &o, &r), 0);
-	assert_true(r.version == parent + 1);
-	assert_int_equal(dcr_store_get_manifest(f->st, r.version, &f->man[r.version]), 0);
-	sh("rm -rf '%s' && mv '%s' '%s'", f->par, f->stage, f->par);
-	f->nver = r.version;
+	tu_chain_commit(&c, CS, 2);
+	f->nver = c.nver;
 }
 
 /* Flip @n bytes of tensor @t (0: a, 1: b), at distinct even offsets. */
