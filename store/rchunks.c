@@ -235,53 +235,64 @@ void hot_put(struct dcr_reader *r, const struct where *w,
 }
 
 /* Copy [@off, @off+@n) of hot chunk @hash into @dst: 0, or -ENOENT. */
-int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len, uint32_t off, void *dst, size_t n)
+/* The hot chunk @hash of @len bytes, referenced (not evicted until
+ * hot_drop), or NULL. Takes hot_lock. */
+static struct hot *hot_take(struct dcr_reader *r,
+			    const uint8_t hash[DCR_HASH_LEN], uint32_t len)
 {
 	struct hot *h;
 
 	pthread_mutex_lock(&r->hot_lock);
 	h = hot_find(r, hash, len);
-	if (!h) {
-		pthread_mutex_unlock(&r->hot_lock);
-		return -ENOENT;
+	if (h) {
+		h->refs++;
+		h->stamp = ++r->hot_clock;
 	}
-	h->refs++;
-	h->stamp = ++r->hot_clock;
 	pthread_mutex_unlock(&r->hot_lock);
-	memcpy(dst, h->data + off, n); /* referenced: not evicted meanwhile */
+	return h;
+}
+
+static void hot_drop(struct dcr_reader *r, struct hot *h)
+{
 	pthread_mutex_lock(&r->hot_lock);
 	h->refs--;
 	pthread_mutex_unlock(&r->hot_lock);
+}
+
+int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
+	     uint32_t len, uint32_t off, void *dst, size_t n)
+{
+	struct hot *h = hot_take(r, hash, len);
+
+	if (!h)
+		return -ENOENT;
+	memcpy(dst, h->data + off, n);
+	hot_drop(r, h);
 	return 0;
 }
 
-int hot_serve(struct dcr_reader *r, const struct piece *p, unsigned put_flags)
+int hot_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p)
 {
-	struct hot *h;
+	struct hot *h = hot_take(r, p->ref.hash, p->clen);
 
-	pthread_mutex_lock(&r->hot_lock);
-	h = hot_find(r, p->ref.hash, p->clen);
-	if (!h) {
-		pthread_mutex_unlock(&r->hot_lock);
+	if (!h)
 		return -ENOENT;
-	}
-	h->refs++;
-	h->stamp = ++r->hot_clock;
-	pthread_mutex_unlock(&r->hot_lock);
-	/* Referenced: not evicted meanwhile. */
 	if (p->dst)
 		memcpy(p->dst, h->data + p->coff, p->n);
-	if (!where_eq(&h->w, &p->w)) {
-		struct dcr_cache_key k;
-
-		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
-		dcr_cache_put(r->cache, &k, h->data, put_flags);
-	}
-	pthread_mutex_lock(&r->hot_lock);
-	h->refs--;
-	pthread_mutex_unlock(&r->hot_lock);
+	if (!where_eq(&h->w, &p->w))
+		piece_put(r, q, p, h->data);
+	hot_drop(r, h);
 	return 0;
+}
+
+void piece_put(struct dcr_reader *r, const struct rreq *q,
+	       const struct piece *p, const uint8_t *data)
+{
+	struct dcr_cache_key k;
+
+	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+	dcr_cache_put(r->cache, &k, data,
+		      q->pagecache ? 0 : cache_put_flags(r));
 }
 
 /*

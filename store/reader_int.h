@@ -634,12 +634,18 @@ void hot_put(struct dcr_reader *r, const struct where *w,
 int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
 	     uint32_t len, uint32_t off, void *dst, size_t n);
 
-/* Serve piece @p (its reference looked up) from the hot set: copy its
- * slice to p->dst (none without one). A chunk of the same content built
- * as another version's or file's is also stored in the cache as @p's
- * (with @put_flags), so that every chunk a read served is in its own
- * file's slab. 0, or -ENOENT if it is not hot. Thread-safe (hot_lock). */
-int hot_serve(struct dcr_reader *r, const struct piece *p, unsigned put_flags);
+/* Serve piece @p (its reference looked up) of request @q from the hot
+ * set: copy its slice to p->dst (none without one). A chunk of the same
+ * content built as another version's or file's is also stored in the
+ * cache as @p's (piece_put), so that every chunk a read served is in its
+ * own file's slab. 0, or -ENOENT if it is not hot. Thread-safe
+ * (hot_lock). */
+int hot_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p);
+
+/* Store @data, the verified content of piece @p, in the cache as @p's
+ * chunk, as request @q writes (through the page cache for a prefetch). */
+void piece_put(struct dcr_reader *r, const struct rreq *q,
+	       const struct piece *p, const uint8_t *data);
 
 /* Whether @a and @b are the same chunk of the same file of the same
  * version. */

@@ -374,7 +374,7 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 		return DCR_ERR(-EIO);
 	}
 	if (!p->dst) {
-		if (hot_serve(r, p, q->pagecache ? 0 : cache_put_flags(r)) == 0)
+		if (hot_serve(r, q, p) == 0)
 			return 0;
 		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 		ret = dcr_cache_check(r->cache, &k);
@@ -382,7 +382,7 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 			STAT_ADD(r, verified, p->clen);
 		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
 	}
-	if (hot_serve(r, p, q->pagecache ? 0 : cache_put_flags(r)) == 0)
+	if (hot_serve(r, q, p) == 0)
 		return 0;
 	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 	if (p->n < p->clen) {
@@ -492,11 +492,7 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	if (!b->q.pagecache && !b->q.settle && wq_submit(b->r, c->f)) {
 		c->handed = true;
 	} else {
-		struct dcr_cache_key k;
-
-		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
-		dcr_cache_put(b->r->cache, &k, c->f->data,
-			      b->q.pagecache ? 0 : cache_put_flags(b->r));
+		piece_put(b->r, &b->q, p, c->f->data);
 	}
 }
 
@@ -688,16 +684,6 @@ void batch_prepare(struct batch *b, struct piece *ps)
 	}
 }
 
-/* Store @data, the verified content of piece @p, as @p's chunk. */
-static void put_as(struct batch *b, const struct piece *p, const uint8_t *data)
-{
-	struct dcr_cache_key k;
-
-	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
-	dcr_cache_put(b->r->cache, &k, data,
-		      b->q.pagecache ? 0 : cache_put_flags(b->r));
-}
-
 /*
  * Decode, verify and cache what batch_prepare planned and the GETs
  * brought, hand the slices to their destinations, and free @b's parts.
@@ -743,7 +729,7 @@ int batch_finish(struct batch *b, int nthreads)
 			 * every chunk a read served is in its own slab. */
 			if (!where_eq(&(struct where){ f->rv, f->file, f->chunk },
 				      &c->p->w))
-				put_as(b, c->p, f->data);
+				piece_put(r, &b->q, c->p, f->data);
 		} else if (f->quiet && !b->q.quiet) {
 			/* Read-ahead failed quietly: do it ourselves, so the
 			 * failure is logged by the read that needs it. */
