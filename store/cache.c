@@ -443,13 +443,17 @@ static int scan_slabs(struct dcr_cache *c)
 		uint64_t v;
 		uint32_t file;
 
-		if (sums_name(de->d_name, &v, &file)) {
+		size_t len = strlen(de->d_name);
+
+		if (len > 5 && !strcmp(de->d_name + len - 5, ".sums")) {
 			char slab[64];
 
-			/* A sums file outlives its slab only after a crash. */
-			snprintf(slab, sizeof(slab), "v%010" PRIu64 ".f%" PRIu32,
-				 v, file);
-			if (fstatat(dirfd(d), slab, &sb, AT_SYMLINK_NOFOLLOW) < 0 &&
+			/* A sums file (cache_sums.c) outlives its slab only
+			 * after a crash. */
+			snprintf(slab, sizeof(slab), "%.*s", (int)(len - 5),
+				 de->d_name);
+			if (parse_slab_name(slab, &v, &file) == 0 &&
+			    fstatat(dirfd(d), slab, &sb, AT_SYMLINK_NOFOLLOW) < 0 &&
 			    errno == ENOENT)
 				unlinkat(dirfd(d), de->d_name, 0);
 			continue;

@@ -204,9 +204,6 @@ void evict(struct dcr_cache *c, struct slab *keep, uint64_t room);
 /* The path of @s's sums file into @buf. */
 void sums_path(const struct dcr_cache *c, const struct slab *s, char *buf,
 	       size_t cap);
-/* Whether @name (in the slabs directory) is a sums file; its slab's
- * version and file into *@v, *@file. */
-bool sums_name(const char *name, uint64_t *v, uint32_t *file);
 
 /* Forget the sums of chunk @i of @s (punched or rewritten). Takes
  * sums_lock. */

@@ -54,22 +54,11 @@ static const uint8_t *key_check(const struct dcr_cache_key *k)
 void sums_path(const struct dcr_cache *c, const struct slab *s, char *buf,
 	       size_t cap)
 {
-	snprintf(buf, cap, "%s/v%010" PRIu64 ".f%" PRIu32 ".sums", c->dir,
-		 s->v, s->file);
-}
+	size_t n;
 
-bool sums_name(const char *name, uint64_t *v, uint32_t *file)
-{
-	unsigned long long vv;
-	unsigned ff;
-	int end = 0;
-
-	if (sscanf(name, "v%10llu.f%u.sums%n", &vv, &ff, &end) != 2 ||
-	    name[end] != '\0' || vv == 0)
-		return false;
-	*v = vv;
-	*file = ff;
-	return true;
+	dcr_cache_slab_path(c, s->v, s->file, buf, cap);
+	n = strlen(buf);
+	snprintf(buf + n, cap - n, ".sums");
 }
 
 /* Bytes of one entry of @s's sums file: the check value and the sums of
