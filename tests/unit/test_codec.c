@@ -604,6 +604,33 @@ static void test_plane_x32(void **state)
 }
 
 /*
+ * roundtrip() of @chunk through the SIMD paths and then the scalar ones
+ * (dcr_ent_set_simd): both must give the same frame, of at most @max
+ * bytes (@first, @max bytes, keeps the SIMD one). SIMD is on again after.
+ */
+static void roundtrip_simd_scalar(struct fx *f, const uint8_t *chunk,
+				  const uint8_t *base, size_t len,
+				  const struct dcr_elem_hint *h, int want_kind,
+				  int want_codec, uint8_t *first, size_t max)
+{
+	size_t flen = 0;
+
+	for (int simd = 1; simd >= 0; simd--) {
+		dcr_ent_set_simd(simd);
+		roundtrip(f, chunk, base, len, h, want_kind, want_codec);
+		if (simd) {
+			assert_true(f->out.len <= max);
+			memcpy(first, f->out.data, f->out.len);
+			flen = f->out.len;
+		} else {
+			assert_int_equal(f->out.len, flen);
+			assert_memory_equal(f->out.data, first, flen);
+		}
+	}
+	dcr_ent_set_simd(1);
+}
+
+/*
  * Full frames through the SIMD paths (the x32 plane encoder and decoder)
  * and the scalar ones: the same frame, which decodes; planes that are a
  * whole number of x32 rounds and planes with a tail.
@@ -619,25 +646,14 @@ static void test_full_simd_scalar(void **state)
 
 	for (size_t d = 0; d < sizeof(dts); d++) {
 		for (size_t l = 0; l < 2; l++) {
-			size_t len = lens[l], flen = 0;
+			size_t len = lens[l];
 			struct dcr_elem_hint h = one_region(&r, dts[d], len);
 			if (dts[d] == DCR_DT_F32)
 				fill_f32(chunk, len);
 			else
 				fill_bf16(chunk, len);
-			for (int simd = 1; simd >= 0; simd--) {
-				dcr_ent_set_simd(simd);
-				roundtrip(f, chunk, NULL, len, &h, DCR_FRAME_FULL, DCR_CODEC_ELEM);
-				if (simd) {
-					assert_true(f->out.len <= 2 * cap);
-					memcpy(first, f->out.data, f->out.len);
-					flen = f->out.len;
-				} else {
-					assert_int_equal(f->out.len, flen);
-					assert_memory_equal(f->out.data, first, flen);
-				}
-			}
-			dcr_ent_set_simd(1);
+			roundtrip_simd_scalar(f, chunk, NULL, len, &h, DCR_FRAME_FULL,
+					      DCR_CODEC_ELEM, first, 2 * cap);
 			if (dts[d] == DCR_DT_BF16) {
 				/* exponents coded, mantissas raw: 8 + ~2.5 of 16 bits */
 				assert_true(f->out.len < len * 67 / 100);
@@ -684,20 +700,8 @@ static void test_sparse_simd_scalar(void **state)
 			}
 			chunk[0] ^= 2;
 			chunk[len - w] ^= 2;
-			size_t flen = 0;
-			for (int simd = 1; simd >= 0; simd--) {
-				dcr_ent_set_simd(simd);
-				roundtrip(f, chunk, base, len, &h, 0, -1);
-				if (simd) {
-					assert_true(f->out.len <= 2 * len);
-					memcpy(first, f->out.data, f->out.len);
-					flen = f->out.len;
-				} else {
-					assert_int_equal(f->out.len, flen);
-					assert_memory_equal(f->out.data, first, flen);
-				}
-			}
-			dcr_ent_set_simd(1);
+			roundtrip_simd_scalar(f, chunk, base, len, &h, 0, -1, first,
+					      2 * len);
 		}
 	}
 	free(base);
