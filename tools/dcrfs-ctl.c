@@ -145,13 +145,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 	static const struct {
 		const char *name;
 		int min, max; /* positional arguments; max -1: any */
+		const char *args; /* as the help names them */
 	} cmds[] = {
-		{ "init", 0, 0 },
-		{ "log", 0, 0 },    { "show", 1, 1 },
-		{ "diff", 2, 2 },   { "tag", 2, 2 },
-		{ "untag", 1, 1 },  { "verify", 0, -1 },
-		{ "gc", 0, 0 },     { "status", 1, 1 },
-		{ "compact", 0, 0 }, { "warm", 0, 1 },
+		{ "init", 0, 0, "" },
+		{ "log", 0, 0, "" },        { "show", 1, 1, " V" },
+		{ "diff", 2, 2, " A B" },   { "tag", 2, 2, " NAME V" },
+		{ "untag", 1, 1, " NAME" }, { "verify", 0, -1, " [V...]" },
+		{ "gc", 0, 0, "" },         { "status", 1, 1, " MNT" },
+		{ "compact", 0, 0, "" },    { "warm", 0, 1, " [V]" },
 	};
 	int c, gc_opt = 0, dry = 0, depth = 0, cost = 0, warm_opt = 0;
 	uint64_t k;
@@ -282,7 +283,17 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return -1;
 	}
 	if (a->npos < cmds[i].min || (cmds[i].max >= 0 && a->npos > cmds[i].max)) {
-		fprintf(stderr, "dcrfs-ctl: %s: wrong number of arguments\n", a->cmd);
+		fprintf(stderr, "dcrfs-ctl: %s: wrong number of arguments (%d): "
+			"usage: dcrfs-ctl [OPTIONS] %s%s\n", a->cmd, a->npos,
+			a->cmd, cmds[i].args);
+		/* `dcrfs-ctl log /path/to/store`: say where a store goes. */
+		for (int j = 0; j < a->npos; j++)
+			if (strchr(a->pos[j], '/')) {
+				fprintf(stderr, "dcrfs-ctl: the store is an option: "
+					"dcrfs-ctl --store %s %s ...\n",
+					a->pos[j], a->cmd);
+				break;
+			}
 		return -1;
 	}
 	if (a->deep && strcmp(a->cmd, "verify")) {

@@ -281,7 +281,9 @@ expect_status 2 "$U" "$DCRFS_CTL" --store "$STORE"
 expect_status 2 "unknown command" "$DCRFS_CTL" --store "$STORE" frobnicate
 expect_status 2 "$U" "$DCRFS_CTL" --store "$STORE" --bogus log
 expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" show
-expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" diff 1
+expect_status 2 "usage: dcrfs-ctl \\[OPTIONS\\] diff A B" "$DCRFS_CTL" --store "$STORE" diff 1
+# the store given where a command's argument goes: say where it belongs
+expect_status 2 "the store is an option: dcrfs-ctl --store $STORE log" "$DCRFS_CTL" log "$STORE"
 expect_status 2 "arguments" "$DCRFS_CTL" --store "$STORE" log 1
 expect_status 2 "deep" "$DCRFS_CTL" --store "$STORE" log --deep
 expect_status 2 "tag name" "$DCRFS_CTL" --store "$STORE" tag ../x 1
