@@ -35,7 +35,9 @@
 #define INT_NSYM 128      /* alphabet of the integer symbolisation */
 #define VMODE_XOR 0
 #define VMODE_ADD 1
-#define PMODEL_GAPS 0
+#define PMODEL_GAPS 0      /* one rANS state (still decoded) */
+#define PMODEL_GAPS2 1     /* two interleaved states, two streams */
+#define SP_NS 2            /* states of PMODEL_GAPS2 */
 /* entries of the scan's arrays beyond its limit: scan_w goes up to 8
  * past it, scan_avx512 stores 16 lanes at up to 16 past it */
 #define SCAN_SLACK 32
@@ -632,30 +634,51 @@ static int sparse_encode(struct dcr_elem_ctx *c, const uint8_t *base, size_t nch
 	    (ret = reserve_models(c, 1)))
 		return ret;
 	if ((ret = dcr_buf_putc(out, (uint8_t)vm)) ||
-	    (ret = dcr_buf_putc(out, PMODEL_GAPS)) ||
+	    (ret = dcr_buf_putc(out, PMODEL_GAPS2)) ||
 	    (ret = dcr_buf_put_varint(out, nchg)) ||
 	    (ret = dcr_ent_write_table(out, fg, ng)) ||
 	    (ret = dcr_ent_write_table(out, fv, nv)))
 		return ret;
-	size_t hdr = out->len, bound = 12 * nchg + 64;
-	if ((ret = dcr_buf_reserve(out, hdr + 10 + bound)))
+	/*
+	 * Change j is coded by state j % SP_NS into stream j % SP_NS, so the
+	 * decoder follows SP_NS independent dependency chains. Each stream
+	 * is built backwards at the end of its own region: a change costs at
+	 * most 12 bytes (two symbols of SCALE bits and up to 29 extra bits
+	 * each), plus the flushed state and the scratch word below.
+	 */
+	size_t hdr = out->len, rb = 12 * DCR_DIV_ROUND_UP(nchg, SP_NS) + 64;
+	if ((ret = dcr_buf_reserve(out, hdr + SP_NS * 10 + SP_NS * rb)))
 		return ret;
 	struct dcr_ent_enc *mg = c->enc[0], *mv = c->enc[1];
 	dcr_ent_enc_init(mg, fg, ng);
 	dcr_ent_enc_init(mv, fv, nv);
-	uint8_t *end = out->data + hdr + 10 + bound, *p = end;
-	uint32_t x = DCR_RANS_L;
-	for (size_t j = nchg; j-- > 0;) {
-		uint32_t g = j ? idx[j] - idx[j - 1] - 1 : idx[j];
-		put_int(&x, &p, mv, sparse_value(base, idx, val, j, w, vm));
-		put_int(&x, &p, mg, g);
+	_Static_assert(SP_NS == 2, "the loop below codes two states");
+	uint8_t *base0 = out->data + hdr + SP_NS * 10;
+	uint8_t *end0 = base0 + rb, *end1 = base0 + 2 * rb, *p0 = end0, *p1 = end1;
+	uint32_t x0 = DCR_RANS_L, x1 = DCR_RANS_L;
+	size_t j = nchg;
+	if (j & 1) {
+		j--;
+		put_int(&x0, &p0, mv, sparse_value(base, idx, val, j, w, vm));
+		put_int(&x0, &p0, mg, j ? idx[j] - idx[j - 1] - 1 : idx[j]);
 	}
-	dcr_rans_flush(x, &p);
-	size_t clen = (size_t)(end - p);
-	if ((ret = dcr_buf_put_varint(out, clen)))
+	while (j) {
+		j -= 2;
+		put_int(&x1, &p1, mv, sparse_value(base, idx, val, j + 1, w, vm));
+		put_int(&x1, &p1, mg, idx[j + 1] - idx[j] - 1);
+		put_int(&x0, &p0, mv, sparse_value(base, idx, val, j, w, vm));
+		put_int(&x0, &p0, mg, j ? idx[j] - idx[j - 1] - 1 : idx[j]);
+	}
+	dcr_rans_flush(x0, &p0);
+	dcr_rans_flush(x1, &p1);
+	size_t len0 = (size_t)(end0 - p0), len1 = (size_t)(end1 - p1);
+	if ((ret = dcr_buf_put_varint(out, len0)) ||
+	    (ret = dcr_buf_put_varint(out, len1)))
 		return ret;
-	memmove(out->data + out->len, p, clen);
-	out->len += clen;
+	memmove(out->data + out->len, p0, len0);
+	out->len += len0;
+	memmove(out->data + out->len, p1, len1);
+	out->len += len1;
 	return 0;
 }
 
@@ -780,113 +803,165 @@ sparse_put(uint8_t *e, uint32_t v, unsigned w, int vm)
 }
 
 /*
- * Decode the @nchg changes of the stream @in (state *@xp) onto the @nel
- * elements of width @w at @dst. While the stream holds 8 more bytes, a
- * change (4 renormalisations of at most a word each) is decoded with no
- * bound check on the stream; the rest, and changes with integers above
- * 2^18, take the checked decoder. Both read the same words.
+ * Decode one change from state *@x and its stream at *@pp with no bound
+ * check (the stream holds the 8 bytes a change may take) and apply it
+ * onto the element *@pos gaps on. Returns 0; 1 when the change has an
+ * integer above 2^18 (nothing consumed: the caller takes the checked
+ * path); -1 when it lies past the @nel elements or its value does not
+ * fit the width.
+ */
+static inline __attribute__((always_inline)) int
+sp_change_fast(uint32_t *x, const uint8_t **pp, const uint32_t *tg,
+	       const uint32_t *tv, uint8_t *dst, uint64_t *pos, size_t nel,
+	       unsigned w, int vm)
+{
+	uint64_t b = ld64le(*pp);
+	unsigned used = 0;
+	uint32_t x0 = *x;
+	uint32_t g = sp_int_fast(x, &b, &used, tg);
+
+	if (DCR_UNLIKELY(g == UINT32_MAX))
+		return 1;
+	uint32_t v = sp_int_fast(x, &b, &used, tv);
+	if (DCR_UNLIKELY(v == UINT32_MAX)) {
+		*x = x0;
+		return 1;
+	}
+	uint64_t e = *pos + g;
+	if (DCR_UNLIKELY((e >= nel) | (v >= wmask(w))))
+		return -1;
+	sparse_put(dst + e * w, v + 1, w, vm);
+	*pos = e + 1;
+	*pp += 2 * used;
+	return 0;
+}
+
+/*
+ * Decode the @nchg changes coded by the @ns (1 or 2) states @x in the
+ * streams @in onto the @nel elements of width @w at @dst; change j is
+ * state j % ns's. While each stream holds 8 more bytes per round of @ns
+ * changes, a round is decoded with no bound check on the streams (a
+ * change is 4 renormalisations of at most a word each), the states kept
+ * apart so their dependency chains overlap; the rest, and changes with
+ * integers above 2^18, take the checked decoder. Both read the same
+ * words.
  */
 static inline __attribute__((always_inline)) int
 sparse_apply_w(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
-	       uint32_t *xp, uint8_t *dst, size_t nel, uint64_t nchg,
-	       unsigned w, int vm)
+	       uint32_t *x, unsigned ns, uint8_t *dst, size_t nel,
+	       uint64_t nchg, unsigned w, int vm)
 {
 	const uint32_t *tg = c->dec[0]->packed, *tv = c->dec[1]->packed;
-	const uint32_t m = wmask(w);
-	const uint8_t *p = in->p, *end = in->end;
-	uint32_t x = *xp;
 	uint64_t pos = 0, j = 0;
 
 	while (j < nchg) {
-		/* changes that surely have their 8 bytes of stream */
-		uint64_t stop = j + DCR_MIN(nchg - j, (uint64_t)(end - p) / 8);
-		for (; j < stop; j++) {
-			uint64_t b = ld64le(p);
-			unsigned used = 0;
-			uint32_t x0 = x;
-			uint32_t g = sp_int_fast(&x, &b, &used, tg);
-			if (DCR_UNLIKELY(g == UINT32_MAX))
-				break;
-			uint32_t v = sp_int_fast(&x, &b, &used, tv);
-			if (DCR_UNLIKELY(v == UINT32_MAX)) {
-				x = x0;
-				break;
+		if (j % ns == 0) {
+			/* rounds that surely have their 8 bytes a stream */
+			uint64_t rounds = (nchg - j) / ns;
+			for (unsigned k = 0; k < ns; k++)
+				rounds = DCR_MIN(rounds, (uint64_t)(in[k].end - in[k].p) / 8);
+			const uint8_t *p0 = in[0].p, *p1 = in[ns - 1].p;
+			uint32_t x0 = x[0], x1 = x[ns - 1];
+			int r = 0;
+			for (; rounds; rounds--) {
+				if ((r = sp_change_fast(&x0, &p0, tg, tv, dst, &pos, nel, w, vm)))
+					break;
+				j++;
+				if (ns == 1)
+					continue;
+				if ((r = sp_change_fast(&x1, &p1, tg, tv, dst, &pos, nel, w, vm)))
+					break;
+				j++;
 			}
-			pos += g;
-			if (DCR_UNLIKELY((pos >= nel) | (v >= m)))
+			if (r < 0)
 				return DCR_ERR(-EBADMSG);
-			sparse_put(dst + pos * w, v + 1, w, vm);
-			pos++;
-			p += 2 * used;
+			in[0].p = p0;
+			x[0] = x0;
+			if (ns > 1) {
+				in[1].p = p1;
+				x[1] = x1;
+			}
+			if (j == nchg)
+				break;
 		}
-		if (j == nchg)
-			break;
 		/* one change with bound checks */
-		in->p = p;
-		pos += sp_int_checked(&x, tg, in);
-		uint32_t v = sp_int_checked(&x, tv, in) + 1;
-		if (DCR_UNLIKELY(pos >= nel || v > m || v == 0 || in->bad))
+		unsigned k = (unsigned)(j % ns);
+		pos += sp_int_checked(&x[k], tg, &in[k]);
+		uint32_t v = sp_int_checked(&x[k], tv, &in[k]) + 1;
+		if (DCR_UNLIKELY(pos >= nel || v > wmask(w) || v == 0 || in[k].bad))
 			return DCR_ERR(-EBADMSG);
 		sparse_put(dst + pos * w, v, w, vm);
 		pos++;
-		p = in->p;
 		j++;
 	}
-	in->p = p;
-	*xp = x;
 	return 0;
+}
+
+/* sparse_apply_w for @ns states, dispatched on the width and mode. */
+static inline __attribute__((always_inline)) int
+sparse_apply_ns(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
+		uint32_t *x, unsigned ns, uint8_t *dst, size_t nel,
+		uint64_t nchg, unsigned w, int vm)
+{
+	switch (w << 1 | (unsigned)vm) {
+	case 1 << 1 | VMODE_XOR:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_XOR);
+	case 1 << 1 | VMODE_ADD:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_ADD);
+	case 2 << 1 | VMODE_XOR:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_XOR);
+	case 2 << 1 | VMODE_ADD:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_ADD);
+	case 4 << 1 | VMODE_XOR:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_XOR);
+	default:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_ADD);
+	}
 }
 
 static int sparse_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
 			size_t len, unsigned w)
 {
 	uint8_t vm, pm;
-	uint64_t nchg, clen;
+	uint64_t nchg, clen[SP_NS];
 	uint16_t fg[256], fv[256];
-	unsigned ng, nv;
+	unsigned ng, nv, ns;
 	const uint8_t *src;
 	size_t nel = len / w;
+	struct dcr_rans_in in[SP_NS];
+	uint32_t x[SP_NS];
 	int ret;
 
 	if (dcr_rd_u8(r, &vm) || dcr_rd_u8(r, &pm) || vm > VMODE_ADD ||
-	    pm != PMODEL_GAPS || dcr_rd_varint_max(r, nel, &nchg) || nchg == 0 ||
+	    pm > PMODEL_GAPS2 || dcr_rd_varint_max(r, nel, &nchg) || nchg == 0 ||
 	    dcr_ent_read_table(r, fg, INT_NSYM, &ng) ||
-	    dcr_ent_read_table(r, fv, INT_NSYM, &nv) ||
-	    dcr_rd_varint_max(r, dcr_rd_left(r), &clen) ||
-	    dcr_rd_bytes(r, clen, &src))
+	    dcr_ent_read_table(r, fv, INT_NSYM, &nv))
 		return DCR_ERR(-EBADMSG);
+	ns = pm == PMODEL_GAPS2 ? SP_NS : 1;
+	for (unsigned k = 0; k < ns; k++)
+		if (dcr_rd_varint_max(r, dcr_rd_left(r), &clen[k]))
+			return DCR_ERR(-EBADMSG);
+	for (unsigned k = 0; k < ns; k++) {
+		if (dcr_rd_bytes(r, clen[k], &src))
+			return DCR_ERR(-EBADMSG);
+		in[k] = (struct dcr_rans_in){ src, src + clen[k], 0 };
+		x[k] = dcr_rans_init(&in[k]);
+		if (in[k].bad)
+			return DCR_ERR(-EBADMSG);
+	}
 	if ((ret = reserve_models(c, 0)))
 		return ret;
 	sparse_table(c->dec[0]->packed, fg, ng);
 	sparse_table(c->dec[1]->packed, fv, nv);
-	struct dcr_rans_in in = { src, src + clen, 0 };
-	uint32_t x = dcr_rans_init(&in);
-	if (in.bad)
-		return DCR_ERR(-EBADMSG);
-	switch (w << 1 | vm) {
-	case 1 << 1 | VMODE_XOR:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 1, VMODE_XOR);
-		break;
-	case 1 << 1 | VMODE_ADD:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 1, VMODE_ADD);
-		break;
-	case 2 << 1 | VMODE_XOR:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 2, VMODE_XOR);
-		break;
-	case 2 << 1 | VMODE_ADD:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 2, VMODE_ADD);
-		break;
-	case 4 << 1 | VMODE_XOR:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 4, VMODE_XOR);
-		break;
-	default:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 4, VMODE_ADD);
-		break;
-	}
+	if (ns == 1)
+		ret = sparse_apply_ns(c, in, x, 1, dst, nel, nchg, w, vm);
+	else
+		ret = sparse_apply_ns(c, in, x, SP_NS, dst, nel, nchg, w, vm);
 	if (ret)
 		return ret;
-	if (in.bad || in.p != in.end || x != DCR_RANS_L)
-		return DCR_ERR(-EBADMSG);
+	for (unsigned k = 0; k < ns; k++)
+		if (in[k].bad || in[k].p != in[k].end || x[k] != DCR_RANS_L)
+			return DCR_ERR(-EBADMSG);
 	return 0;
 }
 
