@@ -94,28 +94,52 @@ static inline uint32_t wmask(unsigned w)
 	return w == 4 ? 0xffffffffu : (1u << (8 * w)) - 1;
 }
 
+/*
+ * Integer symbolisation (frame.h): symbol | extra bits << 8 of the
+ * integers below INT_TAB (gaps and small values, nearly all of them).
+ * The encoder takes 5 symbols a change: computed, its branch on v < 16
+ * was mispredicted about every other gap, and without the branch the
+ * formula cost about as much (some 20 instructions).
+ */
+#define INT_TAB 1024
+#define IT_NB(v) ((v) >= 512 ? 10 : (v) >= 256 ? 9 : (v) >= 128 ? 8 : \
+		  (v) >= 64 ? 7 : (v) >= 32 ? 6 : 5)
+#define IT_E(v) ((v) < 16 ? (v) : (16 + (IT_NB(v) - 5) * 4 + \
+		 (((v) >> (IT_NB(v) - 3)) & 3)) | (IT_NB(v) - 3) << 8)
+#define IT_4(v) IT_E(v), IT_E((v) + 1), IT_E((v) + 2), IT_E((v) + 3)
+#define IT_16(v) IT_4(v), IT_4((v) + 4), IT_4((v) + 8), IT_4((v) + 12)
+#define IT_64(v) IT_16(v), IT_16((v) + 16), IT_16((v) + 32), IT_16((v) + 48)
+#define IT_256(v) IT_64(v), IT_64((v) + 64), IT_64((v) + 128), IT_64((v) + 192)
+static const uint16_t int_tab[INT_TAB] = {
+	IT_256(0u), IT_256(256u), IT_256(512u), IT_256(768u)
+};
+
 /* Integer symbolisation (frame.h): symbol, and @k extra low bits. */
 static inline unsigned int_sym(uint32_t v, unsigned *k)
 {
-	if (v < 16) {
-		*k = 0;
-		return v;
+	if (DCR_LIKELY(v < INT_TAB)) {
+		unsigned e = int_tab[v];
+		*k = e >> 8;
+		return e & 0xff;
 	}
 	unsigned nb = 32u - (unsigned)__builtin_clz(v);
 	*k = nb - 3;
 	return 16 + (nb - 5) * 4 + ((v >> (nb - 3)) & 3);
 }
 
-static inline void put_int(uint32_t *x, uint8_t **pp,
-			   const struct dcr_ent_enc *m, uint32_t v)
+/* Always inlined: a call would keep the state in memory, on its
+ * dependency chain. Integers below 16 go through dcr_rans_put_bits with
+ * no bits (which changes nothing), so no branch depends on the data. */
+static inline __attribute__((always_inline)) void
+put_int(uint32_t *x, uint8_t **pp, const struct dcr_ent_enc *m, uint32_t v)
 {
 	unsigned k;
 	unsigned s = int_sym(v, &k);
 
-	if (k > 15) {
+	if (DCR_UNLIKELY(k > 15)) {
 		dcr_rans_put_bits(x, pp, v & 0x7fff, 15);
 		dcr_rans_put_bits(x, pp, (v >> 15) & ((1u << (k - 15)) - 1), k - 15);
-	} else if (k) {
+	} else {
 		dcr_rans_put_bits(x, pp, v & ((1u << k) - 1), k);
 	}
 	dcr_rans_put(x, pp, &m->s[s]);
@@ -141,6 +165,7 @@ void dcr_elem_ctx_free(struct dcr_elem_ctx *c)
 	free(c->pbuf);
 	free(c->idx);
 	free(c->val);
+	free(c->add);
 	for (int i = 0; i < 2; i++) {
 		free(c->dec[i]);
 		free(c->enc[i]);
@@ -149,7 +174,7 @@ void dcr_elem_ctx_free(struct dcr_elem_ctx *c)
 	}
 	dcr_buf_free(&c->cand);
 	c->xbuf = c->pbuf = NULL;
-	c->idx = c->val = NULL;
+	c->idx = c->val = c->add = NULL;
 	c->bcap = c->ncap = 0;
 }
 
@@ -179,6 +204,9 @@ static int reserve_sparse(struct dcr_elem_ctx *c, size_t n)
 	if (!(v = realloc(c->val, n * sizeof(*v))))
 		return DCR_ERR(-ENOMEM);
 	c->val = v;
+	if (!(v = realloc(c->add, n * sizeof(*v))))
+		return DCR_ERR(-ENOMEM);
+	c->add = v;
 	c->ncap = n;
 	return 0;
 }
@@ -471,26 +499,32 @@ static int planes_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
 /* ------------------------------------------------------------- sparse */
 
 /*
- * Collect the changed elements of width @w of a vs b: indices and XOR
- * values. Returns the count, or limit + 1 once it exceeds @limit.
+ * Collect the changed elements of width @w of a (new) vs b (old): their
+ * indices, XOR values and zigzag differences zigzag(a - b) (the ADD
+ * values, so the encoder never reads the elements again). Returns the
+ * count, or limit + 1 once it exceeds @limit.
  */
 static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
-			    unsigned w, uint32_t *idx, uint32_t *val, size_t limit)
+			    unsigned w, uint32_t *idx, uint32_t *val, uint32_t *add,
+			    size_t limit)
 {
 	const unsigned lanes = 8 / w;
 	const uint32_t m = wmask(w);
 	size_t n = 0, i = 0;
 
 	for (; i + 8 <= len; i += 8) {
-		uint64_t x = ld64(a + i) ^ ld64(b + i);
+		uint64_t na = ld64le(a + i), ob = ld64le(b + i), x = na ^ ob;
 		if (DCR_LIKELY(!x))
 			continue;
 		uint32_t e0 = (uint32_t)(i / w);
 		for (unsigned k = 0; k < lanes; k++) {
-			uint32_t v = (uint32_t)(x >> (k * 8 * w)) & m;
+			unsigned sh = k * 8 * w;
+			uint32_t v = (uint32_t)(x >> sh) & m;
 			if (v) {
+				uint32_t d = (uint32_t)(na >> sh) - (uint32_t)(ob >> sh);
 				idx[n] = e0 + k;
 				val[n] = v;
+				add[n] = zigzag(d & m, w);
 				n++;
 			}
 		}
@@ -498,10 +532,11 @@ static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
 			return limit + 1;
 	}
 	for (; i + w <= len; i += w) {
-		uint32_t v = ldw(a + i, w) ^ ldw(b + i, w);
-		if (v) {
+		uint32_t na = ldw(a + i, w), ob = ldw(b + i, w);
+		if (na != ob) {
 			idx[n] = (uint32_t)(i / w);
-			val[n] = v;
+			val[n] = na ^ ob;
+			add[n] = zigzag((na - ob) & wmask(w), w);
 			n++;
 		}
 	}
@@ -512,13 +547,15 @@ static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
 /*
  * scan_w for 2- and 4-byte elements, 64 bytes a step and no branch on
  * the data but the all-equal test: the changed lanes' values (widened
- * to 32 bits) and indices are compressed into place (vpcompressd), 16
- * lanes stored a time past the count, so @idx and @val need SCAN_SLACK
- * entries beyond @limit. The tail goes to scan_w.
+ * to 32 bits), zigzag differences and indices are compressed into place
+ * (vpcompressd), 16 lanes stored a time past the count, so @idx, @val
+ * and @add need SCAN_SLACK entries beyond @limit. The tail goes to
+ * scan_w.
  */
 __attribute__((target("avx512f,avx512bw,popcnt")))
 static size_t scan_avx512(const uint8_t *a, const uint8_t *b, size_t len,
-			  unsigned w, uint32_t *idx, uint32_t *val, size_t limit)
+			  unsigned w, uint32_t *idx, uint32_t *val, uint32_t *add,
+			  size_t limit)
 {
 	const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
 					       10, 11, 12, 13, 14, 15);
@@ -526,36 +563,50 @@ static size_t scan_avx512(const uint8_t *a, const uint8_t *b, size_t len,
 	size_t n = 0, i = 0;
 
 	for (; i + 64 <= len; i += 64) {
-		__m512i x = _mm512_xor_si512(_mm512_loadu_si512((const void *)(a + i)),
-					     _mm512_loadu_si512((const void *)(b + i)));
+		__m512i na = _mm512_loadu_si512((const void *)(a + i));
+		__m512i ob = _mm512_loadu_si512((const void *)(b + i));
+		__m512i x = _mm512_xor_si512(na, ob);
 		__m512i e = _mm512_add_epi32(_mm512_set1_epi32((int)(i / w)), iota);
 		if (w == 4) {
 			__mmask16 m = _mm512_test_epi32_mask(x, x);
 			if (!m)
 				continue;
+			__m512i d = _mm512_sub_epi32(na, ob);
+			__m512i z = _mm512_xor_si512(_mm512_add_epi32(d, d),
+						     _mm512_srai_epi32(d, 31));
 			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(m, x));
+			_mm512_storeu_si512((void *)(add + n), _mm512_maskz_compress_epi32(m, z));
 			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, e));
 			n += (unsigned)__builtin_popcount(m);
 		} else {
 			__mmask32 m = _mm512_test_epi16_mask(x, x);
 			if (!m)
 				continue;
+			__m512i d = _mm512_sub_epi16(na, ob);
+			__m512i z = _mm512_xor_si512(_mm512_add_epi16(d, d),
+						     _mm512_srai_epi16(d, 15));
 			__mmask16 lo = (__mmask16)m, hi = (__mmask16)(m >> 16);
 			__m512i vl = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(x));
 			__m512i vh = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(x, 1));
+			__m512i zl = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(z));
+			__m512i zh = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(z, 1));
 			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(lo, vl));
+			_mm512_storeu_si512((void *)(add + n), _mm512_maskz_compress_epi32(lo, zl));
 			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(lo, e));
 			n += (unsigned)__builtin_popcount(lo);
 			e = _mm512_add_epi32(e, sixteen);
 			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(hi, vh));
+			_mm512_storeu_si512((void *)(add + n), _mm512_maskz_compress_epi32(hi, zh));
 			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(hi, e));
 			n += (unsigned)__builtin_popcount(hi);
 		}
 		if (n > limit)
 			return limit + 1;
 	}
-	size_t t = w == 4 ? scan_w(a + i, b + i, len - i, 4, idx + n, val + n, limit - n)
-			  : scan_w(a + i, b + i, len - i, 2, idx + n, val + n, limit - n);
+	size_t t = w == 4 ? scan_w(a + i, b + i, len - i, 4, idx + n, val + n, add + n,
+				   limit - n)
+			  : scan_w(a + i, b + i, len - i, 2, idx + n, val + n, add + n,
+				   limit - n);
 	if (t > limit - n)
 		return limit + 1;
 	for (size_t k = n; k < n + t; k++)
@@ -565,71 +616,72 @@ static size_t scan_avx512(const uint8_t *a, const uint8_t *b, size_t len,
 #endif
 
 static size_t scan(const uint8_t *a, const uint8_t *b, size_t len, unsigned w,
-		   uint32_t *idx, uint32_t *val, size_t limit)
+		   uint32_t *idx, uint32_t *val, uint32_t *add, size_t limit)
 {
 #ifdef DCR_SCAN_AVX512
 	if (w != 1 && dcr_ent_simd() && __builtin_cpu_supports("avx512f") &&
 	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("popcnt"))
-		return scan_avx512(a, b, len, w, idx, val, limit);
+		return scan_avx512(a, b, len, w, idx, val, add, limit);
 #endif
 	switch (w) {
 	case 1:
-		return scan_w(a, b, len, 1, idx, val, limit);
+		return scan_w(a, b, len, 1, idx, val, add, limit);
 	case 2:
-		return scan_w(a, b, len, 2, idx, val, limit);
+		return scan_w(a, b, len, 2, idx, val, add, limit);
 	default:
-		return scan_w(a, b, len, 4, idx, val, limit);
+		return scan_w(a, b, len, 4, idx, val, add, limit);
 	}
-}
-
-/* The coded value of change j in mode @vm. */
-static inline uint32_t sparse_value(const uint8_t *base, const uint32_t *idx,
-				    const uint32_t *val, size_t j, unsigned w,
-				    int vm)
-{
-	if (vm == VMODE_XOR)
-		return val[j] - 1;
-	uint32_t o = ldw(base + (size_t)idx[j] * w, w), nw = o ^ val[j];
-	return zigzag((nw - o) & wmask(w), w) - 1;
 }
 
 /*
  * Encode the @nchg changes found by scan() as a sparse segment payload
- * appended to @out. @base is the segment's parent bytes.
+ * appended to @out.
  */
-static int sparse_encode(struct dcr_elem_ctx *c, const uint8_t *base, size_t nchg,
-			 unsigned w, int xor_only, struct dcr_buf *out)
+static int sparse_encode(struct dcr_elem_ctx *c, size_t nchg, int xor_only,
+			 struct dcr_buf *out)
 {
-	uint32_t hg[INT_NSYM] = { 0 }, hx[INT_NSYM] = { 0 }, ha[INT_NSYM] = { 0 };
+	/* two copies of each histogram, for changes j even and odd, so
+	 * counting a run of one symbol does not wait on its own stores */
+	uint32_t hg[2][INT_NSYM], hx[2][INT_NSYM], ha[2][INT_NSYM];
 	uint64_t ex = 0, ea = 0;
 	uint16_t fg[INT_NSYM], fv[INT_NSYM];
-	const uint32_t *idx = c->idx, *val = c->val;
+	const uint32_t *idx = c->idx, *val = c->val, *add = c->add;
 	unsigned k, ng = 0, nv = 0;
 	int ret;
 
-	uint32_t prev = 0;
+	memset(hg, 0, sizeof(hg));
+	memset(hx, 0, sizeof(hx));
+	memset(ha, 0, sizeof(ha));
+	uint32_t prev = UINT32_MAX; /* the first gap is idx[0] */
 	for (size_t j = 0; j < nchg; j++) {
-		uint32_t g = j ? idx[j] - prev - 1 : idx[j];
+		unsigned h = (unsigned)j & 1;
+		hg[h][int_sym(idx[j] - prev - 1, &k)]++;
 		prev = idx[j];
-		hg[int_sym(g, &k)]++;
-		hx[int_sym(val[j] - 1, &k)]++;
+		hx[h][int_sym(val[j] - 1, &k)]++;
 		ex += k;
 		if (!xor_only) {
-			ha[int_sym(sparse_value(base, idx, val, j, w, VMODE_ADD), &k)]++;
+			ha[h][int_sym(add[j] - 1, &k)]++;
 			ea += k;
 		}
 	}
-	int vm = VMODE_XOR;
-	if (!xor_only && dcr_ent_cost(ha, INT_NSYM) + ea < dcr_ent_cost(hx, INT_NSYM) + ex)
-		vm = VMODE_ADD;
-	const uint32_t *hv = vm == VMODE_ADD ? ha : hx;
 	for (unsigned s = 0; s < INT_NSYM; s++) {
-		if (hg[s])
+		hg[0][s] += hg[1][s];
+		hx[0][s] += hx[1][s];
+		ha[0][s] += ha[1][s];
+	}
+	int vm = VMODE_XOR;
+	if (!xor_only &&
+	    dcr_ent_cost(ha[0], INT_NSYM) + ea < dcr_ent_cost(hx[0], INT_NSYM) + ex)
+		vm = VMODE_ADD;
+	const uint32_t *hv = vm == VMODE_ADD ? ha[0] : hx[0];
+	const uint32_t *vals = vm == VMODE_ADD ? add : val;
+	for (unsigned s = 0; s < INT_NSYM; s++) {
+		if (hg[0][s])
 			ng = s + 1;
 		if (hv[s])
 			nv = s + 1;
 	}
-	if ((ret = dcr_ent_normalize(hg, ng, fg)) ||
+	if ((ret = dcr_ent_normalize(hg[0], ng, fg)) ||
 	    (ret = dcr_ent_normalize(hv, nv, fv)) ||
 	    (ret = reserve_models(c, 1)))
 		return ret;
@@ -659,14 +711,14 @@ static int sparse_encode(struct dcr_elem_ctx *c, const uint8_t *base, size_t nch
 	size_t j = nchg;
 	if (j & 1) {
 		j--;
-		put_int(&x0, &p0, mv, sparse_value(base, idx, val, j, w, vm));
+		put_int(&x0, &p0, mv, vals[j] - 1);
 		put_int(&x0, &p0, mg, j ? idx[j] - idx[j - 1] - 1 : idx[j]);
 	}
 	while (j) {
 		j -= 2;
-		put_int(&x1, &p1, mv, sparse_value(base, idx, val, j + 1, w, vm));
+		put_int(&x1, &p1, mv, vals[j + 1] - 1);
 		put_int(&x1, &p1, mg, idx[j + 1] - idx[j] - 1);
-		put_int(&x0, &p0, mv, sparse_value(base, idx, val, j, w, vm));
+		put_int(&x0, &p0, mv, vals[j] - 1);
 		put_int(&x0, &p0, mg, j ? idx[j] - idx[j - 1] - 1 : idx[j]);
 	}
 	dcr_rans_flush(x0, &p0);
@@ -1032,11 +1084,11 @@ static int encode_seg(struct dcr_elem_ctx *c, const uint8_t *a, const uint8_t *b
 		size_t limit = nel / SPARSE_DIV;
 		if ((ret = reserve_sparse(c, limit + SCAN_SLACK)))
 			return ret;
-		size_t nchg = scan(a, b, len, w, c->idx, c->val, limit);
+		size_t nchg = scan(a, b, len, w, c->idx, c->val, c->add, limit);
 		if (nchg == 0)
 			return DCR_SM_ZERO;
 		if (nchg <= limit) {
-			if ((ret = sparse_encode(c, b, nchg, w, xor_only, o)))
+			if ((ret = sparse_encode(c, nchg, xor_only, o)))
 				return ret;
 			if (o->len < best_len) {
 				best = DCR_SM_SPARSE;
