@@ -194,6 +194,62 @@ static void test_sparse_bf16(void **state)
 	free(chunk);
 }
 
+/* The position model (second payload byte) of a single-segment sparse frame. */
+static int seg0_pmodel(const struct fx *f)
+{
+	size_t o = DCR_FRAME_HDR_LEN + 4;
+
+	for (int v = 0; v < 2; v++) /* the segment's len and plen */
+		while (f->out.data[o++] & 0x80)
+			;
+	return f->out.data[o + 1];
+}
+
+/*
+ * Sparse frames are written with two interleaved states (position
+ * model 1): one to five changes (state 1's stream holding no change or
+ * one), and integers above 2^18, which take the checked decoder, on
+ * either state: values (high f32 bits) and a gap (bf16).
+ */
+static void test_sparse_states(void **state)
+{
+	struct fx *f = *state;
+	size_t len = 1 << 20;
+	uint8_t *base = malloc(len), *chunk = malloc(len);
+	static const uint32_t pos[5] = { 7, 1000, 1001, 90000, 262000 };
+
+	for (int dt = 0; dt < 2; dt++) {
+		unsigned w = dt ? 4 : 2;
+		struct dcr_region r;
+		struct dcr_elem_hint h = one_region(&r, dt ? DCR_DT_F32 : DCR_DT_BF16, len);
+		if (dt)
+			fill_f32(base, len);
+		else
+			fill_bf16(base, len);
+		for (unsigned n = 1; n <= 5; n++) {
+			for (unsigned big = 0; big < 4; big++) {
+				memcpy(chunk, base, len);
+				for (unsigned k = 0; k < n; k++) {
+					uint32_t e = pos[k];
+					/* bf16: one change far out, a gap above 2^18 */
+					if (!dt && big && k == n - 1)
+						e = 300000 + 7 * big + k;
+					uint8_t *p = chunk + (size_t)e * w;
+					if (dt && (big >> (k & 1)) & 1)
+						p[3] ^= 0x40; /* XOR 2^30: 27 extra bits */
+					else
+						p[0] ^= (uint8_t)(1 + k);
+				}
+				roundtrip(f, chunk, base, len, &h, DCR_FRAME_DELTA, DCR_CODEC_ELEM);
+				assert_int_equal(seg0_method(f), DCR_SM_SPARSE);
+				assert_int_equal(seg0_pmodel(f), 1);
+			}
+		}
+	}
+	free(base);
+	free(chunk);
+}
+
 static void test_widths_and_dense(void **state)
 {
 	struct fx *f = *state;
@@ -844,6 +900,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_sparse_bf16, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sparse_states, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_widths_and_dense, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_bf16_planes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hint_segments, setup, teardown),
