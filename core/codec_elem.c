@@ -35,7 +35,9 @@
 #define INT_NSYM 128      /* alphabet of the integer symbolisation */
 #define VMODE_XOR 0
 #define VMODE_ADD 1
-#define PMODEL_GAPS 0
+#define PMODEL_GAPS 0      /* one rANS state (still decoded) */
+#define PMODEL_GAPS2 1     /* two interleaved states, two streams */
+#define SP_NS 2            /* states of PMODEL_GAPS2 */
 /* entries of the scan's arrays beyond its limit: scan_w goes up to 8
  * past it, scan_avx512 stores 16 lanes at up to 16 past it */
 #define SCAN_SLACK 32
@@ -92,28 +94,52 @@ static inline uint32_t wmask(unsigned w)
 	return w == 4 ? 0xffffffffu : (1u << (8 * w)) - 1;
 }
 
+/*
+ * Integer symbolisation (frame.h): symbol | extra bits << 8 of the
+ * integers below INT_TAB (gaps and small values, nearly all of them).
+ * The encoder takes 5 symbols a change: computed, its branch on v < 16
+ * was mispredicted about every other gap, and without the branch the
+ * formula cost about as much (some 20 instructions).
+ */
+#define INT_TAB 1024
+#define IT_NB(v) ((v) >= 512 ? 10 : (v) >= 256 ? 9 : (v) >= 128 ? 8 : \
+		  (v) >= 64 ? 7 : (v) >= 32 ? 6 : 5)
+#define IT_E(v) ((v) < 16 ? (v) : (16 + (IT_NB(v) - 5) * 4 + \
+		 (((v) >> (IT_NB(v) - 3)) & 3)) | (IT_NB(v) - 3) << 8)
+#define IT_4(v) IT_E(v), IT_E((v) + 1), IT_E((v) + 2), IT_E((v) + 3)
+#define IT_16(v) IT_4(v), IT_4((v) + 4), IT_4((v) + 8), IT_4((v) + 12)
+#define IT_64(v) IT_16(v), IT_16((v) + 16), IT_16((v) + 32), IT_16((v) + 48)
+#define IT_256(v) IT_64(v), IT_64((v) + 64), IT_64((v) + 128), IT_64((v) + 192)
+static const uint16_t int_tab[INT_TAB] = {
+	IT_256(0u), IT_256(256u), IT_256(512u), IT_256(768u)
+};
+
 /* Integer symbolisation (frame.h): symbol, and @k extra low bits. */
 static inline unsigned int_sym(uint32_t v, unsigned *k)
 {
-	if (v < 16) {
-		*k = 0;
-		return v;
+	if (DCR_LIKELY(v < INT_TAB)) {
+		unsigned e = int_tab[v];
+		*k = e >> 8;
+		return e & 0xff;
 	}
 	unsigned nb = 32u - (unsigned)__builtin_clz(v);
 	*k = nb - 3;
 	return 16 + (nb - 5) * 4 + ((v >> (nb - 3)) & 3);
 }
 
-static inline void put_int(uint32_t *x, uint8_t **pp,
-			   const struct dcr_ent_enc *m, uint32_t v)
+/* Always inlined: a call would keep the state in memory, on its
+ * dependency chain. Integers below 16 go through dcr_rans_put_bits with
+ * no bits (which changes nothing), so no branch depends on the data. */
+static inline __attribute__((always_inline)) void
+put_int(uint32_t *x, uint8_t **pp, const struct dcr_ent_enc *m, uint32_t v)
 {
 	unsigned k;
 	unsigned s = int_sym(v, &k);
 
-	if (k > 15) {
+	if (DCR_UNLIKELY(k > 15)) {
 		dcr_rans_put_bits(x, pp, v & 0x7fff, 15);
 		dcr_rans_put_bits(x, pp, (v >> 15) & ((1u << (k - 15)) - 1), k - 15);
-	} else if (k) {
+	} else {
 		dcr_rans_put_bits(x, pp, v & ((1u << k) - 1), k);
 	}
 	dcr_rans_put(x, pp, &m->s[s]);
@@ -139,6 +165,7 @@ void dcr_elem_ctx_free(struct dcr_elem_ctx *c)
 	free(c->pbuf);
 	free(c->idx);
 	free(c->val);
+	free(c->add);
 	for (int i = 0; i < 2; i++) {
 		free(c->dec[i]);
 		free(c->enc[i]);
@@ -147,7 +174,7 @@ void dcr_elem_ctx_free(struct dcr_elem_ctx *c)
 	}
 	dcr_buf_free(&c->cand);
 	c->xbuf = c->pbuf = NULL;
-	c->idx = c->val = NULL;
+	c->idx = c->val = c->add = NULL;
 	c->bcap = c->ncap = 0;
 }
 
@@ -177,6 +204,9 @@ static int reserve_sparse(struct dcr_elem_ctx *c, size_t n)
 	if (!(v = realloc(c->val, n * sizeof(*v))))
 		return DCR_ERR(-ENOMEM);
 	c->val = v;
+	if (!(v = realloc(c->add, n * sizeof(*v))))
+		return DCR_ERR(-ENOMEM);
+	c->add = v;
 	c->ncap = n;
 	return 0;
 }
@@ -469,26 +499,32 @@ static int planes_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
 /* ------------------------------------------------------------- sparse */
 
 /*
- * Collect the changed elements of width @w of a vs b: indices and XOR
- * values. Returns the count, or limit + 1 once it exceeds @limit.
+ * Collect the changed elements of width @w of a (new) vs b (old): their
+ * indices, XOR values and zigzag differences zigzag(a - b) (the ADD
+ * values, so the encoder never reads the elements again). Returns the
+ * count, or limit + 1 once it exceeds @limit.
  */
 static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
-			    unsigned w, uint32_t *idx, uint32_t *val, size_t limit)
+			    unsigned w, uint32_t *idx, uint32_t *val, uint32_t *add,
+			    size_t limit)
 {
 	const unsigned lanes = 8 / w;
 	const uint32_t m = wmask(w);
 	size_t n = 0, i = 0;
 
 	for (; i + 8 <= len; i += 8) {
-		uint64_t x = ld64(a + i) ^ ld64(b + i);
+		uint64_t na = ld64le(a + i), ob = ld64le(b + i), x = na ^ ob;
 		if (DCR_LIKELY(!x))
 			continue;
 		uint32_t e0 = (uint32_t)(i / w);
 		for (unsigned k = 0; k < lanes; k++) {
-			uint32_t v = (uint32_t)(x >> (k * 8 * w)) & m;
+			unsigned sh = k * 8 * w;
+			uint32_t v = (uint32_t)(x >> sh) & m;
 			if (v) {
+				uint32_t d = (uint32_t)(na >> sh) - (uint32_t)(ob >> sh);
 				idx[n] = e0 + k;
 				val[n] = v;
+				add[n] = zigzag(d & m, w);
 				n++;
 			}
 		}
@@ -496,10 +532,11 @@ static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
 			return limit + 1;
 	}
 	for (; i + w <= len; i += w) {
-		uint32_t v = ldw(a + i, w) ^ ldw(b + i, w);
-		if (v) {
+		uint32_t na = ldw(a + i, w), ob = ldw(b + i, w);
+		if (na != ob) {
 			idx[n] = (uint32_t)(i / w);
-			val[n] = v;
+			val[n] = na ^ ob;
+			add[n] = zigzag((na - ob) & wmask(w), w);
 			n++;
 		}
 	}
@@ -510,13 +547,15 @@ static inline size_t scan_w(const uint8_t *a, const uint8_t *b, size_t len,
 /*
  * scan_w for 2- and 4-byte elements, 64 bytes a step and no branch on
  * the data but the all-equal test: the changed lanes' values (widened
- * to 32 bits) and indices are compressed into place (vpcompressd), 16
- * lanes stored a time past the count, so @idx and @val need SCAN_SLACK
- * entries beyond @limit. The tail goes to scan_w.
+ * to 32 bits), zigzag differences and indices are compressed into place
+ * (vpcompressd), 16 lanes stored a time past the count, so @idx, @val
+ * and @add need SCAN_SLACK entries beyond @limit. The tail goes to
+ * scan_w.
  */
 __attribute__((target("avx512f,avx512bw,popcnt")))
 static size_t scan_avx512(const uint8_t *a, const uint8_t *b, size_t len,
-			  unsigned w, uint32_t *idx, uint32_t *val, size_t limit)
+			  unsigned w, uint32_t *idx, uint32_t *val, uint32_t *add,
+			  size_t limit)
 {
 	const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
 					       10, 11, 12, 13, 14, 15);
@@ -524,36 +563,50 @@ static size_t scan_avx512(const uint8_t *a, const uint8_t *b, size_t len,
 	size_t n = 0, i = 0;
 
 	for (; i + 64 <= len; i += 64) {
-		__m512i x = _mm512_xor_si512(_mm512_loadu_si512((const void *)(a + i)),
-					     _mm512_loadu_si512((const void *)(b + i)));
+		__m512i na = _mm512_loadu_si512((const void *)(a + i));
+		__m512i ob = _mm512_loadu_si512((const void *)(b + i));
+		__m512i x = _mm512_xor_si512(na, ob);
 		__m512i e = _mm512_add_epi32(_mm512_set1_epi32((int)(i / w)), iota);
 		if (w == 4) {
 			__mmask16 m = _mm512_test_epi32_mask(x, x);
 			if (!m)
 				continue;
+			__m512i d = _mm512_sub_epi32(na, ob);
+			__m512i z = _mm512_xor_si512(_mm512_add_epi32(d, d),
+						     _mm512_srai_epi32(d, 31));
 			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(m, x));
+			_mm512_storeu_si512((void *)(add + n), _mm512_maskz_compress_epi32(m, z));
 			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, e));
 			n += (unsigned)__builtin_popcount(m);
 		} else {
 			__mmask32 m = _mm512_test_epi16_mask(x, x);
 			if (!m)
 				continue;
+			__m512i d = _mm512_sub_epi16(na, ob);
+			__m512i z = _mm512_xor_si512(_mm512_add_epi16(d, d),
+						     _mm512_srai_epi16(d, 15));
 			__mmask16 lo = (__mmask16)m, hi = (__mmask16)(m >> 16);
 			__m512i vl = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(x));
 			__m512i vh = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(x, 1));
+			__m512i zl = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(z));
+			__m512i zh = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(z, 1));
 			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(lo, vl));
+			_mm512_storeu_si512((void *)(add + n), _mm512_maskz_compress_epi32(lo, zl));
 			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(lo, e));
 			n += (unsigned)__builtin_popcount(lo);
 			e = _mm512_add_epi32(e, sixteen);
 			_mm512_storeu_si512((void *)(val + n), _mm512_maskz_compress_epi32(hi, vh));
+			_mm512_storeu_si512((void *)(add + n), _mm512_maskz_compress_epi32(hi, zh));
 			_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(hi, e));
 			n += (unsigned)__builtin_popcount(hi);
 		}
 		if (n > limit)
 			return limit + 1;
 	}
-	size_t t = w == 4 ? scan_w(a + i, b + i, len - i, 4, idx + n, val + n, limit - n)
-			  : scan_w(a + i, b + i, len - i, 2, idx + n, val + n, limit - n);
+	size_t t = w == 4 ? scan_w(a + i, b + i, len - i, 4, idx + n, val + n, add + n,
+				   limit - n)
+			  : scan_w(a + i, b + i, len - i, 2, idx + n, val + n, add + n,
+				   limit - n);
 	if (t > limit - n)
 		return limit + 1;
 	for (size_t k = n; k < n + t; k++)
@@ -563,99 +616,121 @@ static size_t scan_avx512(const uint8_t *a, const uint8_t *b, size_t len,
 #endif
 
 static size_t scan(const uint8_t *a, const uint8_t *b, size_t len, unsigned w,
-		   uint32_t *idx, uint32_t *val, size_t limit)
+		   uint32_t *idx, uint32_t *val, uint32_t *add, size_t limit)
 {
 #ifdef DCR_SCAN_AVX512
 	if (w != 1 && dcr_ent_simd() && __builtin_cpu_supports("avx512f") &&
 	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("popcnt"))
-		return scan_avx512(a, b, len, w, idx, val, limit);
+		return scan_avx512(a, b, len, w, idx, val, add, limit);
 #endif
 	switch (w) {
 	case 1:
-		return scan_w(a, b, len, 1, idx, val, limit);
+		return scan_w(a, b, len, 1, idx, val, add, limit);
 	case 2:
-		return scan_w(a, b, len, 2, idx, val, limit);
+		return scan_w(a, b, len, 2, idx, val, add, limit);
 	default:
-		return scan_w(a, b, len, 4, idx, val, limit);
+		return scan_w(a, b, len, 4, idx, val, add, limit);
 	}
-}
-
-/* The coded value of change j in mode @vm. */
-static inline uint32_t sparse_value(const uint8_t *base, const uint32_t *idx,
-				    const uint32_t *val, size_t j, unsigned w,
-				    int vm)
-{
-	if (vm == VMODE_XOR)
-		return val[j] - 1;
-	uint32_t o = ldw(base + (size_t)idx[j] * w, w), nw = o ^ val[j];
-	return zigzag((nw - o) & wmask(w), w) - 1;
 }
 
 /*
  * Encode the @nchg changes found by scan() as a sparse segment payload
- * appended to @out. @base is the segment's parent bytes.
+ * appended to @out.
  */
-static int sparse_encode(struct dcr_elem_ctx *c, const uint8_t *base, size_t nchg,
-			 unsigned w, int xor_only, struct dcr_buf *out)
+static int sparse_encode(struct dcr_elem_ctx *c, size_t nchg, int xor_only,
+			 struct dcr_buf *out)
 {
-	uint32_t hg[INT_NSYM] = { 0 }, hx[INT_NSYM] = { 0 }, ha[INT_NSYM] = { 0 };
+	/* two copies of each histogram, for changes j even and odd, so
+	 * counting a run of one symbol does not wait on its own stores */
+	uint32_t hg[2][INT_NSYM], hx[2][INT_NSYM], ha[2][INT_NSYM];
 	uint64_t ex = 0, ea = 0;
 	uint16_t fg[INT_NSYM], fv[INT_NSYM];
-	const uint32_t *idx = c->idx, *val = c->val;
+	const uint32_t *idx = c->idx, *val = c->val, *add = c->add;
 	unsigned k, ng = 0, nv = 0;
 	int ret;
 
-	uint32_t prev = 0;
+	memset(hg, 0, sizeof(hg));
+	memset(hx, 0, sizeof(hx));
+	memset(ha, 0, sizeof(ha));
+	uint32_t prev = UINT32_MAX; /* the first gap is idx[0] */
 	for (size_t j = 0; j < nchg; j++) {
-		uint32_t g = j ? idx[j] - prev - 1 : idx[j];
+		unsigned h = (unsigned)j & 1;
+		hg[h][int_sym(idx[j] - prev - 1, &k)]++;
 		prev = idx[j];
-		hg[int_sym(g, &k)]++;
-		hx[int_sym(val[j] - 1, &k)]++;
+		hx[h][int_sym(val[j] - 1, &k)]++;
 		ex += k;
 		if (!xor_only) {
-			ha[int_sym(sparse_value(base, idx, val, j, w, VMODE_ADD), &k)]++;
+			ha[h][int_sym(add[j] - 1, &k)]++;
 			ea += k;
 		}
 	}
-	int vm = VMODE_XOR;
-	if (!xor_only && dcr_ent_cost(ha, INT_NSYM) + ea < dcr_ent_cost(hx, INT_NSYM) + ex)
-		vm = VMODE_ADD;
-	const uint32_t *hv = vm == VMODE_ADD ? ha : hx;
 	for (unsigned s = 0; s < INT_NSYM; s++) {
-		if (hg[s])
+		hg[0][s] += hg[1][s];
+		hx[0][s] += hx[1][s];
+		ha[0][s] += ha[1][s];
+	}
+	int vm = VMODE_XOR;
+	if (!xor_only &&
+	    dcr_ent_cost(ha[0], INT_NSYM) + ea < dcr_ent_cost(hx[0], INT_NSYM) + ex)
+		vm = VMODE_ADD;
+	const uint32_t *hv = vm == VMODE_ADD ? ha[0] : hx[0];
+	const uint32_t *vals = vm == VMODE_ADD ? add : val;
+	for (unsigned s = 0; s < INT_NSYM; s++) {
+		if (hg[0][s])
 			ng = s + 1;
 		if (hv[s])
 			nv = s + 1;
 	}
-	if ((ret = dcr_ent_normalize(hg, ng, fg)) ||
+	if ((ret = dcr_ent_normalize(hg[0], ng, fg)) ||
 	    (ret = dcr_ent_normalize(hv, nv, fv)) ||
 	    (ret = reserve_models(c, 1)))
 		return ret;
 	if ((ret = dcr_buf_putc(out, (uint8_t)vm)) ||
-	    (ret = dcr_buf_putc(out, PMODEL_GAPS)) ||
+	    (ret = dcr_buf_putc(out, PMODEL_GAPS2)) ||
 	    (ret = dcr_buf_put_varint(out, nchg)) ||
 	    (ret = dcr_ent_write_table(out, fg, ng)) ||
 	    (ret = dcr_ent_write_table(out, fv, nv)))
 		return ret;
-	size_t hdr = out->len, bound = 12 * nchg + 64;
-	if ((ret = dcr_buf_reserve(out, hdr + 10 + bound)))
+	/*
+	 * Change j is coded by state j % SP_NS into stream j % SP_NS, so the
+	 * decoder follows SP_NS independent dependency chains. Each stream
+	 * is built backwards at the end of its own region: a change costs at
+	 * most 12 bytes (two symbols of SCALE bits and up to 29 extra bits
+	 * each), plus the flushed state and the scratch word below.
+	 */
+	size_t hdr = out->len, rb = 12 * DCR_DIV_ROUND_UP(nchg, SP_NS) + 64;
+	if ((ret = dcr_buf_reserve(out, hdr + SP_NS * 10 + SP_NS * rb)))
 		return ret;
 	struct dcr_ent_enc *mg = c->enc[0], *mv = c->enc[1];
 	dcr_ent_enc_init(mg, fg, ng);
 	dcr_ent_enc_init(mv, fv, nv);
-	uint8_t *end = out->data + hdr + 10 + bound, *p = end;
-	uint32_t x = DCR_RANS_L;
-	for (size_t j = nchg; j-- > 0;) {
-		uint32_t g = j ? idx[j] - idx[j - 1] - 1 : idx[j];
-		put_int(&x, &p, mv, sparse_value(base, idx, val, j, w, vm));
-		put_int(&x, &p, mg, g);
+	_Static_assert(SP_NS == 2, "the loop below codes two states");
+	uint8_t *base0 = out->data + hdr + SP_NS * 10;
+	uint8_t *end0 = base0 + rb, *end1 = base0 + 2 * rb, *p0 = end0, *p1 = end1;
+	uint32_t x0 = DCR_RANS_L, x1 = DCR_RANS_L;
+	size_t j = nchg;
+	if (j & 1) {
+		j--;
+		put_int(&x0, &p0, mv, vals[j] - 1);
+		put_int(&x0, &p0, mg, j ? idx[j] - idx[j - 1] - 1 : idx[j]);
 	}
-	dcr_rans_flush(x, &p);
-	size_t clen = (size_t)(end - p);
-	if ((ret = dcr_buf_put_varint(out, clen)))
+	while (j) {
+		j -= 2;
+		put_int(&x1, &p1, mv, vals[j + 1] - 1);
+		put_int(&x1, &p1, mg, idx[j + 1] - idx[j] - 1);
+		put_int(&x0, &p0, mv, vals[j] - 1);
+		put_int(&x0, &p0, mg, j ? idx[j] - idx[j - 1] - 1 : idx[j]);
+	}
+	dcr_rans_flush(x0, &p0);
+	dcr_rans_flush(x1, &p1);
+	size_t len0 = (size_t)(end0 - p0), len1 = (size_t)(end1 - p1);
+	if ((ret = dcr_buf_put_varint(out, len0)) ||
+	    (ret = dcr_buf_put_varint(out, len1)))
 		return ret;
-	memmove(out->data + out->len, p, clen);
-	out->len += clen;
+	memmove(out->data + out->len, p0, len0);
+	out->len += len0;
+	memmove(out->data + out->len, p1, len1);
+	out->len += len1;
 	return 0;
 }
 
@@ -780,113 +855,165 @@ sparse_put(uint8_t *e, uint32_t v, unsigned w, int vm)
 }
 
 /*
- * Decode the @nchg changes of the stream @in (state *@xp) onto the @nel
- * elements of width @w at @dst. While the stream holds 8 more bytes, a
- * change (4 renormalisations of at most a word each) is decoded with no
- * bound check on the stream; the rest, and changes with integers above
- * 2^18, take the checked decoder. Both read the same words.
+ * Decode one change from state *@x and its stream at *@pp with no bound
+ * check (the stream holds the 8 bytes a change may take) and apply it
+ * onto the element *@pos gaps on. Returns 0; 1 when the change has an
+ * integer above 2^18 (nothing consumed: the caller takes the checked
+ * path); -1 when it lies past the @nel elements or its value does not
+ * fit the width.
+ */
+static inline __attribute__((always_inline)) int
+sp_change_fast(uint32_t *x, const uint8_t **pp, const uint32_t *tg,
+	       const uint32_t *tv, uint8_t *dst, uint64_t *pos, size_t nel,
+	       unsigned w, int vm)
+{
+	uint64_t b = ld64le(*pp);
+	unsigned used = 0;
+	uint32_t x0 = *x;
+	uint32_t g = sp_int_fast(x, &b, &used, tg);
+
+	if (DCR_UNLIKELY(g == UINT32_MAX))
+		return 1;
+	uint32_t v = sp_int_fast(x, &b, &used, tv);
+	if (DCR_UNLIKELY(v == UINT32_MAX)) {
+		*x = x0;
+		return 1;
+	}
+	uint64_t e = *pos + g;
+	if (DCR_UNLIKELY((e >= nel) | (v >= wmask(w))))
+		return -1;
+	sparse_put(dst + e * w, v + 1, w, vm);
+	*pos = e + 1;
+	*pp += 2 * used;
+	return 0;
+}
+
+/*
+ * Decode the @nchg changes coded by the @ns (1 or 2) states @x in the
+ * streams @in onto the @nel elements of width @w at @dst; change j is
+ * state j % ns's. While each stream holds 8 more bytes per round of @ns
+ * changes, a round is decoded with no bound check on the streams (a
+ * change is 4 renormalisations of at most a word each), the states kept
+ * apart so their dependency chains overlap; the rest, and changes with
+ * integers above 2^18, take the checked decoder. Both read the same
+ * words.
  */
 static inline __attribute__((always_inline)) int
 sparse_apply_w(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
-	       uint32_t *xp, uint8_t *dst, size_t nel, uint64_t nchg,
-	       unsigned w, int vm)
+	       uint32_t *x, unsigned ns, uint8_t *dst, size_t nel,
+	       uint64_t nchg, unsigned w, int vm)
 {
 	const uint32_t *tg = c->dec[0]->packed, *tv = c->dec[1]->packed;
-	const uint32_t m = wmask(w);
-	const uint8_t *p = in->p, *end = in->end;
-	uint32_t x = *xp;
 	uint64_t pos = 0, j = 0;
 
 	while (j < nchg) {
-		/* changes that surely have their 8 bytes of stream */
-		uint64_t stop = j + DCR_MIN(nchg - j, (uint64_t)(end - p) / 8);
-		for (; j < stop; j++) {
-			uint64_t b = ld64le(p);
-			unsigned used = 0;
-			uint32_t x0 = x;
-			uint32_t g = sp_int_fast(&x, &b, &used, tg);
-			if (DCR_UNLIKELY(g == UINT32_MAX))
-				break;
-			uint32_t v = sp_int_fast(&x, &b, &used, tv);
-			if (DCR_UNLIKELY(v == UINT32_MAX)) {
-				x = x0;
-				break;
+		if (j % ns == 0) {
+			/* rounds that surely have their 8 bytes a stream */
+			uint64_t rounds = (nchg - j) / ns;
+			for (unsigned k = 0; k < ns; k++)
+				rounds = DCR_MIN(rounds, (uint64_t)(in[k].end - in[k].p) / 8);
+			const uint8_t *p0 = in[0].p, *p1 = in[ns - 1].p;
+			uint32_t x0 = x[0], x1 = x[ns - 1];
+			int r = 0;
+			for (; rounds; rounds--) {
+				if ((r = sp_change_fast(&x0, &p0, tg, tv, dst, &pos, nel, w, vm)))
+					break;
+				j++;
+				if (ns == 1)
+					continue;
+				if ((r = sp_change_fast(&x1, &p1, tg, tv, dst, &pos, nel, w, vm)))
+					break;
+				j++;
 			}
-			pos += g;
-			if (DCR_UNLIKELY((pos >= nel) | (v >= m)))
+			if (r < 0)
 				return DCR_ERR(-EBADMSG);
-			sparse_put(dst + pos * w, v + 1, w, vm);
-			pos++;
-			p += 2 * used;
+			in[0].p = p0;
+			x[0] = x0;
+			if (ns > 1) {
+				in[1].p = p1;
+				x[1] = x1;
+			}
+			if (j == nchg)
+				break;
 		}
-		if (j == nchg)
-			break;
 		/* one change with bound checks */
-		in->p = p;
-		pos += sp_int_checked(&x, tg, in);
-		uint32_t v = sp_int_checked(&x, tv, in) + 1;
-		if (DCR_UNLIKELY(pos >= nel || v > m || v == 0 || in->bad))
+		unsigned k = (unsigned)(j % ns);
+		pos += sp_int_checked(&x[k], tg, &in[k]);
+		uint32_t v = sp_int_checked(&x[k], tv, &in[k]) + 1;
+		if (DCR_UNLIKELY(pos >= nel || v > wmask(w) || v == 0 || in[k].bad))
 			return DCR_ERR(-EBADMSG);
 		sparse_put(dst + pos * w, v, w, vm);
 		pos++;
-		p = in->p;
 		j++;
 	}
-	in->p = p;
-	*xp = x;
 	return 0;
+}
+
+/* sparse_apply_w for @ns states, dispatched on the width and mode. */
+static inline __attribute__((always_inline)) int
+sparse_apply_ns(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
+		uint32_t *x, unsigned ns, uint8_t *dst, size_t nel,
+		uint64_t nchg, unsigned w, int vm)
+{
+	switch (w << 1 | (unsigned)vm) {
+	case 1 << 1 | VMODE_XOR:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_XOR);
+	case 1 << 1 | VMODE_ADD:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_ADD);
+	case 2 << 1 | VMODE_XOR:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_XOR);
+	case 2 << 1 | VMODE_ADD:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_ADD);
+	case 4 << 1 | VMODE_XOR:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_XOR);
+	default:
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_ADD);
+	}
 }
 
 static int sparse_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
 			size_t len, unsigned w)
 {
 	uint8_t vm, pm;
-	uint64_t nchg, clen;
+	uint64_t nchg, clen[SP_NS];
 	uint16_t fg[256], fv[256];
-	unsigned ng, nv;
+	unsigned ng, nv, ns;
 	const uint8_t *src;
 	size_t nel = len / w;
+	struct dcr_rans_in in[SP_NS];
+	uint32_t x[SP_NS];
 	int ret;
 
 	if (dcr_rd_u8(r, &vm) || dcr_rd_u8(r, &pm) || vm > VMODE_ADD ||
-	    pm != PMODEL_GAPS || dcr_rd_varint_max(r, nel, &nchg) || nchg == 0 ||
+	    pm > PMODEL_GAPS2 || dcr_rd_varint_max(r, nel, &nchg) || nchg == 0 ||
 	    dcr_ent_read_table(r, fg, INT_NSYM, &ng) ||
-	    dcr_ent_read_table(r, fv, INT_NSYM, &nv) ||
-	    dcr_rd_varint_max(r, dcr_rd_left(r), &clen) ||
-	    dcr_rd_bytes(r, clen, &src))
+	    dcr_ent_read_table(r, fv, INT_NSYM, &nv))
 		return DCR_ERR(-EBADMSG);
+	ns = pm == PMODEL_GAPS2 ? SP_NS : 1;
+	for (unsigned k = 0; k < ns; k++)
+		if (dcr_rd_varint_max(r, dcr_rd_left(r), &clen[k]))
+			return DCR_ERR(-EBADMSG);
+	for (unsigned k = 0; k < ns; k++) {
+		if (dcr_rd_bytes(r, clen[k], &src))
+			return DCR_ERR(-EBADMSG);
+		in[k] = (struct dcr_rans_in){ src, src + clen[k], 0 };
+		x[k] = dcr_rans_init(&in[k]);
+		if (in[k].bad)
+			return DCR_ERR(-EBADMSG);
+	}
 	if ((ret = reserve_models(c, 0)))
 		return ret;
 	sparse_table(c->dec[0]->packed, fg, ng);
 	sparse_table(c->dec[1]->packed, fv, nv);
-	struct dcr_rans_in in = { src, src + clen, 0 };
-	uint32_t x = dcr_rans_init(&in);
-	if (in.bad)
-		return DCR_ERR(-EBADMSG);
-	switch (w << 1 | vm) {
-	case 1 << 1 | VMODE_XOR:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 1, VMODE_XOR);
-		break;
-	case 1 << 1 | VMODE_ADD:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 1, VMODE_ADD);
-		break;
-	case 2 << 1 | VMODE_XOR:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 2, VMODE_XOR);
-		break;
-	case 2 << 1 | VMODE_ADD:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 2, VMODE_ADD);
-		break;
-	case 4 << 1 | VMODE_XOR:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 4, VMODE_XOR);
-		break;
-	default:
-		ret = sparse_apply_w(c, &in, &x, dst, nel, nchg, 4, VMODE_ADD);
-		break;
-	}
+	if (ns == 1)
+		ret = sparse_apply_ns(c, in, x, 1, dst, nel, nchg, w, vm);
+	else
+		ret = sparse_apply_ns(c, in, x, SP_NS, dst, nel, nchg, w, vm);
 	if (ret)
 		return ret;
-	if (in.bad || in.p != in.end || x != DCR_RANS_L)
-		return DCR_ERR(-EBADMSG);
+	for (unsigned k = 0; k < ns; k++)
+		if (in[k].bad || in[k].p != in[k].end || x[k] != DCR_RANS_L)
+			return DCR_ERR(-EBADMSG);
 	return 0;
 }
 
@@ -957,11 +1084,11 @@ static int encode_seg(struct dcr_elem_ctx *c, const uint8_t *a, const uint8_t *b
 		size_t limit = nel / SPARSE_DIV;
 		if ((ret = reserve_sparse(c, limit + SCAN_SLACK)))
 			return ret;
-		size_t nchg = scan(a, b, len, w, c->idx, c->val, limit);
+		size_t nchg = scan(a, b, len, w, c->idx, c->val, c->add, limit);
 		if (nchg == 0)
 			return DCR_SM_ZERO;
 		if (nchg <= limit) {
-			if ((ret = sparse_encode(c, b, nchg, w, xor_only, o)))
+			if ((ret = sparse_encode(c, nchg, xor_only, o)))
 				return ret;
 			if (o->len < best_len) {
 				best = DCR_SM_SPARSE;

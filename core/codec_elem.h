@@ -43,6 +43,7 @@ struct dcr_elem_ctx {
 	size_t bcap;           /* bytes in each of xbuf and pbuf */
 	uint32_t *idx;         /* sparse: changed element indices */
 	uint32_t *val;         /* sparse: XOR values */
+	uint32_t *add;         /* sparse: zigzag differences (ADD values + 1) */
 	size_t ncap;
 	struct dcr_ent_dec *dec[2];
 	struct dcr_ent_enc *enc[2];

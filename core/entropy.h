@@ -145,7 +145,7 @@ static inline void dcr_rans_put(uint32_t *x, uint8_t **pp,
 	*pp = p;
 }
 
-/* Encode @k (1..15) raw bits @bits into state *@x. */
+/* Encode @k (0..15) raw bits @bits into state *@x (k == 0: no change). */
 static inline void dcr_rans_put_bits(uint32_t *x, uint8_t **pp, uint32_t bits,
 				     unsigned k)
 {

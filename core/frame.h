@@ -31,10 +31,17 @@
  *   1 raw     the bytes (full) or their XOR with the parent (delta).
  *   2 sparse  D. The changed elements: u8 value mode (0 = XOR,
  *             1 = ADD: new - old modulo 2^(8 width), zigzag-signed),
- *             u8 position model (0 = gaps), varint count (>= 1),
- *             gap table, value table (entropy.h tables, <= 128
- *             symbols), varint coded length, one rANS stream that holds,
- *             per changed element in order: gap symbol and extra bits,
+ *             u8 position model, varint count (>= 1), gap table, value
+ *             table (entropy.h tables, <= 128 symbols), then
+ *               model 0 (gaps, one state; still decoded, no longer
+ *                 written): varint coded length, one rANS stream;
+ *               model 1 (gaps, two states; written since it exists):
+ *                 varint length of stream 0, of stream 1, stream 0,
+ *                 stream 1; change j (from 0) is coded by state j % 2
+ *                 in stream j % 2, so the decoder runs two independent
+ *                 dependency chains.
+ *             Each stream starts with its state (u32 LE) and holds, per
+ *             change it codes, in order: gap symbol and extra bits,
  *             value symbol and extra bits. A gap is the number of
  *             unchanged elements before the change; a value is the XOR
  *             (or the zigzag difference) minus 1. Integers v are coded

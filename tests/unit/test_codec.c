@@ -194,6 +194,62 @@ static void test_sparse_bf16(void **state)
 	free(chunk);
 }
 
+/* The position model (second payload byte) of a single-segment sparse frame. */
+static int seg0_pmodel(const struct fx *f)
+{
+	size_t o = DCR_FRAME_HDR_LEN + 4;
+
+	for (int v = 0; v < 2; v++) /* the segment's len and plen */
+		while (f->out.data[o++] & 0x80)
+			;
+	return f->out.data[o + 1];
+}
+
+/*
+ * Sparse frames are written with two interleaved states (position
+ * model 1): one to five changes (state 1's stream holding no change or
+ * one), and integers above 2^18, which take the checked decoder, on
+ * either state: values (high f32 bits) and a gap (bf16).
+ */
+static void test_sparse_states(void **state)
+{
+	struct fx *f = *state;
+	size_t len = 1 << 20;
+	uint8_t *base = malloc(len), *chunk = malloc(len);
+	static const uint32_t pos[5] = { 7, 1000, 1001, 90000, 262000 };
+
+	for (int dt = 0; dt < 2; dt++) {
+		unsigned w = dt ? 4 : 2;
+		struct dcr_region r;
+		struct dcr_elem_hint h = one_region(&r, dt ? DCR_DT_F32 : DCR_DT_BF16, len);
+		if (dt)
+			fill_f32(base, len);
+		else
+			fill_bf16(base, len);
+		for (unsigned n = 1; n <= 5; n++) {
+			for (unsigned big = 0; big < 4; big++) {
+				memcpy(chunk, base, len);
+				for (unsigned k = 0; k < n; k++) {
+					uint32_t e = pos[k];
+					/* bf16: one change far out, a gap above 2^18 */
+					if (!dt && big && k == n - 1)
+						e = 300000 + 7 * big + k;
+					uint8_t *p = chunk + (size_t)e * w;
+					if (dt && (big >> (k & 1)) & 1)
+						p[3] ^= 0x40; /* XOR 2^30: 27 extra bits */
+					else
+						p[0] ^= (uint8_t)(1 + k);
+				}
+				roundtrip(f, chunk, base, len, &h, DCR_FRAME_DELTA, DCR_CODEC_ELEM);
+				assert_int_equal(seg0_method(f), DCR_SM_SPARSE);
+				assert_int_equal(seg0_pmodel(f), 1);
+			}
+		}
+	}
+	free(base);
+	free(chunk);
+}
+
 static void test_widths_and_dense(void **state)
 {
 	struct fx *f = *state;
@@ -358,20 +414,27 @@ struct golden {
 	int delta;
 	unsigned permille;   /* changed elements */
 	int add;
+	int old;             /* a frame of an earlier encoder: decoded only */
 };
 
 static const struct golden goldens[] = {
-	{ "sparse-xor-bf16", DCR_DT_BF16, 16384, 1, 30, 0 },
-	{ "sparse-add-bf16", DCR_DT_BF16, 16384, 1, 30, 1 },
-	{ "sparse-add-f32", DCR_DT_F32, 16384, 1, 50, 1 },
-	{ "sparse-bytes", DCR_DT_BYTES, 16384, 1, 20, 0 },
-	{ "dense-bf16", DCR_DT_BF16, 16384, 1, 700, 0 },
-	{ "full-bf16", DCR_DT_BF16, 16384, 0, 0, 0 },
-	{ "full-f32", DCR_DT_F32, 16384, 0, 0, 0 },
-	{ "full-bytes", DCR_DT_BYTES, 4000, 0, 0, 0 },
+	/* sparse segments of one rANS state (position model 0) */
+	{ "sparse-xor-bf16", DCR_DT_BF16, 16384, 1, 30, 0, 1 },
+	{ "sparse-add-bf16", DCR_DT_BF16, 16384, 1, 30, 1, 1 },
+	{ "sparse-add-f32", DCR_DT_F32, 16384, 1, 50, 1, 1 },
+	{ "sparse-bytes", DCR_DT_BYTES, 16384, 1, 20, 0, 1 },
+	/* two interleaved states (position model 1) */
+	{ "sparse2-xor-bf16", DCR_DT_BF16, 16384, 1, 30, 0, 0 },
+	{ "sparse2-add-bf16", DCR_DT_BF16, 16384, 1, 30, 1, 0 },
+	{ "sparse2-add-f32", DCR_DT_F32, 16384, 1, 50, 1, 0 },
+	{ "sparse2-bytes", DCR_DT_BYTES, 16384, 1, 20, 0, 0 },
+	{ "dense-bf16", DCR_DT_BF16, 16384, 1, 700, 0, 0 },
+	{ "full-bf16", DCR_DT_BF16, 16384, 0, 0, 0, 0 },
+	{ "full-f32", DCR_DT_F32, 16384, 0, 0, 0, 0 },
+	{ "full-bytes", DCR_DT_BYTES, 4000, 0, 0, 0, 0 },
 	/* planes of >= DCR_ENT_X32_MIN symbols: plane mode 3, raw mantissas */
-	{ "full-bf16-x32", DCR_DT_BF16, 65536, 0, 0, 0 },
-	{ "full-f32-x32", DCR_DT_F32, 131072, 0, 0, 0 },
+	{ "full-bf16-x32", DCR_DT_BF16, 65536, 0, 0, 0, 0 },
+	{ "full-f32-x32", DCR_DT_F32, 131072, 0, 0, 0, 0 },
 };
 
 /* Deterministic input of golden @g: base and chunk. */
@@ -408,7 +471,7 @@ static void test_golden(void **state)
 		assert_int_equal(dcr_frame_encode2(f->c, chunk, g->delta ? base : NULL,
 						   g->len, &h, &f->out, &kind), 0);
 		snprintf(path, sizeof(path), "%s/%s.dcrf", DCR_GOLDEN_DIR, g->name);
-		if (write && *write == '1') {
+		if (write && *write == '1' && !g->old) {
 			FILE *fp = fopen(path, "wb");
 			assert_non_null(fp);
 			assert_int_equal(fwrite(f->out.data, 1, f->out.len, fp), f->out.len);
@@ -427,8 +490,23 @@ static void test_golden(void **state)
 			memcpy(dst, base, g->len);
 		assert_int_equal(dcr_frame_apply(f->c, gold, gn, dst, g->len), 0);
 		assert_memory_equal(dst, chunk, g->len);
+		/* an old frame: its position model, and no prefix decodes */
+		if (g->old) {
+			assert_int_equal(gold[DCR_FRAME_HDR_LEN + 3], 2); /* sparse */
+			const uint8_t *q = gold + DCR_FRAME_HDR_LEN + 4;
+			for (int v = 0; v < 2; v++) /* the segment's len and plen */
+				while (*q++ & 0x80)
+					;
+			assert_int_equal(q[1], 0); /* position model: one state */
+			for (size_t cut = DCR_FRAME_HDR_LEN; cut < gn; cut++) {
+				dcr_put_le32(gold + 12, (uint32_t)(cut - DCR_FRAME_HDR_LEN));
+				memcpy(dst, base, g->len);
+				assert_int_equal(dcr_frame_apply(f->c, gold, cut, dst, g->len),
+						 -EBADMSG);
+			}
+		}
 		/* ...and the encoder still writes exactly them */
-		if (gn != f->out.len || memcmp(gold, f->out.data, gn))
+		if (!g->old && (gn != f->out.len || memcmp(gold, f->out.data, gn)))
 			fail_msg("%s: encoder output differs from the golden frame "
 				 "(%zu vs %zu bytes): format or encoder changed", g->name,
 				 f->out.len, gn);
@@ -822,6 +900,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_sparse_bf16, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sparse_states, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_widths_and_dense, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_bf16_planes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hint_segments, setup, teardown),
