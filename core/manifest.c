@@ -535,7 +535,6 @@ int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
 	memset(m, 0, sizeof(*m));
 	if (n < MAN_HDR_LEN + DCR_HASH_LEN || memcmp(h, man_magic, 8) != 0 ||
 	    dcr_get_le32(h + 8) < DCR_MANIFEST_FORMAT_MIN ||
-	    dcr_get_le32(h + 8) > DCR_MANIFEST_FORMAT ||
 	    dcr_get_le32(h + 12) != 0)
 		return DCR_ERR(-EBADMSG);
 	uint64_t blen = dcr_get_le64(h + 16);
@@ -546,6 +545,9 @@ int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
 	dcr_sha256(h, MAN_HDR_LEN + clen, sum);
 	if (!dcr_hash_eq(sum, h + MAN_HDR_LEN + clen))
 		return DCR_ERR(-EBADMSG);
+	/* Intact, but newer than this reader: not damage. */
+	if (dcr_get_le32(h + 8) > DCR_MANIFEST_FORMAT)
+		return -EPROTONOSUPPORT;
 	uint8_t *body = malloc(blen ? blen : 1);
 	if (!body)
 		return DCR_ERR(-ENOMEM);

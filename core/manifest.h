@@ -33,6 +33,15 @@
  * follow the format (dcr_file_digest for 3, a SHA-256 of the bytes
  * before).
  *
+ * Format 4 has format 3's bytes and meaning. It marks a version whose
+ * frames and packs may use what format-3 readers cannot read: sparse
+ * segments of position model 1 (two interleaved rANS states, frame.h)
+ * and packs named DCRPACK2-style (core/packw.h). Such a reader then
+ * refuses the version as it refuses any manifest newer than it reads,
+ * instead of fetching frames it would call damaged.
+ * dcr_manifest_decode tells a newer format apart (-EPROTONOSUPPORT), so
+ * that this reader says "upgrade" for the formats that come after it.
+ *
  * On-store encoding (little-endian, see manifest.c for the body):
  *
  *   0   8  magic "DCRMANIF"
@@ -58,7 +67,7 @@
 #include "hash.h"
 
 /* The format new manifests are written in; the oldest still read. */
-#define DCR_MANIFEST_FORMAT 3
+#define DCR_MANIFEST_FORMAT 4
 #define DCR_MANIFEST_FORMAT_MIN 1
 #define DCR_NO_BASE UINT32_MAX
 #define DCR_PATH_MAX 4096
@@ -168,7 +177,9 @@ int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out);
 /**
  * dcr_manifest_decode - parse untrusted bytes into @m.
  * On failure returns -EBADMSG (malformed, bad checksum, invalid paths or
- * references) or -ENOMEM, and @m is left zeroed.
+ * references), -EPROTONOSUPPORT (a manifest of a format newer than
+ * DCR_MANIFEST_FORMAT: written by a newer dcrfs) or -ENOMEM, and @m is
+ * left zeroed.
  */
 int dcr_manifest_decode(const void *p, size_t n, struct dcr_manifest *m);
 

@@ -56,6 +56,12 @@ int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
 	if (mhash)
 		dcr_sha256(b.data, b.len, mhash);
 	ret = dcr_manifest_decode(b.data, b.len, m);
+	if (ret == -EPROTONOSUPPORT) {
+		dcr_err("%s: manifest %s was written by a newer dcrfs (a "
+			"manifest format above %d): upgrade this one to read it",
+			st->url, key, DCR_MANIFEST_FORMAT);
+		goto err_free_buf;
+	}
 	if (ret) {
 		dcr_err("%s: manifest %s is corrupt or invalid (%s)", st->url,
 			key, dcr_strerror(ret));

@@ -396,6 +396,14 @@ int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 		id->has_mhash = true;
 		id->obj_size = b.len;
 		ret = dcr_manifest_decode(b.data, b.len, m);
+		if (ret == -EPROTONOSUPPORT) {
+			/* Not damage: fetching it again will not help. */
+			dcr_err("%s: manifest %s was written by a newer dcrfs "
+				"(a manifest format above %d): upgrade this one "
+				"to read it", url, key, DCR_MANIFEST_FORMAT);
+			ret = DCR_ERR(-EBADMSG);
+			break;
+		}
 		if (ret) {
 			snprintf(why, sizeof(why), "is corrupt or invalid (%s)",
 				 dcr_strerror(ret));

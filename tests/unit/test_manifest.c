@@ -165,6 +165,24 @@ static void test_format1(void **state)
 		assert_int_equal(dcr_get_le32(b2.data + 8), DCR_MANIFEST_FORMAT);
 		dcr_buf_free(&b2);
 	}
+	/* A newer format than this reader's: told apart from damage. */
+	{
+		struct dcr_buf b3;
+		uint8_t *h;
+
+		dcr_buf_init(&b3, 1 << 20);
+		m.format = 0;
+		assert_int_equal(dcr_manifest_encode(&m, &b3), 0);
+		h = b3.data;
+		dcr_put_le32(h + 8, DCR_MANIFEST_FORMAT + 1);
+		dcr_sha256(h, b3.len - DCR_HASH_LEN, h + b3.len - DCR_HASH_LEN);
+		dcr_manifest_free(&d);
+		assert_int_equal(dcr_manifest_decode(b3.data, b3.len, &d),
+				 -EPROTONOSUPPORT);
+		h[20] ^= 1; /* and damage is still damage */
+		assert_int_equal(dcr_manifest_decode(b3.data, b3.len, &d), -EBADMSG);
+		dcr_buf_free(&b3);
+	}
 	m.format = DCR_MANIFEST_FORMAT + 1;
 	assert_int_equal(dcr_manifest_validate(&m), -EBADMSG);
 	dcr_manifest_free(&d);
