@@ -1483,7 +1483,8 @@ int dcr_commit_sources(struct dcr_store *st,
 			ret = dcr_file_digest(&m.files[i], m.files[i].sha256);
 	/* (a full commit of the same tree is a new anchor: wanted) */
 	if (!ret && pm && !o->allow_unchanged && !o->full &&
-	    m.format == pm->format && dcr_manifest_same_files(&m, pm, 0)) {
+	    dcr_manifest_same_meaning(m.format, pm->format) &&
+	    dcr_manifest_same_files(&m, pm, 0)) {
 		dcr_err("%s is unchanged since version %" PRIu64 " (the same files, "
 			"modes and bytes): nothing was published (pass "
 			"--allow-unchanged to publish it as a new version)", what,

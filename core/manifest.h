@@ -223,8 +223,16 @@ int dcr_manifest_same_files(const struct dcr_manifest *a,
 			    const struct dcr_manifest *b, unsigned flags);
 
 /**
+ * dcr_manifest_same_meaning - whether manifests of formats @a and @b
+ * record the same things the same way (file digests, check values): 1
+ * for equal formats and for 3 and 4, else 0.
+ */
+int dcr_manifest_same_meaning(uint32_t a, uint32_t b);
+
+/**
  * dcr_manifest_same_content - true if @a and @b describe the same
- * version with the same bytes: number, format, time, chunk size, and
+ * version with the same bytes: number, format (dcr_manifest_same_meaning),
+ * time, chunk size, and
  * every file's path, type, mode, size, time, digest and every chunk's
  * hash and check value. The parent and the chunk references (how the
  * bytes are encoded) may differ: a compacted manifest (layout.h) must

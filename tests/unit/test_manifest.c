@@ -179,6 +179,10 @@ static void test_format1(void **state)
 		dcr_manifest_free(&d);
 		assert_int_equal(dcr_manifest_decode(b3.data, b3.len, &d),
 				 -EPROTONOSUPPORT);
+		assert_true(dcr_manifest_same_meaning(3, 4));
+		assert_true(dcr_manifest_same_meaning(4, 3));
+		assert_false(dcr_manifest_same_meaning(2, 3));
+		assert_false(dcr_manifest_same_meaning(1, 4));
 		h[20] ^= 1; /* and damage is still damage */
 		assert_int_equal(dcr_manifest_decode(b3.data, b3.len, &d), -EBADMSG);
 		dcr_buf_free(&b3);
