@@ -178,23 +178,19 @@ static void mirror_ok(struct mirror *m)
 }
 
 /*
- * One GET of @key from mirror @m within its share of the time bound:
- * 0 with every byte asked for (or to the end with DCR_GET_ALL), else
- * -errno and @out as it was.
+ * One GET of @key from mirror @m within its share of the time bound and
+ * by @end (0: no more than the share): 0 with every byte asked for (or
+ * to the end with DCR_GET_ALL), else -errno and @out as it was.
  */
 static int mirror_try(struct dcr_mirror_store *ms, struct mirror *m,
 		      const char *key, uint64_t off, uint64_t len,
-		      int64_t deadline, struct dcr_buf *out)
+		      int64_t end, struct dcr_buf *out)
 {
-	int64_t now = dcr_mono_ns(), end = now + ms->share_ns;
 	size_t start = out->len;
 	int ret;
 
-	if (deadline) {
-		if (deadline - now < MIRROR_LEFT_MIN_NS)
-			return -ETIMEDOUT; /* no time to spare: the store */
-		end = DCR_MIN(end, now + (deadline - now) / 2);
-	}
+	end = end ? DCR_MIN(end, dcr_mono_ns() + ms->share_ns) :
+		    dcr_mono_ns() + ms->share_ns;
 	ret = dcr_store_get_within(m->st, key, off, len, end, out);
 	if (!ret && len != DCR_GET_ALL && out->len - start != len) {
 		dcr_debug("mirror %s: GET %s: %zu of %" PRIu64 " bytes at %"
@@ -224,7 +220,12 @@ static int mirror_get(struct dcr_store *st, const char *key, uint64_t off,
 
 		if (!usable(m, now))
 			continue; /* the next in the key's order takes it */
-		ret = mirror_try(ms, m, key, off, len, deadline, out);
+		now = dcr_mono_ns();
+		if (deadline && deadline - now < MIRROR_LEFT_MIN_NS)
+			ret = -ETIMEDOUT; /* no time to spare: the store */
+		else /* at most half of what is left: the store may need it */
+			ret = mirror_try(ms, m, key, off, len, deadline ?
+					 now + (deadline - now) / 2 : 0, out);
 		if (ret == -ENOMEM || ret == -EFBIG)
 			return ret; /* ours, not the mirror's */
 		if (!ret) {
@@ -259,8 +260,23 @@ int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
 	return origin_get(ms, key, off, len, deadline, out);
 }
 
+int dcr_mirror_pick(struct dcr_store *st, const char *key, const char **url)
+{
+	struct dcr_mirror_store *ms;
+	size_t order[DCR_MIRRORS_MAX];
+
+	if (!dcr_store_is_mirrored(st))
+		return -EOPNOTSUPP;
+	ms = to_mirror(st);
+	rank(ms, key, order);
+	if (url)
+		*url = ms->m[order[0]].url;
+	return (int)order[0];
+}
+
 int dcr_mirror_warm(struct dcr_store *st, const char *key, uint64_t off,
-		    uint64_t len, struct dcr_buf *out, const char **url)
+		    uint64_t len, int64_t deadline, struct dcr_buf *out,
+		    const char **url)
 {
 	struct dcr_mirror_store *ms;
 	size_t order[DCR_MIRRORS_MAX], start = out->len;
@@ -276,7 +292,9 @@ int dcr_mirror_warm(struct dcr_store *st, const char *key, uint64_t off,
 	m = &ms->m[order[0]];
 	if (url)
 		*url = m->url;
-	ret = mirror_try(ms, m, key, off, len, 0, out);
+	if (deadline && dcr_mono_ns() >= deadline)
+		return -ETIMEDOUT;
+	ret = mirror_try(ms, m, key, off, len, deadline, out);
 	count(&m->n, ret, out->len - start);
 	return ret;
 }

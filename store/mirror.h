@@ -95,18 +95,28 @@ int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
 		       uint64_t len, int64_t deadline, struct dcr_buf *out);
 
 /**
+ * dcr_mirror_pick - the mirror a mount sends pack @key to (the first of
+ * the key's rendezvous order, whatever its incident state): its index in
+ * the list given to dcr_mirror_open, its URL into *@url unless NULL (as
+ * long as @st is open). -EOPNOTSUPP if @st is not mirrored.
+ */
+int dcr_mirror_pick(struct dcr_store *st, const char *key, const char **url);
+
+/**
  * dcr_mirror_warm - GET bytes [@off, @off+@len) of pack @key once from
- * the mirror a mount sends it to (the first of the key's rendezvous
- * order, whatever its incident state), never from the store, appending
- * them to @out: for filling a tier before the fleet reads (dcrfs-ctl
- * warm). The mirror's URL into *@url unless NULL. Counted in that
+ * the mirror dcr_mirror_pick names, never from the store, appending
+ * them to @out: for filling a tier before the fleet reads (store/warm.h).
+ * Bounded by the mirror's share of the time bound and by @deadline
+ * (CLOCK_MONOTONIC ns; 0: none; one past it fails at once with
+ * -ETIMEDOUT). The mirror's URL into *@url unless NULL. Counted in that
  * mirror's stats; starts no incident. Returns 0 with every byte asked
  * for, -EINVAL for a key outside packs/, -EOPNOTSUPP if @st is not
  * mirrored, else the mirror's -errno (-ENODATA for a short answer) with
  * @out as it was.
  */
 int dcr_mirror_warm(struct dcr_store *st, const char *key, uint64_t off,
-		    uint64_t len, struct dcr_buf *out, const char **url);
+		    uint64_t len, int64_t deadline, struct dcr_buf *out,
+		    const char **url);
 
 /**
  * dcr_mirror_get_stats - the per-source counters of the mirrored store

@@ -28,9 +28,12 @@
 #include "json.h"
 #include "objstore.h"
 #include "progress.h"
+#include "libdcr_int.h"
 #include "toolopts.h"
+#include "warm.h"
 
 #define EXIT_USAGE 2
+#define WARM_JOBS 8 /* warm GETs at once, as dcrfs-ctl warm's default */
 
 static void usage(FILE *f)
 {
@@ -76,6 +79,14 @@ static void usage(FILE *f)
 "                         (also DCRFS_COMPACT_EVERY)\n"
 "      --allow-nonfinite  commit NaN and Inf values in float tensors of\n"
 "                         safetensors files (default: refuse, publish nothing)\n"
+"      --warm-mirror URL  S3: after uploading the packs and before publishing,\n"
+"                         GET them through this cache tier, http(s)://host[:port],\n"
+"                         as dcrfs-ctl warm does (repeat it for several tiers;\n"
+"                         default: $DCRFS_MIRROR); a failed warm is logged and\n"
+"                         the version published anyway\n"
+"      --warm-slice SIZE  bytes per warm GET: the tiers' slice (default 1M)\n"
+"      --warm-timeout SECS  bound on the warm (default 0: none; each GET is\n"
+"                         bounded anyway, and a tier that fails is given up)\n"
 TOOL_USAGE
 "      --progress         progress on stderr even when it is not a terminal\n"
 "                         (a line every 5 s)\n"
@@ -116,6 +127,10 @@ struct args {
 	int quiet;
 	int verbose;
 	int json;
+	const char *warm[DCR_MIRRORS_MAX]; /* each --warm-mirror */
+	int nwarm;
+	uint64_t warm_slice;
+	uint64_t warm_timeout_s;
 	struct tool_opts t;
 };
 
@@ -144,6 +159,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "json", no_argument, NULL, 'J' },
+		{ "warm-mirror", required_argument, NULL, 'M' },
+		{ "warm-slice", required_argument, NULL, 'X' },
+		{ "warm-timeout", required_argument, NULL, 'T' },
 		TOOL_LONGOPTS,
 		{ 0 },
 	};
@@ -157,6 +175,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return -1;
 	}
 	a->t.log_level = -1;
+	a->warm_slice = (uint64_t)1 << 20;
 	while ((c = getopt_long(argc, argv, "s:p:t:fc:j:C:qvhV", longopts, NULL)) != -1) {
 		int r = tool_opt(&a->t, c, optarg, "dcrfs-commit");
 		if (r < 0)
@@ -238,6 +257,26 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'K':
 			if (dcr_parse_u64(optarg, &a->compact_every)) {
 				fprintf(stderr, "dcrfs-commit: --compact-every: '%s' is not a number\n", optarg);
+				return -1;
+			}
+			break;
+		case 'M':
+			if (a->nwarm == DCR_MIRRORS_MAX) {
+				fprintf(stderr, "dcrfs-commit: more than %d --warm-mirror\n", DCR_MIRRORS_MAX);
+				return -1;
+			}
+			a->warm[a->nwarm++] = optarg;
+			break;
+		case 'X':
+			if (dcr_parse_size(optarg, &a->warm_slice) || a->warm_slice < (64u << 10) ||
+			    a->warm_slice > (64u << 20)) {
+				fprintf(stderr, "dcrfs-commit: --warm-slice: '%s' must be a size from 64K to 64M\n", optarg);
+				return -1;
+			}
+			break;
+		case 'T':
+			if (dcr_parse_u64(optarg, &a->warm_timeout_s) || a->warm_timeout_s > 86400) {
+				fprintf(stderr, "dcrfs-commit: --warm-timeout: '%s' must be a number of seconds from 0 to 86400\n", optarg);
 				return -1;
 			}
 			break;
@@ -361,6 +400,44 @@ static void on_progress(void *arg, const struct dcr_progress *p)
 		      !strcmp(p->phase, "publish"));
 }
 
+/* ------------------------------------------------------------- warming */
+
+/*
+ * With --warm-mirror (or $DCRFS_MIRROR), put the store @s opened with
+ * @a's settings behind the warming wrapper (store/warm.h): the packs the
+ * commit uploads go through the tiers right before the version is
+ * published. 0, or -errno (logged).
+ */
+static int warm_setup(const struct args *a, dcr_store_handle *s)
+{
+	const char *env = getenv("DCRFS_MIRROR");
+	struct dcr_store_cfg cfg = { .path_style = -1, .no_sign_request = a->no_sign,
+				     .profile = a->t.profile, .region = a->t.region,
+				     .endpoint = a->t.endpoint, .ca_bundle = a->t.ca_bundle };
+	struct dcr_warm_opts o = { .slice = a->warm_slice, .jobs = WARM_JOBS,
+				   .timeout_ns = (int64_t)a->warm_timeout_s * 1000000000 };
+	struct dcr_store *w;
+	char list[DCR_MIRRORS_MAX * (DCR_MIRROR_URL_MAX + 1) + 1] = "";
+	int ret;
+
+	if (!a->nwarm && (!env || !*env))
+		return 0;
+	for (int i = 0; i < a->nwarm; i++) {
+		if (strlen(a->warm[i]) >= DCR_MIRROR_URL_MAX) {
+			dcr_err("--warm-mirror '%.64s...': too long", a->warm[i]);
+			return -EINVAL;
+		}
+		strcat(list, i ? "," : "");
+		strcat(list, a->warm[i]);
+	}
+	if ((ret = dcr_warm_publisher_open(s->st, a->nwarm ? list : env, &cfg, &o, &w)))
+		return ret;
+	s->st = w;
+	dcr_info("%s: the new packs of the version are warmed through %s before it "
+		 "is published", w->url, a->nwarm ? list : env);
+	return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -388,6 +465,10 @@ int main(int argc, char **argv)
 	if (dcr_store_handle_open_opts(a.store, (a.init ? DCR_STORE_INIT : 0) |
 				       (a.no_sign ? DCR_STORE_NO_SIGN : 0), &so, &s))
 		return 1;
+	if (warm_setup(&a, s)) {
+		dcr_store_handle_close(s);
+		return 1;
+	}
 
 	int64_t start = dcr_mono_ns();
 	struct progress pg;

@@ -9,7 +9,11 @@
 #   (the tier never sees anything but packs); a warm re-read costs the
 #   origin 0 bytes; dcrfs-ctl warm fills the tier with a new version's
 #   packs, and a cold mount then reads it costing the origin 0 bytes (a
-#   warm through a tier that is down fails, naming it); a ranged GET across a slice boundary and a zero-length
+#   warm through a tier that is down fails, naming it); dcrfs-commit
+#   --warm-mirror warms a version's packs through the tier before it
+#   publishes it, so a mount reading it right after the commit costs the
+#   origin 0 pack bytes (a tier that is down or stalled: one line, the
+#   version published anyway, within the bound); a ranged GET across a slice boundary and a zero-length
 #   object come back right; a corrupted byte in the tier's cache never
 #   reaches a reader (refetched from the store); the tier down: reads come
 #   from the store; the origin's 5xx through the tier: the mount goes to
@@ -259,6 +263,33 @@ diff "$T/want.3" "$T/got.wv" >/dev/null || fail "v3 read through the warmed tier
 umount_dcrfs "$T/wv"
 log "dcrfs-ctl warm sent v3's $(cat "$T/pb.3") pack bytes through the tier in $(py "$T/warm.json" 'print(d["seconds"])') s; a cold mount then read v3 costing the origin 0 bytes"
 
+# dcrfs-commit --warm-mirror: v4's new packs go through the tier after
+# their upload and before v4 is published; a cold mount reading v4 right
+# after the commit costs the origin 0 bytes
+mkdir -p "$T/tree.4"
+cp -a "$T/tree.3/." "$T/tree.4/"
+flip_bytes "$T/tree.4/model.bin" 0.002 4
+rand_file "$T/tree.4/added4.bin" $((2560 * 1024 + 13)) a4 # a pack of 3 slices
+(cd "$T/tree.4" && find . -type f | sort | xargs sha256sum) >"$T/want.4"
+b5=$(origin_bytes "$T/tier")
+v=$(commit "$STORE" "$T/tree.4" --warm-mirror "$TIER_URL" --warm-slice 1M --log-level info \
+	2>"$T/cwarm.err") || fail "dcrfs-commit --warm-mirror failed: $(cat "$T/cwarm.err")"
+[ "$v" = 4 ] || fail "dcrfs-commit --warm-mirror published '$v', not 4"
+pack_bytes "$T/packs.1" "$T/packs.2" "$T/packs.3" >"$T/pb.4"
+grep -v -F -f <(cut -f1 "$T/packs.1" "$T/packs.2" "$T/packs.3") "$T/packs.now" >"$T/packs.4" || true
+[ "$(wc -l <"$T/packs.4")" -gt 0 ] || fail "v4 has no new packs"
+bytes_ok "$b5" "$(cat "$T/pb.4")" "$(wc -l <"$T/packs.4")" "dcrfs-commit --warm-mirror of v4"
+grep -q "warmed the [0-9]* new packs\? (.*) through the mirrors in .* before publishing versions/0000000004" "$T/cwarm.err" ||
+	fail "dcrfs-commit --warm-mirror logged no warm before publishing: $(cat "$T/cwarm.err")"
+b6=$(origin_bytes "$T/tier")
+s3_mount "$STORE" "$T/cw" "$MOPTS,cache_dir=$T/cache.cw"
+read_all "$T/cw" 4 "$T/got.cw"
+diff "$T/want.4" "$T/got.cw" >/dev/null || fail "v4 read through the tier the commit warmed is wrong"
+[ "$(origin_bytes "$T/tier")" = "$b6" ] ||
+	fail "after dcrfs-commit --warm-mirror, reading v4 cost the origin $(($(origin_bytes "$T/tier") - b6)) bytes"
+umount_dcrfs "$T/cw"
+log "dcrfs-commit --warm-mirror warmed v4's $(cat "$T/pb.4") pack bytes before publishing; a cold mount then read v4 costing the origin 0 bytes"
+
 # a ranged GET across a slice boundary, through the tier, right bytes
 PACK=$(sort -k2 -n "$T/packs.1" | tail -n 1 | cut -f1)
 PSIZE=$(sort -k2 -n "$T/packs.1" | tail -n 1 | cut -f2)
@@ -322,6 +353,17 @@ rc=0
 grep -q "through mirror $TIER_URL failed" "$T/warm.out" ||
 	fail "dcrfs-ctl warm through a tier that is down: $(cat "$T/warm.out")"
 log "dcrfs-ctl warm through a tier that is down: exit 1, the mirror named"
+# dcrfs-commit --warm-mirror through a tier that is down: one line naming
+# it, and the version is published anyway
+mkdir -p "$T/tree.5"
+cp -a "$T/tree.4/." "$T/tree.5/"
+rand_file "$T/tree.5/added5.bin" 300007 a5
+v=$(commit "$STORE" "$T/tree.5" --warm-mirror "$TIER_URL" 2>"$T/cdown.err") ||
+	fail "dcrfs-commit --warm-mirror through a tier that is down failed: $(cat "$T/cdown.err")"
+[ "$v" = 5 ] || fail "dcrfs-commit --warm-mirror through a tier that is down published '$v', not 5"
+[ "$(grep -c . "$T/cdown.err")" = 1 ] && grep -q "through mirror $TIER_URL: .*; publishing anyway" "$T/cdown.err" ||
+	fail "dcrfs-commit --warm-mirror through a tier that is down, expected one line naming it: $(cat "$T/cdown.err")"
+log "dcrfs-commit --warm-mirror through a tier that is down: v5 published, one line"
 
 # the origin answers 5xx through a (cold) tier: the mount goes to the
 # store; the 5xx reaches it as a 5xx and is not cached
@@ -344,3 +386,22 @@ awscli s3api get-object --bucket "$DCR_S3_BUCKET" --key "$PACK" --range "bytes=0
 	"$T/after5xx.want" >/dev/null
 cmp "$T/after5xx" "$T/after5xx.want" || fail "after the 503s the tier serves wrong bytes"
 log "the origin's 503 through the tier: read from the store, not cached"
+
+# dcrfs-commit --warm-mirror through a tier whose origin stalls: the warm
+# gives up at --warm-timeout (far below the 30 s stall and a mirror
+# request's own bound, 10 s), one line, and the version is published
+echo '[{"method": "GET", "path": "/packs/", "fault": "stall:30", "count": -1}]' >"$RULES"
+sleep 1.1
+mkdir -p "$T/tree.6"
+cp -a "$T/tree.5/." "$T/tree.6/"
+rand_file "$T/tree.6/added6.bin" 300011 a6
+t0=$(date +%s%N)
+v=$(commit "$STORE" "$T/tree.6" --warm-mirror "$TIER_URL" --warm-timeout 2 2>"$T/cstall.err") ||
+	fail "dcrfs-commit --warm-mirror through a stalled tier failed: $(cat "$T/cstall.err")"
+ms=$((($(date +%s%N) - t0) / 1000000))
+[ "$v" = 6 ] || fail "dcrfs-commit --warm-mirror through a stalled tier published '$v', not 6"
+[ "$(grep -c . "$T/cstall.err")" = 1 ] && grep -q "publishing anyway" "$T/cstall.err" ||
+	fail "dcrfs-commit --warm-mirror through a stalled tier, expected one line: $(cat "$T/cstall.err")"
+[ "$ms" -lt 9000 ] || fail "dcrfs-commit --warm-mirror --warm-timeout 2 through a stalled tier took $ms ms"
+echo '[]' >"$RULES"
+log "dcrfs-commit --warm-mirror --warm-timeout 2 through a stalled tier: v6 published after $ms ms, one line"
