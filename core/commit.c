@@ -11,10 +11,10 @@
  * parent's (equal: no frame at all), otherwise read the parent's chunk
  * from parent_dir, verify it (XXH3-128 against a format 2+ parent, else
  * SHA-256), encode a delta or full frame, decode it again onto the parent
- * copy and compare, and append it to the open pack. A pack
- * that reaches its target size is sealed and queued for the uploader
- * threads, which name it by its SHA-256 and upload it while encoding goes
- * on; a bounded number of packs is in flight, so memory stays bounded.
+ * copy and compare, hash the frame, and append it to the open pack. A
+ * pack that reaches its target size is sealed, named by the hash of its
+ * frames' hashes (core/packw.h), and queued for the uploader threads,
+ * which upload it while encoding goes on; a bounded number of packs is in flight, so memory stays bounded.
  * When every pack is stored, the manifest is published with a conditional
  * put; nothing a reader can see exists before that put.
  */
@@ -777,7 +777,7 @@ static void drain_locked(struct pipe *p)
 		if (!p->err && j->frame.len) {
 			struct dcr_chunk_ref *ref = &p->m->files[j->fidx].chunks[j->cidx];
 			int ret = dcr_packw_append(p->pw, j->frame.data, j->frame.len,
-						   &ref->pack, &ref->off);
+						   ref->fhash, &ref->pack, &ref->off);
 			ref->len = (uint32_t)j->frame.len;
 			if (ret)
 				set_err_locked(p, ret);
