@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "frame.h"
 #include "manifest.h"
 #include "packw.h"
 #include "wq.h"
@@ -86,6 +87,7 @@ struct spack {
 	struct dcr_packw *w;
 	struct pbuf data;
 	uint32_t idx;
+	uint8_t name[DCR_HASH_LEN];
 };
 
 struct dcr_packw {
@@ -93,6 +95,7 @@ struct dcr_packw {
 	struct dcr_wq *up;
 	struct pbuf cur;          /* the open pack (cur.data NULL: none) */
 	uint32_t cur_idx;
+	struct dcr_sha256_ctx *name; /* the open pack's name so far */
 	pthread_mutex_t lock;
 	uint8_t (*hashes)[DCR_HASH_LEN];
 	uint32_t npacks, cap;
@@ -120,15 +123,13 @@ static void upload_job(void *ctx, void *ws, void *arg)
 {
 	struct spack *sp = arg;
 	struct dcr_packw *w = sp->w;
-	uint8_t h[DCR_HASH_LEN];
 	char key[80];
 	int ret = dcr_packw_error(w) ? -ECANCELED : 0;
 
 	(void)ctx;
 	(void)ws;
 	if (!ret) {
-		dcr_sha256(sp->data.data, sp->data.len, h);
-		dcr_pack_key(h, key, sizeof(key));
+		dcr_pack_key(sp->name, key, sizeof(key));
 		ret = dcr_store_put(w->o.st, key, sp->data.data, sp->data.len, 0);
 		if (ret)
 			dcr_err("%s: cannot upload %s: %s", w->o.st->url, key,
@@ -136,7 +137,7 @@ static void upload_job(void *ctx, void *ws, void *arg)
 	}
 	pthread_mutex_lock(&w->lock);
 	if (!ret) {
-		memcpy(w->hashes[sp->idx], h, DCR_HASH_LEN);
+		memcpy(w->hashes[sp->idx], sp->name, DCR_HASH_LEN);
 		w->uploaded += sp->data.len;
 	} else if (!w->err) {
 		w->err = ret;
@@ -155,6 +156,37 @@ static void drop_job(void *ctx, void *arg)
 	free(sp);
 }
 
+int dcr_pack_name(const void *data, size_t len, uint8_t out[DCR_HASH_LEN])
+{
+	const uint8_t *p = data;
+
+	if (len < DCR_PACK_HDR_LEN || memcmp(p, DCR_PACK_MAGIC, DCR_PACK_HDR_LEN)) {
+		dcr_sha256(data, len, out);
+		return 0;
+	}
+	struct dcr_sha256_ctx *c = dcr_sha256_new();
+	struct dcr_frame_hdr h;
+	uint8_t fh[DCR_HASH_LEN];
+	size_t off = DCR_PACK_HDR_LEN;
+
+	if (!c)
+		return DCR_ERR(-ENOMEM);
+	dcr_sha256_update(c, p, DCR_PACK_HDR_LEN);
+	while (off < len) {
+		if (dcr_frame_parse_hdr(p + off, len - off, &h)) {
+			dcr_sha256_free(c);
+			return DCR_ERR(-EBADMSG);
+		}
+		size_t n = DCR_FRAME_HDR_LEN + (size_t)h.payload_len;
+		dcr_sha256(p + off, n, fh);
+		dcr_sha256_update(c, fh, DCR_HASH_LEN);
+		off += n;
+	}
+	dcr_sha256_final(c, out);
+	dcr_sha256_free(c);
+	return 0;
+}
+
 int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out)
 {
 	struct dcr_packw *w;
@@ -164,6 +196,10 @@ int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out)
 		return DCR_ERR(-EINVAL);
 	if (!(w = calloc(1, sizeof(*w))))
 		return DCR_ERR(-ENOMEM);
+	if (!(w->name = dcr_sha256_new())) {
+		free(w);
+		return DCR_ERR(-ENOMEM);
+	}
 	w->o = *o;
 	if (!w->o.target)
 		w->o.target = TARGET_DEFAULT;
@@ -172,6 +208,7 @@ int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out)
 				  .max_items = 1, .drop = drop_job, .ctx = w };
 	int ret = w->o.uploads ? dcr_wq_create(&wo, &w->up) : 0;
 	if (ret) {
+		dcr_sha256_free(w->name);
 		free(w);
 		return ret;
 	}
@@ -214,6 +251,8 @@ static int open_pack(struct dcr_packw *w)
 	    (ret = pbuf_init(&w->cur, w->o.target + w->o.frame_max + DCR_PACK_HDR_LEN)))
 		return ret;
 	pbuf_append(&w->cur, DCR_PACK_MAGIC, DCR_PACK_HDR_LEN);
+	dcr_sha256_reset(w->name);
+	dcr_sha256_update(w->name, DCR_PACK_MAGIC, DCR_PACK_HDR_LEN);
 	pthread_mutex_lock(&w->lock);
 	w->cur_idx = w->npacks++;
 	pthread_mutex_unlock(&w->lock);
@@ -232,6 +271,7 @@ int dcr_packw_seal(struct dcr_packw *w)
 	if (!(sp = malloc(sizeof(*sp))))
 		return DCR_ERR(-ENOMEM);
 	*sp = (struct spack){ .w = w, .data = w->cur, .idx = w->cur_idx };
+	dcr_sha256_final(w->name, sp->name);
 	w->cur.data = NULL;
 	if (!w->up || !dcr_wq_submit(w->up, upload_job, sp, 0))
 		upload_job(w, NULL, sp); /* uploads 0, or no worker could start */
@@ -240,12 +280,18 @@ int dcr_packw_seal(struct dcr_packw *w)
 }
 
 int dcr_packw_append(struct dcr_packw *w, const void *data, size_t len,
-		     uint32_t *pack, uint64_t *off)
+		     const uint8_t fhash[DCR_HASH_LEN], uint32_t *pack,
+		     uint64_t *off)
 {
+	struct dcr_frame_hdr h;
 	int ret;
 
 	if (len > w->o.frame_max)
 		return DCR_ERR(-EFBIG);
+	/* the pack's name takes its frames from their headers (dcr_pack_name) */
+	if (dcr_frame_parse_hdr(data, len, &h) ||
+	    DCR_FRAME_HDR_LEN + (size_t)h.payload_len != len)
+		return DCR_ERR(-EINVAL);
 	if ((ret = dcr_packw_error(w)))
 		return ret;
 	if (w->cur.data && w->cur.len + len > w->cur.cap && (ret = dcr_packw_seal(w)))
@@ -255,6 +301,7 @@ int dcr_packw_append(struct dcr_packw *w, const void *data, size_t len,
 	*pack = w->cur_idx;
 	*off = w->cur.len;
 	pbuf_append(&w->cur, data, len);
+	dcr_sha256_update(w->name, fhash, DCR_HASH_LEN);
 	if (w->cur.len >= w->o.target)
 		return dcr_packw_seal(w);
 	return 0;
@@ -306,6 +353,7 @@ void dcr_packw_free(struct dcr_packw *w)
 	while (w->nspare)
 		pbuf_free(&w->spare[--w->nspare]);
 	pthread_mutex_destroy(&w->lock);
+	dcr_sha256_free(w->name);
 	free(w->hashes);
 	free(w);
 }

@@ -6,10 +6,12 @@
  * The caller encodes and decode-checks each frame, then appends it here
  * in the order the packs are to hold them (one appender at a time; the
  * order must not depend on thread timing, so that the same input gives
- * the same pack bytes). A pack is "DCRPACK1" (HACKING's on-store format)
+ * the same pack bytes). A pack is "DCRPACK2" (HACKING's on-store format)
  * followed by the frames; it is sealed once it reaches the target size
- * (or when the caller says), named by the SHA-256 of its bytes and put
- * as packs/<sha256> by one of @uploads workers of a core/wq queue while
+ * (or when the caller says), named by dcr_pack_name's rule (the SHA-256
+ * of its header and of each frame's SHA-256, which the caller computed
+ * for the manifest already, so no pass over the bytes is added) and put
+ * as packs/<name> by one of @uploads workers of a core/wq queue while
  * the caller goes on appending. At most uploads + 1 sealed packs wait or
  * upload at once (a seal waits for room), so memory stays about
  * (uploads + 2) x (target + frame_max). With uploads 0 the seal puts the
@@ -26,10 +28,25 @@
 #include "hash.h"
 #include "objstore.h"
 
-/** The bytes every pack starts with. */
-#define DCR_PACK_MAGIC "DCRPACK1"
+/** The bytes every pack written now starts with. */
+#define DCR_PACK_MAGIC "DCRPACK2"
+/** The header of the packs written before: named by the SHA-256 of all
+ *  their bytes (as packs without a header, written by older compaction). */
+#define DCR_PACK_MAGIC1 "DCRPACK1"
 /** Their length. */
 #define DCR_PACK_HDR_LEN 8
+
+/**
+ * dcr_pack_name - the name a pack's bytes @data[0..len) must have. A
+ * "DCRPACK2" pack is named by the SHA-256 of its 8 header bytes followed
+ * by the SHA-256 of each of its frames in order (each frame as its own
+ * header says long, the last one ending at the pack's end); any other
+ * (a "DCRPACK1" pack, or one without a header) by the SHA-256 of all its
+ * bytes. Returns 0 and @out, -EBADMSG for a "DCRPACK2" pack whose bytes
+ * are not whole frames (its name can match nothing), or -ENOMEM.
+ * Thread-safe.
+ */
+int dcr_pack_name(const void *data, size_t len, uint8_t out[DCR_HASH_LEN]);
 
 struct dcr_packw;
 
@@ -49,16 +66,20 @@ struct dcr_packw_opts {
 int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out);
 
 /**
- * dcr_packw_append - append the frame @data[0..len) to the open pack
- * (opening one first), sealing the pack when it reaches the target.
- * Sets *@pack to the pack's sequence number (0, 1, ... in the order
- * packs are opened: an index into dcr_packw_hashes once finished) and
- * *@off to the frame's offset in it. Returns 0, -EFBIG for a frame over
- * frame_max, -ENOMEM, or the first upload's error (logged where it
- * happened; nothing more is uploaded after one). One caller at a time.
+ * dcr_packw_append - append the frame @data[0..len), whose SHA-256 is
+ * @fhash (the caller's, as the manifest records it: not computed again),
+ * to the open pack (opening one first), sealing the pack when it reaches
+ * the target. Sets *@pack to the pack's sequence number (0, 1, ... in
+ * the order packs are opened: an index into dcr_packw_hashes once
+ * finished) and *@off to the frame's offset in it. Returns 0, -EFBIG for
+ * a frame over frame_max, -EINVAL for bytes that are not one whole frame
+ * (its header's length), -ENOMEM, or the first upload's error (logged
+ * where it happened; nothing more is uploaded after one). One caller at
+ * a time.
  */
 int dcr_packw_append(struct dcr_packw *w, const void *data, size_t len,
-		     uint32_t *pack, uint64_t *off);
+		     const uint8_t fhash[DCR_HASH_LEN], uint32_t *pack,
+		     uint64_t *off);
 
 /**
  * dcr_packw_seal - seal the open pack now, if it holds a frame (a
@@ -85,7 +106,7 @@ int dcr_packw_error(struct dcr_packw *w);
 uint32_t dcr_packw_count(const struct dcr_packw *w);
 
 /**
- * dcr_packw_hashes - the SHA-256 names of the packs by sequence number,
+ * dcr_packw_hashes - the names (dcr_pack_name) of the packs by sequence number,
  * valid after a successful dcr_packw_finish, until dcr_packw_free.
  */
 const uint8_t (*dcr_packw_hashes(const struct dcr_packw *w))[DCR_HASH_LEN];

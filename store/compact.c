@@ -52,6 +52,7 @@ struct ccost {
 struct slot {
 	struct dcr_codec *codec;
 	struct dcr_buf frame;
+	uint8_t fhash[DCR_HASH_LEN]; /* the frame's SHA-256 (its pack's name) */
 	uint8_t *buf, *bbuf, *chk;
 	int ret;
 };
@@ -449,8 +450,9 @@ static void encode_one(void *arg, size_t i)
 		*cc = (struct ccost){ bt->bcost[k].chain + fc, bt->bcost[k].root };
 	else
 		*cc = (struct ccost){ fc, fc };
+	dcr_sha256(sl->frame.data, sl->frame.len, sl->fhash);
 	if (bt->x->o.format >= 2)
-		dcr_sha256(sl->frame.data, sl->frame.len, ref->fhash);
+		memcpy(ref->fhash, sl->fhash, DCR_HASH_LEN);
 	else
 		memset(ref->fhash, 0, DCR_HASH_LEN);
 }
@@ -479,7 +481,7 @@ static int encode_batch(struct batch *bt, size_t n)
 			c->s->full++;
 		/* ref->pack: a sequence number until finish() */
 		if ((ret = dcr_packw_append(c->pw, sl->frame.data, sl->frame.len,
-					    &ref->pack, &ref->off)))
+					    sl->fhash, &ref->pack, &ref->off)))
 			return ret;
 	}
 	return 0;

@@ -22,6 +22,7 @@
 #include "hash.h"
 #include "json.h"
 #include "manifest.h"
+#include "packw.h"
 #include "reader.h"
 #include "verify.h"
 
@@ -294,8 +295,10 @@ static int verify_packs(struct verify *w)
 		w->packs_checked++;
 		w->bytes_checked += pk.len;
 		uint8_t h[DCR_HASH_LEN];
-		dcr_sha256(pk.data, pk.len, h);
-		if (!dcr_hash_eq(h, w->refs[i].pack))
+		ret = dcr_pack_name(pk.data, pk.len, h);
+		if (ret == -ENOMEM)
+			goto err_free_buf;
+		if (ret || !dcr_hash_eq(h, w->refs[i].pack))
 			add_cause(w, key, "content does not match its name");
 		for (size_t x = i; x < j; x++) {
 			const char *why = check_frame(w, codec, &pk, &w->refs[x], chunk);

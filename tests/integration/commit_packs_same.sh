@@ -4,7 +4,7 @@
 # versions (an anchor, then two steps of a safetensors checkpoint and a
 # file that is not one) committed with --jobs 1 and with --jobs 2 into
 # two new stores give the same pack objects, byte for byte, and each
-# pack starts with the DCRPACK1 header HACKING documents (test_commit's
+# pack starts with the DCRPACK2 header HACKING documents (test_commit's
 # test_packs_same_across_jobs does the same with small packs, so that a
 # commit spans several). No mount needed.
 . "$(dirname "$0")/lib.sh"
@@ -33,6 +33,6 @@ cmp -s "$T/packs.1" "$T/packs.2" ||
 	fail "--jobs 1 and --jobs 2 made different packs: $(diff "$T/packs.1" "$T/packs.2" | head -20)"
 while read -r p; do
 	cmp -s "$T/store.1/packs/$p" "$T/store.2/packs/$p" || fail "pack $p differs"
-	[ "$(head -c 8 "$T/store.1/packs/$p")" = DCRPACK1 ] || fail "pack $p has no DCRPACK1 header"
+	[ "$(head -c 8 "$T/store.1/packs/$p")" = DCRPACK2 ] || fail "pack $p has no DCRPACK2 header"
 done <"$T/packs.1"
 log "$n packs, the same for --jobs 1 and --jobs 2"

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * commit_publish.c - the end of a commit: its packs confirmed in the
+ * store, then its manifest created as the next free version number and
+ * read back (commit_int.h).
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "commit_int.h"
+#include "common.h"
+#include "hash.h"
+#include "manifest.h"
+#include "objstore.h"
+
+#define PUBLISH_TRIES 1000
+
+/* What versions/N holds, read back after a conditional create of it. */
+enum held { HELD_OURS, HELD_ABSENT, HELD_THEIRS, HELD_UNKNOWN };
+
+#define READBACK_TRIES 3
+#define LOST_PUT_TRIES 3
+#define MANIFEST_READ_MAX ((size_t)2 << 30)
+
+/*
+ * Read version @v's manifest object @key back and compare it with @enc,
+ * the bytes this commit put: exactly them (ours), nothing, an intact
+ * manifest of version @v that is not ours (another commit's: it
+ * decodes), or unknown (the store did not answer, or keeps returning
+ * bytes that are neither: damaged on the way or at rest). A read that
+ * is neither ours nor an intact manifest is tried again, so that a byte
+ * flipped on the way is not taken for another commit's version (the
+ * commit would then publish its tree a second time).
+ */
+static enum held version_holds(struct dcr_store *st, const char *key,
+			       uint64_t v, const struct dcr_buf *enc, int *err)
+{
+	struct dcr_buf b;
+	enum held h = HELD_UNKNOWN;
+
+	*err = 0;
+	dcr_buf_init(&b, MANIFEST_READ_MAX);
+	for (int i = 0; i < READBACK_TRIES && h == HELD_UNKNOWN; i++) {
+		struct dcr_manifest m;
+
+		dcr_buf_reset(&b);
+		int ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
+		if (ret == -ENOENT) {
+			h = HELD_ABSENT;
+		} else if (ret) {
+			*err = ret;
+			break; /* the store retried already */
+		} else if (b.len == enc->len && !memcmp(b.data, enc->data, b.len)) {
+			h = HELD_OURS;
+		} else if (dcr_manifest_decode(b.data, b.len, &m) == 0) {
+			h = m.version == v ? HELD_THEIRS : HELD_UNKNOWN;
+			dcr_manifest_free(&m);
+			if (h == HELD_UNKNOWN)
+				break; /* intact, but not a version-@v manifest */
+		} else {
+			*err = DCR_ERR(-EBADMSG);
+		}
+	}
+	dcr_buf_free(&b);
+	return h;
+}
+
+/* Whether a failed put of a manifest may still have stored it: anything
+ * but a refusal the server gives before acting (or that we give). */
+static bool put_may_have_stored(int err)
+{
+	return err != -EACCES && err != -EINVAL && err != -ENAMETOOLONG &&
+	       err != -ENOMEM;
+}
+
+/*
+ * Publish the manifest as the next free version number N: a conditional
+ * create of versions/N, then the object read back, because a store's
+ * answer can be wrong both ways. A 200 without the object stored (a
+ * lying proxy or store) would print a number that holds nothing, which
+ * the next commit takes too; a create that was applied but answered 503
+ * or reset (and retried until the store gave up, or refused with 412
+ * because of our own first attempt) would say "nothing was published"
+ * about a version that was, or publish the same tree again as N+1. So:
+ * versions/N holding exactly these bytes is success, whatever the put
+ * answered; another commit's manifest there is the next number (and
+ * after a failed put, nothing of ours was published); nothing there
+ * after a 200 is the put tried again (a few times); nothing there after
+ * a failure is nothing published. When the read-back cannot tell, the
+ * commit fails with -EINPROGRESS naming N (it may hold this tree), never
+ * claiming either.
+ */
+int dcr_commit_publish_version(struct pipe *p, uint64_t *version,
+			       uint64_t *mlen, uint8_t mhash[DCR_HASH_LEN])
+{
+	struct dcr_buf enc;
+	char key[64];
+	uint64_t latest;
+	int ret = dcr_store_latest(p->st, &latest), err;
+	/* an earlier put of this number may have stored our bytes */
+	bool ours_maybe = false;
+	int lost = 0;
+
+	if (ret)
+		return ret;
+	dcr_buf_init(&enc, SIZE_MAX);
+	uint64_t v = DCR_MAX(latest, p->m->parent) + 1, encoded = 0;
+	for (int tries = 0; tries < PUBLISH_TRIES; tries++) {
+		if (v > DCR_VERSION_MAX) {
+			dcr_err("%s: no version number left (the largest is %" PRIu64 ")",
+				p->st->url, (uint64_t)DCR_VERSION_MAX);
+			ret = DCR_ERR(-EOVERFLOW);
+			goto done;
+		}
+		if (encoded != v) {
+			p->m->version = v;
+			dcr_buf_reset(&enc);
+			if ((ret = dcr_manifest_encode(p->m, &enc)))
+				goto done;
+			encoded = v;
+		}
+		dcr_version_key(v, key, sizeof(key));
+		int put = dcr_store_put(p->st, key, enc.data, enc.len, DCR_PUT_IF_ABSENT);
+		if (put == -EEXIST && !ours_maybe) {
+			dcr_info("version %" PRIu64 " was taken by another commit; trying %" PRIu64,
+				 v, v + 1);
+			v++;
+			continue;
+		}
+		if (put && put != -EEXIST && !put_may_have_stored(put)) {
+			ret = put;
+			goto done;
+		}
+		switch (version_holds(p->st, key, v, &enc, &err)) {
+		case HELD_OURS:
+			if (put)
+				dcr_info("%s/%s: the put answered %s, but the object holds this "
+					 "commit's manifest: version %" PRIu64 " is published",
+					 p->st->url, key, dcr_strerror(put), v);
+			ret = 0;
+			goto done;
+		case HELD_THEIRS:
+			if (put && put != -EEXIST) {
+				/* Conditional: ours was not stored under N. */
+				ret = put;
+				goto done;
+			}
+			if (!put)
+				dcr_warn("%s/%s: the store acknowledged this commit's manifest "
+					 "but holds another one; trying %" PRIu64,
+					 p->st->url, key, v + 1);
+			else
+				dcr_info("version %" PRIu64 " was taken by another commit; "
+					 "trying %" PRIu64, v, v + 1);
+			ours_maybe = false;
+			lost = 0;
+			v++;
+			continue;
+		case HELD_ABSENT:
+			if (put && put != -EEXIST) {
+				ret = put; /* nothing is there: nothing was published */
+				goto done;
+			}
+			if (++lost >= LOST_PUT_TRIES) {
+				dcr_err("%s/%s: the store acknowledged the manifest %d times "
+					"without keeping it; nothing was published",
+					p->st->url, key, lost);
+				ret = DCR_ERR(-EIO);
+				goto done;
+			}
+			dcr_warn("%s/%s: the store acknowledged the manifest but does "
+				 "not hold it; putting it again", p->st->url, key);
+			ours_maybe = true;
+			continue;
+		case HELD_UNKNOWN:
+			dcr_err("%s/%s: %s, and reading it back %s, so whether version %"
+				PRIu64 " holds this commit is unknown: check it (dcrfs-ctl "
+				"show %" PRIu64 ") before committing again",
+				p->st->url, key,
+				put ? dcr_strerror(put) : "the put was acknowledged",
+				err ? dcr_strerror(err) : "returned another object",
+				v, v);
+			ret = DCR_ERR(-EINPROGRESS);
+			goto done;
+		}
+	}
+	dcr_err("%s: no free version number after %d tries; nothing was published",
+		p->st->url, PUBLISH_TRIES);
+	ret = DCR_ERR(-EEXIST);
+done:
+	if (!ret) {
+		*version = v;
+		*mlen = enc.len;
+		dcr_sha256(enc.data, enc.len, mhash);
+	}
+	dcr_buf_free(&enc);
+	return ret;
+}
+
+/*
+ * Confirm that every pack the manifest names is in the store: a store
+ * that acknowledged a put it did not keep must not get a version that
+ * names missing bytes.
+ */
+int dcr_commit_check_packs(struct dcr_store *st,
+			   const struct dcr_manifest *m)
+{
+	char key[80];
+	uint64_t size;
+
+	for (uint32_t i = 0; i < m->npacks; i++) {
+		dcr_pack_key(m->packs[i], key, sizeof(key));
+		int ret = dcr_store_head(st, key, &size);
+		if (ret) {
+			dcr_err("%s/%s: %s after its upload was acknowledged; not publishing",
+				st->url, key, ret == -ENOENT ? "missing" : dcr_strerror(ret));
+			return ret == -ENOENT ? DCR_ERR(-EIO) : ret;
+		}
+	}
+	return 0;
+}
