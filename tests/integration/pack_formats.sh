@@ -60,7 +60,12 @@ damaged p1-header "$P1" 'b[:8] = b"DCRPACK0"'
 
 ctl compact --max-depth 1 -q || fail "compact fails on the DCRPACK1 store"
 [ "$(count_form DCRPACK2)" = 2 ] || fail "compaction did not write two DCRPACK2 packs"
-ctl verify --deep -q || fail "verify --deep fails after compaction"
+ctl verify --deep -q >"$T/verify.compacted" 2>&1 ||
+	fail "verify --deep fails after compaction: $(cat "$T/verify.compacted")"
+# the compacted layout is taken (format 4 manifests of format-3 versions:
+# dcr_manifest_same_meaning), not refused with the versions read as before
+! grep -q "refused" "$T/verify.compacted" ||
+	fail "the compacted layout is refused: $(cat "$T/verify.compacted")"
 check_mount compacted
 
 # a commit on top: its delta frames build on DCRPACK1 and DCRPACK2 frames
