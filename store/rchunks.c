@@ -4,12 +4,13 @@
  * (see reader_int.h).
  *
  * Contract: chunk references are looked up a block at a time and kept
- * (ref_lock); chunk buffers are aligned to DCR_CACHE_ALIGN and recycled
- * through a small pool, and chunks just built stay "hot" within
- * hot_budget bytes (hot_lock); the in-flight table lets one thread
- * build a chunk while readers of the same hash wait for it (sf_lock,
- * sf_cond). A flight holds its buffer until the last reference goes,
- * which hands it to the hot set. Nothing here fetches or decodes.
+ * (ref_lock); chunks in memory are entries of one table (struct ctab,
+ * its lock): one refcounted entry per chunk content, which one thread
+ * builds while readers of the same content wait for it, which stays
+ * "hot" within the budget after its last reference, and which a failed
+ * build leaves behind for a moment (failed-until). Their buffers are
+ * aligned to DCR_CACHE_ALIGN and recycled with the entries. Nothing here
+ * fetches or decodes.
  */
 #include "config.h"
 
@@ -104,184 +105,416 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	return ret;
 }
 
-/* ------------------------------------------- chunk buffers, hot chunks */
+/* ------------------------------------------------------ the chunk table */
 
 static size_t buf_cap(uint32_t len)
 {
 	return DCR_ROUND_UP((size_t)DCR_MAX(len, 1u), DCR_CACHE_ALIGN);
 }
 
-/* An aligned buffer for a chunk of @len bytes (readable to buf_cap). */
-uint8_t *buf_get(struct dcr_reader *r, uint32_t len)
+static struct cent **bucket_of(struct ctab *t, const uint8_t *hash)
 {
-	const size_t cap = buf_cap(len);
-	void *p = NULL;
+	uint64_t x;
 
-	pthread_mutex_lock(&r->hot_lock);
-	for (size_t i = r->npool; i-- > 0;) {
-		if (r->pool[i].cap == cap) {
-			p = r->pool[i].p;
-			r->pool_bytes -= cap;
-			r->pool[i] = r->pool[--r->npool];
+	memcpy(&x, hash, sizeof(x));
+	return &t->bucket[x % CTAB_BUCKETS];
+}
+
+static void idle_unlink(struct ctab *t, struct cent *e)
+{
+	*(e->older ? &e->older->newer : &t->oldest) = e->newer;
+	*(e->newer ? &e->newer->older : &t->newest) = e->older;
+	e->older = e->newer = NULL;
+	t->nidle--;
+	if (e->state == CENT_READY)
+		t->idle_bytes -= e->len;
+}
+
+static void unlist(struct ctab *t, struct cent *e)
+{
+	for (struct cent **pp = bucket_of(t, e->hash); *pp; pp = &(*pp)->next) {
+		if (*pp == e) {
+			*pp = e->next;
 			break;
 		}
 	}
-	pthread_mutex_unlock(&r->hot_lock);
-	if (!p && posix_memalign(&p, DCR_CACHE_ALIGN, cap) != 0)
-		p = NULL;
-	return p;
+	e->listed = false;
 }
 
-/* Give back a buffer of buf_get(@len). Caller holds hot_lock. */
-static void buf_put_locked(struct dcr_reader *r, uint8_t *p, uint32_t len)
+static void cent_destroy(struct cent *e)
 {
-	const size_t cap = buf_cap(len);
-
-	if (!p)
-		return;
-	/* Full: make room by dropping one of another size (a file's odd
-	 * last chunk), so the common size stays recyclable. */
-	for (size_t i = 0; (r->npool == POOL_MAX ||
-			    r->pool_bytes + cap > POOL_BYTES) && i < r->npool;) {
-		if (r->pool[i].cap == cap) {
-			i++;
-			continue;
-		}
-		r->pool_bytes -= r->pool[i].cap;
-		free(r->pool[i].p);
-		r->pool[i] = r->pool[--r->npool];
-	}
-	if (r->npool < POOL_MAX && r->pool_bytes + cap <= POOL_BYTES) {
-		r->pool[r->npool].p = p;
-		r->pool[r->npool].cap = cap;
-		r->npool++;
-		r->pool_bytes += cap;
-	} else {
-		free(p);
-	}
-}
-
-void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len)
-{
-	pthread_mutex_lock(&r->hot_lock);
-	buf_put_locked(r, p, len);
-	pthread_mutex_unlock(&r->hot_lock);
-}
-
-/* The slot of chunk @hash of @len bytes, or NULL. Holds hot_lock. */
-static struct hot *hot_find(struct dcr_reader *r,
-			    const uint8_t hash[DCR_HASH_LEN], uint32_t len)
-{
-	for (size_t i = 0; i < HOT_SLOTS; i++) {
-		struct hot *h = &r->hot[i];
-
-		if (h->data && h->len == len &&
-		    memcmp(h->hash, hash, DCR_HASH_LEN) == 0)
-			return h;
-	}
-	return NULL;
+	free(e->data);
+	pthread_cond_destroy(&e->cv);
+	free(e);
 }
 
 /*
- * Keep the verified chunk @data (a buf_get buffer; ownership passes
- * here) in memory, evicting the least recently used unreferenced ones
- * to stay within the budget.
+ * Keep unreferenced, unlisted @e (and its buffer) for reuse; the spares
+ * are bounded by POOL_MAX and POOL_BYTES. Full: make room by dropping
+ * one of another size (a file's odd last chunk), so that the common
+ * size stays recyclable.
  */
-void hot_put(struct dcr_reader *r, const struct where *w,
-	     const uint8_t hash[DCR_HASH_LEN], uint32_t len, uint8_t *data)
+static void spare_put(struct ctab *t, struct cent *e)
 {
-	struct hot *slot = NULL;
-
-	pthread_mutex_lock(&r->hot_lock);
-	if (hot_find(r, hash, len) || len > r->hot_budget) {
-		buf_put_locked(r, data, len);
-		pthread_mutex_unlock(&r->hot_lock);
+#define SPARE_FULL(t, e) \
+	((t)->nspare == POOL_MAX || (t)->spare_bytes + (e)->cap > POOL_BYTES)
+	for (struct cent **pp = &t->spare, *x; (x = *pp) && SPARE_FULL(t, e);) {
+		if (x->cap == e->cap) {
+			pp = &x->next;
+		} else {
+			*pp = x->next;
+			t->nspare--;
+			t->spare_bytes -= x->cap;
+			cent_destroy(x);
+		}
+	}
+	if (!e->data || SPARE_FULL(t, e)) {
+		cent_destroy(e); /* (no buffer: none could be had) */
 		return;
 	}
-	for (;;) {
-		struct hot *lru = NULL;
+	e->next = t->spare;
+	t->spare = e;
+	t->nspare++;
+	t->spare_bytes += e->cap;
+}
 
-		slot = NULL;
-		for (size_t i = 0; i < HOT_SLOTS; i++) {
-			struct hot *h = &r->hot[i];
+/* An unlisted entry of one reference for a chunk of @len bytes (NULL
+ * when out of memory), with a buffer unless e->data is NULL (see
+ * buf_alloc). Caller holds t->lock. */
+static struct cent *spare_get(struct ctab *t, uint32_t len)
+{
+	const size_t cap = buf_cap(len);
+	struct cent *e = NULL;
 
-			if (!h->data) {
-				slot = slot ? slot : h;
-				continue;
-			}
-			if (!h->refs && (!lru || h->stamp < lru->stamp))
-				lru = h;
-		}
-		if (slot && r->hot_bytes + len <= r->hot_budget)
+	for (struct cent **pp = &t->spare; *pp; pp = &(*pp)->next) {
+		if ((*pp)->cap == cap) {
+			e = *pp;
+			*pp = e->next;
+			t->nspare--;
+			t->spare_bytes -= cap;
 			break;
-		if (!lru) {
-			/* Everything is being read: do not keep this one. */
-			buf_put_locked(r, data, len);
-			pthread_mutex_unlock(&r->hot_lock);
-			return;
 		}
-		r->hot_bytes -= lru->len;
-		buf_put_locked(r, lru->data, lru->len);
-		lru->data = NULL;
 	}
-	memcpy(slot->hash, hash, DCR_HASH_LEN);
-	slot->len = len;
-	slot->w = *w;
-	slot->data = data;
-	slot->refs = 0;
-	slot->stamp = ++r->hot_clock;
-	r->hot_bytes += len;
-	pthread_mutex_unlock(&r->hot_lock);
-}
-
-/* Copy [@off, @off+@n) of hot chunk @hash into @dst: 0, or -ENOENT. */
-/* The hot chunk @hash of @len bytes, referenced (not evicted until
- * hot_drop), or NULL. Takes hot_lock. */
-static struct hot *hot_take(struct dcr_reader *r,
-			    const uint8_t hash[DCR_HASH_LEN], uint32_t len)
-{
-	struct hot *h;
-
-	pthread_mutex_lock(&r->hot_lock);
-	h = hot_find(r, hash, len);
-	if (h) {
-		h->refs++;
-		h->stamp = ++r->hot_clock;
+	if (!e) {
+		e = calloc(1, sizeof(*e));
+		if (!e)
+			return NULL;
+		pthread_cond_init(&e->cv, NULL);
+		e->cap = cap;
 	}
-	pthread_mutex_unlock(&r->hot_lock);
-	return h;
+	e->next = NULL;
+	e->refs = 1;
+	e->state = CENT_LOADING;
+	e->rc = 0;
+	e->until = 0;
+	e->listed = e->persisted = e->quiet = e->cold = false;
+	return e;
 }
 
-static void hot_drop(struct dcr_reader *r, struct hot *h)
+/* Give @e a buffer if it has none, outside t->lock: 0 or -ENOMEM. */
+static int buf_alloc(struct cent *e)
 {
-	pthread_mutex_lock(&r->hot_lock);
-	h->refs--;
-	pthread_mutex_unlock(&r->hot_lock);
+	if (e->data || !posix_memalign((void **)&e->data, DCR_CACHE_ALIGN,
+				       e->cap))
+		return 0;
+	e->data = NULL;
+	return DCR_ERR(-ENOMEM);
 }
 
-int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len, uint32_t off, void *dst, size_t n)
+/* Drop a reference to @e with t->lock held: the last one keeps a ready
+ * entry hot (LRU, within the budget) and a failed one until its
+ * deadline, and recycles anything else. */
+static void release_locked(struct ctab *t, struct cent *e)
 {
-	struct hot *h = hot_take(r, hash, len);
+	if (--e->refs)
+		return;
+	if (!e->listed || e->cold) {
+		if (e->listed)
+			unlist(t, e);
+		spare_put(t, e);
+		return;
+	}
+	e->older = t->newest;
+	e->newer = NULL;
+	*(t->newest ? &t->newest->newer : &t->oldest) = e;
+	t->newest = e;
+	t->nidle++;
+	if (e->state == CENT_READY)
+		t->idle_bytes += e->len;
+	while (t->idle_bytes > t->budget || t->nidle > HOT_SLOTS) {
+		struct cent *x = t->oldest;
 
-	if (!h)
+		idle_unlink(t, x);
+		unlist(t, x);
+		spare_put(t, x);
+	}
+}
+
+/* Take a reference to @e (listed). Caller holds t->lock. */
+static void take_locked(struct ctab *t, struct cent *e)
+{
+	if (e->refs++ == 0)
+		idle_unlink(t, e);
+}
+
+/* The listed entry of content @hash of @len bytes, or NULL; a failed one
+ * whose deadline has passed is unlisted first. Caller holds t->lock. */
+static struct cent *find_locked(struct ctab *t, const uint8_t *hash,
+				uint32_t len)
+{
+	struct cent *e;
+
+	for (e = *bucket_of(t, hash); e; e = e->next)
+		if (e->len == len && memcmp(e->hash, hash, DCR_HASH_LEN) == 0)
+			break;
+	if (e && e->state == CENT_FAILED && e->until <= dcr_mono_ns()) {
+		unlist(t, e);
+		if (!e->refs) {
+			idle_unlink(t, e);
+			spare_put(t, e);
+		}
+		e = NULL;
+	}
+	return e;
+}
+
+/* List @e (referenced, not listed) as piece @p's content. Holds t->lock. */
+static void list_locked(struct ctab *t, struct cent *e, const struct piece *p)
+{
+	struct cent **b = bucket_of(t, p->ref.hash);
+
+	memcpy(e->hash, p->ref.hash, DCR_HASH_LEN);
+	e->len = p->clen;
+	e->w = p->w;
+	e->ref = p->ref;
+	e->listed = true;
+	e->next = *b;
+	*b = e;
+}
+
+void ctab_init(struct ctab *t, uint64_t budget)
+{
+	memset(t, 0, sizeof(*t));
+	t->budget = budget;
+	pthread_mutex_init(&t->lock, NULL);
+}
+
+void ctab_destroy(struct ctab *t)
+{
+	for (size_t i = 0; i < CTAB_BUCKETS; i++) {
+		while (t->bucket[i]) {
+			struct cent *e = t->bucket[i];
+
+			t->bucket[i] = e->next;
+			cent_destroy(e);
+		}
+	}
+	while (t->spare) {
+		struct cent *e = t->spare;
+
+		t->spare = e->next;
+		cent_destroy(e);
+	}
+	pthread_mutex_destroy(&t->lock);
+}
+
+bool ctab_busy(struct dcr_reader *r)
+{
+	bool busy;
+
+	pthread_mutex_lock(&r->ct.lock);
+	busy = r->ct.nbusy != 0;
+	pthread_mutex_unlock(&r->ct.lock);
+	return busy;
+}
+
+int cent_join(struct dcr_reader *r, const struct rreq *q,
+	      const struct piece *p, struct cent **out)
+{
+	struct ctab *t = &r->ct;
+	struct cent *e;
+
+	*out = NULL;
+	pthread_mutex_lock(&t->lock);
+	e = find_locked(t, p->ref.hash, p->clen);
+	if (e && e->state == CENT_FAILED) {
+		pthread_mutex_unlock(&t->lock);
+		RERR(q, WHERE_FMT ": the store did not answer in time for a "
+		     "read of it a moment ago; failing at once",
+		     WHERE_ARGS(&p->w));
+		return DCR_ERR(-EIO);
+	}
+	if (e) {
+		take_locked(t, e);
+		pthread_mutex_unlock(&t->lock);
+		*out = e;
+		return 0;
+	}
+	e = spare_get(t, p->clen);
+	if (!e) {
+		pthread_mutex_unlock(&t->lock);
+		return DCR_ERR(-ENOMEM);
+	}
+	list_locked(t, e, p);
+	e->quiet = q->quiet;
+	e->cold = q->pagecache;
+	t->nbusy++;
+	pthread_mutex_unlock(&t->lock);
+	if (buf_alloc(e)) {
+		cent_fail(r, e, -ENOMEM); /* joiners of it fail too */
+		cent_release(r, e);
+		return DCR_ERR(-ENOMEM);
+	}
+	*out = e;
+	return 1;
+}
+
+/* Wake the waiters of @e, which changed. Caller holds t->lock. */
+static void wake_locked(struct cent *e)
+{
+	if (e->waiters)
+		pthread_cond_broadcast(&e->cv);
+}
+
+void cent_ready(struct dcr_reader *r, struct cent *e, bool persisted)
+{
+	pthread_mutex_lock(&r->ct.lock);
+	e->state = CENT_READY;
+	if (persisted && !e->persisted) {
+		e->persisted = true;
+		r->ct.nbusy--;
+	}
+	wake_locked(e);
+	pthread_mutex_unlock(&r->ct.lock);
+}
+
+void cent_fail(struct dcr_reader *r, struct cent *e, int rc)
+{
+	pthread_mutex_lock(&r->ct.lock);
+	e->state = CENT_FAILED;
+	e->rc = rc;
+	if (!e->persisted) {
+		e->persisted = true;
+		r->ct.nbusy--;
+	}
+	if (e->listed)
+		unlist(&r->ct, e); /* a new reader leads a new attempt */
+	wake_locked(e);
+	pthread_mutex_unlock(&r->ct.lock);
+}
+
+void cent_failed_until(struct dcr_reader *r, const struct piece *p,
+		       int64_t until)
+{
+	struct ctab *t = &r->ct;
+	struct cent *e;
+
+	pthread_mutex_lock(&t->lock);
+	e = find_locked(t, p->ref.hash, p->clen);
+	if (!e && (e = calloc(1, sizeof(*e)))) { /* no buffer: none kept */
+		pthread_cond_init(&e->cv, NULL);
+		e->refs = 1;
+		list_locked(t, e, p);
+		e->state = CENT_FAILED;
+		e->rc = -EIO;
+		e->persisted = true;
+		e->until = until;
+		release_locked(t, e);
+	}
+	if (e && e->state == CENT_FAILED)
+		e->until = DCR_MAX(e->until, until);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int cent_wait(struct dcr_reader *r, struct cent *e, bool settle)
+{
+	int rc;
+
+	pthread_mutex_lock(&r->ct.lock);
+	while (e->state == CENT_LOADING || (settle && !e->persisted)) {
+		e->waiters++;
+		pthread_cond_wait(&e->cv, &r->ct.lock);
+		e->waiters--;
+	}
+	rc = e->state == CENT_READY ? 0 : e->rc;
+	pthread_mutex_unlock(&r->ct.lock);
+	return rc;
+}
+
+void cent_hold(struct dcr_reader *r, struct cent *e)
+{
+	pthread_mutex_lock(&r->ct.lock);
+	take_locked(&r->ct, e);
+	pthread_mutex_unlock(&r->ct.lock);
+}
+
+void cent_release(struct dcr_reader *r, struct cent *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&r->ct.lock);
+	release_locked(&r->ct, e);
+	pthread_mutex_unlock(&r->ct.lock);
+}
+
+struct cent *cent_new(struct dcr_reader *r, uint32_t len)
+{
+	struct cent *e;
+
+	pthread_mutex_lock(&r->ct.lock);
+	e = spare_get(&r->ct, len);
+	pthread_mutex_unlock(&r->ct.lock);
+	if (e && buf_alloc(e)) {
+		cent_destroy(e);
+		return NULL;
+	}
+	return e;
+}
+
+void cent_keep(struct dcr_reader *r, struct cent *e, const struct piece *p)
+{
+	struct ctab *t = &r->ct;
+
+	pthread_mutex_lock(&t->lock);
+	if (!find_locked(t, p->ref.hash, p->clen)) {
+		list_locked(t, e, p);
+		e->state = CENT_READY;
+		e->persisted = true;
+		e->cold = false;
+	}
+	release_locked(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* The ready entry of content @hash of @len bytes, referenced, or NULL. */
+static struct cent *take_ready(struct dcr_reader *r, const uint8_t *hash,
+			       uint32_t len)
+{
+	struct cent *e;
+
+	pthread_mutex_lock(&r->ct.lock);
+	e = find_locked(&r->ct, hash, len);
+	if (e && e->state == CENT_READY)
+		take_locked(&r->ct, e);
+	else
+		e = NULL;
+	pthread_mutex_unlock(&r->ct.lock);
+	return e;
+}
+
+int cent_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p)
+{
+	struct cent *e = take_ready(r, p->ref.hash, p->clen);
+
+	if (!e)
 		return -ENOENT;
-	memcpy(dst, h->data + off, n);
-	hot_drop(r, h);
-	return 0;
-}
-
-int hot_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p)
-{
-	struct hot *h = hot_take(r, p->ref.hash, p->clen);
-
-	if (!h)
-		return -ENOENT;
+	if (!where_eq(&e->w, &p->w))
+		piece_put(r, q, p, e->data);
+	else if (q->settle)
+		cent_wait(r, e, true); /* its write to the cache may be due */
 	if (p->dst)
-		memcpy(p->dst, h->data + p->coff, p->n);
-	if (!where_eq(&h->w, &p->w))
-		piece_put(r, q, p, h->data);
-	hot_drop(r, h);
+		memcpy(p->dst, e->data + p->coff, p->n);
+	cent_release(r, e);
 	return 0;
 }
 
@@ -316,129 +549,18 @@ void cache_key(struct dcr_cache_key *k, const struct rver *rv,
 
 /*
  * Copy the whole verified chunk @k into @out from wherever this
- * instance has it: hot or built and waiting to be written (a published
- * flight), by content, or in its place in the cache. 0, -ENOENT, or
+ * instance has it: a ready entry of its content (hot, or built and
+ * waiting to be written), or its place in the cache. 0, -ENOENT, or
  * -errno.
  */
 int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
 	     uint8_t *out)
 {
-	struct flight *f;
+	struct cent *e = take_ready(r, k->hash, k->len);
 
-	if (hot_read(r, k->hash, k->len, 0, out, k->len) == 0)
-		return 0;
-	pthread_mutex_lock(&r->sf_lock);
-	for (f = r->flights; f; f = f->next)
-		if (f->done && f->rc == 0 && f->len == k->len &&
-		    memcmp(f->hash, k->hash, DCR_HASH_LEN) == 0)
-			break;
-	if (f)
-		f->refs++;
-	pthread_mutex_unlock(&r->sf_lock);
-	if (f) {
-		memcpy(out, f->data, k->len);
-		flight_release(r, f);
-		return 0;
-	}
-	return dcr_cache_read(r->cache, k, 0, out, k->len);
-}
-
-/* ------------------------------------------------------ single-flight */
-
-void flight_release(struct dcr_reader *r, struct flight *f)
-{
-	bool last;
-
-	pthread_mutex_lock(&r->sf_lock);
-	last = --f->refs == 0;
-	pthread_mutex_unlock(&r->sf_lock);
-	if (last) {
-		if (f->done && f->rc == 0 && f->data && !f->cold)
-			hot_put(r, &(struct where){ f->rv, f->file, f->chunk },
-				f->hash, f->len, f->data);
-		else
-			buf_put(r, f->data, f->len);
-		free(f);
-	}
-}
-
-/* Register chunk @c: lead a new flight or join the one in progress. */
-int batch_join(struct dcr_reader *r, struct bchunk *c, const struct rreq *q)
-{
-	const uint8_t *hash = c->p->ref.hash;
-	struct flight *f;
-
-	pthread_mutex_lock(&r->sf_lock);
-	for (f = r->flights; f; f = f->next)
-		if (f->len == c->p->clen &&
-		    memcmp(f->hash, hash, DCR_HASH_LEN) == 0)
-			break;
-	if (f) {
-		f->refs++;
-		c->f = f;
-		pthread_mutex_unlock(&r->sf_lock);
-		return 0;
-	}
-	f = calloc(1, sizeof(*f));
-	if (!f) {
-		pthread_mutex_unlock(&r->sf_lock);
-		return DCR_ERR(-ENOMEM);
-	}
-	memcpy(f->hash, hash, DCR_HASH_LEN);
-	f->len = c->p->clen;
-	f->rv = c->p->w.rv;
-	f->file = c->p->w.file;
-	f->chunk = c->p->w.chunk;
-	f->ref = c->p->ref;
-	f->refs = 1;
-	f->quiet = q->quiet;
-	f->cold = q->pagecache;
-	f->next = r->flights;
-	r->flights = f;
-	pthread_mutex_unlock(&r->sf_lock);
-	c->f = f;
-	c->leader = true;
+	if (!e)
+		return dcr_cache_read(r->cache, k, 0, out, k->len);
+	memcpy(out, e->data, k->len);
+	cent_release(r, e);
 	return 0;
-}
-
-/*
- * Publish the outcome of a flight we lead: its waiters go on, and new
- * readers of the chunk still find it (and its data) until flight_done,
- * while it is being written to the cache.
- */
-/* flight_publish with sf_lock held. */
-static void publish_locked(struct dcr_reader *r, struct flight *f, int rc)
-{
-	if (!f->done) {
-		f->rc = rc;
-		f->done = true;
-		pthread_cond_broadcast(&r->sf_cond);
-	}
-}
-
-void flight_publish(struct dcr_reader *r, struct flight *f, int rc)
-{
-	pthread_mutex_lock(&r->sf_lock);
-	publish_locked(r, f, rc);
-	pthread_mutex_unlock(&r->sf_lock);
-}
-
-/*
- * End a flight we lead: publish @rc unless published, and unlist it, in
- * one step (a failed flight must not be joined after it ended: a new
- * reader leads a new attempt instead).
- */
-void flight_done(struct dcr_reader *r, struct flight *f, int rc)
-{
-	pthread_mutex_lock(&r->sf_lock);
-	publish_locked(r, f, rc);
-	for (struct flight **pp = &r->flights; *pp; pp = &(*pp)->next) {
-		if (*pp == f) {
-			*pp = f->next;
-			break;
-		}
-	}
-	f->ended = true; /* for a settling prefetch (struct batch) */
-	pthread_cond_broadcast(&r->sf_cond);
-	pthread_mutex_unlock(&r->sf_lock);
 }

@@ -2,7 +2,7 @@
 /*
  * rqueues.c - the read path's background work (see reader_int.h), on
  * four queues of core/wq.h made at open: write-behind (r->wq) writes
- * built chunks to the cache and ends their flights; read-ahead (r->ra)
+ * built chunks to the cache (their entries then persisted); read-ahead (r->ra)
  * notes sequential reads and materializes the chunks ahead of them,
  * fetching on its threads and handing the decoding to the decode queue
  * (r->dq); r->par lends idle threads to par_for (rmaterialize.c). A
@@ -54,33 +54,29 @@ static const struct rreq ra_req = { .quiet = true };
  * A chunk verified for a read is written to the cache by one of
  * WQ_THREADS writer threads, so that the thread that built it goes on
  * building the next one instead of waiting for the disk. The queued
- * flight keeps its buffer alive and stays listed, so a reader of the
- * chunk meanwhile joins it rather than building it again; the writer
- * ends it (flight_done, flight_release) once the file is in place. A
- * full queue makes the builder write itself: the disk sets the pace.
+ * entry is ready meanwhile (readers of the chunk are served from it) and
+ * its reference keeps it; the writer marks it persisted once the file is
+ * in place. A full queue makes the builder write itself: the disk sets
+ * the pace.
  */
 static void wq_run(void *ctx, void *ws, void *arg)
 {
 	struct dcr_reader *r = ctx;
-	struct flight *f = arg;
+	struct cent *e = arg;
 	struct dcr_cache_key k;
 
-	cache_key(&k, f->rv, f->file, f->chunk, &f->ref);
-	dcr_cache_put(r->cache, &k, f->data, cache_put_flags(r));
-	flight_done(r, f, 0);
-	flight_release(r, f);
+	cache_key(&k, e->w.rv, e->w.file, e->w.chunk, &e->ref);
+	dcr_cache_put(r->cache, &k, e->data, cache_put_flags(r));
+	cent_ready(r, e, true);
+	cent_release(r, e);
 }
 
-bool wq_submit(struct dcr_reader *r, struct flight *f)
+bool wq_submit(struct dcr_reader *r, struct cent *e)
 {
-	pthread_mutex_lock(&r->sf_lock);
-	f->refs++; /* the writer's */
-	pthread_mutex_unlock(&r->sf_lock);
-	if (dcr_wq_try_submit(r->wq, wq_run, f, f->len))
+	cent_hold(r, e); /* the writer's */
+	if (dcr_wq_try_submit(r->wq, wq_run, e, e->len))
 		return true;
-	pthread_mutex_lock(&r->sf_lock);
-	f->refs--; /* ours keeps it alive */
-	pthread_mutex_unlock(&r->sf_lock);
+	cent_release(r, e); /* ours keeps it alive */
 	return false;
 }
 
@@ -131,7 +127,7 @@ static void ra_materialize(struct dcr_reader *r, struct ra_job *j, size_t n)
  * coalesced GET when their frames are neighbours), and materialized into
  * the cache by the read-ahead threads, so a cold sequential reader keeps
  * several GETs in flight. Foreground reads of a chunk being read ahead
- * join its flight. Errors of read-ahead are logged at debug level only.
+ * join its entry. Errors of read-ahead are logged at debug level only.
  */
 void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
 {
