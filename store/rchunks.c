@@ -4,7 +4,7 @@
  * (see reader_int.h).
  *
  * Contract: chunk references are looked up a block at a time and kept
- * (ref_lock); chunks in memory are entries of one table (struct ctab,
+ * (refs.lock); chunks in memory are entries of one table (struct ctab,
  * its lock): one refcounted entry per chunk content, which one thread
  * builds while readers of the same content wait for it, which stays
  * "hot" within the budget after its last reference, and which a failed
@@ -46,6 +46,19 @@ static int ref_checked(const struct rver *rv, int ret)
 	return ret;
 }
 
+int refs_init(struct rrefs *f)
+{
+	pthread_mutex_init(&f->lock, NULL);
+	f->blk = calloc(REF_SLOTS, sizeof(*f->blk));
+	return f->blk ? 0 : DCR_ERR(-ENOMEM);
+}
+
+void refs_close(struct rrefs *f)
+{
+	free(f->blk);
+	pthread_mutex_destroy(&f->lock);
+}
+
 int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	    uint64_t idx, struct dcr_catalog_chunk *out)
 {
@@ -55,19 +68,19 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	size_t got = 0;
 	int ret;
 
-	pthread_mutex_lock(&r->ref_lock);
+	pthread_mutex_lock(&r->refs.lock);
 	for (int i = 0; i < REF_SLOTS; i++) {
-		struct refblk *x = &r->refs[i];
+		struct refblk *x = &r->refs.blk[i];
 
 		if (x->n && x->v == v && x->gen == gen && x->file == file &&
 		    x->first == first && idx - first < x->n) {
 			*out = x->refs[idx - first];
-			x->stamp = ++r->ref_clock;
-			pthread_mutex_unlock(&r->ref_lock);
+			x->stamp = ++r->refs.clock;
+			pthread_mutex_unlock(&r->refs.lock);
 			return ref_checked(rv, 0);
 		}
 	}
-	pthread_mutex_unlock(&r->ref_lock);
+	pthread_mutex_unlock(&r->refs.lock);
 
 	tmp = malloc(sizeof(*tmp));
 	if (!tmp)
@@ -79,9 +92,9 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 		ret = -ESTALE; /* maybe the new index's rows: not cached */
 	} else if (ret == 0 && idx - first < got) {
 		*out = tmp->refs[idx - first];
-		pthread_mutex_lock(&r->ref_lock);
+		pthread_mutex_lock(&r->refs.lock);
 		for (int i = 0; i < REF_SLOTS; i++) {
-			struct refblk *x = &r->refs[i];
+			struct refblk *x = &r->refs.blk[i];
 
 			if (!b || !x->n || (b->n && x->stamp < b->stamp))
 				b = x;
@@ -92,8 +105,8 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 		b->file = file;
 		b->first = first;
 		b->n = (uint32_t)got;
-		b->stamp = ++r->ref_clock;
-		pthread_mutex_unlock(&r->ref_lock);
+		b->stamp = ++r->refs.clock;
+		pthread_mutex_unlock(&r->refs.lock);
 	} else if (ret == 0 || ret == -ENOENT || ret == -EIO) {
 		/* A hole or a bad row in the block (not in a well-formed
 		 * catalog): ask for the one reference, which is served if it

@@ -285,24 +285,15 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	r->coalesce_max = opts->coalesce_max ? opts->coalesce_max :
 					       COALESCE_MAX_DEFAULT;
 	r->read_timeout_ns = (int64_t)opts->read_timeout_ms * 1000000;
-	r->bad_retry_after = opts->retry_bad_ms ?
-				     (int64_t)opts->retry_bad_ms * 1000000 :
-				     BAD_RETRY_NS_DEFAULT;
-	r->relist_ns = opts->relist_ms ? (int64_t)opts->relist_ms * 1000000 :
-					 RELIST_NS_DEFAULT;
-	pthread_mutex_init(&r->ra_lock, NULL);
-	pthread_mutex_init(&r->refresh_lock, NULL);
-	pthread_mutex_init(&r->lock, NULL);
-	pthread_mutex_init(&r->codec_lock, NULL);
-	pthread_mutex_init(&r->ref_lock, NULL);
+	versions_init(r, opts);
+	codecs_init(&r->codecs);
 	ctab_init(&r->ct, DCR_MAX(HOT_BUDGET_MIN, 2 * r->readahead));
-	r->refs = calloc(REF_SLOTS, sizeof(*r->refs));
+	ret = refs_init(&r->refs);
+	if (!ret)
+		ret = queues_open(r);
 	r->dir = strdup(path);
-	if (!r->dir || !r->refs) {
+	if (!ret && !r->dir)
 		ret = DCR_ERR(-ENOMEM);
-		goto err_close;
-	}
-	ret = queues_open(r);
 	if (ret)
 		goto err_close;
 	ret = lock_dir(r, opts->cache_dir);
@@ -324,7 +315,6 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	if (ret)
 		goto err_close;
 	dcr_catalog_set_room_hook(r->cat, dcr_cache_room_hook, r->cache);
-	r->max_trees = opts->max_trees;
 	ret = load_catalog(r);
 	if (ret)
 		goto err_close;
@@ -341,29 +331,12 @@ void dcr_reader_close(struct dcr_reader *r)
 	if (!r)
 		return;
 	queues_close(r);
-	for (size_t i = 0; i < r->nvers; i++)
-		rver_free(r->vers[i]);
-	while (r->graveyard) {
-		struct rver *rv = r->graveyard;
-		r->graveyard = rv->next_dead;
-		rver_free(rv);
-	}
-	free(r->vers);
-	free(r->changes);
-	dcr_layout_free(&r->layout);
-	free(r->bad);
-	dcr_reader_tags_free(r->tags, r->ntags);
-	for (int i = 0; i < r->ncodecs; i++)
-		dcr_codec_free(r->codecs[i]);
+	versions_close(r);
+	codecs_close(&r->codecs);
 	dcr_cache_close(r->cache);
 	dcr_catalog_close(r->cat);
-	pthread_mutex_destroy(&r->codec_lock);
-	pthread_mutex_destroy(&r->ref_lock);
-	free(r->refs);
+	refs_close(&r->refs);
 	ctab_destroy(&r->ct);
-	pthread_mutex_destroy(&r->ra_lock);
-	pthread_mutex_destroy(&r->lock);
-	pthread_mutex_destroy(&r->refresh_lock);
 	if (r->lock_fd >= 0)
 		close(r->lock_fd); /* releases the flock */
 	free(r->dir);
@@ -715,8 +688,8 @@ bool reader_idle(struct dcr_reader *r)
 	bool idle = atomic_load(&r->active) == 0;
 
 	/* In pipeline order, as dcr_reader_sync. */
-	idle = idle && dcr_wq_idle(r->ra) && dcr_wq_idle(r->dq) &&
-	       dcr_wq_idle(r->wq);
+	idle = idle && dcr_wq_idle(r->qs.ra) && dcr_wq_idle(r->qs.dq) &&
+	       dcr_wq_idle(r->qs.wq);
 	return idle && !ctab_busy(r);
 }
 

@@ -14,33 +14,40 @@
  *   rqueues.c       the background queues (core/wq.h): write-behind,
  *                   read-ahead decode, read-ahead, the par_for pool
  *
- * Locks. struct dcr_reader has six mutexes; the chunk table's has a
+ * Each file owns its part of struct dcr_reader, a sub-struct that it
+ * initialises and tears down: vs (rversions.c; ridentity.c and rlayout.c
+ * work on it too), refs and ct (rchunks.c), codecs (rmaterialize.c), ras
+ * and qs (rqueues.c). reader.c holds them, and the settings.
+ *
+ * Locks. struct dcr_reader has six mutexes; the chunk table has a
  * condition variable per entry. Only these nestings exist (outer first):
  *
- *     refresh_lock -> lock
- *     refresh_lock -> ct.lock (trees_trim, through reader_idle)
+ *     vs.refresh_lock -> vs.lock
+ *     vs.refresh_lock -> ct.lock (trees_trim, through reader_idle)
  *
  * Every other acquisition is of one lock alone, so the order is: never
- * take refresh_lock while holding any other of these, and take nothing
- * while holding lock, ct.lock, codec_lock, ref_lock or ra_lock. The queues (ra, dq, wq, par) have their own internal
- * locks, leaves below all of ours: ra_note submits under ra_lock, and
+ * take vs.refresh_lock while holding any other of these, and take
+ * nothing while holding vs.lock, ct.lock, codecs.lock, refs.lock or
+ * ras.lock. The queues (qs: ra, dq, wq, par) have their own internal
+ * locks, leaves below all of ours: ra_note submits under ras.lock, and
  * no job or hook runs under a queue's lock.
  *
- *  - refresh_lock (rversions.c) serialises dcr_reader_refresh and
+ *  - vs.refresh_lock (rversions.c) serialises dcr_reader_refresh and
  *    guards listed, relist_at, flog[], flog_next and every rver.id;
- *    reader_replace_version and reader_drop_version run under it. Held across store GETs and
- *    LISTs and catalog calls; takes lock inside (vers_insert, mark_bad,
- *    get_ver, the tag swap).
- *  - lock (rversions.c) guards the version array (vers, nvers,
+ *    reader_replace_version and reader_drop_version run under it. Held
+ *    across store GETs and LISTs and catalog calls; takes vs.lock inside
+ *    (vers_insert, mark_bad, get_ver, the tag swap).
+ *  - vs.lock (rversions.c) guards the version array (vers, nvers,
  *    capvers), the graveyard of replaced and dropped versions
  *    (graveyard, rver.next_dead), the queued changes (changes,
- *    nchanges, capchanges), the bad-manifest list (bad, nbad, capbad, max_bad), the
- *    tags (tags, ntags), the use stamps and pins of the versions
- *    (use_clock, rver.used, rver.pins) and the install and unload of a
- *    version's tree (rver.loaded, m, entries, info: immutable while
- *    loaded). The catalog read and tree build of rver_load run outside
- *    it. trees_trim takes the queues' locks and ct.lock one at a time
- *    (reader_idle) before it takes lock, never inside it.
+ *    nchanges, capchanges), the bad-manifest list (bad, nbad, capbad,
+ *    max_bad), the tags (tags, ntags), the use stamps and pins of the
+ *    versions (use_clock, rver.used, rver.pins) and the install and
+ *    unload of a version's tree (rver.loaded, m, entries, info:
+ *    immutable while loaded). The catalog read and tree build of
+ *    rver_load run outside it. trees_trim takes the queues' locks and
+ *    ct.lock one at a time (reader_idle) before it takes vs.lock, never
+ *    inside it.
  *  - ct.lock (rchunks.c) guards the chunk table (struct ctab: buckets,
  *    idle list, spares, counts) and each entry's state, rc, until,
  *    persisted, listed, refs and waiters; an entry's condition variable
@@ -50,23 +57,22 @@
  *    ready, then only read, from outside the lock, by holders of a
  *    reference; its key, w, ref, quiet and cold are set before it is
  *    listed.
- *  - codec_lock (rmaterialize.c) guards the pool of per-thread codec
- *    states (codecs, ncodecs).
- *  - ref_lock (rchunks.c) guards the chunk-reference blocks (refs,
- *    ref_clock); the catalog query that fills a block runs outside it.
- *  - ra_lock (rqueues.c) guards the read-ahead streams (ra_streams,
- *    ra_clock).
+ *  - codecs.lock (rmaterialize.c) guards the pool of per-thread codec
+ *    states.
+ *  - refs.lock (rchunks.c) guards the chunk-reference blocks; the
+ *    catalog query that fills a block runs outside it.
+ *  - ras.lock (rqueues.c) guards the read-ahead streams.
  *
  * The statistics (stats) are relaxed atomics, read and written without
- * a lock; so is rver.dead (set once, under lock, read anywhere).
+ * a lock; so is rver.dead (set once, under vs.lock, read anywhere).
  *
- * Set at open and read without a lock: st, dir, cat, cache, cache_budget,
- * fetch_threads, readahead, coalesce_max, ct.budget, read_timeout_ns,
- * bad_retry_after, relist_ns and the queue
- * pointers (ra, dq, wq, par; thread-safe themselves). lock_fd holds an flock(2) on
- * <dir>/lock against other processes, not threads. The catalog and the
- * cache have their own internal locks; refresh_lock is the only one of
- * ours held while calling into them.
+ * Set at open and read without a lock: st, dir, cat, cache,
+ * cache_budget, fetch_threads, readahead, coalesce_max, read_timeout_ns,
+ * ct.budget, vs.bad_retry_after, vs.relist_ns, vs.max_trees and the
+ * queue pointers (qs; thread-safe themselves). lock_fd holds an
+ * flock(2) on <dir>/lock against other processes, not threads. The
+ * catalog and the cache have their own internal locks; vs.refresh_lock
+ * is the only one of ours held while calling into them.
  */
 #ifndef DCR_READER_INT_H
 #define DCR_READER_INT_H
@@ -274,19 +280,12 @@ struct ctab {
 	unsigned nbusy;               /* loading, or not yet persisted */
 };
 
-struct dcr_reader {
-	struct dcr_store *st;
-	char *dir; /* <cache_dir>/<id> */
-	struct dcr_catalog *cat;
-	struct dcr_cache *cache;
-	uint64_t cache_budget;
-	int fetch_threads;
-	/* Chunks built for a reader go to the cache around the page cache
-	 * (O_DIRECT) unless this is off: dcr_reader_set_cache_direct. */
-	atomic_bool cache_direct;
-
-	int lock_fd;           /* flock on <dir>/lock for our lifetime */
-
+/*
+ * The versions (rversions.c; ridentity.c and rlayout.c work on them
+ * too): what was listed and indexed, under refresh_lock, and the
+ * version array with what hangs off it, under lock (see the top).
+ */
+struct rversions {
 	pthread_mutex_t refresh_lock;
 	bool listed;           /* "versions/" listed once in this process */
 	int64_t relist_ns;     /* dcr_reader_opts.relist_ms; set at open */
@@ -326,37 +325,69 @@ struct dcr_reader {
 	uint64_t max_bad;
 	int64_t bad_retry_ns;  /* when the bad list is forgotten (mono) */
 	int64_t bad_retry_after; /* ns, from dcr_reader_opts.retry_bad_ms */
-	int64_t read_timeout_ns; /* dcr_reader_opts.read_timeout_ms */
 	struct dcr_tag *tags;
 	size_t ntags;
 	uint64_t use_clock;    /* stamps rver.used */
 	uint32_t max_trees;    /* set at open; 0 = never unload */
+};
+
+/* The chunk reference blocks (rchunks.c), under lock. */
+struct rrefs {
+	pthread_mutex_t lock;
+	struct refblk *blk;    /* REF_SLOTS */
+	uint64_t clock;
+};
+
+/* The pool of per-thread codec states (rmaterialize.c), under lock. */
+struct rcodecs {
+	pthread_mutex_t lock;
+	struct dcr_codec *c[CODEC_POOL_MAX];
+	int n;
+};
+
+/* The read-ahead streams (rqueues.c), under lock. */
+struct rstreams {
+	pthread_mutex_t lock;
+	struct ra_stream s[RA_STREAMS];
+	uint64_t clock;
+};
+
+/* The background queues (rqueues.c), threads started on first use:
+ * read-ahead jobs, their decoding, write-behind, par_for's pool. */
+struct rqueues {
+	struct dcr_wq *ra, *dq, *wq, *par;
+};
+
+/* A reader: its settings, and each part of the read path as its file
+ * owns, initialises and tears it down. */
+struct dcr_reader {
+	struct dcr_store *st;
+	char *dir; /* <cache_dir>/<id> */
+	struct dcr_catalog *cat;
+	struct dcr_cache *cache;
+	uint64_t cache_budget;
+	int fetch_threads;
+	/* Chunks built for a reader go to the cache around the page cache
+	 * (O_DIRECT) unless this is off: dcr_reader_set_cache_direct. */
+	atomic_bool cache_direct;
+	int64_t read_timeout_ns; /* dcr_reader_opts.read_timeout_ms */
+	uint64_t readahead;     /* bytes; 0 = off */
+	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
+
+	int lock_fd;           /* flock on <dir>/lock for our lifetime */
+
 	/* Reads in progress, and reads ever begun: trees_trim unloads
 	 * nothing unless it saw none in progress, every queue idle and no
 	 * read begun meanwhile (reader_idle). Atomics, no lock. */
 	atomic_uint active;
 	atomic_uint_fast64_t activity;
 
-	struct ctab ct; /* the chunks in memory (rchunks.c) */
-
-	pthread_mutex_t codec_lock;
-	struct dcr_codec *codecs[CODEC_POOL_MAX];
-	int ncodecs;
-
-	pthread_mutex_t ref_lock;
-	struct refblk *refs;    /* REF_SLOTS */
-	uint64_t ref_clock;
-
-
-	uint64_t readahead;     /* bytes; 0 = off */
-	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
-	pthread_mutex_t ra_lock;
-	struct ra_stream ra_streams[RA_STREAMS];
-	uint64_t ra_clock;
-
-	/* The background queues (rqueues.c), threads started on first use:
-	 * read-ahead jobs, their decoding, write-behind, par_for's pool. */
-	struct dcr_wq *ra, *dq, *wq, *par;
+	struct rversions vs;   /* rversions.c */
+	struct rrefs refs;     /* rchunks.c */
+	struct ctab ct;        /* rchunks.c: the chunks in memory */
+	struct rcodecs codecs; /* rmaterialize.c */
+	struct rstreams ras;   /* rqueues.c */
+	struct rqueues qs;     /* rqueues.c */
 
 	/* Statistics (dcr_reader_get_stats): relaxed atomics, no lock. */
 	struct {
@@ -468,6 +499,12 @@ struct batch {
 
 /* Free @rv (NULL is fine). Not thread-safe: only at close. */
 void rver_free(struct rver *rv);
+
+/* Set up r->vs from @opts (no version yet; load_catalog loads them), and
+ * free it with every version, change, tag and bad mark. At open / at
+ * close. */
+void versions_init(struct dcr_reader *r, const struct dcr_reader_opts *opts);
+void versions_close(struct dcr_reader *r);
 
 /* The loaded version @v (tree built on first use), or -ENOENT; other
  * -errno if its tree cannot be loaded. The pointer stays valid until
@@ -600,9 +637,14 @@ static inline unsigned cache_put_flags(struct dcr_reader *r)
 
 /* ------------------------------- rchunks.c: references, buffers, hot */
 
+/* Set up the reference blocks @f: 0 or -ENOMEM (refs_close frees what
+ * was made). At open / at close. */
+int refs_init(struct rrefs *f);
+void refs_close(struct rrefs *f);
+
 /* The reference of chunk @idx of file @file (manifest index) of
  * version @rv into @out, through the block cache: 0, -ESTALE if @rv was
- * replaced or dropped meanwhile, or -errno. Thread-safe (ref_lock). */
+ * replaced or dropped meanwhile, or -errno. Thread-safe (refs.lock). */
 int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	    uint64_t idx, struct dcr_catalog_chunk *out);
 
@@ -691,6 +733,11 @@ void cent_keep(struct dcr_reader *r, struct cent *e, const struct piece *p);
 
 /* ------------------------------------- rmaterialize.c: chains, batches */
 
+/* Set up the empty codec pool @cp / free it and its codecs. At open /
+ * at close. */
+void codecs_init(struct rcodecs *cp);
+void codecs_close(struct rcodecs *cp);
+
 /* Look up piece @p's reference and serve it from the hot set or the
  * cache: 0 on a hit, -ENOENT on a miss (p->ref filled), else -errno
  * (logged as @q says); without p->dst, 1 if a cached chunk was proven
@@ -732,8 +779,8 @@ bool reader_idle(struct dcr_reader *r);
 
 /* ---------------------------------- rqueues.c: the background queues */
 
-/* Make the queues (no thread starts yet): 0 or -errno. At open; on
- * failure queues_close frees what was made. */
+/* Make the queues (no thread starts yet) and the read-ahead streams:
+ * 0 or -errno. At open; on failure queues_close frees what was made. */
 int queues_open(struct dcr_reader *r);
 
 /* Wait until the queues are idle (dcr_reader_sync). Thread-safe. */
@@ -749,13 +796,13 @@ void queues_close(struct dcr_reader *r);
 bool wq_submit(struct dcr_reader *r, struct cent *e);
 
 /* Note whether a job (or a read) on (@v, @idx) found all it needed.
- * Thread-safe (ra_lock). */
+ * Thread-safe (ras.lock). */
 void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit);
 
 /* Note a read of [@off, @end) of entry @idx of @rv; queue read-ahead if
  * it is sequential (what a full queue refuses, a later read queues), its
  * chunks to be written through the page cache with @pagecache.
- * Thread-safe (ra_lock). */
+ * Thread-safe (ras.lock). */
 void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 	     uint64_t off, uint64_t end, bool pagecache);
 

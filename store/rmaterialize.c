@@ -12,7 +12,7 @@
  * committed chunk (a corrupt frame is named once in the log), stores
  * it in the cache (now or through the write-behind queue) and copies
  * the slices out. Errors are logged once, at debug level for a
- * speculative request (struct rreq). Locks: codec_lock (the codec pool);
+ * speculative request (struct rreq). Locks: codecs.lock (the codec pool);
  * waits on chunk entries (cent_wait).
  */
 #include "config.h"
@@ -36,25 +36,37 @@
 
 /* --------------------------------------------------------- codec pool */
 
+void codecs_init(struct rcodecs *cp)
+{
+	pthread_mutex_init(&cp->lock, NULL);
+}
+
+void codecs_close(struct rcodecs *cp)
+{
+	for (int i = 0; i < cp->n; i++)
+		dcr_codec_free(cp->c[i]);
+	pthread_mutex_destroy(&cp->lock);
+}
+
 static struct dcr_codec *codec_get(struct dcr_reader *r)
 {
 	struct dcr_codec *c = NULL;
 
-	pthread_mutex_lock(&r->codec_lock);
-	if (r->ncodecs > 0)
-		c = r->codecs[--r->ncodecs];
-	pthread_mutex_unlock(&r->codec_lock);
+	pthread_mutex_lock(&r->codecs.lock);
+	if (r->codecs.n > 0)
+		c = r->codecs.c[--r->codecs.n];
+	pthread_mutex_unlock(&r->codecs.lock);
 	return c ? c : dcr_codec_new(0);
 }
 
 static void codec_put(struct dcr_reader *r, struct dcr_codec *c)
 {
-	pthread_mutex_lock(&r->codec_lock);
-	if (r->ncodecs < CODEC_POOL_MAX) {
-		r->codecs[r->ncodecs++] = c;
+	pthread_mutex_lock(&r->codecs.lock);
+	if (r->codecs.n < CODEC_POOL_MAX) {
+		r->codecs.c[r->codecs.n++] = c;
 		c = NULL;
 	}
-	pthread_mutex_unlock(&r->codec_lock);
+	pthread_mutex_unlock(&r->codecs.lock);
 	dcr_codec_free(c);
 }
 
@@ -406,12 +418,12 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 
 /* ---------------------------------------------- parallel for, batches */
 
-/* The caller plus idle threads of r->par: a network wait blocks only its
+/* The caller plus idle threads of r->qs.par: a network wait blocks only its
  * own thread. */
 void par_for(struct dcr_reader *r, int nthreads, size_t n,
 	     dcr_wq_par_fn fn, void *arg)
 {
-	dcr_wq_par_for(r->par, nthreads, n, fn, arg);
+	dcr_wq_par_for(r->qs.par, nthreads, n, fn, arg);
 }
 
 static int cmp_fitem(const void *a, const void *b)
