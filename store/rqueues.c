@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache.h"
 #include "chunk.h"
@@ -66,6 +67,15 @@ static void wq_run(void *ctx, void *ws, void *arg)
 	struct cent *e = arg;
 	struct dcr_cache_key k;
 
+#ifdef DCR_TEST_HOOKS
+	/* Test hook (HACKING): DCRFS_TEST_WRITE_DELAY_MS=N holds each
+	 * write-behind write back N ms, so that a test finds the chunk
+	 * ready in memory and not yet in the cache. */
+	const char *delay = getenv("DCRFS_TEST_WRITE_DELAY_MS");
+
+	if (delay)
+		usleep((useconds_t)atoi(delay) * 1000);
+#endif
 	cache_key(&k, e->w.rv, e->w.file, e->w.chunk, &e->ref);
 	dcr_cache_put(r->cache, &k, e->data, cache_put_flags(r));
 	cent_ready(r, e, true);
