@@ -120,11 +120,6 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 
 /* ------------------------------------------------------ the chunk table */
 
-static size_t buf_cap(uint32_t len)
-{
-	return DCR_ROUND_UP((size_t)DCR_MAX(len, 1u), DCR_CACHE_ALIGN);
-}
-
 static struct cent **bucket_of(struct ctab *t, const uint8_t *hash)
 {
 	uint64_t x;
@@ -133,25 +128,40 @@ static struct cent **bucket_of(struct ctab *t, const uint8_t *hash)
 	return &t->bucket[x % CTAB_BUCKETS];
 }
 
+static void unlist(struct ctab *t, struct cent *e)
+{
+	struct cent **pp = bucket_of(t, e->hash);
+
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	e->listed = false;
+}
+
+/* Put idle @e at the newest end of the idle list (a hot or failed-until
+ * entry) or at the oldest (a free one, reused first), and out again. */
+static void idle_push(struct ctab *t, struct cent *e, bool newest)
+{
+	struct cent *x = newest ? t->newest : t->oldest;
+
+	e->older = newest ? x : NULL;
+	e->newer = newest ? NULL : x;
+	if (!x)
+		t->oldest = t->newest = e;
+	else if (newest)
+		t->newest = x->newer = e;
+	else
+		t->oldest = x->older = e;
+	t->nidle++;
+	t->idle_bytes += e->data ? e->cap : 0;
+}
+
 static void idle_unlink(struct ctab *t, struct cent *e)
 {
 	*(e->older ? &e->older->newer : &t->oldest) = e->newer;
 	*(e->newer ? &e->newer->older : &t->newest) = e->older;
-	e->older = e->newer = NULL;
 	t->nidle--;
-	if (e->state == CENT_READY)
-		t->idle_bytes -= e->len;
-}
-
-static void unlist(struct ctab *t, struct cent *e)
-{
-	for (struct cent **pp = bucket_of(t, e->hash); *pp; pp = &(*pp)->next) {
-		if (*pp == e) {
-			*pp = e->next;
-			break;
-		}
-	}
-	e->listed = false;
+	t->idle_bytes -= e->data ? e->cap : 0;
 }
 
 static void cent_destroy(struct cent *e)
@@ -162,104 +172,70 @@ static void cent_destroy(struct cent *e)
 }
 
 /*
- * Keep unreferenced, unlisted @e (and its buffer) for reuse; the spares
- * are bounded by POOL_MAX and POOL_BYTES. Full: make room by dropping
- * one of another size (a file's odd last chunk), so that the common
- * size stays recyclable.
+ * An unlisted entry of one reference (NULL when out of memory): the
+ * oldest idle one if it is free or the idle ones are at their budget (so
+ * that buffers are recycled, never handed back to the system while
+ * reads go on), else a new one. Its buffer, which may be missing or of
+ * another size, is made by buf_alloc. Caller holds t->lock.
  */
-static void spare_put(struct ctab *t, struct cent *e)
+static struct cent *entry_get(struct ctab *t, uint32_t len)
 {
-#define SPARE_FULL(t, e) \
-	((t)->nspare == POOL_MAX || (t)->spare_bytes + (e)->cap > POOL_BYTES)
-	for (struct cent **pp = &t->spare, *x; (x = *pp) && SPARE_FULL(t, e);) {
-		if (x->cap == e->cap) {
-			pp = &x->next;
-		} else {
-			*pp = x->next;
-			t->nspare--;
-			t->spare_bytes -= x->cap;
-			cent_destroy(x);
-		}
-	}
-	if (!e->data || SPARE_FULL(t, e)) {
-		cent_destroy(e); /* (no buffer: none could be had) */
-		return;
-	}
-	e->next = t->spare;
-	t->spare = e;
-	t->nspare++;
-	t->spare_bytes += e->cap;
-}
+	struct cent *e = t->oldest;
 
-/* An unlisted entry of one reference for a chunk of @len bytes (NULL
- * when out of memory), with a buffer unless e->data is NULL (see
- * buf_alloc). Caller holds t->lock. */
-static struct cent *spare_get(struct ctab *t, uint32_t len)
-{
-	const size_t cap = buf_cap(len);
-	struct cent *e = NULL;
-
-	for (struct cent **pp = &t->spare; *pp; pp = &(*pp)->next) {
-		if ((*pp)->cap == cap) {
-			e = *pp;
-			*pp = e->next;
-			t->nspare--;
-			t->spare_bytes -= cap;
-			break;
-		}
-	}
-	if (!e) {
+	if (e && (!e->listed || t->nidle >= HOT_SLOTS ||
+		  t->idle_bytes + len > t->budget)) {
+		idle_unlink(t, e);
+		if (e->listed)
+			unlist(t, e);
+	} else {
 		e = calloc(1, sizeof(*e));
 		if (!e)
 			return NULL;
 		pthread_cond_init(&e->cv, NULL);
-		e->cap = cap;
 	}
-	e->next = NULL;
 	e->refs = 1;
+	e->len = len;
 	e->state = CENT_LOADING;
 	e->rc = 0;
 	e->until = 0;
-	e->listed = e->persisted = e->quiet = e->cold = false;
+	e->persisted = e->quiet = e->cold = false;
 	return e;
 }
 
-/* Give @e a buffer if it has none, outside t->lock: 0 or -ENOMEM. */
+/* Give @e (from entry_get) a buffer for its e->len bytes, outside
+ * t->lock: 0 or -ENOMEM. */
 static int buf_alloc(struct cent *e)
 {
-	if (e->data || !posix_memalign((void **)&e->data, DCR_CACHE_ALIGN,
-				       e->cap))
+	const size_t cap = DCR_ROUND_UP((size_t)DCR_MAX(e->len, 1u),
+					DCR_CACHE_ALIGN);
+
+	if (e->data && e->cap == cap)
+		return 0;
+	free(e->data);
+	e->cap = cap;
+	if (!posix_memalign((void **)&e->data, DCR_CACHE_ALIGN, cap))
 		return 0;
 	e->data = NULL;
 	return DCR_ERR(-ENOMEM);
 }
 
 /* Drop a reference to @e with t->lock held: the last one keeps a ready
- * entry hot (LRU, within the budget) and a failed one until its
- * deadline, and recycles anything else. */
+ * entry hot and a failed-until one listed, and frees the rest for
+ * reuse; idle entries beyond the budget (the oldest) are freed. */
 static void release_locked(struct ctab *t, struct cent *e)
 {
 	if (--e->refs)
 		return;
-	if (!e->listed || e->cold) {
-		if (e->listed)
-			unlist(t, e);
-		spare_put(t, e);
-		return;
-	}
-	e->older = t->newest;
-	e->newer = NULL;
-	*(t->newest ? &t->newest->newer : &t->oldest) = e;
-	t->newest = e;
-	t->nidle++;
-	if (e->state == CENT_READY)
-		t->idle_bytes += e->len;
-	while (t->idle_bytes > t->budget || t->nidle > HOT_SLOTS) {
+	if (e->listed && e->cold)
+		unlist(t, e);
+	idle_push(t, e, e->listed);
+	while (t->nidle > HOT_SLOTS || t->idle_bytes > t->budget) {
 		struct cent *x = t->oldest;
 
 		idle_unlink(t, x);
-		unlist(t, x);
-		spare_put(t, x);
+		if (x->listed)
+			unlist(t, x);
+		cent_destroy(x);
 	}
 }
 
@@ -281,11 +257,7 @@ static struct cent *find_locked(struct ctab *t, const uint8_t *hash,
 		if (e->len == len && memcmp(e->hash, hash, DCR_HASH_LEN) == 0)
 			break;
 	if (e && e->state == CENT_FAILED && e->until <= dcr_mono_ns()) {
-		unlist(t, e);
-		if (!e->refs) {
-			idle_unlink(t, e);
-			spare_put(t, e);
-		}
+		unlist(t, e); /* if idle, it stays so, free */
 		e = NULL;
 	}
 	return e;
@@ -297,7 +269,6 @@ static void list_locked(struct ctab *t, struct cent *e, const struct piece *p)
 	struct cent **b = bucket_of(t, p->ref.hash);
 
 	memcpy(e->hash, p->ref.hash, DCR_HASH_LEN);
-	e->len = p->clen;
 	e->w = p->w;
 	e->ref = p->ref;
 	e->listed = true;
@@ -314,18 +285,11 @@ void ctab_init(struct ctab *t, uint64_t budget)
 
 void ctab_destroy(struct ctab *t)
 {
-	for (size_t i = 0; i < CTAB_BUCKETS; i++) {
-		while (t->bucket[i]) {
-			struct cent *e = t->bucket[i];
+	/* At close nothing is referenced: every entry is idle. */
+	while (t->oldest) {
+		struct cent *e = t->oldest;
 
-			t->bucket[i] = e->next;
-			cent_destroy(e);
-		}
-	}
-	while (t->spare) {
-		struct cent *e = t->spare;
-
-		t->spare = e->next;
+		t->oldest = e->newer;
 		cent_destroy(e);
 	}
 	pthread_mutex_destroy(&t->lock);
@@ -363,7 +327,7 @@ int cent_join(struct dcr_reader *r, const struct rreq *q,
 		*out = e;
 		return 0;
 	}
-	e = spare_get(t, p->clen);
+	e = entry_get(t, p->clen);
 	if (!e) {
 		pthread_mutex_unlock(&t->lock);
 		return DCR_ERR(-ENOMEM);
@@ -374,7 +338,7 @@ int cent_join(struct dcr_reader *r, const struct rreq *q,
 	t->nbusy++;
 	pthread_mutex_unlock(&t->lock);
 	if (buf_alloc(e)) {
-		cent_fail(r, e, -ENOMEM); /* joiners of it fail too */
+		cent_publish(r, e, -ENOMEM, false); /* joiners fail too */
 		cent_release(r, e);
 		return DCR_ERR(-ENOMEM);
 	}
@@ -382,37 +346,20 @@ int cent_join(struct dcr_reader *r, const struct rreq *q,
 	return 1;
 }
 
-/* Wake the waiters of @e, which changed. Caller holds t->lock. */
-static void wake_locked(struct cent *e)
-{
-	if (e->waiters)
-		pthread_cond_broadcast(&e->cv);
-}
-
-void cent_ready(struct dcr_reader *r, struct cent *e, bool persisted)
+void cent_publish(struct dcr_reader *r, struct cent *e, int rc,
+		  bool persisted)
 {
 	pthread_mutex_lock(&r->ct.lock);
-	e->state = CENT_READY;
-	if (persisted && !e->persisted) {
-		e->persisted = true;
-		r->ct.nbusy--;
-	}
-	wake_locked(e);
-	pthread_mutex_unlock(&r->ct.lock);
-}
-
-void cent_fail(struct dcr_reader *r, struct cent *e, int rc)
-{
-	pthread_mutex_lock(&r->ct.lock);
-	e->state = CENT_FAILED;
+	e->state = rc ? CENT_FAILED : CENT_READY;
 	e->rc = rc;
-	if (!e->persisted) {
+	if ((rc || persisted) && !e->persisted) {
 		e->persisted = true;
 		r->ct.nbusy--;
 	}
-	if (e->listed)
+	if (rc && e->listed)
 		unlist(&r->ct, e); /* a new reader leads a new attempt */
-	wake_locked(e);
+	if (e->waiters) /* only this entry's */
+		pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&r->ct.lock);
 }
 
@@ -424,9 +371,7 @@ void cent_failed_until(struct dcr_reader *r, const struct piece *p,
 
 	pthread_mutex_lock(&t->lock);
 	e = find_locked(t, p->ref.hash, p->clen);
-	if (!e && (e = calloc(1, sizeof(*e)))) { /* no buffer: none kept */
-		pthread_cond_init(&e->cv, NULL);
-		e->refs = 1;
+	if (!e && (e = entry_get(t, p->clen))) {
 		list_locked(t, e, p);
 		e->state = CENT_FAILED;
 		e->rc = -EIO;
@@ -475,10 +420,10 @@ struct cent *cent_new(struct dcr_reader *r, uint32_t len)
 	struct cent *e;
 
 	pthread_mutex_lock(&r->ct.lock);
-	e = spare_get(&r->ct, len);
+	e = entry_get(&r->ct, len);
 	pthread_mutex_unlock(&r->ct.lock);
 	if (e && buf_alloc(e)) {
-		cent_destroy(e);
+		cent_release(r, e);
 		return NULL;
 	}
 	return e;
@@ -493,7 +438,6 @@ void cent_keep(struct dcr_reader *r, struct cent *e, const struct piece *p)
 		list_locked(t, e, p);
 		e->state = CENT_READY;
 		e->persisted = true;
-		e->cold = false;
 	}
 	release_locked(t, e);
 	pthread_mutex_unlock(&t->lock);

@@ -49,7 +49,7 @@
  *    ct.lock one at a time (reader_idle) before it takes vs.lock, never
  *    inside it.
  *  - ct.lock (rchunks.c) guards the chunk table (struct ctab: buckets,
- *    idle list, spares, counts) and each entry's state, rc, until,
+ *    idle list, counts) and each entry's state, rc, until,
  *    persisted, listed, refs and waiters; an entry's condition variable
  *    is broadcast (with ct.lock held) when that entry changes, if it has
  *    waiters. Concurrent readers of one chunk content share one fetch
@@ -221,8 +221,7 @@ struct where {
  *              HOT_SLOTS entries) unless built for a prefetch (cold);
  *   failed     the build failed: unlisted at once (the next reader leads
  *              a new attempt); or a foreground read of it ran out of
- *              read_timeout (cent_failed_until, without a buffer):
- *              listed until @until, as the kernel asks again at once
+ *              read_timeout (cent_failed_until): listed until @until, as the kernel asks again at once
  *              (its read-ahead request failed, then the read's own), and
  *              joins then fail at once instead of costing a second
  *              read_timeout;
@@ -236,21 +235,21 @@ struct where {
  * fresh pages to copy it into. Chunks a prefetch builds are not kept:
  * they are written through the page cache, where the reads that follow
  * find them, and would only fill the hot set with a second copy of each
- * new version. Entries dropped keep their buffer (DCR_CACHE_ALIGN
- * aligned) as spares, up to POOL_MAX and POOL_BYTES, so buffers are
- * recycled, never handed back to the system while reads go on.
+ * new version. An entry that is neither (unlisted) stays idle as a free
+ * one, at the old end of the LRU, and a new entry takes the oldest idle
+ * one when it is free or the budget is reached: the buffers (aligned to
+ * DCR_CACHE_ALIGN) are recycled, never handed back to the system while
+ * reads go on, and the idle ones, hot or free, hold at most the budget.
  */
 #define HOT_SLOTS 256
 #define HOT_BUDGET_MIN ((uint64_t)64 << 20)
-#define POOL_MAX 32
-#define POOL_BYTES ((size_t)32 << 20)  /* spare buffers kept, in bytes */
 #define CTAB_BUCKETS 1024
 
 enum cent_state { CENT_LOADING, CENT_READY, CENT_FAILED };
 
 struct cent {
-	struct cent *next;          /* bucket chain, or the spares */
-	struct cent *older, *newer; /* idle (hot or failed-until), LRU */
+	struct cent *next;          /* bucket chain */
+	struct cent *older, *newer; /* idle (refs == 0): hot, failed, free */
 	uint8_t hash[DCR_HASH_LEN];
 	uint32_t len;
 	struct where w;             /* built (and cached) as; immutable */
@@ -272,11 +271,9 @@ struct cent {
 struct ctab {
 	pthread_mutex_t lock;
 	struct cent *bucket[CTAB_BUCKETS];
-	struct cent *oldest, *newest; /* idle entries: refs == 0 */
+	struct cent *oldest, *newest; /* idle entries: refs == 0, LRU */
 	unsigned nidle;
-	uint64_t idle_bytes, budget;  /* of idle ready entries */
-	struct cent *spare;
-	size_t nspare, spare_bytes;
+	uint64_t idle_bytes, budget;  /* buffer bytes of the idle ones */
 	unsigned nbusy;               /* loading, or not yet persisted */
 };
 
@@ -694,19 +691,19 @@ bool ctab_busy(struct dcr_reader *r);
 /*
  * cent_join - the entry of piece @p's content for request @q, into *@out
  * with a reference: 1 if new and ours to build (loading, with a buffer
- * of p->clen bytes; cent_ready or cent_fail it), 0 if joined (cent_wait
+ * of p->clen bytes; cent_publish it), 0 if joined (cent_wait
  * for it), -EIO if it failed a moment ago (logged as @q says; *@out
  * NULL), -ENOMEM. Thread-safe.
  */
 int cent_join(struct dcr_reader *r, const struct rreq *q,
 	      const struct piece *p, struct cent **out);
 
-/* The leader's outcomes: @e is ready (and with @persisted, in the
- * cache: again once a writer put it there), or failed with @rc
- * (unlisted: the next reader leads a new attempt). Each wakes @e's
- * waiters only. Thread-safe. */
-void cent_ready(struct dcr_reader *r, struct cent *e, bool persisted);
-void cent_fail(struct dcr_reader *r, struct cent *e, int rc);
+/* The leader's outcomes for @e, each waking only @e's waiters: ready
+ * (@rc 0), with @persisted once in the cache (again, when a writer put
+ * it there); or failed with -errno @rc (unlisted: the next reader leads
+ * a new attempt). Thread-safe. */
+void cent_publish(struct dcr_reader *r, struct cent *e, int rc,
+		  bool persisted);
 
 /* A foreground read of piece @p (its reference looked up) ran out of
  * read_timeout: joins of its content fail at once until @until (mono

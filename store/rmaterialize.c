@@ -501,10 +501,10 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	c->ready = true;
 	STAT_ADD(b->r, materialized, p->clen);
 	STAT_ADD(b->r, verified, p->clen);
-	cent_ready(b->r, c->e, false);
+	cent_publish(b->r, c->e, 0, false);
 	if (b->q.pagecache || b->q.settle || !wq_submit(b->r, c->e)) {
 		piece_put(b->r, &b->q, p, c->e->data);
-		cent_ready(b->r, c->e, true);
+		cent_publish(b->r, c->e, 0, true);
 	}
 }
 
@@ -670,7 +670,7 @@ void batch_prepare(struct batch *b, struct piece *ps)
 		}
 		if (c->rc == 0) {
 			c->ready = true;
-			cent_ready(r, c->e, true);
+			cent_publish(r, c->e, 0, true);
 		} else if (c->rc == -ENOENT) {
 			c->rc = resolve_chain(r, &b->q, &c->p->w, &c->p->ref,
 					      c->p->clen, c->e->data, &c->ch);
@@ -718,7 +718,7 @@ int batch_finish(struct batch *b, int nthreads)
 		if (!c->rc && !c->ready)
 			c->rc = DCR_ERR(-EIO); /* never built: never served */
 		if (c->rc)
-			cent_fail(r, c->e, c->rc);
+			cent_publish(r, c->e, c->rc, false);
 		else if (c->p->dst)
 			memcpy(c->p->dst, c->e->data + c->p->coff, c->p->n);
 	}

@@ -78,7 +78,7 @@ static void wq_run(void *ctx, void *ws, void *arg)
 #endif
 	cache_key(&k, e->w.rv, e->w.file, e->w.chunk, &e->ref);
 	dcr_cache_put(r->cache, &k, e->data, cache_put_flags(r));
-	cent_ready(r, e, true);
+	cent_publish(r, e, 0, true);
 	cent_release(r, e);
 }
 
