@@ -4,12 +4,13 @@
  * (see reader_int.h).
  *
  * Contract: chunk references are looked up a block at a time and kept
- * (ref_lock); chunk buffers are aligned to DCR_CACHE_ALIGN and recycled
- * through a small pool, and chunks just built stay "hot" within
- * hot_budget bytes (hot_lock); the in-flight table lets one thread
- * build a chunk while readers of the same hash wait for it (sf_lock,
- * sf_cond). A flight holds its buffer until the last reference goes,
- * which hands it to the hot set. Nothing here fetches or decodes.
+ * (refs.lock); chunks in memory are entries of one table (struct ctab,
+ * its lock): one refcounted entry per chunk content, which one thread
+ * builds while readers of the same content wait for it, which stays
+ * "hot" within the budget after its last reference, and which a failed
+ * build leaves behind for a moment (failed-until). Their buffers are
+ * aligned to DCR_CACHE_ALIGN and recycled with the entries. Nothing here
+ * fetches or decodes.
  */
 #include "config.h"
 
@@ -45,6 +46,19 @@ static int ref_checked(const struct rver *rv, int ret)
 	return ret;
 }
 
+int refs_init(struct rrefs *f)
+{
+	pthread_mutex_init(&f->lock, NULL);
+	f->blk = calloc(REF_SLOTS, sizeof(*f->blk));
+	return f->blk ? 0 : DCR_ERR(-ENOMEM);
+}
+
+void refs_close(struct rrefs *f)
+{
+	free(f->blk);
+	pthread_mutex_destroy(&f->lock);
+}
+
 int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	    uint64_t idx, struct dcr_catalog_chunk *out)
 {
@@ -54,19 +68,19 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	size_t got = 0;
 	int ret;
 
-	pthread_mutex_lock(&r->ref_lock);
+	pthread_mutex_lock(&r->refs.lock);
 	for (int i = 0; i < REF_SLOTS; i++) {
-		struct refblk *x = &r->refs[i];
+		struct refblk *x = &r->refs.blk[i];
 
 		if (x->n && x->v == v && x->gen == gen && x->file == file &&
 		    x->first == first && idx - first < x->n) {
 			*out = x->refs[idx - first];
-			x->stamp = ++r->ref_clock;
-			pthread_mutex_unlock(&r->ref_lock);
+			x->stamp = ++r->refs.clock;
+			pthread_mutex_unlock(&r->refs.lock);
 			return ref_checked(rv, 0);
 		}
 	}
-	pthread_mutex_unlock(&r->ref_lock);
+	pthread_mutex_unlock(&r->refs.lock);
 
 	tmp = malloc(sizeof(*tmp));
 	if (!tmp)
@@ -78,9 +92,9 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 		ret = -ESTALE; /* maybe the new index's rows: not cached */
 	} else if (ret == 0 && idx - first < got) {
 		*out = tmp->refs[idx - first];
-		pthread_mutex_lock(&r->ref_lock);
+		pthread_mutex_lock(&r->refs.lock);
 		for (int i = 0; i < REF_SLOTS; i++) {
-			struct refblk *x = &r->refs[i];
+			struct refblk *x = &r->refs.blk[i];
 
 			if (!b || !x->n || (b->n && x->stamp < b->stamp))
 				b = x;
@@ -91,8 +105,8 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 		b->file = file;
 		b->first = first;
 		b->n = (uint32_t)got;
-		b->stamp = ++r->ref_clock;
-		pthread_mutex_unlock(&r->ref_lock);
+		b->stamp = ++r->refs.clock;
+		pthread_mutex_unlock(&r->refs.lock);
 	} else if (ret == 0 || ret == -ENOENT || ret == -EIO) {
 		/* A hole or a bad row in the block (not in a well-formed
 		 * catalog): ask for the one reference, which is served if it
@@ -104,184 +118,360 @@ int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	return ret;
 }
 
-/* ------------------------------------------- chunk buffers, hot chunks */
+/* ------------------------------------------------------ the chunk table */
 
-static size_t buf_cap(uint32_t len)
+static struct cent **bucket_of(struct ctab *t, const uint8_t *hash)
 {
-	return DCR_ROUND_UP((size_t)DCR_MAX(len, 1u), DCR_CACHE_ALIGN);
+	uint64_t x;
+
+	memcpy(&x, hash, sizeof(x));
+	return &t->bucket[x % CTAB_BUCKETS];
 }
 
-/* An aligned buffer for a chunk of @len bytes (readable to buf_cap). */
-uint8_t *buf_get(struct dcr_reader *r, uint32_t len)
+static void unlist(struct ctab *t, struct cent *e)
 {
-	const size_t cap = buf_cap(len);
-	void *p = NULL;
+	struct cent **pp = bucket_of(t, e->hash);
 
-	pthread_mutex_lock(&r->hot_lock);
-	for (size_t i = r->npool; i-- > 0;) {
-		if (r->pool[i].cap == cap) {
-			p = r->pool[i].p;
-			r->pool_bytes -= cap;
-			r->pool[i] = r->pool[--r->npool];
-			break;
-		}
-	}
-	pthread_mutex_unlock(&r->hot_lock);
-	if (!p && posix_memalign(&p, DCR_CACHE_ALIGN, cap) != 0)
-		p = NULL;
-	return p;
+	while (*pp != e)
+		pp = &(*pp)->next;
+	*pp = e->next;
+	e->listed = false;
 }
 
-/* Give back a buffer of buf_get(@len). Caller holds hot_lock. */
-static void buf_put_locked(struct dcr_reader *r, uint8_t *p, uint32_t len)
+/* Put idle @e at the newest end of the idle list (a hot or failed-until
+ * entry) or at the oldest (a free one, reused first), and out again. */
+static void idle_push(struct ctab *t, struct cent *e, bool newest)
 {
-	const size_t cap = buf_cap(len);
+	struct cent *x = newest ? t->newest : t->oldest;
 
-	if (!p)
-		return;
-	/* Full: make room by dropping one of another size (a file's odd
-	 * last chunk), so the common size stays recyclable. */
-	for (size_t i = 0; (r->npool == POOL_MAX ||
-			    r->pool_bytes + cap > POOL_BYTES) && i < r->npool;) {
-		if (r->pool[i].cap == cap) {
-			i++;
-			continue;
-		}
-		r->pool_bytes -= r->pool[i].cap;
-		free(r->pool[i].p);
-		r->pool[i] = r->pool[--r->npool];
-	}
-	if (r->npool < POOL_MAX && r->pool_bytes + cap <= POOL_BYTES) {
-		r->pool[r->npool].p = p;
-		r->pool[r->npool].cap = cap;
-		r->npool++;
-		r->pool_bytes += cap;
-	} else {
-		free(p);
-	}
+	e->older = newest ? x : NULL;
+	e->newer = newest ? NULL : x;
+	if (!x)
+		t->oldest = t->newest = e;
+	else if (newest)
+		t->newest = x->newer = e;
+	else
+		t->oldest = x->older = e;
+	t->nidle++;
+	t->idle_bytes += e->data ? e->cap : 0;
 }
 
-void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len)
+static void idle_unlink(struct ctab *t, struct cent *e)
 {
-	pthread_mutex_lock(&r->hot_lock);
-	buf_put_locked(r, p, len);
-	pthread_mutex_unlock(&r->hot_lock);
+	*(e->older ? &e->older->newer : &t->oldest) = e->newer;
+	*(e->newer ? &e->newer->older : &t->newest) = e->older;
+	t->nidle--;
+	t->idle_bytes -= e->data ? e->cap : 0;
 }
 
-/* The slot of chunk @hash of @len bytes, or NULL. Holds hot_lock. */
-static struct hot *hot_find(struct dcr_reader *r,
-			    const uint8_t hash[DCR_HASH_LEN], uint32_t len)
+static void cent_destroy(struct cent *e)
 {
-	for (size_t i = 0; i < HOT_SLOTS; i++) {
-		struct hot *h = &r->hot[i];
-
-		if (h->data && h->len == len &&
-		    memcmp(h->hash, hash, DCR_HASH_LEN) == 0)
-			return h;
-	}
-	return NULL;
+	free(e->data);
+	pthread_cond_destroy(&e->cv);
+	free(e);
 }
 
 /*
- * Keep the verified chunk @data (a buf_get buffer; ownership passes
- * here) in memory, evicting the least recently used unreferenced ones
- * to stay within the budget.
+ * An unlisted entry of one reference (NULL when out of memory): the
+ * oldest idle one if it is free or the idle ones are at their budget (so
+ * that buffers are recycled, never handed back to the system while
+ * reads go on), else a new one. Its buffer, which may be missing or of
+ * another size, is made by buf_alloc. Caller holds t->lock.
  */
-void hot_put(struct dcr_reader *r, const struct where *w,
-	     const uint8_t hash[DCR_HASH_LEN], uint32_t len, uint8_t *data)
+static struct cent *entry_get(struct ctab *t, uint32_t len)
 {
-	struct hot *slot = NULL;
+	struct cent *e = t->oldest;
 
-	pthread_mutex_lock(&r->hot_lock);
-	if (hot_find(r, hash, len) || len > r->hot_budget) {
-		buf_put_locked(r, data, len);
-		pthread_mutex_unlock(&r->hot_lock);
+	if (e && (!e->listed || t->nidle >= HOT_SLOTS ||
+		  t->idle_bytes + len > t->budget)) {
+		idle_unlink(t, e);
+		if (e->listed)
+			unlist(t, e);
+	} else {
+		e = calloc(1, sizeof(*e));
+		if (!e)
+			return NULL;
+		pthread_cond_init(&e->cv, NULL);
+	}
+	e->refs = 1;
+	e->len = len;
+	e->state = CENT_LOADING;
+	e->rc = 0;
+	e->until = 0;
+	e->persisted = e->quiet = e->cold = false;
+	return e;
+}
+
+/* Give @e (from entry_get) a buffer for its e->len bytes, outside
+ * t->lock: 0 or -ENOMEM. */
+static int buf_alloc(struct cent *e)
+{
+	const size_t cap = DCR_ROUND_UP((size_t)DCR_MAX(e->len, 1u),
+					DCR_CACHE_ALIGN);
+
+	if (e->data && e->cap == cap)
+		return 0;
+	free(e->data);
+	e->cap = cap;
+	if (!posix_memalign((void **)&e->data, DCR_CACHE_ALIGN, cap))
+		return 0;
+	e->data = NULL;
+	return DCR_ERR(-ENOMEM);
+}
+
+/* Drop a reference to @e with t->lock held: the last one keeps a ready
+ * entry hot and a failed-until one listed, and frees the rest for
+ * reuse; idle entries beyond the budget (the oldest) are freed. */
+static void release_locked(struct ctab *t, struct cent *e)
+{
+	if (--e->refs)
 		return;
+	if (e->listed && e->cold)
+		unlist(t, e);
+	idle_push(t, e, e->listed);
+	while (t->nidle > HOT_SLOTS || t->idle_bytes > t->budget) {
+		struct cent *x = t->oldest;
+
+		idle_unlink(t, x);
+		if (x->listed)
+			unlist(t, x);
+		cent_destroy(x);
 	}
-	for (;;) {
-		struct hot *lru = NULL;
+}
 
-		slot = NULL;
-		for (size_t i = 0; i < HOT_SLOTS; i++) {
-			struct hot *h = &r->hot[i];
+/* Take a reference to @e (listed). Caller holds t->lock. */
+static void take_locked(struct ctab *t, struct cent *e)
+{
+	if (e->refs++ == 0)
+		idle_unlink(t, e);
+}
 
-			if (!h->data) {
-				slot = slot ? slot : h;
-				continue;
-			}
-			if (!h->refs && (!lru || h->stamp < lru->stamp))
-				lru = h;
-		}
-		if (slot && r->hot_bytes + len <= r->hot_budget)
+/* The listed entry of content @hash of @len bytes, or NULL; a failed one
+ * whose deadline has passed is unlisted first. Caller holds t->lock. */
+static struct cent *find_locked(struct ctab *t, const uint8_t *hash,
+				uint32_t len)
+{
+	struct cent *e;
+
+	for (e = *bucket_of(t, hash); e; e = e->next)
+		if (e->len == len && memcmp(e->hash, hash, DCR_HASH_LEN) == 0)
 			break;
-		if (!lru) {
-			/* Everything is being read: do not keep this one. */
-			buf_put_locked(r, data, len);
-			pthread_mutex_unlock(&r->hot_lock);
-			return;
-		}
-		r->hot_bytes -= lru->len;
-		buf_put_locked(r, lru->data, lru->len);
-		lru->data = NULL;
+	if (e && e->state == CENT_FAILED && e->until <= dcr_mono_ns()) {
+		unlist(t, e); /* if idle, it stays so, free */
+		e = NULL;
 	}
-	memcpy(slot->hash, hash, DCR_HASH_LEN);
-	slot->len = len;
-	slot->w = *w;
-	slot->data = data;
-	slot->refs = 0;
-	slot->stamp = ++r->hot_clock;
-	r->hot_bytes += len;
-	pthread_mutex_unlock(&r->hot_lock);
+	return e;
 }
 
-/* Copy [@off, @off+@n) of hot chunk @hash into @dst: 0, or -ENOENT. */
-/* The hot chunk @hash of @len bytes, referenced (not evicted until
- * hot_drop), or NULL. Takes hot_lock. */
-static struct hot *hot_take(struct dcr_reader *r,
-			    const uint8_t hash[DCR_HASH_LEN], uint32_t len)
+/* List @e (referenced, not listed) as piece @p's content. Holds t->lock. */
+static void list_locked(struct ctab *t, struct cent *e, const struct piece *p)
 {
-	struct hot *h;
+	struct cent **b = bucket_of(t, p->ref.hash);
 
-	pthread_mutex_lock(&r->hot_lock);
-	h = hot_find(r, hash, len);
-	if (h) {
-		h->refs++;
-		h->stamp = ++r->hot_clock;
+	memcpy(e->hash, p->ref.hash, DCR_HASH_LEN);
+	e->w = p->w;
+	e->ref = p->ref;
+	e->listed = true;
+	e->next = *b;
+	*b = e;
+}
+
+void ctab_init(struct ctab *t, uint64_t budget)
+{
+	memset(t, 0, sizeof(*t));
+	t->budget = budget;
+	pthread_mutex_init(&t->lock, NULL);
+}
+
+void ctab_destroy(struct ctab *t)
+{
+	/* At close nothing is referenced: every entry is idle. */
+	while (t->oldest) {
+		struct cent *e = t->oldest;
+
+		t->oldest = e->newer;
+		cent_destroy(e);
 	}
-	pthread_mutex_unlock(&r->hot_lock);
-	return h;
+	pthread_mutex_destroy(&t->lock);
 }
 
-static void hot_drop(struct dcr_reader *r, struct hot *h)
+bool ctab_busy(struct dcr_reader *r)
 {
-	pthread_mutex_lock(&r->hot_lock);
-	h->refs--;
-	pthread_mutex_unlock(&r->hot_lock);
+	bool busy;
+
+	pthread_mutex_lock(&r->ct.lock);
+	busy = r->ct.nbusy != 0;
+	pthread_mutex_unlock(&r->ct.lock);
+	return busy;
 }
 
-int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len, uint32_t off, void *dst, size_t n)
+int cent_join(struct dcr_reader *r, const struct rreq *q,
+	      const struct piece *p, struct cent **out)
 {
-	struct hot *h = hot_take(r, hash, len);
+	struct ctab *t = &r->ct;
+	struct cent *e;
 
-	if (!h)
+	*out = NULL;
+	pthread_mutex_lock(&t->lock);
+	e = find_locked(t, p->ref.hash, p->clen);
+	if (e && e->state == CENT_FAILED) {
+		pthread_mutex_unlock(&t->lock);
+		RERR(q, WHERE_FMT ": the store did not answer in time for a "
+		     "read of it a moment ago; failing at once",
+		     WHERE_ARGS(&p->w));
+		return DCR_ERR(-EIO);
+	}
+	if (e) {
+		take_locked(t, e);
+		pthread_mutex_unlock(&t->lock);
+		*out = e;
+		return 0;
+	}
+	e = entry_get(t, p->clen);
+	if (!e) {
+		pthread_mutex_unlock(&t->lock);
+		return DCR_ERR(-ENOMEM);
+	}
+	list_locked(t, e, p);
+	e->quiet = q->quiet;
+	e->cold = q->pagecache;
+	t->nbusy++;
+	pthread_mutex_unlock(&t->lock);
+	if (buf_alloc(e)) {
+		cent_publish(r, e, -ENOMEM, false); /* joiners fail too */
+		cent_release(r, e);
+		return DCR_ERR(-ENOMEM);
+	}
+	*out = e;
+	return 1;
+}
+
+void cent_publish(struct dcr_reader *r, struct cent *e, int rc,
+		  bool persisted)
+{
+	pthread_mutex_lock(&r->ct.lock);
+	e->state = rc ? CENT_FAILED : CENT_READY;
+	e->rc = rc;
+	if ((rc || persisted) && !e->persisted) {
+		e->persisted = true;
+		r->ct.nbusy--;
+	}
+	if (rc && e->listed)
+		unlist(&r->ct, e); /* a new reader leads a new attempt */
+	if (e->waiters) /* only this entry's */
+		pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&r->ct.lock);
+}
+
+void cent_failed_until(struct dcr_reader *r, const struct piece *p,
+		       int64_t until)
+{
+	struct ctab *t = &r->ct;
+	struct cent *e;
+
+	pthread_mutex_lock(&t->lock);
+	e = find_locked(t, p->ref.hash, p->clen);
+	if (!e && (e = entry_get(t, p->clen))) {
+		list_locked(t, e, p);
+		e->state = CENT_FAILED;
+		e->rc = -EIO;
+		e->persisted = true;
+		e->until = until;
+		release_locked(t, e);
+	}
+	if (e && e->state == CENT_FAILED)
+		e->until = DCR_MAX(e->until, until);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int cent_wait(struct dcr_reader *r, struct cent *e, bool settle)
+{
+	int rc;
+
+	pthread_mutex_lock(&r->ct.lock);
+	while (e->state == CENT_LOADING || (settle && !e->persisted)) {
+		e->waiters++;
+		pthread_cond_wait(&e->cv, &r->ct.lock);
+		e->waiters--;
+	}
+	rc = e->state == CENT_READY ? 0 : e->rc;
+	pthread_mutex_unlock(&r->ct.lock);
+	return rc;
+}
+
+void cent_hold(struct dcr_reader *r, struct cent *e)
+{
+	pthread_mutex_lock(&r->ct.lock);
+	take_locked(&r->ct, e);
+	pthread_mutex_unlock(&r->ct.lock);
+}
+
+void cent_release(struct dcr_reader *r, struct cent *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&r->ct.lock);
+	release_locked(&r->ct, e);
+	pthread_mutex_unlock(&r->ct.lock);
+}
+
+struct cent *cent_new(struct dcr_reader *r, uint32_t len)
+{
+	struct cent *e;
+
+	pthread_mutex_lock(&r->ct.lock);
+	e = entry_get(&r->ct, len);
+	pthread_mutex_unlock(&r->ct.lock);
+	if (e && buf_alloc(e)) {
+		cent_release(r, e);
+		return NULL;
+	}
+	return e;
+}
+
+void cent_keep(struct dcr_reader *r, struct cent *e, const struct piece *p)
+{
+	struct ctab *t = &r->ct;
+
+	pthread_mutex_lock(&t->lock);
+	if (!find_locked(t, p->ref.hash, p->clen)) {
+		list_locked(t, e, p);
+		e->state = CENT_READY;
+		e->persisted = true;
+	}
+	release_locked(t, e);
+	pthread_mutex_unlock(&t->lock);
+}
+
+/* The ready entry of content @hash of @len bytes, referenced, or NULL. */
+static struct cent *take_ready(struct dcr_reader *r, const uint8_t *hash,
+			       uint32_t len)
+{
+	struct cent *e;
+
+	pthread_mutex_lock(&r->ct.lock);
+	e = find_locked(&r->ct, hash, len);
+	if (e && e->state == CENT_READY)
+		take_locked(&r->ct, e);
+	else
+		e = NULL;
+	pthread_mutex_unlock(&r->ct.lock);
+	return e;
+}
+
+int cent_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p)
+{
+	struct cent *e = take_ready(r, p->ref.hash, p->clen);
+
+	if (!e)
 		return -ENOENT;
-	memcpy(dst, h->data + off, n);
-	hot_drop(r, h);
-	return 0;
-}
-
-int hot_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p)
-{
-	struct hot *h = hot_take(r, p->ref.hash, p->clen);
-
-	if (!h)
-		return -ENOENT;
+	if (!where_eq(&e->w, &p->w))
+		piece_put(r, q, p, e->data);
+	else if (q->settle)
+		cent_wait(r, e, true); /* its write to the cache may be due */
 	if (p->dst)
-		memcpy(p->dst, h->data + p->coff, p->n);
-	if (!where_eq(&h->w, &p->w))
-		piece_put(r, q, p, h->data);
-	hot_drop(r, h);
+		memcpy(p->dst, e->data + p->coff, p->n);
+	cent_release(r, e);
 	return 0;
 }
 
@@ -316,129 +506,18 @@ void cache_key(struct dcr_cache_key *k, const struct rver *rv,
 
 /*
  * Copy the whole verified chunk @k into @out from wherever this
- * instance has it: hot or built and waiting to be written (a published
- * flight), by content, or in its place in the cache. 0, -ENOENT, or
+ * instance has it: a ready entry of its content (hot, or built and
+ * waiting to be written), or its place in the cache. 0, -ENOENT, or
  * -errno.
  */
 int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
 	     uint8_t *out)
 {
-	struct flight *f;
+	struct cent *e = take_ready(r, k->hash, k->len);
 
-	if (hot_read(r, k->hash, k->len, 0, out, k->len) == 0)
-		return 0;
-	pthread_mutex_lock(&r->sf_lock);
-	for (f = r->flights; f; f = f->next)
-		if (f->done && f->rc == 0 && f->len == k->len &&
-		    memcmp(f->hash, k->hash, DCR_HASH_LEN) == 0)
-			break;
-	if (f)
-		f->refs++;
-	pthread_mutex_unlock(&r->sf_lock);
-	if (f) {
-		memcpy(out, f->data, k->len);
-		flight_release(r, f);
-		return 0;
-	}
-	return dcr_cache_read(r->cache, k, 0, out, k->len);
-}
-
-/* ------------------------------------------------------ single-flight */
-
-void flight_release(struct dcr_reader *r, struct flight *f)
-{
-	bool last;
-
-	pthread_mutex_lock(&r->sf_lock);
-	last = --f->refs == 0;
-	pthread_mutex_unlock(&r->sf_lock);
-	if (last) {
-		if (f->done && f->rc == 0 && f->data && !f->cold)
-			hot_put(r, &(struct where){ f->rv, f->file, f->chunk },
-				f->hash, f->len, f->data);
-		else
-			buf_put(r, f->data, f->len);
-		free(f);
-	}
-}
-
-/* Register chunk @c: lead a new flight or join the one in progress. */
-int batch_join(struct dcr_reader *r, struct bchunk *c, const struct rreq *q)
-{
-	const uint8_t *hash = c->p->ref.hash;
-	struct flight *f;
-
-	pthread_mutex_lock(&r->sf_lock);
-	for (f = r->flights; f; f = f->next)
-		if (f->len == c->p->clen &&
-		    memcmp(f->hash, hash, DCR_HASH_LEN) == 0)
-			break;
-	if (f) {
-		f->refs++;
-		c->f = f;
-		pthread_mutex_unlock(&r->sf_lock);
-		return 0;
-	}
-	f = calloc(1, sizeof(*f));
-	if (!f) {
-		pthread_mutex_unlock(&r->sf_lock);
-		return DCR_ERR(-ENOMEM);
-	}
-	memcpy(f->hash, hash, DCR_HASH_LEN);
-	f->len = c->p->clen;
-	f->rv = c->p->w.rv;
-	f->file = c->p->w.file;
-	f->chunk = c->p->w.chunk;
-	f->ref = c->p->ref;
-	f->refs = 1;
-	f->quiet = q->quiet;
-	f->cold = q->pagecache;
-	f->next = r->flights;
-	r->flights = f;
-	pthread_mutex_unlock(&r->sf_lock);
-	c->f = f;
-	c->leader = true;
+	if (!e)
+		return dcr_cache_read(r->cache, k, 0, out, k->len);
+	memcpy(out, e->data, k->len);
+	cent_release(r, e);
 	return 0;
-}
-
-/*
- * Publish the outcome of a flight we lead: its waiters go on, and new
- * readers of the chunk still find it (and its data) until flight_done,
- * while it is being written to the cache.
- */
-/* flight_publish with sf_lock held. */
-static void publish_locked(struct dcr_reader *r, struct flight *f, int rc)
-{
-	if (!f->done) {
-		f->rc = rc;
-		f->done = true;
-		pthread_cond_broadcast(&r->sf_cond);
-	}
-}
-
-void flight_publish(struct dcr_reader *r, struct flight *f, int rc)
-{
-	pthread_mutex_lock(&r->sf_lock);
-	publish_locked(r, f, rc);
-	pthread_mutex_unlock(&r->sf_lock);
-}
-
-/*
- * End a flight we lead: publish @rc unless published, and unlist it, in
- * one step (a failed flight must not be joined after it ended: a new
- * reader leads a new attempt instead).
- */
-void flight_done(struct dcr_reader *r, struct flight *f, int rc)
-{
-	pthread_mutex_lock(&r->sf_lock);
-	publish_locked(r, f, rc);
-	for (struct flight **pp = &r->flights; *pp; pp = &(*pp)->next) {
-		if (*pp == f) {
-			*pp = f->next;
-			break;
-		}
-	}
-	f->ended = true; /* for a settling prefetch (struct batch) */
-	pthread_cond_broadcast(&r->sf_cond);
-	pthread_mutex_unlock(&r->sf_lock);
 }

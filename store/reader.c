@@ -23,17 +23,16 @@
  * ranged GET ("runs", up to opts->coalesce_max bytes), the runs fetched
  * and the chunks decoded on up to opts->fetch_threads threads (the caller
  * plus idle threads of a pool). The FUSE layer already calls us from many
- * threads, and single-flight keeps them from fetching or decoding a
- * chunk twice. Sequential reads also queue read-ahead (ra_note), which
- * background threads materialize into the cache in the background, so a
- * cold sequential reader keeps several GETs in flight.
+ * threads, and the chunk table (one entry per chunk content) keeps them
+ * from fetching or decoding a chunk twice. Sequential reads also queue
+ * read-ahead (ra_note), which background threads materialize into the
+ * cache, so a cold sequential reader keeps several GETs in flight.
  *
  * This file is the facade: open/close, the reads (dcr_reader_read,
- * _read_tree, _prefetch) and sync. The work is in
- * rversions.c (versions, refresh, tags), rchunks.c (references,
- * buffers, hot chunks, single-flight), rmaterialize.c (chains and
- * batches) and rqueues.c (write-behind, read-ahead decode, read-ahead);
- * reader_int.h holds what they share.
+ * _read_tree, _prefetch) and sync. The work is in rversions.c (versions,
+ * refresh, tags), rchunks.c (references, the chunk table), rmaterialize.c
+ * (chains and batches) and rqueues.c (write-behind, read-ahead decode,
+ * read-ahead); reader_int.h holds what they share.
  */
 #include "config.h"
 
@@ -286,29 +285,15 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	r->coalesce_max = opts->coalesce_max ? opts->coalesce_max :
 					       COALESCE_MAX_DEFAULT;
 	r->read_timeout_ns = (int64_t)opts->read_timeout_ms * 1000000;
-	r->bad_retry_after = opts->retry_bad_ms ?
-				     (int64_t)opts->retry_bad_ms * 1000000 :
-				     BAD_RETRY_NS_DEFAULT;
-	r->relist_ns = opts->relist_ms ? (int64_t)opts->relist_ms * 1000000 :
-					 RELIST_NS_DEFAULT;
-	pthread_mutex_init(&r->ra_lock, NULL);
-	pthread_mutex_init(&r->refresh_lock, NULL);
-	pthread_mutex_init(&r->failed_lock, NULL);
-	pthread_mutex_init(&r->lock, NULL);
-	pthread_mutex_init(&r->sf_lock, NULL);
-	pthread_cond_init(&r->sf_cond, NULL);
-	pthread_mutex_init(&r->codec_lock, NULL);
-	pthread_mutex_init(&r->ref_lock, NULL);
-	pthread_mutex_init(&r->hot_lock, NULL);
-	r->refs = calloc(REF_SLOTS, sizeof(*r->refs));
-	r->hot = calloc(HOT_SLOTS, sizeof(*r->hot));
-	r->hot_budget = DCR_MAX(HOT_BUDGET_MIN, 2 * r->readahead);
+	versions_init(r, opts);
+	codecs_init(&r->codecs);
+	ctab_init(&r->ct, DCR_MAX(HOT_BUDGET_MIN, 2 * r->readahead));
+	ret = refs_init(&r->refs);
+	if (!ret)
+		ret = queues_open(r);
 	r->dir = strdup(path);
-	if (!r->dir || !r->refs || !r->hot) {
+	if (!ret && !r->dir)
 		ret = DCR_ERR(-ENOMEM);
-		goto err_close;
-	}
-	ret = queues_open(r);
 	if (ret)
 		goto err_close;
 	ret = lock_dir(r, opts->cache_dir);
@@ -330,7 +315,6 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	if (ret)
 		goto err_close;
 	dcr_catalog_set_room_hook(r->cat, dcr_cache_room_hook, r->cache);
-	r->max_trees = opts->max_trees;
 	ret = load_catalog(r);
 	if (ret)
 		goto err_close;
@@ -347,37 +331,12 @@ void dcr_reader_close(struct dcr_reader *r)
 	if (!r)
 		return;
 	queues_close(r);
-	for (size_t i = 0; i < r->nvers; i++)
-		rver_free(r->vers[i]);
-	while (r->graveyard) {
-		struct rver *rv = r->graveyard;
-		r->graveyard = rv->next_dead;
-		rver_free(rv);
-	}
-	free(r->vers);
-	free(r->changes);
-	dcr_layout_free(&r->layout);
-	free(r->bad);
-	dcr_reader_tags_free(r->tags, r->ntags);
-	for (int i = 0; i < r->ncodecs; i++)
-		dcr_codec_free(r->codecs[i]);
+	versions_close(r);
+	codecs_close(&r->codecs);
 	dcr_cache_close(r->cache);
 	dcr_catalog_close(r->cat);
-	pthread_mutex_destroy(&r->codec_lock);
-	pthread_mutex_destroy(&r->ref_lock);
-	free(r->refs);
-	for (size_t i = 0; r->hot && i < HOT_SLOTS; i++)
-		free(r->hot[i].data);
-	free(r->hot);
-	for (size_t i = 0; i < r->npool; i++)
-		free(r->pool[i].p);
-	pthread_mutex_destroy(&r->hot_lock);
-	pthread_mutex_destroy(&r->ra_lock);
-	pthread_cond_destroy(&r->sf_cond);
-	pthread_mutex_destroy(&r->sf_lock);
-	pthread_mutex_destroy(&r->lock);
-	pthread_mutex_destroy(&r->refresh_lock);
-	pthread_mutex_destroy(&r->failed_lock);
+	refs_close(&r->refs);
+	ctab_destroy(&r->ct);
 	if (r->lock_fd >= 0)
 		close(r->lock_fd); /* releases the flock */
 	free(r->dir);
@@ -418,40 +377,6 @@ static int read_range(struct dcr_reader *r, uint64_t v, int64_t tree,
 	*end = off + DCR_MIN((uint64_t)len, *size - off);
 	ra_note(r, *rvp, idx, off, *end, pagecache);
 	return 1;
-}
-
-/* True if a piece of @ps failed to fetch less than FAILED_MEMO_NS ago. */
-static bool failed_recently(struct dcr_reader *r, const struct piece *ps,
-			    size_t n)
-{
-	int64_t now = dcr_mono_ns();
-	bool hit = false;
-
-	pthread_mutex_lock(&r->failed_lock);
-	for (size_t i = 0; i < n && !hit; i++)
-		for (unsigned k = 0; k < FAILED_SLOTS && !hit; k++) {
-			const struct failed_chunk *f = &r->failed[k];
-
-			hit = f->until > now && f->rv == ps[i].w.rv &&
-			      f->file == ps[i].w.file &&
-			      f->chunk == ps[i].w.chunk;
-		}
-	pthread_mutex_unlock(&r->failed_lock);
-	return hit;
-}
-
-/* Remember that fetching the pieces @ps failed. */
-static void note_failed(struct dcr_reader *r, const struct piece *ps,
-			size_t n)
-{
-	int64_t until = dcr_mono_ns() + FAILED_MEMO_NS;
-
-	pthread_mutex_lock(&r->failed_lock);
-	for (size_t i = 0; i < n && i < FAILED_SLOTS; i++)
-		r->failed[r->failed_next++ % FAILED_SLOTS] =
-			(struct failed_chunk){ ps[i].w.rv, ps[i].w.file,
-					       ps[i].w.chunk, until };
-	pthread_mutex_unlock(&r->failed_lock);
 }
 
 /* One attempt of read_impl; *@rvp: the version read (NULL if none). */
@@ -522,20 +447,14 @@ static ssize_t read_once(struct dcr_reader *r, uint64_t v, int64_t tree,
 		ra_hits(r, v, idx, false); /* read-ahead fell behind */
 		if (!pagecache && r->read_timeout_ns)
 			q.deadline = dcr_mono_ns() + r->read_timeout_ns;
-		if (failed_recently(r, miss, nmiss)) {
-			RERR(&q, WHERE_FMT ": the store did not answer in time "
-			     "for a read of it a moment ago; failing at once",
-			     WHERE_ARGS(&miss[0].w));
-			ret = DCR_ERR(-EIO);
-		} else {
-			ret = materialize_batch(r, miss, nmiss,
-						r->fetch_threads, &q);
-			/* Timed out: the kernel's next request for these
-			 * pages (it asks again at once) fails at once. */
-			if (ret == -EIO && q.deadline &&
-			    dcr_mono_ns() >= q.deadline - r->read_timeout_ns / 8)
-				note_failed(r, miss, nmiss);
-		}
+		ret = materialize_batch(r, miss, nmiss, r->fetch_threads, &q);
+		/* Timed out: the kernel's next request for these pages (it
+		 * asks again at once) fails at once. */
+		if (ret == -EIO && q.deadline &&
+		    dcr_mono_ns() >= q.deadline - r->read_timeout_ns / 8)
+			for (size_t i = 0; i < nmiss; i++)
+				cent_failed_until(r, &miss[i],
+						  dcr_mono_ns() + FAILED_MEMO_NS);
 	}
 out_free:
 	if (miss != &one)
@@ -769,12 +688,9 @@ bool reader_idle(struct dcr_reader *r)
 	bool idle = atomic_load(&r->active) == 0;
 
 	/* In pipeline order, as dcr_reader_sync. */
-	idle = idle && dcr_wq_idle(r->ra) && dcr_wq_idle(r->dq) &&
-	       dcr_wq_idle(r->wq);
-	pthread_mutex_lock(&r->sf_lock);
-	idle = idle && !r->flights;
-	pthread_mutex_unlock(&r->sf_lock);
-	return idle;
+	idle = idle && dcr_wq_idle(r->qs.ra) && dcr_wq_idle(r->qs.dq) &&
+	       dcr_wq_idle(r->qs.wq);
+	return idle && !ctab_busy(r);
 }
 
 void dcr_reader_sync(struct dcr_reader *r)

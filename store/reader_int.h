@@ -7,70 +7,72 @@
  *   reader.c        the facade: open/close, dcr_reader_read,
  *                   dcr_reader_sync
  *   rversions.c     the versions, their trees, refresh, tags
- *   rchunks.c       chunk references, chunk buffers and their pool, hot
- *                   chunks, the in-flight table (single-flight)
+ *   rchunks.c       chunk references; the chunk table (chunks being
+ *                   built, hot, failed a moment ago; their buffers)
  *   rmaterialize.c  the codec pool; chains resolved, applied and
  *                   verified; batches of misses and their ranged GETs
  *   rqueues.c       the background queues (core/wq.h): write-behind,
  *                   read-ahead decode, read-ahead, the par_for pool
  *
- * Locks. struct dcr_reader has eight mutexes, one of them with a
- * condition variable. Only these nestings exist (outer first):
+ * Each file owns its part of struct dcr_reader, a sub-struct that it
+ * initialises and tears down: vs (rversions.c; ridentity.c and rlayout.c
+ * work on it too), refs and ct (rchunks.c), codecs (rmaterialize.c), ras
+ * and qs (rqueues.c). reader.c holds them, and the settings.
  *
- *     refresh_lock -> lock
- *     refresh_lock -> sf_lock (trees_trim, through reader_idle)
+ * Locks. struct dcr_reader has six mutexes; the chunk table has a
+ * condition variable per entry. Only these nestings exist (outer first):
+ *
+ *     vs.refresh_lock -> vs.lock
+ *     vs.refresh_lock -> ct.lock (trees_trim, through reader_idle)
  *
  * Every other acquisition is of one lock alone, so the order is: never
- * take refresh_lock while holding any other of these, and take nothing
- * while holding lock, sf_lock, codec_lock, ref_lock, hot_lock,
- * ra_lock or failed_lock. The queues (ra, dq, wq, par) have their own internal
- * locks, leaves below all of ours: ra_note submits under ra_lock, and
+ * take vs.refresh_lock while holding any other of these, and take
+ * nothing while holding vs.lock, ct.lock, codecs.lock, refs.lock or
+ * ras.lock. The queues (qs: ra, dq, wq, par) have their own internal
+ * locks, leaves below all of ours: ra_note submits under ras.lock, and
  * no job or hook runs under a queue's lock.
  *
- *  - refresh_lock (rversions.c) serialises dcr_reader_refresh and
+ *  - vs.refresh_lock (rversions.c) serialises dcr_reader_refresh and
  *    guards listed, relist_at, flog[], flog_next and every rver.id;
- *    reader_replace_version and reader_drop_version run under it. Held across store GETs and
- *    LISTs and catalog calls; takes lock inside (vers_insert, mark_bad,
- *    get_ver, the tag swap).
- *  - lock (rversions.c) guards the version array (vers, nvers,
+ *    reader_replace_version and reader_drop_version run under it. Held
+ *    across store GETs and LISTs and catalog calls; takes vs.lock inside
+ *    (vers_insert, mark_bad, get_ver, the tag swap).
+ *  - vs.lock (rversions.c) guards the version array (vers, nvers,
  *    capvers), the graveyard of replaced and dropped versions
  *    (graveyard, rver.next_dead), the queued changes (changes,
- *    nchanges, capchanges), the bad-manifest list (bad, nbad, capbad, max_bad), the
- *    tags (tags, ntags), the use stamps and pins of the versions
- *    (use_clock, rver.used, rver.pins) and the install and unload of a
- *    version's tree (rver.loaded, m, entries, info: immutable while
- *    loaded). The catalog read and tree build of rver_load run outside
- *    it. trees_trim takes ra_lock, dq_lock, wq_lock and sf_lock one at
- *    a time (reader_idle) before it takes lock, never inside it.
- *  - sf_lock / sf_cond (rchunks.c; batch_finish and wq_submit in the
- *    other files) guard the in-flight table (flights; single-flight:
- *    concurrent readers of one chunk hash share one fetch and decode)
- *    and each flight's done, rc and refs; sf_cond is broadcast when a
- *    flight is done. A flight's data is written by its leader before
- *    it is published.
- *  - codec_lock (rmaterialize.c) guards the pool of per-thread codec
- *    states (codecs, ncodecs).
- *  - ref_lock (rchunks.c) guards the chunk-reference blocks (refs,
- *    ref_clock); the catalog query that fills a block runs outside it.
- *  - hot_lock (rchunks.c) guards the hot chunks (hot[], hot_bytes,
- *    hot_clock) and the buffer pool (pool, npool, pool_bytes). A hot
- *    slot with refs > 0 is copied from outside the lock and is not
- *    evicted meanwhile.
- *  - ra_lock (rqueues.c) guards the read-ahead streams (ra_streams,
- *    ra_clock).
- *  - failed_lock (reader.c) guards the chunks whose fetch just failed
- *    (failed[], failed_next); a leaf like the others.
+ *    nchanges, capchanges), the bad-manifest list (bad, nbad, capbad,
+ *    max_bad), the tags (tags, ntags), the use stamps and pins of the
+ *    versions (use_clock, rver.used, rver.pins) and the install and
+ *    unload of a version's tree (rver.loaded, m, entries, info:
+ *    immutable while loaded). The catalog read and tree build of
+ *    rver_load run outside it. trees_trim takes the queues' locks and
+ *    ct.lock one at a time (reader_idle) before it takes vs.lock, never
+ *    inside it.
+ *  - ct.lock (rchunks.c) guards the chunk table (struct ctab: buckets,
+ *    idle list, counts) and each entry's state, rc, until,
+ *    persisted, listed, refs and waiters; an entry's condition variable
+ *    is broadcast (with ct.lock held) when that entry changes, if it has
+ *    waiters. Concurrent readers of one chunk content share one fetch
+ *    and decode. An entry's data is written by its leader before it is
+ *    ready, then only read, from outside the lock, by holders of a
+ *    reference; its key, w, ref, quiet and cold are set before it is
+ *    listed.
+ *  - codecs.lock (rmaterialize.c) guards the pool of per-thread codec
+ *    states.
+ *  - refs.lock (rchunks.c) guards the chunk-reference blocks; the
+ *    catalog query that fills a block runs outside it.
+ *  - ras.lock (rqueues.c) guards the read-ahead streams.
  *
  * The statistics (stats) are relaxed atomics, read and written without
- * a lock; so is rver.dead (set once, under lock, read anywhere).
+ * a lock; so is rver.dead (set once, under vs.lock, read anywhere).
  *
- * Set at open and read without a lock: st, dir, cat, cache, cache_budget,
- * fetch_threads, readahead, coalesce_max, hot_budget, read_timeout_ns,
- * bad_retry_after, relist_ns and the queue
- * pointers (ra, dq, wq, par; thread-safe themselves). lock_fd holds an flock(2) on
- * <dir>/lock against other processes, not threads. The catalog and the
- * cache have their own internal locks; refresh_lock is the only one of
- * ours held while calling into them.
+ * Set at open and read without a lock: st, dir, cat, cache,
+ * cache_budget, fetch_threads, readahead, coalesce_max, read_timeout_ns,
+ * ct.budget, vs.bad_retry_after, vs.relist_ns, vs.max_trees and the
+ * queue pointers (qs; thread-safe themselves). lock_fd holds an
+ * flock(2) on <dir>/lock against other processes, not threads. The
+ * catalog and the cache have their own internal locks; vs.refresh_lock
+ * is the only one of ours held while calling into them.
  */
 #ifndef DCR_READER_INT_H
 #define DCR_READER_INT_H
@@ -117,7 +119,6 @@
 /* versions/ is listed whole (identity checks) this often by default. */
 #define RELIST_NS_DEFAULT ((int64_t)60 * 1000000000)
 /* A chunk whose read timed out fails again at once for this long. */
-#define FAILED_SLOTS 16
 #define FAILED_MEMO_NS ((int64_t)1000 * 1000000)
 
 /*
@@ -161,27 +162,6 @@ struct rver {
 	struct dcr_version_info info;
 };
 
-/* A chunk being materialized by one thread while others wait for it. */
-struct flight {
-	struct flight *next;
-	uint8_t hash[DCR_HASH_LEN];
-	uint32_t len;
-	/* Where the leader's chunk goes in the cache (dcr_cache_put). */
-	const struct rver *rv;
-	uint32_t file;
-	uint64_t chunk;
-	struct dcr_catalog_chunk ref;
-	uint8_t *data;  /* the materialized chunk once done && rc == 0 */
-	int rc;
-	bool done;
-	unsigned refs;  /* leader + waiters; the last one frees */
-	bool quiet;     /* led by read-ahead: a failure was not logged */
-	bool cold;      /* built for a prefetch, which writes it through the
-			   page cache: not kept hot (see struct hot) */
-	bool ended;     /* flight_done ran: the chunk is in the cache (or
-			   the flight failed); sf_cond is broadcast */
-};
-
 /* A file being read sequentially (see ra_note). */
 struct ra_stream {
 	bool used;
@@ -221,59 +201,88 @@ struct refblk {
 	struct dcr_catalog_chunk refs[REF_BLOCK];
 };
 
-/*
- * Chunks just materialized stay in memory ("hot"), up to hot_budget
- * bytes (LRU), and reads take them from there: read-ahead builds chunks
- * a little before the reader asks for them, and the cache files are
- * written around the page cache (DCR_CACHE_PUT_DIRECT), so a first read
- * fills neither the page cache with a second copy of the model nor
- * fresh pages to copy it into. The buffers (DCR_CACHE_ALIGN-aligned)
- * are recycled through a small pool, never handed back to the system
- * while reads go on. Chunks a prefetch builds are not kept: they are
- * written to the cache through the page cache, where the reads that
- * follow find them, and would only fill the hot set with a second copy
- * of each new version (the daemon's memory would grow by the budget).
- */
-#define HOT_SLOTS 256
-#define HOT_BUDGET_MIN ((uint64_t)64 << 20)
-#define POOL_MAX 32
-#define POOL_BYTES ((size_t)32 << 20)  /* idle buffers kept, in bytes */
-
 /* A chunk of a file of a version: where one is materialized (and named
- * in log lines), and which one a hot chunk was built as. */
+ * in log lines), and which one a chunk in memory was built as. */
 struct where {
 	const struct rver *rv;
 	uint32_t file;
 	uint64_t chunk;
 };
 
-struct hot {
+/*
+ * The chunk table (rchunks.c): one refcounted entry per chunk content
+ * (SHA-256 and length) in memory, after squashfuse's cache entry. Its
+ * lifecycle:
+ *
+ *   loading    one reader (the leader) builds it; readers of the same
+ *              content join it and wait on its condition variable;
+ *   ready      data holds the verified chunk; kept after its last
+ *              reference ("hot", LRU, up to the budget in bytes and
+ *              HOT_SLOTS entries) unless built for a prefetch (cold);
+ *   failed     the build failed: unlisted at once (the next reader leads
+ *              a new attempt); or a foreground read of it ran out of
+ *              read_timeout (cent_failed_until): listed until @until, as the kernel asks again at once
+ *              (its read-ahead request failed, then the read's own), and
+ *              joins then fail at once instead of costing a second
+ *              read_timeout;
+ *   persisted  (a flag) written to the cache as @w, by the leader or a
+ *              write-behind thread; a settling prefetch waits for it.
+ *
+ * Chunks just materialized stay hot because read-ahead builds chunks a
+ * little before the reader asks for them, and the cache files are
+ * written around the page cache (DCR_CACHE_PUT_DIRECT), so a first read
+ * fills neither the page cache with a second copy of the model nor
+ * fresh pages to copy it into. Chunks a prefetch builds are not kept:
+ * they are written through the page cache, where the reads that follow
+ * find them, and would only fill the hot set with a second copy of each
+ * new version. An entry that is neither (unlisted) stays idle as a free
+ * one, at the old end of the LRU, and a new entry takes the oldest idle
+ * one when it is free or the budget is reached: the buffers (aligned to
+ * DCR_CACHE_ALIGN) are recycled, never handed back to the system while
+ * reads go on, and the idle ones, hot or free, hold at most the budget.
+ */
+#define HOT_SLOTS 256
+#define HOT_BUDGET_MIN ((uint64_t)64 << 20)
+#define CTAB_BUCKETS 1024
+
+enum cent_state { CENT_LOADING, CENT_READY, CENT_FAILED };
+
+struct cent {
+	struct cent *next;          /* bucket chain */
+	struct cent *older, *newer; /* idle (refs == 0): hot, failed, free */
 	uint8_t hash[DCR_HASH_LEN];
 	uint32_t len;
-	struct where w; /* the chunk it was built (and cached) as */
-	uint8_t *data;  /* NULL: free slot */
-	unsigned refs;  /* readers copying out of it */
-	uint64_t stamp; /* LRU */
-};
-
-struct pooled {
-	void *p;
+	struct where w;             /* built (and cached) as; immutable */
+	struct dcr_catalog_chunk ref; /* w's reference */
+	uint8_t *data;              /* cap bytes; the chunk once ready */
 	size_t cap;
+	enum cent_state state;
+	int rc;                     /* failed: the build's -errno */
+	int64_t until;              /* failed: listed until (mono ns) */
+	bool persisted;             /* in the cache as w, or failed */
+	bool listed;                /* found by content (else referenced only) */
+	bool quiet;                 /* led by read-ahead: a failure not logged */
+	bool cold;                  /* built for a prefetch: not kept hot */
+	unsigned refs;
+	unsigned waiters;           /* on cv */
+	pthread_cond_t cv;          /* broadcast when this entry changes */
 };
 
-struct dcr_reader {
-	struct dcr_store *st;
-	char *dir; /* <cache_dir>/<id> */
-	struct dcr_catalog *cat;
-	struct dcr_cache *cache;
-	uint64_t cache_budget;
-	int fetch_threads;
-	/* Chunks built for a reader go to the cache around the page cache
-	 * (O_DIRECT) unless this is off: dcr_reader_set_cache_direct. */
-	atomic_bool cache_direct;
+struct ctab {
+	pthread_mutex_t lock;
+	struct cent *bucket[CTAB_BUCKETS];
+	struct cent *oldest, *newest; /* idle entries: refs == 0, LRU */
+	unsigned nidle;
+	uint64_t idle_bytes, budget;  /* buffer bytes of the idle ones */
+	unsigned nbusy;               /* loading, or not yet persisted */
+};
 
-	int lock_fd;           /* flock on <dir>/lock for our lifetime */
-
+/*
+ * The versions (rversions.c; ridentity.c and rlayout.c work on them
+ * too): what was listed and indexed, under refresh_lock, and the
+ * version array with what hangs off it, under lock (see the top).
+ */
+struct rversions {
 	pthread_mutex_t refresh_lock;
 	bool listed;           /* "versions/" listed once in this process */
 	int64_t relist_ns;     /* dcr_reader_opts.relist_ms; set at open */
@@ -313,56 +322,69 @@ struct dcr_reader {
 	uint64_t max_bad;
 	int64_t bad_retry_ns;  /* when the bad list is forgotten (mono) */
 	int64_t bad_retry_after; /* ns, from dcr_reader_opts.retry_bad_ms */
-	int64_t read_timeout_ns; /* dcr_reader_opts.read_timeout_ms */
-	/* Chunks whose foreground read just ran out of read_timeout: the
-	 * kernel asks again at once (its read-ahead request failed, then
-	 * the read's own), and that must not cost a second read_timeout.
-	 * Guarded by failed_lock, a leaf. */
-	pthread_mutex_t failed_lock;
-	struct failed_chunk {
-		const struct rver *rv;
-		uint32_t file;
-		uint64_t chunk;
-		int64_t until; /* mono ns */
-	} failed[FAILED_SLOTS];
-	unsigned failed_next;
 	struct dcr_tag *tags;
 	size_t ntags;
 	uint64_t use_clock;    /* stamps rver.used */
 	uint32_t max_trees;    /* set at open; 0 = never unload */
+};
+
+/* The chunk reference blocks (rchunks.c), under lock. */
+struct rrefs {
+	pthread_mutex_t lock;
+	struct refblk *blk;    /* REF_SLOTS */
+	uint64_t clock;
+};
+
+/* The pool of per-thread codec states (rmaterialize.c), under lock. */
+struct rcodecs {
+	pthread_mutex_t lock;
+	struct dcr_codec *c[CODEC_POOL_MAX];
+	int n;
+};
+
+/* The read-ahead streams (rqueues.c), under lock. */
+struct rstreams {
+	pthread_mutex_t lock;
+	struct ra_stream s[RA_STREAMS];
+	uint64_t clock;
+};
+
+/* The background queues (rqueues.c), threads started on first use:
+ * read-ahead jobs, their decoding, write-behind, par_for's pool. */
+struct rqueues {
+	struct dcr_wq *ra, *dq, *wq, *par;
+};
+
+/* A reader: its settings, and each part of the read path as its file
+ * owns, initialises and tears it down. */
+struct dcr_reader {
+	struct dcr_store *st;
+	char *dir; /* <cache_dir>/<id> */
+	struct dcr_catalog *cat;
+	struct dcr_cache *cache;
+	uint64_t cache_budget;
+	int fetch_threads;
+	/* Chunks built for a reader go to the cache around the page cache
+	 * (O_DIRECT) unless this is off: dcr_reader_set_cache_direct. */
+	atomic_bool cache_direct;
+	int64_t read_timeout_ns; /* dcr_reader_opts.read_timeout_ms */
+	uint64_t readahead;     /* bytes; 0 = off */
+	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
+
+	int lock_fd;           /* flock on <dir>/lock for our lifetime */
+
 	/* Reads in progress, and reads ever begun: trees_trim unloads
 	 * nothing unless it saw none in progress, every queue idle and no
 	 * read begun meanwhile (reader_idle). Atomics, no lock. */
 	atomic_uint active;
 	atomic_uint_fast64_t activity;
 
-	pthread_mutex_t sf_lock;
-	pthread_cond_t sf_cond;
-	struct flight *flights;
-
-	pthread_mutex_t codec_lock;
-	struct dcr_codec *codecs[CODEC_POOL_MAX];
-	int ncodecs;
-
-	pthread_mutex_t ref_lock;
-	struct refblk *refs;    /* REF_SLOTS */
-	uint64_t ref_clock;
-
-	pthread_mutex_t hot_lock;
-	struct hot *hot;        /* HOT_SLOTS */
-	uint64_t hot_bytes, hot_budget, hot_clock;
-	struct pooled pool[POOL_MAX];
-	size_t npool, pool_bytes;
-
-	uint64_t readahead;     /* bytes; 0 = off */
-	uint32_t coalesce_max;  /* bytes of one merged GET; <= 1 = no merging */
-	pthread_mutex_t ra_lock;
-	struct ra_stream ra_streams[RA_STREAMS];
-	uint64_t ra_clock;
-
-	/* The background queues (rqueues.c), threads started on first use:
-	 * read-ahead jobs, their decoding, write-behind, par_for's pool. */
-	struct dcr_wq *ra, *dq, *wq, *par;
+	struct rversions vs;   /* rversions.c */
+	struct rrefs refs;     /* rchunks.c */
+	struct ctab ct;        /* rchunks.c: the chunks in memory */
+	struct rcodecs codecs; /* rmaterialize.c */
+	struct rstreams ras;   /* rqueues.c */
+	struct rqueues qs;     /* rqueues.c */
 
 	/* Statistics (dcr_reader_get_stats): relaxed atomics, no lock. */
 	struct {
@@ -439,10 +461,9 @@ struct piece {
 /* A chunk of a batch. */
 struct bchunk {
 	struct piece *p;
-	struct flight *f;
-	bool leader;  /* we build it; else we wait for f (or skip it) */
-	bool ready;   /* f->data holds the verified chunk */
-	bool handed;  /* a writer thread caches it and ends the flight */
+	struct cent *e;
+	bool leader;  /* we build it; else we wait for e (or skip it) */
+	bool ready;   /* e->data holds the verified chunk */
 	struct chain ch;
 	int rc;
 };
@@ -475,6 +496,12 @@ struct batch {
 
 /* Free @rv (NULL is fine). Not thread-safe: only at close. */
 void rver_free(struct rver *rv);
+
+/* Set up r->vs from @opts (no version yet; load_catalog loads them), and
+ * free it with every version, change, tag and bad mark. At open / at
+ * close. */
+void versions_init(struct dcr_reader *r, const struct dcr_reader_opts *opts);
+void versions_close(struct dcr_reader *r);
 
 /* The loaded version @v (tree built on first use), or -ENOENT; other
  * -errno if its tree cannot be loaded. The pointer stays valid until
@@ -607,40 +634,24 @@ static inline unsigned cache_put_flags(struct dcr_reader *r)
 
 /* ------------------------------- rchunks.c: references, buffers, hot */
 
+/* Set up the reference blocks @f: 0 or -ENOMEM (refs_close frees what
+ * was made). At open / at close. */
+int refs_init(struct rrefs *f);
+void refs_close(struct rrefs *f);
+
 /* The reference of chunk @idx of file @file (manifest index) of
  * version @rv into @out, through the block cache: 0, -ESTALE if @rv was
- * replaced or dropped meanwhile, or -errno. Thread-safe (ref_lock). */
+ * replaced or dropped meanwhile, or -errno. Thread-safe (refs.lock). */
 int ref_get(struct dcr_reader *r, const struct rver *rv, uint32_t file,
 	    uint64_t idx, struct dcr_catalog_chunk *out);
 
-/* An aligned buffer for a chunk of @len bytes, from the pool or new;
- * NULL when out of memory. Given back by the flight that owns it.
- * Thread-safe (hot_lock). */
-uint8_t *buf_get(struct dcr_reader *r, uint32_t len);
-
-/* Give back a buffer of buf_get(@len) (NULL accepted). Thread-safe
- * (hot_lock). */
-void buf_put(struct dcr_reader *r, uint8_t *p, uint32_t len);
-
-/* Keep the verified chunk @data (a buf_get buffer of @len bytes;
- * ownership passes here), built and cached as @w, hot, evicting the
- * least recently used unreferenced ones to stay within hot_budget.
- * Thread-safe (hot_lock). */
-void hot_put(struct dcr_reader *r, const struct where *w,
-	     const uint8_t hash[DCR_HASH_LEN], uint32_t len, uint8_t *data);
-
-/* Copy [@off, @off+@n) of hot chunk @hash (of @len bytes) into @dst: 0,
- * or -ENOENT if it is not hot. Thread-safe (hot_lock). */
-int hot_read(struct dcr_reader *r, const uint8_t hash[DCR_HASH_LEN],
-	     uint32_t len, uint32_t off, void *dst, size_t n);
-
-/* Serve piece @p (its reference looked up) of request @q from the hot
- * set: copy its slice to p->dst (none without one). A chunk of the same
- * content built as another version's or file's is also stored in the
- * cache as @p's (piece_put), so that every chunk a read served is in its
- * own file's slab. 0, or -ENOENT if it is not hot. Thread-safe
- * (hot_lock). */
-int hot_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p);
+/* Serve piece @p (its reference looked up) of request @q from a ready
+ * entry: copy its slice to p->dst (none without one); with q->settle,
+ * once the entry is in the cache. A chunk of the same content built as
+ * another version's or file's is also stored in the cache as @p's
+ * (piece_put), so that every chunk a read served is in its own file's
+ * slab. 0, or -ENOENT if no entry is ready. Thread-safe. */
+int cent_serve(struct dcr_reader *r, const struct rreq *q, const struct piece *p);
 
 /* Store @data, the verified content of piece @p, in the cache as @p's
  * chunk, as request @q writes (through the page cache for a prefetch). */
@@ -661,31 +672,68 @@ void cache_key(struct dcr_cache_key *k, const struct rver *rv,
 	       const struct dcr_catalog_chunk *ref);
 
 /* Copy the whole verified chunk @k into @out from wherever this
- * instance has it (hot, a published flight, the cache): 0, -ENOENT, or
- * -errno. Thread-safe. */
+ * instance has it (a ready entry, the cache): 0, -ENOENT, or -errno.
+ * Thread-safe. */
 int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
 	     uint8_t *out);
 
-/* ---------------------------------------- rchunks.c: single-flight */
+/* ---------------------------------------- rchunks.c: the chunk table */
 
-/* Drop a reference to @f; the last one keeps its data hot (if built)
- * or gives the buffer back, and frees @f. Thread-safe (sf_lock). */
-void flight_release(struct dcr_reader *r, struct flight *f);
+/* Make the empty table @t, keeping up to @budget bytes hot; ctab_destroy
+ * frees it and every entry (at close, nothing referenced). */
+void ctab_init(struct ctab *t, uint64_t budget);
+void ctab_destroy(struct ctab *t);
 
-/* Register batch chunk @c of request @q: lead a new flight (c->leader)
- * or join the one in progress; either way c->f holds a reference. 0 or
- * -ENOMEM. Thread-safe (sf_lock). */
-int batch_join(struct dcr_reader *r, struct bchunk *c, const struct rreq *q);
+/* Whether some entry is loading or not yet in the cache (its struct rver
+ * is then in use). Thread-safe. */
+bool ctab_busy(struct dcr_reader *r);
 
-/* Publish the outcome @rc of a flight we lead; it stays listed until
- * flight_done. Thread-safe (sf_lock). */
-void flight_publish(struct dcr_reader *r, struct flight *f, int rc);
+/*
+ * cent_join - the entry of piece @p's content for request @q, into *@out
+ * with a reference: 1 if new and ours to build (loading, with a buffer
+ * of p->clen bytes; cent_publish it), 0 if joined (cent_wait
+ * for it), -EIO if it failed a moment ago (logged as @q says; *@out
+ * NULL), -ENOMEM. Thread-safe.
+ */
+int cent_join(struct dcr_reader *r, const struct rreq *q,
+	      const struct piece *p, struct cent **out);
 
-/* End a flight we lead: publish @rc unless published, and unlist it.
- * Thread-safe (sf_lock). */
-void flight_done(struct dcr_reader *r, struct flight *f, int rc);
+/* The leader's outcomes for @e, each waking only @e's waiters: ready
+ * (@rc 0), with @persisted once in the cache (again, when a writer put
+ * it there); or failed with -errno @rc (unlisted: the next reader leads
+ * a new attempt). Thread-safe. */
+void cent_publish(struct dcr_reader *r, struct cent *e, int rc,
+		  bool persisted);
+
+/* A foreground read of piece @p (its reference looked up) ran out of
+ * read_timeout: joins of its content fail at once until @until (mono
+ * ns), unless an entry of it is being built or ready. Thread-safe. */
+void cent_failed_until(struct dcr_reader *r, const struct piece *p,
+		       int64_t until);
+
+/* Wait until @e is built (with @settle: and in the cache): 0 if ready,
+ * else the leader's -errno. Thread-safe. */
+int cent_wait(struct dcr_reader *r, struct cent *e, bool settle);
+
+/* Take another reference to referenced @e / drop one (NULL accepted):
+ * the last keeps it hot, failed-until, or recycles it. Thread-safe. */
+void cent_hold(struct dcr_reader *r, struct cent *e);
+void cent_release(struct dcr_reader *r, struct cent *e);
+
+/* An unlisted entry with a buffer for @len bytes, one reference (NULL
+ * when out of memory), and what becomes of it: cent_keep lists it
+ * (unless the content is listed already) as the verified, cached chunk
+ * of piece @p and drops the reference; cent_release recycles it.
+ * Thread-safe. */
+struct cent *cent_new(struct dcr_reader *r, uint32_t len);
+void cent_keep(struct dcr_reader *r, struct cent *e, const struct piece *p);
 
 /* ------------------------------------- rmaterialize.c: chains, batches */
+
+/* Set up the empty codec pool @cp / free it and its codecs. At open /
+ * at close. */
+void codecs_init(struct rcodecs *cp);
+void codecs_close(struct rcodecs *cp);
 
 /* Look up piece @p's reference and serve it from the hot set or the
  * cache: 0 on a hit, -ENOENT on a miss (p->ref filled), else -errno
@@ -728,8 +776,8 @@ bool reader_idle(struct dcr_reader *r);
 
 /* ---------------------------------- rqueues.c: the background queues */
 
-/* Make the queues (no thread starts yet): 0 or -errno. At open; on
- * failure queues_close frees what was made. */
+/* Make the queues (no thread starts yet) and the read-ahead streams:
+ * 0 or -errno. At open; on failure queues_close frees what was made. */
 int queues_open(struct dcr_reader *r);
 
 /* Wait until the queues are idle (dcr_reader_sync). Thread-safe. */
@@ -739,19 +787,19 @@ void queues_sync(struct dcr_reader *r);
  * queued decodes and writes done first. At close. */
 void queues_close(struct dcr_reader *r);
 
-/* Queue the published flight @f for a writer thread (which takes a
- * reference and ends the flight): true if queued, false if the caller
- * must write it. Thread-safe (sf_lock). */
-bool wq_submit(struct dcr_reader *r, struct flight *f);
+/* Queue the ready entry @e for a writer thread (which takes a reference
+ * and marks it persisted): true if queued, false if the caller must
+ * write it. Thread-safe. */
+bool wq_submit(struct dcr_reader *r, struct cent *e);
 
 /* Note whether a job (or a read) on (@v, @idx) found all it needed.
- * Thread-safe (ra_lock). */
+ * Thread-safe (ras.lock). */
 void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit);
 
 /* Note a read of [@off, @end) of entry @idx of @rv; queue read-ahead if
  * it is sequential (what a full queue refuses, a later read queues), its
  * chunks to be written through the page cache with @pagecache.
- * Thread-safe (ra_lock). */
+ * Thread-safe (ras.lock). */
 void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 	     uint64_t off, uint64_t end, bool pagecache);
 

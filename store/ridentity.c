@@ -83,16 +83,16 @@ static bool same_index(const struct dcr_manifest *a,
 static void change_push(struct dcr_reader *r, const struct rver *old,
 			bool gone, bool changed)
 {
-	if (r->nchanges == r->capchanges) {
-		size_t cap = r->capchanges ? r->capchanges * 2 : 8;
+	if (r->vs.nchanges == r->vs.capchanges) {
+		size_t cap = r->vs.capchanges ? r->vs.capchanges * 2 : 8;
 		struct dcr_version_change *t =
-			realloc(r->changes, cap * sizeof(*t));
+			realloc(r->vs.changes, cap * sizeof(*t));
 		if (!t)
 			return; /* the kernel keeps its entries a while */
-		r->changes = t;
-		r->capchanges = cap;
+		r->vs.changes = t;
+		r->vs.capchanges = cap;
 	}
-	r->changes[r->nchanges++] = (struct dcr_version_change){
+	r->vs.changes[r->vs.nchanges++] = (struct dcr_version_change){
 		.version = old->v, .old_nentries = old->nfiles + 1,
 		.old_tree = old->tree, .gone = gone, .content_changed = changed,
 	};
@@ -101,12 +101,12 @@ static void change_push(struct dcr_reader *r, const struct rver *old,
 int dcr_reader_take_changes(struct dcr_reader *r,
 			    struct dcr_version_change **changes, size_t *n)
 {
-	pthread_mutex_lock(&r->lock);
-	*changes = r->changes;
-	*n = r->nchanges;
-	r->changes = NULL;
-	r->nchanges = r->capchanges = 0;
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
+	*changes = r->vs.changes;
+	*n = r->vs.nchanges;
+	r->vs.changes = NULL;
+	r->vs.nchanges = r->vs.capchanges = 0;
+	pthread_mutex_unlock(&r->vs.lock);
 	return 0;
 }
 
@@ -117,14 +117,14 @@ static void vers_bury(struct dcr_reader *r, size_t i, struct rver *old,
 {
 	atomic_store(&old->dead, true);
 	if (nrv) {
-		r->vers[i] = nrv;
+		r->vs.vers[i] = nrv;
 	} else {
-		memmove(&r->vers[i], &r->vers[i + 1],
-			(r->nvers - i - 1) * sizeof(*r->vers));
-		r->nvers--;
+		memmove(&r->vs.vers[i], &r->vs.vers[i + 1],
+			(r->vs.nvers - i - 1) * sizeof(*r->vs.vers));
+		r->vs.nvers--;
 	}
-	old->next_dead = r->graveyard;
-	r->graveyard = old;
+	old->next_dead = r->vs.graveyard;
+	r->vs.graveyard = old;
 }
 
 int reader_drop_version(struct dcr_reader *r, uint64_t v)
@@ -134,17 +134,17 @@ int reader_drop_version(struct dcr_reader *r, uint64_t v)
 	size_t i;
 	int ret;
 
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	i = vers_lower(r, v);
-	old = i < r->nvers && r->vers[i]->v == v ? r->vers[i] : NULL;
+	old = i < r->vs.nvers && r->vs.vers[i]->v == v ? r->vs.vers[i] : NULL;
 	if (old) {
 		change_push(r, old, true, true);
 		vers_bury(r, i, old, NULL);
 	}
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	if (!old)
 		return -ENOENT;
-	dcr_cache_drop_version(r->cache, v, ++r->gen_clock);
+	dcr_cache_drop_version(r->cache, v, ++r->vs.gen_clock);
 	ret = dcr_catalog_remove_version(r->cat, v);
 	if (ret && ret != -ENOENT)
 		dcr_warn("version %llu: cannot remove it from the catalog: %s",
@@ -170,9 +170,9 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	size_t i;
 	int ret;
 
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	old = vers_find(r, v);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	if (!old)
 		return -ENOENT;
 	old_id = old->id;
@@ -190,17 +190,17 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	 * that fails so on a tree that did not change starts again. */
 	atomic_store(&old->reencoded, !changed);
 	atomic_store(&old->dead, true);
-	nrv->gen = ++r->gen_clock;
+	nrv->gen = ++r->vs.gen_clock;
 	nrv->tree = changed ? old->tree + 1 : old->tree;
 	if (changed)
 		dcr_cache_drop_version(r->cache, v, nrv->gen);
 	ret = dcr_catalog_replace_version(r->cat, m, id);
 
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	i = vers_lower(r, v);
 	change_push(r, old, ret != 0, changed);
 	vers_bury(r, i, old, ret ? NULL : nrv);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 
 	dcr_version_key(v, key, sizeof(key));
 	hash_prefix(&old_id, oh);
@@ -208,7 +208,7 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	if (ret) {
 		rver_free(nrv);
 		dcr_catalog_remove_version(r->cat, v);
-		r->listed = false; /* index it again at the next refresh */
+		r->vs.listed = false; /* index it again at the next refresh */
 		dcr_err("%s: %s %s (manifest %s -> %s) but cannot be "
 			"re-indexed: %s; version %llu is not served until it "
 			"is", url, key, why, oh, nh, dcr_strerror(ret),

@@ -48,7 +48,7 @@ static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
 	if (ret == -ENOENT) {
 		dcr_err("%s: %s, which layout generation %" PRIu64 " names for "
 			"version %" PRIu64 ", is missing", url_of(r), key,
-			r->layout.gen, m->version);
+			r->vs.layout.gen, m->version);
 		return ret;
 	}
 	if (ret == -EBADMSG || ret == -ENOMEM)
@@ -58,7 +58,7 @@ static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
 	if (!dcr_manifest_same_content(m, out)) {
 		dcr_err("%s: %s, which layout generation %" PRIu64 " names for "
 			"version %" PRIu64 ", does not hold that version's files "
-			"and chunks: refused", url_of(r), key, r->layout.gen,
+			"and chunks: refused", url_of(r), key, r->vs.layout.gen,
 			m->version);
 		ret = DCR_ERR(-EBADMSG);
 	} else {
@@ -74,7 +74,7 @@ static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
 int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
 		 struct dcr_manifest *m, struct dcr_catalog_ident *id)
 {
-	const struct dcr_layout_entry *e = dcr_layout_find(&r->layout, m->version);
+	const struct dcr_layout_entry *e = dcr_layout_find(&r->vs.layout, m->version);
 	struct dcr_manifest em;
 	int ret;
 
@@ -112,24 +112,25 @@ static int newer_layout(struct dcr_reader *r, bool list, struct dcr_layout *l)
 	int ret;
 
 	memset(l, 0, sizeof(*l));
-	if (!r->layout_listed || !r->listed || list) {
-		bool first = !r->layout_listed;
-		ret = dcr_store_find_layout(r->st, first ? 0 : r->layout.gen, 0,
-					    &r->layout_bad, l);
+	if (!r->vs.layout_listed || !r->vs.listed || list) {
+		bool first = !r->vs.layout_listed;
+		ret = dcr_store_find_layout(r->st,
+					    first ? 0 : r->vs.layout.gen, 0,
+					    &r->vs.layout_bad, l);
 		if (ret)
 			return ret;
-		r->layout_listed = true;
+		r->vs.layout_listed = true;
 		return first || l->gen != 0;
 	}
-	for (uint64_t g = r->layout.gen + 1;; g++) {
+	for (uint64_t g = r->vs.layout.gen + 1;; g++) {
 		struct dcr_layout next;
-		if (g == r->layout_bad)
+		if (g == r->vs.layout_bad)
 			continue; /* logged when found */
 		ret = dcr_store_get_layout(r->st, g, &next);
 		if (ret == -ENOENT)
 			break;
 		if (ret == -EBADMSG) {
-			r->layout_bad = g; /* logged */
+			r->vs.layout_bad = g; /* logged */
 			continue;
 		}
 		if (ret) {
@@ -182,7 +183,7 @@ static int reencode(struct dcr_reader *r, struct refresh_ctx *ctx, uint64_t v,
 	if (e)
 		memcpy(id.ehash, e->mhash, DCR_HASH_LEN);
 	snprintf(why, sizeof(why), "re-encoded by layout generation %" PRIu64,
-		 r->layout.gen);
+		 r->vs.layout.gen);
 	ret = reader_replace_version(r, &em, &id, why);
 	dcr_manifest_free(&em);
 	return ret < 0 && ret != -ENOENT ? DCR_ERR(-EAGAIN) : 0;
@@ -205,28 +206,28 @@ static int layout_update(struct dcr_reader *r, struct refresh_ctx *ctx, bool lis
 				 "next refresh", url_of(r), dcr_strerror(ret));
 		return ret == -ENOMEM ? ret : 0;
 	}
-	dcr_layout_free(&r->layout);
-	r->layout = l;
+	dcr_layout_free(&r->vs.layout);
+	r->vs.layout = l;
 
 	/* the known versions and what they were indexed from */
-	pthread_mutex_lock(&r->lock);
-	if (r->nvers) {
-		vs = malloc(r->nvers * sizeof(*vs));
-		ids = malloc(r->nvers * sizeof(*ids));
+	pthread_mutex_lock(&r->vs.lock);
+	if (r->vs.nvers) {
+		vs = malloc(r->vs.nvers * sizeof(*vs));
+		ids = malloc(r->vs.nvers * sizeof(*ids));
 	}
-	for (size_t i = 0; vs && ids && i < r->nvers; i++) {
-		vs[n] = r->vers[i]->v;
-		ids[n++] = r->vers[i]->id;
+	for (size_t i = 0; vs && ids && i < r->vs.nvers; i++) {
+		vs[n] = r->vs.vers[i]->v;
+		ids[n++] = r->vs.vers[i]->id;
 	}
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	if (n && (!vs || !ids)) {
 		free(vs);
 		free(ids);
-		r->layout_listed = false;
+		r->vs.layout_listed = false;
 		return DCR_ERR(-ENOMEM);
 	}
 	for (size_t i = 0; i < n; i++) {
-		const struct dcr_layout_entry *e = dcr_layout_find(&r->layout, vs[i]);
+		const struct dcr_layout_entry *e = dcr_layout_find(&r->vs.layout, vs[i]);
 		if (e ? ids[i].has_ehash && dcr_hash_eq(ids[i].ehash, e->mhash)
 		      : !ids[i].has_ehash)
 			continue;
@@ -242,15 +243,16 @@ static int layout_update(struct dcr_reader *r, struct refresh_ctx *ctx, bool lis
 	free(ids);
 	/* what failed for a passing reason: the next refresh lists again */
 	if (retry)
-		r->layout_listed = false;
+		r->vs.layout_listed = false;
 	/* "0 versions re-encoded" at every mount and commit is routine */
 	if (done || retry)
 		dcr_info("%s: layout generation %" PRIu64 ": %zu versions "
-			 "re-encoded%s", url_of(r), r->layout.gen, done, retry ?
-			 "; the others are tried again at the next refresh" : "");
-	else if (r->layout.gen)
+			 "re-encoded%s", url_of(r), r->vs.layout.gen, done,
+			 retry ? "; the others are tried again at the next "
+				 "refresh" : "");
+	else if (r->vs.layout.gen)
 		dcr_debug("%s: layout generation %" PRIu64 ": no version "
-			  "re-encoded", url_of(r), r->layout.gen);
+			  "re-encoded", url_of(r), r->vs.layout.gen);
 	return ret == -ENOMEM ? ret : 0;
 }
 
@@ -264,16 +266,16 @@ bool layout_recheck(struct dcr_reader *r, const struct rver *rv)
 	struct refresh_ctx ctx = { .have_last = false };
 	int64_t now;
 
-	pthread_mutex_lock(&r->refresh_lock);
+	pthread_mutex_lock(&r->vs.refresh_lock);
 	now = dcr_mono_ns();
-	if (!atomic_load(&rv->dead) && now >= r->layout_recheck_at) {
-		r->layout_recheck_at = now + LAYOUT_RECHECK_NS;
+	if (!atomic_load(&rv->dead) && now >= r->vs.layout_recheck_at) {
+		r->vs.layout_recheck_at = now + LAYOUT_RECHECK_NS;
 		dcr_debug("%s: a read of version %" PRIu64 " failed: looking for "
 			  "a newer layout generation", url_of(r), rv->v);
 		layout_update(r, &ctx, true);
 		if (ctx.have_last)
 			dcr_manifest_free(&ctx.last);
 	}
-	pthread_mutex_unlock(&r->refresh_lock);
+	pthread_mutex_unlock(&r->vs.refresh_lock);
 	return atomic_load(&rv->dead) && atomic_load(&rv->reencoded);
 }

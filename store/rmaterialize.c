@@ -5,14 +5,15 @@
  *
  * Contract: a batch of missed chunks (materialize_batch, or
  * batch_prepare + fetch_run + batch_finish for read-ahead) joins the
- * flights of chunks others build and leads the rest: it resolves each
+ * chunk entries others build and leads the rest: it resolves each
  * chain back to a cached ancestor or a full frame, fetches the frames
  * sorted by pack and offset with neighbours merged into one ranged GET
  * (a run), applies them oldest first, proves the result against the
  * committed chunk (a corrupt frame is named once in the log), stores
  * it in the cache (now or through the write-behind queue) and copies
  * the slices out. Errors are logged once, at debug level for a
- * speculative request (struct rreq). Locks: codec_lock (the codec pool); waits on sf_cond.
+ * speculative request (struct rreq). Locks: codecs.lock (the codec pool);
+ * waits on chunk entries (cent_wait).
  */
 #include "config.h"
 
@@ -35,25 +36,37 @@
 
 /* --------------------------------------------------------- codec pool */
 
+void codecs_init(struct rcodecs *cp)
+{
+	pthread_mutex_init(&cp->lock, NULL);
+}
+
+void codecs_close(struct rcodecs *cp)
+{
+	for (int i = 0; i < cp->n; i++)
+		dcr_codec_free(cp->c[i]);
+	pthread_mutex_destroy(&cp->lock);
+}
+
 static struct dcr_codec *codec_get(struct dcr_reader *r)
 {
 	struct dcr_codec *c = NULL;
 
-	pthread_mutex_lock(&r->codec_lock);
-	if (r->ncodecs > 0)
-		c = r->codecs[--r->ncodecs];
-	pthread_mutex_unlock(&r->codec_lock);
+	pthread_mutex_lock(&r->codecs.lock);
+	if (r->codecs.n > 0)
+		c = r->codecs.c[--r->codecs.n];
+	pthread_mutex_unlock(&r->codecs.lock);
 	return c ? c : dcr_codec_new(0);
 }
 
 static void codec_put(struct dcr_reader *r, struct dcr_codec *c)
 {
-	pthread_mutex_lock(&r->codec_lock);
-	if (r->ncodecs < CODEC_POOL_MAX) {
-		r->codecs[r->ncodecs++] = c;
+	pthread_mutex_lock(&r->codecs.lock);
+	if (r->codecs.n < CODEC_POOL_MAX) {
+		r->codecs.c[r->codecs.n++] = c;
 		c = NULL;
 	}
-	pthread_mutex_unlock(&r->codec_lock);
+	pthread_mutex_unlock(&r->codecs.lock);
 	dcr_codec_free(c);
 }
 
@@ -374,7 +387,7 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 		return DCR_ERR(-EIO);
 	}
 	if (!p->dst) {
-		if (hot_serve(r, q, p) == 0)
+		if (cent_serve(r, q, p) == 0)
 			return 0;
 		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 		ret = dcr_cache_check(r->cache, &k);
@@ -382,21 +395,21 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 			STAT_ADD(r, verified, p->clen);
 		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
 	}
-	if (hot_serve(r, q, p) == 0)
+	if (cent_serve(r, q, p) == 0)
 		return 0;
 	cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
 	if (p->n < p->clen) {
-		uint8_t *whole = buf_get(r, p->clen);
+		struct cent *whole = cent_new(r, p->clen);
 
 		if (whole) {
 			/* Checks only the part when the cache kept the
 			 * chunk's sums; else reads it whole: kept hot. */
 			ret = dcr_cache_read_part(r->cache, &k, p->coff,
-						  p->dst, p->n, whole);
+						  p->dst, p->n, whole->data);
 			if (ret == 1)
-				hot_put(r, &p->w, p->ref.hash, p->clen, whole);
+				cent_keep(r, whole, p);
 			else
-				buf_put(r, whole, p->clen);
+				cent_release(r, whole);
 			return ret == 1 ? 0 : ret;
 		}
 	}
@@ -405,12 +418,12 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 
 /* ---------------------------------------------- parallel for, batches */
 
-/* The caller plus idle threads of r->par: a network wait blocks only its
+/* The caller plus idle threads of r->qs.par: a network wait blocks only its
  * own thread. */
 void par_for(struct dcr_reader *r, int nthreads, size_t n,
 	     dcr_wq_par_fn fn, void *arg)
 {
-	dcr_wq_par_for(r->par, nthreads, n, fn, arg);
+	dcr_wq_par_for(r->qs.par, nthreads, n, fn, arg);
 }
 
 static int cmp_fitem(const void *a, const void *b)
@@ -488,11 +501,10 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	c->ready = true;
 	STAT_ADD(b->r, materialized, p->clen);
 	STAT_ADD(b->r, verified, p->clen);
-	flight_publish(b->r, c->f, 0);
-	if (!b->q.pagecache && !b->q.settle && wq_submit(b->r, c->f)) {
-		c->handed = true;
-	} else {
-		piece_put(b->r, &b->q, p, c->f->data);
+	cent_publish(b->r, c->e, 0, false);
+	if (b->q.pagecache || b->q.settle || !wq_submit(b->r, c->e)) {
+		piece_put(b->r, &b->q, p, c->e->data);
+		cent_publish(b->r, c->e, 0, true);
 	}
 }
 
@@ -512,7 +524,7 @@ static int refetch_from_store(struct batch *b, struct bchunk *c)
 		if (c->ch.s[k].rc)
 			return c->rc; /* a fetch failed: nothing to prove */
 	chain_free(&c->ch);
-	ret = resolve_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->f->data,
+	ret = resolve_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->e->data,
 			    &c->ch);
 	if (ret) /* logged; -ESTALE: read_impl retries */
 		return ret == -ENOMEM || ret == -ESTALE ? ret : DCR_ERR(-EIO);
@@ -539,7 +551,7 @@ static int refetch_from_store(struct batch *b, struct bchunk *c)
 		}
 		s->data = bufs[k].data;
 	}
-	ret = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->f->data,
+	ret = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->e->data,
 			   &c->ch);
 	for (size_t k = 0; k < c->ch.n; k++)
 		dcr_buf_free(&bufs[k]);
@@ -556,7 +568,7 @@ static void finish_one(void *arg, size_t i)
 
 	if (!c->leader || c->ready || c->rc)
 		return;
-	c->rc = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->f->data,
+	c->rc = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->e->data,
 			     &c->ch);
 	if (c->rc == -EIO && dcr_store_is_mirrored(b->r->st))
 		c->rc = refetch_from_store(b, c);
@@ -640,14 +652,12 @@ void batch_prepare(struct batch *b, struct piece *ps)
 		struct bchunk *c = &b->c[i];
 
 		c->p = &ps[i];
-		c->rc = batch_join(r, c, &b->q);
+		c->rc = cent_join(r, &b->q, c->p, &c->e);
+		c->leader = c->rc == 1;
+		if (c->rc == 1)
+			c->rc = 0;
 		if (c->rc || !c->leader)
 			continue;
-		c->f->data = buf_get(r, c->p->clen);
-		if (!c->f->data) {
-			c->rc = DCR_ERR(-ENOMEM);
-			continue;
-		}
 		/* A leader that just finished may have cached it after our
 		 * miss: look once more before fetching. */
 		{
@@ -655,20 +665,21 @@ void batch_prepare(struct batch *b, struct piece *ps)
 
 			cache_key(&k, c->p->w.rv, c->p->w.file, c->p->w.chunk,
 				  &c->p->ref);
-			c->rc = dcr_cache_read(r->cache, &k, 0, c->f->data,
+			c->rc = dcr_cache_read(r->cache, &k, 0, c->e->data,
 					       c->p->clen);
 		}
 		if (c->rc == 0) {
 			c->ready = true;
+			cent_publish(r, c->e, 0, true);
 		} else if (c->rc == -ENOENT) {
 			c->rc = resolve_chain(r, &b->q, &c->p->w, &c->p->ref,
-					      c->p->clen, c->f->data, &c->ch);
+					      c->p->clen, c->e->data, &c->ch);
 			if (!c->rc && !c->ch.n) {
 				/* An older version's cached chunk that is this
 				 * one (SAME): proven, and stored as ours. */
 				c->rc = finish_chain(r, &b->q, &c->p->w,
 						     &c->p->ref,
-						     c->p->clen, c->f->data,
+						     c->p->clen, c->e->data,
 						     &c->ch);
 				if (!c->rc)
 					chunk_built(b, c);
@@ -698,50 +709,47 @@ int batch_finish(struct batch *b, int nthreads)
 	if (b->nruns)
 		par_for(r, nthreads, n, finish_one, b);
 
-	/* Leaders first: a waiter below may wait on a flight of ours. */
+	/* Leaders first: a waiter below may wait on an entry of ours. */
 	for (size_t i = 0; i < n; i++) {
 		struct bchunk *c = &b->c[i];
 
-		if (!c->f || !c->leader)
+		if (!c->e || !c->leader)
 			continue;
-		if (!c->handed) /* else the writer ends it */
-			flight_done(r, c->f, c->rc);
-		if (!c->rc && c->p->dst)
-			memcpy(c->p->dst, c->f->data + c->p->coff, c->p->n);
+		if (!c->rc && !c->ready)
+			c->rc = DCR_ERR(-EIO); /* never built: never served */
+		if (c->rc)
+			cent_publish(r, c->e, c->rc, false);
+		else if (c->p->dst)
+			memcpy(c->p->dst, c->e->data + c->p->coff, c->p->n);
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct bchunk *c = &b->c[i];
-		struct flight *f = c->f;
+		struct cent *e = c->e;
 
-		if (!f || c->leader || (!c->p->dst && !b->q.settle))
+		if (!e || c->leader || (!c->p->dst && !b->q.settle))
 			continue;
-		pthread_mutex_lock(&r->sf_lock);
-		while (!f->done || (b->q.settle && !f->rc && !f->ended))
-			pthread_cond_wait(&r->sf_cond, &r->sf_lock);
-		pthread_mutex_unlock(&r->sf_lock);
-		c->rc = f->rc;
+		c->rc = cent_wait(r, e, b->q.settle);
 		if (!c->rc) {
 			if (c->p->dst)
-				memcpy(c->p->dst, f->data + c->p->coff,
+				memcpy(c->p->dst, e->data + c->p->coff,
 				       c->p->n);
 			/* Built as another version's or file's chunk of the
 			 * same content: ours goes to the cache too, so that
 			 * every chunk a read served is in its own slab. */
-			if (!where_eq(&(struct where){ f->rv, f->file, f->chunk },
-				      &c->p->w))
-				piece_put(r, &b->q, c->p, f->data);
-		} else if (f->quiet && !b->q.quiet) {
+			if (!where_eq(&e->w, &c->p->w))
+				piece_put(r, &b->q, c->p, e->data);
+		} else if (e->quiet && !b->q.quiet) {
 			/* Read-ahead failed quietly: do it ourselves, so the
 			 * failure is logged by the read that needs it. */
-			flight_release(r, f);
-			c->f = NULL;
+			cent_release(r, e);
+			c->e = NULL;
 			c->rc = materialize_batch(r, c->p, 1, 1, &b->q);
 		}
 	}
 
 	for (size_t i = 0; i < n; i++) {
-		if (b->c[i].f)
-			flight_release(r, b->c[i].f);
+		if (b->c[i].e)
+			cent_release(r, b->c[i].e);
 		chain_free(&b->c[i].ch);
 		if (!ret && b->c[i].rc && (!b->q.quiet || b->c[i].leader))
 			ret = b->c[i].rc;
@@ -755,13 +763,13 @@ int batch_finish(struct batch *b, int nthreads)
 }
 
 /*
- * Materialize the @n missed chunks @ps: join the flights of chunks that
+ * Materialize the @n missed chunks @ps: join the entries of chunks that
  * others are building, lead the rest - resolve every chain, fetch all
  * their frames with as few ranged GETs as adjacency allows (one per run
  * of neighbouring frames in a pack), runs in parallel, then decode,
  * verify and cache - and copy each slice to its destination. With
  * @nthreads > 1 fetches and decodes run in parallel. Pieces without a
- * destination skip chunks already in flight (read-ahead), unless
+ * destination skip chunks others build (read-ahead), unless
  * q->settle (a prefetch), which waits for them to be in the cache.
  * Returns 0 or the first -errno.
  */

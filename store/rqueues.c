@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * rqueues.c - the read path's background work (see reader_int.h), on
- * four queues of core/wq.h made at open: write-behind (r->wq) writes
- * built chunks to the cache and ends their flights; read-ahead (r->ra)
- * notes sequential reads and materializes the chunks ahead of them,
- * fetching on its threads and handing the decoding to the decode queue
- * (r->dq); r->par lends idle threads to par_for (rmaterialize.c). A
- * full queue makes the submitter do the work itself. Read-ahead is
+ * four queues of core/wq.h made at open (r->qs): write-behind (wq)
+ * writes built chunks to the cache (their entries then persisted);
+ * read-ahead (ra) notes sequential reads (the streams, r->ras) and
+ * materializes the chunks ahead of them, fetching on its threads and
+ * handing the decoding to the decode queue (dq); par lends idle threads
+ * to par_for (rmaterialize.c). A full queue makes the submitter do the
+ * work itself. Read-ahead is
  * speculative (struct rreq quiet): its errors are logged at debug level
  * only.
  */
@@ -18,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache.h"
 #include "chunk.h"
@@ -54,33 +56,38 @@ static const struct rreq ra_req = { .quiet = true };
  * A chunk verified for a read is written to the cache by one of
  * WQ_THREADS writer threads, so that the thread that built it goes on
  * building the next one instead of waiting for the disk. The queued
- * flight keeps its buffer alive and stays listed, so a reader of the
- * chunk meanwhile joins it rather than building it again; the writer
- * ends it (flight_done, flight_release) once the file is in place. A
- * full queue makes the builder write itself: the disk sets the pace.
+ * entry is ready meanwhile (readers of the chunk are served from it) and
+ * its reference keeps it; the writer marks it persisted once the file is
+ * in place. A full queue makes the builder write itself: the disk sets
+ * the pace.
  */
 static void wq_run(void *ctx, void *ws, void *arg)
 {
 	struct dcr_reader *r = ctx;
-	struct flight *f = arg;
+	struct cent *e = arg;
 	struct dcr_cache_key k;
 
-	cache_key(&k, f->rv, f->file, f->chunk, &f->ref);
-	dcr_cache_put(r->cache, &k, f->data, cache_put_flags(r));
-	flight_done(r, f, 0);
-	flight_release(r, f);
+#ifdef DCR_TEST_HOOKS
+	/* Test hook (HACKING): DCRFS_TEST_WRITE_DELAY_MS=N holds each
+	 * write-behind write back N ms, so that a test finds the chunk
+	 * ready in memory and not yet in the cache. */
+	const char *delay = getenv("DCRFS_TEST_WRITE_DELAY_MS");
+
+	if (delay)
+		usleep((useconds_t)atoi(delay) * 1000);
+#endif
+	cache_key(&k, e->w.rv, e->w.file, e->w.chunk, &e->ref);
+	dcr_cache_put(r->cache, &k, e->data, cache_put_flags(r));
+	cent_publish(r, e, 0, true);
+	cent_release(r, e);
 }
 
-bool wq_submit(struct dcr_reader *r, struct flight *f)
+bool wq_submit(struct dcr_reader *r, struct cent *e)
 {
-	pthread_mutex_lock(&r->sf_lock);
-	f->refs++; /* the writer's */
-	pthread_mutex_unlock(&r->sf_lock);
-	if (dcr_wq_try_submit(r->wq, wq_run, f, f->len))
+	cent_hold(r, e); /* the writer's */
+	if (dcr_wq_try_submit(r->qs.wq, wq_run, e, e->len))
 		return true;
-	pthread_mutex_lock(&r->sf_lock);
-	f->refs--; /* ours keeps it alive */
-	pthread_mutex_unlock(&r->sf_lock);
+	cent_release(r, e); /* ours keeps it alive */
 	return false;
 }
 
@@ -117,7 +124,7 @@ static void ra_materialize(struct dcr_reader *r, struct ra_job *j, size_t n)
 	batch_prepare(&j->b, j->ps);
 	for (size_t i = 0; i < j->b.nruns; i++)
 		fetch_run(&j->b, i);
-	if (!dcr_wq_try_submit(r->dq, ra_decode, j, 0))
+	if (!dcr_wq_try_submit(r->qs.dq, ra_decode, j, 0))
 		ra_decode(r, NULL, j);
 }
 
@@ -131,13 +138,13 @@ static void ra_materialize(struct dcr_reader *r, struct ra_job *j, size_t n)
  * coalesced GET when their frames are neighbours), and materialized into
  * the cache by the read-ahead threads, so a cold sequential reader keeps
  * several GETs in flight. Foreground reads of a chunk being read ahead
- * join its flight. Errors of read-ahead are logged at debug level only.
+ * join its entry. Errors of read-ahead are logged at debug level only.
  */
 void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
 {
-	pthread_mutex_lock(&r->ra_lock);
+	pthread_mutex_lock(&r->ras.lock);
 	for (int i = 0; i < RA_STREAMS; i++) {
-		struct ra_stream *x = &r->ra_streams[i];
+		struct ra_stream *x = &r->ras.s[i];
 
 		if (x->used && x->v == v && x->idx == idx) {
 			x->hits = hit ? x->hits + 1 : 0;
@@ -149,7 +156,7 @@ void ra_hits(struct dcr_reader *r, uint64_t v, uint32_t idx, bool hit)
 			break;
 		}
 	}
-	pthread_mutex_unlock(&r->ra_lock);
+	pthread_mutex_unlock(&r->ras.lock);
 }
 
 /* A read-ahead job, on a read-ahead thread. */
@@ -201,15 +208,15 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 	const uint64_t size = rv->entries[idx].size, cs = rv->chunk_size;
 	const uint64_t slack = DCR_MAX((uint64_t)4 << 20, 4 * cs);
 	const uint64_t nchunks = dcr_chunk_count(size, (uint32_t)cs);
-	struct ra_stream *s = NULL, *lru = &r->ra_streams[0];
+	struct ra_stream *s = NULL, *lru = &r->ras.s[0];
 	uint64_t from, to, group;
 	bool seq;
 
 	if (r->readahead == 0 || end >= size)
 		return;
-	pthread_mutex_lock(&r->ra_lock);
+	pthread_mutex_lock(&r->ras.lock);
 	for (int i = 0; i < RA_STREAMS; i++) {
-		struct ra_stream *x = &r->ra_streams[i];
+		struct ra_stream *x = &r->ras.s[i];
 
 		if (x->used && x->v == rv->v && x->idx == idx) {
 			s = x;
@@ -231,7 +238,7 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		s->skipped = 0;
 		s->skip_from = UINT64_MAX;
 	}
-	s->stamp = ++r->ra_clock;
+	s->stamp = ++r->ras.clock;
 	s->next_off = DCR_MAX(s->next_off, end);
 	if (!seq)
 		goto out_unlock;
@@ -265,7 +272,7 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 		j->first = from;
 		j->n = n;
 		j->pagecache = pagecache;
-		if (!dcr_wq_try_submit(r->ra, ra_run, j, 0)) {
+		if (!dcr_wq_try_submit(r->qs.ra, ra_run, j, 0)) {
 			free(j); /* full (or closing): the reader comes back */
 			break;
 		}
@@ -274,7 +281,7 @@ void ra_note(struct dcr_reader *r, struct rver *rv, uint32_t idx,
 	}
 	s->queued = DCR_MAX(s->queued, from);
 out_unlock:
-	pthread_mutex_unlock(&r->ra_lock);
+	pthread_mutex_unlock(&r->ras.lock);
 }
 
 /* -------------------------------------------------- open, sync, close */
@@ -289,12 +296,13 @@ int queues_open(struct dcr_reader *r)
 		{ .name = "dcr-write", .threads = WQ_THREADS,
 		  .max_items = WQ_MAX, .max_cost = WQ_BYTES },
 	};
-	struct dcr_wq **q[] = { &r->ra, &r->dq, &r->wq };
+	struct dcr_wq **q[] = { &r->qs.ra, &r->qs.dq, &r->qs.wq };
 	const struct dcr_wq_opts pool = { .name = "dcr-fetch",
 					  .threads = r->fetch_threads,
 					  .max_items = 1 };
 	int ret;
 
+	pthread_mutex_init(&r->ras.lock, NULL);
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(q); i++) {
 		struct dcr_wq_opts x = o[i];
 
@@ -303,25 +311,26 @@ int queues_open(struct dcr_reader *r)
 		if (ret)
 			return ret;
 	}
-	return dcr_wq_create(&pool, &r->par);
+	return dcr_wq_create(&pool, &r->qs.par);
 }
 
 void queues_sync(struct dcr_reader *r)
 {
 	/* In pipeline order: read-ahead feeds the decoders, which (like
 	 * every read) feed the writers. */
-	dcr_wq_wait_idle(r->ra);
-	dcr_wq_wait_idle(r->dq);
-	dcr_wq_wait_idle(r->wq);
+	dcr_wq_wait_idle(r->qs.ra);
+	dcr_wq_wait_idle(r->qs.dq);
+	dcr_wq_wait_idle(r->qs.wq);
 }
 
 void queues_close(struct dcr_reader *r)
 {
 	/* Pipeline order again: the stages still running feed the next. */
-	dcr_wq_stop(r->ra, true);
-	dcr_wq_free(r->ra);
-	dcr_wq_free(r->dq);
-	dcr_wq_free(r->wq);
-	dcr_wq_free(r->par);
-	r->ra = r->dq = r->wq = r->par = NULL;
+	dcr_wq_stop(r->qs.ra, true);
+	dcr_wq_free(r->qs.ra);
+	dcr_wq_free(r->qs.dq);
+	dcr_wq_free(r->qs.wq);
+	dcr_wq_free(r->qs.par);
+	r->qs.ra = r->qs.dq = r->qs.wq = r->qs.par = NULL;
+	pthread_mutex_destroy(&r->ras.lock);
 }

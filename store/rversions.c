@@ -2,7 +2,7 @@
 /*
  * rversions.c - the versions a reader knows (see reader_int.h).
  *
- * Contract: one struct rver per indexed version, in r->vers ascending,
+ * Contract: one struct rver per indexed version, in r->vs.vers ascending,
  * created from the catalog at open (load_catalog) or by a refresh that
  * fetched, verified and indexed a new manifest; corrupt manifests are
  * remembered (bad list) and skipped. A version's tree is built on first
@@ -46,11 +46,11 @@
 /* Index of the first version >= @v. Caller holds the lock. */
 size_t vers_lower(const struct dcr_reader *r, uint64_t v)
 {
-	size_t lo = 0, hi = r->nvers;
+	size_t lo = 0, hi = r->vs.nvers;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (r->vers[mid]->v < v)
+		if (r->vs.vers[mid]->v < v)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -62,7 +62,7 @@ struct rver *vers_find(const struct dcr_reader *r, uint64_t v)
 {
 	size_t i = vers_lower(r, v);
 
-	return i < r->nvers && r->vers[i]->v == v ? r->vers[i] : NULL;
+	return i < r->vs.nvers && r->vs.vers[i]->v == v ? r->vs.vers[i] : NULL;
 }
 
 /* Insert @rv in order. Caller holds the lock. */
@@ -70,52 +70,52 @@ static int vers_insert(struct dcr_reader *r, struct rver *rv)
 {
 	size_t i = vers_lower(r, rv->v);
 
-	if (i < r->nvers && r->vers[i]->v == rv->v)
+	if (i < r->vs.nvers && r->vs.vers[i]->v == rv->v)
 		return -EEXIST;
-	if (r->nvers == r->capvers) {
-		size_t cap = r->capvers ? r->capvers * 2 : 16;
-		struct rver **tmp = realloc(r->vers, cap * sizeof(*tmp));
+	if (r->vs.nvers == r->vs.capvers) {
+		size_t cap = r->vs.capvers ? r->vs.capvers * 2 : 16;
+		struct rver **tmp = realloc(r->vs.vers, cap * sizeof(*tmp));
 		if (!tmp)
 			return DCR_ERR(-ENOMEM);
-		r->vers = tmp;
-		r->capvers = cap;
+		r->vs.vers = tmp;
+		r->vs.capvers = cap;
 	}
-	memmove(&r->vers[i + 1], &r->vers[i],
-		(r->nvers - i) * sizeof(*r->vers));
-	r->vers[i] = rv;
-	r->nvers++;
+	memmove(&r->vs.vers[i + 1], &r->vs.vers[i],
+		(r->vs.nvers - i) * sizeof(*r->vs.vers));
+	r->vs.vers[i] = rv;
+	r->vs.nvers++;
 	return 0;
 }
 
 static bool is_bad(const struct dcr_reader *r, uint64_t v)
 {
-	for (size_t i = 0; i < r->nbad; i++)
-		if (r->bad[i] == v)
+	for (size_t i = 0; i < r->vs.nbad; i++)
+		if (r->vs.bad[i] == v)
 			return true;
 	return false;
 }
 
 /* Remember a corrupt manifest so that it is neither fetched nor logged
- * again until r->bad_retry_after has passed (see forget_bad). */
+ * again until r->vs.bad_retry_after has passed (see forget_bad). */
 void mark_bad(struct dcr_reader *r, uint64_t v)
 {
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	if (!is_bad(r, v)) {
-		if (r->nbad == r->capbad) {
-			size_t cap = r->capbad ? r->capbad * 2 : 8;
-			uint64_t *tmp = realloc(r->bad, cap * sizeof(*tmp));
+		if (r->vs.nbad == r->vs.capbad) {
+			size_t cap = r->vs.capbad ? r->vs.capbad * 2 : 8;
+			uint64_t *tmp = realloc(r->vs.bad, cap * sizeof(*tmp));
 			if (tmp) {
-				r->bad = tmp;
-				r->capbad = cap;
+				r->vs.bad = tmp;
+				r->vs.capbad = cap;
 			}
 		}
-		if (r->nbad < r->capbad)
-			r->bad[r->nbad++] = v;
+		if (r->vs.nbad < r->vs.capbad)
+			r->vs.bad[r->vs.nbad++] = v;
 	}
-	if (r->nbad == 1 || !r->bad_retry_ns)
-		r->bad_retry_ns = dcr_mono_ns() + r->bad_retry_after;
-	r->max_bad = DCR_MAX(r->max_bad, v);
-	pthread_mutex_unlock(&r->lock);
+	if (r->vs.nbad == 1 || !r->vs.bad_retry_ns)
+		r->vs.bad_retry_ns = dcr_mono_ns() + r->vs.bad_retry_after;
+	r->vs.max_bad = DCR_MAX(r->vs.max_bad, v);
+	pthread_mutex_unlock(&r->vs.lock);
 }
 
 void rver_free(struct rver *rv)
@@ -125,6 +125,36 @@ void rver_free(struct rver *rv)
 	dcr_manifest_free(&rv->m);
 	free(rv->entries);
 	free(rv);
+}
+
+void versions_init(struct dcr_reader *r, const struct dcr_reader_opts *opts)
+{
+	pthread_mutex_init(&r->vs.refresh_lock, NULL);
+	pthread_mutex_init(&r->vs.lock, NULL);
+	r->vs.bad_retry_after = opts->retry_bad_ms ?
+				(int64_t)opts->retry_bad_ms * 1000000 :
+				BAD_RETRY_NS_DEFAULT;
+	r->vs.relist_ns = opts->relist_ms ? (int64_t)opts->relist_ms * 1000000 :
+					    RELIST_NS_DEFAULT;
+	r->vs.max_trees = opts->max_trees;
+}
+
+void versions_close(struct dcr_reader *r)
+{
+	for (size_t i = 0; i < r->vs.nvers; i++)
+		rver_free(r->vs.vers[i]);
+	while (r->vs.graveyard) {
+		struct rver *rv = r->vs.graveyard;
+		r->vs.graveyard = rv->next_dead;
+		rver_free(rv);
+	}
+	free(r->vs.vers);
+	free(r->vs.changes);
+	dcr_layout_free(&r->vs.layout);
+	free(r->vs.bad);
+	dcr_reader_tags_free(r->vs.tags, r->vs.ntags);
+	pthread_mutex_destroy(&r->vs.lock);
+	pthread_mutex_destroy(&r->vs.refresh_lock);
 }
 
 /* Build rv->entries from the chunk-less manifest rv->m. */
@@ -208,9 +238,9 @@ static int rver_load(struct dcr_reader *r, struct rver *rv)
 	bool loaded;
 	int ret;
 
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	loaded = rv->loaded;
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	if (loaded)
 		return 0;
 	memset(&tmp, 0, sizeof(tmp));
@@ -233,7 +263,7 @@ static int rver_load(struct dcr_reader *r, struct rver *rv)
 		dcr_manifest_free(&tmp.m);
 		return ret;
 	}
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	if (!rv->loaded) {
 		rv->m = tmp.m;
 		rv->entries = tmp.entries;
@@ -243,7 +273,7 @@ static int rver_load(struct dcr_reader *r, struct rver *rv)
 		tmp.entries = NULL;
 		memset(&tmp.m, 0, sizeof(tmp.m));
 	}
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	dcr_manifest_free(&tmp.m);
 	free(tmp.entries);
 	return 0;
@@ -256,11 +286,11 @@ int get_ver(struct dcr_reader *r, uint64_t v, struct rver **out)
 	struct rver *rv;
 	int ret;
 
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	rv = vers_find(r, v);
 	if (rv)
-		rv->used = ++r->use_clock;
-	pthread_mutex_unlock(&r->lock);
+		rv->used = ++r->vs.use_clock;
+	pthread_mutex_unlock(&r->vs.lock);
 	ret = rv ? rver_load(r, rv) : -ENOENT;
 	*out = ret ? NULL : rv;
 	return ret;
@@ -284,16 +314,17 @@ struct rver *rver_new(uint64_t v, uint64_t parent, int64_t ctime_ns,
 static int load_tag(const char *name, uint64_t version, void *arg)
 {
 	struct dcr_reader *r = arg;
-	struct dcr_tag *tmp = realloc(r->tags, (r->ntags + 1) * sizeof(*tmp));
+	struct dcr_tag *tmp = realloc(r->vs.tags,
+				      (r->vs.ntags + 1) * sizeof(*tmp));
 
 	if (!tmp)
 		return DCR_ERR(-ENOMEM);
-	r->tags = tmp;
-	tmp[r->ntags].name = strdup(name);
-	if (!tmp[r->ntags].name)
+	r->vs.tags = tmp;
+	tmp[r->vs.ntags].name = strdup(name);
+	if (!tmp[r->vs.ntags].name)
 		return DCR_ERR(-ENOMEM);
-	tmp[r->ntags].version = version;
-	r->ntags++;
+	tmp[r->vs.ntags].version = version;
+	r->vs.ntags++;
 	return 0;
 }
 
@@ -460,19 +491,19 @@ static void fetch_failed(struct dcr_reader *r, uint64_t v, int err,
 	if (v)
 		dcr_version_key(v, key, sizeof(key));
 	for (unsigned i = 0; i < FETCH_LOG_SLOTS; i++)
-		if (r->flog[i].at_ns && r->flog[i].v == v)
+		if (r->vs.flog[i].at_ns && r->vs.flog[i].v == v)
 			slot = i;
-	if (slot < FETCH_LOG_SLOTS && r->flog[slot].err == err &&
-	    now - r->flog[slot].at_ns < FETCH_LOG_INTERVAL_NS) {
+	if (slot < FETCH_LOG_SLOTS && r->vs.flog[slot].err == err &&
+	    now - r->vs.flog[slot].at_ns < FETCH_LOG_INTERVAL_NS) {
 		dcr_debug("%s: cannot read %s: %s (again)", url, key,
 			  dcr_strerror(err));
 		return;
 	}
 	if (slot == FETCH_LOG_SLOTS)
-		slot = r->flog_next++ % FETCH_LOG_SLOTS;
-	r->flog[slot].v = v;
-	r->flog[slot].err = err;
-	r->flog[slot].at_ns = now;
+		slot = r->vs.flog_next++ % FETCH_LOG_SLOTS;
+	r->vs.flog[slot].v = v;
+	r->vs.flog[slot].err = err;
+	r->vs.flog[slot].at_ns = now;
 	dcr_err("%s: cannot read %s: %s%s", url, key, dcr_strerror(err), what);
 }
 
@@ -564,9 +595,9 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	ctx_keep(ctx, &m);
 	if (!rv)
 		return DCR_ERR(-ENOMEM);
-	rv->gen = r->gen_clock;
+	rv->gen = r->vs.gen_clock;
 	rv->id = id;
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	/* A number this process dropped (gone from a listing) that comes
 	 * back with another manifest was replaced in the store: say so as
 	 * loudly as when the listing catches the change in one go. Its
@@ -574,7 +605,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	 * The graveyard is newest first. */
 	struct dcr_catalog_ident was = { .has_mhash = false };
 	bool seen = false;
-	for (const struct rver *d = r->graveyard; d; d = d->next_dead) {
+	for (const struct rver *d = r->vs.graveyard; d; d = d->next_dead) {
 		if (d->v != v)
 			continue;
 		if (!seen)
@@ -586,7 +617,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		}
 	}
 	ret = vers_insert(r, rv);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	if (!ret && was.has_mhash && id.has_mhash && !dcr_hash_eq(was.mhash, id.mhash)) {
 		char oh[16], nh[16];
 		dcr_err("%s: %s changed in the store (manifest %s -> %s): "
@@ -663,14 +694,14 @@ static void drop_gone(struct dcr_reader *r, const struct vlist *l)
 	uint64_t *gone = NULL;
 	size_t ngone = 0, nknown;
 
-	pthread_mutex_lock(&r->lock);
-	nknown = r->nvers;
+	pthread_mutex_lock(&r->vs.lock);
+	nknown = r->vs.nvers;
 	if (nknown)
 		gone = malloc(nknown * sizeof(*gone));
-	for (size_t i = 0; gone && i < r->nvers; i++)
-		if (!listed_has(l, r->vers[i]->v))
-			gone[ngone++] = r->vers[i]->v;
-	pthread_mutex_unlock(&r->lock);
+	for (size_t i = 0; gone && i < r->vs.nvers; i++)
+		if (!listed_has(l, r->vs.vers[i]->v))
+			gone[ngone++] = r->vs.vers[i]->v;
+	pthread_mutex_unlock(&r->vs.lock);
 	if (ngone && ngone == nknown) {
 		dcr_warn("%s: versions/ lists none of the %zu versions this "
 			 "mount knows; not believed, they stay served",
@@ -722,10 +753,10 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 		bool bad;
 		int rc;
 
-		pthread_mutex_lock(&r->lock);
+		pthread_mutex_lock(&r->vs.lock);
 		rv = vers_find(r, v);
 		bad = is_bad(r, v);
-		pthread_mutex_unlock(&r->lock);
+		pthread_mutex_unlock(&r->vs.lock);
 		if (bad)
 			continue;
 		if (v == fail_v) {
@@ -764,8 +795,8 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 		drop_gone(r, &l);
 	free(l.e);
 	if (!ret) {
-		r->listed = !transient;
-		r->relist_at = dcr_mono_ns() + r->relist_ns;
+		r->vs.listed = !transient;
+		r->vs.relist_at = dcr_mono_ns() + r->vs.relist_ns;
 	}
 	return ret;
 }
@@ -780,9 +811,10 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 	uint64_t next;
 	int ret;
 
-	pthread_mutex_lock(&r->lock);
-	next = DCR_MAX(r->nvers ? r->vers[r->nvers - 1]->v : 0, r->max_bad);
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
+	next = DCR_MAX(r->vs.nvers ? r->vs.vers[r->vs.nvers - 1]->v : 0,
+		       r->vs.max_bad);
+	pthread_mutex_unlock(&r->vs.lock);
 	for (;;) {
 		ret = index_version(r, ctx, ++next, NULL);
 		if (ret == -ENOENT)
@@ -877,12 +909,12 @@ static int refresh_tags(struct dcr_reader *r)
 	ret = dcr_catalog_set_tags(r->cat, names, vs, nt);
 	if (ret)
 		goto out_free;
-	pthread_mutex_lock(&r->lock);
-	old = r->tags;
-	nold = r->ntags;
-	r->tags = tags;
-	r->ntags = nt;
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
+	old = r->vs.tags;
+	nold = r->vs.ntags;
+	r->vs.tags = tags;
+	r->vs.ntags = nt;
+	pthread_mutex_unlock(&r->vs.lock);
 	tags = old;
 	nt = nold;
 
@@ -905,14 +937,14 @@ out_free:
  */
 static void forget_bad(struct dcr_reader *r)
 {
-	pthread_mutex_lock(&r->lock);
-	if (r->nbad && dcr_mono_ns() >= r->bad_retry_ns) {
-		r->nbad = 0;
-		r->max_bad = 0;
-		r->bad_retry_ns = 0;
-		r->listed = false;
+	pthread_mutex_lock(&r->vs.lock);
+	if (r->vs.nbad && dcr_mono_ns() >= r->vs.bad_retry_ns) {
+		r->vs.nbad = 0;
+		r->vs.max_bad = 0;
+		r->vs.bad_retry_ns = 0;
+		r->vs.listed = false;
 	}
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 }
 
 int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
@@ -920,20 +952,20 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	struct refresh_ctx ctx = { .have_last = false };
 	int ret;
 
-	pthread_mutex_lock(&r->refresh_lock);
+	pthread_mutex_lock(&r->vs.refresh_lock);
 	forget_bad(r);
-	if (r->listed && dcr_mono_ns() >= r->relist_at)
-		r->listed = false; /* time for a whole listing */
+	if (r->vs.listed && dcr_mono_ns() >= r->vs.relist_at)
+		r->vs.listed = false; /* time for a whole listing */
 	/* the layout first: versions indexed below use the newest one */
 	ret = layout_refresh(r, &ctx);
 	refresh_ctx_free(&ctx);
 	if (ret != -ENOMEM)
-		ret = r->listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
+		ret = r->vs.listed ? refresh_probe(r, &ctx) : refresh_list(r, &ctx, 0, 0);
 	refresh_ctx_free(&ctx);
 	if (!ret)
 		ret = refresh_tags(r);
 	trees_trim(r); /* no refresh is using a tree meanwhile */
-	pthread_mutex_unlock(&r->refresh_lock);
+	pthread_mutex_unlock(&r->vs.refresh_lock);
 	if (latest)
 		*latest = dcr_reader_latest(r);
 	return ret;
@@ -943,9 +975,9 @@ uint64_t dcr_reader_latest(struct dcr_reader *r)
 {
 	uint64_t v;
 
-	pthread_mutex_lock(&r->lock);
-	v = r->nvers ? r->vers[r->nvers - 1]->v : 0;
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
+	v = r->vs.nvers ? r->vs.vers[r->vs.nvers - 1]->v : 0;
+	pthread_mutex_unlock(&r->vs.lock);
 	return v;
 }
 
@@ -965,19 +997,20 @@ void trees_trim(struct dcr_reader *r)
 	uint64_t gen = atomic_load(&r->activity);
 	size_t loaded = 0;
 
-	if (!r->max_trees || !reader_idle(r))
+	if (!r->vs.max_trees || !reader_idle(r))
 		return;
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	/* A read that began since reader_idle may hold any tree. */
 	if (atomic_load(&r->activity) != gen || atomic_load(&r->active))
 		goto out;
-	for (size_t i = 0; i < r->nvers; i++)
-		loaded += r->vers[i]->loaded;
-	while (loaded > r->max_trees) {
+	for (size_t i = 0; i < r->vs.nvers; i++)
+		loaded += r->vs.vers[i]->loaded;
+	while (loaded > r->vs.max_trees) {
 		struct rver *lru = NULL;
 
-		for (size_t i = 0; i + 1 < r->nvers; i++) { /* not the newest */
-			struct rver *rv = r->vers[i];
+		/* not the newest */
+		for (size_t i = 0; i + 1 < r->vs.nvers; i++) {
+			struct rver *rv = r->vs.vers[i];
 
 			if (rv->loaded && !rv->pins && (!lru || rv->used < lru->used))
 				lru = rv;
@@ -988,38 +1021,38 @@ void trees_trim(struct dcr_reader *r)
 		loaded--;
 	}
 	/* Replaced and dropped versions: nobody uses them but pins. */
-	for (struct rver *rv = r->graveyard; rv; rv = rv->next_dead)
+	for (struct rver *rv = r->vs.graveyard; rv; rv = rv->next_dead)
 		if (rv->loaded && !rv->pins)
 			rver_unload(rv);
 out:
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 }
 
 void versions_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 {
-	pthread_mutex_lock(&r->lock);
-	s->latest = r->nvers ? r->vers[r->nvers - 1]->v : 0;
-	s->versions = r->nvers;
+	pthread_mutex_lock(&r->vs.lock);
+	s->latest = r->vs.nvers ? r->vs.vers[r->vs.nvers - 1]->v : 0;
+	s->versions = r->vs.nvers;
 	s->trees_loaded = 0;
-	for (size_t i = 0; i < r->nvers; i++)
-		s->trees_loaded += r->vers[i]->loaded;
-	pthread_mutex_unlock(&r->lock);
+	for (size_t i = 0; i < r->vs.nvers; i++)
+		s->trees_loaded += r->vs.vers[i]->loaded;
+	pthread_mutex_unlock(&r->vs.lock);
 }
 
 int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n)
 {
 	uint64_t *arr;
 
-	pthread_mutex_lock(&r->lock);
-	arr = malloc((r->nvers ? r->nvers : 1) * sizeof(*arr));
+	pthread_mutex_lock(&r->vs.lock);
+	arr = malloc((r->vs.nvers ? r->vs.nvers : 1) * sizeof(*arr));
 	if (!arr) {
-		pthread_mutex_unlock(&r->lock);
+		pthread_mutex_unlock(&r->vs.lock);
 		return DCR_ERR(-ENOMEM);
 	}
-	for (size_t i = 0; i < r->nvers; i++)
-		arr[i] = r->vers[i]->v;
-	*n = r->nvers;
-	pthread_mutex_unlock(&r->lock);
+	for (size_t i = 0; i < r->vs.nvers; i++)
+		arr[i] = r->vs.vers[i]->v;
+	*n = r->vs.nvers;
+	pthread_mutex_unlock(&r->vs.lock);
 	*vs = arr;
 	return 0;
 }
@@ -1032,20 +1065,20 @@ int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 
 	*out = NULL;
 	/* Pinned before it is loaded: trees_trim never unloads it then. */
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	rv = vers_find(r, v);
 	if (rv) {
 		rv->pins++;
-		rv->used = ++r->use_clock;
+		rv->used = ++r->vs.use_clock;
 	}
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	if (!rv)
 		return -ENOENT;
 	ret = rver_load(r, rv);
 	if (ret) {
-		pthread_mutex_lock(&r->lock);
+		pthread_mutex_lock(&r->vs.lock);
 		rv->pins--;
-		pthread_mutex_unlock(&r->lock);
+		pthread_mutex_unlock(&r->vs.lock);
 		return ret;
 	}
 	*out = &rv->info;
@@ -1060,10 +1093,10 @@ void dcr_reader_version_put(struct dcr_reader *r,
 	if (!vi)
 		return;
 	rv = (struct rver *)((char *)vi - offsetof(struct rver, info));
-	pthread_mutex_lock(&r->lock);
+	pthread_mutex_lock(&r->vs.lock);
 	if (rv->pins)
 		rv->pins--;
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 }
 
 int dcr_reader_tags(struct dcr_reader *r, struct dcr_tag **tags, size_t *n)
@@ -1073,25 +1106,25 @@ int dcr_reader_tags(struct dcr_reader *r, struct dcr_tag **tags, size_t *n)
 
 	*tags = NULL;
 	*n = 0;
-	pthread_mutex_lock(&r->lock);
-	t = calloc(r->ntags ? r->ntags : 1, sizeof(*t));
+	pthread_mutex_lock(&r->vs.lock);
+	t = calloc(r->vs.ntags ? r->vs.ntags : 1, sizeof(*t));
 	if (!t)
 		goto err_unlock;
-	for (i = 0; i < r->ntags; i++) {
-		t[i].name = strdup(r->tags[i].name);
+	for (i = 0; i < r->vs.ntags; i++) {
+		t[i].name = strdup(r->vs.tags[i].name);
 		if (!t[i].name)
 			goto err_free;
-		t[i].version = r->tags[i].version;
+		t[i].version = r->vs.tags[i].version;
 	}
-	*n = r->ntags;
-	pthread_mutex_unlock(&r->lock);
+	*n = r->vs.ntags;
+	pthread_mutex_unlock(&r->vs.lock);
 	*tags = t;
 	return 0;
 
 err_free:
 	dcr_reader_tags_free(t, i);
 err_unlock:
-	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&r->vs.lock);
 	return DCR_ERR(-ENOMEM);
 }
 

@@ -5,7 +5,8 @@
  * (counting exactly which objects the reader fetches), trees unloaded,
  * a reopen that fetches nothing again, a tiny cache budget, concurrent
  * readers, a version made by dcr_commit, coalesced and read-ahead GETs,
- * one reader per cache directory, and format 1 stores (older
+ * one reader per cache directory, a prefetch that settles a chunk whose
+ * write is still queued, and format 1 stores (older
  * committers). The fixture is test_reader_util.h's; damage is
  * test_reader_damage.c's, versions test_reader_versions.c's.
  */
@@ -447,6 +448,37 @@ static void test_concurrent_random(void **state)
 	assert_int_equal(log_errors, 0);
 }
 
+/*
+ * A prefetch without a buffer returns once every chunk of its range is
+ * in the cache, also a chunk that a read has just built: ready in
+ * memory, its write-behind still to come (held back by the hook).
+ */
+static void test_prefetch_settles_write(void **state)
+{
+#ifdef DCR_TEST_HOOKS
+	struct fx *f = *state;
+	uint8_t *buf = malloc(CS);
+
+	build_chain(f, 1);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	setenv("DCRFS_TEST_WRITE_DELAY_MS", "300", 1);
+	/* b.bin (entry 3, file 2), chunk 0: built, its write queued. */
+	assert_int_equal(dcr_reader_read(f->r, 1, 3, 0, buf, CS), CS);
+	assert_memory_equal(buf, f->v[1].f[2].data, CS);
+	assert_false(in_slab(f, 1, 2, 0));
+	assert_int_equal(dcr_reader_prefetch(f->r, 1, 0, 3, 0, NULL, CS), CS);
+	assert_true(in_slab(f, 1, 2, 0));
+	dcr_reader_sync(f->r);
+	unsetenv("DCRFS_TEST_WRITE_DELAY_MS");
+	assert_int_equal(log_errors, 0);
+	free(buf);
+#else
+	(void)state;
+	skip(); /* needs the write-behind hook (--enable-test-hooks) */
+#endif
+}
+
 /* S6: one reader per cache directory; the second is told who has it. */
 static void test_cache_dir_locked(void **state)
 {
@@ -742,6 +774,7 @@ int main(void)
 		T(test_coalesce),
 		T(test_readahead),
 		T(test_cache_dir_locked),
+		T(test_prefetch_settles_write),
 		T(test_format1_store),
 		T(test_mixed_format_chain),
 		T(test_golden_format1_store),
