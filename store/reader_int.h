@@ -150,6 +150,14 @@ struct rver {
 	/* The store object it was indexed from; under refresh_lock
 	 * (written and read by refreshes only). */
 	struct dcr_catalog_ident id;
+	/* Indexed from a probe (no listing, so id.obj_mtime_ns unknown):
+	 * the manifest object's last DCR_HASH_LEN bytes, its SHA-256 of
+	 * everything before them. The first listing that shows the same
+	 * size then checks those bytes alone (a ranged GET) instead of
+	 * fetching the manifest again only to learn its time. In memory
+	 * only; under refresh_lock as id. */
+	bool has_mtail;
+	uint8_t mtail[DCR_HASH_LEN];
 	uint64_t parent;
 	int64_t ctime_ns;
 	uint32_t chunk_size;
@@ -608,7 +616,9 @@ int load_catalog(struct dcr_reader *r);
  *   until bad_retry_after has passed; takes lock itself.
  * rver_new - a struct rver for a version indexed as given (NULL: ENOMEM).
  * fetch_manifest - fetch and decode versions/<n> (@key) with retries,
- *   its identity into @id: 0, -ENOENT, -EBADMSG (logged), -errno.
+ *   its identity into @id and, if @tail, its last DCR_HASH_LEN bytes
+ *   (the manifest's own SHA-256 of the rest: see rver.mtail) into
+ *   @tail: 0, -ENOENT, -EBADMSG (logged), -errno.
  * hash_prefix - "0123456789ab.." of @id's manifest hash, or "unknown".
  * verify_version - check known version @rv against its listing @obj
  *   (re-index or drop it when the store's manifest changed): 0 or -errno.
@@ -619,7 +629,8 @@ void mark_bad(struct dcr_reader *r, uint64_t v);
 struct rver *rver_new(uint64_t v, uint64_t parent, int64_t ctime_ns,
 		      uint32_t chunk_size, uint32_t nfiles);
 int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
-		   struct dcr_manifest *m, struct dcr_catalog_ident *id);
+		   struct dcr_manifest *m, struct dcr_catalog_ident *id,
+		   uint8_t *tail);
 const char *hash_prefix(const struct dcr_catalog_ident *id, char out[16]);
 int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		   struct rver *rv, const struct dcr_obj_info *obj);

@@ -224,6 +224,25 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	return changed;
 }
 
+/* Whether the last DCR_HASH_LEN bytes of @key (of @rv->id.obj_size
+ * bytes) are still @rv->mtail: one ranged GET. */
+static bool tail_same(struct dcr_reader *r, const struct rver *rv,
+		      const char *key)
+{
+	struct dcr_buf b;
+	bool same;
+
+	if (rv->id.obj_size < DCR_HASH_LEN)
+		return false;
+	dcr_buf_init(&b, DCR_HASH_LEN);
+	same = dcr_store_get(r->st, key, rv->id.obj_size - DCR_HASH_LEN,
+			     DCR_HASH_LEN, &b) == 0 &&
+	       b.len == DCR_HASH_LEN &&
+	       memcmp(b.data, rv->mtail, DCR_HASH_LEN) == 0;
+	dcr_buf_free(&b);
+	return same;
+}
+
 /*
  * Check the known version @rv against its object as the store lists it
  * (@obj). Unchanged size and mtime: nothing to do. Otherwise (or when
@@ -247,8 +266,20 @@ int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	    (!obj->mtime_ns || rv->id.obj_mtime_ns == obj->mtime_ns))
 		return 0;
 	dcr_version_key(rv->v, key, sizeof(key));
+	if (rv->id.has_mhash && rv->id.obj_size == obj->size &&
+	    !rv->id.obj_mtime_ns && rv->has_mtail && tail_same(r, rv, key)) {
+		/* Indexed from a probe, without a time: the same bytes
+		 * (the same size and the same SHA-256 of all but the last
+		 * DCR_HASH_LEN, which those are), so only the time is new. */
+		id = rv->id;
+		id.obj_mtime_ns = obj->mtime_ns;
+		rv->has_mtail = false;
+		if (dcr_catalog_set_ident(r->cat, rv->v, &id) == 0)
+			rv->id = id;
+		return 0;
+	}
 	memset(&m, 0, sizeof(m));
-	ret = fetch_manifest(r, rv->v, key, &m, &id);
+	ret = fetch_manifest(r, rv->v, key, &m, &id, NULL);
 	if (ret == -EBADMSG) {
 		dcr_err("%s: %s changed in the store and is now corrupt: "
 			"version %llu is no longer served",

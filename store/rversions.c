@@ -409,7 +409,8 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
  * body under a matching Content-Length) is transient, not the store's.
  */
 int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
-			  struct dcr_manifest *m, struct dcr_catalog_ident *id)
+			  struct dcr_manifest *m, struct dcr_catalog_ident *id,
+			  uint8_t *tail)
 {
 	const char *url = r->st->url ? r->st->url : "store";
 	char why[96];
@@ -457,6 +458,8 @@ int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 		struct timespec ts = { 0, 100L * 1000 * 1000 * attempt };
 		nanosleep(&ts, NULL);
 	}
+	if (!ret && tail && b.len >= DCR_HASH_LEN)
+		memcpy(tail, b.data + b.len - DCR_HASH_LEN, DCR_HASH_LEN);
 	dcr_buf_free(&b);
 	return ret;
 }
@@ -545,6 +548,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 			 uint64_t v, const struct dcr_obj_info *obj)
 {
 	struct dcr_catalog_ident id;
+	uint8_t tail[DCR_HASH_LEN];
 	char key[64];
 	struct dcr_manifest m;
 	struct rver *rv;
@@ -552,7 +556,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 
 	dcr_version_key(v, key, sizeof(key));
 	memset(&m, 0, sizeof(m));
-	ret = fetch_manifest(r, v, key, &m, &id);
+	ret = fetch_manifest(r, v, key, &m, &id, tail);
 	if (ret == -EBADMSG) {
 		/* fetch_manifest logged it, naming the key. */
 		mark_bad(r, v);
@@ -597,6 +601,10 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		return DCR_ERR(-ENOMEM);
 	rv->gen = r->vs.gen_clock;
 	rv->id = id;
+	if (!id.obj_mtime_ns) { /* a probe's: see rver.mtail */
+		rv->has_mtail = true;
+		memcpy(rv->mtail, tail, DCR_HASH_LEN);
+	}
 	pthread_mutex_lock(&r->vs.lock);
 	/* A number this process dropped (gone from a listing) that comes
 	 * back with another manifest was replaced in the store: say so as

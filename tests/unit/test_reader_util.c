@@ -93,6 +93,8 @@ static int c_get(struct dcr_store *st, const char *key, uint64_t off,
 		return c->fail_err;
 	size_t had = out->len;
 	int ret = dcr_store_get_within(c->in, key, off, len, deadline, out);
+	if (!ret && !strncmp(key, "versions/", 9))
+		c->bytes_versions += out->len - had;
 	if (!ret && c->damage_left > 0 && !strcmp(key, c->damage_key) &&
 	    out->len > had) {
 		c->damage_left--;
@@ -145,6 +147,7 @@ static const struct dcr_store_ops cstore_ops = {
 void counts_reset(struct cstore *c)
 {
 	c->gets_versions = 0;
+	c->bytes_versions = 0;
 	c->gets_packs = 0;
 	c->gets_tags = 0;
 	c->lists = 0;

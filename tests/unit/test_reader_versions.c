@@ -359,6 +359,50 @@ static void test_transient_version_retried(void **state)
 }
 
 /*
+ * A version the poll's probe found (a GET: no listing, so its object's
+ * time is unknown) is not fetched whole again by the next whole listing
+ * only to learn that time: the listing checks the manifest object's last
+ * 32 bytes (its SHA-256 of the rest) with one ranged GET; other bytes
+ * there fail that check and are fetched whole, as before.
+ */
+static void test_probed_version_not_fetched_again(void **state)
+{
+	struct fx *f = *state;
+	struct timespec ts = { 0, 350 * 1000 * 1000 };
+	uint64_t latest;
+	char key[64];
+	struct dcr_buf b;
+
+	f->relist_ms = 300;
+	build_chain(f, 3);
+	dcr_version_key(3, key, sizeof(key));
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_store_get(f->st, key, 0, DCR_GET_ALL, &b), 0);
+	assert_int_equal(dcr_store_del(f->st, key), 0);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0); /* a listing */
+	assert_int_equal(latest, 2);
+	/* v3 published: the next refresh, within relist_ms, probes it */
+	assert_int_equal(dcr_store_put(f->st, key, b.data, b.len, DCR_PUT_IF_ABSENT), 0);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(latest, 3);
+	nanosleep(&ts, NULL);
+	counts_reset(f->cs);
+	log_reset();
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0); /* a listing */
+	assert_int_equal(latest, 3);
+	assert_int_equal(f->cs->bytes_versions, DCR_HASH_LEN);
+	assert_int_equal(log_errors, 0);
+	check_version(f, 3);
+	/* and once the time is known, a listing fetches nothing */
+	nanosleep(&ts, NULL);
+	counts_reset(f->cs);
+	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	assert_int_equal(f->cs->bytes_versions, 0);
+	dcr_buf_free(&b);
+}
+
+/*
  * Version identity: v3 deleted from the store and published again with
  * other bytes is re-indexed by the next whole listing (relist_ms), its
  * cached chunks - proven by this very reader - are never served as the
@@ -526,6 +570,7 @@ int main(void)
 		T(test_damaged_manifest_retried),
 		T(test_unreadable_version_skipped),
 		T(test_transient_version_retried),
+		T(test_probed_version_not_fetched_again),
 		T(test_version_replaced_and_dropped),
 		T(test_version_replaced_while_closed),
 #undef T
