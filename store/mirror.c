@@ -242,16 +242,28 @@ static int mirror_get(struct dcr_store *st, const char *key, uint64_t off,
 	return origin_get(ms, key, off, len, deadline, out);
 }
 
+/* The mirror store of @st with its mirrors for @key, best first, in
+ * @order; NULL if @st is not mirrored. */
+static struct dcr_mirror_store *ranked(struct dcr_store *st, const char *key,
+				       size_t order[DCR_MIRRORS_MAX])
+{
+	struct dcr_mirror_store *ms;
+
+	if (!dcr_store_is_mirrored(st))
+		return NULL;
+	ms = to_mirror(st);
+	rank(ms, key, order);
+	return ms;
+}
+
 int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
 		       uint64_t len, int64_t deadline, struct dcr_buf *out)
 {
-	struct dcr_mirror_store *ms;
 	size_t order[DCR_MIRRORS_MAX];
+	struct dcr_mirror_store *ms = ranked(st, key, order);
 
-	if (!dcr_store_is_mirrored(st))
+	if (!ms)
 		return -EOPNOTSUPP;
-	ms = to_mirror(st);
-	rank(ms, key, order);
 	atomic_fetch_add_explicit(&ms->refetches, 1, memory_order_relaxed);
 	dcr_warn("%s: bytes %" PRIu64 "+%" PRIu64 " failed their check after "
 		 "a GET through mirror %s (the mirror it maps to); fetching "
@@ -262,13 +274,11 @@ int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
 
 int dcr_mirror_pick(struct dcr_store *st, const char *key, const char **url)
 {
-	struct dcr_mirror_store *ms;
 	size_t order[DCR_MIRRORS_MAX];
+	struct dcr_mirror_store *ms = ranked(st, key, order);
 
-	if (!dcr_store_is_mirrored(st))
+	if (!ms)
 		return -EOPNOTSUPP;
-	ms = to_mirror(st);
-	rank(ms, key, order);
 	if (url)
 		*url = ms->m[order[0]].url;
 	return (int)order[0];

@@ -261,18 +261,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 			}
 			break;
 		case 'M':
-			if (a->nwarm == DCR_MIRRORS_MAX) {
-				fprintf(stderr, "dcrfs-commit: more than %d --warm-mirror\n", DCR_MIRRORS_MAX);
+			if (tool_mirror_opt(a->warm, &a->nwarm, optarg,
+					    "--warm-mirror", "dcrfs-commit"))
 				return -1;
-			}
-			a->warm[a->nwarm++] = optarg;
 			break;
 		case 'X':
-			if (dcr_parse_size(optarg, &a->warm_slice) || a->warm_slice < (64u << 10) ||
-			    a->warm_slice > (64u << 20)) {
-				fprintf(stderr, "dcrfs-commit: --warm-slice: '%s' must be a size from 64K to 64M\n", optarg);
+			if (tool_slice_opt(&a->warm_slice, optarg, "--warm-slice",
+					   "dcrfs-commit"))
 				return -1;
-			}
 			break;
 		case 'T':
 			if (dcr_parse_u64(optarg, &a->warm_timeout_s) || a->warm_timeout_s > 86400) {

@@ -215,18 +215,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->dry_run = 1;
 			break;
 		case 'M':
-			if (a->nmirrors == DCR_MIRRORS_MAX) {
-				fprintf(stderr, "dcrfs-ctl: more than %d --mirror\n", DCR_MIRRORS_MAX);
+			if (tool_mirror_opt(a->mirror, &a->nmirrors, optarg,
+					    "--mirror", "dcrfs-ctl"))
 				return -1;
-			}
-			a->mirror[a->nmirrors++] = optarg;
 			break;
 		case 'X':
-			if (dcr_parse_size(optarg, &a->slice) || a->slice < (64u << 10) ||
-			    a->slice > (64u << 20)) {
-				fprintf(stderr, "dcrfs-ctl: --slice: '%s' must be a size from 64K to 64M\n", optarg);
+			if (tool_slice_opt(&a->slice, optarg, "--slice", "dcrfs-ctl"))
 				return -1;
-			}
 			break;
 		case 'j':
 			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 64) {

@@ -4,6 +4,8 @@
 
 #include <stdio.h>
 
+#include "common.h"
+#include "mirror.h"
 #include "toolopts.h"
 
 int tool_opt(struct tool_opts *t, int c, const char *arg, const char *prog)
@@ -34,4 +36,26 @@ int tool_opt(struct tool_opts *t, int c, const char *arg, const char *prog)
 	default:
 		return 0;
 	}
+}
+
+int tool_mirror_opt(const char **urls, int *n, const char *arg,
+		    const char *opt, const char *prog)
+{
+	if (*n == DCR_MIRRORS_MAX) {
+		fprintf(stderr, "%s: more than %d %s\n", prog, DCR_MIRRORS_MAX, opt);
+		return -1;
+	}
+	urls[(*n)++] = arg;
+	return 0;
+}
+
+int tool_slice_opt(uint64_t *out, const char *arg, const char *opt,
+		   const char *prog)
+{
+	if (dcr_parse_size(arg, out) || *out < (64u << 10) || *out > (64u << 20)) {
+		fprintf(stderr, "%s: %s: '%s' must be a size from 64K to 64M\n",
+			prog, opt, arg);
+		return -1;
+	}
+	return 0;
 }

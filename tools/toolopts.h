@@ -55,4 +55,20 @@ struct tool_opts {
  */
 int tool_opt(struct tool_opts *t, int c, const char *arg, const char *prog);
 
+/**
+ * tool_mirror_opt - add a mirror URL @arg (the value of option @opt, as
+ * --mirror or --warm-mirror) to @urls, which holds *@n of at most
+ * DCR_MIRRORS_MAX. 0, or -1 when full (printed, prefixed with @prog).
+ */
+int tool_mirror_opt(const char **urls, int *n, const char *arg,
+		    const char *opt, const char *prog);
+
+/**
+ * tool_slice_opt - parse @arg, the value of option @opt, as a warm's
+ * slice size (64K to 64M) into *@out. 0, or -1 (printed, prefixed with
+ * @prog).
+ */
+int tool_slice_opt(uint64_t *out, const char *arg, const char *opt,
+		   const char *prog);
+
 #endif
