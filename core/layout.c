@@ -199,7 +199,8 @@ int dcr_store_find_layout(struct dcr_store *st, uint64_t above, uint64_t below,
 		ret = 0;
 	if (ret)
 		goto out_free;
-	qsort(gs.g, gs.n, sizeof(*gs.g), cmp_gen_desc);
+	if (gs.n) /* (gs.g is NULL then: qsort's pointer must not be) */
+		qsort(gs.g, gs.n, sizeof(*gs.g), cmp_gen_desc);
 	top = gs.n ? gs.g[0] : 0;
 	/* newest first; a newer generation may land meanwhile, and the
 	 * one read stays valid */
