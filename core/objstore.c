@@ -38,6 +38,13 @@ int dcr_store_latest(struct dcr_store *st, uint64_t *v)
 	return dcr_store_list(st, "versions/", latest_cb, v);
 }
 
+void dcr_store_log_newer_manifest(const char *url, const char *key)
+{
+	dcr_err("%s: manifest %s was written by a newer dcrfs (a manifest "
+		"format above %d): upgrade this one to read it", url, key,
+		DCR_MANIFEST_FORMAT);
+}
+
 int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
 			     uint64_t v, struct dcr_manifest *m,
 			     uint8_t mhash[DCR_HASH_LEN])
@@ -57,9 +64,7 @@ int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
 		dcr_sha256(b.data, b.len, mhash);
 	ret = dcr_manifest_decode(b.data, b.len, m);
 	if (ret == -EPROTONOSUPPORT) {
-		dcr_err("%s: manifest %s was written by a newer dcrfs (a "
-			"manifest format above %d): upgrade this one to read it",
-			st->url, key, DCR_MANIFEST_FORMAT);
+		dcr_store_log_newer_manifest(st->url, key);
 		goto err_free_buf;
 	}
 	if (ret) {

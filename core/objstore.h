@@ -170,6 +170,13 @@ static inline void dcr_store_close(struct dcr_store *st)
 int dcr_store_latest(struct dcr_store *st, uint64_t *v);
 
 /**
+ * dcr_store_log_newer_manifest - log that the manifest object @key of
+ * the store @url is of a format newer than this dcrfs reads
+ * (dcr_manifest_decode's -EPROTONOSUPPORT): not damage, an upgrade.
+ */
+void dcr_store_log_newer_manifest(const char *url, const char *key);
+
+/**
  * dcr_store_get_manifest - fetch and decode version @v's manifest.
  * -ENOENT if it does not exist, -EBADMSG if corrupt (logged, naming the
  * key), and checks that the decoded version number equals @v.

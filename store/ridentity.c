@@ -262,12 +262,14 @@ int verify_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	bool known;
 	int ret;
 
-	if (rv->id.has_mhash && rv->id.obj_size == obj->size &&
+	bool same_size = rv->id.has_mhash && rv->id.obj_size == obj->size;
+
+	if (same_size &&
 	    (!obj->mtime_ns || rv->id.obj_mtime_ns == obj->mtime_ns))
 		return 0;
 	dcr_version_key(rv->v, key, sizeof(key));
-	if (rv->id.has_mhash && rv->id.obj_size == obj->size &&
-	    !rv->id.obj_mtime_ns && rv->has_mtail && tail_same(r, rv, key)) {
+	if (same_size && !rv->id.obj_mtime_ns && rv->has_mtail &&
+	    tail_same(r, rv, key)) {
 		/* Indexed from a probe, without a time: the same bytes
 		 * (the same size and the same SHA-256 of all but the last
 		 * DCR_HASH_LEN, which those are), so only the time is new. */

@@ -430,9 +430,7 @@ int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 		ret = dcr_manifest_decode(b.data, b.len, m);
 		if (ret == -EPROTONOSUPPORT) {
 			/* Not damage: fetching it again will not help. */
-			dcr_err("%s: manifest %s was written by a newer dcrfs "
-				"(a manifest format above %d): upgrade this one "
-				"to read it", url, key, DCR_MANIFEST_FORMAT);
+			dcr_store_log_newer_manifest(url, key);
 			ret = DCR_ERR(-EBADMSG);
 			break;
 		}
