@@ -121,8 +121,9 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		s->fuse_reads, r->bytes_read, r->bytes_fetched, r->bytes_materialized,
 		r->bytes_verified, r->fetches);
 	fprintf(f, " \"errors\": {\"reads\": %" PRIu64 ", \"fetches\": %" PRIu64
-		", \"refreshes\": %" PRIu64 "},\n", s->fuse_read_errors,
-		r->fetch_errors, s->refresh_errors);
+		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64 "},\n",
+		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
+		r->cache_errors);
 	fprintf(f, " \"opens\": {\"passthrough\": %" PRIu64 ", \"normal\": %"
 		PRIu64 ", \"fallbacks\": {", s->pt_opens, s->pt_normal);
 	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
@@ -270,8 +271,10 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 	      "# TYPE dcrfs_errors_total counter\n", f);
 	fprintf(f, "dcrfs_errors_total{kind=\"read\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"fetch\"} %" PRIu64 "\n"
-		"dcrfs_errors_total{kind=\"refresh\"} %" PRIu64 "\n",
-		s->fuse_read_errors, r->fetch_errors, s->refresh_errors);
+		"dcrfs_errors_total{kind=\"refresh\"} %" PRIu64 "\n"
+		"dcrfs_errors_total{kind=\"cache\"} %" PRIu64 "\n",
+		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
+		r->cache_errors);
 	fputs("# HELP dcrfs_opens_total Opens of version files, by mode.\n"
 	      "# TYPE dcrfs_opens_total counter\n", f);
 	fprintf(f, "dcrfs_opens_total{mode=\"passthrough\"} %" PRIu64 "\n"

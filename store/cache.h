@@ -89,6 +89,7 @@ struct dcr_cache_stats {
 	uint64_t hits;       /* reads served from the cache */
 	uint64_t misses;     /* reads that found no (valid) chunk */
 	uint64_t corrupt;    /* chunks punched out because they failed */
+	uint64_t io_errors;  /* reads that failed on a local error (logged) */
 	uint64_t inserts;    /* chunks stored */
 	uint64_t evictions;  /* slabs evicted for the budget */
 	uint64_t bytes;      /* bytes currently accounted */

@@ -294,7 +294,7 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32 " chunk %"
 			 PRIu64 ": %s", k->v, k->file, k->chunk,
 			 dcr_strerror(ret));
-		return ret == -ENOMEM ? ret : -ENOENT;
+		goto out_error;
 	}
 	pthread_mutex_lock(&c->lock);
 	c->st.hits++;
@@ -302,10 +302,20 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 	return ret;
 
 out_miss:
+	/* Not cached, or cached for an older index of the version
+	 * (-ESTALE, fenced): a miss either way. A slab that exists but
+	 * cannot be opened is a local error (slab_get logged it). */
+	if (ret == -ENOENT || ret == -ESTALE) {
+		pthread_mutex_lock(&c->lock);
+		c->st.misses++;
+		pthread_mutex_unlock(&c->lock);
+		return -ENOENT;
+	}
+out_error:
 	pthread_mutex_lock(&c->lock);
-	c->st.misses++;
+	c->st.io_errors += ret != -ENOMEM;
 	pthread_mutex_unlock(&c->lock);
-	return ret == -ENOENT || ret == -ENOMEM ? ret : -ENOENT;
+	return ret;
 }
 
 int dcr_cache_read(struct dcr_cache *c, const struct dcr_cache_key *k,

@@ -516,7 +516,7 @@ int base_get(struct dcr_reader *r, const struct dcr_cache_key *k,
 	struct cent *e = take_ready(r, k->hash, k->len);
 
 	if (!e)
-		return dcr_cache_read(r->cache, k, 0, out, k->len);
+		return cache_answer(dcr_cache_read(r->cache, k, 0, out, k->len));
 	memcpy(out, e->data, k->len);
 	cent_release(r, e);
 	return 0;

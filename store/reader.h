@@ -282,6 +282,8 @@ struct dcr_reader_stats {
 	uint64_t bytes_verified;     /* chunk bytes proven against their hash */
 	uint64_t fetch_errors;  /* GETs that failed */
 	uint64_t read_errors;   /* reads that failed (EIO, ENOMEM ...) */
+	uint64_t cache_errors;  /* local I/O errors of the chunk cache (each
+				 * logged; the chunk was built again) */
 };
 
 /**

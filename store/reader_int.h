@@ -643,6 +643,15 @@ static inline unsigned cache_put_flags(struct dcr_reader *r)
 	       DCR_CACHE_PUT_DIRECT : 0;
 }
 
+/* A chunk cache answer as the read path takes it: a local I/O error of
+ * the cache (logged and counted there, dcr_cache_stats.io_errors) is a
+ * miss, so that the chunk is built from the store again instead of the
+ * read failing; -ENOMEM and the other answers stay themselves. */
+static inline int cache_answer(int ret)
+{
+	return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
+}
+
 /* ------------------------------- rchunks.c: references, buffers, hot */
 
 /* Set up the reference blocks @f: 0 or -ENOMEM (refs_close frees what

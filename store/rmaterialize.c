@@ -393,7 +393,7 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 		ret = dcr_cache_check(r->cache, &k);
 		if (ret == 1)
 			STAT_ADD(r, verified, p->clen);
-		return ret < 0 && ret != -ENOMEM ? -ENOENT : ret;
+		return cache_answer(ret);
 	}
 	if (cent_serve(r, q, p) == 0)
 		return 0;
@@ -410,10 +410,11 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 				cent_keep(r, whole, p);
 			else
 				cent_release(r, whole);
-			return ret == 1 ? 0 : ret;
+			return ret == 1 ? 0 : cache_answer(ret);
 		}
 	}
-	return dcr_cache_read(r->cache, &k, p->coff, p->dst, p->n);
+	return cache_answer(dcr_cache_read(r->cache, &k, p->coff, p->dst,
+					   p->n));
 }
 
 /* ---------------------------------------------- parallel for, batches */
@@ -665,8 +666,9 @@ void batch_prepare(struct batch *b, struct piece *ps)
 
 			cache_key(&k, c->p->w.rv, c->p->w.file, c->p->w.chunk,
 				  &c->p->ref);
-			c->rc = dcr_cache_read(r->cache, &k, 0, c->e->data,
-					       c->p->clen);
+			c->rc = cache_answer(dcr_cache_read(r->cache, &k, 0,
+							    c->e->data,
+							    c->p->clen));
 		}
 		if (c->rc == 0) {
 			c->ready = true;

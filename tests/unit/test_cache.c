@@ -722,6 +722,31 @@ static void test_slab_removed(void **state)
 	free(buf);
 }
 
+/* A slab that is there but cannot be read is a local error, said as
+ * itself and counted, not a miss: the reader must not take a failing
+ * disk for an empty cache (its own answer, a fetch, is its choice). */
+static void test_local_error(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	struct dcr_cache_stats st;
+	char path[PATH_MAX];
+
+	open_cache(f, 0);
+	put(f, 1, 0, 0);
+	close_cache(f);
+	open_cache(f, 0);
+	slab_path(f, 1, path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(mkdir(path, 0700), 0); /* open(O_RDWR): EISDIR */
+	assert_int_equal(get(f, 1, 0, buf), -EISDIR);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.io_errors, 1);
+	assert_int_equal(st.misses, 0);
+	assert_int_equal(rmdir(path), 0);
+	free(buf);
+}
+
 struct worker {
 	struct fixture *f;
 	int id;
@@ -797,6 +822,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_make_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drop_version, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_local_error, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_slab_removed, setup,
 						teardown),

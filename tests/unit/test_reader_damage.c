@@ -184,6 +184,43 @@ static void test_corrupt_cache_file(void **state)
 	assert_true(in_slab(f, 2, 1, 0));
 }
 
+/*
+ * A cache file that is there but cannot be read (a local I/O error: here
+ * a directory where v2's slab of a/w.bin was) does not fail the read:
+ * the version is built from the store again, and the error is counted
+ * (dcr_reader_stats.cache_errors) and logged as a warning.
+ */
+static void test_cache_file_unreadable(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_reader_stats st;
+	char path[PATH_MAX];
+
+	build_chain(f, 2);
+	open_reader(f, 0);
+	assert_int_equal(dcr_reader_refresh(f->r, NULL), 0);
+	check_version(f, 2);
+	dcr_reader_close(f->r);
+	f->r = NULL;
+
+	assert_true(in_slab(f, 2, 1, 0));
+	counts_reset(f->cs);
+	open_reader(f, 0); /* the cache has counted the slab */
+	cache_file(f, 2, 1, path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(mkdir(path, 0700), 0);
+	log_reset();
+	check_version(f, 2);
+	assert_true(f->cs->gets_packs >= 1);
+	assert_int_equal(log_errors, 0);
+	dcr_reader_get_stats(f->r, &st);
+	assert_true(st.cache_errors >= 1);
+	assert_int_equal(st.read_errors, 0);
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	assert_int_equal(rmdir(path), 0);
+}
+
 static void test_format1_corrupt_delta(void **state)
 {
 	g_format = 1;
@@ -230,6 +267,7 @@ int main(void)
 		T(test_corrupt_delta_in_chain),
 		T(test_missing_pack),
 		T(test_corrupt_cache_file),
+		T(test_cache_file_unreadable),
 		T(test_format1_corrupt_delta),
 		T(test_wrong_check_value),
 #undef T
