@@ -35,6 +35,12 @@ enum dcr_put_flags {
 };
 
 struct dcr_store;
+/** An object being written by put_open/put_write (a backend's own). */
+struct dcr_put;
+
+/** put_write: bytes given page-aligned, in multiples of this, may be
+ *  written around the page cache (O_DIRECT). */
+#define DCR_PUT_ALIGN 4096
 
 /**
  * struct dcr_obj_info - what a listing tells about one object.
@@ -80,6 +86,21 @@ struct dcr_store_ops {
 	 */
 	int (*put)(struct dcr_store *st, const char *key, const void *data,
 		   uint64_t len, int flags);
+	/**
+	 * put_open - start an object whose key is known only once all its
+	 * bytes are written (a pack, named by its content), so that they
+	 * need not be held in memory: put_write appends bytes, put_finish
+	 * stores them under @key as put does (atomically, with @flags) and
+	 * frees the handle whatever it returns, put_abort discards them.
+	 * Nothing is visible under any key before put_finish. A handle is
+	 * used by one thread at a time; handles are independent. NULL
+	 * (all four) where the backend can only put a whole buffer: the
+	 * caller then buffers (dcr_store_can_stream).
+	 */
+	int (*put_open)(struct dcr_store *st, struct dcr_put **out);
+	int (*put_write)(struct dcr_put *p, const void *data, size_t len);
+	int (*put_finish)(struct dcr_put *p, const char *key, int flags);
+	void (*put_abort)(struct dcr_put *p);
 	/** head - size of @key into @size. -ENOENT if absent. */
 	int (*head)(struct dcr_store *st, const char *key, uint64_t *size);
 	/** list - every key starting with @prefix. */
@@ -129,6 +150,29 @@ static inline int dcr_store_put(struct dcr_store *st, const char *key,
 				const void *data, uint64_t len, int flags)
 {
 	return st->ops->put(st, key, data, len, flags);
+}
+/** Whether @st takes objects written in parts (put_open). */
+static inline bool dcr_store_can_stream(const struct dcr_store *st)
+{
+	return st->ops->put_open != NULL;
+}
+static inline int dcr_store_put_open(struct dcr_store *st, struct dcr_put **out)
+{
+	return st->ops->put_open(st, out);
+}
+static inline int dcr_store_put_write(struct dcr_store *st, struct dcr_put *p,
+				      const void *data, size_t len)
+{
+	return st->ops->put_write(p, data, len);
+}
+static inline int dcr_store_put_finish(struct dcr_store *st, struct dcr_put *p,
+				       const char *key, int flags)
+{
+	return st->ops->put_finish(p, key, flags);
+}
+static inline void dcr_store_put_abort(struct dcr_store *st, struct dcr_put *p)
+{
+	st->ops->put_abort(p);
 }
 static inline int dcr_store_head(struct dcr_store *st, const char *key,
 				 uint64_t *size)

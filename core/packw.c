@@ -25,6 +25,10 @@
 
 #define TARGET_DEFAULT ((uint64_t)64 << 20)
 #define MAX_UPLOADS 32
+/* A store that takes objects in parts (put_open) gets the open pack in
+ * aligned parts of about this size, from one buffer re-used for every
+ * pack, instead of whole packs from buffers of target + frame_max. */
+#define STREAM_PART ((size_t)4 << 20)
 
 /*
  * A pack's bytes: page-aligned (mmap), so that a store can write them
@@ -93,7 +97,13 @@ struct spack {
 struct dcr_packw {
 	struct dcr_packw_opts o;
 	struct dcr_wq *up;
-	struct pbuf cur;          /* the open pack (cur.data NULL: none) */
+	/* The open pack (cur.data NULL: none). Streaming (the store takes
+	 * parts): the bytes not yet written to @put, after @flushed
+	 * written ones; its buffer is a spare again once it is sealed. */
+	struct pbuf cur;
+	bool stream;
+	struct dcr_put *put;
+	uint64_t flushed;
 	uint32_t cur_idx;
 	struct dcr_sha256_ctx *name; /* the open pack's name so far */
 	pthread_mutex_t lock;
@@ -119,6 +129,21 @@ static void give_back(struct dcr_packw *w, struct pbuf *b)
 	pbuf_free(b);
 }
 
+/* Record pack @idx, named @name, of @len bytes as stored, or the first
+ * error @ret. */
+static void stored(struct dcr_packw *w, uint32_t idx,
+		   const uint8_t name[DCR_HASH_LEN], uint64_t len, int ret)
+{
+	pthread_mutex_lock(&w->lock);
+	if (!ret) {
+		memcpy(w->hashes[idx], name, DCR_HASH_LEN);
+		w->uploaded += len;
+	} else if (!w->err) {
+		w->err = ret;
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
 static void upload_job(void *ctx, void *ws, void *arg)
 {
 	struct spack *sp = arg;
@@ -135,14 +160,7 @@ static void upload_job(void *ctx, void *ws, void *arg)
 			dcr_err("%s: cannot upload %s: %s", w->o.st->url, key,
 				dcr_strerror(ret));
 	}
-	pthread_mutex_lock(&w->lock);
-	if (!ret) {
-		memcpy(w->hashes[sp->idx], sp->name, DCR_HASH_LEN);
-		w->uploaded += sp->data.len;
-	} else if (!w->err) {
-		w->err = ret;
-	}
-	pthread_mutex_unlock(&w->lock);
+	stored(w, sp->idx, sp->name, sp->data.len, ret);
 	give_back(w, &sp->data);
 	free(sp);
 }
@@ -204,6 +222,10 @@ int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out)
 	if (!w->o.target)
 		w->o.target = TARGET_DEFAULT;
 	w->o.uploads = DCR_MIN(w->o.uploads, MAX_UPLOADS);
+	/* Streamed packs are written by the appender: no upload threads. */
+	w->stream = dcr_store_can_stream(w->o.st);
+	if (w->stream)
+		w->o.uploads = 0;
 	struct dcr_wq_opts wo = { .name = "dcr-upload", .threads = (int)w->o.uploads,
 				  .max_items = 1, .drop = drop_job, .ctx = w };
 	int ret = w->o.uploads ? dcr_wq_create(&wo, &w->up) : 0;
@@ -248,8 +270,13 @@ static int open_pack(struct dcr_packw *w)
 	/* A pack is sealed once it reaches the target, or before a frame
 	 * that would not fit: it never holds more than target + frame_max. */
 	if (!w->cur.data &&
-	    (ret = pbuf_init(&w->cur, w->o.target + w->o.frame_max + DCR_PACK_HDR_LEN)))
+	    (ret = pbuf_init(&w->cur, (w->stream ? STREAM_PART : w->o.target) +
+				      w->o.frame_max + DCR_PACK_HDR_LEN)))
 		return ret;
+	if (w->stream && (ret = dcr_store_put_open(w->o.st, &w->put)))
+		return ret; /* logged by the store */
+	w->cur.len = 0;
+	w->flushed = 0;
 	pbuf_append(&w->cur, DCR_PACK_MAGIC, DCR_PACK_HDR_LEN);
 	dcr_sha256_reset(w->name);
 	dcr_sha256_update(w->name, DCR_PACK_MAGIC, DCR_PACK_HDR_LEN);
@@ -259,6 +286,45 @@ static int open_pack(struct dcr_packw *w)
 	return 0;
 }
 
+/* Write the open pack's staged bytes to the store: all of them (@all), or
+ * the whole DCR_PUT_ALIGN blocks, the rest moved to the buffer's start. */
+static int flush_stream(struct dcr_packw *w, bool all)
+{
+	size_t n = all ? w->cur.len : w->cur.len / DCR_PUT_ALIGN * DCR_PUT_ALIGN;
+	int ret = n ? dcr_store_put_write(w->o.st, w->put, w->cur.data, n) : 0;
+
+	if (ret)
+		return ret;
+	memmove(w->cur.data, w->cur.data + n, w->cur.len - n);
+	w->cur.len -= n;
+	w->flushed += n;
+	return 0;
+}
+
+/* dcr_packw_seal of a streamed pack: its last bytes written, named and
+ * stored here, on the sealer's thread; the buffer kept for the next. */
+static int seal_stream(struct dcr_packw *w)
+{
+	uint8_t name[DCR_HASH_LEN];
+	char key[80];
+	int ret = flush_stream(w, true);
+	uint64_t len = w->flushed;
+
+	dcr_sha256_final(w->name, name);
+	dcr_pack_key(name, key, sizeof(key));
+	if (ret)
+		dcr_store_put_abort(w->o.st, w->put);
+	else
+		ret = dcr_store_put_finish(w->o.st, w->put, key, 0);
+	w->put = NULL;
+	if (ret)
+		dcr_err("%s: cannot upload %s: %s", w->o.st->url, key,
+			dcr_strerror(ret));
+	stored(w, w->cur_idx, name, len, ret);
+	give_back(w, &w->cur);
+	return ret;
+}
+
 int dcr_packw_seal(struct dcr_packw *w)
 {
 	struct spack *sp;
@@ -266,8 +332,10 @@ int dcr_packw_seal(struct dcr_packw *w)
 
 	if (!w->cur.data)
 		return dcr_packw_error(w);
-	if (w->cur.len <= DCR_PACK_HDR_LEN)
+	if (w->flushed + w->cur.len <= DCR_PACK_HDR_LEN)
 		return dcr_packw_error(w); /* empty: stays open */
+	if (w->stream)
+		return dcr_packw_error(w) ? dcr_packw_error(w) : seal_stream(w);
 	if (!(sp = malloc(sizeof(*sp))))
 		return DCR_ERR(-ENOMEM);
 	*sp = (struct spack){ .w = w, .data = w->cur, .idx = w->cur_idx };
@@ -294,16 +362,25 @@ int dcr_packw_append(struct dcr_packw *w, const void *data, size_t len,
 		return DCR_ERR(-EINVAL);
 	if ((ret = dcr_packw_error(w)))
 		return ret;
-	if (w->cur.data && w->cur.len + len > w->cur.cap && (ret = dcr_packw_seal(w)))
+	if (w->cur.data && w->flushed + w->cur.len + len >
+			   w->o.target + w->o.frame_max + DCR_PACK_HDR_LEN &&
+	    (ret = dcr_packw_seal(w)))
 		return ret;
 	if (!w->cur.data && (ret = open_pack(w)))
 		return ret;
 	*pack = w->cur_idx;
-	*off = w->cur.len;
+	*off = w->flushed + w->cur.len;
 	pbuf_append(&w->cur, data, len);
 	dcr_sha256_update(w->name, fhash, DCR_HASH_LEN);
-	if (w->cur.len >= w->o.target)
+	if (w->flushed + w->cur.len >= w->o.target)
 		return dcr_packw_seal(w);
+	if (w->stream && w->cur.len >= STREAM_PART && (ret = flush_stream(w, false))) {
+		pthread_mutex_lock(&w->lock);
+		if (!w->err)
+			w->err = ret; /* logged by the store; the pack is dropped */
+		pthread_mutex_unlock(&w->lock);
+		return ret;
+	}
 	return 0;
 }
 
@@ -316,11 +393,14 @@ int dcr_packw_finish(struct dcr_packw *w)
 	if (!ret)
 		ret = dcr_packw_error(w);
 	/* an open pack left empty (opened, nothing appended) is no pack */
-	if (!ret && w->cur.data && w->cur.len <= DCR_PACK_HDR_LEN) {
+	if (!ret && w->cur.data && w->flushed + w->cur.len <= DCR_PACK_HDR_LEN) {
 		pthread_mutex_lock(&w->lock);
 		w->npacks--;
 		pthread_mutex_unlock(&w->lock);
 		pbuf_free(&w->cur);
+		if (w->put)
+			dcr_store_put_abort(w->o.st, w->put);
+		w->put = NULL;
 	}
 	return ret;
 }
@@ -349,6 +429,8 @@ void dcr_packw_free(struct dcr_packw *w)
 		return;
 	dcr_wq_stop(w->up, true);
 	dcr_wq_free(w->up);
+	if (w->put)
+		dcr_store_put_abort(w->o.st, w->put);
 	pbuf_free(&w->cur);
 	while (w->nspare)
 		pbuf_free(&w->spare[--w->nspare]);

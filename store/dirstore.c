@@ -192,24 +192,17 @@ static int write_object(int fd, const uint8_t *data, size_t len)
 	return dcr_write_full(fd, data + done, len - done);
 }
 
-static int dir_put(struct dcr_store *st, const char *key, const void *data,
-		   uint64_t len, int flags)
+/*
+ * Make the written temporary @tmp (open as @fd, which this closes) the
+ * object @key, as put says (@flags). Logs its failures; on failure
+ * @tmp is gone.
+ */
+static int finish_object(struct dcr_dir_store *d, int fd, const char *tmp,
+			 const char *key, int flags)
 {
-	struct dcr_dir_store *d = to_dir(st);
-	char tmp[PATH_MAX];
-	int ret;
+	struct dcr_store *st = &d->base;
+	int ret = make_parents(d->root_fd, key);
 
-	if (!key_valid(key))
-		return DCR_ERR(-EINVAL);
-	ret = make_parents(d->root_fd, key);
-	if (ret)
-		goto err_log;
-	int fd = open_tmp(d, tmp, sizeof(tmp));
-	if (fd < 0) {
-		ret = DCR_ERR(-errno);
-		goto err_log;
-	}
-	ret = write_object(fd, data, len);
 	if (!ret && fchmod(fd, 0644) < 0)
 		ret = DCR_ERR(-errno);
 	if (!ret && fsync(fd) < 0)
@@ -251,6 +244,146 @@ err_unlink:
 	unlink(tmp);
 err_log:
 	dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
+	return ret;
+}
+
+static int dir_put(struct dcr_store *st, const char *key, const void *data,
+		   uint64_t len, int flags)
+{
+	struct dcr_dir_store *d = to_dir(st);
+	char tmp[PATH_MAX];
+	int fd, ret;
+
+	if (!key_valid(key))
+		return DCR_ERR(-EINVAL);
+	fd = open_tmp(d, tmp, sizeof(tmp));
+	if (fd < 0) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
+		return ret;
+	}
+	ret = write_object(fd, data, len);
+	if (ret) {
+		close(fd);
+		unlink(tmp);
+		dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
+		return ret;
+	}
+	return finish_object(d, fd, tmp, key, flags);
+}
+
+/* ---------------------------------------------- objects written in parts */
+
+struct dcr_put {
+	struct dcr_dir_store *d;
+	int fd;
+	int direct;        /* O_DIRECT on fd: 1 set, 0 not, -1 refused */
+	uint64_t len;      /* bytes written */
+	char tmp[PATH_MAX];
+};
+
+static int dir_put_open(struct dcr_store *st, struct dcr_put **out)
+{
+	struct dcr_put *p = calloc(1, sizeof(*p));
+	int ret;
+
+	*out = NULL;
+	if (!p)
+		return DCR_ERR(-ENOMEM);
+	p->d = to_dir(st);
+	p->fd = open_tmp(p->d, p->tmp, sizeof(p->tmp));
+	if (p->fd < 0) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: cannot start an object in %s/%s: %s", st->url,
+			p->d->root, TMP_DIR, dcr_strerror(ret));
+		free(p);
+		return ret;
+	}
+	*out = p;
+	return 0;
+}
+
+/* Turn O_DIRECT on @p's descriptor on or off, as far as the file system
+ * lets it; whether it is on after the call. */
+static bool set_direct(struct dcr_put *p, bool on)
+{
+	int want = on ? 1 : 0, fl;
+
+	if (p->direct == want || p->direct < 0)
+		return p->direct == 1; /* as asked, or refused: never on */
+	if ((fl = fcntl(p->fd, F_GETFL)) < 0 ||
+	    fcntl(p->fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT) < 0) {
+		if (on)
+			p->direct = -1; /* refused (tmpfs ...): never again */
+		return p->direct == 1;
+	}
+	p->direct = want;
+	return on;
+}
+
+/*
+ * Aligned parts at aligned offsets (the pack writer's) go around the page
+ * cache, as write_object's bulk does; the rest, and everything on a file
+ * system that refuses direct I/O, through it. Bytes are the same either
+ * way. After a failure the object is unusable: the caller aborts it.
+ */
+static int dir_put_write(struct dcr_put *p, const void *data, size_t len)
+{
+	const uint8_t *b = data;
+	uint64_t end = p->len + len;
+	int ret = 0;
+
+	if (len >= DCR_PUT_ALIGN && len % DCR_PUT_ALIGN == 0 &&
+	    p->len % DCR_PUT_ALIGN == 0 && (uintptr_t)b % DCR_PUT_ALIGN == 0 &&
+	    set_direct(p, true)) {
+		while (len) {
+			ssize_t w = write(p->fd, b, len);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0 || (size_t)w % DCR_PUT_ALIGN)
+				break;
+			b += w;
+			len -= (size_t)w;
+		}
+		/* Short or refused: on from where it stopped, which must
+		 * be a whole block (else the bytes there are unknown). */
+		off_t at = len ? lseek(p->fd, 0, SEEK_CUR) : 0;
+		if (at < 0)
+			ret = DCR_ERR(-errno);
+		else if (at % DCR_PUT_ALIGN)
+			ret = DCR_ERR(-EIO);
+	}
+	if (!ret && len && set_direct(p, false))
+		ret = DCR_ERR(-EIO); /* cannot leave direct I/O for the tail */
+	if (!ret && len)
+		ret = dcr_write_full(p->fd, b, len);
+	if (!ret)
+		p->len = end;
+	if (ret)
+		dcr_err("%s: cannot write %s: %s", p->d->base.url, p->tmp,
+			dcr_strerror(ret));
+	return ret;
+}
+
+static void dir_put_abort(struct dcr_put *p)
+{
+	if (!p)
+		return;
+	close(p->fd);
+	unlink(p->tmp);
+	free(p);
+}
+
+static int dir_put_finish(struct dcr_put *p, const char *key, int flags)
+{
+	int ret;
+
+	if (!key_valid(key)) {
+		dir_put_abort(p);
+		return DCR_ERR(-EINVAL);
+	}
+	ret = finish_object(p->d, p->fd, p->tmp, key, flags);
+	free(p);
 	return ret;
 }
 
@@ -464,6 +597,10 @@ static const struct dcr_store_ops dir_ops = {
 	.name = "dir",
 	.get = dir_get,
 	.put = dir_put,
+	.put_open = dir_put_open,
+	.put_write = dir_put_write,
+	.put_finish = dir_put_finish,
+	.put_abort = dir_put_abort,
 	.head = dir_head,
 	.list = dir_list,
 	.del = dir_del,

@@ -238,6 +238,64 @@ static void test_mtime_and_partial(void **state)
 	assert_int_equal(s.n, 0);
 }
 
+/*
+ * An object written in parts: nothing is visible (or listed as done)
+ * before put_finish, every mix of aligned parts (O_DIRECT) and unaligned
+ * ones at any offset stores the exact bytes, finish with IF_ABSENT loses
+ * to an existing key, and an aborted one leaves nothing behind.
+ */
+static void test_put_stream(void **state)
+{
+	struct fx *f = *state;
+	const size_t parts[] = { 8192, 100, 4096, 1u << 20, 4095, 4096, 3 };
+	struct seen s = { 0 };
+	struct dcr_put *p;
+	uint8_t *a = NULL;
+	struct dcr_buf b;
+	size_t at = 0;
+	uint64_t size;
+
+	assert_true(dcr_store_can_stream(f->st));
+	assert_int_equal(posix_memalign((void **)&a, 4096, 2u << 20), 0);
+	for (size_t i = 0; i < (2u << 20); i++)
+		a[i] = (uint8_t)(i * 2654435761u >> 13);
+	assert_int_equal(dcr_store_put_open(f->st, &p), 0);
+	for (size_t k = 0; k < DCR_ARRAY_SIZE(parts); k++) {
+		/* aligned in memory whenever the part is a whole block */
+		const uint8_t *src = a + (parts[k] % 4096 ? 16 : 0);
+		assert_int_equal(dcr_store_put_write(f->st, p, src, parts[k]), 0);
+		at += parts[k];
+	}
+	assert_int_equal(dcr_store_head(f->st, "packs/s", &size), -ENOENT);
+	assert_int_equal(dcr_store_list_partial(f->st, remember, &s), 0);
+	assert_int_equal(s.n, 1); /* in .tmp/ until finished */
+	assert_int_equal(dcr_store_put_finish(f->st, p, "packs/s", DCR_PUT_IF_ABSENT), 0);
+	dcr_buf_init(&b, 4u << 20);
+	assert_int_equal(dcr_store_get(f->st, "packs/s", 0, DCR_GET_ALL, &b), 0);
+	assert_int_equal(b.len, at);
+	at = 0;
+	for (size_t k = 0; k < DCR_ARRAY_SIZE(parts); k++) {
+		const uint8_t *src = a + (parts[k] % 4096 ? 16 : 0);
+		assert_memory_equal(b.data + at, src, parts[k]);
+		at += parts[k];
+	}
+	/* IF_ABSENT: the second loses, and leaves no temporary. */
+	assert_int_equal(dcr_store_put_open(f->st, &p), 0);
+	assert_int_equal(dcr_store_put_write(f->st, p, "x", 1), 0);
+	assert_int_equal(dcr_store_put_finish(f->st, p, "packs/s", DCR_PUT_IF_ABSENT), -EEXIST);
+	/* Aborted: nothing. A bad key: refused, nothing. */
+	assert_int_equal(dcr_store_put_open(f->st, &p), 0);
+	assert_int_equal(dcr_store_put_write(f->st, p, a, 4096), 0);
+	dcr_store_put_abort(f->st, p);
+	assert_int_equal(dcr_store_put_open(f->st, &p), 0);
+	assert_int_equal(dcr_store_put_finish(f->st, p, "../x", 0), -EINVAL);
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(dcr_store_list_partial(f->st, remember, &s), 0);
+	assert_int_equal(s.n, 0);
+	dcr_buf_free(&b);
+	free(a);
+}
+
 static void test_list_and_latest(void **state)
 {
 	struct fx *f = *state;
@@ -385,6 +443,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_put_get_head_del, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_put_large, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_put_stream, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_if_absent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_if_absent_race, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_list_and_latest, setup, teardown),

@@ -206,12 +206,162 @@ static void test_pack_name_forms(void **state)
 	dcr_buf_free(&b);
 }
 
+/* A store that puts whole buffers only: @in's ops without put_open. */
+struct bstore {
+	struct dcr_store base;
+	struct dcr_store *in;
+};
+
+static struct dcr_store *inner(struct dcr_store *st)
+{
+	return ((struct bstore *)st)->in;
+}
+
+static int b_get(struct dcr_store *st, const char *key, uint64_t off,
+		 uint64_t len, int64_t deadline, struct dcr_buf *out)
+{
+	return dcr_store_get_within(inner(st), key, off, len, deadline, out);
+}
+
+static int b_put(struct dcr_store *st, const char *key, const void *data,
+		 uint64_t len, int flags)
+{
+	return dcr_store_put(inner(st), key, data, len, flags);
+}
+
+static int b_head(struct dcr_store *st, const char *key, uint64_t *size)
+{
+	return dcr_store_head(inner(st), key, size);
+}
+
+static int b_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
+		  void *arg)
+{
+	return dcr_store_list(inner(st), prefix, fn, arg);
+}
+
+static int b_del(struct dcr_store *st, const char *key)
+{
+	return dcr_store_del(inner(st), key);
+}
+
+static void b_close(struct dcr_store *st)
+{
+	(void)st;
+}
+
+static const struct dcr_store_ops buffered_ops = {
+	.name = "buffered", .get = b_get, .put = b_put, .head = b_head,
+	.list = b_list, .del = b_del, .close = b_close,
+};
+
+#define BIG_FRAMES 20
+
+static int count_partial(const char *key, const struct dcr_obj_info *info,
+			 void *arg)
+{
+	(void)key;
+	(void)info;
+	++*(int *)arg;
+	return 0;
+}
+
+/* Append @n frames to a writer on @st with a 6 MiB target: their packs,
+ * offsets in @pack/@off, names in @names (packs in *@npacks). */
+static void write_big(struct dcr_store *st, struct dcr_buf *frames,
+		      uint8_t (*fh)[DCR_HASH_LEN], int n, uint32_t *pack,
+		      uint64_t *off, uint8_t (*names)[DCR_HASH_LEN],
+		      uint32_t *npacks)
+{
+	struct dcr_packw_opts o = { .st = st, .frame_max = DCR_CHUNK_MAX + 4096,
+				    .target = 6u << 20, .uploads = 2 };
+	struct dcr_packw *w;
+
+	assert_int_equal(dcr_packw_new(&o, &w), 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(dcr_packw_append(w, frames[i].data, frames[i].len,
+						  fh[i], &pack[i], &off[i]), 0);
+	assert_int_equal(dcr_packw_finish(w), 0);
+	*npacks = dcr_packw_count(w);
+	memcpy(names, dcr_packw_hashes(w), (size_t)*npacks * DCR_HASH_LEN);
+	dcr_packw_free(w);
+}
+
+/*
+ * A store that takes objects in parts gets the packs streamed (a few MiB
+ * at a time from one buffer, not whole packs): the same packs, names,
+ * offsets and bytes as a store that takes whole buffers, over several
+ * packs and many parts, and no temporary is left.
+ */
+static void test_streamed_equals_buffered(void **state)
+{
+	struct fx *f = *state;
+	struct bstore bs = { { &buffered_ops, f->st->url }, NULL };
+	struct dcr_codec *c = dcr_codec_new(0);
+	struct dcr_buf frames[BIG_FRAMES], b1, b2;
+	uint8_t fh[BIG_FRAMES][DCR_HASH_LEN], n1[BIG_FRAMES][DCR_HASH_LEN],
+		n2[BIG_FRAMES][DCR_HASH_LEN];
+	uint32_t p1[BIG_FRAMES], p2[BIG_FRAMES], np1, np2;
+	uint64_t o1[BIG_FRAMES], o2[BIG_FRAMES];
+	uint8_t *chunk = malloc(DCR_CHUNK_MAX);
+	char path[PATH_MAX], key[80];
+	int kind;
+
+	assert_non_null(c);
+	assert_non_null(chunk);
+	snprintf(path, sizeof(path), "%s/store2", f->root);
+	assert_int_equal(dcr_dir_open(path, 1, &bs.in), 0);
+	assert_true(dcr_store_can_stream(f->st));
+	assert_false(dcr_store_can_stream(&bs.base));
+	for (int i = 0; i < BIG_FRAMES; i++) {
+		size_t len = (1u << 20) - (size_t)i * 777; /* odd lengths */
+		tu_fill(chunk, len, (uint64_t)i + 100);
+		dcr_buf_init(&frames[i], DCR_CHUNK_MAX + 4096);
+		assert_int_equal(dcr_frame_encode(c, chunk, NULL, len, &frames[i], &kind), 0);
+		dcr_sha256(frames[i].data, frames[i].len, fh[i]);
+	}
+	write_big(f->st, frames, fh, BIG_FRAMES, p1, o1, n1, &np1);
+	write_big(&bs.base, frames, fh, BIG_FRAMES, p2, o2, n2, &np2);
+	assert_true(np1 >= 3);
+	assert_int_equal(np1, np2);
+	assert_memory_equal(n1, n2, (size_t)np1 * DCR_HASH_LEN);
+	assert_memory_equal(p1, p2, sizeof(p1));
+	assert_memory_equal(o1, o2, sizeof(o1));
+	dcr_buf_init(&b1, 16u << 20);
+	dcr_buf_init(&b2, 16u << 20);
+	for (uint32_t k = 0; k < np1; k++) {
+		dcr_pack_key(n1[k], key, sizeof(key));
+		dcr_buf_reset(&b1);
+		dcr_buf_reset(&b2);
+		assert_int_equal(dcr_store_get(f->st, key, 0, DCR_GET_ALL, &b1), 0);
+		assert_int_equal(dcr_store_get(bs.in, key, 0, DCR_GET_ALL, &b2), 0);
+		assert_int_equal(b1.len, b2.len);
+		assert_memory_equal(b1.data, b2.data, b1.len);
+	}
+	for (int i = 0; i < BIG_FRAMES; i++) {
+		dcr_pack_key(n1[p1[i]], key, sizeof(key));
+		dcr_buf_reset(&b1);
+		assert_int_equal(dcr_store_get(f->st, key, o1[i], frames[i].len, &b1), 0);
+		assert_memory_equal(b1.data, frames[i].data, frames[i].len);
+		dcr_buf_free(&frames[i]);
+	}
+	int left = 0;
+	assert_int_equal(dcr_store_list_partial(f->st, count_partial, &left), 0);
+	assert_int_equal(left, 0);
+	dcr_buf_free(&b1);
+	dcr_buf_free(&b2);
+	dcr_store_close(bs.in);
+	dcr_codec_free(c);
+	free(chunk);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_writer_names_by_frame_hashes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_refuses_non_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pack_name_forms, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_streamed_equals_buffered, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
