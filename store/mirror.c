@@ -221,11 +221,13 @@ static int mirror_get(struct dcr_store *st, const char *key, uint64_t off,
 		if (!usable(m, now))
 			continue; /* the next in the key's order takes it */
 		now = dcr_mono_ns();
+		/* No time to spare: the store, and no fault of the mirror's
+		 * (neither counted nor an incident). */
 		if (deadline && deadline - now < MIRROR_LEFT_MIN_NS)
-			ret = -ETIMEDOUT; /* no time to spare: the store */
-		else /* at most half of what is left: the store may need it */
-			ret = mirror_try(ms, m, key, off, len, deadline ?
-					 now + (deadline - now) / 2 : 0, out);
+			break;
+		/* at most half of what is left: the store may need it */
+		ret = mirror_try(ms, m, key, off, len, deadline ?
+				 now + (deadline - now) / 2 : 0, out);
 		if (ret == -ENOMEM || ret == -EFBIG)
 			return ret; /* ours, not the mirror's */
 		if (!ret) {
