@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "common.h"
 #include "frame.h"
 #include "manifest.h"
@@ -174,10 +175,17 @@ static void drop_job(void *ctx, void *arg)
 	free(sp);
 }
 
-int dcr_pack_name(const void *data, size_t len, uint8_t out[DCR_HASH_LEN])
+int dcr_pack_frames(const void *data, size_t len, uint8_t out[DCR_HASH_LEN],
+		    struct dcr_pack_frame **frames, size_t *n)
 {
 	const uint8_t *p = data;
+	struct dcr_pack_frame *fs = NULL;
+	size_t nf = 0, cap = 0;
 
+	if (frames)
+		*frames = NULL;
+	if (n)
+		*n = 0;
 	if (len < DCR_PACK_HDR_LEN || memcmp(p, DCR_PACK_MAGIC, DCR_PACK_HDR_LEN)) {
 		dcr_sha256(data, len, out);
 		return 0;
@@ -193,16 +201,36 @@ int dcr_pack_name(const void *data, size_t len, uint8_t out[DCR_HASH_LEN])
 	while (off < len) {
 		if (dcr_frame_parse_hdr(p + off, len - off, &h)) {
 			dcr_sha256_free(c);
+			free(fs);
 			return DCR_ERR(-EBADMSG);
 		}
-		size_t n = DCR_FRAME_HDR_LEN + (size_t)h.payload_len;
-		dcr_sha256(p + off, n, fh);
+		size_t fl = DCR_FRAME_HDR_LEN + (size_t)h.payload_len;
+		dcr_sha256(p + off, fl, fh);
 		dcr_sha256_update(c, fh, DCR_HASH_LEN);
-		off += n;
+		if (frames) {
+			if (dcr_array_grow(&fs, sizeof(*fs), nf, &cap)) {
+				dcr_sha256_free(c);
+				free(fs);
+				return DCR_ERR(-ENOMEM);
+			}
+			fs[nf].off = off;
+			fs[nf].len = fl;
+			memcpy(fs[nf++].hash, fh, DCR_HASH_LEN);
+		}
+		off += fl;
 	}
 	dcr_sha256_final(c, out);
 	dcr_sha256_free(c);
+	if (frames)
+		*frames = fs;
+	if (n)
+		*n = nf;
 	return 0;
+}
+
+int dcr_pack_name(const void *data, size_t len, uint8_t out[DCR_HASH_LEN])
+{
+	return dcr_pack_frames(data, len, out, NULL, NULL);
 }
 
 int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out)

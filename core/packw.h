@@ -57,6 +57,24 @@
  */
 int dcr_pack_name(const void *data, size_t len, uint8_t out[DCR_HASH_LEN]);
 
+/** One frame of a "DCRPACK2" pack, as dcr_pack_frames finds it. */
+struct dcr_pack_frame {
+	uint64_t off, len;             /* in the pack's bytes */
+	uint8_t hash[DCR_HASH_LEN];    /* SHA-256 of those bytes */
+};
+
+/**
+ * dcr_pack_frames - dcr_pack_name of @data[0..len) that also hands back,
+ * for a "DCRPACK2" pack, each frame's place and SHA-256 (the hashes the
+ * name is made of), in increasing offset order, in *@frames (malloc'ed;
+ * the caller frees it) and their count in *@n: a check of a frame
+ * against its manifest hash then needs no second pass over its bytes
+ * (store/verify.c). For the other forms *@frames is NULL and *@n 0.
+ * Returns as dcr_pack_name. Thread-safe.
+ */
+int dcr_pack_frames(const void *data, size_t len, uint8_t out[DCR_HASH_LEN],
+		    struct dcr_pack_frame **frames, size_t *n);
+
 struct dcr_packw;
 
 /** How a pack writer is made (see dcr_packw_new). */

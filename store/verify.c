@@ -203,10 +203,30 @@ static int verify_refs(struct verify *w)
 	return 0;
 }
 
-/* Check one frame of a pack already fetched; 0 or a reason. */
+/* The SHA-256 of the frame at [@off, @off+@len) of a pack, if the pack's
+ * naming found one there (@fs[0..n), by offset); NULL if not. */
+static const uint8_t *known_hash(const struct dcr_pack_frame *fs, size_t n,
+				 uint64_t off, uint64_t len)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (fs[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && fs[lo].off == off && fs[lo].len == len ? fs[lo].hash : NULL;
+}
+
+/* Check one frame of a pack already fetched, whose frames' hashes
+ * dcr_pack_frames gave in @fs[0..nfs) (none for the older forms); 0 or
+ * a reason. */
 static const char *check_frame(struct verify *w, struct dcr_codec *codec,
 			       const struct dcr_buf *pk, const struct fref *r,
-			       uint8_t *chunk)
+			       uint8_t *chunk, const struct dcr_pack_frame *fs,
+			       size_t nfs)
 {
 	const struct dcr_manifest *m = &w->ix->vs[r->vi].m;
 	const struct dcr_file *f = &m->files[r->f];
@@ -221,8 +241,13 @@ static const char *check_frame(struct verify *w, struct dcr_codec *codec,
 	if (dcr_frame_parse_hdr(p, r->len, &h) || h.raw_len != len)
 		return "frame header is malformed";
 	if (m->format >= 2) {
-		dcr_sha256(p, r->len, hash);
-		return dcr_hash_eq(hash, cr->fhash) ? NULL : "frame does not match its SHA-256";
+		/* Hashed from these bytes already, to check the pack's name. */
+		const uint8_t *known = known_hash(fs, nfs, r->off, r->len);
+		if (!known) {
+			dcr_sha256(p, r->len, hash);
+			known = hash;
+		}
+		return dcr_hash_eq(known, cr->fhash) ? NULL : "frame does not match its SHA-256";
 	}
 	/* format 1: no frame hash; a full frame must give the chunk's SHA-256 */
 	memset(chunk, 0, len);
@@ -295,17 +320,21 @@ static int verify_packs(struct verify *w)
 		w->packs_checked++;
 		w->bytes_checked += pk.len;
 		uint8_t h[DCR_HASH_LEN];
-		ret = dcr_pack_name(pk.data, pk.len, h);
+		struct dcr_pack_frame *fs = NULL;
+		size_t nfs = 0;
+		ret = dcr_pack_frames(pk.data, pk.len, h, &fs, &nfs);
 		if (ret == -ENOMEM)
 			goto err_free_buf;
 		if (ret || !dcr_hash_eq(h, w->refs[i].pack))
 			add_cause(w, key, "content does not match its name");
 		for (size_t x = i; x < j; x++) {
-			const char *why = check_frame(w, codec, &pk, &w->refs[x], chunk);
+			const char *why = check_frame(w, codec, &pk, &w->refs[x],
+						      chunk, fs, nfs);
 			if (why)
 				set_cause(w, &w->refs[x], add_cause(w, key, "%s (at offset %" PRIu64 ")",
 								 why, w->refs[x].off));
 		}
+		free(fs);
 	}
 	dcr_pg_report(w->pg, DCR_PG_LAST, "check packs", done, total, NULL);
 	ret = 0;

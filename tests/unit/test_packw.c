@@ -139,6 +139,20 @@ static void test_writer_names_by_frame_hashes(void **state)
 		assert_memory_equal(name, want, DCR_HASH_LEN);
 		assert_int_equal(dcr_pack_name(b.data, b.len, got), 0);
 		assert_memory_equal(got, want, DCR_HASH_LEN);
+		/* and the frames it was named from, by place */
+		struct dcr_pack_frame *fs;
+		size_t nfs;
+		assert_int_equal(dcr_pack_frames(b.data, b.len, got, &fs, &nfs), 0);
+		assert_memory_equal(got, want, DCR_HASH_LEN);
+		assert_int_equal(nfs, NFRAMES);
+		off = DCR_PACK_HDR_LEN;
+		for (int i = 0; i < NFRAMES; i++) {
+			assert_int_equal(fs[i].off, off);
+			assert_int_equal(fs[i].len, f->frame[i].len);
+			assert_memory_equal(fs[i].hash, f->fhash[i], DCR_HASH_LEN);
+			off += f->frame[i].len;
+		}
+		free(fs);
 		dcr_buf_free(&b);
 	}
 }
@@ -183,6 +197,11 @@ static void test_pack_name_forms(void **state)
 	assert_int_equal(dcr_pack_name(b.data, b.len, got), 0);
 	assert_memory_equal(got, want, DCR_HASH_LEN);
 	assert_memory_not_equal(got, name, DCR_HASH_LEN);
+	struct dcr_pack_frame *fs = (void *)1;
+	size_t nfs = 1;
+	assert_int_equal(dcr_pack_frames(b.data, b.len, got, &fs, &nfs), 0);
+	assert_null(fs); /* the old form has no frame list */
+	assert_int_equal(nfs, 0);
 	/* no header (older compaction): the same */
 	dcr_sha256(b.data + DCR_PACK_HDR_LEN, b.len - DCR_PACK_HDR_LEN, want);
 	assert_int_equal(dcr_pack_name(b.data + DCR_PACK_HDR_LEN,
