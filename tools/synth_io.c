@@ -2,8 +2,8 @@
 /*
  * synth_io.c - dcrfs-synth's file helpers: files mapped for reading,
  * created mapped at a fixed size, or mapped in place; whole-file write
- * and copy (synth.h). They return 0 or -errno and log nothing: the
- * caller names the file.
+ * and copy (synth.h), their writes through core's dcr_write_full.
+ * They return 0 or -errno and log nothing: the caller names the file.
  */
 #include "config.h"
 
@@ -14,6 +14,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "synth.h"
 
 int map_read(const char *path, struct map *m)
@@ -117,25 +118,14 @@ int map_close(struct map *m)
 int write_file(const char *path, const void *data, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	const uint8_t *p = data;
+	int e;
 
 	if (fd < 0)
 		return -errno;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			int e = -errno;
-			close(fd);
-			return e;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	if (close(fd) < 0)
-		return -errno;
-	return 0;
+	e = dcr_write_full(fd, data, len);
+	if (close(fd) < 0 && !e)
+		e = -errno;
+	return e;
 }
 
 int copy_file(const char *src, const char *dst, mode_t mode)
@@ -161,18 +151,9 @@ int copy_file(const char *src, const char *dst, mode_t mode)
 		}
 		if (n == 0)
 			break;
-		for (ssize_t w = 0; w < n;) {
-			ssize_t k = write(out, buf + w, (size_t)(n - w));
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k < 0) {
-				e = -errno;
-				goto done;
-			}
-			w += k;
-		}
+		if ((e = dcr_write_full(out, buf, (size_t)n)))
+			break;
 	}
-done:
 	close(in);
 	if (close(out) < 0 && !e)
 		e = -errno;
