@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "buf.h"
 #include "fileio.h"
 #include "hash.h"
 #include "synth.h"
@@ -68,13 +69,9 @@ static int load_ckpt(const char *dir, struct ckpt_file **out, size_t *nout)
 			continue;
 		}
 		free(p);
-		if (n == cap) {
-			cap = cap ? cap * 2 : 16;
-			fs = realloc(fs, cap * sizeof(*fs));
-			if (!fs) {
-				die_msg("out of memory");
-				exit(1);
-			}
+		if (dcr_array_grow(&fs, sizeof(*fs), n, &cap)) {
+			die_msg("out of memory");
+			exit(1);
 		}
 		memset(&fs[n], 0, sizeof(fs[n]));
 		fs[n].name = xstrdup(de->d_name);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "synth.h"
 
 /* Bytes per element of the formats simulated (BF16, F16, F32); 0 else. */
@@ -21,13 +22,9 @@ unsigned sim_width(const struct tensor *t)
 
 struct tensor *stfile_add(struct stfile *f)
 {
-	if (f->n == f->cap) {
-		f->cap = f->cap ? f->cap * 2 : 64;
-		f->t = realloc(f->t, f->cap * sizeof(*f->t));
-		if (!f->t) {
-			die_msg("out of memory");
-			exit(1);
-		}
+	if (dcr_array_grow(&f->t, sizeof(*f->t), f->n, &f->cap)) {
+		die_msg("out of memory");
+		exit(1);
 	}
 	memset(&f->t[f->n], 0, sizeof(f->t[0]));
 	return &f->t[f->n++];
