@@ -5,7 +5,7 @@
  *
  *   synth_main.c    usage, option parsing, main
  *   synth_util.c    messages, allocation that exits on failure, a
- *                   growing string, path joining, the clock
+ *                   growing string, path joining
  *   synth_io.c      files mapped for reading, writing or in place;
  *                   whole-file write and copy
  *   synth_tensor.c  the tensor list of one safetensors file (built,
@@ -79,9 +79,6 @@ void *xcalloc(size_t n, size_t sz);
 
 /** path_join - "@a/@b", malloc'ed (the caller frees it); exits on OOM. */
 char *path_join(const char *a, const char *b);
-
-/** now_s - the monotonic clock in seconds, for the rates printed. */
-double now_s(void);
 
 /* ------------------------------------------------------------ tensors */
 

@@ -281,7 +281,7 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 	struct stfile all = { 0 };
 	struct sbuf sb = { 0 };
 	uint64_t total = 0, written = 0;
-	double t0 = now_s();
+	int64_t t0 = dcr_mono_ns();
 	int e;
 	char hs[32];
 
@@ -368,7 +368,7 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 	if ((e = write_text(outdir, "tokenizer.json", &sb)))
 		goto err;
 
-	double dt = now_s() - t0;
+	double dt = (double)(dcr_mono_ns() - t0) * 1e-9;
 	msg("init: hidden %" PRIu64 ", %" PRIu64 " layer%s, intermediate %" PRIu64
 	    ", vocab %" PRIu64 ", %zu tensors in %u file%s: %s in %.2f s (%.0f MB/s)",
 	    a.h, a.layers, a.layers == 1 ? "" : "s", a.inter, a.vocab, all.n, shards, shards > 1 ? "s" : "",

@@ -183,7 +183,7 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 	uint64_t n16 = 0, c16 = 0, n32 = 0, c32 = 0, resynced = 0;
 	uint8_t lh[DCR_HASH_LEN];
 	struct stat si, so;
-	double t0 = now_s();
+	int64_t t0 = dcr_mono_ns();
 	int rc = 1, e;
 
 	if (stat(indir, &si) < 0 || !S_ISDIR(si.st_mode)) {
@@ -307,7 +307,7 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 			    "checkpoint and were reset from it", resynced);
 	}
 
-	double dt = now_s() - t0;
+	double dt = (double)(dcr_mono_ns() - t0) * 1e-9;
 	char hs[32];
 	if (adam)
 		msg("step %" PRIu64 ": adam lr %g, state %s", step, (double)lr, state);

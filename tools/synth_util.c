@@ -1,14 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * synth_util.c - dcrfs-synth's messages, allocation that exits on
- * failure, the growing string, path joining and the clock (synth.h).
+ * failure, the growing string and path joining (synth.h).
  */
 #include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "synth.h"
 
@@ -100,12 +99,4 @@ char *path_join(const char *a, const char *b)
 	p[la] = '/';
 	memcpy(p + la + 1, b, lb);
 	return p;
-}
-
-double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
