@@ -4,8 +4,8 @@
  * described in synth_main.c).
  *
  *   synth_main.c    usage, option parsing, main
- *   synth_util.c    messages, allocation that exits on failure, a
- *                   growing string, path joining
+ *   synth_util.c    messages, allocation that exits on failure, text
+ *                   built in memory, path joining
  *   synth_io.c      files mapped for reading, writing or in place;
  *                   whole-file write and copy
  *   synth_tensor.c  the tensor list of one safetensors file (built,
@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "common.h"
@@ -55,18 +56,33 @@ void msg(const char *fmt, ...) DCR_PRINTF(1, 2);
  */
 void die_msg(const char *fmt, ...) DCR_PRINTF(1, 2);
 
-/* A growing NUL-terminated string: @p (malloc'ed, NULL while empty),
- * @len bytes used, @cap allocated. Zero-initialise; free(@p) when done. */
-struct sbuf {
+/*
+ * Text built in memory the way the rest of the tree builds it (core's
+ * safetensors header, the mount's status.json): fprintf to @f, an
+ * open_memstream stream, and dcr_json_str (core/json.h) for a JSON
+ * string; text_done then leaves it in @p[0..@len). Zero-initialise.
+ */
+struct text {
+	FILE *f;
 	char *p;
-	size_t len, cap;
+	size_t len;
 };
 
 /**
- * sb_printf - append the formatted text to @b, growing it. Exits the
+ * text_start - free what @t held and open its stream, empty. Exits the
  * program (status 1, message printed) when out of memory.
  */
-void sb_printf(struct sbuf *b, const char *fmt, ...) DCR_PRINTF(2, 3);
+void text_start(struct text *t);
+
+/**
+ * text_done - close @t's stream: its text in @t->p (NUL-terminated,
+ * @t->len bytes; text_free frees it). Exits the program (status 1,
+ * message printed) if a write to the stream failed (out of memory).
+ */
+void text_done(struct text *t);
+
+/** text_free - close @t's stream if open, free its text; @t is zeroed. */
+void text_free(struct text *t);
 
 /** xstrdup - strdup(@s), or exit(1) with a message when out of memory. */
 char *xstrdup(const char *s);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fileio.h"
+#include "json.h"
 #include "stwriter.h"
 #include "synth.h"
 
@@ -198,53 +199,53 @@ static int write_safetensors(const char *path, struct stfile *f, uint64_t seed,
 	return e;
 }
 
-static void json_config(struct sbuf *sb, const struct arch *a, uint64_t seed)
+static void json_config(FILE *f, const struct arch *a, uint64_t seed)
 {
-	sb_printf(sb,
-		  "{\n"
-		  "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-		  "  \"model_type\": \"llama\",\n"
-		  "  \"hidden_size\": %" PRIu64 ",\n"
-		  "  \"intermediate_size\": %" PRIu64 ",\n"
-		  "  \"num_hidden_layers\": %" PRIu64 ",\n"
-		  "  \"num_attention_heads\": %" PRIu64 ",\n"
-		  "  \"num_key_value_heads\": %" PRIu64 ",\n"
-		  "  \"head_dim\": %" PRIu64 ",\n"
-		  "  \"vocab_size\": %" PRIu64 ",\n"
-		  "  \"hidden_act\": \"silu\",\n"
-		  "  \"max_position_embeddings\": 4096,\n"
-		  "  \"rms_norm_eps\": 1e-05,\n"
-		  "  \"rope_theta\": 10000.0,\n"
-		  "  \"tie_word_embeddings\": false,\n"
-		  "  \"bos_token_id\": 1,\n"
-		  "  \"eos_token_id\": 2,\n"
-		  "  \"torch_dtype\": \"bfloat16\",\n"
-		  "  \"dcrfs_synth_seed\": %" PRIu64 "\n"
-		  "}\n",
-		  a->h, a->inter, a->layers, a->heads, a->kv_heads, a->head_dim,
-		  a->vocab, seed);
+	fprintf(f,
+		"{\n"
+		"  \"architectures\": [\"LlamaForCausalLM\"],\n"
+		"  \"model_type\": \"llama\",\n"
+		"  \"hidden_size\": %" PRIu64 ",\n"
+		"  \"intermediate_size\": %" PRIu64 ",\n"
+		"  \"num_hidden_layers\": %" PRIu64 ",\n"
+		"  \"num_attention_heads\": %" PRIu64 ",\n"
+		"  \"num_key_value_heads\": %" PRIu64 ",\n"
+		"  \"head_dim\": %" PRIu64 ",\n"
+		"  \"vocab_size\": %" PRIu64 ",\n"
+		"  \"hidden_act\": \"silu\",\n"
+		"  \"max_position_embeddings\": 4096,\n"
+		"  \"rms_norm_eps\": 1e-05,\n"
+		"  \"rope_theta\": 10000.0,\n"
+		"  \"tie_word_embeddings\": false,\n"
+		"  \"bos_token_id\": 1,\n"
+		"  \"eos_token_id\": 2,\n"
+		"  \"torch_dtype\": \"bfloat16\",\n"
+		"  \"dcrfs_synth_seed\": %" PRIu64 "\n"
+		"}\n",
+		a->h, a->inter, a->layers, a->heads, a->kv_heads, a->head_dim,
+		a->vocab, seed);
 }
 
 /* A small BPE-looking tokenizer.json: specials, byte tokens, syllables. */
-static void json_tokenizer(struct sbuf *sb, const struct arch *a)
+static void json_tokenizer(FILE *f, const struct arch *a)
 {
 	static const char cons[] = "bcdfghjklmnprstvwz";
 	static const char vow[] = "aeiou";
 	uint64_t n = DCR_MIN(a->vocab, 1024), id = 0;
 
-	sb_printf(sb, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n"
-		  "  \"padding\": null,\n  \"added_tokens\": [\n");
+	fprintf(f, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n"
+		"  \"padding\": null,\n  \"added_tokens\": [\n");
 	static const char *sp[] = { "<unk>", "<s>", "</s>" };
 	for (int i = 0; i < 3; i++)
-		sb_printf(sb, "    {\"id\": %d, \"content\": \"%s\", \"special\": true}%s\n",
-			  i, sp[i], i < 2 ? "," : "");
-	sb_printf(sb, "  ],\n  \"model\": {\n    \"type\": \"BPE\",\n"
-		  "    \"unk_token\": \"<unk>\",\n    \"byte_fallback\": true,\n"
-		  "    \"vocab\": {");
+		fprintf(f, "    {\"id\": %d, \"content\": \"%s\", \"special\": true}%s\n",
+			i, sp[i], i < 2 ? "," : "");
+	fprintf(f, "  ],\n  \"model\": {\n    \"type\": \"BPE\",\n"
+		"    \"unk_token\": \"<unk>\",\n    \"byte_fallback\": true,\n"
+		"    \"vocab\": {");
 	for (int i = 0; i < 3 && id < n; i++, id++)
-		sb_printf(sb, "%s\n      \"%s\": %" PRIu64, id ? "," : "", sp[i], id);
+		fprintf(f, "%s\n      \"%s\": %" PRIu64, id ? "," : "", sp[i], id);
 	for (unsigned byte = 0; byte < 256 && id < n; byte++, id++)
-		sb_printf(sb, ",\n      \"<0x%02X>\": %" PRIu64, byte, id);
+		fprintf(f, ",\n      \"<0x%02X>\": %" PRIu64, byte, id);
 	for (uint64_t k = 0; id < n; k++, id++) {
 		/* bijective base-90 syllable strings: unique by construction */
 		char s[32];
@@ -257,20 +258,33 @@ static void json_tokenizer(struct sbuf *sb, const struct arch *a)
 			x = x / 90;
 		} while (x-- > 0 && len < 28);
 		s[len] = 0;
-		sb_printf(sb, ",\n      \"%s%s\": %" PRIu64, k % 3 ? "" : "_", s, id);
+		fprintf(f, ",\n      \"%s%s\": %" PRIu64, k % 3 ? "" : "_", s, id);
 	}
-	sb_printf(sb, "\n    },\n    \"merges\": []\n  }\n}\n");
+	fprintf(f, "\n    },\n    \"merges\": []\n  }\n}\n");
 }
 
-static int write_text(const char *dir, const char *name, struct sbuf *sb)
+/* One "@sep\"@tensor\": \"@file\"" of the index's weight_map to @f. */
+static void index_entry(FILE *f, const char *sep, const char *tensor,
+			const char *file)
+{
+	fputs(sep, f);
+	dcr_json_str(f, tensor);
+	fputs(": ", f);
+	dcr_json_str(f, file);
+}
+
+/* Write @tx's text to @dir/@name; @tx is freed. 0 or -errno (logged). */
+static int write_text(const char *dir, const char *name, struct text *tx)
 {
 	char *p = path_join(dir, name);
-	int e = write_file(p, sb->p, sb->len);
+	int e;
 
+	text_done(tx);
+	e = write_file(p, tx->p, tx->len);
 	if (e)
 		die_msg("%s: %s", p, strerror(-e));
 	free(p);
-	sb->len = 0;
+	text_free(tx);
 	return e;
 }
 
@@ -279,7 +293,7 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 {
 	struct arch a;
 	struct stfile all = { 0 };
-	struct sbuf sb = { 0 };
+	struct text tx = { 0 }, idx = { 0 };
 	uint64_t total = 0, written = 0;
 	int64_t t0 = dcr_mono_ns();
 	int e;
@@ -300,10 +314,11 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 	/* split in model order, each shard closing at k/shards of the bytes */
 	size_t next = 0;
 	uint64_t acc = 0;
-	struct sbuf idx = { 0 };
-	if (shards > 1)
-		sb_printf(&idx, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n"
-			  "  \"weight_map\": {", total);
+	if (shards > 1) {
+		text_start(&idx);
+		fprintf(idx.f, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n"
+			"  \"weight_map\": {", total);
+	}
 	for (unsigned k = 1; k <= shards; k++) {
 		struct stfile f = { 0 };
 		char name[64];
@@ -322,8 +337,8 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 			t->name = xstrdup(all.t[next].name);
 			acc += t->nelem * sim_width(t);
 			if (shards > 1)
-				sb_printf(&idx, "%s\n    \"%s\": \"%s\"",
-					  next ? "," : "", t->name, name);
+				index_entry(idx.f, next ? ",\n    " : "\n    ",
+					    t->name, name);
 			next++;
 		}
 		if (k == shards) {
@@ -332,8 +347,7 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 				*t = all.t[next];
 				t->name = xstrdup(all.t[next].name);
 				if (shards > 1)
-					sb_printf(&idx, ",\n    \"%s\": \"%s\"",
-						  t->name, name);
+					index_entry(idx.f, ",\n    ", t->name, name);
 				next++;
 			}
 		}
@@ -346,26 +360,30 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 			goto err;
 	}
 	if (shards > 1) {
-		sb_printf(&idx, "\n  }\n}\n");
+		fputs("\n  }\n}\n", idx.f);
 		if ((e = write_text(outdir, "model.safetensors.index.json", &idx)))
 			goto err;
 	}
-	json_config(&sb, &a, seed);
-	if ((e = write_text(outdir, "config.json", &sb)))
+	text_start(&tx);
+	json_config(tx.f, &a, seed);
+	if ((e = write_text(outdir, "config.json", &tx)))
 		goto err;
-	sb_printf(&sb, "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n"
-		  "  \"do_sample\": true,\n  \"temperature\": 1.0,\n"
-		  "  \"top_p\": 1.0\n}\n");
-	if ((e = write_text(outdir, "generation_config.json", &sb)))
+	text_start(&tx);
+	fputs("{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n"
+	      "  \"do_sample\": true,\n  \"temperature\": 1.0,\n"
+	      "  \"top_p\": 1.0\n}\n", tx.f);
+	if ((e = write_text(outdir, "generation_config.json", &tx)))
 		goto err;
-	sb_printf(&sb, "{\n  \"tokenizer_class\": \"LlamaTokenizerFast\",\n"
-		  "  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n"
-		  "  \"unk_token\": \"<unk>\",\n  \"model_max_length\": 4096,\n"
-		  "  \"add_bos_token\": true\n}\n");
-	if ((e = write_text(outdir, "tokenizer_config.json", &sb)))
+	text_start(&tx);
+	fputs("{\n  \"tokenizer_class\": \"LlamaTokenizerFast\",\n"
+	      "  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n"
+	      "  \"unk_token\": \"<unk>\",\n  \"model_max_length\": 4096,\n"
+	      "  \"add_bos_token\": true\n}\n", tx.f);
+	if ((e = write_text(outdir, "tokenizer_config.json", &tx)))
 		goto err;
-	json_tokenizer(&sb, &a);
-	if ((e = write_text(outdir, "tokenizer.json", &sb)))
+	text_start(&tx);
+	json_tokenizer(tx.f, &a);
+	if ((e = write_text(outdir, "tokenizer.json", &tx)))
 		goto err;
 
 	double dt = (double)(dcr_mono_ns() - t0) * 1e-9;
@@ -374,13 +392,13 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 	    a.h, a.layers, a.layers == 1 ? "" : "s", a.inter, a.vocab, all.n, shards, shards > 1 ? "s" : "",
 	    dcr_format_size(written, hs, sizeof(hs)), dt,
 	    (double)written / 1e6 / (dt > 1e-9 ? dt : 1e-9));
-	free(sb.p);
-	free(idx.p);
+	text_free(&tx);
+	text_free(&idx);
 	stfile_free(&all);
 	return 0;
 err:
-	free(sb.p);
-	free(idx.p);
+	text_free(&tx);
+	text_free(&idx);
 	stfile_free(&all);
 	return 1;
 }

@@ -130,8 +130,10 @@ static void free_ckpt(struct ckpt_file *fs, size_t n)
 static void layout_hash(struct ckpt_file *fs, size_t n, uint64_t *nelem,
 			uint8_t out[DCR_HASH_LEN])
 {
-	struct sbuf sb = { 0 };
+	struct text tx = { 0 };
 	uint64_t idx = 0;
+
+	text_start(&tx);
 
 	for (size_t i = 0; i < n; i++) {
 		for (size_t k = 0; fs[i].st && k < fs[i].f.n; k++) {
@@ -140,14 +142,15 @@ static void layout_hash(struct ckpt_file *fs, size_t n, uint64_t *nelem,
 				continue;
 			t->st_index = idx;
 			idx += t->nelem;
-			sb_printf(&sb, "%s|%s|%s|", fs[i].name, t->name, t->dtype);
+			fprintf(tx.f, "%s|%s|%s|", fs[i].name, t->name, t->dtype);
 			for (int d = 0; d < t->ndim; d++)
-				sb_printf(&sb, "%" PRIu64 ",", t->shape[d]);
-			sb_printf(&sb, "\n");
+				fprintf(tx.f, "%" PRIu64 ",", t->shape[d]);
+			fputc('\n', tx.f);
 		}
 	}
-	dcr_sha256(sb.p ? sb.p : "", sb.len, out);
-	free(sb.p);
+	text_done(&tx);
+	dcr_sha256(tx.p, tx.len, out);
+	text_free(&tx);
 	*nelem = idx;
 }
 

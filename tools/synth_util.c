@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * synth_util.c - dcrfs-synth's messages, allocation that exits on
- * failure, the growing string and path joining (synth.h).
+ * failure, text built in memory and path joining (synth.h).
  */
 #include "config.h"
 
@@ -37,35 +37,35 @@ void die_msg(const char *fmt, ...)
 	va_end(ap);
 }
 
-/* ------------------------------------------------------------ strings */
+/* ------------------------------------------------------------ text */
 
-void sb_printf(struct sbuf *b, const char *fmt, ...)
+void text_start(struct text *t)
 {
-	va_list ap;
-	int n;
-
-	for (;;) {
-		va_start(ap, fmt);
-		n = vsnprintf(b->p ? b->p + b->len : NULL,
-			      b->p ? b->cap - b->len : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			abort();
-		if (b->p && b->len + (size_t)n < b->cap) {
-			b->len += (size_t)n;
-			return;
-		}
-		size_t ncap = b->cap ? b->cap * 2 : 4096;
-		while (ncap < b->len + (size_t)n + 1)
-			ncap *= 2;
-		char *np = realloc(b->p, ncap);
-		if (!np) {
-			die_msg("out of memory");
-			exit(1);
-		}
-		b->p = np;
-		b->cap = ncap;
+	text_free(t);
+	t->f = open_memstream(&t->p, &t->len);
+	if (!t->f) {
+		die_msg("out of memory");
+		exit(1);
 	}
+}
+
+void text_done(struct text *t)
+{
+	int e = fclose(t->f);
+
+	t->f = NULL;
+	if (e || !t->p) {
+		die_msg("out of memory");
+		exit(1);
+	}
+}
+
+void text_free(struct text *t)
+{
+	if (t->f)
+		fclose(t->f);
+	free(t->p);
+	*t = (struct text){ 0 };
 }
 
 char *xstrdup(const char *s)
