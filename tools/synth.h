@@ -167,8 +167,8 @@ struct map {
 
 /**
  * map_read - open @path and map it read-only, shared, into @m (a read
- * ahead advised). 0 or -errno, not logged; on error nothing is left open.
- * map_close it.
+ * ahead advised). 0 or -errno, not logged; on error nothing is left
+ * open and @m->fd is -1. map_close it.
  */
 int map_read(const char *path, struct map *m);
 
@@ -182,7 +182,7 @@ int map_rw(const char *path, struct map *m);
 /**
  * map_create - create (truncate) @path at @len bytes, its blocks
  * reserved (ENOSPC now, not SIGBUS later), mapped read-write, shared,
- * into @m. 0 or -errno, not logged. map_close it.
+ * into @m. 0 or -errno, not logged; on error @m->fd is -1. map_close it.
  */
 int map_create(const char *path, uint64_t len, struct map *m);
 

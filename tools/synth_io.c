@@ -20,27 +20,28 @@
 int map_read(const char *path, struct map *m)
 {
 	struct stat sb;
+	int e;
 
 	m->p = NULL;
 	m->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (m->fd < 0)
 		return -errno;
-	if (fstat(m->fd, &sb) < 0) {
-		int e = -errno;
-		close(m->fd);
-		return e;
-	}
+	if (fstat(m->fd, &sb) < 0)
+		goto err_close;
 	m->len = (uint64_t)sb.st_size;
 	if (m->len) {
 		m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED, m->fd, 0);
-		if (m->p == MAP_FAILED) {
-			int e = -errno;
-			close(m->fd);
-			return e;
-		}
+		if (m->p == MAP_FAILED)
+			goto err_close;
 		madvise(m->p, m->len, MADV_SEQUENTIAL);
 	}
 	return 0;
+err_close:
+	e = -errno;
+	close(m->fd);
+	m->fd = -1;
+	m->p = NULL;
+	return e;
 }
 
 /* Map an existing file read-write, shared (updated in place). */
@@ -88,18 +89,21 @@ int map_create(const char *path, uint64_t len, struct map *m)
 		if (e == EOPNOTSUPP || e == EINVAL)
 			e = ftruncate(m->fd, (off_t)len) ? errno : 0;
 		if (e) {
-			close(m->fd);
-			return -e;
+			errno = e;
+			goto err_close;
 		}
 		m->p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 			    MAP_SHARED, m->fd, 0);
-		if (m->p == MAP_FAILED) {
-			e = -errno;
-			close(m->fd);
-			return e;
-		}
+		if (m->p == MAP_FAILED)
+			goto err_close;
 	}
 	return 0;
+err_close:
+	e = -errno;
+	close(m->fd);
+	m->fd = -1;
+	m->p = NULL;
+	return e;
 }
 
 int map_close(struct map *m)
