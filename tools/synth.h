@@ -4,7 +4,7 @@
  * described in synth_main.c).
  *
  *   synth_main.c    usage, option parsing, main
- *   synth_util.c    messages, allocation that exits on failure, text
+ *   synth_util.c    notices, allocation that exits on failure, text
  *                   built in memory, path joining
  *   synth_io.c      files mapped for reading, writing or in place;
  *                   whole-file write and copy
@@ -46,15 +46,11 @@ extern int quiet;
 
 /**
  * msg - print "dcrfs-synth: " and the formatted statistics or notice
- * line to stderr, unless --quiet.
+ * line to stderr, unless --quiet. Errors go through core's dcr_err
+ * ("dcrfs-synth: error: ...", even with --quiet; main names the program
+ * with dcr_log_set_prog).
  */
 void msg(const char *fmt, ...) DCR_PRINTF(1, 2);
-
-/**
- * die_msg - print "dcrfs-synth: error: " and the formatted message to
- * stderr (even with --quiet). It does not exit: the caller returns.
- */
-void die_msg(const char *fmt, ...) DCR_PRINTF(1, 2);
 
 /*
  * Text built in memory the way the rest of the tree builds it (core's

@@ -176,13 +176,13 @@ static int write_safetensors(const char *path, struct stfile *f, uint64_t seed,
 	int e;
 
 	if ((e = st_header(f, &hdr))) {
-		die_msg("%s: cannot lay out its header: %s", path, strerror(-e));
+		dcr_err("%s: cannot lay out its header: %s", path, strerror(-e));
 		return e;
 	}
 	e = map_create(path, 8 + f->hdr_len + f->data_len, &m);
 	if (e) {
 		free(hdr);
-		die_msg("%s: %s", path, strerror(-e));
+		dcr_err("%s: %s", path, strerror(-e));
 		return e;
 	}
 	memcpy(m.p, hdr, 8 + f->hdr_len);
@@ -195,7 +195,7 @@ static int write_safetensors(const char *path, struct stfile *f, uint64_t seed,
 	run_work(&w, jobs);
 	e = map_close(&m);
 	if (e)
-		die_msg("%s: %s", path, strerror(-e));
+		dcr_err("%s: %s", path, strerror(-e));
 	return e;
 }
 
@@ -282,7 +282,7 @@ static int write_text(const char *dir, const char *name, struct text *tx)
 	text_done(tx);
 	e = write_file(p, tx->p, tx->len);
 	if (e)
-		die_msg("%s: %s", p, strerror(-e));
+		dcr_err("%s: %s", p, strerror(-e));
 	free(p);
 	text_free(tx);
 	return e;
@@ -301,7 +301,7 @@ int cmd_init(uint64_t size, uint64_t seed, unsigned shards, int jobs,
 
 	e = dcr_mkdir_p(outdir, 0755);
 	if (e) {
-		die_msg("%s: %s", outdir, strerror(-e));
+		dcr_err("%s: %s", outdir, strerror(-e));
 		return 1;
 	}
 	arch_for_size(size, &a);

@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 	}
 	if (argc < 2 || (strcmp(argv[1], "init") && strcmp(argv[1], "step"))) {
 		if (argc >= 2)
-			die_msg("unknown command '%s'", argv[1]);
+			dcr_err("unknown command '%s'", argv[1]);
 		usage(stderr);
 		return 2;
 	}
@@ -130,27 +130,27 @@ int main(int argc, char **argv)
 		switch (c) {
 		case O_SIZE:
 			if (dcr_parse_size(optarg, &size) || size == 0) {
-				die_msg("bad --size '%s'", optarg);
+				dcr_err("bad --size '%s'", optarg);
 				return 2;
 			}
 			have_size = true;
 			break;
 		case O_SEED:
 			if (dcr_parse_u64(optarg, &seed)) {
-				die_msg("bad --seed '%s'", optarg);
+				dcr_err("bad --seed '%s'", optarg);
 				return 2;
 			}
 			break;
 		case O_SHARDS:
 			if (dcr_parse_u64(optarg, &shards) || shards < 1 ||
 			    shards > 99999) {
-				die_msg("bad --shards '%s'", optarg);
+				dcr_err("bad --shards '%s'", optarg);
 				return 2;
 			}
 			break;
 		case O_JOBS:
 			if (dcr_parse_u64(optarg, &jobs) || jobs > MAX_JOBS) {
-				die_msg("bad --jobs '%s' (1..%d)", optarg, MAX_JOBS);
+				dcr_err("bad --jobs '%s' (1..%d)", optarg, MAX_JOBS);
 				return 2;
 			}
 			break;
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
 			else if (!strcmp(optarg, "uniform"))
 				adam = false;
 			else {
-				die_msg("bad --mode '%s' (adam or uniform)", optarg);
+				dcr_err("bad --mode '%s' (adam or uniform)", optarg);
 				return 2;
 			}
 			break;
@@ -177,7 +177,7 @@ int main(int argc, char **argv)
 			errno = 0;
 			lr = strtod(optarg, &end);
 			if (errno || *end || end == optarg || !(lr > 0) || lr > 1) {
-				die_msg("bad --lr '%s'", optarg);
+				dcr_err("bad --lr '%s'", optarg);
 				return 2;
 			}
 			break;
@@ -185,7 +185,7 @@ int main(int argc, char **argv)
 			errno = 0;
 			rate = strtod(optarg, &end);
 			if (errno || *end || end == optarg || !(rate >= 0) || rate > 1) {
-				die_msg("bad --rate '%s' (0..1)", optarg);
+				dcr_err("bad --rate '%s' (0..1)", optarg);
 				return 2;
 			}
 			break;
@@ -206,7 +206,7 @@ int main(int argc, char **argv)
 
 	if (!strcmp(cmd, "init")) {
 		if (!have_size || optind != argc - 1 || in || out || state) {
-			die_msg(!have_size ? "init needs --size" :
+			dcr_err(!have_size ? "init needs --size" :
 				"init takes --size, --seed, --shards and one OUTDIR");
 			usage(stderr);
 			return 2;
@@ -214,7 +214,7 @@ int main(int argc, char **argv)
 		return cmd_init(size, seed, (unsigned)shards, (int)jobs, argv[optind]);
 	}
 	if (!in || !out || optind != argc || have_size) {
-		die_msg("step needs --in DIR and --out DIR and no other argument");
+		dcr_err("step needs --in DIR and --out DIR and no other argument");
 		usage(stderr);
 		return 2;
 	}

@@ -53,7 +53,7 @@ static int load_ckpt(const char *dir, struct ckpt_file **out, size_t *nout)
 	size_t n = 0, cap = 0;
 
 	if (!d) {
-		die_msg("%s: %s", dir, strerror(errno));
+		dcr_err("%s: %s", dir, strerror(errno));
 		return -errno;
 	}
 	while ((de = readdir(d))) {
@@ -70,7 +70,7 @@ static int load_ckpt(const char *dir, struct ckpt_file **out, size_t *nout)
 		}
 		free(p);
 		if (dcr_array_grow(&fs, sizeof(*fs), n, &cap)) {
-			die_msg("out of memory");
+			dcr_err("out of memory");
 			exit(1);
 		}
 		memset(&fs[n], 0, sizeof(fs[n]));
@@ -96,12 +96,12 @@ static int load_ckpt(const char *dir, struct ckpt_file **out, size_t *nout)
 		p = path_join(dir, c->name);
 		e = map_read(p, &c->in);
 		if (e) {
-			die_msg("%s: %s", p, strerror(-e));
+			dcr_err("%s: %s", p, strerror(-e));
 			free(p);
 			return e;
 		}
 		if (st_parse(c->in.p, c->in.len, &c->f)) {
-			die_msg("%s: not a valid safetensors file", p);
+			dcr_err("%s: not a valid safetensors file", p);
 			free(p);
 			return -EBADMSG;
 		}
@@ -190,19 +190,19 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 	int rc = 1, e;
 
 	if (stat(indir, &si) < 0 || !S_ISDIR(si.st_mode)) {
-		die_msg("%s: not a directory", indir);
+		dcr_err("%s: not a directory", indir);
 		return 1;
 	}
 	if (load_ckpt(indir, &fs, &n))
 		goto out;
 	e = dcr_mkdir_p(outdir, 0755);
 	if (e) {
-		die_msg("%s: %s", outdir, strerror(-e));
+		dcr_err("%s: %s", outdir, strerror(-e));
 		goto out;
 	}
 	if (stat(outdir, &so) == 0 && so.st_dev == si.st_dev &&
 	    so.st_ino == si.st_ino) {
-		die_msg("--in and --out are the same directory");
+		dcr_err("--in and --out are the same directory");
 		goto out;
 	}
 	layout_hash(fs, n, &nelem, lh);
@@ -214,7 +214,7 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 			msg("step: no state at %s: warm start from the checkpoint",
 			    state);
 		} else if (e) {
-			die_msg("%s: %s", state, strerror(-e));
+			dcr_err("%s: %s", state, strerror(-e));
 			goto out;
 		} else if (st.len != ST_HDR_LEN + 12 * nelem ||
 			   memcmp(st.p, ST_MAGIC, 8) ||
@@ -234,7 +234,7 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 		if (!st_valid) {
 			e = map_create(state, ST_HDR_LEN + 12 * nelem, &st);
 			if (e) {
-				die_msg("%s: %s", state, strerror(-e));
+				dcr_err("%s: %s", state, strerror(-e));
 				goto out;
 			}
 			memcpy(st.p, ST_MAGIC, 8);
@@ -254,14 +254,14 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 		if (!c->st) {
 			e = copy_file(src, dst, c->mode);
 			if (e)
-				die_msg("%s: %s", dst, strerror(-e));
+				dcr_err("%s: %s", dst, strerror(-e));
 		} else {
 			struct map out;
 			struct work w;
 
 			e = map_create(dst, c->in.len, &out);
 			if (e) {
-				die_msg("%s: %s", dst, strerror(-e));
+				dcr_err("%s: %s", dst, strerror(-e));
 			} else {
 				/* header and unhandled tensors unchanged */
 				memcpy(out.p, c->in.p, c->in.len);
@@ -288,7 +288,7 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 				int e2 = map_close(&out);
 				e = e ? e : e2;
 				if (e)
-					die_msg("%s: %s", dst, strerror(-e));
+					dcr_err("%s: %s", dst, strerror(-e));
 			}
 		}
 		free(src);
@@ -302,7 +302,7 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 		dcr_put_le32(st.p + 12, 0);
 		e = map_close(&st);
 		if (e) {
-			die_msg("%s: %s", state, strerror(-e));
+			dcr_err("%s: %s", state, strerror(-e));
 			goto out;
 		}
 		if (resynced)

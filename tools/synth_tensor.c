@@ -23,7 +23,7 @@ unsigned sim_width(const struct tensor *t)
 struct tensor *stfile_add(struct stfile *f)
 {
 	if (dcr_array_grow(&f->t, sizeof(*f->t), f->n, &f->cap)) {
-		die_msg("out of memory");
+		dcr_err("out of memory");
 		exit(1);
 	}
 	memset(&f->t[f->n], 0, sizeof(f->t[0]));

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * synth_util.c - dcrfs-synth's messages, allocation that exits on
+ * synth_util.c - dcrfs-synth's notices (msg), allocation that exits on
  * failure, text built in memory and path joining (synth.h).
  */
 #include "config.h"
@@ -26,17 +26,6 @@ void msg(const char *fmt, ...)
 	va_end(ap);
 }
 
-void die_msg(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs(PROG ": error: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
-
 /* ------------------------------------------------------------ text */
 
 void text_start(struct text *t)
@@ -44,7 +33,7 @@ void text_start(struct text *t)
 	text_free(t);
 	t->f = open_memstream(&t->p, &t->len);
 	if (!t->f) {
-		die_msg("out of memory");
+		dcr_err("out of memory");
 		exit(1);
 	}
 }
@@ -55,7 +44,7 @@ void text_done(struct text *t)
 
 	t->f = NULL;
 	if (e || !t->p) {
-		die_msg("out of memory");
+		dcr_err("out of memory");
 		exit(1);
 	}
 }
@@ -73,7 +62,7 @@ char *xstrdup(const char *s)
 	char *d = strdup(s);
 
 	if (!d) {
-		die_msg("out of memory");
+		dcr_err("out of memory");
 		exit(1);
 	}
 	return d;
@@ -84,7 +73,7 @@ void *xcalloc(size_t n, size_t sz)
 	void *p = calloc(n ? n : 1, sz);
 
 	if (!p) {
-		die_msg("out of memory");
+		dcr_err("out of memory");
 		exit(1);
 	}
 	return p;
