@@ -54,7 +54,7 @@ static int scan_add(struct scan *s, const char *rel, const struct stat *sb)
 	c->ino = (uint64_t)sb->st_ino;
 	if (!(c->path = strdup(rel)))
 		return DCR_ERR(-ENOMEM);
-	if (!c->dir && asprintf((char **)&c->file, "%s/%s", s->root, rel) < 0) {
+	if (!c->dir && !(c->file = dcr_path_join(s->root, rel))) {
 		free((char *)c->path);
 		return DCR_ERR(-ENOMEM);
 	}

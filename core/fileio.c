@@ -34,6 +34,28 @@ int dcr_pread_full(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+int dcr_path_join_buf(char *buf, size_t cap, const char *a, const char *b)
+{
+	size_t la = strlen(a);
+	const char *sep = la && a[la - 1] == '/' ? "" : "/";
+
+	if ((size_t)snprintf(buf, cap, "%s%s%s", a, sep, b) >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+char *dcr_path_join(const char *a, const char *b)
+{
+	size_t cap = strlen(a) + 1 + strlen(b) + 1;
+	char *p = malloc(cap);
+
+	if (p && dcr_path_join_buf(p, cap, a, b)) {
+		free(p); /* cannot happen: cap fits both and a '/' */
+		p = NULL;
+	}
+	return p;
+}
+
 int dcr_write_full(int fd, const void *buf, size_t len)
 {
 	const uint8_t *p = buf;

@@ -24,6 +24,18 @@ int dcr_pread_full(int fd, void *buf, size_t len, uint64_t off);
  */
 int dcr_resident(int fd, uint64_t off, uint64_t len);
 
+/**
+ * dcr_path_join_buf - the path "@a/@b" into @buf (@cap bytes), with no
+ * second '/' when @a ends in one ("" and "x" give "/x"). The one path
+ * join of the tree. Returns 0, or -ENAMETOOLONG (not logged; @buf then
+ * holds a truncated string).
+ */
+int dcr_path_join_buf(char *buf, size_t cap, const char *a, const char *b);
+
+/** dcr_path_join - dcr_path_join_buf into a new string (the caller frees
+ * it); NULL when out of memory. */
+char *dcr_path_join(const char *a, const char *b);
+
 /** dcr_write_full - write all @len bytes of @buf at the file offset. 0 or -errno. */
 int dcr_write_full(int fd, const void *buf, size_t len);
 

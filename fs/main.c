@@ -385,19 +385,6 @@ static int opt_proc(void *data, const char *arg, int key,
 
 /* ------------------------------------------------------------- helpers */
 
-/* "@a/@b" in a new string (NULL on allocation failure). */
-static char *join(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	char *s = malloc(la + 1 + lb + 1);
-
-	if (s) {
-		memcpy(s, a, la);
-		s[la] = '/';
-		memcpy(s + la + 1, b, lb + 1);
-	}
-	return s;
-}
 
 /* The default cache directory (see usage), malloc'ed, or NULL. */
 static char *default_cache_dir(void)
@@ -408,10 +395,10 @@ static char *default_cache_dir(void)
 		return strdup("/var/cache/dcrfs");
 	xdg = getenv("XDG_CACHE_HOME");
 	if (xdg && xdg[0] == '/')
-		return join(xdg, "dcrfs");
+		return dcr_path_join(xdg, "dcrfs");
 	home = getenv("HOME");
 	if (home && home[0] == '/')
-		return join(home, ".cache/dcrfs");
+		return dcr_path_join(home, ".cache/dcrfs");
 	fprintf(stderr, PROG ": cannot tell where the cache goes (HOME is "
 		"not set); use -o cache_dir=DIR\n");
 	return NULL;
@@ -426,7 +413,7 @@ static char *absolute(const char *path)
 		return strdup(path);
 	if (!getcwd(cwd, sizeof(cwd)))
 		return NULL;
-	return join(cwd, path);
+	return dcr_path_join(cwd, path);
 }
 
 /* @mnt answered ENOTCONN: a FUSE mount whose daemon is gone (killed).
@@ -696,7 +683,7 @@ static int open_log(const struct opts *o, const char *cache_dir, char **path)
 	} else if (!o->foreground &&
 		   (stat("/dev/log", &sb) < 0 || !S_ISSOCK(sb.st_mode))) {
 		if (dcr_mkdir_p(cache_dir, 0700) == 0)
-			*path = join(cache_dir, "dcrfs.log");
+			*path = dcr_path_join(cache_dir, "dcrfs.log");
 		if (*path)
 			fprintf(stderr, PROG ": no syslog here (/dev/log): "
 				"messages go to %s\n", *path);

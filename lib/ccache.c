@@ -48,12 +48,12 @@ static int rm_rf(const char *path)
 	return nftw(path, rm_cb, 32, FTW_DEPTH | FTW_PHYS) ? -errno : 0;
 }
 
-/* "@a/@b" into @buf: 0, or -ENAMETOOLONG (logged) if it does not fit
+/* "@a/@b" into @buf (dcr_path_join_buf): 0, or -ENAMETOOLONG, logged
  * (dcr_ccache_open bounds the cache directory's length, so with the
  * short names below it always fits). */
 static int path_join(char *buf, size_t cap, const char *a, const char *b)
 {
-	if ((size_t)snprintf(buf, cap, "%s/%s", a, b) >= cap) {
+	if (dcr_path_join_buf(buf, cap, a, b)) {
 		dcr_err("%s/%s: path too long", a, b);
 		return DCR_ERR(-ENAMETOOLONG);
 	}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
 #include "synth.h"
 
 int quiet;
@@ -81,11 +82,11 @@ void *xcalloc(size_t n, size_t sz)
 
 char *path_join(const char *a, const char *b)
 {
-	size_t la = strlen(a), lb = strlen(b);
-	char *p = xcalloc(la + lb + 2, 1);
+	char *p = dcr_path_join(a, b);
 
-	memcpy(p, a, la);
-	p[la] = '/';
-	memcpy(p + la + 1, b, lb);
+	if (!p) {
+		dcr_err("out of memory");
+		exit(1);
+	}
 	return p;
 }

@@ -7,10 +7,12 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "buf.h"
+#include "fileio.h"
 #include "common.h"
 
 static void test_append_and_max(void **state)
@@ -155,6 +157,26 @@ static void test_parse_ms(void **state)
 	assert_int_equal(dcr_parse_ms("99999999999999999999", &v), -ERANGE);
 }
 
+/* The one path join: one '/' between, none doubled, too long refused. */
+static void test_path_join(void **state)
+{
+	char buf[8], *p;
+
+	(void)state;
+	p = dcr_path_join("/a/b", "c.bin");
+	assert_string_equal(p, "/a/b/c.bin");
+	free(p);
+	p = dcr_path_join("/a/", "c");
+	assert_string_equal(p, "/a/c");
+	free(p);
+	p = dcr_path_join("", "c");
+	assert_string_equal(p, "/c");
+	free(p);
+	assert_int_equal(dcr_path_join_buf(buf, sizeof(buf), "ab", "cdef"), 0);
+	assert_string_equal(buf, "ab/cdef");
+	assert_int_equal(dcr_path_join_buf(buf, sizeof(buf), "ab", "cdefg"), -ENAMETOOLONG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -163,6 +185,7 @@ int main(void)
 		cmocka_unit_test(test_varint_hostile),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_duration),
+		cmocka_unit_test(test_path_join),
 		cmocka_unit_test(test_parse_ms),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
