@@ -373,9 +373,10 @@ static int make_stage_dirs(const struct dcr_manifest *m, const char *stage)
 	for (uint32_t i = 0; i < m->nfiles; i++) {
 		if (m->files[i].type != DCR_FT_DIR)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", stage, m->files[i].path);
-		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-			int ret = DCR_ERR(-errno);
+		int ret = dcr_path_join_buf(path, sizeof(path), stage,
+					    m->files[i].path);
+		if (ret || (mkdir(path, 0755) < 0 && errno != EEXIST)) {
+			ret = ret ? DCR_ERR(ret) : DCR_ERR(-errno);
 			dcr_err("%s: %s", path, dcr_strerror(ret));
 			return ret;
 		}

@@ -187,8 +187,9 @@ static void sweep_stale(const char *self)
 	while ((e = readdir(d))) {
 		if (e->d_name[0] == '.' || strcmp(e->d_name, slash + 1) == 0)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", root, e->d_name);
-		snprintf(lockp, sizeof(lockp), "%s/lock", path);
+		if (dcr_path_join_buf(path, sizeof(path), root, e->d_name) ||
+		    dcr_path_join_buf(lockp, sizeof(lockp), path, "lock"))
+			continue; /* too long to be one of ours */
 		if (stat(lockp, &sb) < 0 || sb.st_mtime > cutoff)
 			continue;
 		int fd = open(lockp, O_RDWR | O_CLOEXEC);
@@ -273,7 +274,10 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 	}
 	for (uint32_t i = 1; i < vi->nentries && !ret; i++) {
 		const struct dcr_entry *e = &vi->entries[i];
-		snprintf(path, sizeof(path), "%s/%s", tree, e->path);
+		if ((ret = dcr_path_join_buf(path, sizeof(path), tree, e->path))) {
+			dcr_err("%s/%s: path too long", tree, e->path);
+			break;
+		}
 		if (e->type == DCR_FT_DIR)
 			ret = mkdir(path, 0755) < 0 && errno != EEXIST ? -errno : 0;
 		else

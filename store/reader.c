@@ -138,7 +138,8 @@ static int drop_store_state(struct dcr_reader *r)
 	char path[PATH_MAX];
 
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(names); i++) {
-		snprintf(path, sizeof(path), "%s/%s", r->dir, names[i]);
+		if (dcr_path_join_buf(path, sizeof(path), r->dir, names[i]))
+			return DCR_ERR(-ENAMETOOLONG);
 		if (unlink(path) < 0 && errno != ENOENT)
 			return -errno;
 	}
