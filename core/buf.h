@@ -48,7 +48,6 @@ int dcr_array_grow(void *arr, size_t elem, size_t n, size_t *cap);
 enum dcr_tbuf {
 	DCR_TBUF_REPLY,   /* fs: the reply to a FUSE read */
 	DCR_TBUF_SCRATCH, /* store/cache: a whole chunk to check */
-	DCR_TBUF_VFILE,   /* store/vfile: the blocks of a read to check */
 	DCR_TBUF_COUNT,
 };
 

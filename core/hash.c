@@ -10,10 +10,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <xxh_x86dispatch.h>
 #define DCR_XXH3_128 XXH3_128bits_dispatch
-#define DCR_XXH3_128_UPDATE XXH3_128bits_update_dispatch
 #else
 #define DCR_XXH3_128 XXH3_128bits
-#define DCR_XXH3_128_UPDATE XXH3_128bits_update
 #endif
 
 #include "common.h"
@@ -36,49 +34,6 @@ void dcr_xxh128(const void *data, size_t len, uint8_t out[DCR_XXH_LEN])
 	XXH128_hash_t h = DCR_XXH3_128(data, len);
 
 	XXH128_canonicalFromHash((XXH128_canonical_t *)out, h);
-}
-
-struct dcr_xxh128_ctx {
-	XXH3_state_t *st;
-};
-
-struct dcr_xxh128_ctx *dcr_xxh128_new(void)
-{
-	struct dcr_xxh128_ctx *c = calloc(1, sizeof(*c));
-
-	if (!c)
-		return NULL;
-	if (!(c->st = XXH3_createState())) {
-		free(c);
-		return NULL;
-	}
-	XXH3_128bits_reset(c->st);
-	return c;
-}
-
-void dcr_xxh128_update(struct dcr_xxh128_ctx *c, const void *data, size_t len)
-{
-	DCR_XXH3_128_UPDATE(c->st, data, len);
-}
-
-void dcr_xxh128_digest(const struct dcr_xxh128_ctx *c, uint8_t out[DCR_XXH_LEN])
-{
-	XXH128_hash_t h = XXH3_128bits_digest(c->st);
-
-	XXH128_canonicalFromHash((XXH128_canonical_t *)out, h);
-}
-
-void dcr_xxh128_reset(struct dcr_xxh128_ctx *c)
-{
-	XXH3_128bits_reset(c->st);
-}
-
-void dcr_xxh128_free(struct dcr_xxh128_ctx *c)
-{
-	if (!c)
-		return;
-	XXH3_freeState(c->st);
-	free(c);
 }
 
 struct dcr_sha256_ctx *dcr_sha256_new(void)

@@ -42,20 +42,6 @@ void dcr_sha256_free(struct dcr_sha256_ctx *c);
  */
 void dcr_xxh128(const void *data, size_t len, uint8_t out[DCR_XXH_LEN]);
 
-/** An XXH3-128 of bytes given in pieces (dcr_xxh128 of their concatenation). */
-struct dcr_xxh128_ctx;
-
-/** A new context, or NULL when out of memory. */
-struct dcr_xxh128_ctx *dcr_xxh128_new(void);
-/** Add @len bytes. */
-void dcr_xxh128_update(struct dcr_xxh128_ctx *c, const void *data, size_t len);
-/** The hash so far into @out (canonical order); the context goes on. */
-void dcr_xxh128_digest(const struct dcr_xxh128_ctx *c, uint8_t out[DCR_XXH_LEN]);
-/** Start again from no bytes. */
-void dcr_xxh128_reset(struct dcr_xxh128_ctx *c);
-/** Free; NULL is accepted. */
-void dcr_xxh128_free(struct dcr_xxh128_ctx *c);
-
 /** Lower-case hex of a hash into @hex (DCR_HASH_HEX_LEN + 1 bytes, NUL-terminated). */
 void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1]);
 /** Parse 64 hex digits; 0 or -EINVAL. */
