@@ -506,6 +506,44 @@ static void test_new_file_and_span(void **state)
 	free_tts(c, 1);
 }
 
+/* Chunks equal in both manifests are not read; the rest still are. */
+static void test_equal_chunks_skipped(void **state)
+{
+	struct fx *f = *state;
+	struct tt a[2], b[2];
+
+	/* 20 chunks of bf16 with changes in one place only, and a small
+	 * tensor that changes. */
+	a[0] = mk("big", "BF16", 20 * CS / 2, 0, 1);
+	a[1] = mk("small", "F32", 64, 0, 2);
+	b[0] = dup_t(&a[0]);
+	b[1] = dup_t(&a[1]);
+	b[0].data[7 * CS + 100] ^= 1;
+	b[0].data[7 * CS + 2002] ^= 4;
+	b[1].data[8] ^= 2;
+	f->v[1].v = 1;
+	add_file(&f->v[1], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[1].f[0], a, 2);
+	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
+	f->v[2].v = 2;
+	add_file(&f->v[2], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[2].f[0], b, 2);
+	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
+	reader_up(f);
+
+	struct view w = build(f, 1, 2, "m.safetensors");
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(check_tensor(&w, &a[0], &b[0], "big"), 2);
+	assert_int_equal(check_tensor(&w, &a[1], &b[1], "small"), 1);
+	assert_int_equal(w.info.compared + w.info.skipped, a[0].len + a[1].len);
+	/* At most the two chunks around each change were read. */
+	assert_true(w.info.compared <= 4 * CS);
+	assert_true(w.info.skipped >= 17 * CS);
+	view_free(&w);
+	free_tts(a, 2);
+	free_tts(b, 2);
+}
+
 static void test_idx_width(void **state)
 {
 	(void)state;
@@ -630,6 +668,7 @@ int main(void)
 		T(test_no_change),
 		T(test_added_removed_reshaped),
 		T(test_new_file_and_span),
+		T(test_equal_chunks_skipped),
 		cmocka_unit_test(test_idx_width),
 		T(test_hostile),
 		T(test_damaged_chunk),
