@@ -670,6 +670,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	char *j_added = NULL, *j_removed = NULL, *j_reshaped = NULL;
 	char hex_a[DCR_HASH_HEX_LEN + 1] = "", hex_b[DCR_HASH_HEX_LEN + 1];
 	char sv_a[24], sv_b[24];
+	struct dcr_st_meta meta[10];
 	uint64_t size_b, size_a = 0;
 	uint32_t cs_a = 0, cs_b = 0;
 	bool a_ok = false, same;
@@ -777,21 +778,19 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	}
 	snprintf(sv_a, sizeof(sv_a), "%" PRIu64, from.v);
 	snprintf(sv_b, sizeof(sv_b), "%" PRIu64, to.v);
-	{
-	const struct dcr_st_meta meta[] = {
-		{ "added", j_added },
-		{ "digest_kind", dcr_file_digest_kind(mb.format) },
-		{ "format", DCR_DVIEW_FORMAT },
-		{ "format_version", DCR_DVIEW_FORMAT_VERSION },
-		{ "from_digest", hex_a },
-		{ "from_version", sv_a },
-		{ "removed", j_removed },
-		{ "reshaped", j_reshaped },
-		{ "to_digest", hex_b },
-		{ "to_version", sv_b },
-	};
+	/* Sorted by key here already (the writer sorts them anyway). */
+	meta[0] = (struct dcr_st_meta){ "added", j_added };
+	meta[1] = (struct dcr_st_meta){ "digest_kind",
+					dcr_file_digest_kind(mb.format) };
+	meta[2] = (struct dcr_st_meta){ "format", DCR_DVIEW_FORMAT };
+	meta[3] = (struct dcr_st_meta){ "format_version", DCR_DVIEW_FORMAT_VERSION };
+	meta[4] = (struct dcr_st_meta){ "from_digest", hex_a };
+	meta[5] = (struct dcr_st_meta){ "from_version", sv_a };
+	meta[6] = (struct dcr_st_meta){ "removed", j_removed };
+	meta[7] = (struct dcr_st_meta){ "reshaped", j_reshaped };
+	meta[8] = (struct dcr_st_meta){ "to_digest", hex_b };
+	meta[9] = (struct dcr_st_meta){ "to_version", sv_b };
 	ret = assemble(&b, cs, nc, meta, DCR_ARRAY_SIZE(meta), out_fd);
-	}
 err_free:
 	for (size_t c = 0; cs && c < nc; c++) {
 		free(cs[c].iname);
