@@ -136,6 +136,26 @@ cmp "$MNT/delta/v3/model.safetensors" "$MNT/delta/v2..v3/model.safetensors" ||
 cp "$MNT/.dcrfs/status.json" "$T/st.json"
 py "$T/st.json" 'assert d["delta"]["views_built"] == 5 and d["delta"]["bytes_built"] > 0, d["delta"]'
 grep -q '^dcrfs_delta_views_built_total [1-9]' "$MNT/.dcrfs/metrics" || fail "metrics lack dcrfs_delta_views_built_total"
+for f in v2/model.safetensors v1..v3/model.safetensors; do
+	cp "$MNT/delta/$f" "$T/view.$(echo "$f" | tr / _)"
+done
+umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
+grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
+
+# A view budget smaller than one view (an eighth of cache_size): every
+# view is dropped once closed and rebuilt at its next open, with the
+# same size and bytes.
+mount_dcrfs "$STORE" "$MNT" "poll=0,cache_dir=$T/cache2,cache_size=1M"
+for round in 1 2; do
+	for f in v2/model.safetensors v1..v3/model.safetensors; do
+		sz=$(stat -c %s "$MNT/delta/$f")
+		cmp "$MNT/delta/$f" "$T/view.$(echo "$f" | tr / _)" ||
+			fail "delta/$f differs from the first mount's (round $round)"
+		[ "$sz" = "$(stat -c %s "$T/view.$(echo "$f" | tr / _)")" ] || fail "delta/$f: size $sz"
+	done
+done
+cp "$MNT/.dcrfs/status.json" "$T/st2.json"
+py "$T/st2.json" 'd = d["delta"]; assert d["views_built"] >= 4 and d["bytes_kept"] <= (1 << 20) // 8, d'
 umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
 grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
 log "ok"
