@@ -365,21 +365,68 @@ static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool *eq,
 	return ret;
 }
 
-/* Whether the @w bytes at byte @l of the 8-byte word whose XOR of A and
- * B is @d (at @pa and @pb) differ: a mask of the word on little-endian
- * machines, memcmp elsewhere. */
-static inline bool lane_differs(uint64_t d, unsigned l, unsigned w,
-				const uint8_t *pa, const uint8_t *pb)
+/*
+ * Emit the changed elements of the 8-byte word at tensor byte @at whose
+ * XOR of A and B is @d (non-zero), B's bytes at @pb, elements @w wide.
+ * On little-endian machines the differing lanes are found from @d's low
+ * set bits and written with fixed-size copies; elsewhere lane by lane.
+ */
+static inline int emit_word(struct build *b, struct change *c, uint64_t d,
+			    uint64_t at, const uint8_t *pb, unsigned w)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	const uint64_t mask = w >= 8 ? UINT64_MAX : (UINT64_C(1) << (8 * w)) - 1;
+	struct stream *si = &b->si, *sv = &b->sv;
+	int ret = 0;
 
-	(void)pa;
-	(void)pb;
-	return (d >> (8 * l)) & mask;
+	/* Room for the word's elements: 8 / w of them at most. */
+	if (si->n + 64 > WBUF)
+		ret = stream_flush(si);
+	if (!ret && sv->n + 8 > WBUF)
+		ret = stream_flush(sv);
+	if (ret)
+		return ret;
+	while (d) {
+		const unsigned l = (unsigned)__builtin_ctzll(d) / 8 / w * w;
+		const uint64_t e = (at + l) / w;
+
+		if (c->iw == 4) {
+			const uint32_t e32 = (uint32_t)e;
+
+			memcpy(si->buf + si->n, &e32, 4);
+		} else {
+			memcpy(si->buf + si->n, &e, 8);
+		}
+		si->n += c->iw;
+		switch (w) {
+		case 1: sv->buf[sv->n] = pb[l]; break;
+		case 2: memcpy(sv->buf + sv->n, pb + l, 2); break;
+		case 4: memcpy(sv->buf + sv->n, pb + l, 4); break;
+		default: memcpy(sv->buf + sv->n, pb + l, 8); break;
+		}
+		sv->n += w;
+		c->n++;
+		d = w >= 8 ? 0 : d & ~(mask << (8 * l));
+	}
+	return 0;
 #else
-	(void)d;
-	return memcmp(pa, pb, w) != 0;
+	uint8_t x[8]; /* the XOR's bytes in memory order, any byte order */
+
+	memcpy(x, &d, 8);
+	for (unsigned l = 0; l < 8; l += w) {
+		uint8_t m = 0;
+		int ret;
+
+		for (unsigned i = 0; i < w; i++)
+			m |= x[l + i];
+		if (!m)
+			continue;
+		ret = emit(b, c->iw, (at + l) / w, pb + l, w);
+		if (ret)
+			return ret;
+		c->n++;
+	}
+	return 0;
 #endif
 }
 
@@ -444,17 +491,9 @@ static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
 			memcpy(&y, b->bb + k, 8);
 			if (x == y)
 				continue;
-			x ^= y;
-			for (unsigned l = 0; l < 8; l += w) {
-				if (!lane_differs(x, l, w, b->ba + k + l,
-						  b->bb + k + l))
-					continue;
-				ret = emit(b, c->iw, (pos + k + l) / w,
-					   b->bb + k + l, w);
-				if (ret)
-					return ret;
-				c->n++;
-			}
+			ret = emit_word(b, c, x ^ y, pos + k, b->bb + k, w);
+			if (ret)
+				return ret;
 		}
 		for (; k < n; k += w) { /* a tail shorter than 8 bytes */
 			if (!memcmp(b->ba + k, b->bb + k, w))
