@@ -189,8 +189,10 @@ int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 		qsort(keys, n, sizeof(*keys), cmp_key);
 	for (size_t i = 0; i < n; i++)
 		order[i] = keys[i].idx;
-	memcpy(ms, meta, nmeta * sizeof(*ms));
-	qsort(ms, nmeta, sizeof(*ms), cmp_meta);
+	if (nmeta) /* @meta may be NULL then: no memcpy or qsort of NULL */
+		memcpy(ms, meta, nmeta * sizeof(*ms));
+	if (nmeta)
+		qsort(ms, nmeta, sizeof(*ms), cmp_meta);
 
 	FILE *f = open_memstream(&json, &jlen);
 	if (!f) {
