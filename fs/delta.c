@@ -46,6 +46,8 @@
 struct dview_file {
 	int fd;
 	uint64_t size;
+	struct dcr_dview_sums sums; /* check values of its blocks */
+	bool bad;             /* a read failed its check: dropped; under lock */
 	unsigned refs;        /* opens + the cache's own (1 while cached) */
 	struct dview_node *node;
 	struct dview_file *older, *newer; /* LRU, while cached */
@@ -115,6 +117,7 @@ void dcrfs_delta_free(struct dcrfs *fs)
 
 		if (nd->file) {
 			close(nd->file->fd);
+			dcr_dview_sums_free(&nd->file->sums);
 			free(nd->file);
 		}
 		pthread_mutex_destroy(&nd->build_lock);
@@ -272,6 +275,7 @@ static void file_unref_locked(struct dview_file *vf)
 {
 	if (--vf->refs == 0) {
 		close(vf->fd);
+		dcr_dview_sums_free(&vf->sums);
 		free(vf);
 	}
 }
@@ -327,6 +331,7 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 	struct dcrfs_delta *d = fs->delta;
 	struct dcr_dview_side a = { nd->from, nd->ftree }, b = { nd->to, nd->ttree };
 	struct dcr_dview_info info;
+	struct dcr_dview_sums sums;
 	struct dview_file *vf;
 	uint64_t size;
 	int fd, ret;
@@ -354,7 +359,7 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 			strerror(-ret));
 		goto err_unlock;
 	}
-	ret = dcr_dview_build(fs->r, a, b, nd->idx, d->tmpdir, fd, &info);
+	ret = dcr_dview_build(fs->r, a, b, nd->idx, d->tmpdir, fd, &info, &sums);
 	if (ret < 0) {
 		if (ret != -EBADMSG && ret != -ESTALE)
 			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 " entry %"
@@ -368,14 +373,15 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 			": rebuilt with %" PRIu64 " bytes, not %" PRIu64 " (EIO)",
 			nd->from, nd->to, nd->idx, info.size, size);
 		ret = -EIO;
-		goto err_close;
+		goto err_sums;
 	}
 	vf = calloc(1, sizeof(*vf));
 	if (!vf) {
 		ret = -ENOMEM;
-		goto err_close;
+		goto err_sums;
 	}
 	vf->fd = fd;
+	vf->sums = sums;
 	vf->size = info.size;
 	vf->node = nd;
 	vf->refs = 2; /* the caller's and the cache's */
@@ -391,6 +397,8 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 	*out = vf;
 	return 0;
 
+err_sums:
+	dcr_dview_sums_free(&sums);
 err_close:
 	close(fd);
 err_unlock:
@@ -781,22 +789,41 @@ int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 	return 0;
 }
 
-ssize_t dcrfs_delta_read(uint64_t fh, void *buf, size_t size, off_t off)
+ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
+			 size_t size, off_t off)
 {
-	const struct dview_file *vf = (const struct dview_file *)(uintptr_t)fh;
+	struct dview_file *vf = (struct dview_file *)(uintptr_t)fh;
+	struct dcrfs_delta *d = fs->delta;
+	struct dview_node *nd = vf->node;
+	uint64_t bad_off = 0;
+	bool first = false;
 	ssize_t n;
 
 	if (off < 0)
 		return -EINVAL;
-	if ((uint64_t)off >= vf->size)
-		return 0;
-	size = (size_t)DCR_MIN((uint64_t)size, vf->size - (uint64_t)off);
-	n = pread(vf->fd, buf, size, off);
-	if (n < 0) {
-		n = -errno;
-		dcr_err("delta view: reading its file: %s", strerror(errno));
+	pthread_mutex_lock(&d->lock);
+	first = vf->bad;
+	pthread_mutex_unlock(&d->lock);
+	if (first)
+		return -EIO; /* dropped: the next open builds it again */
+	n = dcr_dview_pread(vf->fd, &vf->sums, buf, size, (uint64_t)off, &bad_off);
+	if (n >= 0 || n == -ENOMEM)
+		return n;
+	/* Its local file does not hold what was built: never served. */
+	pthread_mutex_lock(&d->lock);
+	first = !vf->bad;
+	vf->bad = true;
+	if (nd->file == vf) {
+		lru_unlink(d, vf);
+		file_unref_locked(vf); /* the cache's; the caller's stays */
 	}
-	return n;
+	pthread_mutex_unlock(&d->lock);
+	if (first)
+		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 " entry %" PRIu32
+			": bytes at %" PRIu64 " of its local file differ from what "
+			"was built (%s): dropped, rebuilt at the next open",
+			nd->from, nd->to, nd->idx, bad_off, strerror((int)-n));
+	return -EIO;
 }
 
 void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh)

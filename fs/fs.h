@@ -362,8 +362,12 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh);
 
 /** dcrfs_delta_read - read [@off, @off+@size) of the open view @fh into
- * @buf: bytes read (short only at its end) or -errno. Thread-safe. */
-ssize_t dcrfs_delta_read(uint64_t fh, void *buf, size_t size, off_t off);
+ * @buf, every block checked (dcr_dview_pread): bytes read (short only at
+ * its end) or -errno. A block that fails its check makes this and every
+ * later read of the open view -EIO (logged once, naming the view), and
+ * drops the view, so that the next open builds it again. Thread-safe. */
+ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
+			 size_t size, off_t off);
 
 /** dcrfs_delta_release - close what dcrfs_delta_open opened. */
 void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh);

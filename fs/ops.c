@@ -1283,7 +1283,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	if (dcrfs_delta_is_ino(ino)) {
 		buf = dcr_thread_buf(DCR_TBUF_REPLY,
 				     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
-		n = buf ? dcrfs_delta_read(fi->fh, buf, size, off) : -ENOMEM;
+		n = buf ? dcrfs_delta_read(fs, fi->fh, buf, size, off) : -ENOMEM;
 		if (n < 0)
 			fuse_reply_err(req, (int)-n);
 		else

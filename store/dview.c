@@ -227,15 +227,24 @@ struct stream {
 	uint64_t pos;   /* bytes written to fd */
 	uint8_t *buf;
 	size_t n;
+	/* The XXH3-128 of the current segment, of buf[0..hashed) so far:
+	 * each segment's production hash, checked against what is read
+	 * back from the output (assemble). */
+	struct dcr_xxh_ctx *h;
+	size_t hashed;
 };
 
 static int stream_open(struct stream *s, const char *tmpdir)
 {
 	s->pos = 0;
-	s->n = 0;
+	s->n = s->hashed = 0;
 	s->buf = malloc(WBUF);
-	if (!s->buf)
+	s->h = dcr_xxh_new();
+	if (!s->buf || !s->h) {
+		free(s->buf);
+		s->buf = NULL;
 		return DCR_ERR(-ENOMEM);
+	}
 	s->fd = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (s->fd < 0) {
 		int e = -errno;
@@ -256,16 +265,41 @@ static void stream_close(struct stream *s)
 	s->fd = -1;
 	free(s->buf);
 	s->buf = NULL;
+	dcr_xxh_free(s->h);
+	s->h = NULL;
+}
+
+/* Hash what was appended since the last call into the segment's hash. */
+static void stream_hash(struct stream *s)
+{
+	dcr_xxh_update(s->h, s->buf + s->hashed, s->n - s->hashed);
+	s->hashed = s->n;
+}
+
+/* A segment starts at the next byte appended. */
+static void stream_seg_begin(struct stream *s)
+{
+	stream_hash(s); /* the previous segment's, already final: none */
+	dcr_xxh_reset(s->h);
+}
+
+/* The production hash of the segment begun last, into @out. */
+static void stream_seg_end(struct stream *s, uint8_t out[DCR_XXH_LEN])
+{
+	stream_hash(s);
+	dcr_xxh_final(s->h, out);
 }
 
 static int stream_flush(struct stream *s)
 {
-	int ret = s->n ? dcr_pwrite_full(s->fd, s->buf, s->n, (off_t)s->pos) : 0;
+	int ret;
 
+	stream_hash(s);
+	ret = s->n ? dcr_pwrite_full(s->fd, s->buf, s->n, (off_t)s->pos) : 0;
 	if (ret)
 		return ret;
 	s->pos += s->n;
-	s->n = 0;
+	s->n = s->hashed = 0;
 	return 0;
 }
 
@@ -295,6 +329,7 @@ struct change {
 	uint64_t n;                  /* changed elements */
 	unsigned iw, vw;             /* index and value widths */
 	uint64_t ioff, voff;         /* in the idx and val streams */
+	uint8_t ih[DCR_XXH_LEN], vh[DCR_XXH_LEN]; /* their production hashes */
 	char *iname, *vname;
 };
 
@@ -306,6 +341,7 @@ struct build {
 	uint8_t *ba, *bb;            /* BLOCK bytes each */
 	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
 	struct dcr_dview_info *info;
+	struct dcr_dview_sums *sums;
 };
 
 /* Emit element @i (B's bytes at @p, @w wide) of the tensor. */
@@ -450,6 +486,8 @@ static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
 	c->iw = dcr_dview_idx_width(numel);
 	c->ioff = stream_tell(&b->si);
 	c->voff = stream_tell(&b->sv);
+	stream_seg_begin(&b->si);
+	stream_seg_begin(&b->sv);
 	for (uint64_t pos = 0; pos < len;) {
 		size_t n = (size_t)DCR_MIN((uint64_t)BLOCK, len - pos);
 		size_t k = 0;
@@ -506,6 +544,8 @@ static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
 		b->info->compared += n;
 		pos += n;
 	}
+	stream_seg_end(&b->si, c->ih);
+	stream_seg_end(&b->sv, c->vh);
 	return 0;
 }
 
@@ -609,19 +649,96 @@ static char *suffixed(const char *name, const char *suffix)
 	return s;
 }
 
-/* Write the header and the segments of @cs[0..nc) to @out_fd. */
+/* A piece of the output and the hash it was produced with. */
+struct seg {
+	uint64_t len;
+	const uint8_t *want;
+	const char *name;
+};
+
+/*
+ * Read the output of @size bytes back once: each segment must hash to
+ * what it was produced with (a byte changed on its way through the
+ * scratch files or the output's page cache is caught here, EIO), and
+ * the per-block check values of the view come from those proven bytes.
+ */
+static int check_output(struct build *b, int fd, const struct seg *sg,
+			size_t nseg, uint64_t size, struct dcr_dview_sums *sums)
+{
+	const uint64_t nblk = (size + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK;
+	struct dcr_xxh_ctx *h = dcr_xxh_new();
+	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
+	uint8_t got[DCR_XXH_LEN];
+	uint64_t left = nseg ? sg[0].len : 0;
+	size_t k = 0;
+	int ret = 0;
+
+	sums->blk = calloc(nblk ? nblk : 1, sizeof(*sums->blk));
+	if (!h || !buf || !sums->blk) {
+		ret = DCR_ERR(-ENOMEM);
+		goto out;
+	}
+	for (uint64_t i = 0; i < nblk && !ret; i++) {
+		const uint64_t off = i * DCR_DVIEW_BLOCK;
+		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, size - off);
+		size_t p = 0;
+
+		ret = dcr_pread_full(fd, buf, n, off);
+		if (ret) {
+			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": reading it "
+				"back: %s", b->a.v, b->b.v, strerror(-ret));
+			break;
+		}
+		dcr_xxh128(buf, n, sums->blk[i]);
+		while (p < n && k < nseg) {
+			size_t m = (size_t)DCR_MIN(left, (uint64_t)(n - p));
+
+			dcr_xxh_update(h, buf + p, m);
+			p += m;
+			left -= m;
+			if (left)
+				continue;
+			dcr_xxh_final(h, got);
+			if (memcmp(got, sg[k].want, DCR_XXH_LEN)) {
+				dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s "
+					"read back differs from what was built (EIO)",
+					b->a.v, b->b.v, sg[k].name);
+				ret = DCR_ERR(-EIO);
+				break;
+			}
+			dcr_xxh_reset(h);
+			if (++k < nseg)
+				left = sg[k].len;
+		}
+	}
+	if (!ret && k != nseg)
+		ret = DCR_ERR(-EIO); /* never: the segments make the size */
+	sums->n = nblk;
+	sums->size = size;
+out:
+	if (ret)
+		dcr_dview_sums_free(sums);
+	free(buf);
+	dcr_xxh_free(h);
+	return ret;
+}
+
+/* Write the header and the segments of @cs[0..nc) to @out_fd, read it
+ * back (check_output). */
 static int assemble(struct build *b, struct change *cs, size_t nc,
 		    const struct dcr_st_meta *meta, size_t nmeta, int out_fd)
 {
 	struct dcr_st_tensor *st = calloc(2 * nc + 1, sizeof(*st));
 	uint64_t *shapes = calloc(2 * nc + 1, sizeof(*shapes));
 	size_t *order = calloc(2 * nc + 1, sizeof(*order));
+	struct seg *sg = calloc(2 * nc + 1, sizeof(*sg));
+	uint8_t hdr_hash[DCR_XXH_LEN];
 	char *hdr = NULL;
 	size_t hdr_len = 0;
 	uint64_t pos;
 	int ret;
 
-	if (!st || !shapes || !order) {
+	if (!st || !shapes || !order || !sg) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_free;
 	}
@@ -645,18 +762,25 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 	ret = dcr_pwrite_full(out_fd, hdr, hdr_len, 0);
 	if (ret)
 		goto err_free;
+	dcr_xxh128(hdr, hdr_len, hdr_hash);
+	sg[0] = (struct seg){ hdr_len, hdr_hash, "its header" };
 	pos = hdr_len;
 	for (size_t k = 0; k < 2 * nc && !ret; k++) {
 		const struct change *c = &cs[order[k] / 2];
 		bool is_idx = order[k] % 2 == 0;
 
+		sg[k + 1] = (struct seg){ st[order[k]].len, is_idx ? c->ih : c->vh,
+					  st[order[k]].name };
 		ret = copy_segment(is_idx ? b->si.fd : b->sv.fd,
 				   is_idx ? c->ioff : c->voff,
 				   st[order[k]].len, out_fd, &pos);
 	}
 	if (!ret)
+		ret = check_output(b, out_fd, sg, 2 * nc + 1, pos, b->sums);
+	if (!ret)
 		b->info->size = pos;
 err_free:
+	free(sg);
 	free(hdr);
 	free(order);
 	free(shapes);
@@ -716,10 +840,12 @@ static int side_find(struct dcr_reader *r, struct dcr_dview_side s,
 
 int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		    struct dcr_dview_side to, uint32_t idx, const char *tmpdir,
-		    int out_fd, struct dcr_dview_info *info)
+		    int out_fd, struct dcr_dview_info *info,
+		    struct dcr_dview_sums *sums)
 {
 	struct build b = { .r = r, .a = from, .b = to, .ib = idx,
-			   .si = { .fd = -1 }, .sv = { .fd = -1 }, .info = info };
+			   .si = { .fd = -1 }, .sv = { .fd = -1 }, .info = info,
+			   .sums = sums };
 	struct stfile fa = { 0 }, fb = { 0 };
 	struct dcr_file_meta ma = { 0 }, mb;
 	struct names added = { 0 }, removed = { 0 }, reshaped = { 0 };
@@ -737,6 +863,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	int ret;
 
 	memset(info, 0, sizeof(*info));
+	memset(sums, 0, sizeof(*sums));
 	if (from.v >= to.v)
 		return DCR_ERR(-EINVAL);
 	ret = side_file(r, to, idx, &path, &size_b, &mb, &cs_b);
@@ -871,4 +998,49 @@ err_free:
 	free(path);
 	free(path_a);
 	return ret;
+}
+
+void dcr_dview_sums_free(struct dcr_dview_sums *s)
+{
+	if (!s)
+		return;
+	free(s->blk);
+	memset(s, 0, sizeof(*s));
+}
+
+ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
+			size_t len, uint64_t off, uint64_t *bad_off)
+{
+	uint64_t end, first, last;
+	uint8_t *buf, got[DCR_XXH_LEN];
+	int ret;
+
+	if (off >= s->size || len == 0)
+		return 0;
+	end = off + DCR_MIN((uint64_t)len, s->size - off);
+	first = off / DCR_DVIEW_BLOCK * DCR_DVIEW_BLOCK;
+	last = DCR_MIN(s->size, (end + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK *
+				DCR_DVIEW_BLOCK);
+	buf = malloc((size_t)(last - first));
+	if (!buf)
+		return DCR_ERR(-ENOMEM);
+	ret = dcr_pread_full(fd, buf, (size_t)(last - first), first);
+	if (ret) {
+		*bad_off = first;
+		free(buf);
+		return ret == -ENODATA ? DCR_ERR(-EIO) : ret;
+	}
+	for (uint64_t o = first; o < last; o += DCR_DVIEW_BLOCK) {
+		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, last - o);
+
+		dcr_xxh128(buf + (o - first), n, got);
+		if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN)) {
+			*bad_off = o;
+			free(buf);
+			return DCR_ERR(-EIO);
+		}
+	}
+	memcpy(dst, buf + (off - first), (size_t)(end - off));
+	free(buf);
+	return (ssize_t)(end - off);
 }

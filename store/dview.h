@@ -29,6 +29,14 @@
  *   chunks have equal hashes in both manifests are not read either
  *   (dcr_reader_chunk_hash), so a step that leaves layers untouched
  *   costs only the chunks it changed.
+ * - Local bytes are checked like the chunk cache's: each segment of the
+ *   output (the header, each T.idx, each T.val) is hashed (XXH3-128) in
+ *   memory as it is produced; the finished output is read back once and
+ *   every segment checked against its production hash (a byte changed
+ *   in the scratch files or the output's pages fails the build, EIO),
+ *   and from those proven bytes come the view's check values, one per
+ *   DCR_DVIEW_BLOCK bytes (struct dcr_dview_sums); dcr_dview_pread
+ *   serves a read only from whole blocks that match them.
  * - The build is not cached here: the caller keeps the output file
  *   (fs/delta.c keeps views within a budget and rebuilds evicted ones).
  *
@@ -38,7 +46,9 @@
 #define DCR_DVIEW_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
+#include "hash.h"
 #include "reader.h"
 
 /** Format name and version written in every view's "__metadata__". */
@@ -71,6 +81,32 @@ struct dcr_dview_info {
 			       are equal in both versions */
 };
 
+/** Bytes of a view covered by one check value. */
+#define DCR_DVIEW_BLOCK 65536u
+
+/** The check values of a built view: the XXH3-128 of each
+ * DCR_DVIEW_BLOCK bytes (the last block short), 16 B per 64 KiB. */
+struct dcr_dview_sums {
+	uint64_t size;                /* the view's bytes */
+	uint64_t n;                   /* blocks */
+	uint8_t (*blk)[DCR_XXH_LEN];  /* malloc'ed; dcr_dview_sums_free */
+};
+
+/** Free @s's values and empty it; NULL accepted. */
+void dcr_dview_sums_free(struct dcr_dview_sums *s);
+
+/**
+ * dcr_dview_pread - read [@off, @off+@len) of the view in @fd whose check
+ * values are @s into @dst: the blocks the range covers are read whole
+ * and each checked first. Returns the bytes read (short only at the
+ * end, 0 past it), or -EIO when a block does not match its check value
+ * or the file is short (*@bad_off: the block's offset; nothing is
+ * logged here: the caller names the view), -ENOMEM, or pread's -errno.
+ * Never copies out a byte of a block that failed. Thread-safe.
+ */
+ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
+			size_t len, uint64_t off, uint64_t *bad_off);
+
 /**
  * dcr_dview_probe - whether entry @idx of tree @tree of version @v is a
  * file of the view: a regular file named *.safetensors whose header
@@ -97,10 +133,14 @@ int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
  * reader's -errno (-EIO for damage, logged there). On failure the
  * output's content is undefined. If P in @from is absent or not a valid
  * safetensors file, every tensor of @to is "added" (and from_digest is
- * "" when absent).
+ * "" when absent). On success *@sums holds the output's check values
+ * (the caller frees them with dcr_dview_sums_free); on failure it is
+ * empty. A segment that reads back other than it was built is -EIO,
+ * logged.
  */
 int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		    struct dcr_dview_side to, uint32_t idx, const char *tmpdir,
-		    int out_fd, struct dcr_dview_info *info);
+		    int out_fd, struct dcr_dview_info *info,
+		    struct dcr_dview_sums *sums);
 
 #endif /* DCR_DVIEW_H */

@@ -158,6 +158,7 @@ struct view {
 	uint8_t *p;
 	size_t n;
 	struct dcr_dview_info info;
+	struct dcr_dview_sums sums;
 	struct dcr_tensors ts;
 	char *hdr; /* the JSON, NUL-terminated */
 };
@@ -167,6 +168,7 @@ static void view_free(struct view *w)
 	free(w->p);
 	free(w->hdr);
 	dcr_tensors_free(&w->ts);
+	dcr_dview_sums_free(&w->sums);
 	memset(w, 0, sizeof(*w));
 }
 
@@ -180,7 +182,7 @@ static struct view build(struct fx *f, uint64_t a, uint64_t b,
 
 	assert_true(fd >= 0);
 	w.ret = dcr_dview_build(f->r, sa, sb, entry_of(f, b, path), f->root,
-				fd, &w.info);
+				fd, &w.info, &w.sums);
 	if (w.ret == 0) {
 		assert_int_equal(fstat(fd, &st), 0);
 		/* The size it reports is the size it wrote. */
@@ -194,6 +196,16 @@ static struct view build(struct fx *f, uint64_t a, uint64_t b,
 		for (int i = 0; i < 8; i++)
 			hl |= (uint64_t)w.p[i] << (8 * i);
 		w.hdr = strndup((const char *)w.p + 8, (size_t)hl);
+		/* Checked reads give the same bytes, from any offset. */
+		uint8_t *q = malloc(w.n + 1);
+		uint64_t bad = 0;
+		assert_int_equal(dcr_dview_pread(fd, &w.sums, q, w.n + 1, 0, &bad),
+				 (ssize_t)w.n);
+		assert_memory_equal(q, w.p, w.n);
+		assert_int_equal(dcr_dview_pread(fd, &w.sums, q, 5, w.n - 3, &bad), 3);
+		assert_memory_equal(q, w.p + w.n - 3, 3);
+		assert_int_equal(dcr_dview_pread(fd, &w.sums, q, 5, w.n, &bad), 0);
+		free(q);
 	}
 	close(fd);
 	return w;
@@ -584,6 +596,55 @@ static void test_moved_tensor(void **state)
 	free_tts(b, 2);
 }
 
+/* A byte of the view's file that changes after the build (local bit
+ * rot) fails every read of its block with EIO; other blocks still read. */
+static void test_read_checked(void **state)
+{
+	struct fx *f = *state;
+	struct tt a[1], b[1];
+	struct dcr_dview_info info;
+	struct dcr_dview_sums sums;
+	uint8_t *q, x;
+	uint64_t bad = 0;
+	int fd = open(f->root, O_TMPFILE | O_RDWR, 0600);
+
+	a[0] = mk("w", "BF16", 60 * CS / 2, 0, 1);
+	b[0] = dup_t(&a[0]);
+	change(&b[0], 30000, 3, 0); /* a view of over 2 blocks */
+	f->v[1].v = 1;
+	add_file(&f->v[1], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[1].f[0], a, 1);
+	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
+	f->v[2].v = 2;
+	add_file(&f->v[2], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[2].f[0], b, 1);
+	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
+	reader_up(f);
+	struct dcr_dview_side s1 = { 1, tree_of(f, 1) }, s2 = { 2, tree_of(f, 2) };
+	assert_true(fd >= 0);
+	assert_int_equal(dcr_dview_build(f->r, s1, s2, entry_of(f, 2, "m.safetensors"),
+					 f->root, fd, &info, &sums), 0);
+	assert_true(info.size > 2 * DCR_DVIEW_BLOCK);
+	assert_int_equal(sums.n, (info.size + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK);
+	q = malloc(info.size);
+	assert_int_equal(pread(fd, &x, 1, DCR_DVIEW_BLOCK + 7), 1);
+	x ^= 0x10;
+	assert_int_equal(pwrite(fd, &x, 1, DCR_DVIEW_BLOCK + 7), 1);
+	assert_int_equal(dcr_dview_pread(fd, &sums, q, 1, DCR_DVIEW_BLOCK + 7, &bad), -EIO);
+	assert_int_equal(bad, DCR_DVIEW_BLOCK);
+	assert_int_equal(dcr_dview_pread(fd, &sums, q, info.size, 0, &bad), -EIO);
+	assert_int_equal(dcr_dview_pread(fd, &sums, q, 10, 2 * DCR_DVIEW_BLOCK, &bad), 10);
+	assert_int_equal(dcr_dview_pread(fd, &sums, q, 10, 0, &bad), 10);
+	/* The file cut short: EIO too, never a short read. */
+	assert_int_equal(ftruncate(fd, (off_t)info.size - 1), 0);
+	assert_int_equal(dcr_dview_pread(fd, &sums, q, 10, info.size - 5, &bad), -EIO);
+	free(q);
+	close(fd);
+	dcr_dview_sums_free(&sums);
+	free_tts(a, 1);
+	free_tts(b, 1);
+}
+
 static void test_idx_width(void **state)
 {
 	(void)state;
@@ -664,11 +725,12 @@ static void test_hostile(void **state)
 	/* Bad arguments. */
 	struct dcr_dview_side s1 = { 1, tree_of(f, 1) }, s2 = { 2, tree_of(f, 2) };
 	struct dcr_dview_info info;
-	assert_int_equal(dcr_dview_build(f->r, s2, s1, 1, f->root, -1, &info), -EINVAL);
+	struct dcr_dview_sums sums;
+	assert_int_equal(dcr_dview_build(f->r, s2, s1, 1, f->root, -1, &info, &sums), -EINVAL);
 	s2.tree++;
-	assert_int_equal(dcr_dview_build(f->r, s1, s2, 1, f->root, -1, &info), -ESTALE);
+	assert_int_equal(dcr_dview_build(f->r, s1, s2, 1, f->root, -1, &info, &sums), -ESTALE);
 	s2.tree--;
-	assert_int_equal(dcr_dview_build(f->r, s1, s2, 999, f->root, -1, &info), -ENOENT);
+	assert_int_equal(dcr_dview_build(f->r, s1, s2, 999, f->root, -1, &info, &sums), -ENOENT);
 	free_tts(a, 1);
 }
 
@@ -710,6 +772,7 @@ int main(void)
 		T(test_new_file_and_span),
 		T(test_equal_chunks_skipped),
 		T(test_moved_tensor),
+		T(test_read_checked),
 		cmocka_unit_test(test_idx_width),
 		T(test_hostile),
 		T(test_damaged_chunk),
