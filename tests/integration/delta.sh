@@ -7,7 +7,9 @@
 # Debian's python3 and numpy, no dcrfs module) whose indices and values
 # applied to v(N-1)'s tensors give vN's bit-exactly; a span v1..v3
 # (looked up, not listed) applied to v1 gives v3; bogus spans are
-# ENOENT; everything is read-only; status.json counts the views built.
+# ENOENT; everything is read-only; status.json counts the views built;
+# views evicted past their budget are rebuilt with the same bytes; a byte
+# of a view's local file changed after its build is EIO, never served.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 PY=/usr/bin/python3
@@ -158,4 +160,43 @@ cp "$MNT/.dcrfs/status.json" "$T/st2.json"
 py "$T/st2.json" 'd = d["delta"]; assert d["views_built"] >= 4 and d["bytes_kept"] <= (1 << 20) // 8, d'
 umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
 grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
+
+# A byte of a view's local file that changes after the build (bit rot)
+# is never served: the read fails with EIO, logged, and the next open
+# rebuilds the view with the right bytes. The file is unlinked: it is
+# changed through the daemon's descriptor of it (/proc/PID/fd).
+mount_dcrfs "$STORE" "$MNT" "poll=0,cache_dir=$T/cache3"
+ref=$T/view.v2_model.safetensors
+sz=$(stat -c %s "$MNT/delta/v2/model.safetensors") # built, not read
+"$PY" - "$MOUNT_PID" "$T/cache3" "$sz" <<'EOF2' || fail "no view file among the daemon's descriptors"
+import os, sys
+pid, cache, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+d = f"/proc/{pid}/fd"
+for fd in os.listdir(d):
+    try:
+        link = os.readlink(f"{d}/{fd}")
+    except OSError:
+        continue
+    if link.startswith(cache) and link.endswith("(deleted)") and \
+            os.stat(f"{d}/{fd}").st_size == size:
+        f = os.open(f"{d}/{fd}", os.O_RDWR)
+        b = bytearray(os.pread(f, 1, size // 2))
+        b[0] ^= 0x20
+        os.pwrite(f, bytes(b), size // 2)
+        os.close(f)
+        sys.exit(0)
+sys.exit(1)
+EOF2
+if cat "$MNT/delta/v2/model.safetensors" >"$T/rotten" 2>"$T/rotten.err"; then
+	cmp -s "$T/rotten" "$ref" && fail "the changed byte was not in the view file"
+	fail "a view whose local file changed was served"
+fi
+grep -q "Input/output error" "$T/rotten.err" || fail "not EIO: $(cat "$T/rotten.err")"
+grep -q "delta view v1..v2 .*differ from what was built" "$MOUNT_LOG" ||
+	fail "the damaged view is not logged: $(cat "$MOUNT_LOG")"
+cmp "$MNT/delta/v2/model.safetensors" "$ref" || fail "the rebuilt view differs"
+cp "$MNT/.dcrfs/status.json" "$T/st3.json"
+py "$T/st3.json" 'assert d["delta"]["views_built"] == 2, d["delta"]'
+umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
+[ "$(grep -c 'ERROR\|error' "$MOUNT_LOG")" = 1 ] || fail "more than one error logged: $(cat "$MOUNT_LOG")"
 log "ok"
