@@ -764,6 +764,19 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 		goto err_free;
 	dcr_xxh128(hdr, hdr_len, hdr_hash);
 	sg[0] = (struct seg){ hdr_len, hdr_hash, "its header" };
+#ifdef DCR_TEST_HOOKS
+	/* Test hook (HACKING): DCRFS_TEST_DVIEW_SCRATCH_FLIP=1 changes the
+	 * first byte of the values' scratch file after it was written, as
+	 * local damage would, for the read-back check to find. */
+	if (getenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP") && nc) {
+		uint8_t x;
+
+		if (dcr_pread_full(b->sv.fd, &x, 1, 0) == 0) {
+			x ^= 1;
+			(void)!dcr_pwrite_full(b->sv.fd, &x, 1, 0);
+		}
+	}
+#endif
 	pos = hdr_len;
 	for (size_t k = 0; k < 2 * nc && !ret; k++) {
 		const struct change *c = &cs[order[k] / 2];

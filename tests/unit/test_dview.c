@@ -645,6 +645,44 @@ static void test_read_checked(void **state)
 	free_tts(b, 1);
 }
 
+/* A scratch byte changed between its write and the assembly: the
+ * read-back check fails the build (EIO, logged), no view. */
+static void test_scratch_damage(void **state)
+{
+#ifdef DCR_TEST_HOOKS
+	struct fx *f = *state;
+	struct tt a[1], b[1];
+
+	a[0] = mk("w", "BF16", 500, 0, 1);
+	b[0] = dup_t(&a[0]);
+	change(&b[0], 20, 13, 0);
+	f->v[1].v = 1;
+	add_file(&f->v[1], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[1].f[0], a, 1);
+	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
+	f->v[2].v = 2;
+	add_file(&f->v[2], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[2].f[0], b, 1);
+	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
+	reader_up(f);
+	setenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP", "1", 1);
+	log_reset();
+	struct view w = build(f, 1, 2, "m.safetensors");
+	unsetenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP");
+	assert_int_equal(w.ret, -EIO);
+	assert_non_null(strstr(log_last, "w.val read back differs"));
+	view_free(&w);
+	w = build(f, 1, 2, "m.safetensors");
+	assert_int_equal(w.ret, 0);
+	view_free(&w);
+	free_tts(a, 1);
+	free_tts(b, 1);
+#else
+	(void)state;
+	skip();
+#endif
+}
+
 static void test_idx_width(void **state)
 {
 	(void)state;
@@ -773,6 +811,7 @@ int main(void)
 		T(test_equal_chunks_skipped),
 		T(test_moved_tensor),
 		T(test_read_checked),
+		T(test_scratch_damage),
 		cmocka_unit_test(test_idx_width),
 		T(test_hostile),
 		T(test_damaged_chunk),
