@@ -10,8 +10,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <xxh_x86dispatch.h>
 #define DCR_XXH3_128 XXH3_128bits_dispatch
+#define DCR_XXH3_128_UPDATE XXH3_128bits_update_dispatch
 #else
 #define DCR_XXH3_128 XXH3_128bits
+#define DCR_XXH3_128_UPDATE XXH3_128bits_update
 #endif
 
 #include "common.h"
@@ -34,6 +36,50 @@ void dcr_xxh128(const void *data, size_t len, uint8_t out[DCR_XXH_LEN])
 	XXH128_hash_t h = DCR_XXH3_128(data, len);
 
 	XXH128_canonicalFromHash((XXH128_canonical_t *)out, h);
+}
+
+struct dcr_xxh_ctx {
+	XXH3_state_t *st;
+};
+
+struct dcr_xxh_ctx *dcr_xxh_new(void)
+{
+	struct dcr_xxh_ctx *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->st = XXH3_createState();
+	if (!c->st) {
+		free(c);
+		return NULL;
+	}
+	XXH3_128bits_reset(c->st);
+	return c;
+}
+
+void dcr_xxh_reset(struct dcr_xxh_ctx *c)
+{
+	XXH3_128bits_reset(c->st);
+}
+
+void dcr_xxh_update(struct dcr_xxh_ctx *c, const void *data, size_t len)
+{
+	if (len)
+		DCR_XXH3_128_UPDATE(c->st, data, len);
+}
+
+void dcr_xxh_final(struct dcr_xxh_ctx *c, uint8_t out[DCR_XXH_LEN])
+{
+	XXH128_canonicalFromHash((XXH128_canonical_t *)out,
+				 XXH3_128bits_digest(c->st));
+}
+
+void dcr_xxh_free(struct dcr_xxh_ctx *c)
+{
+	if (!c)
+		return;
+	XXH3_freeState(c->st);
+	free(c);
 }
 
 struct dcr_sha256_ctx *dcr_sha256_new(void)

@@ -42,6 +42,21 @@ void dcr_sha256_free(struct dcr_sha256_ctx *c);
  */
 void dcr_xxh128(const void *data, size_t len, uint8_t out[DCR_XXH_LEN]);
 
+/** Streaming XXH3-128 (the same digest as dcr_xxh128 of the bytes fed
+ * in order); opaque, allocate with dcr_xxh_new. One context per thread. */
+struct dcr_xxh_ctx;
+
+/** Create a context, initialised. NULL on allocation failure. */
+struct dcr_xxh_ctx *dcr_xxh_new(void);
+/** Restart the context for a new message. */
+void dcr_xxh_reset(struct dcr_xxh_ctx *c);
+void dcr_xxh_update(struct dcr_xxh_ctx *c, const void *data, size_t len);
+/** The digest of what was fed since the last reset, canonical byte
+ * order, into @out (the context may be fed on). */
+void dcr_xxh_final(struct dcr_xxh_ctx *c, uint8_t out[DCR_XXH_LEN]);
+/** Free; NULL is accepted. */
+void dcr_xxh_free(struct dcr_xxh_ctx *c);
+
 /** Lower-case hex of a hash into @hex (DCR_HASH_HEX_LEN + 1 bytes, NUL-terminated). */
 void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1]);
 /** Parse 64 hex digits; 0 or -EINVAL. */

@@ -34,6 +34,13 @@ static int dtype_rank(const char *dtype)
 	return -1;
 }
 
+unsigned dcr_st_dtype_width(const char *dtype)
+{
+	int rank = dtype_rank(dtype);
+
+	return rank < 0 ? 0 : dtypes[rank].width;
+}
+
 struct sortkey {
 	int rank;
 	const char *name;
@@ -182,8 +189,10 @@ int dcr_safetensors_layout(const struct dcr_st_tensor *t, size_t n,
 		qsort(keys, n, sizeof(*keys), cmp_key);
 	for (size_t i = 0; i < n; i++)
 		order[i] = keys[i].idx;
-	memcpy(ms, meta, nmeta * sizeof(*ms));
-	qsort(ms, nmeta, sizeof(*ms), cmp_meta);
+	if (nmeta) /* @meta may be NULL then: no memcpy or qsort of NULL */
+		memcpy(ms, meta, nmeta * sizeof(*ms));
+	if (nmeta)
+		qsort(ms, nmeta, sizeof(*ms), cmp_meta);
 
 	FILE *f = open_memstream(&json, &jlen);
 	if (!f) {

@@ -55,6 +55,31 @@ static void test_streaming_matches_oneshot(void **state)
 	dcr_sha256_free(NULL);
 }
 
+static void test_xxh_streaming_matches_oneshot(void **state)
+{
+	uint8_t buf[70000], a[DCR_XXH_LEN], b[DCR_XXH_LEN];
+	struct dcr_xxh_ctx *c = dcr_xxh_new();
+
+	(void)state;
+	assert_non_null(c);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7 + (i >> 9));
+	dcr_xxh128(buf, sizeof(buf), a);
+	/* Uneven pieces, an empty one among them. */
+	dcr_xxh_update(c, buf, 1);
+	dcr_xxh_update(c, buf + 1, 0);
+	dcr_xxh_update(c, buf + 1, 300);
+	dcr_xxh_update(c, buf + 301, sizeof(buf) - 301);
+	dcr_xxh_final(c, b);
+	assert_memory_equal(a, b, DCR_XXH_LEN);
+	dcr_xxh_reset(c);
+	dcr_xxh_final(c, b);
+	dcr_xxh128(buf, 0, a);
+	assert_memory_equal(a, b, DCR_XXH_LEN);
+	dcr_xxh_free(c);
+	dcr_xxh_free(NULL);
+}
+
 static void test_hex_roundtrip(void **state)
 {
 	uint8_t h[DCR_HASH_LEN], back[DCR_HASH_LEN];
@@ -74,6 +99,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_vectors),
 		cmocka_unit_test(test_streaming_matches_oneshot),
+		cmocka_unit_test(test_xxh_streaming_matches_oneshot),
 		cmocka_unit_test(test_hex_roundtrip),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
