@@ -237,6 +237,22 @@ def _torch_values(torch, val, dtype):
     return v if v.dtype == dtype else v.view(dtype)
 
 
+def _patch(kind, t, idx, val):
+    """t.view(-1)[idx] = val, for a target _target() accepted."""
+    if not len(idx):
+        return
+    if kind == "numpy":
+        flat = t.reshape(-1)
+        flat[idx] = val if val.dtype == t.dtype else val.view(t.dtype)
+        return
+    import torch
+    with torch.no_grad():
+        # torch (before 2.x) indexes with int64 only: converted on the move
+        i = torch.from_numpy(idx).to(device=t.device, dtype=torch.int64)
+        v = _torch_values(torch, val, t.dtype).to(device=t.device)
+        t.view(-1).index_put_((i,), v)
+
+
 def apply_delta(tensors, path, from_digest=None):
     """Apply the delta file at path in place to tensors, a dict
     ``{name: tensor}`` holding the delta's from version (torch tensors
@@ -280,16 +296,5 @@ def apply_delta(tensors, path, from_digest=None):
                        % (name, idx[-1], numel), errno.EINVAL)
         plan.append((kind, t, idx, val))
     for kind, t, idx, val in plan:
-        if not len(idx):
-            continue
-        if kind == "numpy":
-            flat = t.reshape(-1)
-            flat[idx] = val if val.dtype == t.dtype else val.view(t.dtype)
-            continue
-        import torch
-        with torch.no_grad():
-            # torch (before 2.x) indexes with int64 only: converted on the move
-            i = torch.from_numpy(idx).to(device=t.device, dtype=torch.int64)
-            v = _torch_values(torch, val, t.dtype).to(device=t.device)
-            t.view(-1).index_put_((i,), v)
+        _patch(kind, t, idx, val)
     return meta
