@@ -425,6 +425,58 @@ def no_torch(p):
     subprocess.run([sys.executable, "-c", code, p], check=True)
 
 
+def fake_mount(c, work):
+    """Without a delta view: a tree laid out as a mount with one (vN/F
+    links to the mount's files, delta/ the reference's files), for the
+    README's worker."""
+    top = os.path.join(work, "fake")
+
+    def put(p, data=None, link=None):
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        if link:
+            os.symlink(link, p)
+            return
+        with open(p, "wb") as fh:
+            fh.write(data)
+    for n in range(1, LAST + 1):
+        for f in FILES:
+            put(os.path.join(top, "v%d" % n, f), link=os.path.join(c.mnt, "v%d" % n, f))
+            for m in range(1, n):
+                name = "v%d" % n if m == n - 1 else "v%d..v%d" % (m, n)
+                put(os.path.join(top, "delta", name, f), c.delta(m, n, f)[1])
+    os.symlink("v%d" % LAST, os.path.join(top, "latest"))
+    return top
+
+
+def readme_worker(c, mnt):
+    """The README's rollout worker (its first code block after the
+    heading), run against this mount: from v1, v4 and v3 (each file) to
+    latest by delta, span or reload, bit-exactly; a wrong digest held
+    falls back to a full reload."""
+    import re
+    readme = read(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                               "README.md")).decode()
+    sec = readme[readme.index("### Keeping a rollout worker's weights current"):]
+    code = re.search(r"```python\n(.*?)```", sec, re.S).group(1)
+    code, k = re.subn(r'^MNT, FILE = .*$', "MNT, FILE = None, None", code, flags=re.M)
+    assert k == 1, "the README's worker sets MNT, FILE otherwise"
+    ns = {}
+    exec(compile(code, "README.md (worker)", "exec"), ns)
+    ns["MNT"] = mnt
+    runs = 0
+    for f in FILES:
+        ns["FILE"] = f
+        want = load_torch(read(os.path.join(mnt, "v%d" % LAST, f)))
+        for have, digest in ((1, None), (LAST - 1, None), (3, "0" * 64), (LAST, None)):
+            w = ns["load"](os.path.join(mnt, "v%d" % have, f))
+            v, dg = ns["update"](w, have, digest)
+            assert v == LAST and same(w, want), (f, have, v)
+            # a delta applied: the to_digest; a reload: none known
+            assert dg == (None if digest or have == LAST else c.digest(LAST, f)[0]), (f, have, dg)
+            runs += 1
+    log("README worker: %d updates to v%d" % (runs, LAST))
+
+
 def main():
     phase = sys.argv[1]
     if phase == "commit":
@@ -437,6 +489,7 @@ def main():
     p, _ = c.delta(2, 3, f)
     hostile(work, p, load_torch(c.raw(2, f)), c.digest(2, f)[0])
     no_torch(c.delta(2, 3, "fp32/model.safetensors")[0])
+    readme_worker(c, mnt if c.view else fake_mount(c, work))
     if not c.view:
         sys.exit(77)
 
