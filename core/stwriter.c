@@ -34,6 +34,13 @@ static int dtype_rank(const char *dtype)
 	return -1;
 }
 
+unsigned dcr_st_dtype_width(const char *dtype)
+{
+	int rank = dtype_rank(dtype);
+
+	return rank < 0 ? 0 : dtypes[rank].width;
+}
+
 struct sortkey {
 	int rank;
 	const char *name;

@@ -41,6 +41,13 @@ struct dcr_st_meta {
 };
 
 /**
+ * dcr_st_dtype_width - bytes per element of safetensors dtype @dtype
+ * ("BF16": 2), 0 for a name the format does not define (or NULL).
+ * Thread-safe.
+ */
+unsigned dcr_st_dtype_width(const char *dtype);
+
+/**
  * dcr_safetensors_layout - the header of a safetensors file holding
  * @t[0..n) and @meta[0..nmeta) (nmeta 0: no "__metadata__"), laid out as
  * @flags say (DCR_ST_*; 0: the reference's order): the first

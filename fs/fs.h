@@ -14,9 +14,16 @@
  *   3                         /tags
  *   4                         /.dcrfs (hidden: looked up, never listed)
  *   5, 6                      /.dcrfs/status.json, /.dcrfs/metrics
+ *   7                         /delta (delta.c)
  *   0x100 + k                 /tags/<name>, k = slot of the name in the
  *                             tag-name table (assigned on first sight,
- *                             never reused while mounted)
+ *                             never reused while mounted), k below
+ *                             0x80000000 - 0x100
+ *   0x80000000 + k            a node below /delta: k = slot of (from
+ *                             version, its tree, to version, its tree,
+ *                             entry of the to-tree) in delta.c's node
+ *                             table (assigned on first sight, never
+ *                             reused while mounted)
  *   (v << 32) | (t << 24) | (idx + 2)
  *                             entry idx of tree t of version v (idx 0
  *                             is the version directory /vN itself);
@@ -49,7 +56,9 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <fuse_lowlevel.h>
@@ -66,7 +75,14 @@
 #define DCRFS_INO_STATUS_JSON ((fuse_ino_t)5)
 #define DCRFS_INO_METRICS ((fuse_ino_t)6)
 #define DCRFS_STATUS_DIR ".dcrfs"
+#define DCRFS_INO_DELTA ((fuse_ino_t)7)
+#define DCRFS_DELTA_DIR "delta"
 #define DCRFS_INO_TAG_BASE ((fuse_ino_t)0x100)
+/** Nodes below /delta: inodes DCRFS_INO_DVIEW_BASE .. _MAX (one slot
+ * each); tags stay below DCRFS_INO_DVIEW_BASE. */
+#define DCRFS_INO_DVIEW_BASE ((fuse_ino_t)0x80000000u)
+#define DCRFS_DVIEW_SLOTS 0x7fffffffu
+#define DCRFS_INO_DVIEW_MAX (DCRFS_INO_DVIEW_BASE + DCRFS_DVIEW_SLOTS - 1)
 /* The version must fit the high 32 bits of an inode number. */
 _Static_assert(DCR_VERSION_MAX <= UINT64_C(0xffffffff),
 	       "DCR_VERSION_MAX does not fit the dcrfs inode scheme");
@@ -193,6 +209,13 @@ struct dcrfs {
 	int watcher_running;
 	int prefetcher_running;
 
+	/* /delta (delta.c): its node table and built views; the cache
+	 * directory for their files and their budget, set before
+	 * dcrfs_init_state */
+	struct dcrfs_delta *delta;
+	const char *delta_tmpdir;
+	uint64_t delta_budget;
+
 	/* statistics for status.c: relaxed atomics, no lock */
 	struct {
 		atomic_uint_fast64_t reads, read_errors, refresh_errors;
@@ -280,6 +303,75 @@ int dcrfs_metrics_start(struct dcrfs *fs, const char *spec,
 
 /** Stop serving and free @m (NULL is ignored). */
 void dcrfs_metrics_stop(struct dcrfs_metrics *m);
+
+/* ----------------------------------------------- /delta (delta.c) */
+
+/** dcrfs_delta_init - the empty node table of @fs: views are built in
+ * @tmpdir (kept by the caller) and kept within @budget bytes. 0 or
+ * -errno. Called by dcrfs_init_state. */
+int dcrfs_delta_init(struct dcrfs *fs, const char *tmpdir, uint64_t budget);
+
+/** dcrfs_delta_free - free every node and close every view (unmounted:
+ * nothing is open). NULL table accepted. */
+void dcrfs_delta_free(struct dcrfs *fs);
+
+/** Whether @ino is /delta or a node below it. */
+bool dcrfs_delta_is_ino(fuse_ino_t ino);
+
+/**
+ * dcrfs_delta_stat - attributes of /delta or of a node below it, and how
+ * long the kernel may keep them. A file's view is built if its size is
+ * not known yet (the exact size, never changing). 0 or -errno (-ENOENT,
+ * -ESTALE: a version has another tree now, the build's -EIO ...).
+ * Thread-safe.
+ */
+int dcrfs_delta_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
+		     double *ttl);
+
+/**
+ * dcrfs_delta_lookup - the child @name of /delta ("vN" for a version
+ * with a parent, "vM..vN" for M an ancestor of N) or of a directory
+ * node below it (a directory with safetensors files below it, or a
+ * safetensors file, whose view is built now). Fills @st and the entry's
+ * lifetime @ttl. 0 or -errno (-ENOENT when there is no such entry).
+ * Thread-safe.
+ */
+int dcrfs_delta_lookup(struct dcrfs *fs, fuse_ino_t parent, const char *name,
+		       struct stat *st, double *ttl);
+
+/** One listed entry: @attrs false means @st holds only the inode and
+ * type (the kernel must look it up for the rest). Returns 1 if the
+ * reply is full (stop), else 0. */
+typedef int (*dcrfs_delta_emit_fn)(void *ctx, const char *name,
+				   const struct stat *st, off_t next,
+				   bool attrs);
+
+/**
+ * dcrfs_delta_list - list directory @ino (/delta or a node) from offset
+ * @off through @emit. /delta lists vN for each version with a parent
+ * (spans are not listed); a node lists its subdirectories holding
+ * safetensors files and its safetensors files (no view is built: files
+ * are emitted without attributes). 0 or -errno. Thread-safe.
+ */
+int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
+		     dcrfs_delta_emit_fn emit, void *ctx);
+
+/** dcrfs_delta_open - open the view file @ino: its view built or found
+ * cached and held in *@fh until dcrfs_delta_release. 0 or -errno
+ * (-EISDIR for a directory). Thread-safe. */
+int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh);
+
+/** dcrfs_delta_read - read [@off, @off+@size) of the open view @fh into
+ * @buf: bytes read (short only at its end) or -errno. Thread-safe. */
+ssize_t dcrfs_delta_read(uint64_t fh, void *buf, size_t size, off_t off);
+
+/** dcrfs_delta_release - close what dcrfs_delta_open opened. */
+void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh);
+
+/** dcrfs_delta_counts - views built since the mount, their bytes, and
+ * the bytes of the views kept now. Thread-safe. */
+void dcrfs_delta_counts(struct dcrfs *fs, uint64_t *built,
+			uint64_t *built_bytes, uint64_t *cached_bytes);
 
 /** The low-level operations table (fs/ops.c). */
 extern const struct fuse_lowlevel_ops dcrfs_ll_ops;

@@ -1110,6 +1110,11 @@ int main(int argc, char *argv[])
 	fs.uid = getuid();
 	fs.gid = getgid();
 	fs.mount_ns = dcr_now_ns();
+	/* /delta's views: files in the cache directory, an eighth of the
+	 * chunk cache's budget kept (fs/delta.c). */
+	fs.delta_tmpdir = cache_dir;
+	fs.delta_budget = (ropts.cache_size ? ropts.cache_size :
+			   DCR_CACHE_SIZE_DEFAULT) / 8;
 	ret = dcrfs_init_state(&fs);
 	if (ret < 0) {
 		fprintf(stderr, PROG ": %s\n", dcr_strerror(ret));

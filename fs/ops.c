@@ -229,7 +229,7 @@ static int root_stat(struct dcrfs *fs, struct stat *st)
 	if (ret < 0)
 		return ret;
 	stat_common(fs, st, DCRFS_INO_ROOT, S_IFDIR | 0555,
-		    (nlink_t)(3 + n),
+		    (nlink_t)(4 + n),
 		    latest_ctime(fs, n ? vs[n - 1] : 0));
 	st->st_size = 4096;
 	st->st_blocks = 8;
@@ -302,7 +302,7 @@ static int tag_slot(struct dcrfs *fs, const char *name, size_t *slot)
 			goto out;
 		}
 	}
-	if (fs->ntag_names >= UINT32_MAX - DCRFS_INO_TAG_BASE) {
+	if (fs->ntag_names >= DCRFS_INO_DVIEW_BASE - DCRFS_INO_TAG_BASE) {
 		ret = -ENOSPC;
 		goto out;
 	}
@@ -334,7 +334,7 @@ static int tag_name_of(struct dcrfs *fs, fuse_ino_t ino, char *buf,
 {
 	int ret = -ENOENT;
 
-	if (ino < DCRFS_INO_TAG_BASE || ino > UINT32_MAX)
+	if (ino < DCRFS_INO_TAG_BASE || ino >= DCRFS_INO_DVIEW_BASE)
 		return -ENOENT;
 	pthread_mutex_lock(&fs->tag_lock);
 	if (ino - DCRFS_INO_TAG_BASE < fs->ntag_names) {
@@ -442,6 +442,15 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 	if (strcmp(name, "tags") == 0) {
 		tags_stat(fs, &st);
 		reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
+		return;
+	}
+	if (strcmp(name, DCRFS_DELTA_DIR) == 0) {
+		double ttl;
+
+		ret = dcrfs_delta_stat(fs, DCRFS_INO_DELTA, &st, &ttl);
+		if (ret < 0)
+			goto err;
+		reply_entry(req, &st, ttl, 0);
 		return;
 	}
 	if (strcmp(name, DCRFS_STATUS_DIR) == 0) {
@@ -592,6 +601,28 @@ static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
 	version_put(fs, vi);
 }
 
+static void delta_lookup(fuse_req_t req, struct dcrfs *fs, fuse_ino_t parent,
+			 const char *name)
+{
+	struct fuse_entry_param e;
+	struct stat st;
+	double ttl;
+	int ret = dcrfs_delta_lookup(fs, parent, name, &st, &ttl);
+
+	if (ret == -ENOENT && parent != DCRFS_INO_DELTA) {
+		/* Below a node, immutable: let the kernel cache the miss. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = DCRFS_TTL_IMMUTABLE;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	reply_entry(req, &st, ttl, 0);
+}
+
 static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 			    const char *name)
 {
@@ -605,6 +636,8 @@ static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 		tags_lookup(req, fs, name);
 	else if (parent == DCRFS_INO_STATUS_DIR)
 		status_lookup(req, fs, name);
+	else if (dcrfs_delta_is_ino(parent))
+		delta_lookup(req, fs, parent, name);
 	else if (dcrfs_ino_split(parent, &v, &tree, &idx))
 		version_lookup(req, fs, v, tree, idx, name);
 	else
@@ -648,6 +681,8 @@ static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 		*ttl = 0.0;
 		return status_stat(fs, ino, st);
 	}
+	if (dcrfs_delta_is_ino(ino))
+		return dcrfs_delta_stat(fs, ino, st, ttl);
 	if (dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		ret = version_get_tree(fs, v, tree, &vi);
 		if (ret < 0)
@@ -702,7 +737,7 @@ static void dcrfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 	if (ret < 0) {
 		/* Not a symlink at all, or a tag that went away. */
 		fuse_reply_err(req, ino < DCRFS_INO_TAG_BASE ||
-				    ino > UINT32_MAX ? EINVAL : -ret);
+				    ino >= DCRFS_INO_DVIEW_BASE ? EINVAL : -ret);
 		return;
 	}
 	snprintf(target, sizeof(target), "../v%" PRIu64, v);
@@ -757,7 +792,8 @@ static int dirbuf_add(struct dirbuf *db, const char *name,
 
 /*
  * Root offsets: 1 after ".", 2 after "..", 3 after "latest", 4 after
- * "tags", v + 4 after "vN". They stay valid while versions are added.
+ * "tags", 5 after "delta", v + 5 after "vN". They stay valid while
+ * versions are added.
  */
 static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 {
@@ -784,13 +820,20 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 		if (dirbuf_add(db, "tags", &st, DCRFS_TTL_MUTABLE, 4))
 			goto out;
 	}
+	if (off < 5) {
+		double ttl;
+
+		if (dcrfs_delta_stat(fs, DCRFS_INO_DELTA, &st, &ttl) == 0 &&
+		    dirbuf_add(db, DCRFS_DELTA_DIR, &st, ttl, 5))
+			goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
 		char name[32];
 		uint64_t v = vs[i];
 
 		if (v > DCR_VERSION_MAX)
 			break;
-		if ((off_t)(v + 4) <= off)
+		if ((off_t)(v + 5) <= off)
 			continue;
 		if (version_get(fs, v, &vi) < 0)
 			continue;
@@ -799,7 +842,7 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 		uint32_t tree = vi->tree;
 		version_put(fs, vi);
 		if (dirbuf_add_gen(db, name, &st, DCRFS_TTL_IMMUTABLE,
-				   (off_t)(v + 4), tree))
+				   (off_t)(v + 5), tree))
 			break;
 	}
 out:
@@ -964,6 +1007,35 @@ static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
 	return ret;
 }
 
+/* dcrfs_delta_emit_fn into a dirbuf: entries without attributes get
+ * node id 0 in a READDIRPLUS reply (the kernel caches nothing of them
+ * and looks them up on use). */
+static int delta_emit(void *ctx, const char *name, const struct stat *st,
+		      off_t next, bool attrs)
+{
+	struct dirbuf *db = ctx;
+	size_t left = db->size - db->pos, n;
+
+	if (db->plus) {
+		struct fuse_entry_param e;
+
+		memset(&e, 0, sizeof(e));
+		e.ino = attrs ? st->st_ino : 0;
+		e.attr = *st;
+		e.attr_timeout = attrs ? DCRFS_TTL_MUTABLE : 0.0;
+		e.entry_timeout = attrs ? DCRFS_TTL_MUTABLE : 0.0;
+		n = fuse_add_direntry_plus(db->req, db->p + db->pos, left,
+					   name, &e, next);
+	} else {
+		n = fuse_add_direntry(db->req, db->p + db->pos, left, name,
+				      st, next);
+	}
+	if (n > left)
+		return 1;
+	db->pos += n;
+	return 0;
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		       off_t off, int plus)
 {
@@ -992,6 +1064,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		ret = tags_readdir(&db, fs, off);
 	else if (ino == DCRFS_INO_STATUS_DIR)
 		ret = status_readdir(&db, fs, off);
+	else if (dcrfs_delta_is_ino(ino))
+		ret = dcrfs_delta_list(fs, ino, off, delta_emit, &db);
 	else if (dcrfs_ino_split(ino, &v, &tree, &idx))
 		ret = version_readdir(&db, fs, v, tree, idx, off);
 	else
@@ -1017,8 +1091,21 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	if (ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
-	    ino == DCRFS_INO_STATUS_DIR) {
+	    ino == DCRFS_INO_STATUS_DIR || ino == DCRFS_INO_DELTA) {
 		fuse_reply_open(req, fi);
+		return;
+	}
+	if (dcrfs_delta_is_ino(ino)) {
+		struct stat st;
+		double ttl;
+
+		ret = dcrfs_delta_stat(fs, ino, &st, &ttl);
+		if (ret == 0 && !S_ISDIR(st.st_mode))
+			ret = -ENOTDIR;
+		if (ret < 0)
+			fuse_reply_err(req, -ret);
+		else
+			fuse_reply_open(req, fi);
 		return;
 	}
 	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
@@ -1117,6 +1204,22 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		status_open(req, fs, ino, fi);
 		return;
 	}
+	if (dcrfs_delta_is_ino(ino)) {
+		uint64_t fh;
+
+		ret = dcrfs_delta_open(fs, ino, &fh);
+		if (ret < 0) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		fi->fh = fh;
+		fi->noflush = 1;
+		fi->direct_io = 0;
+		fi->keep_cache = 1; /* a node's bytes never change */
+		if (fuse_reply_open(req, fi) != 0)
+			dcrfs_delta_release(fs, fh);
+		return;
+	}
 	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
 				    ino == DCRFS_INO_STATUS_DIR ? EISDIR : ELOOP);
@@ -1177,6 +1280,16 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		status_read(req, size, off, fi);
 		return;
 	}
+	if (dcrfs_delta_is_ino(ino)) {
+		buf = dcr_thread_buf(DCR_TBUF_REPLY,
+				     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
+		n = buf ? dcrfs_delta_read(fi->fh, buf, size, off) : -ENOMEM;
+		if (n < 0)
+			fuse_reply_err(req, (int)-n);
+		else
+			fuse_reply_buf(req, buf, (size_t)n);
+		return;
+	}
 	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
 		fuse_reply_err(req, EISDIR);
 		return;
@@ -1221,6 +1334,8 @@ static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 
 		free(sn->text);
 		free(sn);
+	} else if (dcrfs_delta_is_ino(ino)) {
+		dcrfs_delta_release(fs_of(req), fi->fh);
 	} else {
 		dcrfs_backing_release(fs_of(req), ino);
 	}
@@ -1472,8 +1587,13 @@ int dcrfs_init_state(struct dcrfs *fs)
 	pthread_condattr_destroy(&ca);
 	if (ret)
 		goto err_bg;
+	ret = -dcrfs_delta_init(fs, fs->delta_tmpdir, fs->delta_budget);
+	if (ret)
+		goto err_cond;
 	return 0;
 
+err_cond:
+	pthread_cond_destroy(&fs->bg_cond);
 err_bg:
 	pthread_mutex_destroy(&fs->backing_lock);
 err_bg_lock:
@@ -1487,6 +1607,7 @@ err_refresh:
 
 void dcrfs_free_state(struct dcrfs *fs)
 {
+	dcrfs_delta_free(fs);
 	for (size_t i = 0; i < fs->ntag_names; i++)
 		free(fs->tag_names[i]);
 	free(fs->tag_names);

@@ -48,6 +48,7 @@ struct snap {
 	struct dcr_mirror_stats mirrors; /* n == 0: no mirrors */
 	uint64_t want, done, cur, pf_bytes, pf_total, pf_versions;
 	uint64_t fuse_reads, fuse_read_errors, refresh_errors, rss;
+	uint64_t dv_built, dv_bytes, dv_cached; /* /delta views */
 	/* passthrough: opens by mode, fallbacks by reason, READs that
 	 * reached the daemon on passthrough opens (0 when it works) */
 	uint64_t pt_opens, pt_normal, pt_reads, pt_backing;
@@ -92,6 +93,7 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 	s->pt_offered = atomic_load(&fs->pt.offered);
 	if (dcr_mirror_get_stats(fs->st, &s->mirrors))
 		s->mirrors.n = 0;
+	dcrfs_delta_counts(fs, &s->dv_built, &s->dv_bytes, &s->dv_cached);
 	s->rss = rss_bytes();
 	s->uptime = (double)(dcr_now_ns() - fs->mount_ns) / 1e9;
 	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
@@ -137,6 +139,9 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64
 		"}", prefetch_name(fs->prefetch), s->want, s->done, s->cur,
 		s->pf_bytes, s->pf_total, s->pf_versions);
+	fprintf(f, ",\n \"delta\": {\"views_built\": %" PRIu64 ", \"bytes_built\": %"
+		PRIu64 ", \"bytes_kept\": %" PRIu64 "}", s->dv_built, s->dv_bytes,
+		s->dv_cached);
 	if (s->mirrors.n) {
 		fputs(",\n \"sources\": [", f);
 		for (size_t i = 0; i < s->mirrors.n; i++) {
@@ -254,6 +259,12 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		{ "passthrough_reads_seen_total", true,
 		  "Reads that reached the daemon on passthrough opens.",
 		  (double)s->pt_reads },
+		{ "delta_views_built_total", true,
+		  "Delta views (MNT/delta) built.", (double)s->dv_built },
+		{ "delta_view_bytes_built_total", true,
+		  "Bytes of the delta views built.", (double)s->dv_bytes },
+		{ "delta_view_bytes", false,
+		  "Bytes of the delta views kept now.", (double)s->dv_cached },
 	};
 
 	fputs("# HELP dcrfs_info The mounted store.\n# TYPE dcrfs_info gauge\n"

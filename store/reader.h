@@ -182,6 +182,22 @@ int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n);
 int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 		       const struct dcr_version_info **out);
 
+/** What a version's manifest records of one of its files beyond its
+ * tree entry (struct dcr_entry). */
+struct dcr_file_meta {
+	uint8_t digest[32];   /* dcr_file.sha256 as the manifest records it */
+	uint32_t format;      /* the manifest's format (dcr_file_digest_kind) */
+};
+
+/**
+ * dcr_reader_file_meta - the manifest's record of entry @idx of tree
+ * @tree of version @v into @out: 0; -ESTALE if the version has another
+ * tree now, -ENOENT for an unknown version or entry, -EISDIR for a
+ * directory, or the reader's -errno loading the tree. Thread-safe.
+ */
+int dcr_reader_file_meta(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			 uint32_t idx, struct dcr_file_meta *out);
+
 /** dcr_reader_version_put - release a tree of dcr_reader_version; NULL
  * accepted. Thread-safe. */
 void dcr_reader_version_put(struct dcr_reader *r,

@@ -1142,3 +1142,34 @@ void dcr_reader_tags_free(struct dcr_tag *tags, size_t n)
 		free(tags[i].name);
 	free(tags);
 }
+
+int dcr_reader_file_meta(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			 uint32_t idx, struct dcr_file_meta *out)
+{
+	const struct dcr_version_info *vi;
+	const struct dcr_file *f;
+	const struct rver *rv;
+	int ret = dcr_reader_version(r, v, &vi);
+
+	if (ret)
+		return ret;
+	/* Pinned: its files stay loaded until the put. */
+	rv = (const struct rver *)((const char *)vi -
+				   offsetof(struct rver, info));
+	if (rv->tree != tree)
+		ret = -ESTALE;
+	else if (idx == 0)
+		ret = -EISDIR;
+	else if (idx > rv->m.nfiles)
+		ret = -ENOENT;
+	else if ((f = &rv->m.files[idx - 1])->type != DCR_FT_REG)
+		ret = -EISDIR;
+	else {
+		_Static_assert(sizeof(out->digest) == DCR_HASH_LEN,
+			       "digest size");
+		memcpy(out->digest, f->sha256, DCR_HASH_LEN);
+		out->format = rv->m.format;
+	}
+	dcr_reader_version_put(r, vi);
+	return ret;
+}

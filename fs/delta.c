@@ -1,0 +1,790 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * delta.c - the /delta tree of a mount (issue 21): per version N with a
+ * parent, /delta/vN holds each safetensors file of vN as its delta view
+ * from the parent (store/dview.h); /delta/vM..vN (looked up, never
+ * listed) the view from any earlier vM of N's lineage.
+ *
+ * Inodes (fs.h): /delta is DCRFS_INO_DELTA; every other node is
+ * DCRFS_INO_DVIEW_BASE + slot, a slot of the node table assigned on
+ * first sight to (from version, its tree, to version, its tree, entry of
+ * the to-tree) and never reused while mounted. A node of a tree its
+ * version no longer has answers ESTALE.
+ *
+ * Views: a file's view is built at its lookup (so stat gives the exact
+ * size before any read) into an unlinked file in the cache directory,
+ * and kept while its total stays within the budget (an eighth of the
+ * chunk cache's), least recently used first out; open files keep
+ * theirs. An evicted view is rebuilt on its next open: the bytes are a
+ * pure function of the two manifests, so the size recorded at the first
+ * build is checked against every rebuild.
+ *
+ * Locks: delta_lock (the table, the view LRU, the counters) is taken
+ * for short spells only; a node's build_lock serialises its builds and
+ * is taken before delta_lock, never while holding it.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "dview.h"
+#include "fs.h"
+
+/* A built view: its bytes in an unlinked file. */
+struct dview_file {
+	int fd;
+	uint64_t size;
+	unsigned refs;        /* opens + the cache's own (1 while cached) */
+	struct dview_node *node;
+	struct dview_file *older, *newer; /* LRU, while cached */
+};
+
+struct dview_node {
+	uint64_t from, to;
+	uint32_t ftree, ttree;
+	uint32_t idx;         /* entry of to's tree; 0: the directory */
+	uint32_t slot;
+	bool sized;           /* size known (a view was built once) */
+	uint64_t size;
+	pthread_mutex_t build_lock;
+	struct dview_file *file; /* cached view, under delta_lock */
+};
+
+struct dcrfs_delta {
+	pthread_mutex_t lock;
+	struct dview_node **slots; /* by slot */
+	struct dview_node **sorted; /* by key */
+	size_t n, cap;
+	struct dview_file *lru_old, *lru_new;
+	uint64_t cached_bytes, budget;
+	uint64_t built, built_bytes, evicted;
+	const char *tmpdir;
+};
+
+static int key_cmp(const struct dview_node *a, uint64_t from, uint32_t ftree,
+		   uint64_t to, uint32_t ttree, uint32_t idx)
+{
+#define C(x, y) if ((x) != (y)) return (x) < (y) ? -1 : 1
+	C(a->to, to);
+	C(a->ttree, ttree);
+	C(a->from, from);
+	C(a->ftree, ftree);
+	C(a->idx, idx);
+#undef C
+	return 0;
+}
+
+int dcrfs_delta_init(struct dcrfs *fs, const char *tmpdir, uint64_t budget)
+{
+	struct dcrfs_delta *d = calloc(1, sizeof(*d));
+	int ret;
+
+	if (!d)
+		return -ENOMEM;
+	ret = pthread_mutex_init(&d->lock, NULL);
+	if (ret) {
+		free(d);
+		return -ret;
+	}
+	d->tmpdir = tmpdir;
+	d->budget = budget;
+	fs->delta = d;
+	return 0;
+}
+
+void dcrfs_delta_free(struct dcrfs *fs)
+{
+	struct dcrfs_delta *d = fs->delta;
+
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->n; i++) {
+		struct dview_node *nd = d->slots[i];
+
+		if (nd->file) {
+			close(nd->file->fd);
+			free(nd->file);
+		}
+		pthread_mutex_destroy(&nd->build_lock);
+		free(nd);
+	}
+	free(d->slots);
+	free(d->sorted);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+	fs->delta = NULL;
+}
+
+void dcrfs_delta_counts(struct dcrfs *fs, uint64_t *built,
+			uint64_t *built_bytes, uint64_t *cached_bytes)
+{
+	struct dcrfs_delta *d = fs->delta;
+
+	pthread_mutex_lock(&d->lock);
+	*built = d->built;
+	*built_bytes = d->built_bytes;
+	*cached_bytes = d->cached_bytes;
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* The node of the key, made (a new slot) if new. 0 or -errno. */
+static int node_get(struct dcrfs *fs, uint64_t from, uint32_t ftree,
+		    uint64_t to, uint32_t ttree, uint32_t idx,
+		    struct dview_node **out)
+{
+	struct dcrfs_delta *d = fs->delta;
+	size_t lo = 0, hi;
+	int ret = 0;
+
+	pthread_mutex_lock(&d->lock);
+	hi = d->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = key_cmp(d->sorted[mid], from, ftree, to, ttree, idx);
+
+		if (c == 0) {
+			*out = d->sorted[mid];
+			goto out;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (d->n >= DCRFS_DVIEW_SLOTS) {
+		dcr_err("delta view: more than %u nodes looked up while "
+			"mounted: no more are served (ENOSPC)",
+			(unsigned)DCRFS_DVIEW_SLOTS);
+		ret = -ENOSPC;
+		goto out;
+	}
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 64;
+		struct dview_node **a = realloc(d->slots, cap * sizeof(*a));
+
+		if (!a) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		d->slots = a;
+		a = realloc(d->sorted, cap * sizeof(*a));
+		if (!a) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		d->sorted = a;
+		d->cap = cap;
+	}
+	struct dview_node *nd = calloc(1, sizeof(*nd));
+	if (!nd || pthread_mutex_init(&nd->build_lock, NULL)) {
+		free(nd);
+		ret = -ENOMEM;
+		goto out;
+	}
+	nd->from = from;
+	nd->ftree = ftree;
+	nd->to = to;
+	nd->ttree = ttree;
+	nd->idx = idx;
+	nd->slot = (uint32_t)d->n;
+	d->slots[d->n] = nd;
+	memmove(&d->sorted[lo + 1], &d->sorted[lo],
+		(d->n - lo) * sizeof(*d->sorted));
+	d->sorted[lo] = nd;
+	d->n++;
+	*out = nd;
+out:
+	pthread_mutex_unlock(&d->lock);
+	return ret;
+}
+
+static fuse_ino_t node_ino(const struct dview_node *nd)
+{
+	return DCRFS_INO_DVIEW_BASE + nd->slot;
+}
+
+/* The node of inode @ino, or NULL. */
+static struct dview_node *node_of(struct dcrfs *fs, fuse_ino_t ino)
+{
+	struct dcrfs_delta *d = fs->delta;
+	struct dview_node *nd = NULL;
+
+	if (ino < DCRFS_INO_DVIEW_BASE || ino > DCRFS_INO_DVIEW_MAX)
+		return NULL;
+	pthread_mutex_lock(&d->lock);
+	if (ino - DCRFS_INO_DVIEW_BASE < d->n)
+		nd = d->slots[ino - DCRFS_INO_DVIEW_BASE];
+	pthread_mutex_unlock(&d->lock);
+	return nd;
+}
+
+bool dcrfs_delta_is_ino(fuse_ino_t ino)
+{
+	return ino == DCRFS_INO_DELTA ||
+	       (ino >= DCRFS_INO_DVIEW_BASE && ino <= DCRFS_INO_DVIEW_MAX);
+}
+
+/* ---------------------------------------------------------- the views */
+
+/* Drop @vf from the LRU (under the lock); the cache's reference goes. */
+static void lru_unlink(struct dcrfs_delta *d, struct dview_file *vf)
+{
+	if (vf->older)
+		vf->older->newer = vf->newer;
+	else
+		d->lru_old = vf->newer;
+	if (vf->newer)
+		vf->newer->older = vf->older;
+	else
+		d->lru_new = vf->older;
+	vf->older = vf->newer = NULL;
+	d->cached_bytes -= vf->size;
+	vf->node->file = NULL;
+}
+
+static void lru_push(struct dcrfs_delta *d, struct dview_file *vf)
+{
+	vf->older = d->lru_new;
+	vf->newer = NULL;
+	if (d->lru_new)
+		d->lru_new->newer = vf;
+	else
+		d->lru_old = vf;
+	d->lru_new = vf;
+	d->cached_bytes += vf->size;
+	vf->node->file = vf;
+}
+
+/* One reference less (under the lock); the last closes the file. */
+static void file_unref_locked(struct dview_file *vf)
+{
+	if (--vf->refs == 0) {
+		close(vf->fd);
+		free(vf);
+	}
+}
+
+/* Evict the least recently used views past the budget (under lock). */
+static void trim_locked(struct dcrfs_delta *d)
+{
+	struct dview_file *vf = d->lru_old;
+
+	while (vf && d->cached_bytes > d->budget) {
+		struct dview_file *next = vf->newer;
+
+		lru_unlink(d, vf);
+		d->evicted++;
+		file_unref_locked(vf);
+		vf = next;
+	}
+}
+
+/* Whether the versions still have the trees @nd names. */
+static int node_check(struct dcrfs *fs, const struct dview_node *nd)
+{
+	const struct dcr_version_info *vi;
+	int ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
+
+	if (ret < 0)
+		return ret;
+	version_put(fs, vi);
+	ret = version_get_tree(fs, nd->from, nd->ftree, &vi);
+	if (ret < 0)
+		return ret == -ENOENT ? -ESTALE : ret;
+	version_put(fs, vi);
+	return 0;
+}
+
+/* The view of file node @nd, built if not cached, with a reference for
+ * the caller (file_put). 0 or -errno. */
+static int view_get(struct dcrfs *fs, struct dview_node *nd,
+		    struct dview_file **out)
+{
+	struct dcrfs_delta *d = fs->delta;
+	struct dcr_dview_side a = { nd->from, nd->ftree }, b = { nd->to, nd->ttree };
+	struct dcr_dview_info info;
+	struct dview_file *vf;
+	int fd, ret;
+
+	pthread_mutex_lock(&nd->build_lock);
+	pthread_mutex_lock(&d->lock);
+	vf = nd->file;
+	if (vf) {
+		vf->refs++;
+		/* The most recently used. */
+		lru_unlink(d, vf);
+		lru_push(d, vf);
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (vf) {
+		pthread_mutex_unlock(&nd->build_lock);
+		*out = vf;
+		return 0;
+	}
+	fd = open(d->tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": cannot make a "
+			"file in %s: %s", nd->from, nd->to, d->tmpdir,
+			strerror(-ret));
+		goto err_unlock;
+	}
+	ret = dcr_dview_build(fs->r, a, b, nd->idx, d->tmpdir, fd, &info);
+	if (ret < 0) {
+		if (ret != -EBADMSG && ret != -ESTALE)
+			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 " entry %"
+				PRIu32 ": %s", nd->from, nd->to, nd->idx,
+				strerror(-ret));
+		goto err_close;
+	}
+	if (nd->sized && nd->size != info.size) {
+		/* Never happens: the bytes are a function of the manifests. */
+		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 " entry %" PRIu32
+			": rebuilt with %" PRIu64 " bytes, not %" PRIu64 " (EIO)",
+			nd->from, nd->to, nd->idx, info.size, nd->size);
+		ret = -EIO;
+		goto err_close;
+	}
+	vf = calloc(1, sizeof(*vf));
+	if (!vf) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
+	vf->fd = fd;
+	vf->size = info.size;
+	vf->node = nd;
+	vf->refs = 2; /* the caller's and the cache's */
+	pthread_mutex_lock(&d->lock);
+	nd->size = info.size;
+	nd->sized = true;
+	d->built++;
+	d->built_bytes += info.size;
+	lru_push(d, vf);
+	trim_locked(d);
+	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&nd->build_lock);
+	*out = vf;
+	return 0;
+
+err_close:
+	close(fd);
+err_unlock:
+	pthread_mutex_unlock(&nd->build_lock);
+	return ret;
+}
+
+static void file_put(struct dcrfs *fs, struct dview_file *vf)
+{
+	pthread_mutex_lock(&fs->delta->lock);
+	file_unref_locked(vf);
+	pthread_mutex_unlock(&fs->delta->lock);
+}
+
+/* ---------------------------------------------------------- attributes */
+
+static void dir_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
+		     int64_t mtime_ns)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = S_IFDIR | 0555;
+	st->st_nlink = 2;
+	st->st_uid = fs->uid;
+	st->st_gid = fs->gid;
+	st->st_size = 4096;
+	st->st_blocks = 8;
+	st->st_blksize = 4096;
+	st->st_mtim.tv_sec = mtime_ns / 1000000000LL;
+	st->st_mtim.tv_nsec = mtime_ns % 1000000000LL;
+	st->st_ctim = st->st_atim = st->st_mtim;
+}
+
+/* Attributes of @nd (a file's view built if its size is not known). */
+static int node_stat(struct dcrfs *fs, struct dview_node *nd, struct stat *st)
+{
+	const struct dcr_version_info *vi;
+	struct dview_file *vf;
+	int64_t mtime;
+	bool dir;
+	int ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
+
+	if (ret < 0)
+		return ret;
+	if (nd->idx >= vi->nentries) {
+		version_put(fs, vi);
+		return -ENOENT;
+	}
+	dir = vi->entries[nd->idx].type == DCR_FT_DIR;
+	mtime = nd->idx ? vi->entries[nd->idx].mtime_ns : vi->ctime_ns;
+	version_put(fs, vi);
+	if (dir) {
+		dir_stat(fs, st, node_ino(nd), mtime);
+		return 0;
+	}
+	ret = node_check(fs, nd);
+	if (ret < 0)
+		return ret;
+	if (!nd->sized) {
+		ret = view_get(fs, nd, &vf);
+		if (ret < 0)
+			return ret;
+		file_put(fs, vf);
+	}
+	dir_stat(fs, st, node_ino(nd), mtime);
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	st->st_size = (off_t)nd->size;
+	st->st_blocks = (blkcnt_t)((nd->size + 511) / 512);
+	return 0;
+}
+
+int dcrfs_delta_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
+		     double *ttl)
+{
+	struct dview_node *nd;
+
+	*ttl = DCRFS_TTL_MUTABLE;
+	if (ino == DCRFS_INO_DELTA) {
+		dir_stat(fs, st, ino, fs->mount_ns);
+		return 0;
+	}
+	nd = node_of(fs, ino);
+	if (!nd)
+		return -ENOENT;
+	*ttl = DCRFS_TTL_IMMUTABLE;
+	return node_stat(fs, nd, st);
+}
+
+/* ---------------------------------------------------------- lookup */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+/* Whether directory @dir of @vi holds a *.safetensors file below it. */
+static bool dir_has_st(const struct dcr_version_info *vi, uint32_t dir,
+		       unsigned depth)
+{
+	if (depth > 256)
+		return false;
+	for (uint32_t c = vi->entries[dir].first_child; c < vi->nentries;
+	     c = vi->entries[c].next_sibling) {
+		const struct dcr_entry *e = &vi->entries[c];
+
+		if (e->type == DCR_FT_REG && ends_with(e->name, DCR_DVIEW_SUFFIX))
+			return true;
+		if (e->type == DCR_FT_DIR && dir_has_st(vi, c, depth + 1))
+			return true;
+	}
+	return false;
+}
+
+/* Parse "vN" into @v. */
+static bool parse_v(const char *s, size_t n, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	if (n < 2 || s[0] != 'v' || s[1] < '1' || s[1] > '9')
+		return false;
+	for (size_t i = 1; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		x = x * 10 + (uint64_t)(s[i] - '0');
+		if (x > DCR_VERSION_MAX)
+			return false;
+	}
+	*v = x;
+	return true;
+}
+
+/* Whether @m is in @n's lineage (an ancestor by parents). 0, -ENOENT. */
+static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
+{
+	const struct dcr_version_info *vi;
+	uint64_t v = n;
+
+	while (v > m) {
+		int ret = version_get(fs, v, &vi);
+
+		if (ret < 0)
+			return ret == -ENOENT ? -ENOENT : ret;
+		uint64_t p = vi->parent;
+		version_put(fs, vi);
+		if (p == 0 || p >= v)
+			return -ENOENT;
+		v = p;
+	}
+	return v == m ? 0 : -ENOENT;
+}
+
+/* The top node of /delta/@name: "vN" (from N's parent) or "vM..vN". */
+static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
+{
+	const struct dcr_version_info *vn, *vm;
+	const int64_t since = dcr_mono_ns();
+	const char *dots = strstr(name, "..");
+	uint64_t m = 0, n;
+	int ret;
+
+	if (dots) {
+		if (!parse_v(name, (size_t)(dots - name), &m) ||
+		    !parse_v(dots + 2, strlen(dots + 2), &n) || m >= n)
+			return -ENOENT;
+	} else if (!parse_v(name, strlen(name), &n)) {
+		return -ENOENT;
+	}
+	ret = version_get(fs, n, &vn);
+	if (ret == -ENOENT && n > dcr_reader_latest(fs->r) &&
+	    fs_refresh(fs, 0, since) == 0)
+		ret = version_get(fs, n, &vn);
+	if (ret < 0)
+		return ret;
+	if (!dots)
+		m = vn->parent;
+	uint32_t ttree = vn->tree;
+	version_put(fs, vn);
+	if (m == 0)
+		return -ENOENT; /* no parent: no /delta/vN */
+	ret = in_lineage(fs, m, n);
+	if (ret < 0)
+		return ret;
+	ret = version_get(fs, m, &vm);
+	if (ret < 0)
+		return ret;
+	uint32_t ftree = vm->tree;
+	version_put(fs, vm);
+	return node_get(fs, m, ftree, n, ttree, 0, out);
+}
+
+/* The child @name of directory node @nd: a directory with safetensors
+ * files below it, or a file of the view. -ENOENT if none. */
+static int child_node(struct dcrfs *fs, struct dview_node *nd,
+		      const char *name, struct dview_node **out)
+{
+	const struct dcr_version_info *vi;
+	uint32_t c, found = UINT32_MAX;
+	bool file = false;
+	int ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
+
+	if (ret < 0)
+		return ret;
+	if (nd->idx >= vi->nentries || vi->entries[nd->idx].type != DCR_FT_DIR) {
+		version_put(fs, vi);
+		return -ENOTDIR;
+	}
+	for (c = vi->entries[nd->idx].first_child; c < vi->nentries;
+	     c = vi->entries[c].next_sibling) {
+		const struct dcr_entry *e = &vi->entries[c];
+
+		if (strcmp(e->name, name))
+			continue;
+		if (e->type == DCR_FT_DIR && dir_has_st(vi, c, 0))
+			found = c;
+		else if (e->type == DCR_FT_REG && ends_with(e->name, DCR_DVIEW_SUFFIX)) {
+			found = c;
+			file = true;
+		}
+		break;
+	}
+	version_put(fs, vi);
+	if (found == UINT32_MAX)
+		return -ENOENT;
+	if (file) {
+		ret = dcr_dview_probe(fs->r, nd->to, nd->ttree, found);
+		if (ret == -EBADMSG)
+			return -ENOENT;
+		if (ret < 0)
+			return ret;
+	}
+	return node_get(fs, nd->from, nd->ftree, nd->to, nd->ttree, found, out);
+}
+
+int dcrfs_delta_lookup(struct dcrfs *fs, fuse_ino_t parent, const char *name,
+		       struct stat *st, double *ttl)
+{
+	struct dview_node *nd, *child;
+	int ret;
+
+	if (parent == DCRFS_INO_DELTA) {
+		ret = top_node(fs, name, &child);
+		/* Short: the version may change in the store (another
+		 * tree, another node). */
+		*ttl = DCRFS_TTL_MUTABLE;
+	} else {
+		nd = node_of(fs, parent);
+		if (!nd)
+			return -ENOENT;
+		ret = node_check(fs, nd);
+		if (ret == 0)
+			ret = child_node(fs, nd, name, &child);
+		*ttl = DCRFS_TTL_IMMUTABLE;
+	}
+	if (ret < 0)
+		return ret;
+	return node_stat(fs, child, st);
+}
+
+/* ---------------------------------------------------------- listing */
+
+int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
+		     dcrfs_delta_emit_fn emit, void *ctx)
+{
+	const struct dcr_version_info *vi;
+	struct dview_node *nd;
+	struct stat st;
+	int ret;
+
+	if (ino == DCRFS_INO_DELTA) {
+		/* Offsets: 1 ".", 2 "..", v + 2 after "vN". */
+		uint64_t *vs = NULL;
+		size_t n = 0;
+
+		dir_stat(fs, &st, ino, fs->mount_ns);
+		if (off < 1 && emit(ctx, ".", &st, 1, true))
+			return 0;
+		if (off < 2 && emit(ctx, "..", &st, 2, false))
+			return 0;
+		ret = dcr_reader_versions(fs->r, &vs, &n);
+		if (ret < 0)
+			return ret;
+		for (size_t i = 0; i < n; i++) {
+			char name[32];
+
+			if ((off_t)(vs[i] + 2) <= off || version_get(fs, vs[i], &vi) < 0)
+				continue;
+			uint64_t parent = vi->parent;
+			version_put(fs, vi);
+			if (!parent)
+				continue;
+			snprintf(name, sizeof(name), "v%" PRIu64, vs[i]);
+			if (top_node(fs, name, &nd) < 0)
+				continue;
+			if (node_stat(fs, nd, &st) < 0)
+				continue;
+			if (emit(ctx, name, &st, (off_t)(vs[i] + 2), true))
+				break;
+		}
+		free(vs);
+		return 0;
+	}
+	nd = node_of(fs, ino);
+	if (!nd)
+		return -ENOENT;
+	ret = node_check(fs, nd);
+	if (ret < 0)
+		return ret;
+	ret = node_stat(fs, nd, &st);
+	if (ret < 0)
+		return ret;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	/* Offsets: 1 ".", 2 "..", c + 3 after child entry c. */
+	if (off < 1 && emit(ctx, ".", &st, 1, true))
+		return 0;
+	if (off < 2 && emit(ctx, "..", &st, 2, false))
+		return 0;
+	ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
+	if (ret < 0)
+		return ret;
+	uint32_t first = vi->entries[nd->idx].first_child;
+	uint32_t nent = vi->nentries;
+	version_put(fs, vi);
+	for (uint32_t c = first; c < nent;) {
+		struct dview_node *ch;
+		char name[NAME_MAX + 1];
+		uint32_t next;
+		bool keep;
+
+		ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
+		if (ret < 0)
+			return ret;
+		next = vi->entries[c].next_sibling;
+		keep = (off_t)c + 3 > off &&
+		       strlen(vi->entries[c].name) < sizeof(name);
+		if (keep)
+			strcpy(name, vi->entries[c].name);
+		version_put(fs, vi);
+		if (keep && child_node(fs, nd, name, &ch) == 0) {
+			/* Files without attributes: a listing builds no view
+			 * (stat looks each up, and builds it, then). */
+			bool isdir = false;
+
+			ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
+			if (ret < 0)
+				return ret;
+			isdir = vi->entries[c].type == DCR_FT_DIR;
+			int64_t mt = vi->entries[c].mtime_ns;
+			version_put(fs, vi);
+			dir_stat(fs, &st, node_ino(ch), mt);
+			if (!isdir) {
+				st.st_mode = S_IFREG | 0444;
+				st.st_nlink = 1;
+			}
+			if (emit(ctx, name, &st, (off_t)c + 3, isdir))
+				break;
+		}
+		c = next;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------- files */
+
+int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
+{
+	struct dview_node *nd = node_of(fs, ino);
+	struct dview_file *vf;
+	struct stat st;
+	int ret;
+
+	if (!nd)
+		return ino == DCRFS_INO_DELTA ? -EISDIR : -ENOENT;
+	ret = node_stat(fs, nd, &st);
+	if (ret < 0)
+		return ret;
+	if (S_ISDIR(st.st_mode))
+		return -EISDIR;
+	ret = view_get(fs, nd, &vf);
+	if (ret < 0)
+		return ret;
+	*fh = (uint64_t)(uintptr_t)vf;
+	return 0;
+}
+
+ssize_t dcrfs_delta_read(uint64_t fh, void *buf, size_t size, off_t off)
+{
+	const struct dview_file *vf = (const struct dview_file *)(uintptr_t)fh;
+	ssize_t n;
+
+	if (off < 0)
+		return -EINVAL;
+	if ((uint64_t)off >= vf->size)
+		return 0;
+	size = (size_t)DCR_MIN((uint64_t)size, vf->size - (uint64_t)off);
+	n = pread(vf->fd, buf, size, off);
+	if (n < 0) {
+		n = -errno;
+		dcr_err("delta view: reading its file: %s", strerror(errno));
+	}
+	return n;
+}
+
+void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh)
+{
+	file_put(fs, (struct dview_file *)(uintptr_t)fh);
+}

@@ -1,0 +1,738 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dview.c - the delta view of one safetensors file (see dview.h).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fileio.h"
+#include "hash.h"
+#include "json.h"
+#include "manifest.h"
+#include "safetensors.h"
+#include "stwriter.h"
+#include "dview.h"
+
+/* Bytes of each tensor read from each version at once (a multiple of
+ * every dtype's width). */
+#define BLOCK (4u << 20)
+/* Buffered bytes of each scratch stream. */
+#define WBUF (1u << 20)
+
+/* A parsed, checked header: the tensors and, sorted by name, pointers. */
+struct stfile {
+	struct dcr_tensors ts;
+	struct dcr_tensor **by_name;
+	uint64_t size;
+};
+
+static void stfile_free(struct stfile *f)
+{
+	dcr_tensors_free(&f->ts);
+	free(f->by_name);
+	memset(f, 0, sizeof(*f));
+}
+
+/* Read exactly [off, off+len) of a version's file. 0 or -errno. */
+static int read_exact(struct dcr_reader *r, struct dcr_dview_side s,
+		      uint32_t idx, uint64_t off, void *dst, size_t len)
+{
+	uint8_t *p = dst;
+
+	while (len) {
+		ssize_t n = dcr_reader_read_tree(r, s.v, s.tree, idx, off, p,
+						 len);
+		if (n < 0)
+			return (int)n;
+		if (n == 0) /* the file ended: its header lied to the parser */
+			return DCR_ERR(-EIO);
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+	return strcmp((*(struct dcr_tensor *const *)a)->name,
+		      (*(struct dcr_tensor *const *)b)->name);
+}
+
+/* Elements of @t (its shape's product), or false on overflow. */
+static bool numel_of(const struct dcr_tensor *t, uint64_t *n)
+{
+	uint64_t c = 1;
+
+	for (unsigned d = 0; d < t->ndim; d++)
+		if (__builtin_mul_overflow(c, t->shape[d], &c))
+			return false;
+	*n = c;
+	return true;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+/*
+ * Parse and check the header of entry @idx of side @s, a file of @size
+ * bytes, into @f. -EBADMSG if it is not a file of the view (a message
+ * at debug level names why), or the reader's -errno.
+ */
+static int stfile_load(struct dcr_reader *r, struct dcr_dview_side s,
+		       uint32_t idx, const char *path, uint64_t size,
+		       struct stfile *f)
+{
+	uint8_t head[8];
+	uint8_t *prefix = NULL;
+	size_t need = 0;
+	int ret;
+
+	memset(f, 0, sizeof(*f));
+	f->size = size;
+	if (!ends_with(path, DCR_DVIEW_SUFFIX))
+		return -EBADMSG;
+	if (size < 8)
+		goto bad;
+	ret = read_exact(r, s, idx, 0, head, sizeof(head));
+	if (ret)
+		return ret;
+	if (dcr_safetensors_prefix_len(head, sizeof(head), size, &need))
+		goto bad;
+	prefix = malloc(need);
+	if (!prefix)
+		return DCR_ERR(-ENOMEM);
+	ret = read_exact(r, s, idx, 0, prefix, need);
+	if (ret)
+		goto err_free;
+	ret = dcr_safetensors_tensors(prefix, need, size, &f->ts);
+	free(prefix);
+	prefix = NULL;
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret)
+		goto bad;
+	f->by_name = calloc(f->ts.n ? f->ts.n : 1, sizeof(*f->by_name));
+	if (!f->by_name) {
+		stfile_free(f);
+		return DCR_ERR(-ENOMEM);
+	}
+	for (size_t i = 0; i < f->ts.n; i++) {
+		struct dcr_tensor *t = &f->ts.t[i];
+		unsigned w = dcr_st_dtype_width(t->dtype);
+		uint64_t n, bytes;
+
+		if (!w || t->ndim == DCR_ST_NDIM_UNKNOWN || !numel_of(t, &n) ||
+		    __builtin_mul_overflow(n, w, &bytes) || bytes != t->len) {
+			dcr_debug("v%" PRIu64 " %s: tensor %s: dtype %s, shape and "
+				"%" PRIu64 " bytes do not agree: not in the delta view",
+				s.v, path, t->name, t->dtype, t->len);
+			goto bad;
+		}
+		f->by_name[i] = t;
+	}
+	qsort(f->by_name, f->ts.n, sizeof(*f->by_name), cmp_tensor_name);
+	for (size_t i = 1; i < f->ts.n; i++)
+		if (!strcmp(f->by_name[i]->name, f->by_name[i - 1]->name)) {
+			dcr_debug("v%" PRIu64 " %s: tensor %s named twice: not in "
+				"the delta view", s.v, path, f->by_name[i]->name);
+			goto bad;
+		}
+	return 0;
+bad:
+	dcr_debug("v%" PRIu64 " %s: not a safetensors file: not in the delta view",
+		s.v, path);
+	stfile_free(f);
+	return -EBADMSG;
+err_free:
+	free(prefix);
+	stfile_free(f);
+	return ret;
+}
+
+/* The entry of @vi at path @path, or 0 (the root: never a file). */
+static uint32_t entry_by_path(const struct dcr_version_info *vi,
+			      const char *path)
+{
+	uint32_t lo = 1, hi = vi->nentries;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(vi->entries[mid].path, path);
+
+		if (c == 0)
+			return mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (uint32_t i = 1; i < vi->nentries; i++)
+		if (!strcmp(vi->entries[i].path, path))
+			return i;
+	return 0;
+}
+
+int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
+		    uint32_t idx)
+{
+	const struct dcr_version_info *vi;
+	struct dcr_dview_side s = { v, tree };
+	struct stfile f;
+	char *path;
+	uint64_t size;
+	int ret = dcr_reader_version(r, v, &vi);
+
+	if (ret)
+		return ret;
+	if (vi->tree != tree)
+		ret = -ESTALE;
+	else if (idx == 0 || idx >= vi->nentries)
+		ret = idx ? -ENOENT : -EISDIR;
+	else if (vi->entries[idx].type != DCR_FT_REG)
+		ret = -EISDIR;
+	if (ret) {
+		dcr_reader_version_put(r, vi);
+		return ret;
+	}
+	path = strdup(vi->entries[idx].path);
+	size = vi->entries[idx].size;
+	dcr_reader_version_put(r, vi);
+	if (!path)
+		return DCR_ERR(-ENOMEM);
+	ret = stfile_load(r, s, idx, path, size, &f);
+	free(path);
+	stfile_free(&f);
+	return ret;
+}
+
+/* ------------------------------------------------------------ output */
+
+/* An append-only scratch stream (an unlinked file) with a buffer. */
+struct stream {
+	int fd;
+	uint64_t pos;   /* bytes written to fd */
+	uint8_t *buf;
+	size_t n;
+};
+
+static int stream_open(struct stream *s, const char *tmpdir)
+{
+	s->pos = 0;
+	s->n = 0;
+	s->buf = malloc(WBUF);
+	if (!s->buf)
+		return DCR_ERR(-ENOMEM);
+	s->fd = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (s->fd < 0) {
+		int e = -errno;
+
+		dcr_err("delta view: cannot make a scratch file in %s: %s",
+			tmpdir, strerror(-e));
+		free(s->buf);
+		s->buf = NULL;
+		return DCR_ERR(e);
+	}
+	return 0;
+}
+
+static void stream_close(struct stream *s)
+{
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	free(s->buf);
+	s->buf = NULL;
+}
+
+static int stream_flush(struct stream *s)
+{
+	int ret = s->n ? dcr_pwrite_full(s->fd, s->buf, s->n, (off_t)s->pos) : 0;
+
+	if (ret)
+		return ret;
+	s->pos += s->n;
+	s->n = 0;
+	return 0;
+}
+
+/* Append @len (<= 8) bytes. */
+static inline int stream_put(struct stream *s, const void *p, size_t len)
+{
+	if (s->n + len > WBUF) {
+		int ret = stream_flush(s);
+
+		if (ret)
+			return ret;
+	}
+	memcpy(s->buf + s->n, p, len);
+	s->n += len;
+	return 0;
+}
+
+/* Offset of the next byte appended. */
+static uint64_t stream_tell(const struct stream *s)
+{
+	return s->pos + s->n;
+}
+
+/* A changed tensor's two segments in the scratch streams. */
+struct change {
+	const struct dcr_tensor *t; /* of B */
+	uint64_t n;                  /* changed elements */
+	unsigned iw, vw;             /* index and value widths */
+	uint64_t ioff, voff;         /* in the idx and val streams */
+	char *iname, *vname;
+};
+
+struct build {
+	struct dcr_reader *r;
+	struct dcr_dview_side a, b;
+	uint32_t ia, ib;             /* entries of the file in A and B */
+	struct stream si, sv;
+	uint8_t *ba, *bb;            /* BLOCK bytes each */
+	struct dcr_dview_info *info;
+};
+
+/* Emit element @i (B's bytes at @p, @w wide) of the tensor. */
+static inline int emit(struct build *b, unsigned iw, uint64_t i,
+		       const uint8_t *p, unsigned w)
+{
+	uint8_t le[8];
+	int ret;
+
+	dcr_put_le64(le, i);
+	ret = stream_put(&b->si, le, iw);
+	return ret ? ret : stream_put(&b->sv, p, w);
+}
+
+/*
+ * Compare tensor @tb of B with @ta of A (same dtype and shape) and
+ * append its changed elements. Fills @c (n 0 if none changed).
+ */
+static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
+			  const struct dcr_tensor *tb, struct change *c)
+{
+	const unsigned w = dcr_st_dtype_width(tb->dtype);
+	const uint64_t len = tb->len;
+	uint64_t numel = len / w;
+
+	c->t = tb;
+	c->n = 0;
+	c->vw = w;
+	c->iw = dcr_dview_idx_width(numel);
+	c->ioff = stream_tell(&b->si);
+	c->voff = stream_tell(&b->sv);
+	for (uint64_t pos = 0; pos < len;) {
+		size_t n = (size_t)DCR_MIN((uint64_t)BLOCK, len - pos);
+		size_t k = 0;
+		int ret = read_exact(b->r, b->a, b->ia, ta->off + pos, b->ba, n);
+
+		if (!ret)
+			ret = read_exact(b->r, b->b, b->ib, tb->off + pos, b->bb, n);
+		if (ret)
+			return ret;
+		for (; k + 8 <= n; k += 8) {
+			uint64_t x, y;
+
+			memcpy(&x, b->ba + k, 8);
+			memcpy(&y, b->bb + k, 8);
+			if (x == y)
+				continue;
+			for (unsigned l = 0; l < 8; l += w) {
+				if (!memcmp(b->ba + k + l, b->bb + k + l, w))
+					continue;
+				ret = emit(b, c->iw, (pos + k + l) / w,
+					   b->bb + k + l, w);
+				if (ret)
+					return ret;
+				c->n++;
+			}
+		}
+		for (; k < n; k += w) { /* a tail shorter than 8 bytes */
+			if (!memcmp(b->ba + k, b->bb + k, w))
+				continue;
+			ret = emit(b, c->iw, (pos + k) / w, b->bb + k, w);
+			if (ret)
+				return ret;
+			c->n++;
+		}
+		pos += n;
+	}
+	b->info->compared += len;
+	return 0;
+}
+
+/* Copy [off, off+len) of @in to @out at *@pos. 0 or -errno. */
+static int copy_segment(int in, uint64_t off, uint64_t len, int out,
+			uint64_t *pos)
+{
+	loff_t src = (loff_t)off, dst = (loff_t)*pos;
+	static const size_t step = 64u << 20;
+
+	while (len) {
+		ssize_t n = copy_file_range(in, &src, out, &dst,
+					    (size_t)DCR_MIN(len, (uint64_t)step), 0);
+		if (n < 0 && (errno == EXDEV || errno == ENOSYS ||
+			      errno == EINVAL || errno == EOPNOTSUPP)) {
+			uint8_t buf[1u << 16];
+			size_t m = (size_t)DCR_MIN(len, (uint64_t)sizeof(buf));
+			int ret = dcr_pread_full(in, buf, m, (off_t)src);
+
+			if (ret == 0)
+				ret = dcr_pwrite_full(out, buf, m, (off_t)dst);
+			if (ret)
+				return ret;
+			n = (ssize_t)m;
+			src += (loff_t)m;
+			dst += (loff_t)m;
+		} else if (n < 0) {
+			return DCR_ERR(-errno);
+		} else if (n == 0) {
+			return DCR_ERR(-EIO);
+		}
+		len -= (uint64_t)n;
+	}
+	*pos = (uint64_t)dst;
+	return 0;
+}
+
+/* A compact JSON array of the @n strings @s (sorted by the caller). */
+static char *json_list(const char *const *s, size_t n)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+
+	if (!f)
+		return NULL;
+	putc('[', f);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			putc(',', f);
+		dcr_json_str(f, s[i]);
+	}
+	putc(']', f);
+	if (fclose(f) || !out) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* Growable list of names (borrowed pointers). */
+struct names {
+	const char **s;
+	size_t n, cap;
+};
+
+static int names_add(struct names *l, const char *s)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		const char **p = realloc(l->s, cap * sizeof(*p));
+
+		if (!p)
+			return DCR_ERR(-ENOMEM);
+		l->s = p;
+		l->cap = cap;
+	}
+	l->s[l->n++] = s;
+	return 0;
+}
+
+static bool same_layout(const struct dcr_tensor *x, const struct dcr_tensor *y)
+{
+	if (strcmp(x->dtype, y->dtype) || x->ndim != y->ndim)
+		return false;
+	for (unsigned d = 0; d < x->ndim; d++)
+		if (x->shape[d] != y->shape[d])
+			return false;
+	return true;
+}
+
+static char *suffixed(const char *name, const char *suffix)
+{
+	size_t n = strlen(name), k = strlen(suffix);
+	char *s = malloc(n + k + 1);
+
+	if (s) {
+		memcpy(s, name, n);
+		memcpy(s + n, suffix, k + 1);
+	}
+	return s;
+}
+
+/* Write the header and the segments of @cs[0..nc) to @out_fd. */
+static int assemble(struct build *b, struct change *cs, size_t nc,
+		    const struct dcr_st_meta *meta, size_t nmeta, int out_fd)
+{
+	struct dcr_st_tensor *st = calloc(2 * nc + 1, sizeof(*st));
+	uint64_t *shapes = calloc(2 * nc + 1, sizeof(*shapes));
+	size_t *order = calloc(2 * nc + 1, sizeof(*order));
+	char *hdr = NULL;
+	size_t hdr_len = 0;
+	uint64_t pos;
+	int ret;
+
+	if (!st || !shapes || !order) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free;
+	}
+	for (size_t i = 0; i < nc; i++) {
+		struct change *c = &cs[i];
+
+		shapes[2 * i] = shapes[2 * i + 1] = c->n;
+		st[2 * i] = (struct dcr_st_tensor){
+			.name = c->iname, .dtype = c->iw == 4 ? "I32" : "I64",
+			.shape = &shapes[2 * i], .ndim = 1,
+			.len = c->n * c->iw };
+		st[2 * i + 1] = (struct dcr_st_tensor){
+			.name = c->vname, .dtype = c->t->dtype,
+			.shape = &shapes[2 * i + 1], .ndim = 1,
+			.len = c->n * c->vw };
+	}
+	ret = dcr_safetensors_layout(st, 2 * nc, meta, nmeta, 0, &hdr,
+				     &hdr_len, order);
+	if (ret)
+		goto err_free;
+	ret = dcr_pwrite_full(out_fd, hdr, hdr_len, 0);
+	if (ret)
+		goto err_free;
+	pos = hdr_len;
+	for (size_t k = 0; k < 2 * nc && !ret; k++) {
+		const struct change *c = &cs[order[k] / 2];
+		bool is_idx = order[k] % 2 == 0;
+
+		ret = copy_segment(is_idx ? b->si.fd : b->sv.fd,
+				   is_idx ? c->ioff : c->voff,
+				   st[order[k]].len, out_fd, &pos);
+	}
+	if (!ret)
+		b->info->size = pos;
+err_free:
+	free(hdr);
+	free(order);
+	free(shapes);
+	free(st);
+	return ret;
+}
+
+/* Path, size and digest of entry @idx of side @s; the path strdup'ed. */
+static int side_file(struct dcr_reader *r, struct dcr_dview_side s,
+		     uint32_t idx, char **path, uint64_t *size,
+		     struct dcr_file_meta *fm)
+{
+	const struct dcr_version_info *vi;
+	int ret = dcr_reader_version(r, s.v, &vi);
+
+	if (ret)
+		return ret;
+	if (vi->tree != s.tree)
+		ret = -ESTALE;
+	else if (idx == 0 || idx >= vi->nentries)
+		ret = -ENOENT;
+	else if (vi->entries[idx].type != DCR_FT_REG)
+		ret = -EISDIR;
+	if (!ret) {
+		*size = vi->entries[idx].size;
+		*path = strdup(vi->entries[idx].path);
+		if (!*path)
+			ret = DCR_ERR(-ENOMEM);
+	}
+	dcr_reader_version_put(r, vi);
+	if (!ret)
+		ret = dcr_reader_file_meta(r, s.v, s.tree, idx, fm);
+	return ret;
+}
+
+/* Entry of @path in side @s (0 if absent). */
+static int side_find(struct dcr_reader *r, struct dcr_dview_side s,
+		     const char *path, uint32_t *idx)
+{
+	const struct dcr_version_info *vi;
+	int ret = dcr_reader_version(r, s.v, &vi);
+
+	if (ret)
+		return ret;
+	if (vi->tree != s.tree) {
+		ret = -ESTALE;
+	} else {
+		*idx = entry_by_path(vi, path);
+		if (*idx && vi->entries[*idx].type != DCR_FT_REG)
+			*idx = 0;
+	}
+	dcr_reader_version_put(r, vi);
+	return ret;
+}
+
+int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
+		    struct dcr_dview_side to, uint32_t idx, const char *tmpdir,
+		    int out_fd, struct dcr_dview_info *info)
+{
+	struct build b = { .r = r, .a = from, .b = to, .ib = idx,
+			   .si = { .fd = -1 }, .sv = { .fd = -1 }, .info = info };
+	struct stfile fa = { 0 }, fb = { 0 };
+	struct dcr_file_meta ma = { 0 }, mb;
+	struct names added = { 0 }, removed = { 0 }, reshaped = { 0 };
+	struct change *cs = NULL;
+	size_t nc = 0;
+	char *path = NULL, *path_a = NULL;
+	char *j_added = NULL, *j_removed = NULL, *j_reshaped = NULL;
+	char hex_a[DCR_HASH_HEX_LEN + 1] = "", hex_b[DCR_HASH_HEX_LEN + 1];
+	char sv_a[24], sv_b[24];
+	uint64_t size_b, size_a = 0;
+	bool a_ok = false, same;
+	size_t i = 0, k = 0, na;
+	int ret;
+
+	memset(info, 0, sizeof(*info));
+	if (from.v >= to.v)
+		return DCR_ERR(-EINVAL);
+	ret = side_file(r, to, idx, &path, &size_b, &mb);
+	if (ret)
+		return ret;
+	ret = stfile_load(r, to, idx, path, size_b, &fb);
+	if (ret)
+		goto err_free;
+	ret = side_find(r, from, path, &b.ia);
+	if (ret)
+		goto err_free;
+	if (b.ia) {
+		ret = side_file(r, from, b.ia, &path_a, &size_a, &ma);
+		if (ret)
+			goto err_free;
+		dcr_hash_hex(ma.digest, hex_a);
+		ret = stfile_load(r, from, b.ia, path_a, size_a, &fa);
+		if (ret && ret != -EBADMSG)
+			goto err_free;
+		a_ok = ret == 0;
+		ret = 0;
+	}
+	dcr_hash_hex(mb.digest, hex_b);
+
+	cs = calloc(fb.ts.n ? fb.ts.n : 1, sizeof(*cs));
+	if (!cs) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free;
+	}
+	/* The same digest under the same definition: the same bytes. */
+	same = a_ok && ma.format == mb.format &&
+		    !memcmp(ma.digest, mb.digest, sizeof(mb.digest)) &&
+		    dcr_file_digest_kind(ma.format) == dcr_file_digest_kind(mb.format);
+	if (!same) {
+		ret = stream_open(&b.si, tmpdir);
+		if (!ret)
+			ret = stream_open(&b.sv, tmpdir);
+		if (!ret) {
+			b.ba = malloc(BLOCK);
+			b.bb = malloc(BLOCK);
+			if (!b.ba || !b.bb)
+				ret = DCR_ERR(-ENOMEM);
+		}
+		if (ret)
+			goto err_free;
+	}
+	/* Merge the two name orders. */
+	na = a_ok ? fa.ts.n : 0;
+	while (i < na || k < fb.ts.n) {
+		struct dcr_tensor *ta = i < na ? fa.by_name[i] : NULL;
+		struct dcr_tensor *tb = k < fb.ts.n ? fb.by_name[k] : NULL;
+		int c = !ta ? 1 : !tb ? -1 : strcmp(ta->name, tb->name);
+
+		if (c < 0) {
+			ret = names_add(&removed, ta->name);
+			i++;
+		} else if (c > 0) {
+			ret = names_add(&added, tb->name);
+			k++;
+		} else {
+			i++;
+			k++;
+			if (!same_layout(ta, tb)) {
+				ret = names_add(&reshaped, tb->name);
+			} else if (!same && tb->len) {
+				ret = compare_tensor(&b, ta, tb, &cs[nc]);
+				if (!ret && cs[nc].n)
+					nc++;
+			}
+		}
+		if (ret)
+			goto err_free;
+	}
+	if (!same) {
+		ret = stream_flush(&b.si);
+		if (!ret)
+			ret = stream_flush(&b.sv);
+		if (ret)
+			goto err_free;
+	}
+	for (size_t c = 0; c < nc; c++) {
+		cs[c].iname = suffixed(cs[c].t->name, ".idx");
+		cs[c].vname = suffixed(cs[c].t->name, ".val");
+		if (!cs[c].iname || !cs[c].vname) {
+			ret = DCR_ERR(-ENOMEM);
+			goto err_free;
+		}
+		info->changed += cs[c].n;
+	}
+	info->tensors = nc;
+	j_added = json_list(added.s, added.n);
+	j_removed = json_list(removed.s, removed.n);
+	j_reshaped = json_list(reshaped.s, reshaped.n);
+	if (!j_added || !j_removed || !j_reshaped) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free;
+	}
+	snprintf(sv_a, sizeof(sv_a), "%" PRIu64, from.v);
+	snprintf(sv_b, sizeof(sv_b), "%" PRIu64, to.v);
+	{
+	const struct dcr_st_meta meta[] = {
+		{ "added", j_added },
+		{ "digest_kind", dcr_file_digest_kind(mb.format) },
+		{ "format", DCR_DVIEW_FORMAT },
+		{ "format_version", DCR_DVIEW_FORMAT_VERSION },
+		{ "from_digest", hex_a },
+		{ "from_version", sv_a },
+		{ "removed", j_removed },
+		{ "reshaped", j_reshaped },
+		{ "to_digest", hex_b },
+		{ "to_version", sv_b },
+	};
+	ret = assemble(&b, cs, nc, meta, DCR_ARRAY_SIZE(meta), out_fd);
+	}
+err_free:
+	for (size_t c = 0; cs && c < nc; c++) {
+		free(cs[c].iname);
+		free(cs[c].vname);
+	}
+	free(cs);
+	free(j_added);
+	free(j_removed);
+	free(j_reshaped);
+	free(added.s);
+	free(removed.s);
+	free(reshaped.s);
+	free(b.ba);
+	free(b.bb);
+	stream_close(&b.si);
+	stream_close(&b.sv);
+	stfile_free(&fa);
+	stfile_free(&fb);
+	free(path);
+	free(path_a);
+	return ret;
+}

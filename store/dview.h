@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dview.h - the delta view of one safetensors file between two versions
+ * (issue 21, MNT/delta/): a safetensors file holding, per tensor whose
+ * bytes changed, T.idx (the flat indices of the changed elements) and
+ * T.val (their new values), and in "__metadata__" the format, both
+ * versions and digests, and the tensors added, removed or reshaped.
+ * The byte format is "dcrfs-delta" version 1, documented in dcrfs(8)
+ * and HACKING.
+ *
+ * Contract:
+ * - Every input byte comes from the reader's verified reads
+ *   (dcr_reader_read_tree): a damaged chunk fails the build with the
+ *   reader's -EIO, never a wrong byte.
+ * - Both headers are parsed by core's parser (dcr_safetensors_tensors)
+ *   and the output header is laid out by core's writer
+ *   (dcr_safetensors_layout, the reference's order), so the bytes are a
+ *   pure function of the two files: a rebuild gives the same bytes and
+ *   the same size.
+ * - Building is one pass: each tensor present in both files with equal
+ *   dtype and shape is compared element by element at its dtype's width
+ *   (8 bytes at a time, lanes looked at only where the word differs);
+ *   the indices and values go to two unlinked scratch files as they are
+ *   found, and the result is the header followed by the segments copied
+ *   in the header's order (copy_file_range). Memory is O(tensors), not
+ *   O(view): a 5 GB shard's 500 MB view never sits in memory.
+ *   Files whose digests are equal are not read beyond their headers.
+ * - The build is not cached here: the caller keeps the output file
+ *   (fs/delta.c keeps views within a budget and rebuilds evicted ones).
+ *
+ * All functions are thread-safe (the reader is).
+ */
+#ifndef DCR_DVIEW_H
+#define DCR_DVIEW_H
+
+#include <stdint.h>
+
+#include "reader.h"
+
+/** Format name and version written in every view's "__metadata__". */
+#define DCR_DVIEW_FORMAT "dcrfs-delta"
+#define DCR_DVIEW_FORMAT_VERSION "1"
+
+/** Suffix a file's name must have to be in the view. */
+#define DCR_DVIEW_SUFFIX ".safetensors"
+
+/** Bytes of T.idx's elements for a tensor of @numel elements: 4 (I32)
+ * below 2^31 elements, else 8 (I64). */
+static inline unsigned dcr_dview_idx_width(uint64_t numel)
+{
+	return numel < (UINT64_C(1) << 31) ? 4 : 8;
+}
+
+/** One side of a view: entry @idx of tree @tree of version @v. */
+struct dcr_dview_side {
+	uint64_t v;
+	uint32_t tree;
+};
+
+/** What a build made. */
+struct dcr_dview_info {
+	uint64_t size;      /* bytes written to the output, exactly */
+	uint64_t changed;   /* changed elements (idx/val pairs) */
+	uint64_t tensors;   /* tensors with changes */
+	uint64_t compared;  /* tensor bytes of B compared */
+};
+
+/**
+ * dcr_dview_probe - whether entry @idx of tree @tree of version @v is a
+ * file of the view: a regular file named *.safetensors whose header
+ * core's parser accepts and whose every tensor has a known dtype, a
+ * shape and a length equal to shape x width, with unique names.
+ * Returns 0 if it is; -EBADMSG if not (named in one log line at debug
+ * level: a file that is not safetensors is simply not in the view);
+ * -ESTALE, -ENOENT, -EISDIR, or the reader's -errno (-EIO).
+ */
+int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
+		    uint32_t idx);
+
+/**
+ * dcr_dview_build - write the view of the change of entry @idx of @to's
+ * tree (a regular file, path P) from version @from (P in @from's tree,
+ * or absent) to @to into @out_fd from offset 0 (the caller's file,
+ * empty, opened read-write; nothing else is written to it). @from.v
+ * must be < @to.v (the caller checks lineage). Scratch files are made
+ * unlinked (O_TMPFILE) in @tmpdir and closed before return.
+ * Returns 0 with *@info filled; -EBADMSG if P in @to is not a file of
+ * the view (dcr_dview_probe), -ESTALE if either version has another
+ * tree now, -EINVAL for @from.v >= @to.v, -EFBIG if the header would be
+ * larger than safetensors allows, -ENOSPC/-EIO writing, -ENOMEM, or the
+ * reader's -errno (-EIO for damage, logged there). On failure the
+ * output's content is undefined. If P in @from is absent or not a valid
+ * safetensors file, every tensor of @to is "added" (and from_digest is
+ * "" when absent).
+ */
+int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
+		    struct dcr_dview_side to, uint32_t idx, const char *tmpdir,
+		    int out_fd, struct dcr_dview_info *info);
+
+#endif /* DCR_DVIEW_H */

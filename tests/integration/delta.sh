@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# delta.sh - the delta view (MNT/delta, issue 21): the root lists
+# "delta"; /delta lists vN for every version with a parent; /delta/vN
+# lists the safetensors files of vN (subdirectories as directories, no
+# other files); stat's size is the number of bytes read, before the
+# first read; the file is a safetensors file (parsed here by hand with
+# Debian's python3 and numpy, no dcrfs module) whose indices and values
+# applied to v(N-1)'s tensors give vN's bit-exactly; a span v1..v3
+# (looked up, not listed) applied to v1 gives v3; bogus spans are
+# ENOENT; everything is read-only; status.json counts the views built.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+PY=/usr/bin/python3
+[ -x "$PY" ] || skip "Debian's /usr/bin/python3 is missing"
+"$PY" -c 'import numpy' 2>/dev/null || skip "python3-numpy is missing"
+
+STORE=$T/store
+MNT=$T/mnt
+
+# A subdirectory with a safetensors file that changes with each step.
+add_sub() {
+	mkdir -p "$T/s$1/sub"
+	cp "$T/s$1/model.safetensors" "$T/s$1/sub/part.safetensors"
+}
+chain_store "$STORE" 2M 1 3 add_sub
+mount_dcrfs "$STORE" "$MNT" "poll=0"
+
+ls "$MNT" | grep -qx delta || fail "the root does not list delta: $(ls "$MNT")"
+[ "$(ls "$MNT/delta" | tr '\n' ' ')" = "v2 v3 " ] ||
+	fail "delta lists '$(ls "$MNT/delta" | tr '\n' ' ')', not v2 v3"
+[ "$(ls "$MNT/delta/v2" | tr '\n' ' ')" = "model.safetensors sub " ] ||
+	fail "delta/v2 lists '$(ls "$MNT/delta/v2" | tr '\n' ' ')'"
+[ "$(ls "$MNT/delta/v2/sub")" = part.safetensors ] || fail "delta/v2/sub lists $(ls "$MNT/delta/v2/sub")"
+[ -e "$MNT/delta/v2/config.json" ] && fail "a file that is not safetensors is in the view"
+[ -e "$MNT/delta/v1" ] && fail "v1 has no parent, yet delta/v1 exists"
+
+# stat's size before any read is the size read.
+for f in v2/model.safetensors v3/model.safetensors v2/sub/part.safetensors; do
+	sz=$(stat -c %s "$MNT/delta/$f")
+	rd=$(cat "$MNT/delta/$f" | wc -c)
+	[ "$sz" = "$rd" ] || fail "delta/$f: stat says $sz bytes, $rd read"
+	[ "$sz" -gt 100 ] || fail "delta/$f: $sz bytes"
+done
+
+# Spans: found by lookup, not listed; anything else is ENOENT.
+[ -f "$MNT/delta/v1..v3/model.safetensors" ] || fail "delta/v1..v3 is not found"
+ls "$MNT/delta" | grep -q '\.\.' && fail "delta lists a span"
+for bogus in v3..v1 v2..v2 v0..v3 v1..v9 v1..v3x vx v2.. ..v3 v01..v3; do
+	if stat "$MNT/delta/$bogus" >/dev/null 2>&1; then
+		fail "delta/$bogus exists"
+	fi
+	err=$(stat "$MNT/delta/$bogus" 2>&1 || true)
+	case $err in *"No such file"*) ;; *) fail "delta/$bogus: $err" ;; esac
+done
+
+# Read-only.
+if (echo x >"$MNT/delta/v2/model.safetensors") 2>/dev/null; then
+	fail "a delta file is writable"
+fi
+if mkdir "$MNT/delta/v2/new" 2>/dev/null; then fail "mkdir in delta succeeded"; fi
+
+# Apply by hand: vN-1's tensors + delta/vN = vN's, bit-exactly.
+apply() { # FROM TO DELTA FILE
+	"$PY" - "$T/s$1/$4" "$T/s$2/$4" "$3" "$1" "$2" <<'EOF'
+import json, struct, sys
+import numpy as np
+
+def load(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop("__metadata__", {})
+    return b, 8 + n, h, meta
+
+raw = {"BF16": np.uint16, "F16": np.uint16, "F32": np.uint32, "F64": np.uint64,
+       "I64": np.int64, "I32": np.int32, "U8": np.uint8, "I8": np.uint8,
+       "I16": np.uint16, "U16": np.uint16, "BOOL": np.uint8,
+       "F8_E4M3": np.uint8, "F8_E5M2": np.uint8}
+
+def tensor(f, name):
+    b, base, h, _ = f
+    t = h[name]
+    s, e = t["data_offsets"]
+    return np.frombuffer(b[base + s:base + e], dtype=raw[t["dtype"]]).copy()
+
+a, b, d = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+meta = d[3]
+assert meta["format"] == "dcrfs-delta" and meta["format_version"] == "1", meta
+assert meta["from_version"] == sys.argv[4] and meta["to_version"] == sys.argv[5], meta
+assert meta["added"] == "[]" and meta["removed"] == "[]" and meta["reshaped"] == "[]", meta
+assert len(meta["from_digest"]) == 64 and len(meta["to_digest"]) == 64, meta
+# Data order: the reference's, every tensor naturally aligned, no gaps.
+end = 0
+for name, t in sorted(d[2].items(), key=lambda kv: kv[1]["data_offsets"]):
+    assert t["data_offsets"][0] == end, (name, t)
+    end = t["data_offsets"][1]
+assert d[1] + end == len(d[0]), "trailing bytes"
+changed = total = 0
+for name in a[2]:
+    x, y = tensor(a, name), tensor(b, name)
+    total += x.size
+    if name + ".idx" in d[2]:
+        idx, val = tensor(d, name + ".idx"), tensor(d, name + ".val")
+        assert d[2][name + ".idx"]["dtype"] == "I32"
+        assert d[2][name + ".val"]["dtype"] == a[2][name]["dtype"]
+        assert len(idx) == len(val) and len(idx) > 0
+        assert np.all(np.diff(idx) > 0), name + ": indices not increasing"
+        x[idx] = val
+        changed += len(idx)
+    else:
+        assert name + ".val" not in d[2]
+    assert np.array_equal(x, y), name + ": not bit-exact"
+assert changed > 0, "nothing changed"
+bytes_t = len(d[0]) - d[1]
+print(f"{sys.argv[3]}: {changed} of {total} elements changed, "
+      f"{bytes_t / changed:.2f} B per changed element")
+EOF
+}
+apply 1 2 "$MNT/delta/v2/model.safetensors" model.safetensors || fail "delta/v2 does not turn v1 into v2"
+apply 2 3 "$MNT/delta/v3/model.safetensors" model.safetensors || fail "delta/v3 does not turn v2 into v3"
+apply 1 2 "$MNT/delta/v2/sub/part.safetensors" sub/part.safetensors || fail "delta/v2/sub does not turn v1 into v2"
+apply 1 3 "$MNT/delta/v1..v3/model.safetensors" model.safetensors || fail "delta/v1..v3 does not turn v1 into v3"
+# delta/v3 and delta/v2..v3 are one node (the same from and to).
+cmp "$MNT/delta/v3/model.safetensors" "$MNT/delta/v2..v3/model.safetensors" ||
+	fail "delta/v3 and delta/v2..v3 differ"
+
+cp "$MNT/.dcrfs/status.json" "$T/st.json"
+py "$T/st.json" 'assert d["delta"]["views_built"] == 4 and d["delta"]["bytes_built"] > 0, d["delta"]'
+grep -q '^dcrfs_delta_views_built_total [1-9]' "$MNT/.dcrfs/metrics" || fail "metrics lack dcrfs_delta_views_built_total"
+umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
+grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
+log "ok"
