@@ -1,12 +1,33 @@
 # SPDX-License-Identifier: MIT
 """dcrfs._delta - read and apply the sparse delta files of a mount's
-``delta/`` view (format "dcrfs-delta" version 1; see dcrfs(8), DELTA VIEW).
+``delta/`` view (dcrfs(8); format "dcrfs-delta" version 1).
 
-A delta file is a safetensors file: for each tensor T whose bits changed,
-``T.idx`` (the flat element indices, increasing, I32 or I64) and ``T.val``
-(the new element bits, in T's dtype); its ``__metadata__`` names the two
-versions, the two files' digests and the tensors that were added, removed
-or reshaped (which the engine reloads from the full file).
+The format, version 1 (what fs/delta.c serves and tests/integration/
+deltaref.py writes independently). A delta file describes the change of
+one safetensors file from version A ("from") to version B ("to"). It is
+a plain safetensors file laid out as core/stwriter.c lays one out: an
+8-byte little-endian header length, compact JSON ("__metadata__" first,
+its keys sorted bytewise; then the tensors in data order) padded with
+spaces to a multiple of 8, then the tensors' bytes back to back, by
+dtype (U64, I64, F64, F32, U32, I32, BF16, F16, U16, I16, F8_E4M3,
+F8_E5M2, I8, U8, BOOL) then name, bytewise. For every tensor T in both
+files with the same dtype and shape whose bits differ (-0.0 against
++0.0 and NaN payloads count):
+
+- ``T.idx``: I32 if T has fewer than 2**31 elements, else I64; shape
+  [n]; the flat (row-major) indices of the elements whose bits differ,
+  increasing;
+- ``T.val``: T's dtype, shape [n]; B's elements at those indices.
+
+Unchanged tensors are left out. ``__metadata__`` (strings): format
+"dcrfs-delta", format_version "1", from_version and to_version
+(decimal), from_digest and to_digest (the files' digests as the
+manifests record them, lowercase hex; from_digest "" when the path did
+not exist in A), digest_kind, and added, removed, reshaped: compact
+JSON arrays of tensor names, sorted bytewise (in B only, in A only, in
+both with another shape or dtype; the engine reloads or drops them).
+If A's file did not exist or is not safetensors, B's tensors are all
+added; a B file that is not safetensors has no delta.
 
 Everything here is pure Python and numpy (imported when first needed):
 torch is imported only by apply_delta when it is handed torch tensors.

@@ -2,10 +2,10 @@
 """deltaref - a reference generator of dcrfs delta files, for the tests
 only (tests/integration/python_delta.sh, tests/bench/bench_apply_delta.py).
 
-Written from the format's text (dcrfs(8), DELTA VIEW; format
-"dcrfs-delta" version 1), independently of the C view (fs/) and of
-python/dcrfs: from two full safetensors files it writes the delta file
-byte for byte. numpy `!=` on the unsigned-integer views of each tensor,
+Written from the format's text (dcrfs-delta version 1, as the docstring
+of python/dcrfs/_delta.py states it), sharing no code with the C view
+(fs/delta.c, store/dview.c) or python/dcrfs: from two full safetensors
+files it writes the delta file byte for byte. numpy `!=` on the unsigned-integer views of each tensor,
 np.flatnonzero for the indices. Also an independent file digest (the
 manifest's, for format >= 3: SHA-256 of the list of the chunks' SHA-256s)
 and a writer of arbitrary safetensors headers for hostile files.
