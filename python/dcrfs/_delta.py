@@ -111,7 +111,7 @@ class _Delta:
         try:
             hdr = json.loads(buf[8:8 + n].tobytes().decode("utf-8"),
                              object_pairs_hook=_no_dups)
-        except (UnicodeDecodeError, ValueError) as e:
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError too
             raise _bad(path, "header is not JSON: %s" % e) from None
         if not isinstance(hdr, dict):
             raise _bad(path, "header is not a JSON object")

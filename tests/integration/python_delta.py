@@ -365,6 +365,7 @@ def hostile(work, good_path, tensors, digest):
         ("shorter than 8 bytes", good[:5], "too short"),
         ("header not JSON", good[:8] + b"[" + good[9:], "not JSON"),
         ("a key twice", twice, "given twice"),
+        ("JSON nested 200000 deep", struct.pack("<Q", 200000) + b"[" * 200000, "not JSON"),
         ("unknown dtype", with_hdr(last + ".val", dtype="F12"), "unknown dtype"),
         ("idx dtype not I32/I64", with_hdr(last + ".idx", dtype="U32"), "index dtype"),
         ("overlapping tensors", with_hdr(last + ".val", data_offsets=ie["data_offsets"],

@@ -17,10 +17,11 @@
 #   reloads what delta_info reports added/reshaped and drops the removed;
 # - hostile delta files and targets (wrong dtype, out-of-range, negative,
 #   repeated or non-increasing index, idx/val length mismatch, truncated
-#   file, header length past EOF or over 100 MiB, not JSON, a key twice,
-#   unknown dtype, overlapping tensors, a missing pair, no or another
-#   format, a missing target tensor, a wrong from_digest, a strided or
-#   fp16 target) raise DeltaError naming it, and no tensor changed;
+#   file, header length past EOF or over 100 MiB, not JSON or nested
+#   200000 deep, a key twice, unknown dtype, overlapping tensors, a
+#   missing pair, no or another format, a missing target tensor, a wrong
+#   from_digest, a strided or fp16 target) raise DeltaError naming it,
+#   and no tensor changed;
 # - read_delta, delta_info and apply_delta to numpy arrays do not import
 #   torch.
 # Uses Debian's python3 (numpy and torch are Debian packages there).
