@@ -291,6 +291,18 @@ static void trim_locked(struct dcrfs_delta *d)
 	}
 }
 
+/* Whether @nd's size is known, and it. */
+static bool node_size(struct dcrfs *fs, struct dview_node *nd, uint64_t *size)
+{
+	bool sized;
+
+	pthread_mutex_lock(&fs->delta->lock);
+	sized = nd->sized;
+	*size = nd->size;
+	pthread_mutex_unlock(&fs->delta->lock);
+	return sized;
+}
+
 /* Whether the versions still have the trees @nd names. */
 static int node_check(struct dcrfs *fs, const struct dview_node *nd)
 {
@@ -316,6 +328,7 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 	struct dcr_dview_side a = { nd->from, nd->ftree }, b = { nd->to, nd->ttree };
 	struct dcr_dview_info info;
 	struct dview_file *vf;
+	uint64_t size;
 	int fd, ret;
 
 	pthread_mutex_lock(&nd->build_lock);
@@ -349,11 +362,11 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 				strerror(-ret));
 		goto err_close;
 	}
-	if (nd->sized && nd->size != info.size) {
+	if (node_size(fs, nd, &size) && size != info.size) {
 		/* Never happens: the bytes are a function of the manifests. */
 		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 " entry %" PRIu32
 			": rebuilt with %" PRIu64 " bytes, not %" PRIu64 " (EIO)",
-			nd->from, nd->to, nd->idx, info.size, nd->size);
+			nd->from, nd->to, nd->idx, info.size, size);
 		ret = -EIO;
 		goto err_close;
 	}
@@ -416,6 +429,7 @@ static int node_stat(struct dcrfs *fs, struct dview_node *nd, struct stat *st)
 {
 	const struct dcr_version_info *vi;
 	struct dview_file *vf;
+	uint64_t size;
 	int64_t mtime;
 	bool dir;
 	int ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
@@ -436,17 +450,18 @@ static int node_stat(struct dcrfs *fs, struct dview_node *nd, struct stat *st)
 	ret = node_check(fs, nd);
 	if (ret < 0)
 		return ret;
-	if (!nd->sized) {
+	if (!node_size(fs, nd, &size)) {
 		ret = view_get(fs, nd, &vf);
 		if (ret < 0)
 			return ret;
+		size = vf->size;
 		file_put(fs, vf);
 	}
 	dir_stat(fs, st, node_ino(nd), mtime);
 	st->st_mode = S_IFREG | 0444;
 	st->st_nlink = 1;
-	st->st_size = (off_t)nd->size;
-	st->st_blocks = (blkcnt_t)((nd->size + 511) / 512);
+	st->st_size = (off_t)size;
+	st->st_blocks = (blkcnt_t)((size + 511) / 512);
 	return 0;
 }
 

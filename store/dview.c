@@ -304,6 +304,7 @@ struct build {
 	uint32_t ia, ib;             /* entries of the file in A and B */
 	struct stream si, sv;
 	uint8_t *ba, *bb;            /* BLOCK bytes each */
+	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
 	struct dcr_dview_info *info;
 };
 
@@ -319,16 +320,64 @@ static inline int emit(struct build *b, unsigned iw, uint64_t i,
 	return ret ? ret : stream_put(&b->sv, p, w);
 }
 
+/* Whether chunk @k has the same hash in A and B (then its bytes, at the
+ * same offsets in both files, are equal). 0 or -errno. */
+static int chunk_eq(struct build *b, uint64_t k, bool *eq)
+{
+	uint8_t ha[DCR_HASH_LEN], hb[DCR_HASH_LEN];
+	uint32_t ca = 0, cb = 0;
+	int ret = dcr_reader_chunk_hash(b->r, b->a.v, b->a.tree, b->ia, k, ha, &ca);
+
+	if (!ret)
+		ret = dcr_reader_chunk_hash(b->r, b->b.v, b->b.tree, b->ib, k, hb, &cb);
+	*eq = false;
+	if (ret == -ENOENT) /* past the end of one of the files */
+		return 0;
+	if (ret)
+		return ret;
+	*eq = ca == b->cs && cb == b->cs && !memcmp(ha, hb, DCR_HASH_LEN);
+	return 0;
+}
+
+/*
+ * The run of chunks from file offset @s (< @end) that are all equal in
+ * both versions, or all not: *@eq says which, *@e where it ends (<=
+ * @end; a run of unequal chunks at most BLOCK bytes). 0 or -errno.
+ */
+static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool *eq,
+		     uint64_t *e)
+{
+	const uint64_t cs = b->cs;
+	uint64_t x = DCR_MIN(end, (s / cs + 1) * cs);
+	int ret = chunk_eq(b, s / cs, eq);
+
+	while (!ret && x < end && (*eq || x - s < BLOCK)) {
+		bool q;
+
+		ret = chunk_eq(b, x / cs, &q);
+		if (ret || q != *eq)
+			break;
+		x = DCR_MIN(end, x + cs);
+	}
+	if (!*eq && x - s > BLOCK)
+		x = s + BLOCK;
+	*e = x;
+	return ret;
+}
+
 /*
  * Compare tensor @tb of B with @ta of A (same dtype and shape) and
- * append its changed elements. Fills @c (n 0 if none changed).
+ * append its changed elements. Fills @c (n 0 if none changed). Where
+ * the tensor lies at the same offset in both files, runs of chunks
+ * whose hashes are equal in both manifests are not read.
  */
 static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
 			  const struct dcr_tensor *tb, struct change *c)
 {
 	const unsigned w = dcr_st_dtype_width(tb->dtype);
 	const uint64_t len = tb->len;
-	uint64_t numel = len / w;
+	const uint64_t numel = len / w;
+	const bool skip = b->cs && ta->off == tb->off;
 
 	c->t = tb;
 	c->n = 0;
@@ -339,7 +388,32 @@ static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
 	for (uint64_t pos = 0; pos < len;) {
 		size_t n = (size_t)DCR_MIN((uint64_t)BLOCK, len - pos);
 		size_t k = 0;
-		int ret = read_exact(b->r, b->a, b->ia, ta->off + pos, b->ba, n);
+		bool eq = false;
+		int ret;
+
+		if (skip) {
+			uint64_t e;
+
+			ret = chunk_run(b, tb->off + pos, tb->off + len, &eq, &e);
+			if (ret)
+				return ret;
+			n = (size_t)(e - tb->off - pos);
+			if (e < tb->off + len) {
+				/* Keep pos a multiple of 8 (elements aligned);
+				 * a few bytes past a chunk's end are read. */
+				n &= ~(size_t)7;
+				if (n == 0) {
+					eq = false;
+					n = (size_t)DCR_MIN((uint64_t)8, len - pos);
+				}
+			}
+		}
+		if (eq) {
+			b->info->skipped += n;
+			pos += n;
+			continue;
+		}
+		ret = read_exact(b->r, b->a, b->ia, ta->off + pos, b->ba, n);
 
 		if (!ret)
 			ret = read_exact(b->r, b->b, b->ib, tb->off + pos, b->bb, n);
@@ -370,9 +444,9 @@ static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
 				return ret;
 			c->n++;
 		}
+		b->info->compared += n;
 		pos += n;
 	}
-	b->info->compared += len;
 	return 0;
 }
 
@@ -531,10 +605,11 @@ err_free:
 	return ret;
 }
 
-/* Path, size and digest of entry @idx of side @s; the path strdup'ed. */
+/* Path, size, digest and chunk size of entry @idx of side @s; the path
+ * strdup'ed. */
 static int side_file(struct dcr_reader *r, struct dcr_dview_side s,
 		     uint32_t idx, char **path, uint64_t *size,
-		     struct dcr_file_meta *fm)
+		     struct dcr_file_meta *fm, uint32_t *cs)
 {
 	const struct dcr_version_info *vi;
 	int ret = dcr_reader_version(r, s.v, &vi);
@@ -548,6 +623,7 @@ static int side_file(struct dcr_reader *r, struct dcr_dview_side s,
 	else if (vi->entries[idx].type != DCR_FT_REG)
 		ret = -EISDIR;
 	if (!ret) {
+		*cs = vi->chunk_size;
 		*size = vi->entries[idx].size;
 		*path = strdup(vi->entries[idx].path);
 		if (!*path)
@@ -594,7 +670,9 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	char *j_added = NULL, *j_removed = NULL, *j_reshaped = NULL;
 	char hex_a[DCR_HASH_HEX_LEN + 1] = "", hex_b[DCR_HASH_HEX_LEN + 1];
 	char sv_a[24], sv_b[24];
+	struct dcr_st_meta meta[10];
 	uint64_t size_b, size_a = 0;
+	uint32_t cs_a = 0, cs_b = 0;
 	bool a_ok = false, same;
 	size_t i = 0, k = 0, na;
 	int ret;
@@ -602,7 +680,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	memset(info, 0, sizeof(*info));
 	if (from.v >= to.v)
 		return DCR_ERR(-EINVAL);
-	ret = side_file(r, to, idx, &path, &size_b, &mb);
+	ret = side_file(r, to, idx, &path, &size_b, &mb, &cs_b);
 	if (ret)
 		return ret;
 	ret = stfile_load(r, to, idx, path, size_b, &fb);
@@ -612,7 +690,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	if (ret)
 		goto err_free;
 	if (b.ia) {
-		ret = side_file(r, from, b.ia, &path_a, &size_a, &ma);
+		ret = side_file(r, from, b.ia, &path_a, &size_a, &ma, &cs_a);
 		if (ret)
 			goto err_free;
 		dcr_hash_hex(ma.digest, hex_a);
@@ -623,6 +701,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		ret = 0;
 	}
 	dcr_hash_hex(mb.digest, hex_b);
+	b.cs = cs_a == cs_b ? cs_b : 0;
 
 	cs = calloc(fb.ts.n ? fb.ts.n : 1, sizeof(*cs));
 	if (!cs) {
@@ -630,9 +709,9 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		goto err_free;
 	}
 	/* The same digest under the same definition: the same bytes. */
-	same = a_ok && ma.format == mb.format &&
-		    !memcmp(ma.digest, mb.digest, sizeof(mb.digest)) &&
-		    dcr_file_digest_kind(ma.format) == dcr_file_digest_kind(mb.format);
+	same = a_ok && !memcmp(ma.digest, mb.digest, sizeof(mb.digest)) &&
+	       !strcmp(dcr_file_digest_kind(ma.format),
+		       dcr_file_digest_kind(mb.format));
 	if (!same) {
 		ret = stream_open(&b.si, tmpdir);
 		if (!ret)
@@ -699,21 +778,19 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	}
 	snprintf(sv_a, sizeof(sv_a), "%" PRIu64, from.v);
 	snprintf(sv_b, sizeof(sv_b), "%" PRIu64, to.v);
-	{
-	const struct dcr_st_meta meta[] = {
-		{ "added", j_added },
-		{ "digest_kind", dcr_file_digest_kind(mb.format) },
-		{ "format", DCR_DVIEW_FORMAT },
-		{ "format_version", DCR_DVIEW_FORMAT_VERSION },
-		{ "from_digest", hex_a },
-		{ "from_version", sv_a },
-		{ "removed", j_removed },
-		{ "reshaped", j_reshaped },
-		{ "to_digest", hex_b },
-		{ "to_version", sv_b },
-	};
+	/* Sorted by key here already (the writer sorts them anyway). */
+	meta[0] = (struct dcr_st_meta){ "added", j_added };
+	meta[1] = (struct dcr_st_meta){ "digest_kind",
+					dcr_file_digest_kind(mb.format) };
+	meta[2] = (struct dcr_st_meta){ "format", DCR_DVIEW_FORMAT };
+	meta[3] = (struct dcr_st_meta){ "format_version", DCR_DVIEW_FORMAT_VERSION };
+	meta[4] = (struct dcr_st_meta){ "from_digest", hex_a };
+	meta[5] = (struct dcr_st_meta){ "from_version", sv_a };
+	meta[6] = (struct dcr_st_meta){ "removed", j_removed };
+	meta[7] = (struct dcr_st_meta){ "reshaped", j_reshaped };
+	meta[8] = (struct dcr_st_meta){ "to_digest", hex_b };
+	meta[9] = (struct dcr_st_meta){ "to_version", sv_b };
 	ret = assemble(&b, cs, nc, meta, DCR_ARRAY_SIZE(meta), out_fd);
-	}
 err_free:
 	for (size_t c = 0; cs && c < nc; c++) {
 		free(cs[c].iname);

@@ -24,7 +24,11 @@
  *   found, and the result is the header followed by the segments copied
  *   in the header's order (copy_file_range). Memory is O(tensors), not
  *   O(view): a 5 GB shard's 500 MB view never sits in memory.
- *   Files whose digests are equal are not read beyond their headers.
+ *   Files whose digests are equal are not read beyond their headers;
+ *   where a tensor lies at the same offset in both files, blocks whose
+ *   chunks have equal hashes in both manifests are not read either
+ *   (dcr_reader_chunk_hash), so a step that leaves layers untouched
+ *   costs only the chunks it changed.
  * - The build is not cached here: the caller keeps the output file
  *   (fs/delta.c keeps views within a budget and rebuilds evicted ones).
  *
@@ -62,7 +66,9 @@ struct dcr_dview_info {
 	uint64_t size;      /* bytes written to the output, exactly */
 	uint64_t changed;   /* changed elements (idx/val pairs) */
 	uint64_t tensors;   /* tensors with changes */
-	uint64_t compared;  /* tensor bytes of B compared */
+	uint64_t compared;  /* tensor bytes of B read and compared */
+	uint64_t skipped;   /* tensor bytes not read: their chunks' hashes
+			       are equal in both versions */
 };
 
 /**

@@ -531,6 +531,46 @@ ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	return n;
 }
 
+int dcr_reader_chunk_hash(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			  uint32_t idx, uint64_t chunk, uint8_t hash[32],
+			  uint32_t *chunk_size)
+{
+	struct dcr_catalog_chunk ref;
+	const struct dcr_entry *e;
+	struct rver *rv;
+	int ret;
+
+	read_enter(r);
+	ret = get_ver(r, v, &rv);
+	if (ret)
+		goto out;
+	if (rv->tree != tree) {
+		ret = -ESTALE;
+		goto out;
+	}
+	if (idx == 0 || idx >= rv->info.nentries) {
+		ret = idx ? -ENOENT : -EISDIR;
+		goto out;
+	}
+	e = &rv->entries[idx];
+	if (e->type != DCR_FT_REG) {
+		ret = -EISDIR;
+		goto out;
+	}
+	if (chunk >= dcr_chunk_count(e->size, rv->chunk_size)) {
+		ret = -ENOENT;
+		goto out;
+	}
+	ret = ref_get(r, rv, idx - 1, chunk, &ref);
+	if (ret == 0) {
+		memcpy(hash, ref.hash, DCR_HASH_LEN);
+		*chunk_size = rv->chunk_size;
+	}
+out:
+	read_leave(r);
+	return ret;
+}
+
 ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			    uint32_t idx, uint64_t off, void *dst, size_t len)
 {

@@ -232,6 +232,19 @@ ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			     uint32_t idx, uint64_t off, void *dst, size_t len);
 
 /**
+ * dcr_reader_chunk_hash - the SHA-256 the manifest records for chunk
+ * @chunk of entry @idx of tree @tree of version @v (the materialized
+ * chunk's, what every read of it is proven against) into @hash, and the
+ * version's chunk size into *@chunk_size. No chunk is read. For callers
+ * that skip chunks equal in two versions (store/dview.c). 0, -ESTALE,
+ * -ENOENT (no such version, entry or chunk), -EISDIR, or -errno from
+ * the catalog. Thread-safe.
+ */
+int dcr_reader_chunk_hash(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			  uint32_t idx, uint64_t chunk, uint8_t hash[32],
+			  uint32_t *chunk_size);
+
+/**
  * dcr_reader_prefetch - dcr_reader_read_tree for a prefetcher: the chunks
  * this read (and the read-ahead it queues) materializes are written to
  * the cache through the page cache, so that the reads that follow find them

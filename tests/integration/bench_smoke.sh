@@ -22,4 +22,11 @@ for row in "ceiling: bench_splicefs" "materialized v2, fresh mount" \
 done
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["gbps"]["ceiling"] > 0 and d["gbps"]["materialized"] > 0' \
 	"$out/bench-read.json" || fail "bad $out/bench-read.json"
-log "bench smoke ok: $(grep -c '^|' "$md") table rows"
+
+# scripts/bench-delta --smoke: the delta view's cost table.
+BUILD=$DCR_BUILDDIR TMPDIR=$T timeout -k 5 120 \
+	bash "$DCR_SRCDIR/scripts/bench-delta" --smoke --out "$out" >"$T/bench-delta.log" 2>&1 ||
+	{ cat "$T/bench-delta.log" >&2; fail "scripts/bench-delta --smoke failed"; }
+/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["ratio"] > 0 and d["changed_elements"] > 0 and d["bytes_per_changed"] >= 6, d' \
+	"$out/bench-delta.json" || fail "bad $out/bench-delta.json"
+log "bench smoke ok: $(grep -c '^|' "$md") table rows, bench-delta $(grep -c '^|' "$out/bench-delta.md") rows"

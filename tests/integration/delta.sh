@@ -23,11 +23,13 @@ add_sub() {
 	cp "$T/s$1/model.safetensors" "$T/s$1/sub/part.safetensors"
 }
 chain_store "$STORE" 2M 1 3 add_sub
+# A branch: v4 is s3's tree committed on v1 (its lineage is 4, 1).
+[ "$(commit "$STORE" "$T/s3" --parent 1)" = 4 ] || fail "the branch is not v4"
 mount_dcrfs "$STORE" "$MNT" "poll=0"
 
 ls "$MNT" | grep -qx delta || fail "the root does not list delta: $(ls "$MNT")"
-[ "$(ls "$MNT/delta" | tr '\n' ' ')" = "v2 v3 " ] ||
-	fail "delta lists '$(ls "$MNT/delta" | tr '\n' ' ')', not v2 v3"
+[ "$(ls "$MNT/delta" | tr '\n' ' ')" = "v2 v3 v4 " ] ||
+	fail "delta lists '$(ls "$MNT/delta" | tr '\n' ' ')', not v2 v3 v4"
 [ "$(ls "$MNT/delta/v2" | tr '\n' ' ')" = "model.safetensors sub " ] ||
 	fail "delta/v2 lists '$(ls "$MNT/delta/v2" | tr '\n' ' ')'"
 [ "$(ls "$MNT/delta/v2/sub")" = part.safetensors ] || fail "delta/v2/sub lists $(ls "$MNT/delta/v2/sub")"
@@ -45,7 +47,8 @@ done
 # Spans: found by lookup, not listed; anything else is ENOENT.
 [ -f "$MNT/delta/v1..v3/model.safetensors" ] || fail "delta/v1..v3 is not found"
 ls "$MNT/delta" | grep -q '\.\.' && fail "delta lists a span"
-for bogus in v3..v1 v2..v2 v0..v3 v1..v9 v1..v3x vx v2.. ..v3 v01..v3; do
+# v2 and v3 are not in v4's lineage.
+for bogus in v3..v1 v2..v2 v0..v3 v1..v9 v1..v3x vx v2.. ..v3 v01..v3 v2..v4 v3..v4; do
 	if stat "$MNT/delta/$bogus" >/dev/null 2>&1; then
 		fail "delta/$bogus exists"
 	fi
@@ -120,13 +123,39 @@ apply 1 2 "$MNT/delta/v2/model.safetensors" model.safetensors || fail "delta/v2 
 apply 2 3 "$MNT/delta/v3/model.safetensors" model.safetensors || fail "delta/v3 does not turn v2 into v3"
 apply 1 2 "$MNT/delta/v2/sub/part.safetensors" sub/part.safetensors || fail "delta/v2/sub does not turn v1 into v2"
 apply 1 3 "$MNT/delta/v1..v3/model.safetensors" model.safetensors || fail "delta/v1..v3 does not turn v1 into v3"
+# The branch: delta/v4 is from its parent v1, the same as v1..v4, and
+# turns v1 into s3's tree (its to_version is 4).
+cmp "$MNT/delta/v4/model.safetensors" "$MNT/delta/v1..v4/model.safetensors" ||
+	fail "delta/v4 and delta/v1..v4 differ"
+LC_ALL=C sed 's/"to_version":"3"/"to_version":"4"/' "$MNT/delta/v1..v3/model.safetensors" |
+	cmp - "$MNT/delta/v4/model.safetensors" || fail "delta/v4 is not delta/v1..v3 with to_version 4"
 # delta/v3 and delta/v2..v3 are one node (the same from and to).
 cmp "$MNT/delta/v3/model.safetensors" "$MNT/delta/v2..v3/model.safetensors" ||
 	fail "delta/v3 and delta/v2..v3 differ"
 
 cp "$MNT/.dcrfs/status.json" "$T/st.json"
-py "$T/st.json" 'assert d["delta"]["views_built"] == 4 and d["delta"]["bytes_built"] > 0, d["delta"]'
+py "$T/st.json" 'assert d["delta"]["views_built"] == 5 and d["delta"]["bytes_built"] > 0, d["delta"]'
 grep -q '^dcrfs_delta_views_built_total [1-9]' "$MNT/.dcrfs/metrics" || fail "metrics lack dcrfs_delta_views_built_total"
+for f in v2/model.safetensors v1..v3/model.safetensors; do
+	cp "$MNT/delta/$f" "$T/view.$(echo "$f" | tr / _)"
+done
+umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
+grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
+
+# A view budget smaller than one view (an eighth of cache_size): every
+# view is dropped once closed and rebuilt at its next open, with the
+# same size and bytes.
+mount_dcrfs "$STORE" "$MNT" "poll=0,cache_dir=$T/cache2,cache_size=1M"
+for round in 1 2; do
+	for f in v2/model.safetensors v1..v3/model.safetensors; do
+		sz=$(stat -c %s "$MNT/delta/$f")
+		cmp "$MNT/delta/$f" "$T/view.$(echo "$f" | tr / _)" ||
+			fail "delta/$f differs from the first mount's (round $round)"
+		[ "$sz" = "$(stat -c %s "$T/view.$(echo "$f" | tr / _)")" ] || fail "delta/$f: size $sz"
+	done
+done
+cp "$MNT/.dcrfs/status.json" "$T/st2.json"
+py "$T/st2.json" 'd = d["delta"]; assert d["views_built"] >= 4 and d["bytes_kept"] <= (1 << 20) // 8, d'
 umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
 grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
 log "ok"

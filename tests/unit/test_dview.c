@@ -308,7 +308,7 @@ static void change(struct tt *t, unsigned n, unsigned step, unsigned bit)
 static void test_dtypes(void **state)
 {
 	struct fx *f = *state;
-	struct tt a[5], b[5];
+	struct tt a[6], b[6];
 	char ha[DCR_HASH_HEX_LEN + 1], hb[DCR_HASH_HEX_LEN + 1];
 	uint64_t total = 0;
 
@@ -317,7 +317,8 @@ static void test_dtypes(void **state)
 	a[2] = mk("proj", "F32", 10, 10, 3);
 	a[3] = mk("step", "I64", 50, 0, 4);
 	a[4] = mk("frozen", "U8", 300, 0, 5);
-	for (int i = 0; i < 5; i++)
+	a[5] = mk("tail", "BF16", 7, 0, 6); /* 14 bytes: a tail past the words */
+	for (int i = 0; i < 6; i++)
 		b[i] = dup_t(&a[i]);
 	change(&b[0], 70, 29, 0);     /* low mantissa bit */
 	change(&b[1], 3, 31, 7);
@@ -327,14 +328,16 @@ static void test_dtypes(void **state)
 	memcpy(b[2].data + 4 * 17, "\0\0\0\x80", 4);
 	/* The last element of the bf16 tensor (the 8-byte word's last lane). */
 	b[0].data[b[0].len - 1] ^= 0x40;
+	b[5].data[13] ^= 0x01; /* the last element, in the tail */
+	b[5].data[1] ^= 0x80;  /* the first, a sign */
 
 	f->v[1].v = 1;
 	add_file(&f->v[1], "model.safetensors", 0, 0, 0);
-	set_st(&f->v[1].f[0], a, 5);
+	set_st(&f->v[1].f[0], a, 6);
 	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
 	f->v[2].v = 2;
 	add_file(&f->v[2], "model.safetensors", 0, 0, 0);
-	set_st(&f->v[2].f[0], b, 5);
+	set_st(&f->v[2].f[0], b, 6);
 	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
 	reader_up(f);
 
@@ -345,9 +348,11 @@ static void test_dtypes(void **state)
 	total += check_tensor(&w, &a[2], &b[2], "proj");
 	total += check_tensor(&w, &a[3], &b[3], "step");
 	assert_int_equal(check_tensor(&w, &a[4], &b[4], "frozen"), 0);
-	assert_int_equal(w.ts.n, 8); /* 4 changed tensors, nothing else */
+	assert_int_equal(check_tensor(&w, &a[5], &b[5], "tail"), 2);
+	total += 2;
+	assert_int_equal(w.ts.n, 10); /* 5 changed tensors, nothing else */
 	assert_int_equal(w.info.changed, total);
-	assert_int_equal(w.info.tensors, 4);
+	assert_int_equal(w.info.tensors, 5);
 	assert_true(total >= 70 + 1 + 3 + 1);
 	assert_meta(&w, "format", "dcrfs-delta");
 	assert_meta(&w, "format_version", "1");
@@ -366,8 +371,10 @@ static void test_dtypes(void **state)
 	assert_string_equal(w.ts.t[0].name, "step.val");
 	assert_string_equal(w.ts.t[1].name, "proj.val");
 	assert_string_equal(w.ts.t[2].name, "emb.weight.idx");
-	assert_string_equal(w.ts.t[6].name, "emb.weight.val");
-	assert_string_equal(w.ts.t[7].name, "norm.val");
+	assert_string_equal(w.ts.t[6].name, "tail.idx");
+	assert_string_equal(w.ts.t[7].name, "emb.weight.val");
+	assert_string_equal(w.ts.t[8].name, "tail.val");
+	assert_string_equal(w.ts.t[9].name, "norm.val");
 	/* Size: 4 + 2 bytes per changed bf16 element, plus the header. */
 	const struct dcr_tensor *ev = view_tensor(&w, "emb.weight.val");
 	const struct dcr_tensor *ei = view_tensor(&w, "emb.weight.idx");
@@ -383,8 +390,8 @@ static void test_dtypes(void **state)
 	assert_memory_equal(w2.p, w.p, w.n);
 	view_free(&w2);
 	view_free(&w);
-	free_tts(a, 5);
-	free_tts(b, 5);
+	free_tts(a, 6);
+	free_tts(b, 6);
 }
 
 static void test_no_change(void **state)
@@ -497,6 +504,84 @@ static void test_new_file_and_span(void **state)
 	free_tts(a, 1);
 	free_tts(b, 1);
 	free_tts(c, 1);
+}
+
+/* Chunks equal in both manifests are not read; the rest still are. */
+static void test_equal_chunks_skipped(void **state)
+{
+	struct fx *f = *state;
+	struct tt a[2], b[2];
+
+	/* 20 chunks of bf16 with changes in one place only, and a small
+	 * tensor that changes. */
+	a[0] = mk("big", "BF16", 20 * CS / 2, 0, 1);
+	a[1] = mk("small", "F32", 64, 0, 2);
+	b[0] = dup_t(&a[0]);
+	b[1] = dup_t(&a[1]);
+	b[0].data[7 * CS + 100] ^= 1;
+	b[0].data[7 * CS + 2002] ^= 4;
+	b[1].data[8] ^= 2;
+	f->v[1].v = 1;
+	add_file(&f->v[1], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[1].f[0], a, 2);
+	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
+	f->v[2].v = 2;
+	add_file(&f->v[2], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[2].f[0], b, 2);
+	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
+	reader_up(f);
+
+	struct view w = build(f, 1, 2, "m.safetensors");
+	assert_int_equal(w.ret, 0);
+	assert_int_equal(check_tensor(&w, &a[0], &b[0], "big"), 2);
+	assert_int_equal(check_tensor(&w, &a[1], &b[1], "small"), 1);
+	assert_int_equal(w.info.compared + w.info.skipped, a[0].len + a[1].len);
+	/* At most the two chunks around each change were read. */
+	assert_true(w.info.compared <= 4 * CS);
+	assert_true(w.info.skipped >= 17 * CS);
+	view_free(&w);
+	free_tts(a, 2);
+	free_tts(b, 2);
+}
+
+/*
+ * A tensor that moved: B's bytes are A's but for one letter of the
+ * header (A: t then u; B: s then t, with s = A's t and t = A's u), so
+ * every chunk after the first is equal in both manifests, yet B's t
+ * differs from A's t: chunks are skipped only at equal offsets.
+ */
+static void test_moved_tensor(void **state)
+{
+	struct fx *f = *state;
+	struct tt a[2], b[2];
+
+	a[0] = mk("t", "BF16", 2 * CS, 0, 1);
+	a[1] = mk("u", "BF16", 2 * CS, 0, 2);
+	b[0] = dup_t(&a[0]);
+	b[0].name = "s";
+	b[1] = dup_t(&a[1]);
+	b[1].name = "t";
+	f->v[1].v = 1;
+	add_file(&f->v[1], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[1].f[0], a, 2);
+	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
+	f->v[2].v = 2;
+	add_file(&f->v[2], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[2].f[0], b, 2);
+	assert_int_equal(f->v[2].f[0].size, f->v[1].f[0].size);
+	assert_memory_equal(f->v[2].f[0].data + CS, f->v[1].f[0].data + CS,
+			    f->v[1].f[0].size - CS);
+	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
+	reader_up(f);
+
+	struct view w = build(f, 1, 2, "m.safetensors");
+	assert_int_equal(w.ret, 0);
+	assert_true(check_tensor(&w, &a[0], &b[1], "t") > CS);
+	assert_meta(&w, "added", "[\"s\"]");
+	assert_meta(&w, "removed", "[\"u\"]");
+	view_free(&w);
+	free_tts(a, 2);
+	free_tts(b, 2);
 }
 
 static void test_idx_width(void **state)
@@ -623,6 +708,8 @@ int main(void)
 		T(test_no_change),
 		T(test_added_removed_reshaped),
 		T(test_new_file_and_span),
+		T(test_equal_chunks_skipped),
+		T(test_moved_tensor),
 		cmocka_unit_test(test_idx_width),
 		T(test_hostile),
 		T(test_damaged_chunk),
