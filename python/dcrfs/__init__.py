@@ -14,6 +14,12 @@ diff(url, a, b), verify(url, deep=False), gc(url, keep_last=N, ...),
 tag(url, name, v) and compact(url). Their results are dcrfs-ctl's
 --json output, parsed (dicts and lists, documented in dcrfs-ctl(8)).
 
+To keep a rollout engine's weights current from a mount's delta/ view
+(dcrfs(8)) without reloading them: read_delta(path) ({name: (idx, val)},
+numpy only), delta_info(path) (what changed, from and to which version)
+and apply_delta(tensors, path, from_digest=None), which patches torch
+tensors or numpy arrays in place; a bad file raises DeltaError.
+
 Tensors are numpy arrays or torch tensors (CPU). Contiguous memory is
 read in place (zero-copy): do not modify the tensors until publish()
 returns. torch bfloat16 is viewed as int16 (no copy); a non-contiguous
@@ -35,7 +41,8 @@ import signal
 import threading
 
 __all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
-           "verify", "gc", "tag"]
+           "verify", "gc", "tag", "read_delta", "delta_info", "apply_delta",
+           "DeltaError"]
 
 _u64 = ctypes.c_uint64
 
@@ -514,3 +521,7 @@ class Commit:
             self.close()
         except Exception:
             pass
+
+
+# The delta view's files (python/dcrfs/_delta.py): pure Python and numpy.
+from ._delta import DeltaError, apply_delta, delta_info, read_delta  # noqa: E402
