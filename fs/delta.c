@@ -440,8 +440,21 @@ static int node_stat(struct dcrfs *fs, struct dview_node *nd, struct stat *st)
 	uint64_t size;
 	int64_t mtime;
 	bool dir;
-	int ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
+	int ret;
 
+	if (nd->idx == 0) {
+		/* a /delta/vN or vM..vN directory: no tree needed */
+		struct dcr_version_brief b;
+
+		ret = dcr_reader_version_brief(fs->r, nd->to, &b);
+		if (ret < 0)
+			return ret;
+		if (b.tree != nd->ttree)
+			return -ESTALE;
+		dir_stat(fs, st, node_ino(nd), b.ctime_ns);
+		return 0;
+	}
+	ret = version_get_tree(fs, nd->to, nd->ttree, &vi);
 	if (ret < 0)
 		return ret;
 	if (nd->idx >= vi->nentries) {
@@ -538,16 +551,13 @@ static bool parse_v(const char *s, size_t n, uint64_t *v)
 /* Whether @m is in @n's lineage (an ancestor by parents). 0, -ENOENT. */
 static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 {
-	const struct dcr_version_info *vi;
+	struct dcr_version_brief b;
 	uint64_t v = n;
 
 	while (v > m) {
-		int ret = version_get(fs, v, &vi);
-
-		if (ret < 0)
-			return ret == -ENOENT ? -ENOENT : ret;
-		uint64_t p = vi->parent;
-		version_put(fs, vi);
+		if (dcr_reader_version_brief(fs->r, v, &b) < 0)
+			return -ENOENT;
+		uint64_t p = b.parent;
 		if (p == 0 || p >= v)
 			return -ENOENT;
 		v = p;
@@ -558,7 +568,7 @@ static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 /* The top node of /delta/@name: "vN" (from N's parent) or "vM..vN". */
 static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 {
-	const struct dcr_version_info *vn, *vm;
+	struct dcr_version_brief bn, bm;
 	const int64_t since = dcr_mono_ns();
 	const char *dots = strstr(name, "..");
 	uint64_t m = 0, n;
@@ -571,27 +581,29 @@ static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 	} else if (!parse_v(name, strlen(name), &n)) {
 		return -ENOENT;
 	}
-	ret = version_get(fs, n, &vn);
+	/* Parents and tree numbers only: no tree is loaded to name a
+	 * node (a listing of /delta names one per version). */
+	if (n > DCR_VERSION_MAX)
+		return -ENOENT;
+	ret = dcr_reader_version_brief(fs->r, n, &bn);
 	if (ret == -ENOENT && n > dcr_reader_latest(fs->r) &&
 	    fs_refresh(fs, 0, since) == 0)
-		ret = version_get(fs, n, &vn);
+		ret = dcr_reader_version_brief(fs->r, n, &bn);
 	if (ret < 0)
 		return ret;
 	if (!dots)
-		m = vn->parent;
-	uint32_t ttree = vn->tree;
-	version_put(fs, vn);
+		m = bn.parent;
 	if (m == 0)
 		return -ENOENT; /* no parent: no /delta/vN */
 	ret = in_lineage(fs, m, n);
 	if (ret < 0)
 		return ret;
-	ret = version_get(fs, m, &vm);
+	ret = dcr_reader_version_brief(fs->r, m, &bm);
 	if (ret < 0)
 		return ret;
-	uint32_t ftree = vm->tree;
-	version_put(fs, vm);
-	return node_get(fs, m, ftree, n, ttree, 0, out);
+	if (bn.tree > DCRFS_TREE_MAX || bm.tree > DCRFS_TREE_MAX)
+		return -EOVERFLOW; /* as version_get says, when a tree loads */
+	return node_get(fs, m, bm.tree, n, bn.tree, 0, out);
 }
 
 /* The child @name of directory node @nd: a directory with safetensors
@@ -688,11 +700,10 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 		for (size_t i = 0; i < n; i++) {
 			char name[32];
 
-			if ((off_t)(vs[i] + 2) <= off || version_get(fs, vs[i], &vi) < 0)
-				continue;
-			uint64_t parent = vi->parent;
-			version_put(fs, vi);
-			if (!parent)
+			struct dcr_version_brief b;
+
+			if ((off_t)(vs[i] + 2) <= off ||
+			    dcr_reader_version_brief(fs->r, vs[i], &b) < 0 || !b.parent)
 				continue;
 			snprintf(name, sizeof(name), "v%" PRIu64, vs[i]);
 			if (top_node(fs, name, &nd) < 0)

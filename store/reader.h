@@ -182,6 +182,21 @@ int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n);
 int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 		       const struct dcr_version_info **out);
 
+/** What is known of a version without its tree (dcr_reader_version_brief). */
+struct dcr_version_brief {
+	uint64_t parent;   /* 0: none */
+	uint32_t tree;     /* as dcr_version_info.tree */
+	int64_t ctime_ns;
+};
+
+/**
+ * dcr_reader_version_brief - version @v's parent, tree number and time
+ * into @out without loading its tree (for listings over many versions:
+ * /delta). 0, or -ENOENT if unknown. Thread-safe; cheap (one lock).
+ */
+int dcr_reader_version_brief(struct dcr_reader *r, uint64_t v,
+			     struct dcr_version_brief *out);
+
 /** What a version's manifest records of one of its files beyond its
  * tree entry (struct dcr_entry). */
 struct dcr_file_meta {

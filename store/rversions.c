@@ -1091,6 +1091,20 @@ int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 	return 0;
 }
 
+int dcr_reader_version_brief(struct dcr_reader *r, uint64_t v,
+			     struct dcr_version_brief *out)
+{
+	struct rver *rv;
+
+	pthread_mutex_lock(&r->vs.lock);
+	rv = vers_find(r, v);
+	if (rv)
+		*out = (struct dcr_version_brief){ rv->parent, rv->tree,
+						   rv->ctime_ns };
+	pthread_mutex_unlock(&r->vs.lock);
+	return rv ? 0 : -ENOENT;
+}
+
 void dcr_reader_version_put(struct dcr_reader *r,
 			    const struct dcr_version_info *vi)
 {

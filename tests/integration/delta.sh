@@ -199,4 +199,19 @@ cp "$MNT/.dcrfs/status.json" "$T/st3.json"
 py "$T/st3.json" 'assert d["delta"]["views_built"] == 2, d["delta"]'
 umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
 [ "$(grep -c 'ERROR\|error' "$MOUNT_LOG")" = 1 ] || fail "more than one error logged: $(cat "$MOUNT_LOG")"
+
+# Listing /delta (names and attributes) loads no version's tree: it
+# needs parents and tree numbers only (a store of months of versions).
+# A remount of an indexed cache without prefetch starts with one tree
+# (latest's, for the root's time); listing all four loaded them all.
+for pass in index list; do
+	mount_dcrfs "$STORE" "$MNT" "poll=0,prefetch=none,cache_dir=$T/cache4"
+	if [ $pass = list ]; then
+		ls -l "$MNT/delta" >/dev/null
+		loaded=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["trees_loaded"])' \
+			"$MNT/.dcrfs/status.json")
+		[ "$loaded" -le 1 ] || fail "listing /delta loaded $loaded versions' trees"
+	fi
+	umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
+done
 log "ok"
