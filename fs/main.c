@@ -1097,11 +1097,14 @@ int main(int argc, char *argv[])
 	fs.uid = getuid();
 	fs.gid = getgid();
 	fs.mount_ns = dcr_now_ns();
-	/* /delta's views: files in the cache directory, an eighth of the
-	 * chunk cache's budget kept (fs/delta.c). */
+	/* /delta's views: files in the cache directory, kept within an
+	 * eighth of cache_size (fs/delta.c); the chunk cache gets the rest,
+	 * so that cache_size bounds everything the mount keeps. */
 	fs.delta_tmpdir = cache_dir;
-	fs.delta_budget = (ropts.cache_size ? ropts.cache_size :
-			   DCR_CACHE_SIZE_DEFAULT) / 8;
+	uint64_t budget = ropts.cache_size ? ropts.cache_size :
+			  DCR_CACHE_SIZE_DEFAULT;
+	fs.delta_budget = budget / 8;
+	ropts.cache_size = budget - fs.delta_budget;
 	ret = dcrfs_init_state(&fs);
 	if (ret < 0) {
 		fprintf(stderr, PROG ": %s\n", dcr_strerror(ret));
