@@ -705,20 +705,34 @@ static int open_log(const struct opts *o, const char *cache_dir, char **path)
 	return 0;
 }
 
+/* Free the strings long_opts made, and their list; NULL accepted. */
+static void free_made(char **made)
+{
+	for (size_t i = 0; made && made[i]; i++)
+		free(made[i]);
+	free(made);
+}
+
 /*
  * The tools' spelling, --cache-dir DIR or --cache-dir=DIR, for every
  * dcrfs option: rewritten to -o cache_dir=DIR before libfuse parses the
  * command line, so both spellings mean the same everywhere. Options are
- * those of opt_spec ('-' and '_' alike). Returns a new argv (its strings
- * are @argv's or leaked with it, for the process's lifetime) or NULL.
+ * those of opt_spec ('-' and '_' alike). Returns a new argv or NULL; its
+ * strings are @argv's or made here, and those are listed in *@made
+ * (NULL-terminated; free each and the list with free_made).
  */
-static char **long_opts(int argc, char **argv, int *out_argc)
+static char **long_opts(int argc, char **argv, int *out_argc, char ***made)
 {
 	char **nv = calloc((size_t)argc * 2 + 1, sizeof(*nv));
-	int n = 0;
+	int n = 0, nmade = 0;
 
-	if (!nv)
+	*made = calloc((size_t)argc + 1, sizeof(**made));
+	if (!nv || !*made) {
+		free(nv);
+		free(*made);
+		*made = NULL;
 		return NULL;
+	}
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *eq;
 		char name[64], *opt;
@@ -758,6 +772,8 @@ static char **long_opts(int argc, char **argv, int *out_argc)
 				fprintf(stderr, PROG ": option '%s' needs a "
 					"value\n", a);
 				free(nv);
+				free_made(*made);
+				*made = NULL;
 				return NULL;
 			}
 			val = argv[++i];
@@ -766,8 +782,11 @@ static char **long_opts(int argc, char **argv, int *out_argc)
 		opt = malloc(cap);
 		if (!opt) {
 			free(nv);
+			free_made(*made);
+			*made = NULL;
 			return NULL;
 		}
+		(*made)[nmade++] = opt;
 		snprintf(opt, cap, val ? "%s=%s" : "%s", name, val ? val : "");
 		nv[n++] = (char *)"-o";
 		nv[n++] = opt;
@@ -775,6 +794,7 @@ static char **long_opts(int argc, char **argv, int *out_argc)
 	*out_argc = n;
 	return nv;
 }
+
 
 /* ----------------------------------------------------------------- main */
 
@@ -978,7 +998,8 @@ static void malloc_setup(void)
 int main(int argc, char *argv[])
 {
 	int nargc = 0;
-	char **nargv = long_opts(argc, argv, &nargc);
+	char **made = NULL;
+	char **nargv = long_opts(argc, argv, &nargc, &made);
 	struct fuse_args args = FUSE_ARGS_INIT(nargc, nargv);
 	struct opts o;
 	struct dcrfs fs;
@@ -1262,5 +1283,6 @@ out_args:
 	free(cache_dir);
 	free(log_path);
 	free(nargv);
+	free_made(made);
 	return exit_code;
 }

@@ -143,7 +143,8 @@ static int load(struct cctx *c, const struct dcr_layout *l)
 		dcr_err("%s: cannot list versions: %s", c->st->url, dcr_strerror(ret));
 		return ret;
 	}
-	qsort(c->vs, c->n, sizeof(*c->vs), cmp_cver);
+	if (c->n) /* qsort's pointer must not be NULL (UBSan) */
+		qsort(c->vs, c->n, sizeof(*c->vs), cmp_cver);
 	for (size_t i = 0; i < c->n; i++) {
 		struct cver *x = &c->vs[i];
 		x->kept = in_keep(c->o, x->v);

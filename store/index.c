@@ -102,9 +102,13 @@ int dcr_index_load(struct dcr_index *ix, struct dcr_store *st,
 			dcr_strerror(ret));
 		goto err_free;
 	}
-	qsort(ix->vs, ix->nvs, sizeof(*ix->vs), cmp_ver);
-	qsort(ix->packs, ix->npacks, sizeof(*ix->packs), cmp_pack);
-	qsort(ix->tags, ix->ntags, sizeof(*ix->tags), cmp_tag);
+	/* qsort's pointer must not be NULL, even for no elements (UBSan) */
+	if (ix->nvs)
+		qsort(ix->vs, ix->nvs, sizeof(*ix->vs), cmp_ver);
+	if (ix->npacks)
+		qsort(ix->packs, ix->npacks, sizeof(*ix->packs), cmp_pack);
+	if (ix->ntags)
+		qsort(ix->tags, ix->ntags, sizeof(*ix->tags), cmp_tag);
 	for (size_t i = 0; i < ix->ntags; i++) {
 		ret = dcr_store_get_tag(st, ix->tags[i].name, &ix->tags[i].v);
 		if (ret && ret != -ENOENT && ret != -EBADMSG)

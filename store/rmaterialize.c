@@ -618,7 +618,8 @@ static int plan_runs(struct batch *b)
 		for (size_t k = 0; k < c->ch.n; k++)
 			b->it[b->nit++] = (struct fitem){ &c->ch.s[k], i };
 	}
-	qsort(b->it, b->nit, sizeof(*b->it), cmp_fitem);
+	if (b->nit) /* qsort's pointer must not be NULL (UBSan) */
+		qsort(b->it, b->nit, sizeof(*b->it), cmp_fitem);
 	for (size_t k = 0; k < b->nit; k++) {
 		const struct step *s = b->it[k].s;
 		struct run *ru = b->nruns ? &b->runs[b->nruns - 1] : NULL;

@@ -748,7 +748,8 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 		return ret;
 	}
 	ret = 0;
-	qsort(l.e, l.n, sizeof(*l.e), cmp_ventry);
+	if (l.n) /* qsort's pointer must not be NULL (UBSan) */
+		qsort(l.e, l.n, sizeof(*l.e), cmp_ventry);
 	for (size_t i = 0; i < l.n; i++) /* unique */
 		if (k == 0 || l.e[i].v != l.e[k - 1].v)
 			l.e[k++] = l.e[i];
@@ -907,7 +908,8 @@ static int refresh_tags(struct dcr_reader *r)
 		l.names[i] = NULL;
 		nt++;
 	}
-	qsort(tags, nt, sizeof(*tags), cmp_tag);
+	if (nt)
+		qsort(tags, nt, sizeof(*tags), cmp_tag);
 	for (size_t i = 0; i < nt; i++) {
 		names[i] = tags[i].name;
 		vs[i] = tags[i].version;

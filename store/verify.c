@@ -199,7 +199,8 @@ static int verify_refs(struct verify *w)
 					r->len, (uint32_t)i, f, k };
 			}
 	}
-	qsort(w->refs, w->nrefs, sizeof(*w->refs), cmp_fref);
+	if (w->nrefs) /* qsort's pointer must not be NULL (UBSan) */
+		qsort(w->refs, w->nrefs, sizeof(*w->refs), cmp_fref);
 	return 0;
 }
 
