@@ -251,7 +251,7 @@ int dcr_store_identify(struct dcr_store *st, struct dcr_store_info *info)
 	if (!ret || ret == -EFBIG) {
 		/* Too long or holding a NUL: malformed all the same. */
 		text[0] = 0;
-		if (!ret && !memchr(b.data, 0, b.len)) {
+		if (!ret && b.len && !memchr(b.data, 0, b.len)) {
 			memcpy(text, b.data, b.len);
 			text[b.len] = 0;
 		}

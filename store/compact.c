@@ -753,11 +753,11 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 		ret = publish(&c, l);
 out:
 	for (size_t i = 0; i < c.n; i++) {
+		cost_free(&c.vs[i]); /* first: it walks o's files */
 		dcr_manifest_free(&c.vs[i].o);
 		/* nm shares nothing with o: every path and array is its own */
 		if (c.vs[i].nm.files)
 			dcr_manifest_free(&c.vs[i].nm);
-		cost_free(&c.vs[i]);
 	}
 	free(c.vs);
 	dcr_packw_free(c.pw);

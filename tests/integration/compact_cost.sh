@@ -63,6 +63,7 @@ gc gdef
 	fail "gc --read-cost 100 left packs of $(size g100) bytes, the default $(size gdef)"
 
 # Python passes the bound: the same packs as dcrfs-ctl's, for 100 and default
+py_sanitized "$LIBDCR"
 DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python t python3 - "$T" <<'PYEOF' ||
 import sys, dcrfs
 T = sys.argv[1]

@@ -67,6 +67,19 @@ need_bins() {
 }
 
 # need_fuse - skip unless this machine can mount FUSE filesystems.
+# py_sanitized LIB - when LIB (libdcr.so) was built with the sanitizers
+# (scripts/check with DCR_SANITIZE=1), Python must load their runtimes
+# first: export LD_PRELOAD with them for the rest of the test, and keep
+# LeakSanitizer from reporting the interpreter's own lifetime
+# allocations. Nothing otherwise.
+py_sanitized() {
+	ldd "$1" 2>/dev/null | grep -q libasan || return 0
+	local pre
+	pre=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)
+	export LD_PRELOAD=$pre${LD_PRELOAD:+:$LD_PRELOAD}
+	export ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+}
+
 need_fuse() {
 	[ -c /dev/fuse ] || skip "/dev/fuse is missing"
 	[ -r /dev/fuse ] && [ -w /dev/fuse ] || skip "/dev/fuse is not accessible"

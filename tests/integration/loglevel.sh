@@ -47,6 +47,7 @@ t "$DCRFS_COMMIT" --store "$T/nostore" "$T/tree" >"$T/out" 2>"$T/err" || true
 # once, and not printed on stderr as well.
 LIBDCR=$DCR_BUILDDIR/.libs/libdcr.so.0
 if [ -e "$LIBDCR" ]; then
+	py_sanitized "$LIBDCR"
 	DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python t python3 - "$T/nostore" \
 		>"$T/out" 2>"$T/err" <<'PY' || fail "python: $(cat "$T/out" "$T/err")"
 import sys, dcrfs

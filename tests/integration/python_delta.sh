@@ -37,6 +37,7 @@ PY=${DCR_PYTHON:-/usr/bin/python3}
 LIBDCR=$DCR_BUILDDIR/.libs/libdcr.so
 [ -e "$LIBDCR" ] || need "$LIBDCR not built"
 export DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python:$DCR_SRCDIR/tests/integration
+py_sanitized "$LIBDCR"
 STORE=$T/store
 MNT=$T/mnt
 SCRIPT=$DCR_SRCDIR/tests/integration/python_delta.py

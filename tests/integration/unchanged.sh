@@ -31,6 +31,7 @@ printf x >>"$T/tree/r.txt"
 
 LIBDCR=$DCR_BUILDDIR/.libs/libdcr.so
 if [ -x /usr/bin/python3 ] && [ -e "$LIBDCR" ]; then
+	py_sanitized "$LIBDCR"
 	DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python t /usr/bin/python3 - "$STORE" "$T/pc" "$T/tree" <<'PY' ||
 import errno, sys
 import dcrfs
