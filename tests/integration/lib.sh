@@ -260,7 +260,13 @@ _cleanup() {
 		for f in "$T"/dcrfs.*.log; do
 			[ -s "$f" ] || continue
 			echo "--- $f"
-			tail -n 40 "$f"
+			# a sanitizer's report is kept whole: its stacks are
+			# what explains the failure
+			if grep -q 'Sanitizer' "$f"; then
+				sed -n '/==[0-9]*==ERROR\|runtime error/,$p' "$f"
+			else
+				tail -n 40 "$f"
+			fi
 		done
 	fi
 	if [ "${DCR_KEEP:-0}" = 1 ]; then
