@@ -143,7 +143,8 @@ static int verify_load(struct verify *w)
 			return -ENOMEM;
 		if (s->target)
 			for (uint32_t f = 0; f < m->nfiles; f++)
-				memset(s->need[f], 1, m->files[f].nchunks);
+				if (m->files[f].nchunks) /* need[f] may be NULL */
+					memset(s->need[f], 1, m->files[f].nchunks);
 		if (!m->parent)
 			continue;
 		struct dcr_ix_ver *p = dcr_index_find(ix, m->parent);
