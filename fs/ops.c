@@ -754,7 +754,10 @@ struct dirbuf {
 	int plus;
 };
 
-/* Append one entry; 1 if it did not fit (the listing stops there). */
+/* Append one entry; 1 if it did not fit (the listing stops there). In a
+ * READDIRPLUS reply an entry given no @ttl (< 0) goes without
+ * attributes: node id 0, which the kernel caches nothing of and looks
+ * up on use. */
 static int dirbuf_add_gen(struct dirbuf *db, const char *name,
 			  const struct stat *st, double ttl, off_t next,
 			  uint64_t gen)
@@ -766,7 +769,10 @@ static int dirbuf_add_gen(struct dirbuf *db, const char *name,
 		struct fuse_entry_param e;
 
 		memset(&e, 0, sizeof(e));
-		e.ino = st->st_ino;
+		if (ttl < 0)
+			ttl = 0.0;
+		else
+			e.ino = st->st_ino;
 		e.generation = gen; /* see reply_entry */
 		e.attr = *st;
 		e.attr_timeout = ttl;
@@ -1007,33 +1013,12 @@ static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
 	return ret;
 }
 
-/* dcrfs_delta_emit_fn into a dirbuf: entries without attributes get
- * node id 0 in a READDIRPLUS reply (the kernel caches nothing of them
- * and looks them up on use). */
+/* dcrfs_delta_emit_fn into a dirbuf; entries without @attrs go without
+ * attributes (dirbuf_add_gen). */
 static int delta_emit(void *ctx, const char *name, const struct stat *st,
 		      off_t next, bool attrs)
 {
-	struct dirbuf *db = ctx;
-	size_t left = db->size - db->pos, n;
-
-	if (db->plus) {
-		struct fuse_entry_param e;
-
-		memset(&e, 0, sizeof(e));
-		e.ino = attrs ? st->st_ino : 0;
-		e.attr = *st;
-		e.attr_timeout = attrs ? DCRFS_TTL_MUTABLE : 0.0;
-		e.entry_timeout = attrs ? DCRFS_TTL_MUTABLE : 0.0;
-		n = fuse_add_direntry_plus(db->req, db->p + db->pos, left,
-					   name, &e, next);
-	} else {
-		n = fuse_add_direntry(db->req, db->p + db->pos, left, name,
-				      st, next);
-	}
-	if (n > left)
-		return 1;
-	db->pos += n;
-	return 0;
+	return dirbuf_add(ctx, name, st, attrs ? DCRFS_TTL_MUTABLE : -1.0, next);
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,

@@ -80,6 +80,23 @@ py_sanitized() {
 	export ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
 }
 
+# need_python_libdcr [PYTHONPATH...] - Debian's python3 with numpy and
+# torch (PY, or DCR_PYTHON) and the built libdcr (LIBDCR), else skip (77;
+# under CI, scripts/check fails the run on it); exports DCRFS_LIBDCR and
+# PYTHONPATH (python/ and the directories given) for the Python module.
+need_python_libdcr() {
+	PY=${DCR_PYTHON:-/usr/bin/python3}
+	[ -x "$PY" ] || skip "$PY not found"
+	"$PY" -c 'import numpy, torch' 2>/dev/null ||
+		skip "$PY lacks numpy or torch (apt-get install python3-numpy python3-torch)"
+	LIBDCR=$DCR_BUILDDIR/.libs/libdcr.so
+	[ -e "$LIBDCR" ] || skip "$LIBDCR not built"
+	local pp=$DCR_SRCDIR/python d
+	for d in "$@"; do pp=$pp:$d; done
+	export DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$pp
+	py_sanitized "$LIBDCR"
+}
+
 need_fuse() {
 	[ -c /dev/fuse ] || skip "/dev/fuse is missing"
 	[ -r /dev/fuse ] && [ -w /dev/fuse ] || skip "/dev/fuse is not accessible"

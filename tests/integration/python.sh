@@ -15,16 +15,7 @@
 # Uses Debian's python3 (numpy and torch are Debian packages there).
 . "$(dirname "$0")/lib.sh"
 need_fuse
-# Under CI (CI=true, .ci/run) scripts/check fails the run on this skip.
-need() { skip "$1"; }
-PY=${DCR_PYTHON:-/usr/bin/python3}
-[ -x "$PY" ] || need "$PY not found"
-"$PY" -c 'import numpy, torch' 2>/dev/null ||
-	need "$PY lacks numpy or torch (apt-get install python3-numpy python3-torch)"
-LIBDCR=$DCR_BUILDDIR/.libs/libdcr.so
-[ -e "$LIBDCR" ] || need "$LIBDCR not built"
-export DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python
-py_sanitized "$LIBDCR"
+need_python_libdcr
 STORE=$T/store
 MNT=$T/mnt
 
