@@ -162,18 +162,12 @@ struct map {
 };
 
 /**
- * map_read - open @path and map it read-only, shared, into @m (a read
- * ahead advised). 0 or -errno, not logged; on error nothing is left
- * open and @m->fd is -1. map_close it.
+ * map_open - open @path and map it shared into @m: read-only (a read
+ * ahead advised) or, with @rw, read-write (updated in place). An empty
+ * file maps nothing (@m->p NULL). 0 or -errno, not logged; on error
+ * nothing is left open and @m->fd is -1. map_close it.
  */
-int map_read(const char *path, struct map *m);
-
-/**
- * map_rw - map an existing file read-write, shared (updated in place),
- * into @m. 0, -EBADMSG if it is shorter than a state file header
- * (ST_HDR_LEN), or -errno; not logged. On error @m->fd is -1.
- */
-int map_rw(const char *path, struct map *m);
+int map_open(const char *path, bool rw, struct map *m);
 
 /**
  * map_create - create (truncate) @path at @len bytes, its blocks

@@ -11,59 +11,33 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <stdbool.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include "fileio.h"
 #include "synth.h"
 
-int map_read(const char *path, struct map *m)
+int map_open(const char *path, bool rw, struct map *m)
 {
 	struct stat sb;
 	int e;
 
 	m->p = NULL;
-	m->fd = open(path, O_RDONLY | O_CLOEXEC);
+	m->fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (m->fd < 0)
 		return -errno;
 	if (fstat(m->fd, &sb) < 0)
 		goto err_close;
 	m->len = (uint64_t)sb.st_size;
 	if (m->len) {
-		m->p = mmap(NULL, m->len, PROT_READ, MAP_SHARED, m->fd, 0);
+		m->p = mmap(NULL, m->len, PROT_READ | (rw ? PROT_WRITE : 0),
+			    MAP_SHARED, m->fd, 0);
 		if (m->p == MAP_FAILED)
 			goto err_close;
-		madvise(m->p, m->len, MADV_SEQUENTIAL);
+		if (!rw)
+			madvise(m->p, m->len, MADV_SEQUENTIAL);
 	}
-	return 0;
-err_close:
-	e = -errno;
-	close(m->fd);
-	m->fd = -1;
-	m->p = NULL;
-	return e;
-}
-
-/* Map an existing file read-write, shared (updated in place). */
-int map_rw(const char *path, struct map *m)
-{
-	struct stat sb;
-	int e;
-
-	m->p = NULL;
-	m->fd = open(path, O_RDWR | O_CLOEXEC);
-	if (m->fd < 0)
-		return -errno;
-	if (fstat(m->fd, &sb) < 0)
-		goto err_close;
-	m->len = (uint64_t)sb.st_size;
-	if (m->len < ST_HDR_LEN) {
-		errno = EBADMSG;
-		goto err_close;
-	}
-	m->p = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
-	if (m->p == MAP_FAILED)
-		goto err_close;
 	return 0;
 err_close:
 	e = -errno;

@@ -94,7 +94,7 @@ static int load_ckpt(const char *dir, struct ckpt_file **out, size_t *nout)
 		if (!c->st)
 			continue;
 		p = path_join(dir, c->name);
-		e = map_read(p, &c->in);
+		e = map_open(p, false, &c->in);
 		if (e) {
 			dcr_err("%s: %s", p, strerror(-e));
 			free(p);
@@ -209,7 +209,7 @@ int cmd_step(const char *indir, const char *outdir, bool adam,
 
 	if (adam) {
 		state = state_arg ? xstrdup(state_arg) : default_state_path(outdir);
-		e = map_rw(state, &st);
+		e = map_open(state, true, &st);
 		if (e == -ENOENT) {
 			msg("step: no state at %s: warm start from the checkpoint",
 			    state);
