@@ -18,9 +18,8 @@
 #include "fileio.h"
 
 #define TMP_DIR ".tmp"
-/* Writes of at least this much from a buffer so aligned bypass the page
- * cache (see write_object). */
-#define DIO_ALIGN 4096
+/* A whole buffer put (dir_put) bypasses the page cache for its aligned
+ * bulk only when that is at least this large (see put_bytes). */
 #define DIO_MIN ((size_t)1 << 20)
 
 struct dcr_dir_store {
@@ -158,39 +157,6 @@ static int open_tmp(struct dcr_dir_store *d, char *tmp, size_t cap)
 	}
 }
 
-/*
- * Write @data[0..len) to the new file @fd. A large page-aligned buffer
- * (the commit's packs) is written with O_DIRECT, up to its last whole
- * block: copying it into the page cache costs far more CPU than the
- * device transfer, and the fsync that follows has nothing left to flush.
- * Where direct I/O is refused (tmpfs, some FUSE file systems) or stops
- * short, the rest is written normally; the bytes are the same either way.
- */
-static int write_object(int fd, const uint8_t *data, size_t len)
-{
-	size_t bulk = len / DIO_ALIGN * DIO_ALIGN, done = 0;
-	int fl;
-
-	if (bulk >= DIO_MIN && (uintptr_t)data % DIO_ALIGN == 0 &&
-	    (fl = fcntl(fd, F_GETFL)) >= 0 &&
-	    fcntl(fd, F_SETFL, fl | O_DIRECT) == 0) {
-		while (done < bulk) {
-			ssize_t w = write(fd, data + done, bulk - done);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0 || (size_t)w % DIO_ALIGN)
-				break;
-			done += (size_t)w;
-		}
-		/* After a failure or a short write, go on normally from the
-		 * last whole block written. */
-		if (done < bulk && lseek(fd, (off_t)done, SEEK_SET) < 0)
-			return DCR_ERR(-errno);
-		if (fcntl(fd, F_SETFL, fl) < 0)
-			return DCR_ERR(-errno);
-	}
-	return dcr_write_full(fd, data + done, len - done);
-}
 
 /*
  * Make the written temporary @tmp (open as @fd, which this closes) the
@@ -247,33 +213,7 @@ err_log:
 	return ret;
 }
 
-static int dir_put(struct dcr_store *st, const char *key, const void *data,
-		   uint64_t len, int flags)
-{
-	struct dcr_dir_store *d = to_dir(st);
-	char tmp[PATH_MAX];
-	int fd, ret;
-
-	if (!key_valid(key))
-		return DCR_ERR(-EINVAL);
-	fd = open_tmp(d, tmp, sizeof(tmp));
-	if (fd < 0) {
-		ret = DCR_ERR(-errno);
-		dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
-		return ret;
-	}
-	ret = write_object(fd, data, len);
-	if (ret) {
-		close(fd);
-		unlink(tmp);
-		dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
-		return ret;
-	}
-	return finish_object(d, fd, tmp, key, flags);
-}
-
-/* ---------------------------------------------- objects written in parts */
-
+/* An object being written: its temporary, and how it is written. */
 struct dcr_put {
 	struct dcr_dir_store *d;
 	int fd;
@@ -281,6 +221,95 @@ struct dcr_put {
 	uint64_t len;      /* bytes written */
 	char tmp[PATH_MAX];
 };
+
+/* Turn O_DIRECT on @p's descriptor on or off, as far as the file system
+ * lets it; whether it is on after the call. */
+static bool set_direct(struct dcr_put *p, bool on)
+{
+	int want = on ? 1 : 0, fl;
+
+	if (p->direct == want || p->direct < 0)
+		return p->direct == 1; /* as asked, or refused: never on */
+	if ((fl = fcntl(p->fd, F_GETFL)) < 0 ||
+	    fcntl(p->fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT) < 0) {
+		if (on)
+			p->direct = -1; /* refused (tmpfs ...): never again */
+		return p->direct == 1;
+	}
+	p->direct = want;
+	return on;
+}
+
+/*
+ * Append @data[0..len) to @p's temporary. Whole aligned blocks at an
+ * aligned offset (the commit's packs) are written with O_DIRECT: copying
+ * them into the page cache costs far more CPU than the device transfer,
+ * and the fsync that follows has nothing left to flush. Where direct I/O
+ * is refused (tmpfs, some FUSE file systems) or stops short, the rest is
+ * written normally from the last whole block written; the bytes are the
+ * same either way. 0 or -errno, not logged.
+ */
+static int put_bytes(struct dcr_put *p, const uint8_t *data, size_t len)
+{
+	size_t done = 0;
+	int ret;
+
+	if (len >= DCR_PUT_ALIGN && len % DCR_PUT_ALIGN == 0 &&
+	    p->len % DCR_PUT_ALIGN == 0 && (uintptr_t)data % DCR_PUT_ALIGN == 0 &&
+	    set_direct(p, true)) {
+		while (done < len) {
+			ssize_t w = write(p->fd, data + done, len - done);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0 || (size_t)w % DCR_PUT_ALIGN)
+				break;
+			done += (size_t)w;
+		}
+		if (done < len && lseek(p->fd, (off_t)(p->len + done), SEEK_SET) < 0)
+			return DCR_ERR(-errno);
+	}
+	if (done < len) {
+		if (set_direct(p, false))
+			return DCR_ERR(-EIO); /* cannot leave direct I/O */
+		if ((ret = dcr_write_full(p->fd, data + done, len - done)))
+			return ret;
+	}
+	p->len += len;
+	return 0;
+}
+
+static int dir_put(struct dcr_store *st, const char *key, const void *data,
+		   uint64_t len, int flags)
+{
+	struct dcr_put p = { .d = to_dir(st) };
+	/* direct I/O only for a large buffer: its bulk, the tail normally */
+	size_t bulk = (size_t)len / DCR_PUT_ALIGN * DCR_PUT_ALIGN;
+	int ret;
+
+	if (!key_valid(key))
+		return DCR_ERR(-EINVAL);
+	p.fd = open_tmp(p.d, p.tmp, sizeof(p.tmp));
+	if (p.fd < 0) {
+		ret = DCR_ERR(-errno);
+		dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
+		return ret;
+	}
+	if (bulk < DIO_MIN)
+		bulk = 0;
+	ret = put_bytes(&p, data, bulk);
+	if (!ret)
+		ret = put_bytes(&p, (const uint8_t *)data + bulk, (size_t)len - bulk);
+	if (ret) {
+		close(p.fd);
+		unlink(p.tmp);
+		dcr_err("%s: cannot write %s: %s", st->url, key, dcr_strerror(ret));
+		return ret;
+	}
+	return finish_object(p.d, p.fd, p.tmp, key, flags);
+}
+
+/* ---------------------------------------------- objects written in parts */
+
 
 static int dir_put_open(struct dcr_store *st, struct dcr_put **out)
 {
@@ -303,62 +332,13 @@ static int dir_put_open(struct dcr_store *st, struct dcr_put **out)
 	return 0;
 }
 
-/* Turn O_DIRECT on @p's descriptor on or off, as far as the file system
- * lets it; whether it is on after the call. */
-static bool set_direct(struct dcr_put *p, bool on)
-{
-	int want = on ? 1 : 0, fl;
 
-	if (p->direct == want || p->direct < 0)
-		return p->direct == 1; /* as asked, or refused: never on */
-	if ((fl = fcntl(p->fd, F_GETFL)) < 0 ||
-	    fcntl(p->fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT) < 0) {
-		if (on)
-			p->direct = -1; /* refused (tmpfs ...): never again */
-		return p->direct == 1;
-	}
-	p->direct = want;
-	return on;
-}
-
-/*
- * Aligned parts at aligned offsets (the pack writer's) go around the page
- * cache, as write_object's bulk does; the rest, and everything on a file
- * system that refuses direct I/O, through it. Bytes are the same either
- * way. After a failure the object is unusable: the caller aborts it.
- */
+/* Parts written as put_bytes says; after a failure the object is
+ * unusable: the caller aborts it. */
 static int dir_put_write(struct dcr_put *p, const void *data, size_t len)
 {
-	const uint8_t *b = data;
-	uint64_t end = p->len + len;
-	int ret = 0;
+	int ret = put_bytes(p, data, len);
 
-	if (len >= DCR_PUT_ALIGN && len % DCR_PUT_ALIGN == 0 &&
-	    p->len % DCR_PUT_ALIGN == 0 && (uintptr_t)b % DCR_PUT_ALIGN == 0 &&
-	    set_direct(p, true)) {
-		while (len) {
-			ssize_t w = write(p->fd, b, len);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0 || (size_t)w % DCR_PUT_ALIGN)
-				break;
-			b += w;
-			len -= (size_t)w;
-		}
-		/* Short or refused: on from where it stopped, which must
-		 * be a whole block (else the bytes there are unknown). */
-		off_t at = len ? lseek(p->fd, 0, SEEK_CUR) : 0;
-		if (at < 0)
-			ret = DCR_ERR(-errno);
-		else if (at % DCR_PUT_ALIGN)
-			ret = DCR_ERR(-EIO);
-	}
-	if (!ret && len && set_direct(p, false))
-		ret = DCR_ERR(-EIO); /* cannot leave direct I/O for the tail */
-	if (!ret && len)
-		ret = dcr_write_full(p->fd, b, len);
-	if (!ret)
-		p->len = end;
 	if (ret)
 		dcr_err("%s: cannot write %s: %s", p->d->base.url, p->tmp,
 			dcr_strerror(ret));
