@@ -130,18 +130,27 @@ static void give_back(struct dcr_packw *w, struct pbuf *b)
 	pbuf_free(b);
 }
 
+/* Keep @ret as the writer's error unless it has one already. */
+static void set_error(struct dcr_packw *w, int ret)
+{
+	pthread_mutex_lock(&w->lock);
+	if (!w->err)
+		w->err = ret;
+	pthread_mutex_unlock(&w->lock);
+}
+
 /* Record pack @idx, named @name, of @len bytes as stored, or the first
  * error @ret. */
 static void stored(struct dcr_packw *w, uint32_t idx,
 		   const uint8_t name[DCR_HASH_LEN], uint64_t len, int ret)
 {
-	pthread_mutex_lock(&w->lock);
-	if (!ret) {
-		memcpy(w->hashes[idx], name, DCR_HASH_LEN);
-		w->uploaded += len;
-	} else if (!w->err) {
-		w->err = ret;
+	if (ret) {
+		set_error(w, ret);
+		return;
 	}
+	pthread_mutex_lock(&w->lock);
+	memcpy(w->hashes[idx], name, DCR_HASH_LEN);
+	w->uploaded += len;
 	pthread_mutex_unlock(&w->lock);
 }
 
@@ -362,8 +371,10 @@ int dcr_packw_seal(struct dcr_packw *w)
 		return dcr_packw_error(w);
 	if (w->flushed + w->cur.len <= DCR_PACK_HDR_LEN)
 		return dcr_packw_error(w); /* empty: stays open */
-	if (w->stream)
-		return dcr_packw_error(w) ? dcr_packw_error(w) : seal_stream(w);
+	if (w->stream) {
+		ret = dcr_packw_error(w);
+		return ret ? ret : seal_stream(w);
+	}
 	if (!(sp = malloc(sizeof(*sp))))
 		return DCR_ERR(-ENOMEM);
 	*sp = (struct spack){ .w = w, .data = w->cur, .idx = w->cur_idx };
@@ -403,10 +414,7 @@ int dcr_packw_append(struct dcr_packw *w, const void *data, size_t len,
 	if (w->flushed + w->cur.len >= w->o.target)
 		return dcr_packw_seal(w);
 	if (w->stream && w->cur.len >= STREAM_PART && (ret = flush_stream(w, false))) {
-		pthread_mutex_lock(&w->lock);
-		if (!w->err)
-			w->err = ret; /* logged by the store; the pack is dropped */
-		pthread_mutex_unlock(&w->lock);
+		set_error(w, ret); /* logged by the store; the pack is dropped */
 		return ret;
 	}
 	return 0;
