@@ -163,7 +163,9 @@ err_free:
 	return ret;
 }
 
-/* The entry of @vi at path @path, or 0 (the root: never a file). */
+/* The entry of @vi at path @path, or 0 (the root: never a file). The
+ * entries after the root follow in path order (reader.h; the manifest's
+ * files are validated strictly sorted). */
 static uint32_t entry_by_path(const struct dcr_version_info *vi,
 			      const char *path)
 {
@@ -180,9 +182,6 @@ static uint32_t entry_by_path(const struct dcr_version_info *vi,
 		else
 			hi = mid;
 	}
-	for (uint32_t i = 1; i < vi->nentries; i++)
-		if (!strcmp(vi->entries[i].path, path))
-			return i;
 	return 0;
 }
 
