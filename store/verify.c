@@ -210,16 +210,10 @@ static int verify_refs(struct verify *w)
 static const uint8_t *known_hash(const struct dcr_pack_frame *fs, size_t n,
 				 uint64_t off, uint64_t len)
 {
-	size_t lo = 0, hi = n;
+	size_t i = dcr_lower_bound_u64(fs, n, sizeof(*fs),
+				       offsetof(struct dcr_pack_frame, off), off);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (fs[mid].off < off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < n && fs[lo].off == off && fs[lo].len == len ? fs[lo].hash : NULL;
+	return i < n && fs[i].off == off && fs[i].len == len ? fs[i].hash : NULL;
 }
 
 /* Check one frame of a pack already fetched, whose frames' hashes
