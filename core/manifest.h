@@ -42,15 +42,26 @@
  * dcr_manifest_decode tells a newer format apart (-EPROTONOSUPPORT), so
  * that this reader says "upgrade" for the formats that come after it.
  *
+ * Format 5 has format 4's meaning and adds two things older readers do
+ * not know, so it is written only for a manifest that has one of them
+ * (a plain one stays format 4, readable by format-4 readers):
+ * - trainer metadata (dcr_manifest.meta), after the files in the body;
+ * - a signature block (flag DCR_MAN_SIGNED), after the checksum; its
+ *   contents are struct dcr_sig and its meaning is sign.h's.
+ *
  * On-store encoding (little-endian, see manifest.c for the body):
  *
  *   0   8  magic "DCRMANIF"
- *   8   4  format version (1 or 2)
- *   12  4  flags (0)
+ *   8   4  format version (1 to 5)
+ *   12  4  flags (0; from format 5 DCR_MAN_SIGNED may be set)
  *   16  8  body length after decompression (bounded)
  *   24  8  compressed body length
  *   32  n  zstd-compressed body
- *   32+n 32 SHA-256 of bytes [0, 32+n)
+ *   32+n 32 SHA-256 of bytes [0, 32+n): the manifest's check
+ *   64+n    signed only: u8 algorithm (1, Ed25519), 32 public key,
+ *           64 signature, 32 the parent manifest's check (zero without
+ *           a parent), u8 store id length (1..40), the store id; then
+ *           the object ends
  *
  * Decoding bounds every length and count against the bytes present and
  * validates every path (relative, no "." or ".." components, no empty
@@ -60,14 +71,17 @@
 #ifndef DCR_MANIFEST_H
 #define DCR_MANIFEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "buf.h"
 #include "hash.h"
 
-/* The format new manifests are written in; the oldest still read. */
-#define DCR_MANIFEST_FORMAT 4
+/* The newest format read; the oldest still read. New manifests are
+ * written in DCR_MANIFEST_FORMAT_PLAIN unless they need format 5. */
+#define DCR_MANIFEST_FORMAT 5
+#define DCR_MANIFEST_FORMAT_PLAIN 4
 #define DCR_MANIFEST_FORMAT_MIN 1
 #define DCR_NO_BASE UINT32_MAX
 #define DCR_PATH_MAX 4096
@@ -81,6 +95,36 @@
 #define DCR_VERSION_MAX UINT64_C(0xffffffff)
 /** Largest decoded manifest body accepted (hostile-length guard). */
 #define DCR_MANIFEST_BODY_MAX ((uint64_t)4 << 30)
+
+/** Header flag: a signature block follows the checksum (format 5). */
+#define DCR_MAN_SIGNED 1u
+
+#define DCR_SIG_PUB_LEN 32
+#define DCR_SIG_LEN 64
+#define DCR_SIG_ALG_ED25519 1
+#define DCR_SIG_STORE_ID_MAX 40 /* = DCR_STORE_ID_MAX (objstore.h) */
+
+/** A manifest's signature block, as decoded (checked by sign.h). */
+struct dcr_sig {
+	uint8_t alg;                       /* DCR_SIG_ALG_ED25519 */
+	uint8_t pub[DCR_SIG_PUB_LEN];      /* the signer's public key */
+	uint8_t sig[DCR_SIG_LEN];
+	uint8_t parent_check[DCR_HASH_LEN];/* zero without a parent */
+	char store_id[DCR_SIG_STORE_ID_MAX + 1];
+};
+
+/**
+ * Trainer metadata (format 5): key of 1..DCR_META_KEY_MAX bytes of
+ * [A-Za-z0-9._-], value of at most DCR_META_VALUE_MAX bytes, no NUL;
+ * at most DCR_META_MAX entries, sorted by key, unique.
+ */
+#define DCR_META_KEY_MAX 64
+#define DCR_META_VALUE_MAX 4096
+#define DCR_META_MAX 256
+struct dcr_meta {
+	char *key;
+	char *value;
+};
 
 enum dcr_ftype {
 	DCR_FT_REG = 1,
@@ -125,7 +169,7 @@ struct dcr_file {
 };
 
 struct dcr_manifest {
-	uint32_t format;    /* 1..3; 0 when building means DCR_MANIFEST_FORMAT */
+	uint32_t format;    /* 1..5; 0 when building: the plain format */
 	uint64_t version;   /* 1..DCR_VERSION_MAX */
 	uint64_t parent;    /* 0 = no parent; < version */
 	int64_t ctime_ns;   /* commit time */
@@ -134,7 +178,29 @@ struct dcr_manifest {
 	uint8_t (*packs)[DCR_HASH_LEN]; /* pack names (SHA-256 of the pack) */
 	uint32_t nfiles;
 	struct dcr_file *files; /* sorted by path (bytewise), unique */
+	uint32_t nmeta;
+	struct dcr_meta *meta;  /* sorted by key, unique (format 5) */
+	/* Decode only: the manifest's check (SHA-256 of its header and
+	 * body) and its signature block, if it has one. */
+	uint8_t check[DCR_HASH_LEN];
+	bool has_sig;
+	struct dcr_sig sig;
 };
+
+/** Whether @key is a valid metadata key (struct dcr_meta). */
+bool dcr_meta_key_valid(const char *key);
+
+/**
+ * dcr_manifest_set_meta - set metadata @key to @value in @m (kept
+ * sorted; an existing key is replaced). 0, -EINVAL (logged) for a key
+ * or value out of bounds or too many entries, -ENOMEM.
+ */
+int dcr_manifest_set_meta(struct dcr_manifest *m, const char *key,
+			  const char *value);
+
+/** The value of metadata @key in @m, or NULL. */
+const char *dcr_manifest_get_meta(const struct dcr_manifest *m,
+				  const char *key);
 
 /**
  * dcr_file_digest - the format 3 digest of regular file @f: SHA-256 of
@@ -173,6 +239,18 @@ void dcr_manifest_free(struct dcr_manifest *m);
  * 0 or -errno.
  */
 int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out);
+
+/**
+ * dcr_manifest_encode_flags - dcr_manifest_encode with header @flags
+ * (DCR_MAN_SIGNED: format 5, and the caller appends the signature block
+ * with dcr_manifest_put_sig). The check goes to @check too (may be
+ * NULL). 0 or -errno.
+ */
+int dcr_manifest_encode_flags(const struct dcr_manifest *m, uint32_t flags,
+			      struct dcr_buf *out, uint8_t *check);
+
+/** dcr_manifest_put_sig - append signature block @s to @out. 0 or -errno. */
+int dcr_manifest_put_sig(const struct dcr_sig *s, struct dcr_buf *out);
 
 /**
  * dcr_manifest_decode - parse untrusted bytes into @m.

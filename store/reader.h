@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "manifest.h"
 #include "objstore.h"
 
 struct dcr_reader;
@@ -102,6 +103,15 @@ struct dcr_version_info {
 	uint32_t chunk_size;
 	uint32_t nentries;
 	const struct dcr_entry *entries;
+	/* Provenance (sign.h): the manifest's format and check, its
+	 * signer as shown ("unsigned", a key id, or "invalid" for a
+	 * signature that does not verify for this store and number) and
+	 * the trainer's metadata (sorted by key). */
+	uint32_t format;
+	uint8_t check[DCR_HASH_LEN];
+	char signer[24];
+	uint32_t nmeta;
+	const struct dcr_meta *meta;
 };
 
 struct dcr_tag {
