@@ -481,7 +481,7 @@ int dcr_commit_sources(struct dcr_store *st,
 		return DCR_ERR(-ENOMEM);
 	if ((ret = sources_to_files(src, nsrc, &m, order)))
 		goto err_free_manifest;
-	m.format = DCR_MANIFEST_FORMAT;
+	m.format = DCR_MANIFEST_FORMAT_PLAIN; /* 5 if it carries metadata or a signature */
 	m.parent = o->parent;
 	m.chunk_size = cs;
 	m.ctime_ns = dcr_now_ns();

@@ -501,7 +501,7 @@ static int rewrite(struct cctx *c, struct cver *x)
 	 * (two-state sparse segments) need a reader of format 4. Formats 1
 	 * and 2 keep theirs: their file digests mean something else. */
 	if (m->format == 3)
-		m->format = DCR_MANIFEST_FORMAT;
+		m->format = DCR_MANIFEST_FORMAT_PLAIN;
 	m->npacks = 0;
 	m->packs = NULL;
 	if (!(m->files = calloc(x->o.nfiles ? x->o.nfiles : 1, sizeof(*m->files))))
