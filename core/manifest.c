@@ -95,6 +95,29 @@ const char *dcr_manifest_get_meta(const struct dcr_manifest *m,
 	return NULL;
 }
 
+int dcr_manifest_copy_provenance(struct dcr_manifest *dst,
+				 const struct dcr_manifest *src)
+{
+	for (uint32_t i = 0; i < dst->nmeta; i++) {
+		free(dst->meta[i].key);
+		free(dst->meta[i].value);
+	}
+	free(dst->meta);
+	dst->meta = NULL;
+	dst->nmeta = 0;
+	for (uint32_t i = 0; i < src->nmeta; i++) {
+		int ret = dcr_manifest_set_meta(dst, src->meta[i].key,
+						src->meta[i].value);
+		if (ret)
+			return ret;
+	}
+	memcpy(dst->check, src->check, DCR_HASH_LEN);
+	dst->has_sig = src->has_sig;
+	dst->sig = src->sig;
+	dst->cparent = src->cparent;
+	return 0;
+}
+
 int dcr_manifest_set_meta(struct dcr_manifest *m, const char *key,
 			  const char *value)
 {
@@ -765,6 +788,7 @@ int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
 	m->format = fmt;
 	memcpy(m->check, sum, DCR_HASH_LEN);
 	ret = decode_body(&r, m);
+	m->cparent = m->parent;
 	if (!ret)
 		ret = dcr_manifest_validate(m);
 	if (ret == -EINVAL)

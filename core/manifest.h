@@ -180,12 +180,27 @@ struct dcr_manifest {
 	struct dcr_file *files; /* sorted by path (bytewise), unique */
 	uint32_t nmeta;
 	struct dcr_meta *meta;  /* sorted by key, unique (format 5) */
-	/* Decode only: the manifest's check (SHA-256 of its header and
-	 * body) and its signature block, if it has one. */
+	/*
+	 * Provenance, from decoding: the manifest's check (SHA-256 of its
+	 * header and body), its signature block if it has one, and the
+	 * parent as committed (= parent). A re-encoding of the version (a
+	 * layout's, whose parent may differ) carries the committed
+	 * manifest's (dcr_manifest_copy_provenance), so what was signed
+	 * can still be checked and shown. Never encoded.
+	 */
 	uint8_t check[DCR_HASH_LEN];
 	bool has_sig;
 	struct dcr_sig sig;
+	uint64_t cparent;
 };
+
+/**
+ * dcr_manifest_copy_provenance - give @dst (a re-encoding of @src's
+ * version) @src's check, signature block, committed parent and
+ * metadata (copied; @dst's own metadata is replaced). 0 or -ENOMEM.
+ */
+int dcr_manifest_copy_provenance(struct dcr_manifest *dst,
+				 const struct dcr_manifest *src);
 
 /** Whether @key is a valid metadata key (struct dcr_meta). */
 bool dcr_meta_key_valid(const char *key);

@@ -574,7 +574,7 @@ enum dcr_sig_status dcr_manifest_sig_check(const struct dcr_manifest *m,
 		return DCR_SIG_NONE;
 	if (m->sig.alg != DCR_SIG_ALG_ED25519)
 		return DCR_SIG_BAD;
-	if (version_statement(&s, m->sig.store_id, m->version, m->parent,
+	if (version_statement(&s, m->sig.store_id, m->version, m->cparent,
 			      m->ctime_ns, m->check, m->sig.parent_check) ||
 	    !verify_stmt(m->sig.pub, m->sig.sig, &s))
 		return DCR_SIG_BAD;

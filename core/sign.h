@@ -119,7 +119,8 @@ const char *dcr_sig_status_str(enum dcr_sig_status s);
 
 /**
  * dcr_manifest_sig_check - check decoded manifest @m's signature for
- * store @store_id (the version number, parent and time are @m's own;
+ * store @store_id (the version number, committed parent - cparent -
+ * and time are @m's own;
  * the caller has checked that @m is the manifest of the number it was
  * fetched as). With @trust, a valid signature by a key not in it is
  * DCR_SIG_UNTRUSTED. The parent check it binds is m->sig.parent_check:

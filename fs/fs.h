@@ -151,6 +151,7 @@ enum dcrfs_prefetch {
 struct dcrfs {
 	struct dcr_store *st;
 	struct dcr_reader *r;
+	struct dcr_trust *trust;       /* -o trust=FILE; NULL: none */
 	struct fuse_session *se;
 	const char *mountpoint;
 

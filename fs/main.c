@@ -55,6 +55,7 @@
 #include "mirror.h"
 #include "store.h"
 #include "fs.h"
+#include "sign.h"
 #include "options.h"
 
 #ifndef PACKAGE_VERSION
@@ -84,6 +85,7 @@ struct opts {
 	char *poll;
 	char *relist;
 	char *prefetch;
+	char *trust;
 	char *passthrough;
 	char *latest_wait;
 	char *readahead;
@@ -141,6 +143,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("poll=%s", poll, 0),
 	OPT("relist=%s", relist, 0),
 	OPT("prefetch=%s", prefetch, 0),
+	OPT("trust=%s", trust, 0),
 	OPT("passthrough=%s", passthrough, 0),
 	OPT("latest_wait=%s", latest_wait, 0),
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
@@ -237,6 +240,9 @@ static void usage(FILE *f)
 "                           every older one) in the background so it is\n"
 "                           cached before latest moves to it (default\n"
 "                           latest)\n"
+"    -o trust=FILE          show only versions signed by a public key in\n"
+"                           FILE (dcrfs-ctl keygen's KEYFILE.pub; several\n"
+"                           keys: rotation); latest never goes back\n"
 "    -o passthrough=auto|off  let the kernel read files that are whole and\n"
 "                           verified in the cache straight from it (FUSE\n"
 "                           passthrough; needs CAP_SYS_ADMIN; default auto)\n"
@@ -967,7 +973,7 @@ static int mirrors_wrap(const char *list, const struct dcr_store_cfg *cfg,
 static void free_opts(struct opts *o)
 {
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
-			  &o->prefetch, &o->passthrough, &o->latest_wait,
+			  &o->prefetch, &o->trust, &o->passthrough, &o->latest_wait,
 			  &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
@@ -1106,6 +1112,13 @@ int main(int argc, char *argv[])
 	}
 	ropts.cache_dir = cache_dir;
 	ropts.max_trees = DCRFS_TREES_KEPT; /* ops.c holds trees only while used */
+	/* before the daemon detaches: a bad trust file is said here */
+	if (o.trust && dcr_trust_load(o.trust, &fs.trust) < 0) {
+		fprintf(stderr, PROG ": trust=%s: no mount without the keys "
+			"it trusts\n", o.trust);
+		goto out_args;
+	}
+	ropts.trust = fs.trust;
 
 	/*
 	 * fuse_opt_parse left in @args what libfuse must see: argv[0], -d,
@@ -1284,5 +1297,6 @@ out_args:
 	free(log_path);
 	free(nargv);
 	free_made(made);
+	dcr_trust_free(fs.trust);
 	return exit_code;
 }

@@ -20,6 +20,7 @@
 #include "common.h"
 #include "json.h"
 #include "fs.h"
+#include "sign.h"
 #include "mirror.h"
 
 /* Resident set size of this process in bytes; 0 if unknown. */
@@ -126,6 +127,12 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64 "},\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
 		r->cache_errors);
+	fprintf(f, " \"trust\": {\"keys\": %zu, \"rejected\": {\"unsigned\": %"
+		PRIu64 ", \"bad\": %" PRIu64 ", \"other_store\": %" PRIu64
+		", \"untrusted\": %" PRIu64 ", \"tags\": %" PRIu64 "}},\n",
+		dcr_trust_count(fs->trust), r->rejected_unsigned,
+		r->rejected_bad, r->rejected_store, r->rejected_untrusted,
+		r->rejected_tags);
 	fprintf(f, " \"opens\": {\"passthrough\": %" PRIu64 ", \"normal\": %"
 		PRIu64 ", \"fallbacks\": {", s->pt_opens, s->pt_normal);
 	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
@@ -286,6 +293,15 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		"dcrfs_errors_total{kind=\"cache\"} %" PRIu64 "\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
 		r->cache_errors);
+	fputs("# HELP dcrfs_rejected_total Versions and tags not shown "
+	      "(trust=), by why.\n# TYPE dcrfs_rejected_total counter\n", f);
+	fprintf(f, "dcrfs_rejected_total{reason=\"unsigned\"} %" PRIu64 "\n"
+		"dcrfs_rejected_total{reason=\"bad_signature\"} %" PRIu64 "\n"
+		"dcrfs_rejected_total{reason=\"other_store\"} %" PRIu64 "\n"
+		"dcrfs_rejected_total{reason=\"untrusted_key\"} %" PRIu64 "\n"
+		"dcrfs_rejected_total{reason=\"tag\"} %" PRIu64 "\n",
+		r->rejected_unsigned, r->rejected_bad, r->rejected_store,
+		r->rejected_untrusted, r->rejected_tags);
 	fputs("# HELP dcrfs_opens_total Opens of version files, by mode.\n"
 	      "# TYPE dcrfs_opens_total counter\n", f);
 	fprintf(f, "dcrfs_opens_total{mode=\"passthrough\"} %" PRIu64 "\n"

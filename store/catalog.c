@@ -86,7 +86,7 @@ static const char schema_sql[] =
 	" nfiles INTEGER NOT NULL, npacks INTEGER NOT NULL,"
 	" format INTEGER NOT NULL DEFAULT 1,"
 	" mhash BLOB, obj_size INTEGER, obj_mtime INTEGER, ehash BLOB,"
-	" mcheck BLOB, sig BLOB);"
+	" mcheck BLOB, sig BLOB, cparent INTEGER);"
 	"CREATE TABLE IF NOT EXISTS vmeta("
 	" version INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
 	" PRIMARY KEY(version, key)) WITHOUT ROWID;"
@@ -217,6 +217,52 @@ static int meta_get(struct dcr_catalog *c, const char *key, char *buf,
 	return ret;
 }
 
+int dcr_catalog_get_u64(struct dcr_catalog *c, const char *key, uint64_t *v)
+{
+	char buf[32];
+	int ret;
+
+	*v = 0;
+	cat_lock(c);
+	ret = meta_get(c, key, buf, sizeof(buf));
+	pthread_mutex_unlock(&c->lock);
+	if (ret <= 0)
+		return ret;
+	return dcr_parse_u64(buf, v) ? DCR_ERR(-EIO) : 0;
+}
+
+struct kv_args {
+	const char *key;
+	uint64_t v;
+};
+
+static int set_u64_txn(struct dcr_catalog *c, void *arg)
+{
+	const struct kv_args *a = arg;
+	sqlite3_stmt *st;
+	char buf[32];
+	int rc, ret;
+
+	ret = prepare(c, "INSERT OR REPLACE INTO meta(key, value) "
+			 "VALUES (?1, ?2)", &st);
+	if (ret)
+		return ret;
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)a->v);
+	sqlite3_bind_text(st, 1, a->key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, buf, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(st);
+	ret = rc == SQLITE_DONE ? 0 : sql_err(c, rc, "write meta");
+	sqlite3_finalize(st);
+	return ret;
+}
+
+int dcr_catalog_set_u64(struct dcr_catalog *c, const char *key, uint64_t v)
+{
+	struct kv_args a = { key, v };
+
+	return in_txn(c, set_u64_txn, &a);
+}
+
 /*
  * Check or record the store URL and the schema number; refuse a newer
  * schema; CAT_CORRUPT for an unreadable schema row. Caller holds the lock and a transaction.
@@ -286,6 +332,8 @@ static int check_meta(struct dcr_catalog *c, const char *url)
 			ret = exec_locked(c,
 				"ALTER TABLE versions ADD COLUMN mcheck BLOB;"
 				"ALTER TABLE versions ADD COLUMN sig BLOB;"
+				"ALTER TABLE versions ADD COLUMN cparent "
+				"INTEGER;"
 				"UPDATE meta SET value = '4' "
 				"WHERE key = 'schema';");
 			if (ret)

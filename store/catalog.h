@@ -86,6 +86,7 @@ struct dcr_catalog_version {
 	uint8_t check[DCR_HASH_LEN];
 	bool has_sig;
 	struct dcr_sig sig;
+	uint64_t cparent;  /* the parent as committed (dcr_manifest.cparent) */
 };
 
 /** One chunk reference, with its pack resolved to the pack's hash. */
@@ -180,6 +181,23 @@ int dcr_catalog_replace_version(struct dcr_catalog *c,
  */
 int dcr_catalog_set_ident(struct dcr_catalog *c, uint64_t v,
 			  const struct dcr_catalog_ident *id);
+
+/**
+ * dcr_catalog_set_check - record version @v's manifest check (learnt
+ * again for a row indexed before schema 4). 0, -ENOENT if @v is not
+ * indexed, or -errno.
+ */
+int dcr_catalog_set_check(struct dcr_catalog *c, uint64_t v,
+			  const uint8_t check[DCR_HASH_LEN]);
+
+/**
+ * dcr_catalog_get_u64 / dcr_catalog_set_u64 - a number the reader keeps
+ * across mounts (e.g. the highest version a mount with trust= showed),
+ * in the meta table under @key (not "url" or "schema"). get: 0 and *@v
+ * (0 if never set), or -errno.
+ */
+int dcr_catalog_get_u64(struct dcr_catalog *c, const char *key, uint64_t *v);
+int dcr_catalog_set_u64(struct dcr_catalog *c, const char *key, uint64_t v);
 
 /**
  * dcr_catalog_remove_version - forget version @v (gone from the store):

@@ -109,8 +109,8 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 	*n = 0;
 	cat_lock(c);
 	ret = prepare(c, "SELECT version, parent, ctime_ns, chunk_size, nfiles, "
-			 "mhash, obj_size, obj_mtime, ehash, mcheck, sig "
-			 "FROM versions ORDER BY version", &st);
+			 "mhash, obj_size, obj_mtime, ehash, mcheck, sig, "
+			 "cparent FROM versions ORDER BY version", &st);
 	if (ret)
 		goto out_unlock;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -129,6 +129,9 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 		arr[cnt].chunk_size = (uint32_t)sqlite3_column_int64(st, 3);
 		arr[cnt].nfiles = (uint32_t)sqlite3_column_int64(st, 4);
 		column_ident(st, 5, &arr[cnt].id);
+		arr[cnt].cparent = sqlite3_column_type(st, 11) == SQLITE_NULL
+				   ? arr[cnt].parent
+				   : (uint64_t)sqlite3_column_int64(st, 11);
 		/* Checked at open; a row changed since is refused too. */
 		if (!header_ok(arr[cnt].version, arr[cnt].parent,
 			       sqlite3_column_int64(st, 3),
@@ -217,7 +220,8 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 	int rc, ret;
 
 	ret = prepare(c, "SELECT parent, ctime_ns, chunk_size, nfiles, format, "
-			 "mcheck, sig FROM versions WHERE version = ?1", &st);
+			 "mcheck, sig, cparent FROM versions WHERE version = ?1",
+		      &st);
 	if (ret)
 		return ret;
 	sqlite3_bind_int64(st, 1, (int64_t)v);
@@ -233,6 +237,8 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 	m->chunk_size = (uint32_t)sqlite3_column_int64(st, 2);
 	nfiles = (uint32_t)sqlite3_column_int64(st, 3);
 	m->format = (uint32_t)sqlite3_column_int64(st, 4);
+	m->cparent = sqlite3_column_type(st, 7) == SQLITE_NULL ? m->parent
+		     : (uint64_t)sqlite3_column_int64(st, 7);
 	if (!header_ok(v, m->parent, sqlite3_column_int64(st, 2),
 		       sqlite3_column_int64(st, 3), 0) ||
 	    m->format < DCR_MANIFEST_FORMAT_MIN ||

@@ -265,8 +265,9 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 	}
 	ret = prepare(c, "INSERT INTO versions(version, parent, ctime_ns, "
 			 "chunk_size, nfiles, npacks, format, mhash, "
-			 "obj_size, obj_mtime, ehash, mcheck, sig) "
-			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+			 "obj_size, obj_mtime, ehash, mcheck, sig, cparent) "
+			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
+			 "?14)",
 		      &st);
 	if (ret) {
 		dcr_buf_free(&sb);
@@ -282,6 +283,9 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 	else
 		sqlite3_bind_null(st, 13);
 	dcr_buf_free(&sb);
+	/* unknown (a manifest not decoded from bytes): its own parent */
+	sqlite3_bind_int64(st, 14, (int64_t)(memcmp(m->check, zero, DCR_HASH_LEN)
+					     ? m->cparent : m->parent));
 	sqlite3_bind_int64(st, 1, (int64_t)m->version);
 	sqlite3_bind_int64(st, 2, (int64_t)m->parent);
 	sqlite3_bind_int64(st, 3, m->ctime_ns);
@@ -518,4 +522,38 @@ int dcr_catalog_set_tags(struct dcr_catalog *c, const char *const *names,
 	struct set_tags_args a = { names, versions, n };
 
 	return in_txn(c, set_tags_txn, &a);
+}
+
+struct check_args {
+	uint64_t v;
+	const uint8_t *check;
+};
+
+static int set_check_txn(struct dcr_catalog *c, void *arg)
+{
+	const struct check_args *a = arg;
+	sqlite3_stmt *st;
+	int ret;
+
+	ret = prepare(c, "UPDATE versions SET mcheck = ?1 WHERE version = ?2",
+		      &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_blob(st, 1, a->check, DCR_HASH_LEN, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 2, (int64_t)a->v);
+	ret = step_done(c, st, "record a manifest check");
+	sqlite3_finalize(st);
+	if (!ret && sqlite3_changes(c->db) == 0)
+		ret = -ENOENT;
+	return ret;
+}
+
+int dcr_catalog_set_check(struct dcr_catalog *c, uint64_t v,
+			  const uint8_t check[DCR_HASH_LEN])
+{
+	struct check_args a = { v, check };
+
+	if (v > INT64_MAX)
+		return -ENOENT;
+	return in_txn(c, set_check_txn, &a);
 }

@@ -193,8 +193,10 @@ static int bind_store(struct dcr_reader *r, const struct dcr_store_info *known,
 		dcr_warn("%s: cannot identify the store (%s); using the cache "
 			 "directory as it is, bound to store id %s",
 			 r->st->url, dcr_strerror(ret), have);
+		snprintf(r->vs.store_id, sizeof(r->vs.store_id), "%s", have);
 		return 0;
 	}
+	snprintf(r->vs.store_id, sizeof(r->vs.store_id), "%s", info.id);
 	if (!strcmp(have, info.id))
 		return 0;
 	snprintf(tmp, sizeof(tmp), "%s/catalog.db", r->dir);
@@ -300,6 +302,8 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	ret = lock_dir(r, opts->cache_dir);
 	if (!ret)
 		ret = bind_store(r, opts->store_info, opts->store_err);
+	if (!ret)
+		ret = trust_bind_dir(r, drop_store_state);
 	if (ret)
 		goto err_close;
 	if (snprintf(path, sizeof(path), "%s/catalog.db", r->dir) >=
@@ -317,6 +321,8 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		goto err_close;
 	dcr_catalog_set_room_hook(r->cat, dcr_cache_room_hook, r->cache);
 	ret = load_catalog(r);
+	if (!ret)
+		ret = trust_open(r);
 	if (ret)
 		goto err_close;
 	*out = r;
@@ -715,6 +721,11 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 	s->bytes_materialized = LOAD(materialized);
 	s->bytes_verified = LOAD(verified);
 	s->read_errors = LOAD(read_errors);
+	s->rejected_unsigned = LOAD(rej_unsigned);
+	s->rejected_bad = LOAD(rej_bad);
+	s->rejected_store = LOAD(rej_store);
+	s->rejected_untrusted = LOAD(rej_untrusted);
+	s->rejected_tags = LOAD(rej_tags);
 #undef LOAD
 	dcr_cache_get_stats(r->cache, &cs);
 	s->cache_bytes = cs.bytes;

@@ -67,6 +67,19 @@ struct dcr_reader_opts {
 	 * refresh always lists. 0 = default (60 s).
 	 */
 	uint32_t relist_ms;
+	/*
+	 * Trust only versions signed by these keys (sign.h, -o trust=):
+	 * a version unsigned, badly signed, signed by another key or for
+	 * another store or number, or whose signature binds another
+	 * parent manifest than the one indexed, is not shown (versions,
+	 * version, brief, latest); a tag not signed by one of them is
+	 * ignored; the latest version shown never goes back to a lower
+	 * number (not even across mounts of this cache directory); chunks
+	 * of versions re-encoded by a layout (unsigned) are proven by
+	 * their SHA-256, which the signed manifest holds. The reader does
+	 * not own it; it must outlive the reader. NULL: trust the store.
+	 */
+	const struct dcr_trust *trust;
 };
 
 #define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
@@ -338,6 +351,14 @@ struct dcr_reader_stats {
 	uint64_t read_errors;   /* reads that failed (EIO, ENOMEM ...) */
 	uint64_t cache_errors;  /* local I/O errors of the chunk cache (each
 				 * logged; the chunk was built again) */
+	/* With a trust set: versions not shown, by why (each logged once;
+	 * a version counts once per reason it is judged for). */
+	uint64_t rejected_unsigned;   /* no signature */
+	uint64_t rejected_bad;        /* a signature that does not verify:
+					 forged, replayed, damaged */
+	uint64_t rejected_store;      /* signed for another store */
+	uint64_t rejected_untrusted;  /* signed by a key not trusted */
+	uint64_t rejected_tags;       /* tags ignored, not trusted */
 };
 
 /**

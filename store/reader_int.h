@@ -91,6 +91,7 @@
 #include "layout.h"
 #include "manifest.h"
 #include "reader.h"
+#include "sign.h"
 #include "wq.h"
 
 /* Fetches and builds in flight: S3 waits on the network, a directory
@@ -162,6 +163,27 @@ struct rver {
 	int64_t ctime_ns;
 	uint32_t chunk_size;
 	uint32_t nfiles;
+	/* Provenance (rtrust.c), set when the rver is made, from the
+	 * manifest as committed (versions/<v>): its check (has_check
+	 * false: unknown, a row indexed before catalog schema 4), the
+	 * committed parent, what its signature check found for this store
+	 * and trust set (enum dcr_sig_status), the signer's key, the
+	 * parent check it binds. Immutable. */
+	bool has_check;
+	uint8_t check[DCR_HASH_LEN];
+	uint64_t cparent;
+	uint8_t sig;
+	uint8_t pub[DCR_SIG_PUB_LEN];
+	uint8_t pcheck[DCR_HASH_LEN];
+	/* Indexed from a layout's re-encoding (id.has_ehash). Immutable. */
+	bool encoded;
+	/* With a trust set: whether this encoding is authentic (rtrust.c),
+	 * so that chunks whose chains hold only such versions are proven
+	 * the fast way; without one: unused (always fast). Atomic: read
+	 * by the read path, written by trust_judge. */
+	atomic_bool fast;
+	bool logged;     /* its rejection was logged; under lock */
+	bool logged_pin; /* a child's binding it fails was logged; lock */
 	bool loaded;
 	unsigned pins;  /* dcr_reader_version holders; under lock */
 	uint64_t used;  /* use_clock at the last use (LRU); under lock */
@@ -334,7 +356,20 @@ struct rversions {
 	size_t ntags;
 	uint64_t use_clock;    /* stamps rver.used */
 	uint32_t max_trees;    /* set at open; 0 = never unload */
+	/* dcr_reader_opts.trust (NULL: every version shown) and the store
+	 * id signatures must name (bind_store); set at open. */
+	const struct dcr_trust *trust;
+	char store_id[DCR_STORE_ID_MAX + 2];
+	/* With a trust set: the highest version shown as latest, kept in
+	 * the catalog too (rtrust.c); under lock. */
+	uint64_t shown_max;
+	uint64_t shown_saved;  /* what the catalog holds; under refresh_lock */
+	/* "name version" of tags refused, logged once; under refresh_lock */
+	char **tag_rejected;
+	size_t ntag_rejected;
 };
+
+
 
 /* The chunk reference blocks (rchunks.c), under lock. */
 struct rrefs {
@@ -399,6 +434,8 @@ struct dcr_reader {
 		atomic_uint_fast64_t reads, bytes_read, hits, misses;
 		atomic_uint_fast64_t fetches, fetched, fetch_errors;
 		atomic_uint_fast64_t materialized, verified, read_errors;
+		atomic_uint_fast64_t rej_unsigned, rej_bad, rej_store;
+		atomic_uint_fast64_t rej_untrusted, rej_parent, rej_tags;
 	} stats;
 };
 
@@ -602,6 +639,36 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
  * rows removed, a dcr_version_change queued, logged at info level.
  * Caller holds refresh_lock. 0 or -ENOENT. */
 int reader_drop_version(struct dcr_reader *r, uint64_t v);
+
+/*
+ * Trust (rtrust.c; its contract heads the file).
+ * rver_prov - give new @rv its provenance: the manifest's check
+ *   (@has_check false: unknown), the committed parent, the signature
+ *   block (@has_sig), and whether it is a layout's encoding; with a
+ *   trust set the signature is checked here. Before @rv is shared.
+ * rver_shown - whether @rv is shown (always, without a trust set).
+ *   Caller holds lock (or owns @rv).
+ * rver_signer - the signer to show for loaded manifest @m (sign.h).
+ * trust_latest - the latest version to show. Caller holds lock.
+ * trust_judge - log and count rejections, recompute rver.fast, keep
+ *   the latest shown in the catalog. Caller holds refresh_lock (or is
+ *   opening), not lock.
+ * trust_open - at open, after load_catalog: the latest shown before,
+ *   then trust_judge. 0 or -errno.
+ * trust_bind_dir - at open, before the catalog: empty (with @drop) a
+ *   cache directory a mount without a trust set used, or mark it as
+ *   such. 0 or -errno (logged).
+ */
+void rver_prov(struct dcr_reader *r, struct rver *rv, bool has_check,
+	       const uint8_t *check, uint64_t cparent, bool has_sig,
+	       const struct dcr_sig *sig, bool encoded);
+bool rver_shown(const struct dcr_reader *r, const struct rver *rv);
+const char *rver_signer(const struct dcr_reader *r,
+			const struct dcr_manifest *m, char *buf);
+uint64_t trust_latest(struct dcr_reader *r);
+void trust_judge(struct dcr_reader *r);
+int trust_open(struct dcr_reader *r);
+int trust_bind_dir(struct dcr_reader *r, int (*drop)(struct dcr_reader *));
 
 /* Load the versions and tags recorded in the catalog: 0 or -errno.
  * Only at open, before the reader is shared. */

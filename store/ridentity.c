@@ -27,6 +27,7 @@
 #include "manifest.h"
 #include "reader.h"
 #include "reader_int.h"
+#include "sign.h"
 
 /* The first 12 hex digits of @id's hash and "..", or "unknown". */
 const char *hash_prefix(const struct dcr_catalog_ident *id,
@@ -184,6 +185,21 @@ int reader_replace_version(struct dcr_reader *r, const struct dcr_manifest *m,
 	if (!nrv)
 		return DCR_ERR(-ENOMEM);
 	nrv->id = *id;
+	static const uint8_t zero[DCR_HASH_LEN];
+	rver_prov(r, nrv, memcmp(m->check, zero, DCR_HASH_LEN) != 0, m->check,
+		  m->cparent, m->has_sig, &m->sig, id->has_ehash);
+	if (rver_shown(r, old) && !rver_shown(r, nrv)) {
+		/* trust=: what was proven stays; the forgery is not shown */
+		dcr_version_key(v, key, sizeof(key));
+		dcr_err("%s: %s %s (manifest %s -> %s), but the new manifest "
+			"is %s: ignored, version %llu stays as it was (trust=)",
+			url, key, why, hash_prefix(&old_id, oh),
+			hash_prefix(id, nh),
+			dcr_sig_status_str((enum dcr_sig_status)nrv->sig),
+			(unsigned long long)v);
+		rver_free(nrv);
+		return 0;
+	}
 
 	/* Dead first: from here the old rver's lookups fail, whatever the
 	 * catalog holds; then no key of it can reach the cache. A read

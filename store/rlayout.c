@@ -61,8 +61,9 @@ static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
 			"and chunks: refused", url_of(r), key, r->vs.layout.gen,
 			m->version);
 		ret = DCR_ERR(-EBADMSG);
-	} else {
-		ret = reader_check_manifest(r, ctx, out, key);
+	} else if (!(ret = reader_check_manifest(r, ctx, out, key))) {
+		/* what was committed and signed, not the re-encoding's */
+		ret = dcr_manifest_copy_provenance(out, m);
 	}
 	if (ret) {
 		dcr_manifest_free(out);

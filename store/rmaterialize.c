@@ -272,13 +272,20 @@ static void blame(struct dcr_reader *r, const struct rreq *q,
  * Whether @ch can be proven the fast way (manifest.h, format 2): the
  * chunk and every frame on its chain carry check values.
  */
-static bool chain_has_check(const struct dcr_catalog_chunk *ref0,
+static bool chain_has_check(const struct dcr_reader *r,
+			    const struct where *w,
+			    const struct dcr_catalog_chunk *ref0,
 			    const struct chain *ch)
 {
-	if (!ref0->has_check)
+	/* with a trust set, only on authentic encodings (rtrust.c) */
+	bool trust = r->vs.trust != NULL;
+
+	if (!ref0->has_check || (trust && !atomic_load(&w->rv->fast)) ||
+	    (trust && ch->base_cached && !atomic_load(&ch->base_rv->fast)))
 		return false;
 	for (size_t k = 0; k < ch->n; k++)
-		if (!ch->s[k].ref.has_check)
+		if (!ch->s[k].ref.has_check ||
+		    (trust && !atomic_load(&ch->s[k].rv->fast)))
 			return false;
 	return true;
 }
@@ -298,7 +305,7 @@ static int finish_chain(struct dcr_reader *r, const struct rreq *q,
 {
 	struct dcr_codec *codec = NULL;
 	uint8_t got[DCR_HASH_LEN];
-	bool fast = chain_has_check(ref0, ch);
+	bool fast = chain_has_check(r, w, ref0, ch);
 	size_t bad = 0;
 	int ret = 0;
 

@@ -25,6 +25,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,6 +41,7 @@
 #include "manifest.h"
 #include "reader.h"
 #include "reader_int.h"
+#include "sign.h"
 
 /* ------------------------------------------------------------ versions */
 
@@ -137,6 +139,7 @@ void versions_init(struct dcr_reader *r, const struct dcr_reader_opts *opts)
 	r->vs.relist_ns = opts->relist_ms ? (int64_t)opts->relist_ms * 1000000 :
 					    RELIST_NS_DEFAULT;
 	r->vs.max_trees = opts->max_trees;
+	r->vs.trust = opts->trust;
 }
 
 void versions_close(struct dcr_reader *r)
@@ -151,6 +154,9 @@ void versions_close(struct dcr_reader *r)
 	free(r->vs.vers);
 	free(r->vs.changes);
 	dcr_layout_free(&r->vs.layout);
+	for (size_t i = 0; i < r->vs.ntag_rejected; i++)
+		free(r->vs.tag_rejected[i]);
+	free(r->vs.tag_rejected);
 	free(r->vs.bad);
 	dcr_reader_tags_free(r->vs.tags, r->vs.ntags);
 	pthread_mutex_destroy(&r->vs.lock);
@@ -263,12 +269,17 @@ static int rver_load(struct dcr_reader *r, struct rver *rv)
 		dcr_manifest_free(&tmp.m);
 		return ret;
 	}
+	tmp.info.format = tmp.m.format;
+	memcpy(tmp.info.check, tmp.m.check, DCR_HASH_LEN);
+	rver_signer(r, &tmp.m, tmp.info.signer);
 	pthread_mutex_lock(&r->vs.lock);
 	if (!rv->loaded) {
 		rv->m = tmp.m;
 		rv->entries = tmp.entries;
 		rv->info = tmp.info;
 		rv->info.entries = rv->entries;
+		rv->info.nmeta = rv->m.nmeta;
+		rv->info.meta = rv->m.meta;
 		rv->loaded = true;
 		tmp.entries = NULL;
 		memset(&tmp.m, 0, sizeof(tmp.m));
@@ -347,6 +358,8 @@ int load_catalog(struct dcr_reader *r)
 			break;
 		}
 		rv->id = vs[i].id;
+		rver_prov(r, rv, vs[i].has_check, vs[i].check, vs[i].cparent,
+			  vs[i].has_sig, &vs[i].sig, vs[i].id.has_ehash);
 		ret = vers_insert(r, rv);
 		if (ret)
 			rver_free(rv);
@@ -354,7 +367,9 @@ int load_catalog(struct dcr_reader *r)
 	free(vs);
 	if (ret)
 		return ret;
-	return dcr_catalog_tags(r->cat, load_tag, r);
+	/* with a trust set, tags come from the store, each signature
+	 * checked, at the first refresh */
+	return r->vs.trust ? 0 : dcr_catalog_tags(r->cat, load_tag, r);
 }
 
 /* ------------------------------------------------------------ refresh */
@@ -599,6 +614,8 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		return DCR_ERR(-ENOMEM);
 	rv->gen = r->vs.gen_clock;
 	rv->id = id;
+	rver_prov(r, rv, true, ctx->last.check, ctx->last.cparent,
+		  ctx->last.has_sig, &ctx->last.sig, id.has_ehash);
 	if (!id.obj_mtime_ns) { /* a probe's: see rver.mtail */
 		rv->has_mtail = true;
 		memcpy(rv->mtail, tail, DCR_HASH_LEN);
@@ -868,6 +885,52 @@ static int cmp_tag(const void *a, const void *b)
 		      ((const struct dcr_tag *)b)->name);
 }
 
+/*
+ * With a trust set: whether tag @name -> @v, signed @ts (NULL: not
+ * signed), is to be followed: signed by a trusted key for this store
+ * over the manifest of @v that is shown. A tag refused is logged and
+ * counted once per name and version.
+ */
+static bool tag_trusted(struct dcr_reader *r, const char *name, uint64_t v,
+			const struct dcr_tag_sig *ts)
+{
+	enum dcr_sig_status st = DCR_SIG_NONE;
+	uint8_t check[DCR_HASH_LEN];
+	const char *why = NULL;
+	char seen[300];
+	struct rver *rv;
+	bool known;
+
+	pthread_mutex_lock(&r->vs.lock);
+	rv = vers_find(r, v);
+	known = rv && rver_shown(r, rv) && rv->has_check;
+	if (known)
+		memcpy(check, rv->check, DCR_HASH_LEN);
+	pthread_mutex_unlock(&r->vs.lock);
+	if (!known)
+		why = "it names a version not shown";
+	else if (ts && (st = dcr_tag_sig_check(ts, r->vs.store_id, name, v,
+					       check, r->vs.trust)) == DCR_SIG_VALID)
+		return true;
+	else
+		why = dcr_sig_status_str(st);
+	snprintf(seen, sizeof(seen), "%s %" PRIu64, name, v);
+	for (size_t i = 0; i < r->vs.ntag_rejected; i++)
+		if (!strcmp(r->vs.tag_rejected[i], seen))
+			return false;
+	char **tmp = realloc(r->vs.tag_rejected,
+			     (r->vs.ntag_rejected + 1) * sizeof(*tmp));
+	if (tmp) {
+		r->vs.tag_rejected = tmp;
+		if ((tmp[r->vs.ntag_rejected] = strdup(seen)))
+			r->vs.ntag_rejected++;
+	}
+	STAT_ADD(r, rej_tags, 1);
+	dcr_err("%s: tag %s (version %" PRIu64 ") is ignored (trust=): %s",
+		r->st->url ? r->st->url : "store", name, v, why);
+	return false;
+}
+
 /* Re-list tags/ and replace the tag set. */
 static int refresh_tags(struct dcr_reader *r)
 {
@@ -894,8 +957,11 @@ static int refresh_tags(struct dcr_reader *r)
 		goto out_free;
 	}
 	for (size_t i = 0; i < l.n; i++) {
+		struct dcr_tag_sig ts;
+		bool is_signed = false;
 		uint64_t v;
-		int rc = dcr_store_get_tag(r->st, l.names[i], &v);
+		int rc = dcr_store_get_tag_sig(r->st, l.names[i], &v, &ts,
+					       &is_signed);
 
 		if (rc) {
 			if (rc != -ENOENT)
@@ -903,6 +969,9 @@ static int refresh_tags(struct dcr_reader *r)
 					 dcr_strerror(rc));
 			continue;
 		}
+		if (r->vs.trust && !tag_trusted(r, l.names[i], v,
+						 is_signed ? &ts : NULL))
+			continue;
 		tags[nt].name = l.names[i];
 		tags[nt].version = v;
 		l.names[i] = NULL;
@@ -972,6 +1041,7 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	refresh_ctx_free(&ctx);
 	if (!ret)
 		ret = refresh_tags(r);
+	trust_judge(r);
 	trees_trim(r); /* no refresh is using a tree meanwhile */
 	pthread_mutex_unlock(&r->vs.refresh_lock);
 	if (latest)
@@ -984,7 +1054,7 @@ uint64_t dcr_reader_latest(struct dcr_reader *r)
 	uint64_t v;
 
 	pthread_mutex_lock(&r->vs.lock);
-	v = r->vs.nvers ? r->vs.vers[r->vs.nvers - 1]->v : 0;
+	v = trust_latest(r);
 	pthread_mutex_unlock(&r->vs.lock);
 	return v;
 }
@@ -1039,11 +1109,13 @@ out:
 void versions_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 {
 	pthread_mutex_lock(&r->vs.lock);
-	s->latest = r->vs.nvers ? r->vs.vers[r->vs.nvers - 1]->v : 0;
-	s->versions = r->vs.nvers;
+	s->latest = trust_latest(r);
+	s->versions = 0;
 	s->trees_loaded = 0;
-	for (size_t i = 0; i < r->vs.nvers; i++)
+	for (size_t i = 0; i < r->vs.nvers; i++) {
+		s->versions += rver_shown(r, r->vs.vers[i]);
 		s->trees_loaded += r->vs.vers[i]->loaded;
+	}
 	pthread_mutex_unlock(&r->vs.lock);
 }
 
@@ -1057,9 +1129,10 @@ int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n)
 		pthread_mutex_unlock(&r->vs.lock);
 		return DCR_ERR(-ENOMEM);
 	}
+	*n = 0;
 	for (size_t i = 0; i < r->vs.nvers; i++)
-		arr[i] = r->vs.vers[i]->v;
-	*n = r->vs.nvers;
+		if (rver_shown(r, r->vs.vers[i]))
+			arr[(*n)++] = r->vs.vers[i]->v;
 	pthread_mutex_unlock(&r->vs.lock);
 	*vs = arr;
 	return 0;
@@ -1075,6 +1148,8 @@ int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 	/* Pinned before it is loaded: trees_trim never unloads it then. */
 	pthread_mutex_lock(&r->vs.lock);
 	rv = vers_find(r, v);
+	if (rv && !rver_shown(r, rv))
+		rv = NULL;
 	if (rv) {
 		rv->pins++;
 		rv->used = ++r->vs.use_clock;
@@ -1100,6 +1175,8 @@ int dcr_reader_version_brief(struct dcr_reader *r, uint64_t v,
 
 	pthread_mutex_lock(&r->vs.lock);
 	rv = vers_find(r, v);
+	if (rv && !rver_shown(r, rv))
+		rv = NULL;
 	if (rv)
 		*out = (struct dcr_version_brief){ rv->parent, rv->tree,
 						   rv->ctime_ns };

@@ -542,6 +542,7 @@ static void test_schema1_upgraded(void **state)
 		       "ALTER TABLE versions DROP COLUMN ehash;"
 		       "ALTER TABLE versions DROP COLUMN mcheck;"
 		       "ALTER TABLE versions DROP COLUMN sig;"
+		       "ALTER TABLE versions DROP COLUMN cparent;"
 		       "UPDATE meta SET value = '1' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	assert_false(dcr_catalog_is_new(c));
@@ -630,6 +631,7 @@ static void test_schema2_upgraded(void **state)
 		       "ALTER TABLE versions DROP COLUMN ehash;"
 		       "ALTER TABLE versions DROP COLUMN mcheck;"
 		       "ALTER TABLE versions DROP COLUMN sig;"
+		       "ALTER TABLE versions DROP COLUMN cparent;"
 		       "UPDATE meta SET value = '2' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	assert_false(dcr_catalog_is_new(c));
@@ -714,6 +716,7 @@ static void test_schema3_upgraded(void **state)
 	make_two(f);
 	raw_sql(f->db, "ALTER TABLE versions DROP COLUMN mcheck;"
 		       "ALTER TABLE versions DROP COLUMN sig;"
+		       "ALTER TABLE versions DROP COLUMN cparent;"
 		       "DROP TABLE vmeta;"
 		       "UPDATE meta SET value = '3' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
