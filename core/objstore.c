@@ -17,10 +17,10 @@
 #include "hash.h"
 #include "manifest.h"
 #include "objstore.h"
+#include "sign.h"
 
 /* A manifest or tag object larger than this is refused outright. */
 #define MANIFEST_OBJ_MAX ((size_t)2 << 30)
-#define TAG_OBJ_MAX 64
 #define MARKER_OBJ_MAX 4096
 
 static int latest_cb(const char *key, const struct dcr_obj_info *info, void *arg)
@@ -108,30 +108,73 @@ int dcr_tag_name_valid(const char *name)
 	return 1;
 }
 
-int dcr_store_get_tag(struct dcr_store *st, const char *name, uint64_t *v)
+/*
+ * Parse tag object @t (@n bytes, @key for messages): "N\n", or "N\n"
+ * and a signature line and "\n" (the last newline may be missing, as
+ * in tags written by hand).
+ */
+static int parse_tag(struct dcr_store *st, const char *key, const char *t,
+		     size_t n, uint64_t *v, struct dcr_tag_sig *ts,
+		     bool *is_signed)
 {
-	char key[160], text[TAG_OBJ_MAX + 1];
+	char num[32];
+	const char *nl = memchr(t, '\n', n);
+	size_t l1 = nl ? (size_t)(nl - t) : n;
+	struct dcr_tag_sig tmp;
+
+	if (memchr(t, 0, n) || l1 == 0 || l1 >= sizeof(num))
+		goto bad;
+	memcpy(num, t, l1);
+	num[l1] = 0;
+	if (dcr_parse_u64(num, v) || *v == 0)
+		goto bad;
+	const char *rest = nl ? nl + 1 : t + n;
+	size_t nrest = (size_t)(t + n - rest);
+	if (nrest && rest[nrest - 1] == '\n')
+		nrest--;
+	if (is_signed)
+		*is_signed = nrest > 0;
+	if (!nrest)
+		return 0;
+	/* One line: a newline inside is a third line. */
+	if (memchr(rest, '\n', nrest) ||
+	    dcr_tag_sig_parse(rest, nrest, ts ? ts : &tmp)) {
+		dcr_err("%s: tag object %s has a malformed signature line", st->url,
+			key);
+		return DCR_ERR(-EBADMSG);
+	}
+	return 0;
+bad:
+	dcr_err("%s: tag object %s is malformed", st->url, key);
+	return DCR_ERR(-EBADMSG);
+}
+
+int dcr_store_get_tag_sig(struct dcr_store *st, const char *name, uint64_t *v,
+			  struct dcr_tag_sig *ts, bool *is_signed)
+{
+	char key[160];
 	struct dcr_buf b;
 
 	if (!dcr_tag_name_valid(name))
 		return DCR_ERR(-EINVAL);
 	snprintf(key, sizeof(key), "tags/%s", name);
-	dcr_buf_init(&b, TAG_OBJ_MAX);
+	dcr_buf_init(&b, DCR_TAG_OBJ_MAX);
 	int ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
-	if (ret)
-		goto err_free_buf;
-	memcpy(text, b.data, b.len);
-	text[b.len] = 0;
-	if (b.len && text[b.len - 1] == '\n')
-		text[b.len - 1] = 0;
-	ret = dcr_parse_u64(text, v);
-	if (ret || *v == 0) {
-		dcr_err("%s: tag object %s is malformed", st->url, key);
+	if (ret == -EFBIG) {
+		dcr_err("%s: tag object %s is malformed (longer than %d bytes)",
+			st->url, key, DCR_TAG_OBJ_MAX);
 		ret = DCR_ERR(-EBADMSG);
 	}
-err_free_buf:
+	if (!ret)
+		ret = parse_tag(st, key, (const char *)b.data, b.len, v, ts,
+				is_signed);
 	dcr_buf_free(&b);
 	return ret;
+}
+
+int dcr_store_get_tag(struct dcr_store *st, const char *name, uint64_t *v)
+{
+	return dcr_store_get_tag_sig(st, name, v, NULL, NULL);
 }
 
 int dcr_store_del_tag(struct dcr_store *st, const char *name)
@@ -144,15 +187,38 @@ int dcr_store_del_tag(struct dcr_store *st, const char *name)
 	return dcr_store_del(st, key);
 }
 
-int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v)
+_Static_assert(20 + 2 + DCR_TAG_SIG_TEXT_MAX <= DCR_TAG_OBJ_MAX,
+	       "a signed tag object fits DCR_TAG_OBJ_MAX");
+
+/* Write tag @name -> @v, with signature @ts unless NULL. */
+static int put_tag(struct dcr_store *st, const char *name, uint64_t v,
+		   const struct dcr_tag_sig *ts)
 {
-	char key[160], text[32];
+	char key[160], text[DCR_TAG_OBJ_MAX + 1];
 
 	if (!dcr_tag_name_valid(name))
 		return DCR_ERR(-EINVAL);
 	snprintf(key, sizeof(key), "tags/%s", name);
 	int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", v);
+	if (ts) {
+		char line[DCR_TAG_SIG_TEXT_MAX];
+		dcr_tag_sig_format(ts, line, sizeof(line));
+		n += snprintf(text + n, sizeof(text) - (size_t)n, "%s\n", line);
+		if ((size_t)n >= sizeof(text))
+			return DCR_ERR(-EOVERFLOW); /* a format that outgrew the bound */
+	}
 	return dcr_store_put(st, key, text, (uint64_t)n, 0);
+}
+
+int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v)
+{
+	return put_tag(st, name, v, NULL);
+}
+
+int dcr_store_put_tag_signed(struct dcr_store *st, const char *name,
+			     uint64_t v, const struct dcr_tag_sig *ts)
+{
+	return put_tag(st, name, v, ts);
 }
 
 /* ------------------------------------------------------------ marker */

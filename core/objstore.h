@@ -241,12 +241,50 @@ int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
 
 /**
  * dcr_store_get_tag / dcr_store_put_tag - tags/<name> holds a version
- * number in decimal. Names: [A-Za-z0-9._-], 1..128 bytes, not starting
- * with '.'. -EINVAL for a bad name.
+ * number in decimal and a newline ("N\n"); a signed tag (sign.h) adds a
+ * second line, its signature (dcr_tag_sig_format), and a newline. Names:
+ * [A-Za-z0-9._-], 1..128 bytes, not starting with '.'. -EINVAL for a
+ * bad name. dcr_store_get_tag reads both forms and returns the number
+ * only; a tag object that is malformed (not a number >= 1, a second
+ * line that is not a signature, anything after it, longer than
+ * DCR_TAG_OBJ_MAX) is -EBADMSG, logged naming it; -ENOENT (not logged)
+ * if there is no such tag; other -errno from the store. Thread-safe as
+ * the store's ops are.
  */
 int dcr_store_get_tag(struct dcr_store *st, const char *name, uint64_t *v);
 int dcr_store_put_tag(struct dcr_store *st, const char *name, uint64_t v);
 int dcr_tag_name_valid(const char *name);
+
+/** The largest tag object read: a number, a signature line, newlines. */
+#define DCR_TAG_OBJ_MAX 400
+
+struct dcr_tag_sig;
+
+/**
+ * dcr_store_get_tag_sig - read tag @name as dcr_store_get_tag does: its
+ * version into *@v and, when the object has a signature line, that line
+ * parsed (dcr_tag_sig_parse) into *@ts with *@is_signed true; an
+ * unsigned tag ("N\n") sets *@is_signed false and leaves *@ts alone.
+ * Nothing is verified here: the caller checks *@ts with
+ * dcr_tag_sig_check against version *@v's manifest check and its trust
+ * set. @ts and @is_signed may be NULL (the line is still parsed, so a
+ * malformed one is -EBADMSG either way). Returns 0, -ENOENT (no such
+ * tag, not logged), -EINVAL (bad name), -EBADMSG (malformed, logged
+ * naming the object) or -errno from the store.
+ */
+int dcr_store_get_tag_sig(struct dcr_store *st, const char *name, uint64_t *v,
+			  struct dcr_tag_sig *ts, bool *is_signed);
+
+/**
+ * dcr_store_put_tag_signed - point tag @name at version @v with
+ * signature @ts (made by dcr_tag_sign for @name and @v): writes
+ * "N\n<signature line>\n", replacing the tag. Readers that predate
+ * signed tags cannot read it (they see a malformed tag). 0, -EINVAL for
+ * a bad name, or -errno from the store (not logged: the caller names
+ * what it was doing).
+ */
+int dcr_store_put_tag_signed(struct dcr_store *st, const char *name,
+			     uint64_t v, const struct dcr_tag_sig *ts);
 /** dcr_store_del_tag - remove tag @name; -ENOENT if it does not exist. */
 int dcr_store_del_tag(struct dcr_store *st, const char *name);
 
