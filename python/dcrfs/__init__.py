@@ -126,6 +126,10 @@ _lib.dcr_commit_free.argtypes = [_vp]
 _lib.dcr_commit_free.restype = None
 _lib.dcr_commit_cancel.argtypes = [_vp]
 _lib.dcr_commit_cancel.restype = None
+_lib.dcr_commit_set_sign_key.argtypes = [_vp, ctypes.c_char_p]
+_lib.dcr_commit_set_meta.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p]
+_lib.dcr_commit_signer.argtypes = [_vp]
+_lib.dcr_commit_signer.restype = ctypes.c_char_p
 _pvp = ctypes.POINTER(_vp)
 _lib.dcr_free.argtypes = [_vp]
 _lib.dcr_free.restype = None
@@ -384,14 +388,19 @@ class Commit:
     allow_empty, allow_unchanged (publish a tree equal to the parent's;
     refused otherwise), no_cache, chunk_size, jobs, cache_dir (the committer's
     cache of the parent tree; default as dcrfs-commit's), log_level
-    (0 errors .. 3 debug, default 1). A Commit is used by one thread;
-    distinct Commits are independent.
+    (0 errors .. 3 debug, default 1), sign_key (the path of an Ed25519
+    private key, as dcrfs-commit --sign-key: the version and its tag are
+    signed; the key is read here, so a bad one raises before any work),
+    meta (a dict of trainer metadata, as dcrfs-commit --meta: keys of
+    [A-Za-z0-9._-], str values). After publish(), .signer is the key id
+    the version was signed with (None: unsigned). A Commit is used by one
+    thread; distinct Commits are independent.
     """
 
     def __init__(self, url, init=False, parent=0, full=False,
                  allow_nonfinite=False, allow_empty=False, no_cache=False,
                  chunk_size=0, jobs=0, cache_dir=None, log_level=1,
-                 allow_unchanged=False):
+                 allow_unchanged=False, sign_key=None, meta=None):
         _lib.dcr_set_log_level(log_level)
         self._keep = []      # memory the library reads at publish
         self._store = _vp()
@@ -412,10 +421,19 @@ class Commit:
         try:
             _check(_lib.dcr_commit_begin(self._store, ctypes.byref(o),
                                          ctypes.byref(self._c)), url)
+            if sign_key is not None:
+                _check(_lib.dcr_commit_set_sign_key(
+                    self._c, _cstr(sign_key, "sign_key", fs=True)), os.fsdecode(sign_key))
+            for k, v in sorted((meta or {}).items()):
+                _check(_lib.dcr_commit_set_meta(
+                    self._c, _cstr(k, "metadata key"),
+                    _cstr(v if isinstance(v, (str, bytes)) else str(v),
+                          "metadata value of %r" % (k,))), "meta %s" % (k,))
         except Exception:
             self.close()
             raise
         self.info = None
+        self.signer = None
 
     def add_safetensors(self, path, tensors, metadata=None):
         """Add file path holding tensors (a dict name -> array/tensor) in
@@ -491,6 +509,8 @@ class Commit:
             raise KeyboardInterrupt((_lib.dcr_errmsg() or b"").decode("utf-8", "replace").strip())
         _check(ret, "publish")
         self.info = info
+        signer = _lib.dcr_commit_signer(self._c)
+        self.signer = signer.decode() if signer else None
         if interrupted:
             raise KeyboardInterrupt("interrupted too late: version %d is published"
                                     % info.version)
