@@ -257,6 +257,18 @@ DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
 DCR_API int dcr_store_tag(dcr_store_handle *s, const char *name,
 			  const char *version, uint64_t *out);
 
+/**
+ * dcr_store_tag_signed - dcr_store_tag, the tag signed with the Ed25519
+ * private key in the PEM file @key_path (NULL: unsigned), as `dcrfs-ctl
+ * tag --sign-key` does: mounts with -o trust= follow only tags signed by
+ * a key they trust. The key is read first. As dcr_store_tag, and
+ * -EBADMSG for a file holding no Ed25519 private key, -EINVAL for a
+ * store made before store markers (nothing to sign for).
+ */
+DCR_API int dcr_store_tag_signed(dcr_store_handle *s, const char *name,
+				 const char *version, const char *key_path,
+				 uint64_t *out);
+
 /** Flags of struct dcr_commit_options. */
 #define DCR_COMMIT_FULL            (1u << 0) /* every chunk a full frame */
 #define DCR_COMMIT_ALLOW_EMPTY     (1u << 1) /* publish a version without files */
