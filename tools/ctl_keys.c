@@ -21,14 +21,8 @@ int cmd_keygen(const char *path, int json)
 		dcr_err("%s: name too long", path);
 		return EXIT_FAIL;
 	}
-	if ((ret = dcr_sign_keygen(path, id))) {
-		/* dcr_sign_keygen logged the file; say what to do */
-		if (ret == -EEXIST)
-			dcr_err("keygen: %s or %s exists already: never overwritten "
-				"(a key in use would be lost); choose another name",
-				path, pub);
-		return EXIT_FAIL;
-	}
+	if ((ret = dcr_sign_keygen(path, id)))
+		return EXIT_FAIL; /* logged, naming the file (-EEXIST too) */
 	if (json) {
 		printf("{\"key_id\": \"%s\", \"private_key\": ", id);
 		dcr_json_str(stdout, path);
