@@ -140,6 +140,8 @@ _lib.dcr_store_verify.argtypes = [_vp, ctypes.POINTER(ctypes.c_char_p), ctypes.c
                                   ctypes.c_uint, _pvp]
 _lib.dcr_store_gc.argtypes = [_vp, ctypes.c_void_p, _pvp]
 _lib.dcr_store_tag.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
+_lib.dcr_store_tag_signed.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                      ctypes.POINTER(_u64)]
 _lib.dcr_set_log_level.argtypes = [ctypes.c_int]
 _lib.dcr_set_log_level.restype = None
 _lib.dcr_set_log_errors.argtypes = [ctypes.c_int]
@@ -370,13 +372,15 @@ def gc(url, keep_last, keep_tagged=True, grace=86400, keep_newer=0, dry_run=Fals
         return s.json(_lib.dcr_store_gc, ctypes.byref(o))
 
 
-def tag(url, name, v):
+def tag(url, name, v, sign_key=None):
     """Point tag name at version v (a number, a tag name or "latest");
-    returns the version's number."""
+    returns the version's number. sign_key: the path of an Ed25519
+    private key to sign the tag with, as `dcrfs-ctl tag --sign-key`."""
     out = _u64()
+    key = _cstr(sign_key, "sign_key", fs=True) if sign_key is not None else None
     with _Store(url) as s:
-        _check(_lib.dcr_store_tag(s.h, _cstr(name, "tag"), _vname(v), ctypes.byref(out)),
-               url)
+        _check(_lib.dcr_store_tag_signed(s.h, _cstr(name, "tag"), _vname(v), key,
+                                         ctypes.byref(out)), url)
     return out.value
 
 
