@@ -436,6 +436,37 @@ static int sources_to_files(const struct dcr_commit_source *src, size_t n,
 	return 0;
 }
 
+/*
+ * The id of store @st into @id, for a commit that signs: a signature
+ * binds it (sign.h), so a store without one, made before store markers,
+ * cannot be signed for.
+ */
+static int signed_store_id(struct dcr_store *st, char id[DCR_STORE_ID_MAX + 1])
+{
+	struct dcr_store_info info;
+	int ret = dcr_store_identify(st, &info);
+
+	if (ret == -ENOENT) {
+		dcr_err("%s: not a dcrfs store (no store marker): nothing to sign for",
+			st->url);
+		return DCR_ERR(-ENOENT);
+	}
+	if (ret) {
+		dcr_err("%s: cannot read the store's id to sign for it: %s", st->url,
+			dcr_strerror(ret));
+		return ret;
+	}
+	if (info.legacy) {
+		dcr_err("%s: a store made before store markers (id %s) has no id a "
+			"signature can bind: its versions cannot be signed; nothing "
+			"was published (commit unsigned, or to a store made with "
+			"dcrfs-ctl init)", st->url, info.id);
+		return DCR_ERR(-EINVAL);
+	}
+	memcpy(id, info.id, sizeof(info.id));
+	return 0;
+}
+
 int dcr_commit(struct dcr_store *st, const char *dir,
 	       const struct dcr_commit_opts *o, struct dcr_commit_result *res)
 {
@@ -477,11 +508,22 @@ int dcr_commit_sources(struct dcr_store *st,
 		dcr_warn("chunk size differs from version %" PRIu64 "'s; committing full frames",
 			 o->parent);
 
-	if (!(order = calloc(nsrc ? nsrc : 1, sizeof(*order))))
-		return DCR_ERR(-ENOMEM);
+	/* Metadata and the store signed for: before any work. */
+	char store_id[DCR_STORE_ID_MAX + 1] = "";
+	for (uint32_t i = 0; i < o->nmeta; i++)
+		if ((ret = dcr_manifest_set_meta(&m, o->meta[i].key, o->meta[i].value)))
+			goto err_free_manifest;
+	if (o->sign_key && (ret = signed_store_id(st, store_id)))
+		goto err_free_manifest;
+	if (!(order = calloc(nsrc ? nsrc : 1, sizeof(*order)))) {
+		ret = DCR_ERR(-ENOMEM);
+		goto err_free_manifest;
+	}
 	if ((ret = sources_to_files(src, nsrc, &m, order)))
 		goto err_free_manifest;
-	m.format = DCR_MANIFEST_FORMAT_PLAIN; /* 5 if it carries metadata or a signature */
+	/* Format 5 only for what format 4 cannot hold (manifest.h). */
+	m.format = m.nmeta || o->sign_key ? DCR_MANIFEST_FORMAT :
+					     DCR_MANIFEST_FORMAT_PLAIN;
 	m.parent = o->parent;
 	m.chunk_size = cs;
 	m.ctime_ns = dcr_now_ns();
@@ -537,6 +579,7 @@ int dcr_commit_sources(struct dcr_store *st,
 		.nslots = (size_t)jobs * 2 + 2,
 		.staging = staging,
 	};
+	memcpy(p.store_id, store_id, sizeof(store_id));
 	if (o->stage_dir && !staging)
 		dcr_warn("cannot keep a copy of the committed tree in %s; the next "
 			 "commit will rebuild its parent from the store", o->stage_dir);
@@ -630,9 +673,7 @@ int dcr_commit_sources(struct dcr_store *st,
 			"manifest, and dcrfs-ctl gc deletes them once older than its "
 			"grace period", what, pr.bytes_done, pr.bytes_total);
 	if (!ret)
-		ret = dcr_commit_publish_version(&p, &res->version,
-						 &res->manifest_len,
-						 res->manifest_hash);
+		ret = dcr_commit_publish_version(&p, res);
 	if (!ret) {
 		res->bytes_packed = dcr_packw_uploaded(p.pw);
 		res->packs = m.npacks;
@@ -640,6 +681,9 @@ int dcr_commit_sources(struct dcr_store *st,
 		res->chunks_delta = p.delta;
 		res->chunks_full = p.full;
 		res->staged = p.staging;
+		if (o->sign_key)
+			snprintf(res->signer, sizeof(res->signer), "%s",
+				 dcr_sign_key_id(o->sign_key));
 	}
 err_free_pipe:
 	dcr_wq_free(p.wq);

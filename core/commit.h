@@ -18,6 +18,7 @@
 
 #include "manifest.h"
 #include "objstore.h"
+#include "sign.h"
 
 struct dcr_commit_progress {
 	uint64_t bytes_done;   /* source bytes read and encoded */
@@ -87,6 +88,27 @@ struct dcr_commit_opts {
 	 * soon as it sees it: after the chunk being read, or at the latest
 	 * right before the manifest is published; nothing is published. */
 	const atomic_int *cancel;
+	/*
+	 * Sign the version with this key (sign.h; NULL: unsigned): the
+	 * manifest is published with dcr_manifest_encode_signed, binding the
+	 * store's id, the number it is published as (re-signed if another
+	 * commit took the first one), the parent, the commit time and the
+	 * parent manifest's check, which is parent_manifest->check: the
+	 * parent manifest must be decoded from the store's versions/<parent>
+	 * (dcr_store_fetch_manifest), never built in memory. The store must
+	 * have a marker: a legacy store (objstore.h) has no id to sign for,
+	 * which fails with -EINVAL (logged) before anything is read or
+	 * uploaded. The key stays the caller's.
+	 */
+	const struct dcr_sign_key *sign_key;
+	/*
+	 * Trainer metadata for the manifest (struct dcr_meta, any order;
+	 * set with dcr_manifest_set_meta, so an invalid key or value, or too
+	 * many, fails with -EINVAL, logged, before anything is read). A
+	 * manifest with metadata or a signature is written in format 5.
+	 */
+	const struct dcr_meta *meta;
+	uint32_t nmeta;
 };
 
 struct dcr_commit_result {
@@ -97,11 +119,15 @@ struct dcr_commit_result {
 	uint64_t bytes_packed; /* bytes of packs uploaded */
 	uint64_t manifest_len; /* bytes of the encoded manifest */
 	uint8_t manifest_hash[DCR_HASH_LEN]; /* SHA-256 of those bytes */
+	uint8_t check[DCR_HASH_LEN]; /* the manifest's check (manifest.h):
+					what a signed tag of it binds */
 	uint64_t chunks_same, chunks_delta, chunks_full;
 	uint32_t packs;
 	/* stage_dir holds the complete committed tree (false if it could not
 	 * be written: the commit went on without it) */
 	bool staged;
+	/* The key id of the signature (sign_key's), "" when unsigned. */
+	char signer[DCR_KEYID_LEN + 1];
 };
 
 /** One byte range of a file held in the caller's memory. */

@@ -99,6 +99,8 @@ struct pipe {
 	/* false once the stage copy failed: the commit goes on without it
 	 * (atomic loads; set under lock) */
 	bool staging;
+	/* With o->sign_key: the id of the store signed for (objstore.h). */
+	char store_id[DCR_STORE_ID_MAX + 1];
 };
 
 /* An encoder's own state (commit_chunk.c). */
@@ -138,11 +140,11 @@ void dcr_commit_report_nonfinite(struct pipe *p, uint32_t fi);
  *  (commit_chunk.c). */
 int dcr_commit_encode_job(struct pipe *p, struct worker *w, struct job *j);
 
-/** dcr_commit_publish_version - publish p->m as the next free version:
- *  *@version, the manifest's length and SHA-256. 0 or -errno, logged
- *  (commit_publish.c; dcr_commit_publish is libdcr's, lib/dcr.h). */
-int dcr_commit_publish_version(struct pipe *p, uint64_t *version,
-			       uint64_t *mlen, uint8_t mhash[DCR_HASH_LEN]);
+/** dcr_commit_publish_version - publish p->m as the next free version
+ *  into @res: its number, the manifest's length, SHA-256 and check. 0 or
+ *  -errno, logged (commit_publish.c; dcr_commit_publish is libdcr's,
+ *  lib/dcr.h). */
+int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res);
 
 /** dcr_commit_check_packs - every pack @m names is in @st; 0, -EIO (one
  *  is missing) or -errno, logged (commit_publish.c). */

@@ -15,6 +15,7 @@
 #include "hash.h"
 #include "manifest.h"
 #include "objstore.h"
+#include "sign.h"
 
 #define PUBLISH_TRIES 1000
 
@@ -68,6 +69,28 @@ static enum held version_holds(struct dcr_store *st, const char *key,
 	return h;
 }
 
+/*
+ * The check of manifest object @enc, as this commit encoded it: the
+ * SHA-256 of its header and body, stored right after the body
+ * (manifest.h: the compressed body's length at offset 24, the check at
+ * 32 + that length).
+ */
+static int encoded_check(const struct dcr_buf *enc, uint8_t check[DCR_HASH_LEN])
+{
+	uint64_t n = 0;
+
+	if (enc->len >= 32)
+		for (int i = 7; i >= 0; i--)
+			n = n << 8 | enc->data[24 + i];
+	if (enc->len < 32 + DCR_HASH_LEN || n > enc->len - 32 - DCR_HASH_LEN) {
+		dcr_err("internal: an encoded manifest of %zu bytes has no check",
+			enc->len);
+		return DCR_ERR(-EIO);
+	}
+	memcpy(check, enc->data + 32 + n, DCR_HASH_LEN);
+	return 0;
+}
+
 /* Whether a failed put of a manifest may still have stored it: anything
  * but a refusal the server gives before acting (or that we give). */
 static bool put_may_have_stored(int err)
@@ -77,7 +100,8 @@ static bool put_may_have_stored(int err)
 }
 
 /*
- * Publish the manifest as the next free version number N: a conditional
+ * Publish the manifest as the next free version number N (signed for
+ * that number when the commit signs: a new number is a new signature): a conditional
  * create of versions/N, then the object read back, because a store's
  * answer can be wrong both ways. A 200 without the object stored (a
  * lying proxy or store) would print a number that holds nothing, which
@@ -93,11 +117,11 @@ static bool put_may_have_stored(int err)
  * commit fails with -EINPROGRESS naming N (it may hold this tree), never
  * claiming either.
  */
-int dcr_commit_publish_version(struct pipe *p, uint64_t *version,
-			       uint64_t *mlen, uint8_t mhash[DCR_HASH_LEN])
+int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 {
 	struct dcr_buf enc;
 	char key[64];
+	uint8_t check[DCR_HASH_LEN];
 	uint64_t latest;
 	int ret = dcr_store_latest(p->st, &latest), err;
 	/* an earlier put of this number may have stored our bytes */
@@ -118,7 +142,13 @@ int dcr_commit_publish_version(struct pipe *p, uint64_t *version,
 		if (encoded != v) {
 			p->m->version = v;
 			dcr_buf_reset(&enc);
-			if ((ret = dcr_manifest_encode(p->m, &enc)))
+			ret = p->o->sign_key ?
+				dcr_manifest_encode_signed(p->m, p->o->sign_key,
+							   p->store_id,
+							   p->pm ? p->pm->check : NULL,
+							   &enc) :
+				dcr_manifest_encode(p->m, &enc);
+			if (ret || (ret = encoded_check(&enc, check)))
 				goto done;
 			encoded = v;
 		}
@@ -192,9 +222,10 @@ int dcr_commit_publish_version(struct pipe *p, uint64_t *version,
 	ret = DCR_ERR(-EEXIST);
 done:
 	if (!ret) {
-		*version = v;
-		*mlen = enc.len;
-		dcr_sha256(enc.data, enc.len, mhash);
+		res->version = v;
+		res->manifest_len = enc.len;
+		dcr_sha256(enc.data, enc.len, res->manifest_hash);
+		memcpy(res->check, check, DCR_HASH_LEN);
 	}
 	dcr_buf_free(&enc);
 	return ret;

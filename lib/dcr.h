@@ -257,6 +257,18 @@ DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
 DCR_API int dcr_store_tag(dcr_store_handle *s, const char *name,
 			  const char *version, uint64_t *out);
 
+/**
+ * dcr_store_tag_signed - dcr_store_tag, the tag signed with the Ed25519
+ * private key in the PEM file @key_path (NULL: unsigned), as `dcrfs-ctl
+ * tag --sign-key` does: mounts with -o trust= follow only tags signed by
+ * a key they trust. The key is read first. As dcr_store_tag, and
+ * -EBADMSG for a file holding no Ed25519 private key, -EINVAL for a
+ * store made before store markers (nothing to sign for).
+ */
+DCR_API int dcr_store_tag_signed(dcr_store_handle *s, const char *name,
+				 const char *version, const char *key_path,
+				 uint64_t *out);
+
 /** Flags of struct dcr_commit_options. */
 #define DCR_COMMIT_FULL            (1u << 0) /* every chunk a full frame */
 #define DCR_COMMIT_ALLOW_EMPTY     (1u << 1) /* publish a version without files */
@@ -360,6 +372,45 @@ DCR_API int dcr_commit_add_safetensors(dcr_commit_handle *c, const char *path,
  * @dir. Returns 0 or -errno (a symlink, device, FIFO or socket: -EINVAL).
  */
 DCR_API int dcr_commit_add_tree(dcr_commit_handle *c, const char *dir);
+
+/*
+ * Signing and metadata (issue 20; DESIGN.md 7c). These are calls on the
+ * handle rather than members of struct dcr_commit_options, which keeps
+ * its size (callers built against an older dcr.h pass the old one).
+ */
+
+/**
+ * dcr_commit_set_sign_key - sign the version @c publishes (and the tag
+ * dcr_commit_publish sets) with the Ed25519 private key in the PEM file
+ * @path (`dcrfs-ctl keygen` makes one; `dcrfs-commit --sign-key`). The
+ * key is read now, so that a missing or bad key fails here, before
+ * anything is read or uploaded; so does a store made before store
+ * markers, which has no id a signature can bind. A second call replaces
+ * the key. Mounts with -o trust= show only versions signed by a key
+ * they trust (dcrfs(8)). Returns 0; -ENOENT, -EACCES, ... for the file;
+ * -EBADMSG if it holds no Ed25519 private key; -EINVAL for a legacy
+ * store or a handle published already.
+ */
+DCR_API int dcr_commit_set_sign_key(dcr_commit_handle *c, const char *path);
+
+/**
+ * dcr_commit_signer - the key id of @c's signing key (16 hex digits, as
+ * dcrfs-ctl log shows signers), or NULL when @c does not sign. Owned by
+ * @c.
+ */
+DCR_API const char *dcr_commit_signer(const dcr_commit_handle *c);
+
+/**
+ * dcr_commit_set_meta - record trainer metadata @key = @value in the
+ * version's manifest (`dcrfs-commit --meta KEY=VALUE`): shown by
+ * `dcrfs-ctl log --json` and `show --json` ("meta") and by mounts as the
+ * attribute user.dcrfs.meta.KEY of the version's files. Keys are 1 to 64
+ * bytes of [A-Za-z0-9._-], values at most 4096 bytes of UTF-8, at most
+ * 256 entries; setting a key again replaces its value. Returns 0,
+ * -EINVAL (naming what is wrong) or -ENOMEM.
+ */
+DCR_API int dcr_commit_set_meta(dcr_commit_handle *c, const char *key,
+				const char *value);
 
 /** What a publish did. */
 struct dcr_commit_info {

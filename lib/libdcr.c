@@ -26,6 +26,7 @@
 #include "compact.h"
 #include "json.h"
 #include "manifest.h"
+#include "sign.h"
 #include "store.h"
 #include "stwriter.h"
 
@@ -39,6 +40,10 @@ struct dcr_commit_handle {
 	char **hdrs;
 	size_t n, cap;
 	char *tree;      /* the directory added with add_tree, if one */
+	struct dcr_sign_key *key; /* dcr_commit_set_sign_key, or NULL */
+	/* Only the metadata of this manifest is used: set by
+	 * dcr_commit_set_meta, with the one check of entries there is. */
+	struct dcr_manifest meta;
 	bool published;
 	atomic_int cancel; /* dcr_commit_cancel */
 };
@@ -457,6 +462,50 @@ DCR_API int dcr_commit_add_tree(dcr_commit_handle *c, const char *dir)
 	return api_leave(ret, dir);
 }
 
+DCR_API int dcr_commit_set_sign_key(dcr_commit_handle *c, const char *path)
+{
+	struct dcr_sign_key *k;
+
+	api_enter();
+	int ret = c && path ? check_open(c) : -EINVAL;
+	if (ret)
+		return api_leave(ret, "dcr_commit_set_sign_key");
+	if (c->s->info.legacy) {
+		dcr_err("%s: a store made before store markers (id %s) has no id a "
+			"signature can bind: its versions cannot be signed", c->s->st->url,
+			c->s->info.id);
+		return api_leave(-EINVAL, c->s->st->url);
+	}
+	if ((ret = dcr_sign_key_load(path, &k)))
+		return api_leave(ret, path);
+	dcr_sign_key_free(c->key);
+	c->key = k;
+	return 0;
+}
+
+DCR_API const char *dcr_commit_signer(const dcr_commit_handle *c)
+{
+	return c && c->key ? dcr_sign_key_id(c->key) : NULL;
+}
+
+DCR_API int dcr_commit_set_meta(dcr_commit_handle *c, const char *key,
+				const char *value)
+{
+	size_t bad;
+
+	api_enter();
+	int ret = c && key && value ? check_open(c) : -EINVAL;
+	if (ret)
+		return api_leave(ret, "dcr_commit_set_meta");
+	if (!dcr_utf8_valid(value, strlen(value), &bad)) {
+		dcr_err("metadata %s: the value is not valid UTF-8 (at byte %zu)",
+			dcr_meta_key_valid(key) ? key : "(an invalid key)", bad);
+		return api_leave(-EINVAL, "dcr_commit_set_meta");
+	}
+	return api_leave(dcr_manifest_set_meta(&c->meta, key, value),
+			 "dcr_commit_set_meta");
+}
+
 /* The pipeline's progress, translated for the caller. */
 static void on_progress(void *arg, const struct dcr_commit_progress *p)
 {
@@ -487,6 +536,22 @@ static int get_parent(struct dcr_store *st, uint64_t want, uint64_t *parent,
 		dcr_err("%s: version %" PRIu64 " does not exist (latest is %" PRIu64 ")",
 			st->url, *parent, latest);
 	return ret;
+}
+
+/* Point @tag at the version @res published, signed as the version is. */
+static int put_tag(dcr_commit_handle *c, const char *tag,
+		   const struct dcr_commit_result *res)
+{
+	struct dcr_store *st = c->s->st;
+	struct dcr_tag_sig ts;
+	int ret;
+
+	if (!c->key)
+		return dcr_store_put_tag(st, tag, res->version);
+	if ((ret = dcr_tag_sign(c->key, c->s->info.id, tag, res->version,
+				res->check, &ts)))
+		return ret;
+	return dcr_store_put_tag_signed(st, tag, res->version, &ts);
 }
 
 DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
@@ -524,6 +589,9 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 		.progress = c->o.progress ? on_progress : NULL,
 		.progress_arg = c,
 		.cancel = &c->cancel,
+		.sign_key = c->key,
+		.meta = c->meta.meta,
+		.nmeta = c->meta.nmeta,
 	};
 	/* See DCR_COMMIT_COPY in dcr.h; decided before dcr_ccache_parent,
 	 * which may rebuild the tree the decision looks at. */
@@ -574,7 +642,7 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 			.chunks_same = res.chunks_same, .chunks_delta = res.chunks_delta,
 			.chunks_full = res.chunks_full, .packs = res.packs,
 		};
-	if (tag && (ret = dcr_store_put_tag(st, tag, res.version))) {
+	if (tag && (ret = put_tag(c, tag, &res))) {
 		dcr_err("version %" PRIu64 " was published but tag '%s' could not be set: %s",
 			res.version, tag, dcr_strerror(ret));
 		ret = -EIO;
@@ -603,6 +671,8 @@ DCR_API void dcr_commit_free(dcr_commit_handle *c)
 	free(c->hdrs);
 	free(c->tree);
 	free(c->cache_dir);
+	dcr_sign_key_free(c->key);
+	dcr_manifest_free(&c->meta);
 	free(c);
 }
 

@@ -20,6 +20,7 @@
 #include "diff.h"
 #include "gc.h"
 #include "index.h"
+#include "sign.h"
 #include "libdcr_int.h"
 #include "maintjson.h"
 #include "manifest.h"
@@ -194,6 +195,14 @@ DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
 DCR_API int dcr_store_tag(dcr_store_handle *s, const char *name,
 			  const char *version, uint64_t *out)
 {
+	return dcr_store_tag_signed(s, name, version, NULL, out);
+}
+
+DCR_API int dcr_store_tag_signed(dcr_store_handle *s, const char *name,
+				 const char *version, const char *key_path,
+				 uint64_t *out)
+{
+	struct dcr_sign_key *key = NULL;
 	struct dcr_index ix;
 	struct dcr_ix_ver *x;
 	int ret;
@@ -206,14 +215,17 @@ DCR_API int dcr_store_tag(dcr_store_handle *s, const char *name,
 			"at most 128; not starting with '.')", name);
 		return dcr_api_leave(-EINVAL, "dcr_store_tag");
 	}
-	if ((ret = dcr_index_load(&ix, s->st, &s->info)))
+	if (key_path && (ret = dcr_sign_key_load(key_path, &key)))
+		return dcr_api_leave(ret, key_path);
+	if ((ret = dcr_index_load(&ix, s->st, &s->info))) {
+		dcr_sign_key_free(key);
 		return dcr_api_leave(ret, s->st->url);
+	}
 	if (!(x = dcr_index_resolve(&ix, version)))
 		ret = -ENOENT;
-	else if ((ret = dcr_store_put_tag(s->st, name, x->v)))
-		dcr_err("%s: cannot write tags/%s: %s", s->st->url, name, dcr_strerror(ret));
-	else if (out)
+	else if (!(ret = dcr_index_put_tag(&ix, name, x, key)) && out)
 		*out = x->v;
 	dcr_index_free(&ix);
+	dcr_sign_key_free(key);
 	return dcr_api_leave(ret, s->st->url);
 }

@@ -37,6 +37,16 @@ static void record_json(FILE *f, const struct dcr_index *ix,
 		r->version, r->parent, r->base, r->time, r->ctime_ns, r->bytes,
 		r->stored_bytes, r->kind);
 	tags_json(f, ix, r->version);
+	fputs(", \"signer\": ", f);
+	dcr_json_str(f, r->signer);
+	fputs(", \"meta\": {", f);
+	for (uint32_t i = 0; i < r->nmeta; i++) {
+		fputs(i ? ", " : "", f);
+		dcr_json_str(f, r->meta[i].key);
+		fputs(": ", f);
+		dcr_json_str(f, r->meta[i].value);
+	}
+	fputc('}', f);
 }
 
 int dcr_log_json(FILE *f, struct dcr_index *ix)
@@ -168,7 +178,15 @@ void dcr_verify_json(FILE *f, const struct dcr_verify_result *r)
 		}
 		fputs("]}", f);
 	}
-	fputs(r->ndamage ? "\n]}\n" : "]}\n", f);
+	fputs(r->ndamage ? "\n], \"signatures\": [" : "], \"signatures\": [", f);
+	for (size_t i = 0; i < r->nsigs; i++) {
+		const struct dcr_verify_sig *g = &r->sigs[i];
+		fprintf(f, "%s{\"version\": %" PRIu64 ", \"signer\": ", i ? ", " : "",
+			g->version);
+		dcr_json_str(f, g->signer);
+		fprintf(f, ", \"status\": \"%s\"}", g->status);
+	}
+	fputs("]}\n", f);
 }
 
 void dcr_gc_json(FILE *f, const struct dcr_gc_result *r)

@@ -12,6 +12,7 @@
 #include "common.h"
 #include "fileio.h"
 #include "index.h"
+#include "sign.h"
 #include "store.h"
 
 static int versions_cb(const char *key, const struct dcr_obj_info *info, void *arg)
@@ -127,8 +128,10 @@ void dcr_index_free(struct dcr_index *ix)
 	dcr_reader_close(ix->r);
 	if (ix->scratch[0])
 		dcr_rm_rf(ix->scratch);
-	for (size_t i = 0; i < ix->nvs; i++)
+	for (size_t i = 0; i < ix->nvs; i++) {
 		dcr_manifest_free(&ix->vs[i].m);
+		dcr_manifest_free(&ix->vs[i].own);
+	}
 	free(ix->vs);
 	free(ix->packs);
 	for (size_t i = 0; i < ix->ntags; i++)
@@ -166,6 +169,66 @@ const struct dcr_manifest *dcr_index_manifest(struct dcr_index *ix,
 				x->v);
 	}
 	return x->state == 1 ? &x->m : NULL;
+}
+
+const struct dcr_manifest *dcr_index_own(struct dcr_index *ix,
+					 struct dcr_ix_ver *x)
+{
+	const struct dcr_manifest *m = dcr_index_manifest(ix, x);
+	struct dcr_manifest full;
+
+	if (!m || !x->compacted)
+		return m;
+	if (x->own_state == 0) {
+		int ret = dcr_store_get_manifest(ix->st, x->v, &full);
+		x->own_state = ret ? ret : 1;
+		if (ret == -ENOENT)
+			dcr_err("%s: the manifest of version %" PRIu64 " vanished while "
+				"reading", ix->st->url, x->v);
+		if (!ret) {
+			/* Keep what provenance needs, not the files. */
+			x->own = (struct dcr_manifest){
+				.format = full.format, .version = full.version,
+				.parent = full.parent, .ctime_ns = full.ctime_ns,
+				.chunk_size = full.chunk_size, .nmeta = full.nmeta,
+				.meta = full.meta, .has_sig = full.has_sig,
+				.sig = full.sig,
+			};
+			memcpy(x->own.check, full.check, DCR_HASH_LEN);
+			full.meta = NULL;
+			full.nmeta = 0;
+			dcr_manifest_free(&full);
+		}
+	}
+	return x->own_state == 1 ? &x->own : NULL;
+}
+
+int dcr_index_put_tag(struct dcr_index *ix, const char *name,
+		      struct dcr_ix_ver *x, const struct dcr_sign_key *key)
+{
+	const struct dcr_manifest *own;
+	struct dcr_tag_sig ts;
+	int ret;
+
+	if (!key) {
+		ret = dcr_store_put_tag(ix->st, name, x->v);
+	} else if (ix->info.legacy) {
+		dcr_err("%s: a store made before store markers (id %s) has no id a "
+			"signature can bind: tag %s cannot be signed", ix->st->url,
+			ix->info.id, name);
+		return DCR_ERR(-EINVAL);
+	} else if (!(own = dcr_index_own(ix, x))) {
+		return x->state < 0 ? x->state : x->own_state;
+	} else if (!(ret = dcr_tag_sign(key, ix->info.id, name, x->v, own->check,
+					&ts))) {
+		ret = dcr_store_put_tag_signed(ix->st, name, x->v, &ts);
+	} else {
+		return ret; /* logged */
+	}
+	if (ret)
+		dcr_err("%s: cannot write tags/%s: %s", ix->st->url, name,
+			dcr_strerror(ret));
+	return ret;
 }
 
 int dcr_index_reload_layout(struct dcr_index *ix)
@@ -304,5 +367,11 @@ int dcr_index_record(struct dcr_index *ix, struct dcr_ix_ver *x,
 	r->stored_bytes = x->obj_size + frame_bytes;
 	r->kind = !m->parent || (!r->same && !r->delta) ? "anchor" :
 		  x->compacted ? "compacted" : "delta";
+	const struct dcr_manifest *own = dcr_index_own(ix, x);
+	if (!own)
+		return x->own_state;
+	dcr_manifest_signer(own, ix->info.id, r->signer);
+	r->nmeta = own->nmeta;
+	r->meta = own->meta;
 	return 0;
 }

@@ -38,6 +38,11 @@ struct dcr_ix_ver {
 	struct dcr_manifest m;
 	uint64_t lparent;   /* the parent it was committed against */
 	int compacted;      /* the layout names another manifest */
+	/* A compacted version's own manifest versions/<n> without its
+	 * files (number, parent, time, check, signature, metadata):
+	 * dcr_index_own. own_state as state. */
+	struct dcr_manifest own;
+	int own_state;
 };
 
 /** A listed pack. */
@@ -104,10 +109,34 @@ const struct dcr_manifest *dcr_index_manifest(struct dcr_index *ix,
 					      struct dcr_ix_ver *x);
 
 /**
+ * dcr_index_own - @x's own manifest, versions/<n> as its committer
+ * published it: what its provenance is read from (its check, signature
+ * and metadata; signatures bind it, never a compacted encoding). That
+ * is @x's manifest (dcr_index_manifest) unless the layout names another
+ * one; then versions/<n> is fetched once and kept without its files
+ * (nfiles 0). Owned by @ix; NULL if it cannot be had (logged; its
+ * -errno in x->state or x->own_state).
+ */
+const struct dcr_manifest *dcr_index_own(struct dcr_index *ix,
+					 struct dcr_ix_ver *x);
+
+/**
  * dcr_index_resolve - the listed version @arg names: a number, a tag
  * name or "latest". NULL if none (logged, naming @arg).
  */
 struct dcr_ix_ver *dcr_index_resolve(struct dcr_index *ix, const char *arg);
+
+struct dcr_sign_key;
+
+/**
+ * dcr_index_put_tag - point tag @name at version @x, signed with @key
+ * unless NULL (sign.h: the signature binds the store's id, @name, the
+ * number and the check of @x's own manifest, dcr_index_own). 0; -EINVAL
+ * for a bad name or, with @key, a store made before store markers (no
+ * id to sign for); other -errno. Logged, naming the tag.
+ */
+int dcr_index_put_tag(struct dcr_index *ix, const char *name,
+		      struct dcr_ix_ver *x, const struct dcr_sign_key *key);
 
 /** dcr_index_pack - the listed pack named @h, or NULL. */
 const struct dcr_ix_pack *dcr_index_pack(const struct dcr_index *ix,
@@ -141,6 +170,14 @@ struct dcr_version_record {
 				  packs are not counted whole) */
 	uint64_t same, delta, full; /* chunks */
 	uint32_t format, chunk_size, npacks;
+	/* Its provenance, from its own manifest (dcr_index_own): the
+	 * signer as dcr_manifest_signer shows it for this store (a key id,
+	 * "unsigned" or "invalid": a signature that does not verify for
+	 * this store and number; trust is verify's), and the trainer's
+	 * metadata (sorted by key; owned by the index). */
+	char signer[24];
+	uint32_t nmeta;
+	const struct dcr_meta *meta;
 };
 
 /**

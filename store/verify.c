@@ -24,6 +24,7 @@
 #include "manifest.h"
 #include "packw.h"
 #include "reader.h"
+#include "sign.h"
 #include "verify.h"
 
 /*
@@ -505,19 +506,86 @@ static int verify_hits(struct verify *w, uint32_t k, struct dcr_verify_damage *d
 	return 0;
 }
 
+/*
+ * Check the signature of every target (dcr_verify_trust) into r->sigs;
+ * the failures are damage, added by verify_result after the rest.
+ */
+static int verify_sigs(struct verify *w, const struct dcr_trust *trust,
+		       struct dcr_verify_result *r)
+{
+	struct dcr_index *ix = w->ix;
+	static const uint8_t zero[DCR_HASH_LEN];
+
+	if (!(r->sigs = calloc(ix->nvs ? ix->nvs : 1, sizeof(*r->sigs))))
+		return DCR_ERR(-ENOMEM);
+	for (size_t i = 0; i < ix->nvs; i++) {
+		struct dcr_ix_ver *x = &ix->vs[i];
+		if (!w->vs[i].target)
+			continue;
+		const struct dcr_manifest *own = dcr_index_own(ix, x);
+		if (!own)
+			continue; /* damage already: its manifest */
+		struct dcr_verify_sig *g = &r->sigs[r->nsigs++];
+		g->version = x->v;
+		snprintf(g->signer, sizeof(g->signer), "unsigned");
+		if (own->has_sig)
+			dcr_key_id(own->sig.pub, g->signer);
+		enum dcr_sig_status st = own->has_sig ?
+			dcr_manifest_sig_check(own, ix->info.id, trust) : DCR_SIG_NONE;
+		if (st == DCR_SIG_VALID || st == DCR_SIG_UNTRUSTED) {
+			/* The parent's exact manifest, when it is still here. */
+			struct dcr_ix_ver *p = own->parent ?
+				dcr_index_find(ix, own->parent) : NULL;
+			const struct dcr_manifest *pown = p ? dcr_index_own(ix, p) : NULL;
+			const uint8_t *want = !own->parent ? zero : pown ? pown->check : NULL;
+			if (want && !dcr_hash_eq(want, own->sig.parent_check)) {
+				g->status = "wrong-parent";
+				continue;
+			}
+		}
+		g->status = st == DCR_SIG_VALID ? "valid" : st == DCR_SIG_NONE ? "unsigned" :
+			    st == DCR_SIG_OTHER_STORE ? "other-store" :
+			    st == DCR_SIG_UNTRUSTED ? "untrusted" : "bad";
+		g->ok = st == DCR_SIG_VALID || (st == DCR_SIG_NONE && !trust);
+	}
+	return 0;
+}
+
+/* Why signature @g is damage, for its entry. */
+static void sig_reason(const struct dcr_verify_sig *g, char *buf, size_t cap)
+{
+	if (!strcmp(g->status, "unsigned"))
+		snprintf(buf, cap, "unsigned, and a trust file was given");
+	else if (!strcmp(g->status, "untrusted"))
+		snprintf(buf, cap, "signed by key %s, which the trust file does not hold",
+			 g->signer);
+	else if (!strcmp(g->status, "other-store"))
+		snprintf(buf, cap, "signed by key %s for another store (copied from it?)",
+			 g->signer);
+	else if (!strcmp(g->status, "wrong-parent"))
+		snprintf(buf, cap, "signed by key %s over another manifest of its parent "
+			 "than the store holds", g->signer);
+	else
+		snprintf(buf, cap, "its signature (key %s) does not verify: forged, "
+			 "damaged, or moved to another number", g->signer);
+}
+
 /* What @w found into @r. */
 static int verify_result(struct verify *w, struct dcr_verify_result *r)
 {
 	struct dcr_index *ix = w->ix;
-	size_t nt = 0;
+	size_t nt = 0, nbad = 0;
 	int ret;
 
 	r->packs_checked = w->packs_checked;
 	r->bytes_checked = w->bytes_checked;
 	for (size_t i = 0; i < ix->nvs; i++)
 		nt += w->vs[i].target;
+	for (size_t i = 0; i < r->nsigs; i++)
+		nbad += !r->sigs[i].ok;
 	if (!(r->versions = calloc(nt ? nt : 1, sizeof(*r->versions))) ||
-	    !(r->damage = calloc(w->ncauses ? w->ncauses : 1, sizeof(*r->damage))))
+	    !(r->damage = calloc(w->ncauses + nbad ? w->ncauses + nbad : 1,
+				 sizeof(*r->damage))))
 		return DCR_ERR(-ENOMEM);
 	for (size_t i = 0; i < ix->nvs; i++)
 		if (w->vs[i].target)
@@ -530,11 +598,32 @@ static int verify_result(struct verify *w, struct dcr_verify_result *r)
 		if (!(d->reason = strdup(ca->why)) || (ret = verify_hits(w, (uint32_t)k, d)))
 			return DCR_ERR(-ENOMEM);
 	}
+	for (size_t i = 0; i < r->nsigs; i++) {
+		const struct dcr_verify_sig *g = &r->sigs[i];
+		char key[64], why[200];
+		if (g->ok)
+			continue;
+		struct dcr_verify_damage *d = &r->damage[r->ndamage++];
+		dcr_version_key(g->version, key, sizeof(key));
+		sig_reason(g, why, sizeof(why));
+		if (!(d->object = strdup(key)) || !(d->reason = strdup(why)) ||
+		    !(d->hits = calloc(1, sizeof(*d->hits))))
+			return DCR_ERR(-ENOMEM);
+		d->hits[0] = (struct dcr_verify_hit){ .version = g->version };
+		d->nhits = 1;
+	}
 	return 0;
 }
 
 int dcr_verify(struct dcr_index *ix, const uint64_t *vs, size_t n, int deep,
 	       const struct dcr_pg *pg, struct dcr_verify_result *r)
+{
+	return dcr_verify_trust(ix, vs, n, deep, NULL, pg, r);
+}
+
+int dcr_verify_trust(struct dcr_index *ix, const uint64_t *vs, size_t n,
+		     int deep, const struct dcr_trust *trust,
+		     const struct dcr_pg *pg, struct dcr_verify_result *r)
 {
 	struct verify w = { .ix = ix, .pg = pg };
 	int ret;
@@ -574,7 +663,7 @@ int dcr_verify(struct dcr_index *ix, const uint64_t *vs, size_t n, int deep,
 	verify_propagate(&w);
 	if (deep && (ret = verify_deep(&w)))
 		goto err_fail;
-	if ((ret = verify_result(&w, r)))
+	if ((ret = verify_sigs(&w, trust, r)) || (ret = verify_result(&w, r)))
 		goto err_fail;
 	goto err_free;
 err_fail:
@@ -601,5 +690,6 @@ void dcr_verify_result_free(struct dcr_verify_result *r)
 	}
 	free(r->damage);
 	free(r->versions);
+	free(r->sigs);
 	*r = (struct dcr_verify_result){ 0 };
 }

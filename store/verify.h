@@ -11,11 +11,13 @@
  * none: full frames are decoded and checked against the chunk's SHA-256,
  * delta chunks materialized through the read path). Deep: every file of
  * every target is also materialized through the read path and checked
- * against its digest. Works over an index (index.h); single-threaded.
+ * against its digest. Signatures: dcr_verify_trust. Works over an index
+ * (index.h); single-threaded.
  */
 #ifndef DCR_VERIFY_H
 #define DCR_VERIFY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,13 +46,29 @@ struct dcr_verify_damage {
 	size_t nhits;       /* 0: no frame a checked version needs */
 };
 
+/** What verify found about one checked version's signature. */
+struct dcr_verify_sig {
+	uint64_t version;
+	char signer[24];     /* its signature's key id, or "unsigned" */
+	/* "valid", "unsigned", "bad" (does not verify), "other-store"
+	 * (made for another store), "untrusted" (a key the trust set does
+	 * not hold), "wrong-parent" (it binds another manifest than its
+	 * parent's); static */
+	const char *status;
+	bool ok;             /* not damage (valid; unsigned without trust) */
+};
+
 /** What dcr_verify found. */
 struct dcr_verify_result {
 	uint64_t packs_checked, bytes_checked;
 	uint64_t *versions;  /* checked (the targets), ascending */
 	size_t nversions;
-	struct dcr_verify_damage *damage; /* in the order found */
+	struct dcr_verify_damage *damage; /* in the order found; a signature
+					     that fails is damage of its
+					     versions/<n>, after the rest */
 	size_t ndamage;      /* 0: everything checks out */
+	struct dcr_verify_sig *sigs; /* per readable target, ascending */
+	size_t nsigs;
 };
 
 /**
@@ -66,6 +84,23 @@ struct dcr_verify_result {
  */
 int dcr_verify(struct dcr_index *ix, const uint64_t *vs, size_t n, int deep,
 	       const struct dcr_pg *pg, struct dcr_verify_result *r);
+
+struct dcr_trust;
+
+/**
+ * dcr_verify_trust - dcr_verify, and every target's signature checked
+ * (sign.h) for this store, against @trust unless NULL: its own manifest
+ * versions/<n> (never a compacted encoding), and the parent manifest's
+ * check it binds against that parent's (when the parent is still in
+ * the store). A signature that does not verify, was made for another
+ * store or binds another parent manifest is damage; with @trust so is
+ * an unsigned version or one signed by a key @trust does not hold.
+ * Without @trust an unsigned version is only reported (r->sigs).
+ * Returns as dcr_verify.
+ */
+int dcr_verify_trust(struct dcr_index *ix, const uint64_t *vs, size_t n,
+		     int deep, const struct dcr_trust *trust,
+		     const struct dcr_pg *pg, struct dcr_verify_result *r);
 
 /** dcr_verify_result_free - free what @r holds (it stays empty). */
 void dcr_verify_result_free(struct dcr_verify_result *r);

@@ -4,7 +4,8 @@
  * store's index (store/index.h, loaded once per run). The work is in
  * store/ (index.h, diff.h, verify.h, gc.h, compact.h); these files parse
  * and print: tools/dcrfs-ctl.c parses and runs log, show, diff, tag,
- * untag, init and status; ctl_verify.c prints verify, ctl_gc.c gc,
+ * untag, init and status; ctl_verify.c prints verify, ctl_keys.c
+ * runs keygen, ctl_gc.c gc,
  * ctl_compact.c compact and ctl_warm.c runs warm. Single-threaded, like
  * the tool, but for warm's GETs (on a core/wq queue).
  */
@@ -47,6 +48,9 @@ struct args {
 	int nmirrors;
 	uint64_t slice;      /* bytes per GET */
 	int jobs;            /* GETs at once */
+	/* signing */
+	const char *sign_key; /* tag --sign-key */
+	const char *trust;    /* verify --trust */
 	struct tool_opts t;  /* --profile, --region, ..., --log-level */
 };
 
@@ -61,8 +65,11 @@ struct ctl {
 void ctl_progress(void *arg, enum dcr_pg_state s, const char *phase,
 		  uint64_t done, uint64_t total, const char *unit);
 
-/* verify [V...] [--deep] (ctl_verify.c) */
-int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet);
+/* verify [V...] [--deep] [--trust FILE] (ctl_verify.c) */
+int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet,
+	       const char *trust_file);
+/* keygen KEYFILE (ctl_keys.c): no store */
+int cmd_keygen(const char *path, int json);
 /* gc (ctl_gc.c) */
 int cmd_gc(struct ctl *c, const struct args *a);
 /* compact [--max-depth K] [--read-cost PCT] [--dry-run] (ctl_compact.c) */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl_verify.c - dcrfs-ctl verify: store/verify.h checks; this prints
- * each damaged object and what it affects, and the summary (see ctl.h,
+ * each damaged object and what it affects, the unsigned versions, and
+ * the summary (see ctl.h,
  * dcrfs-ctl(8)).
  */
 #include "config.h"
@@ -9,10 +10,12 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 #include "ctl.h"
 #include "maintjson.h"
+#include "sign.h"
 #include "verify.h"
 
 static void verify_text(const struct dcr_verify_result *r)
@@ -31,10 +34,15 @@ static void verify_text(const struct dcr_verify_result *r)
 		if (!d->nhits)
 			printf("  affects no frame a checked version needs\n");
 	}
+	for (size_t i = 0; i < r->nsigs; i++)
+		if (r->sigs[i].ok && !strcmp(r->sigs[i].status, "unsigned"))
+			printf("unsigned: version %" PRIu64 "\n", r->sigs[i].version);
 }
 
-int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet)
+int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet,
+	       const char *trust_file)
 {
+	struct dcr_trust *trust = NULL;
 	uint64_t *vs = calloc(nargs ? (size_t)nargs : 1, sizeof(*vs));
 	struct dcr_pg pg = { .fn = ctl_progress, .arg = c };
 	struct dcr_verify_result r;
@@ -43,26 +51,33 @@ int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet)
 
 	if (!vs)
 		return EXIT_FAIL;
+	if (trust_file && dcr_trust_load(trust_file, &trust))
+		goto err_free;
 	for (int i = 0; i < nargs; i++) {
 		struct dcr_ix_ver *x = dcr_index_resolve(&c->ix, args[i]);
 		if (!x)
 			goto err_free;
 		vs[i] = x->v;
 	}
-	if (dcr_verify(&c->ix, vs, (size_t)nargs, deep, &pg, &r))
+	if (dcr_verify_trust(&c->ix, vs, (size_t)nargs, deep, trust, &pg, &r))
 		goto err_free;
 	if (c->json)
 		dcr_verify_json(stdout, &r);
 	else
 		verify_text(&r);
+	size_t nsigned = 0;
+	for (size_t i = 0; i < r.nsigs; i++)
+		nsigned += strcmp(r.sigs[i].status, "unsigned") != 0;
 	if (!quiet)
-		dcr_info("%zu versions, %" PRIu64 " packs (%s) checked%s: %s", r.nversions,
+		dcr_info("%zu versions (%zu signed%s), %" PRIu64 " packs (%s) checked%s: %s",
+			 r.nversions, nsigned, trust ? ", against the trust file" : "",
 			 r.packs_checked, dcr_format_size(r.bytes_checked, b, sizeof(b)),
 			 deep ? ", every file materialized" : "",
 			 r.ndamage ? "DAMAGED" : "ok");
 	status = r.ndamage ? EXIT_FAIL : 0;
 	dcr_verify_result_free(&r);
 err_free:
+	dcr_trust_free(trust);
 	free(vs);
 	return status;
 }

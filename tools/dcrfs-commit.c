@@ -34,6 +34,7 @@
 
 #define EXIT_USAGE 2
 #define WARM_JOBS 8 /* warm GETs at once, as dcrfs-ctl warm's default */
+#define DCR_META_ARGS_MAX 256 /* --meta given at most (DCR_META_MAX) */
 
 static void usage(FILE *f)
 {
@@ -54,10 +55,19 @@ static void usage(FILE *f)
 "      --allow-unchanged  publish a tree equal to the parent's as a new\n"
 "                         version (refused otherwise)\n"
 "  -p, --parent N         diff against version N (default: the latest)\n"
-"  -t, --tag NAME         also point tag NAME at the new version (once)\n"
+"  -t, --tag NAME         also point tag NAME at the new version (once;\n"
+"                         signed too with --sign-key)\n"
+"      --sign-key KEYFILE sign the version with this Ed25519 private key\n"
+"                         (dcrfs-ctl keygen makes one; default:\n"
+"                         $DCRFS_SIGN_KEY); read before anything else, so a\n"
+"                         bad key fails at once and nothing is uploaded\n"
+"      --meta KEY=VALUE   trainer metadata for the version (repeatable): in\n"
+"                         its manifest, shown by dcrfs-ctl log/show --json\n"
+"                         and by mounts as the attribute user.dcrfs.meta.KEY\n"
 "      --json             print one JSON object on stdout instead of the\n"
 "                         version: version, parent, tags, bytes (read),\n"
-"                         stored_bytes (uploaded), seconds\n"
+"                         stored_bytes (uploaded), seconds, signer (the\n"
+"                         key id, or \"unsigned\")\n"
 "  -f, --full             store every chunk in full (an anchor version)\n"
 "  -c, --chunk-size SIZE  chunk size, power of two, 4K..64M (default: the\n"
 "                         parent's, else 1M)\n"
@@ -131,6 +141,9 @@ struct args {
 	int nwarm;
 	uint64_t warm_slice;
 	uint64_t warm_timeout_s;
+	const char *sign_key;  /* --sign-key, else $DCRFS_SIGN_KEY; NULL: none */
+	char *meta[DCR_META_ARGS_MAX]; /* each --meta KEY=VALUE */
+	int nmeta;
 	struct tool_opts t;
 };
 
@@ -162,6 +175,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "warm-mirror", required_argument, NULL, 'M' },
 		{ "warm-slice", required_argument, NULL, 'X' },
 		{ "warm-timeout", required_argument, NULL, 'T' },
+		{ "sign-key", required_argument, NULL, 'k' },
+		{ "meta", required_argument, NULL, 'm' },
 		TOOL_LONGOPTS,
 		{ 0 },
 	};
@@ -176,6 +191,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	a->t.log_level = -1;
 	a->warm_slice = (uint64_t)1 << 20;
+	a->sign_key = getenv("DCRFS_SIGN_KEY");
+	if (a->sign_key && !*a->sign_key)
+		a->sign_key = NULL;
 	while ((c = getopt_long(argc, argv, "s:p:t:fc:j:C:qvhV", longopts, NULL)) != -1) {
 		int r = tool_opt(&a->t, c, optarg, "dcrfs-commit");
 		if (r < 0)
@@ -275,6 +293,21 @@ static int parse_args(int argc, char **argv, struct args *a)
 				fprintf(stderr, "dcrfs-commit: --warm-timeout: '%s' must be a number of seconds from 0 to 86400\n", optarg);
 				return -1;
 			}
+			break;
+		case 'k':
+			a->sign_key = optarg;
+			break;
+		case 'm':
+			if (!strchr(optarg, '=') || optarg[0] == '=') {
+				fprintf(stderr, "dcrfs-commit: --meta: '%s' is not KEY=VALUE\n", optarg);
+				return -1;
+			}
+			if (a->nmeta == DCR_META_ARGS_MAX) {
+				fprintf(stderr, "dcrfs-commit: --meta: at most %d entries\n",
+					DCR_META_ARGS_MAX);
+				return -1;
+			}
+			a->meta[a->nmeta++] = optarg;
 			break;
 		case 'q':
 			a->quiet = 1;
@@ -484,7 +517,20 @@ int main(int argc, char **argv)
 		.progress = on_progress,
 		.progress_arg = &pg,
 	};
-	if ((ret = dcr_commit_begin(s, &o, &c)) || (ret = dcr_commit_add_tree(c, a.dir)))
+	if ((ret = dcr_commit_begin(s, &o, &c)))
+		goto err_failed;
+	/* The key and the metadata first: a bad one fails before any work. */
+	if (a.sign_key && (ret = dcr_commit_set_sign_key(c, a.sign_key)))
+		goto err_failed;
+	for (int i = 0; i < a.nmeta; i++) {
+		char *eq = strchr(a.meta[i], '=');
+		*eq = 0;
+		ret = dcr_commit_set_meta(c, a.meta[i], eq + 1);
+		*eq = '=';
+		if (ret)
+			goto err_failed;
+	}
+	if ((ret = dcr_commit_add_tree(c, a.dir)))
 		goto err_failed;
 	catch_interrupts(true);
 	ret = dcr_commit_publish(c, a.tag, &res);
@@ -499,9 +545,10 @@ int main(int argc, char **argv)
 		if (a.tag && !ret)
 			dcr_json_str(stdout, a.tag);
 		printf("], \"bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64
-		       ", \"seconds\": %.3f}\n", res.bytes_in,
+		       ", \"seconds\": %.3f, \"signer\": \"%s\"}\n", res.bytes_in,
 		       res.bytes_packed + res.manifest_len,
-		       (double)(dcr_mono_ns() - start) / 1e9);
+		       (double)(dcr_mono_ns() - start) / 1e9,
+		       dcr_commit_signer(c) ? dcr_commit_signer(c) : "unsigned");
 	} else {
 		printf("%" PRIu64 "\n", res.version);
 	}
@@ -510,10 +557,12 @@ int main(int argc, char **argv)
 	if (!a.quiet) {
 		char in[32], up[32];
 		double secs = (double)(dcr_mono_ns() - start) / 1e9;
-		dcr_info("version %" PRIu64 " (parent %" PRIu64 "): %" PRIu64 " files, %s read, "
+		dcr_info("version %" PRIu64 " (parent %" PRIu64 "%s%s): %" PRIu64 " files, %s read, "
 			 "%s uploaded in %" PRIu32 " packs + %" PRIu64 " B manifest; chunks: "
 			 "%" PRIu64 " unchanged, %" PRIu64 " delta, %" PRIu64 " full; %.2f s",
-			 res.version, res.parent, res.files,
+			 res.version, res.parent,
+			 dcr_commit_signer(c) ? ", signed by " : "",
+			 dcr_commit_signer(c) ? dcr_commit_signer(c) : "", res.files,
 			 dcr_format_size(res.bytes_in, in, sizeof(in)),
 			 dcr_format_size(res.bytes_packed, up, sizeof(up)), res.packs,
 			 res.manifest_len, res.chunks_same, res.chunks_delta,

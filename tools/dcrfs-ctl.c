@@ -35,6 +35,7 @@
 #include "manifest.h"
 #include "reader.h"
 #include "safetensors.h"
+#include "sign.h"
 #include "store.h"
 #include "ctl.h"
 #include "diff.h"
@@ -49,16 +50,20 @@ static void usage(FILE *f)
 "\n"
 "Commands:\n"
 "  init                   create a store (exits 1 if there is one already)\n"
+"  keygen KEYFILE         make an Ed25519 signing key: KEYFILE (private, mode\n"
+"                         0600) and KEYFILE.pub; never overwrites (no store)\n"
 "  log                    the versions, newest first\n"
 "  show V                 the files of version V, their sizes and digests\n"
 "                         (dcrfs's file digest, not sha256sum's: see\n"
 "                         dcrfs-ctl(8))\n"
 "  diff A B               what changed from version A to version B, per file\n"
 "                         and per safetensors tensor\n"
-"  tag NAME V             point tag NAME at version V\n"
+"  tag NAME V             point tag NAME at version V (signed with\n"
+"                         --sign-key KEYFILE)\n"
 "  untag NAME             remove tag NAME\n"
 "  verify [V...]          check that every object the versions (default: all)\n"
-"                         need exists and matches its hashes\n"
+"                         need exists and matches its hashes, and their\n"
+"                         signatures (with --trust FILE: signed by its keys)\n"
 "  gc --keep-last N       remove the versions outside retention and the packs\n"
 "                         no kept version needs (kept versions built on removed\n"
 "                         ones are rebased first, as compact does)\n"
@@ -78,6 +83,9 @@ static void usage(FILE *f)
 "                         (every command)\n"
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
+"      --trust FILE       verify: every version must be signed by one of the\n"
+"                         public keys in FILE (as a mount's -o trust=)\n"
+"      --sign-key KEYFILE tag: sign the tag with this private key\n"
 "gc options:\n"
 "      --keep-last N      keep the newest N versions (N >= 1, required)\n"
 "      --keep-tagged      keep tagged versions (the default)\n"
@@ -137,6 +145,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "mirror", required_argument, NULL, 'M' },
 		{ "slice", required_argument, NULL, 'X' },
 		{ "jobs", required_argument, NULL, 'j' },
+		{ "sign-key", required_argument, NULL, 'k' },
+		{ "trust", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		TOOL_LONGOPTS,
@@ -147,7 +157,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		int min, max; /* positional arguments; max -1: any */
 		const char *args; /* as the help names them */
 	} cmds[] = {
-		{ "init", 0, 0, "" },
+		{ "init", 0, 0, "" },       { "keygen", 1, 1, " KEYFILE" },
 		{ "log", 0, 0, "" },        { "show", 1, 1, " V" },
 		{ "diff", 2, 2, " A B" },   { "tag", 2, 2, " NAME V" },
 		{ "untag", 1, 1, " NAME" }, { "verify", 0, -1, " [V...]" },
@@ -183,6 +193,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'D':
 			a->deep = 1;
+			break;
+		case 'k':
+			a->sign_key = optarg;
+			break;
+		case 'r':
+			a->trust = optarg;
 			break;
 		case 'q':
 			a->quiet = 1;
@@ -295,6 +311,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: only verify takes --deep\n");
 		return -1;
 	}
+	if (a->trust && strcmp(a->cmd, "verify")) {
+		fprintf(stderr, "dcrfs-ctl: only verify takes --trust (a mount takes -o trust=)\n");
+		return -1;
+	}
+	if (a->sign_key && strcmp(a->cmd, "tag")) {
+		fprintf(stderr, "dcrfs-ctl: only tag takes --sign-key (dcrfs-commit signs versions)\n");
+		return -1;
+	}
 	if (a->progress && strcmp(a->cmd, "verify") && strcmp(a->cmd, "gc") &&
 	    strcmp(a->cmd, "compact") && strcmp(a->cmd, "warm")) {
 		fprintf(stderr, "dcrfs-ctl: only verify, gc, compact and warm take --progress\n");
@@ -322,7 +346,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: gc needs --keep-last N\n");
 		return -1;
 	}
-	if (!a->store && strcmp(a->cmd, "status")) {
+	if (!a->store && strcmp(a->cmd, "status") && strcmp(a->cmd, "keygen")) {
 		fprintf(stderr, "dcrfs-ctl: no store given (use --store URL or set DCRFS_STORE)\n");
 		return -1;
 	}
@@ -375,18 +399,19 @@ static int cmd_log(struct ctl *c)
 
 	if (c->json)
 		return dcr_log_json(stdout, &c->ix) ? EXIT_FAIL : 0;
-	printf("%10s %10s  %-20s %10s %10s  %-9s  %s\n", "VERSION", "PARENT",
-	       "TIME", "BYTES", "STORED", "KIND", "TAGS");
+	printf("%10s %10s  %-20s %10s %10s  %-9s  %-16s  %s\n", "VERSION", "PARENT",
+	       "TIME", "BYTES", "STORED", "KIND", "SIGNER", "TAGS");
 	for (size_t i = c->ix.nvs; i-- > 0;) {
 		struct dcr_version_record r;
 		if (dcr_index_record(&c->ix, &c->ix.vs[i], &r)) {
 			status = EXIT_FAIL;
 			continue;
 		}
-		printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-9s  ",
+		printf("%10" PRIu64 " %10" PRIu64 "  %-20s %10s %10s  %-9s  %-16s  ",
 		       r.version, r.parent, r.time,
 		       dcr_format_size(r.bytes, b1, sizeof(b1)),
-		       dcr_format_size(r.stored_bytes, b2, sizeof(b2)), r.kind);
+		       dcr_format_size(r.stored_bytes, b2, sizeof(b2)), r.kind,
+		       r.signer);
 		print_tags(c, r.version);
 		putchar('\n');
 	}
@@ -416,6 +441,9 @@ static int cmd_show(struct ctl *c, const char *arg)
 	       dcr_format_size(r.stored_bytes, b2, sizeof(b2)), r.npacks);
 	print_tags(c, r.version);
 	putchar('\n');
+	printf("signer: %s\n", r.signer);
+	for (uint32_t i = 0; i < r.nmeta; i++)
+		printf("meta: %s=%s\n", r.meta[i].key, r.meta[i].value);
 	printf("file digests: %s\n", m->format >= 3 ?
 	       "SHA-256 of each file's chunk SHA-256s (dcrfs-ctl verify "
 	       "--deep checks them)" : "SHA-256 of each file's bytes");
@@ -483,23 +511,24 @@ out:
 
 /* ------------------------------------------------------------ tag, untag */
 
-static int cmd_tag(struct ctl *c, const char *name, const char *arg)
+static int cmd_tag(struct ctl *c, const char *name, const char *arg,
+		   const struct dcr_sign_key *key)
 {
 	struct dcr_ix_ver *x;
-	int ret;
 
 	if (!(x = dcr_index_resolve(&c->ix, arg)))
 		return EXIT_FAIL;
-	if ((ret = dcr_store_put_tag(c->ix.st, name, x->v))) {
-		dcr_err("%s: cannot write tags/%s: %s", c->ix.st->url, name, dcr_strerror(ret));
+	if (dcr_index_put_tag(&c->ix, name, x, key))
 		return EXIT_FAIL;
-	}
+	const char *signer = key ? dcr_sign_key_id(key) : "unsigned";
 	if (c->json) {
 		fputs("{\"tag\": ", stdout);
 		dcr_json_str(stdout, name);
-		printf(", \"version\": %" PRIu64 "}\n", x->v);
+		printf(", \"version\": %" PRIu64 ", \"signer\": \"%s\"}\n", x->v,
+		       signer);
 	} else {
-		dcr_info("tag %s -> version %" PRIu64, name, x->v);
+		dcr_info("tag %s -> version %" PRIu64 "%s%s", name, x->v,
+			 key ? ", signed by " : "", key ? signer : "");
 	}
 	return 0;
 }
@@ -865,15 +894,26 @@ int main(int argc, char **argv)
 				     .endpoint = a.t.endpoint, .ca_bundle = a.t.ca_bundle };
 	if (!strcmp(a.cmd, "init"))
 		return cmd_init(a.store, &cfg, a.json);
+	if (!strcmp(a.cmd, "keygen")) {
+		status = cmd_keygen(a.pos[0], a.json);
+		return fflush(stdout) ? EXIT_FAIL : status;
+	}
+	/* A key is read before the store is looked at: a bad one fails first. */
+	struct dcr_sign_key *key = NULL;
+	if (a.sign_key && dcr_sign_key_load(a.sign_key, &key))
+		return EXIT_FAIL;
 	if (!strcmp(a.cmd, "status")) {
 		status = cmd_status(a.pos[0], a.json);
 		return fflush(stdout) ? EXIT_FAIL : status;
 	}
-	if (dcr_store_open(a.store, &cfg, 0, &st))
+	if (dcr_store_open(a.store, &cfg, 0, &st)) {
+		dcr_sign_key_free(key);
 		return EXIT_FAIL;
+	}
 	/* Never report on what is not a store as if it were an empty one. */
 	if (dcr_store_check(st, false, &info) || dcr_index_load(&c.ix, st, &info)) {
 		dcr_store_close(st);
+		dcr_sign_key_free(key);
 		return EXIT_FAIL;
 	}
 	if (!strcmp(a.cmd, "log"))
@@ -883,7 +923,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(a.cmd, "diff"))
 		status = cmd_diff(&c, a.pos[0], a.pos[1]);
 	else if (!strcmp(a.cmd, "tag"))
-		status = cmd_tag(&c, a.pos[0], a.pos[1]);
+		status = cmd_tag(&c, a.pos[0], a.pos[1], key);
 	else if (!strcmp(a.cmd, "untag"))
 		status = cmd_untag(&c, a.pos[0]);
 	else if (!strcmp(a.cmd, "gc"))
@@ -893,12 +933,13 @@ int main(int argc, char **argv)
 	else if (!strcmp(a.cmd, "warm"))
 		status = cmd_warm(&c, &a, &cfg, &st);
 	else
-		status = cmd_verify(&c, a.pos, a.npos, a.deep, a.quiet);
+		status = cmd_verify(&c, a.pos, a.npos, a.deep, a.quiet, a.trust);
 	if (fflush(stdout) || ferror(stdout)) {
 		dcr_err("writing the output: %s", strerror(errno));
 		status = EXIT_FAIL;
 	}
 	dcr_index_free(&c.ix);
 	dcr_store_close(st);
+	dcr_sign_key_free(key);
 	return status;
 }

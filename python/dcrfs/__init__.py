@@ -126,6 +126,10 @@ _lib.dcr_commit_free.argtypes = [_vp]
 _lib.dcr_commit_free.restype = None
 _lib.dcr_commit_cancel.argtypes = [_vp]
 _lib.dcr_commit_cancel.restype = None
+_lib.dcr_commit_set_sign_key.argtypes = [_vp, ctypes.c_char_p]
+_lib.dcr_commit_set_meta.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p]
+_lib.dcr_commit_signer.argtypes = [_vp]
+_lib.dcr_commit_signer.restype = ctypes.c_char_p
 _pvp = ctypes.POINTER(_vp)
 _lib.dcr_free.argtypes = [_vp]
 _lib.dcr_free.restype = None
@@ -136,6 +140,8 @@ _lib.dcr_store_verify.argtypes = [_vp, ctypes.POINTER(ctypes.c_char_p), ctypes.c
                                   ctypes.c_uint, _pvp]
 _lib.dcr_store_gc.argtypes = [_vp, ctypes.c_void_p, _pvp]
 _lib.dcr_store_tag.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_u64)]
+_lib.dcr_store_tag_signed.argtypes = [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                      ctypes.POINTER(_u64)]
 _lib.dcr_set_log_level.argtypes = [ctypes.c_int]
 _lib.dcr_set_log_level.restype = None
 _lib.dcr_set_log_errors.argtypes = [ctypes.c_int]
@@ -366,13 +372,15 @@ def gc(url, keep_last, keep_tagged=True, grace=86400, keep_newer=0, dry_run=Fals
         return s.json(_lib.dcr_store_gc, ctypes.byref(o))
 
 
-def tag(url, name, v):
+def tag(url, name, v, sign_key=None):
     """Point tag name at version v (a number, a tag name or "latest");
-    returns the version's number."""
+    returns the version's number. sign_key: the path of an Ed25519
+    private key to sign the tag with, as `dcrfs-ctl tag --sign-key`."""
     out = _u64()
+    key = _cstr(sign_key, "sign_key", fs=True) if sign_key is not None else None
     with _Store(url) as s:
-        _check(_lib.dcr_store_tag(s.h, _cstr(name, "tag"), _vname(v), ctypes.byref(out)),
-               url)
+        _check(_lib.dcr_store_tag_signed(s.h, _cstr(name, "tag"), _vname(v), key,
+                                         ctypes.byref(out)), url)
     return out.value
 
 
@@ -384,14 +392,19 @@ class Commit:
     allow_empty, allow_unchanged (publish a tree equal to the parent's;
     refused otherwise), no_cache, chunk_size, jobs, cache_dir (the committer's
     cache of the parent tree; default as dcrfs-commit's), log_level
-    (0 errors .. 3 debug, default 1). A Commit is used by one thread;
-    distinct Commits are independent.
+    (0 errors .. 3 debug, default 1), sign_key (the path of an Ed25519
+    private key, as dcrfs-commit --sign-key: the version and its tag are
+    signed; the key is read here, so a bad one raises before any work),
+    meta (a dict of trainer metadata, as dcrfs-commit --meta: keys of
+    [A-Za-z0-9._-], str values). After publish(), .signer is the key id
+    the version was signed with (None: unsigned). A Commit is used by one
+    thread; distinct Commits are independent.
     """
 
     def __init__(self, url, init=False, parent=0, full=False,
                  allow_nonfinite=False, allow_empty=False, no_cache=False,
                  chunk_size=0, jobs=0, cache_dir=None, log_level=1,
-                 allow_unchanged=False):
+                 allow_unchanged=False, sign_key=None, meta=None):
         _lib.dcr_set_log_level(log_level)
         self._keep = []      # memory the library reads at publish
         self._store = _vp()
@@ -412,10 +425,19 @@ class Commit:
         try:
             _check(_lib.dcr_commit_begin(self._store, ctypes.byref(o),
                                          ctypes.byref(self._c)), url)
+            if sign_key is not None:
+                _check(_lib.dcr_commit_set_sign_key(
+                    self._c, _cstr(sign_key, "sign_key", fs=True)), os.fsdecode(sign_key))
+            for k, v in sorted((meta or {}).items()):
+                _check(_lib.dcr_commit_set_meta(
+                    self._c, _cstr(k, "metadata key"),
+                    _cstr(v if isinstance(v, (str, bytes)) else str(v),
+                          "metadata value of %r" % (k,))), "meta %s" % (k,))
         except Exception:
             self.close()
             raise
         self.info = None
+        self.signer = None
 
     def add_safetensors(self, path, tensors, metadata=None):
         """Add file path holding tensors (a dict name -> array/tensor) in
@@ -491,6 +513,8 @@ class Commit:
             raise KeyboardInterrupt((_lib.dcr_errmsg() or b"").decode("utf-8", "replace").strip())
         _check(ret, "publish")
         self.info = info
+        signer = _lib.dcr_commit_signer(self._c)
+        self.signer = signer.decode() if signer else None
         if interrupted:
             raise KeyboardInterrupt("interrupted too late: version %d is published"
                                     % info.version)

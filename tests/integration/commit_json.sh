@@ -17,7 +17,9 @@ import json, sys
 lines = open(sys.argv[1]).read().splitlines()
 assert len(lines) == 1, lines
 o = json.loads(lines[0])
-assert set(o) == {"version", "parent", "tags", "bytes", "stored_bytes", "seconds"}, o
+assert set(o) == {"version", "parent", "tags", "bytes", "stored_bytes", "seconds",
+                  "signer"}, o
+assert o["signer"] == "unsigned", o
 assert o["version"] == 2 and o["parent"] == 1 and o["tags"] == ["best"], o
 assert o["bytes"] == 250000 and 0 < o["stored_bytes"], o
 assert isinstance(o["seconds"], float) and o["seconds"] >= 0, o

@@ -31,6 +31,7 @@
 #include "hash.h"
 #include "manifest.h"
 #include "nonfinite.h"
+#include "sign.h"
 
 #define CS 4096u
 
@@ -134,7 +135,9 @@ static void verify(struct fx *f, uint64_t v, const char *dir)
 		close(fd);
 		/* Format 3 on: the file digest is the SHA-256 of its chunks'
 		 * SHA-256s, recomputed here from the bytes. */
-		assert_int_equal(m->format, DCR_MANIFEST_FORMAT);
+		/* 5 only for what 4 cannot hold (manifest.h) */
+		assert_int_equal(m->format, m->nmeta || m->has_sig ?
+				 DCR_MANIFEST_FORMAT : DCR_MANIFEST_FORMAT_PLAIN);
 		uint8_t h[DCR_HASH_LEN];
 		uint8_t *list = malloc(file->nchunks * DCR_HASH_LEN + 1);
 		for (uint64_t c = 0; c < file->nchunks; c++)
@@ -746,6 +749,135 @@ static void test_memory_sources(void **state)
 	free(a);
 }
 
+static int count_packs_cb(const char *key, const struct dcr_obj_info *info,
+			  void *arg)
+{
+	(void)key;
+	(void)info;
+	++*(int *)arg;
+	return 0;
+}
+
+static int count_packs(struct dcr_store *st)
+{
+	int n = 0;
+
+	assert_int_equal(dcr_store_list(st, "packs/", count_packs_cb, &n), 0);
+	return n;
+}
+
+/* One commit of f->src with the key @k and metadata @meta[0..nmeta);
+ * the version's manifest into f->man. */
+static int commit_signed(struct fx *f, const struct dcr_sign_key *k,
+			 const struct dcr_meta *meta, uint32_t nmeta,
+			 struct dcr_commit_result *res)
+{
+	uint64_t parent = f->nver;
+	struct dcr_commit_opts o = {
+		.parent = parent, .parent_manifest = parent ? &f->man[parent] : NULL,
+		.parent_dir = f->par, .stage_dir = f->stage, .chunk_size = CS,
+		.jobs = 2, .sign_key = k, .meta = meta, .nmeta = nmeta,
+	};
+	sh("rm -rf '%s' && mkdir -p '%s'", f->stage, f->stage);
+	int ret = dcr_commit(f->st, f->src, &o, res);
+	if (ret)
+		return ret;
+	assert_int_equal(dcr_store_get_manifest(f->st, res->version, &f->man[res->version]), 0);
+	sh("rm -rf '%s' && mv '%s' '%s'", f->par, f->stage, f->par);
+	f->nver = res->version;
+	verify(f, res->version, f->src);
+	return 0;
+}
+
+/*
+ * Signed commits: the signature verifies for this store and number by
+ * the key, binds the parent manifest's exact check, is made again for
+ * the next number after a lost race; metadata goes in; a bad key or
+ * metadata entry, or a store without an id, fails before any upload.
+ */
+static void test_signed_commit(void **state)
+{
+	struct fx *f = *state;
+	char key[128], pub[136], id[DCR_KEYID_LEN + 1];
+	struct dcr_sign_key *k;
+	struct dcr_trust *t;
+	struct dcr_store_info info;
+	struct dcr_commit_result res;
+	const struct dcr_meta meta[] = { { "step", "100" }, { "run", "a b" } };
+	uint8_t zero[DCR_HASH_LEN] = { 0 };
+
+	snprintf(key, sizeof(key), "%s/key", f->root);
+	snprintf(pub, sizeof(pub), "%s.pub", key);
+	assert_int_equal(dcr_sign_keygen(key, id), 0);
+	assert_int_equal(dcr_sign_key_load(key, &k), 0);
+	assert_int_equal(dcr_trust_load(pub, &t), 0);
+	assert_int_equal(dcr_store_init(f->st, &info), 0);
+
+	uint8_t *a = malloc(4 * CS);
+	fill(a, 4 * CS, 3);
+	write_file(f->src, "w", a, 4 * CS);
+	assert_int_equal(commit_signed(f, k, meta, 2, &res), 0);
+	const struct dcr_manifest *m = &f->man[1];
+	assert_string_equal(res.signer, id);
+	assert_true(m->format == DCR_MANIFEST_FORMAT && m->has_sig);
+	assert_memory_equal(res.check, m->check, DCR_HASH_LEN);
+	assert_memory_equal(m->sig.pub, dcr_sign_key_pub(k), DCR_SIG_PUB_LEN);
+	assert_memory_equal(m->sig.parent_check, zero, DCR_HASH_LEN);
+	assert_int_equal(dcr_manifest_sig_check(m, info.id, t), DCR_SIG_VALID);
+	assert_int_equal(dcr_manifest_sig_check(m, "0123456789abcdef0123456789abcdef", t),
+			 DCR_SIG_OTHER_STORE);
+	assert_true(m->nmeta == 2);
+	assert_string_equal(dcr_manifest_get_meta(m, "step"), "100");
+	assert_string_equal(dcr_manifest_get_meta(m, "run"), "a b");
+
+	/* a child binds its parent's exact manifest */
+	a[5] ^= 1;
+	write_file(f->src, "w", a, 4 * CS);
+	assert_int_equal(commit_signed(f, k, NULL, 0, &res), 0);
+	m = &f->man[2];
+	assert_true(m->has_sig && m->nmeta == 0);
+	assert_memory_equal(m->sig.parent_check, f->man[1].check, DCR_HASH_LEN);
+	assert_int_equal(dcr_manifest_sig_check(m, info.id, t), DCR_SIG_VALID);
+
+	/* another committer took 3: published and signed as 4 */
+	assert_int_equal(dcr_store_put(f->st, "versions/0000000003", "x", 1,
+				       DCR_PUT_IF_ABSENT), 0);
+	a[6] ^= 1;
+	write_file(f->src, "w", a, 4 * CS);
+	assert_int_equal(commit_signed(f, k, NULL, 0, &res), 0);
+	assert_true(res.version == 4 && f->man[4].version == 4 && f->man[4].parent == 2);
+	assert_int_equal(dcr_manifest_sig_check(&f->man[4], info.id, t), DCR_SIG_VALID);
+	assert_memory_equal(f->man[4].sig.parent_check, f->man[2].check, DCR_HASH_LEN);
+	f->man[4].version = 3; /* bound to its number */
+	assert_int_not_equal(dcr_manifest_sig_check(&f->man[4], info.id, t), DCR_SIG_VALID);
+	f->man[4].version = 4;
+
+	/* a bad metadata entry: nothing uploaded */
+	int packs = count_packs(f->st);
+	const struct dcr_meta bad[] = { { "no spaces", "x" } };
+	a[7] ^= 1;
+	write_file(f->src, "w", a, 4 * CS);
+	assert_int_equal(commit_signed(f, k, bad, 1, &res), -EINVAL);
+	assert_int_equal(count_packs(f->st), packs);
+
+	/* a store without a marker has no id to sign for: nothing uploaded */
+	assert_int_equal(dcr_store_del(f->st, DCR_STORE_MARKER), 0);
+	assert_int_equal(dcr_store_identify(f->st, &info), 0);
+	assert_true(info.legacy);
+	assert_int_equal(commit_signed(f, k, NULL, 0, &res), -EINVAL);
+	assert_int_equal(count_packs(f->st), packs);
+	uint64_t latest;
+	assert_int_equal(dcr_store_latest(f->st, &latest), 0);
+	assert_true(latest == 4);
+	/* unsigned, it goes on as before (format 4) */
+	assert_int_equal(commit_signed(f, NULL, NULL, 0, &res), 0);
+	assert_true(res.signer[0] == 0 && !f->man[5].has_sig);
+	assert_int_equal(f->man[5].format, DCR_MANIFEST_FORMAT_PLAIN);
+	free(a);
+	dcr_trust_free(t);
+	dcr_sign_key_free(k);
+}
+
 int main(void)
 {
 	dcr_log_set_level(DCR_LOG_ERR);
@@ -761,6 +893,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lost_pack_not_published, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_memory_sources, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_manifest_put_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_signed_commit, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

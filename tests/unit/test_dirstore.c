@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include "common.h"
 #include "dirstore.h"
 #include "manifest.h"
+#include "sign.h"
 #include "store.h"
 
 struct fx {
@@ -339,6 +341,74 @@ static void test_bad_keys_and_tags(void **state)
 	assert_int_equal(dcr_store_get_tag(f->st, "junk", &v), -EBADMSG);
 }
 
+/* Tags signed and not, as objects: both read; a bad second line, a third
+ * line or an object too large is -EBADMSG, never a number. */
+static void test_signed_tags(void **state)
+{
+	struct fx *f = *state;
+	char key[128], id[DCR_KEYID_LEN + 1], line[DCR_TAG_SIG_TEXT_MAX];
+	char obj[2 * DCR_TAG_OBJ_MAX];
+	uint8_t check[DCR_HASH_LEN] = { 1, 2, 3 };
+	struct dcr_sign_key *k;
+	struct dcr_tag_sig ts, back;
+	bool is_signed = true;
+	uint64_t v = 0;
+
+	snprintf(key, sizeof(key), "%s/key", f->root);
+	assert_int_equal(dcr_sign_keygen(key, id), 0);
+	assert_int_equal(dcr_sign_key_load(key, &k), 0);
+	/* unsigned: not signed, the signature left alone */
+	assert_int_equal(dcr_store_put_tag(f->st, "plain", 3), 0);
+	memset(&back, 0x5a, sizeof(back));
+	assert_int_equal(dcr_store_get_tag_sig(f->st, "plain", &v, &back, &is_signed), 0);
+	assert_true(v == 3 && !is_signed && back.time_ns == 0x5a5a5a5a5a5a5a5a);
+	/* signed: the line back as written; get_tag reads the number */
+	assert_int_equal(dcr_tag_sign(k, "0123456789abcdef0123456789abcdef", "best", 12,
+				      check, &ts), 0);
+	assert_int_equal(dcr_store_put_tag_signed(f->st, "best", 12, &ts), 0);
+	assert_int_equal(dcr_store_get_tag_sig(f->st, "best", &v, &back, &is_signed), 0);
+	assert_true(v == 12 && is_signed);
+	assert_memory_equal(&back, &ts, sizeof(ts));
+	assert_memory_equal(back.pub, dcr_sign_key_pub(k), DCR_SIG_PUB_LEN);
+	v = 0;
+	assert_int_equal(dcr_store_get_tag(f->st, "best", &v), 0);
+	assert_true(v == 12);
+	assert_int_equal(dcr_store_get_tag_sig(f->st, "best", &v, NULL, NULL), 0);
+	/* the object is "12\n<line>\n" exactly */
+	dcr_tag_sig_format(&ts, line, sizeof(line));
+	int n = snprintf(obj, sizeof(obj), "12\n%s\n", line);
+	struct dcr_buf b;
+	dcr_buf_init(&b, 1 << 20);
+	assert_int_equal(dcr_store_get(f->st, "tags/best", 0, DCR_GET_ALL, &b), 0);
+	assert_int_equal(b.len, (size_t)n);
+	assert_memory_equal(b.data, obj, (size_t)n);
+	dcr_buf_free(&b);
+	/* without the last newline, written by hand: still read */
+	assert_int_equal(dcr_store_put(f->st, "tags/hand", obj, (uint64_t)n - 1, 0), 0);
+	assert_int_equal(dcr_store_get_tag_sig(f->st, "hand", &v, &back, &is_signed), 0);
+	assert_true(v == 12 && is_signed);
+	/* a damaged line, a third line, trailing bytes, too large: malformed */
+	obj[5] ^= 0x20;
+	assert_int_equal(dcr_store_put(f->st, "tags/bad", obj, (uint64_t)n, 0), 0);
+	assert_int_equal(dcr_store_get_tag_sig(f->st, "bad", &v, &back, &is_signed), -EBADMSG);
+	assert_int_equal(dcr_store_get_tag(f->st, "bad", &v), -EBADMSG);
+	obj[5] ^= 0x20;
+	int n3 = snprintf(obj + n, sizeof(obj) - (size_t)n, "7\n");
+	assert_int_equal(dcr_store_put(f->st, "tags/three", obj, (uint64_t)(n + n3), 0), 0);
+	assert_int_equal(dcr_store_get_tag(f->st, "three", &v), -EBADMSG);
+	assert_int_equal(dcr_store_put(f->st, "tags/cut", obj, (uint64_t)n - 5, 0), 0);
+	assert_int_equal(dcr_store_get_tag(f->st, "cut", &v), -EBADMSG);
+	memset(obj, '1', sizeof(obj));
+	assert_int_equal(dcr_store_put(f->st, "tags/huge", obj, DCR_TAG_OBJ_MAX + 1, 0), 0);
+	assert_int_equal(dcr_store_get_tag(f->st, "huge", &v), -EBADMSG);
+	assert_int_equal(dcr_store_put(f->st, "tags/zero", "0\n", 2, 0), 0);
+	assert_int_equal(dcr_store_get_tag(f->st, "zero", &v), -EBADMSG);
+	assert_int_equal(dcr_store_put(f->st, "tags/nul", "5\n\0", 3, 0), 0);
+	assert_int_equal(dcr_store_get_tag(f->st, "nul", &v), -EBADMSG);
+	assert_int_equal(dcr_store_put_tag_signed(f->st, "../x", 1, &ts), -EINVAL);
+	dcr_sign_key_free(k);
+}
+
 static void test_open_errors(void **state)
 {
 	struct fx *f = *state;
@@ -449,6 +519,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_list_and_latest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mtime_and_partial, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_keys_and_tags, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_signed_tags, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_marker, setup, teardown),
 	};
