@@ -13,11 +13,16 @@
 #     short is ERANGE); unknown names are ENODATA;
 #  2. the root, /tags and its symlinks, /latest itself, /.dcrfs and
 #     /delta carry none;
-#  3. setting or removing one fails (EROFS or ENOTSUP), with setfattr too;
+#  3. setting or removing one fails (EROFS or ENOTSUP), with setfattr
+#     too, as mounted (the kernel's ro flag refuses it) and without the
+#     ro flag (DCRFS_TEST_KERNEL_RW=1: dcrfs's own handlers refuse it);
 #  4. a file and a directory opened through latest/ keep reporting the
 #     version they were opened on after a commit moves latest;
 #  5. a file opened with FUSE passthrough answers the same (when the
-#     kernel offers passthrough; else that part is skipped, said so).
+#     kernel offers passthrough; else that part is skipped, said so);
+#  6. a version rewritten in the store: descriptors of its old tree fail
+#     with ESTALE (never the new tree's values), its path then answers
+#     the new tree's.
 # Uses Debian's /usr/bin/python3 and getfattr/setfattr (package attr).
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -151,12 +156,31 @@ t "${XP[@]}" tree "$MNT" latest "$T/show3.json" "$STORE" "$T/s3" "$SIGNER" \
 	fail "latest/'s attributes are not v3's"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 
-# --- 5. passthrough opens: xattr requests still reach the daemon
-if [ "$(id -u)" -ne 0 ]; then
-	log "part 5 skipped: FUSE passthrough needs root"
-	exit 0
+# --- 3 again, without the kernel's ro flag: now the refusals are dcrfs's
+# own (a test hook: only in a build configured with --enable-test-hooks).
+# The same mount serves part 5.
+PT_OPTS="cache_dir=$T/cache.pt,prefetch=none,passthrough=auto"
+if [ "${DCR_TEST_HOOKS:-no}" = yes ]; then
+	DCRFS_TEST_KERNEL_RW=1 mount_dcrfs "$STORE" "$MNT" "$PT_OPTS"
+	! findmnt -n -o OPTIONS --target "$MNT" | tr ',' '\n' | grep -qx ro ||
+		fail "DCRFS_TEST_KERNEL_RW=1 still mounted ro: dcrfs's handlers are not reached"
+	for p in v1 v1/a.bin v2/sub latest/sub/b.bin; do
+		t "${XP[@]}" readonly "$MNT/$p" || fail "dcrfs let an attribute of $p change"
+	done
+	expect_status 1 'Read-only file system' \
+		setfattr -n user.dcrfs.version -v 9 "$MNT/v1/a.bin"
+	expect_status 1 'Read-only file system' \
+		setfattr -x user.dcrfs.version "$MNT/v1/a.bin"
+	[ "$(t getfattr --absolute-names --only-values -n user.dcrfs.version "$MNT/v1/a.bin")" = 1 ] ||
+		fail "user.dcrfs.version of v1/a.bin changed through dcrfs's handlers"
+	log "ok: dcrfs's own handlers refuse setting and removing"
+else
+	[ "${CI:-}" = true ] && fail "needs a build with configure --enable-test-hooks"
+	log "dcrfs's own setxattr/removexattr not reached: no test hooks in this build"
+	mount_dcrfs "$STORE" "$MNT" "$PT_OPTS"
 fi
-mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache.pt,prefetch=none,passthrough=auto"
+
+# --- 5. passthrough opens: xattr requests still reach the daemon
 t "$PY" - "$MNT" "$T/show2.json" "$PRECORE" <<'PY' || fail "a passthrough open's attributes"
 import json, os, sys
 mnt, showfile, precore = sys.argv[1:4]
@@ -185,6 +209,69 @@ assert os.getxattr(fd, P + "digest").decode() == want["a.bin"]
 assert precore or P + "meta.step" in os.listxattr(fd)
 os.close(fd)
 print("a passthrough open answers its attributes")
+PY
+umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
+
+# --- 6. a version rewritten in the store: a descriptor of its old tree
+# fails ESTALE, never answers with the new tree's values; the path then
+# answers the new tree's
+S2=$T/store2
+mkdir -p "$T/A" "$T/B"
+rand_file "$T/A/a.bin" 100000 A
+rand_file "$T/B/a.bin" 100000 B
+[ "$(commit "$S2" "$T/A")" = 1 ] || fail "commit of A is not 1"
+mount_dcrfs "$S2" "$MNT" "cache_dir=$T/cache.s2,poll=0.2,relist=1"
+t "$PY" - "$MNT" "$S2" "$T" "$DCRFS_COMMIT" "$CTL" "$MOUNT_LOG" <<'PY' || fail "a re-indexed version's old descriptor"
+import errno, json, os, subprocess, sys, time
+mnt, store, tmp, commit, ctl, log = sys.argv[1:7]
+P = "user.dcrfs."
+path = os.path.join(mnt, "v1", "a.bin")
+fd = os.open(path, os.O_RDONLY)
+dfd = os.open(os.path.join(mnt, "v1"), os.O_RDONLY | os.O_DIRECTORY)
+old = os.getxattr(fd, P + "digest")
+dold = os.getxattr(dfd, P + "time")
+os.unlink(os.path.join(store, "versions", "0000000001"))
+out = subprocess.run([commit, "--store", store, "--cache-dir",
+                      os.path.join(tmp, "commit-cache"), "--quiet",
+                      os.path.join(tmp, "B")], check=True,
+                     capture_output=True, text=True, timeout=60)
+assert out.stdout.strip() == "1", out.stdout
+show = json.loads(subprocess.run([ctl, "--store", store, "--json", "show", "1"],
+                                 check=True, capture_output=True, text=True,
+                                 timeout=60).stdout)
+new = ("%s:%s" % (show["files"][0]["digest_kind"],
+                  show["files"][0]["digest"])).encode()
+assert new != old
+deadline = time.time() + 30
+while "versions/0000000001 changed in the store" not in open(log).read():
+    assert time.time() < deadline, "v1 was not re-indexed"
+    time.sleep(0.1)
+for f, name, was in ((fd, "digest", old), (dfd, "time", dold)):
+    while True:  # the old tree's values until it is stale, never the new
+        try:
+            got = os.getxattr(f, P + name)
+        except OSError as e:
+            assert e.errno == errno.ESTALE, "errno %d, not ESTALE" % e.errno
+            break
+        assert got == was, "an old descriptor answered %r, not %r" % (got, was)
+        assert time.time() < deadline, "an old descriptor never went stale"
+        time.sleep(0.1)
+    try:
+        os.listxattr(f)
+        raise AssertionError("listxattr of a stale descriptor answered")
+    except OSError as e:
+        assert e.errno == errno.ESTALE, "listxattr: errno %d" % e.errno
+while True:  # the path, once the kernel was told, is the new tree's
+    try:
+        if os.getxattr(path, P + "digest") == new:
+            break
+    except OSError as e:
+        assert e.errno == errno.ESTALE, e
+    assert time.time() < deadline, "the path never answered the new tree"
+    time.sleep(0.2)
+os.close(fd)
+os.close(dfd)
+print("an old tree's descriptors went stale; the path answers the new tree")
 PY
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 log "ok"
