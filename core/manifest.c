@@ -16,6 +16,10 @@
  *         and from format 2 the frame's SHA-256 (32 bytes);
  *         chunk hash (32 bytes); from format 2 the chunk's XXH3-128
  *         (16 bytes)
+ *   format 5: nmeta, then per entry key length, key, value length, value
+ *
+ * After the checksum, a format 5 manifest with DCR_MAN_SIGNED carries its
+ * signature block (manifest.h); its meaning is sign.c's.
  */
 #include "config.h"
 
@@ -59,7 +63,83 @@ void dcr_manifest_free(struct dcr_manifest *m)
 	}
 	free(m->files);
 	free(m->packs);
+	for (uint32_t i = 0; i < m->nmeta; i++) {
+		free(m->meta[i].key);
+		free(m->meta[i].value);
+	}
+	free(m->meta);
 	memset(m, 0, sizeof(*m));
+}
+
+bool dcr_meta_key_valid(const char *key)
+{
+	size_t n = strlen(key);
+
+	if (n == 0 || n > DCR_META_KEY_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = key[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+const char *dcr_manifest_get_meta(const struct dcr_manifest *m,
+				  const char *key)
+{
+	for (uint32_t i = 0; i < m->nmeta; i++)
+		if (!strcmp(m->meta[i].key, key))
+			return m->meta[i].value;
+	return NULL;
+}
+
+int dcr_manifest_set_meta(struct dcr_manifest *m, const char *key,
+			  const char *value)
+{
+	uint32_t i = 0;
+
+	if (!dcr_meta_key_valid(key)) {
+		dcr_err("metadata key \"%s\": 1 to %d of A-Z a-z 0-9 . _ -",
+			key, DCR_META_KEY_MAX);
+		return DCR_ERR(-EINVAL);
+	}
+	if (strlen(value) > DCR_META_VALUE_MAX) {
+		dcr_err("metadata %s: the value is longer than %d bytes", key,
+			DCR_META_VALUE_MAX);
+		return DCR_ERR(-EINVAL);
+	}
+	char *v = strdup(value);
+	if (!v)
+		return DCR_ERR(-ENOMEM);
+	while (i < m->nmeta && strcmp(m->meta[i].key, key) < 0)
+		i++;
+	if (i < m->nmeta && !strcmp(m->meta[i].key, key)) {
+		free(m->meta[i].value);
+		m->meta[i].value = v;
+		return 0;
+	}
+	if (m->nmeta == DCR_META_MAX) {
+		dcr_err("metadata %s: more than %d entries", key, DCR_META_MAX);
+		free(v);
+		return DCR_ERR(-EINVAL);
+	}
+	struct dcr_meta *nm = realloc(m->meta, (m->nmeta + 1) * sizeof(*nm));
+	char *k = strdup(key);
+	if (!nm || !k) {
+		if (nm)
+			m->meta = nm;
+		free(k);
+		free(v);
+		return DCR_ERR(-ENOMEM);
+	}
+	m->meta = nm;
+	memmove(nm + i + 1, nm + i, (m->nmeta - i) * sizeof(*nm));
+	nm[i].key = k;
+	nm[i].value = v;
+	m->nmeta++;
+	return 0;
 }
 
 int dcr_path_valid(const char *path, size_t len)
@@ -212,8 +292,23 @@ static int parent_dir_listed(const struct dcr_manifest *m, const char *path)
 	return i >= 0 && m->files[i].type == DCR_FT_DIR;
 }
 
+static int meta_valid(const struct dcr_manifest *m)
+{
+	if (m->nmeta > DCR_META_MAX)
+		return 0;
+	for (uint32_t i = 0; i < m->nmeta; i++) {
+		if (!dcr_meta_key_valid(m->meta[i].key) ||
+		    strlen(m->meta[i].value) > DCR_META_VALUE_MAX ||
+		    (i && strcmp(m->meta[i - 1].key, m->meta[i].key) >= 0))
+			return 0;
+	}
+	return 1;
+}
+
 int dcr_manifest_validate(const struct dcr_manifest *m)
 {
+	if (!meta_valid(m))
+		return DCR_ERR(-EINVAL);
 	if ((m->format && (m->format < DCR_MANIFEST_FORMAT_MIN ||
 			   m->format > DCR_MANIFEST_FORMAT)) ||
 	    m->version == 0 || m->version > DCR_VERSION_MAX ||
@@ -321,8 +416,9 @@ int dcr_manifest_same_files(const struct dcr_manifest *a,
 
 int dcr_manifest_same_meaning(uint32_t a, uint32_t b)
 {
-	/* 4 is 3's bytes and meaning (what it adds is in the frames) */
-	return (a == 4 ? 3 : a) == (b == 4 ? 3 : b);
+	/* 4 is 3's bytes and meaning (what it adds is in the frames), and
+	 * 5 is 4's (what it adds is metadata and a signature) */
+	return (a >= 4 ? 3 : a) == (b >= 4 ? 3 : b);
 }
 
 int dcr_manifest_same_content(const struct dcr_manifest *a,
@@ -393,17 +489,39 @@ static int encode_body(const struct dcr_manifest *m, uint32_t fmt,
 				TRY(dcr_buf_append(b, r->xxh, DCR_XXH_LEN));
 		}
 	}
+	if (fmt < 5)
+		return 0;
+	TRY(dcr_buf_put_varint(b, m->nmeta));
+	for (uint32_t i = 0; i < m->nmeta; i++) {
+		size_t kl = strlen(m->meta[i].key), vl = strlen(m->meta[i].value);
+		TRY(dcr_buf_put_varint(b, kl));
+		TRY(dcr_buf_append(b, m->meta[i].key, kl));
+		TRY(dcr_buf_put_varint(b, vl));
+		TRY(dcr_buf_append(b, m->meta[i].value, vl));
+	}
 	return 0;
 }
 
 int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out)
 {
-	uint32_t fmt = m->format ? m->format : DCR_MANIFEST_FORMAT;
+	return dcr_manifest_encode_flags(m, 0, out, NULL);
+}
+
+int dcr_manifest_encode_flags(const struct dcr_manifest *m, uint32_t flags,
+			      struct dcr_buf *out, uint8_t *check)
+{
+	uint32_t fmt = m->format ? m->format : DCR_MANIFEST_FORMAT_PLAIN;
 	struct dcr_buf body;
 	int ret = dcr_manifest_validate(m);
 
-	if (ret)
+	if (ret || (flags & ~DCR_MAN_SIGNED))
 		return DCR_ERR(-EINVAL);
+	if (flags || m->nmeta) {
+		/* what format 5 adds has format 3's meaning of digests */
+		if (fmt < 3)
+			return DCR_ERR(-EINVAL);
+		fmt = 5;
+	}
 	dcr_buf_init(&body, DCR_MANIFEST_BODY_MAX);
 	ret = encode_body(m, fmt, &body);
 	if (ret)
@@ -422,10 +540,12 @@ int dcr_manifest_encode(const struct dcr_manifest *m, struct dcr_buf *out)
 	}
 	memcpy(h, man_magic, 8);
 	dcr_put_le32(h + 8, fmt);
-	dcr_put_le32(h + 12, 0);
+	dcr_put_le32(h + 12, flags);
 	dcr_put_le64(h + 16, body.len);
 	dcr_put_le64(h + 24, clen);
 	dcr_sha256(h, MAN_HDR_LEN + clen, h + MAN_HDR_LEN + clen);
+	if (check)
+		memcpy(check, h + MAN_HDR_LEN + clen, DCR_HASH_LEN);
 	out->len = start + MAN_HDR_LEN + clen + DCR_HASH_LEN;
 	ret = 0;
 err_free_body:
@@ -433,7 +553,72 @@ err_free_body:
 	return ret;
 }
 
+/* Signature block: alg, public key, signature, parent check, store id. */
+#define SIG_FIXED (1 + DCR_SIG_PUB_LEN + DCR_SIG_LEN + DCR_HASH_LEN + 1)
+
+int dcr_manifest_put_sig(const struct dcr_sig *s, struct dcr_buf *out)
+{
+	size_t il = strlen(s->store_id);
+	uint8_t l = (uint8_t)il;
+
+	if (il == 0 || il > DCR_SIG_STORE_ID_MAX)
+		return DCR_ERR(-EINVAL);
+	TRY(dcr_buf_putc(out, s->alg));
+	TRY(dcr_buf_append(out, s->pub, DCR_SIG_PUB_LEN));
+	TRY(dcr_buf_append(out, s->sig, DCR_SIG_LEN));
+	TRY(dcr_buf_append(out, s->parent_check, DCR_HASH_LEN));
+	TRY(dcr_buf_putc(out, l));
+	return dcr_buf_append(out, s->store_id, il);
+}
+
+int dcr_sig_decode(const void *data, size_t n, struct dcr_sig *s)
+{
+	const uint8_t *p = data;
+
+	memset(s, 0, sizeof(*s));
+	if (n < SIG_FIXED + 1)
+		return DCR_ERR(-EBADMSG);
+	size_t il = p[SIG_FIXED - 1];
+	if (il == 0 || il > DCR_SIG_STORE_ID_MAX || n != SIG_FIXED + il ||
+	    memchr(p + SIG_FIXED, 0, il))
+		return DCR_ERR(-EBADMSG);
+	s->alg = p[0];
+	memcpy(s->pub, p + 1, DCR_SIG_PUB_LEN);
+	memcpy(s->sig, p + 1 + DCR_SIG_PUB_LEN, DCR_SIG_LEN);
+	memcpy(s->parent_check, p + 1 + DCR_SIG_PUB_LEN + DCR_SIG_LEN,
+	       DCR_HASH_LEN);
+	memcpy(s->store_id, p + SIG_FIXED, il);
+	s->store_id[il] = 0;
+	return 0;
+}
+
 /* ------------------------------------------------------------ decode */
+
+static int decode_meta(struct dcr_rd *r, struct dcr_manifest *m)
+{
+	uint64_t n, kl, vl;
+	const uint8_t *p;
+
+	TRY(dcr_rd_varint_max(r, DCR_META_MAX, &n));
+	if (n && !(m->meta = calloc(n, sizeof(*m->meta))))
+		return DCR_ERR(-ENOMEM);
+	for (uint64_t i = 0; i < n; i++) {
+		struct dcr_meta *e = &m->meta[i];
+		m->nmeta = (uint32_t)i + 1; /* so free() sees what was built */
+		TRY(dcr_rd_varint_max(r, DCR_META_KEY_MAX, &kl));
+		TRY(dcr_rd_bytes(r, kl, &p));
+		if (!(e->key = strndup((const char *)p, kl)))
+			return DCR_ERR(-ENOMEM);
+		TRY(dcr_rd_varint_max(r, DCR_META_VALUE_MAX, &vl));
+		TRY(dcr_rd_bytes(r, vl, &p));
+		if (memchr(p, 0, vl) || memchr(e->key, 0, kl) ||
+		    strlen(e->key) != kl)
+			return DCR_ERR(-EBADMSG);
+		if (!(e->value = strndup((const char *)p, vl)))
+			return DCR_ERR(-ENOMEM);
+	}
+	return 0; /* keys: dcr_manifest_validate */
+}
 
 static int decode_file(struct dcr_rd *r, const struct dcr_manifest *m,
 		       struct dcr_file *f)
@@ -530,6 +715,8 @@ static int decode_body(struct dcr_rd *r, struct dcr_manifest *m)
 		m->nfiles = (uint32_t)i + 1; /* so free() sees what was built */
 		TRY(decode_file(r, m, &m->files[i]));
 	}
+	if (m->format >= 5)
+		TRY(decode_meta(r, m));
 	return dcr_rd_left(r) ? DCR_ERR(-EBADMSG) : 0;
 }
 
@@ -541,20 +728,30 @@ int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
 
 	memset(m, 0, sizeof(*m));
 	if (n < MAN_HDR_LEN + DCR_HASH_LEN || memcmp(h, man_magic, 8) != 0 ||
-	    dcr_get_le32(h + 8) < DCR_MANIFEST_FORMAT_MIN ||
-	    dcr_get_le32(h + 12) != 0)
+	    dcr_get_le32(h + 8) < DCR_MANIFEST_FORMAT_MIN)
 		return DCR_ERR(-EBADMSG);
+	uint32_t fmt = dcr_get_le32(h + 8), flags = dcr_get_le32(h + 12);
 	uint64_t blen = dcr_get_le64(h + 16);
 	uint64_t clen = dcr_get_le64(h + 24);
-	if (clen != n - MAN_HDR_LEN - DCR_HASH_LEN || blen > DCR_MANIFEST_BODY_MAX ||
+	if (clen > n - MAN_HDR_LEN - DCR_HASH_LEN || blen > DCR_MANIFEST_BODY_MAX ||
 	    blen > clen * MAX_BODY_RATIO + 65536)
 		return DCR_ERR(-EBADMSG);
+	size_t after = n - MAN_HDR_LEN - DCR_HASH_LEN - clen;
 	dcr_sha256(h, MAN_HDR_LEN + clen, sum);
 	if (!dcr_hash_eq(sum, h + MAN_HDR_LEN + clen))
 		return DCR_ERR(-EBADMSG);
 	/* Intact, but newer than this reader: not damage. */
-	if (dcr_get_le32(h + 8) > DCR_MANIFEST_FORMAT)
+	if (fmt > DCR_MANIFEST_FORMAT)
 		return -EPROTONOSUPPORT;
+	if (flags & ~(fmt >= 5 ? DCR_MAN_SIGNED : 0))
+		return DCR_ERR(-EBADMSG);
+	if (flags & DCR_MAN_SIGNED) {
+		if ((ret = dcr_sig_decode(h + n - after, after, &m->sig)))
+			return ret;
+		m->has_sig = true;
+	} else if (after) {
+		return DCR_ERR(-EBADMSG);
+	}
 	uint8_t *body = malloc(blen ? blen : 1);
 	if (!body)
 		return DCR_ERR(-ENOMEM);
@@ -565,7 +762,8 @@ int dcr_manifest_decode(const void *data, size_t n, struct dcr_manifest *m)
 	}
 	struct dcr_rd r;
 	dcr_rd_init(&r, body, blen);
-	m->format = dcr_get_le32(h + 8);
+	m->format = fmt;
+	memcpy(m->check, sum, DCR_HASH_LEN);
 	ret = decode_body(&r, m);
 	if (!ret)
 		ret = dcr_manifest_validate(m);

@@ -252,6 +252,10 @@ int dcr_manifest_encode_flags(const struct dcr_manifest *m, uint32_t flags,
 /** dcr_manifest_put_sig - append signature block @s to @out. 0 or -errno. */
 int dcr_manifest_put_sig(const struct dcr_sig *s, struct dcr_buf *out);
 
+/** dcr_sig_decode - parse exactly @n bytes as a signature block into
+ * @s (no cryptography: sign.h checks it). 0 or -EBADMSG. */
+int dcr_sig_decode(const void *data, size_t n, struct dcr_sig *s);
+
 /**
  * dcr_manifest_decode - parse untrusted bytes into @m.
  * On failure returns -EBADMSG (malformed, bad checksum, invalid paths or

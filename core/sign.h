@@ -159,9 +159,9 @@ int dcr_tag_sign(const struct dcr_sign_key *k, const char *store_id,
 /**
  * dcr_tag_sig_check - check @ts for tag @name -> @v in store @store_id,
  * where version @v's manifest has check @check, and (with @trust) that
- * its key is trusted. DCR_SIG_VALID, _BAD (also for a check that is
- * not @check: the tag was signed for another manifest of @v),
- * _OTHER_STORE is not told apart from _BAD for tags, or _UNTRUSTED.
+ * its key is trusted. DCR_SIG_VALID, _UNTRUSTED, or _BAD (also for a
+ * check that is not @check - the tag was signed for another manifest of
+ * @v - and for another store: a tag line does not name its store).
  */
 enum dcr_sig_status dcr_tag_sig_check(const struct dcr_tag_sig *ts,
 				      const char *store_id, const char *name,

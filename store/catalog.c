@@ -39,7 +39,7 @@
 #include "chunk.h"
 #include "common.h"
 
-#define DCR_CATALOG_SCHEMA "3"
+#define DCR_CATALOG_SCHEMA "4"
 #define DCR_CATALOG_BUSY_MS 10000
 /* A full file system is said at most this often (make_room). */
 #define FULL_SAY_NS ((int64_t)600 * 1000000000)
@@ -85,7 +85,11 @@ static const char schema_sql[] =
 	" ctime_ns INTEGER NOT NULL, chunk_size INTEGER NOT NULL,"
 	" nfiles INTEGER NOT NULL, npacks INTEGER NOT NULL,"
 	" format INTEGER NOT NULL DEFAULT 1,"
-	" mhash BLOB, obj_size INTEGER, obj_mtime INTEGER, ehash BLOB);"
+	" mhash BLOB, obj_size INTEGER, obj_mtime INTEGER, ehash BLOB,"
+	" mcheck BLOB, sig BLOB);"
+	"CREATE TABLE IF NOT EXISTS vmeta("
+	" version INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+	" PRIMARY KEY(version, key)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS packs("
 	" version INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL,"
 	" PRIMARY KEY(version, idx)) WITHOUT ROWID;"
@@ -274,6 +278,21 @@ static int check_meta(struct dcr_catalog *c, const char *url)
 			dcr_info("catalog %s: upgraded from schema 2 to 3",
 				 c->path);
 			n = 3;
+		}
+		if (n == 3) {
+			/* Schema 3 knew formats up to 4: no metadata, no
+			 * signatures; each manifest's check (NULL) is
+			 * learnt again when a signed child needs it. */
+			ret = exec_locked(c,
+				"ALTER TABLE versions ADD COLUMN mcheck BLOB;"
+				"ALTER TABLE versions ADD COLUMN sig BLOB;"
+				"UPDATE meta SET value = '4' "
+				"WHERE key = 'schema';");
+			if (ret)
+				return ret;
+			dcr_info("catalog %s: upgraded from schema 3 to 4",
+				 c->path);
+			n = 4;
 		}
 		if (n != strtoull(DCR_CATALOG_SCHEMA, NULL, 10)) {
 			dcr_err("catalog %s has schema %s, this dcrfs only "

@@ -80,6 +80,12 @@ struct dcr_catalog_version {
 	uint32_t chunk_size;
 	uint32_t nfiles;
 	struct dcr_catalog_ident id;
+	/* Provenance (sign.h): the manifest's check (has_check false:
+	 * unknown, indexed before schema 4) and its signature block. */
+	bool has_check;
+	uint8_t check[DCR_HASH_LEN];
+	bool has_sig;
+	struct dcr_sig sig;
 };
 
 /** One chunk reference, with its pack resolved to the pack's hash. */

@@ -42,6 +42,61 @@ static void column_ident(sqlite3_stmt *st, int first,
 	}
 }
 
+/*
+ * Read the provenance columns @first (mcheck) and @first + 1 (sig) of
+ * the current row: the check (zero and *@has_check false if unknown)
+ * and the signature block. -1 for a value no writer stores.
+ */
+static int column_provenance(sqlite3_stmt *st, int first, bool *has_check,
+			     uint8_t check[DCR_HASH_LEN], bool *has_sig,
+			     struct dcr_sig *sig)
+{
+	const void *h = sqlite3_column_blob(st, first);
+	int n = sqlite3_column_bytes(st, first);
+
+	memset(check, 0, DCR_HASH_LEN);
+	memset(sig, 0, sizeof(*sig));
+	*has_check = h && n == DCR_HASH_LEN;
+	if (h && n != DCR_HASH_LEN)
+		return -1;
+	if (*has_check)
+		memcpy(check, h, DCR_HASH_LEN);
+	h = sqlite3_column_blob(st, first + 1);
+	n = sqlite3_column_bytes(st, first + 1);
+	*has_sig = h != NULL;
+	if (!h)
+		return 0;
+	return dcr_sig_decode(h, (size_t)n, sig) ? -1 : 0;
+}
+
+/* Load version @m->version's metadata rows into @m. Caller holds the
+ * lock. */
+static int load_meta_locked(struct dcr_catalog *c, struct dcr_manifest *m)
+{
+	sqlite3_stmt *st;
+	int rc, ret;
+
+	ret = prepare(c, "SELECT key, value FROM vmeta WHERE version = ?1 "
+			 "ORDER BY key", &st);
+	if (ret)
+		return ret;
+	sqlite3_bind_int64(st, 1, (int64_t)m->version);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *k = (const char *)sqlite3_column_text(st, 0);
+		const char *v = (const char *)sqlite3_column_text(st, 1);
+		if (!k || !v || (ret = dcr_manifest_set_meta(m, k, v))) {
+			sqlite3_finalize(st);
+			if (ret == -ENOMEM)
+				return ret;
+			mark_corrupt(c, "invalid metadata row");
+			return DCR_ERR(-EIO);
+		}
+	}
+	ret = rc == SQLITE_DONE ? 0 : sql_err(c, rc, "read metadata");
+	sqlite3_finalize(st);
+	return ret;
+}
+
 int dcr_catalog_versions(struct dcr_catalog *c,
 			 struct dcr_catalog_version **vs, size_t *n)
 {
@@ -54,7 +109,7 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 	*n = 0;
 	cat_lock(c);
 	ret = prepare(c, "SELECT version, parent, ctime_ns, chunk_size, nfiles, "
-			 "mhash, obj_size, obj_mtime, ehash "
+			 "mhash, obj_size, obj_mtime, ehash, mcheck, sig "
 			 "FROM versions ORDER BY version", &st);
 	if (ret)
 		goto out_unlock;
@@ -77,7 +132,10 @@ int dcr_catalog_versions(struct dcr_catalog *c,
 		/* Checked at open; a row changed since is refused too. */
 		if (!header_ok(arr[cnt].version, arr[cnt].parent,
 			       sqlite3_column_int64(st, 3),
-			       sqlite3_column_int64(st, 4), 0)) {
+			       sqlite3_column_int64(st, 4), 0) ||
+		    column_provenance(st, 9, &arr[cnt].has_check,
+				      arr[cnt].check, &arr[cnt].has_sig,
+				      &arr[cnt].sig)) {
 			dcr_err("catalog %s: version %llu: invalid row",
 				c->path, (unsigned long long)arr[cnt].version);
 			mark_corrupt(c, "invalid version row");
@@ -155,11 +213,11 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 {
 	sqlite3_stmt *st;
 	uint32_t i = 0, nfiles, bad = 0;
-	bool invalid = false;
+	bool invalid = false, has_check;
 	int rc, ret;
 
-	ret = prepare(c, "SELECT parent, ctime_ns, chunk_size, nfiles, format "
-			 "FROM versions WHERE version = ?1", &st);
+	ret = prepare(c, "SELECT parent, ctime_ns, chunk_size, nfiles, format, "
+			 "mcheck, sig FROM versions WHERE version = ?1", &st);
 	if (ret)
 		return ret;
 	sqlite3_bind_int64(st, 1, (int64_t)v);
@@ -178,7 +236,9 @@ static int load_files_locked(struct dcr_catalog *c, uint64_t v,
 	if (!header_ok(v, m->parent, sqlite3_column_int64(st, 2),
 		       sqlite3_column_int64(st, 3), 0) ||
 	    m->format < DCR_MANIFEST_FORMAT_MIN ||
-	    m->format > DCR_MANIFEST_FORMAT) {
+	    m->format > DCR_MANIFEST_FORMAT ||
+	    column_provenance(st, 5, &has_check, m->check,
+			      &m->has_sig, &m->sig)) {
 		sqlite3_finalize(st);
 		dcr_err("catalog %s: version %llu: invalid row",
 			c->path, (unsigned long long)v);
@@ -267,6 +327,8 @@ out_finalize:
 	if (invalid)
 		mark_corrupt(c, "invalid file rows");
 	sqlite3_finalize(st);
+	if (!ret && m->format >= 5)
+		ret = load_meta_locked(c, m);
 	return ret;
 }
 

@@ -191,6 +191,7 @@ static int add_begin(struct dcr_catalog *c, void *arg)
 		"DELETE FROM chunks WHERE version = ?1",
 		"DELETE FROM files WHERE version = ?1",
 		"DELETE FROM packs WHERE version = ?1",
+		"DELETE FROM vmeta WHERE version = ?1",
 	};
 	sqlite3_stmt *st;
 	int rc, ret;
@@ -225,19 +226,62 @@ static int add_step(struct dcr_catalog *c, void *arg)
 	return add_batch(c, a->m, &a->next, &a->done);
 }
 
+/* The metadata rows of @m (a few, small: in the versions row's
+ * transaction). */
+static int add_meta(struct dcr_catalog *c, const struct dcr_manifest *m)
+{
+	sqlite3_stmt *st;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < m->nmeta && !ret; i++) {
+		ret = prepare(c, "INSERT INTO vmeta(version, key, value) "
+				 "VALUES (?1, ?2, ?3)", &st);
+		if (ret)
+			return ret;
+		sqlite3_bind_int64(st, 1, (int64_t)m->version);
+		sqlite3_bind_text(st, 2, m->meta[i].key, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 3, m->meta[i].value, -1, SQLITE_STATIC);
+		ret = step_done(c, st, "insert metadata");
+		sqlite3_finalize(st);
+	}
+	return ret;
+}
+
 /* The versions row, last: it is what makes the version visible. */
 static int add_finish(struct dcr_catalog *c, void *arg)
 {
+	static const uint8_t zero[DCR_HASH_LEN];
 	const struct dcr_manifest *m = ((struct add_ctx *)arg)->m;
+	struct dcr_buf sb;
 	sqlite3_stmt *st;
 	int ret;
 
+	if ((ret = add_meta(c, m)))
+		return ret;
+	dcr_buf_init(&sb, 4096);
+	if (m->has_sig && (ret = dcr_manifest_put_sig(&m->sig, &sb))) {
+		dcr_buf_free(&sb);
+		return ret;
+	}
 	ret = prepare(c, "INSERT INTO versions(version, parent, ctime_ns, "
 			 "chunk_size, nfiles, npacks, format, mhash, "
-			 "obj_size, obj_mtime, ehash) "
-			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)", &st);
-	if (ret)
+			 "obj_size, obj_mtime, ehash, mcheck, sig) "
+			 "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+		      &st);
+	if (ret) {
+		dcr_buf_free(&sb);
 		return ret;
+	}
+	/* a check of zero is unknown (a manifest not decoded from bytes) */
+	if (memcmp(m->check, zero, DCR_HASH_LEN))
+		sqlite3_bind_blob(st, 12, m->check, DCR_HASH_LEN, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, 12);
+	if (m->has_sig)
+		sqlite3_bind_blob(st, 13, sb.data, (int)sb.len, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, 13);
+	dcr_buf_free(&sb);
 	sqlite3_bind_int64(st, 1, (int64_t)m->version);
 	sqlite3_bind_int64(st, 2, (int64_t)m->parent);
 	sqlite3_bind_int64(st, 3, m->ctime_ns);
@@ -325,6 +369,7 @@ static int drop_rows(struct dcr_catalog *c, int64_t v)
 		"DELETE FROM chunks WHERE version = ?1",
 		"DELETE FROM files WHERE version = ?1",
 		"DELETE FROM packs WHERE version = ?1",
+		"DELETE FROM vmeta WHERE version = ?1",
 	};
 	sqlite3_stmt *st;
 	int ret = 0;

@@ -504,6 +504,14 @@ static int rewrite(struct cctx *c, struct cver *x)
 		m->format = DCR_MANIFEST_FORMAT_PLAIN;
 	m->npacks = 0;
 	m->packs = NULL;
+	/* a layout is never signed; it keeps the trainer's metadata */
+	m->has_sig = false;
+	m->nmeta = 0;
+	m->meta = NULL;
+	for (uint32_t i = 0; i < x->o.nmeta; i++)
+		if ((ret = dcr_manifest_set_meta(m, x->o.meta[i].key,
+						 x->o.meta[i].value)))
+			return ret;
 	if (!(m->files = calloc(x->o.nfiles ? x->o.nfiles : 1, sizeof(*m->files))))
 		return -ENOMEM;
 	cost_free(x); /* as encoded before, when costs_of() chose this */

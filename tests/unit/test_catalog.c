@@ -514,7 +514,7 @@ static void test_newer_schema(void **state)
 	struct dcr_catalog *c = NULL;
 
 	make_two(f);
-	raw_sql(f->db, "UPDATE meta SET value = '4' WHERE key = 'schema'");
+	raw_sql(f->db, "UPDATE meta SET value = '5' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), -EPROTONOSUPPORT);
 	assert_null(c);
 	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
@@ -540,6 +540,8 @@ static void test_schema1_upgraded(void **state)
 		       "ALTER TABLE versions DROP COLUMN obj_size;"
 		       "ALTER TABLE versions DROP COLUMN obj_mtime;"
 		       "ALTER TABLE versions DROP COLUMN ehash;"
+		       "ALTER TABLE versions DROP COLUMN mcheck;"
+		       "ALTER TABLE versions DROP COLUMN sig;"
 		       "UPDATE meta SET value = '1' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	assert_false(dcr_catalog_is_new(c));
@@ -626,6 +628,8 @@ static void test_schema2_upgraded(void **state)
 		       "ALTER TABLE versions DROP COLUMN obj_size;"
 		       "ALTER TABLE versions DROP COLUMN obj_mtime;"
 		       "ALTER TABLE versions DROP COLUMN ehash;"
+		       "ALTER TABLE versions DROP COLUMN mcheck;"
+		       "ALTER TABLE versions DROP COLUMN sig;"
 		       "UPDATE meta SET value = '2' WHERE key = 'schema'");
 	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
 	assert_false(dcr_catalog_is_new(c));
@@ -648,6 +652,76 @@ static void test_schema2_upgraded(void **state)
 	assert_int_equal(n, 2);
 	assert_false(vs[0].id.has_mhash);
 	assert_ident(&vs[1].id, &id);
+	free(vs);
+	dcr_catalog_close(c);
+	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
+}
+
+/* Metadata, the manifest's check and its signature block are kept. */
+static void test_provenance(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_version *vs;
+	struct dcr_manifest m, got;
+	size_t n;
+
+	build(&m, 1);
+	assert_int_equal(dcr_manifest_set_meta(&m, "step", "1200"), 0);
+	assert_int_equal(dcr_manifest_set_meta(&m, "run", "rl-7"), 0);
+	memset(m.check, 0xc5, DCR_HASH_LEN);
+	m.has_sig = true;
+	m.sig.alg = DCR_SIG_ALG_ED25519;
+	memset(m.sig.pub, 0x11, DCR_SIG_PUB_LEN);
+	memset(m.sig.sig, 0x22, DCR_SIG_LEN);
+	memset(m.sig.parent_check, 0x33, DCR_HASH_LEN);
+	strcpy(m.sig.store_id, "0123456789abcdef0123456789abcdef");
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_add_version(c, &m), 0);
+	dcr_catalog_close(c);
+
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_int_equal(dcr_catalog_load_manifest(c, 1, &got), 0);
+	assert_int_equal(got.nmeta, 2);
+	assert_string_equal(got.meta[0].key, "run");
+	assert_string_equal(got.meta[0].value, "rl-7");
+	assert_string_equal(dcr_manifest_get_meta(&got, "step"), "1200");
+	assert_memory_equal(got.check, m.check, DCR_HASH_LEN);
+	assert_true(got.has_sig);
+	assert_memory_equal(&got.sig, &m.sig, sizeof(m.sig));
+	dcr_manifest_free(&got);
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(vs[0].has_check);
+	assert_memory_equal(vs[0].check, m.check, DCR_HASH_LEN);
+	assert_true(vs[0].has_sig);
+	assert_memory_equal(&vs[0].sig, &m.sig, sizeof(m.sig));
+	free(vs);
+	/* dropped with its version */
+	assert_int_equal(dcr_catalog_remove_version(c, 1), 0);
+	dcr_catalog_close(c);
+	dcr_manifest_free(&m);
+}
+
+/* Schema 3 (no provenance columns) is upgraded: checks unknown. */
+static void test_schema3_upgraded(void **state)
+{
+	struct fixture *f = *state;
+	struct dcr_catalog *c = NULL;
+	struct dcr_catalog_version *vs;
+	size_t n;
+
+	make_two(f);
+	raw_sql(f->db, "ALTER TABLE versions DROP COLUMN mcheck;"
+		       "ALTER TABLE versions DROP COLUMN sig;"
+		       "DROP TABLE vmeta;"
+		       "UPDATE meta SET value = '3' WHERE key = 'schema'");
+	assert_int_equal(dcr_catalog_open(f->db, URL, &c), 0);
+	assert_false(dcr_catalog_is_new(c));
+	assert_int_equal(dcr_catalog_versions(c, &vs, &n), 0);
+	assert_int_equal(n, 2);
+	assert_false(vs[1].has_check);
+	assert_false(vs[1].has_sig);
 	free(vs);
 	dcr_catalog_close(c);
 	assert_int_equal(count_prefix(f->dir, "catalog.db.corrupt-"), 0);
@@ -944,6 +1018,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_replace_version, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_newer_schema, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_provenance, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_schema3_upgraded, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_add_does_not_stall_lookups,
 						setup, teardown),

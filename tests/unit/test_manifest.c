@@ -160,9 +160,10 @@ static void test_format1(void **state)
 	{
 		struct dcr_buf b2;
 		dcr_buf_init(&b2, 1 << 20);
-		m.format = 0; /* the default: DCR_MANIFEST_FORMAT */
+		m.format = 0; /* the default: the plain format */
 		assert_int_equal(dcr_manifest_encode(&m, &b2), 0);
-		assert_int_equal(dcr_get_le32(b2.data + 8), DCR_MANIFEST_FORMAT);
+		assert_int_equal(dcr_get_le32(b2.data + 8),
+				 DCR_MANIFEST_FORMAT_PLAIN);
 		dcr_buf_free(&b2);
 	}
 	/* A newer format than this reader's: told apart from damage. */
