@@ -80,8 +80,8 @@ static const char *const xa_fixed_names[XA_NFIXED] = {
 /* What the attributes of one version-tree inode are made of. */
 struct xa_src {
 	const struct dcr_version_info *vi; /* held until xa_src_put */
+	uint32_t tree, idx;                /* the inode's */
 	bool dir;
-	struct dcr_file_meta fm;           /* regular files only */
 };
 
 /* The longest value formatted into a buffer: a digest "<kind>:<hex>". */
@@ -91,37 +91,28 @@ struct xa_src {
  * The source of inode @ino's attributes into @s: 1 (s->vi held: call
  * xa_src_put), 0 for an inode that has none, or -errno (-ESTALE: the
  * version has another tree now; -ENOENT: no such entry; the reader's).
+ * A file's digest is looked up only when asked for (xa_value).
  */
 static int xa_src_get(struct dcrfs *fs, fuse_ino_t ino, struct xa_src *s)
 {
 	const struct dcr_entry *e;
 	uint64_t v;
-	uint32_t tree, idx;
 	int ret;
 
 	memset(s, 0, sizeof(*s));
-	if (!dcrfs_ino_split(ino, &v, &tree, &idx))
+	if (!dcrfs_ino_split(ino, &v, &s->tree, &s->idx))
 		return 0;
-	ret = version_get_tree(fs, v, tree, &s->vi);
+	ret = version_get_tree(fs, v, s->tree, &s->vi);
 	if (ret < 0)
 		return ret;
-	if (idx >= s->vi->nentries) {
-		ret = -ENOENT;
-		goto err_put;
+	if (s->idx >= s->vi->nentries) {
+		version_put(fs, s->vi);
+		s->vi = NULL;
+		return -ENOENT;
 	}
-	e = &s->vi->entries[idx];
+	e = &s->vi->entries[s->idx];
 	s->dir = e->type == DCR_FT_DIR;
-	if (!s->dir) {
-		ret = dcr_reader_file_meta(fs->r, v, tree, idx, &s->fm);
-		if (ret < 0)
-			goto err_put;
-	}
 	return 1;
-
-err_put:
-	version_put(fs, s->vi);
-	s->vi = NULL;
-	return ret;
 }
 
 static void xa_src_put(struct dcrfs *fs, struct xa_src *s)
@@ -161,56 +152,68 @@ static void xa_digest(const char *kind, const uint8_t h[DCR_HASH_LEN],
 	snprintf(buf, cap, "%s:%s", kind, hex);
 }
 
-/* The value of fixed attribute @k of @s: a string in @buf (of
- * XA_VALUE_MAX bytes) or owned by s->vi. */
-static const char *xa_fixed_value(const struct xa_src *s, enum xa_fixed k,
-				  char *buf)
+/* The value of fixed attribute @k of @s into @buf (of XA_VALUE_MAX
+ * bytes): 0, or for a file's digest the reader's -errno. */
+static int xa_fixed_value(struct dcrfs *fs, const struct xa_src *s,
+			  enum xa_fixed k, char *buf)
 {
 	const struct dcr_version_info *vi = s->vi;
+	struct dcr_file_meta fm;
+	int ret;
 
 	switch (k) {
 	case XA_VERSION:
 		snprintf(buf, XA_VALUE_MAX, "%" PRIu64, vi->version);
-		return buf;
+		break;
 	case XA_PARENT:
 		snprintf(buf, XA_VALUE_MAX, "%" PRIu64, vi->parent);
-		return buf;
+		break;
 	case XA_TIME:
 		xa_time(vi->ctime_ns, buf, XA_VALUE_MAX);
-		return buf;
+		break;
 	case XA_DIGEST:
-		if (s->dir)
+		if (s->dir) {
 			xa_digest(XA_DIR_DIGEST_KIND, vi->check, buf,
 				  XA_VALUE_MAX);
-		else
-			xa_digest(dcr_file_digest_kind(s->fm.format),
-				  s->fm.digest, buf, XA_VALUE_MAX);
-		return buf;
+			break;
+		}
+		ret = dcr_reader_file_meta(fs->r, vi->version, s->tree, s->idx,
+					   &fm);
+		if (ret < 0)
+			return ret;
+		xa_digest(dcr_file_digest_kind(fm.format), fm.digest, buf,
+			  XA_VALUE_MAX);
+		break;
 	case XA_SIGNER:
 		/* a fixed array: copied bounded, in case it is full */
 		snprintf(buf, XA_VALUE_MAX, "%.*s", (int)sizeof(vi->signer),
 			 vi->signer);
-		return buf;
-	case XA_NFIXED:
 		break;
+	case XA_NFIXED:
+		return -ENODATA;
 	}
-	return NULL;
+	return 0;
 }
 
 /*
  * The value of attribute @name of @s into *@val (in @buf, of
- * XA_VALUE_MAX bytes, or owned by s->vi) and its length: 0, or -ENODATA
- * for a name @s does not carry.
+ * XA_VALUE_MAX bytes, or owned by s->vi) and its length: 0, -ENODATA
+ * for a name @s does not carry, or the reader's -errno.
  */
-static int xa_value(const struct xa_src *s, const char *name, char *buf,
-		    const char **val, size_t *len)
+static int xa_value(struct dcrfs *fs, const struct xa_src *s,
+		    const char *name, char *buf, const char **val,
+		    size_t *len)
 {
 	const struct dcr_version_info *vi = s->vi;
+	int ret;
 
 	for (int k = 0; k < XA_NFIXED; k++) {
 		if (strcmp(name, xa_fixed_names[k]) == 0) {
-			*val = xa_fixed_value(s, (enum xa_fixed)k, buf);
-			*len = strlen(*val);
+			ret = xa_fixed_value(fs, s, (enum xa_fixed)k, buf);
+			if (ret < 0)
+				return ret;
+			*val = buf;
+			*len = strlen(buf);
 			return 0;
 		}
 	}
@@ -272,7 +275,7 @@ void dcrfs_ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_err(req, ret < 0 ? -ret : ENODATA);
 		return;
 	}
-	ret = xa_value(&s, name, buf, &val, &len);
+	ret = xa_value(fs, &s, name, buf, &val, &len);
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else

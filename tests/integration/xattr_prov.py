@@ -104,8 +104,25 @@ def getfattr_dump(path):
             continue
         k, v = line.split("=", 1)
         assert v.startswith('"') and v.endswith('"'), line
-        got[k] = v[1:-1]
+        got[k] = unescape(v[1:-1])
     return got
+
+
+def unescape(v):
+    r"""getfattr -e text's quoting undone: \\, \" and \NNN (octal)."""
+    out, i = bytearray(), 0
+    b = v.encode()
+    while i < len(b):
+        if b[i:i + 1] == b"\\" and b[i + 1:i + 4].isdigit():
+            out.append(int(b[i + 1:i + 4], 8))
+            i += 4
+        elif b[i:i + 1] == b"\\":
+            out += b[i + 1:i + 2]
+            i += 2
+        else:
+            out += b[i:i + 1]
+            i += 1
+    return out.decode()
 
 
 def expect_enodata(what, fn):
