@@ -2,7 +2,8 @@
 /*
  * fs.h - internal declarations shared by the dcrfs FUSE daemon
  * (fs/main.c: options, mounting, daemonizing; fs/ops.c: the low-level
- * operations and the background poll and prefetch threads).
+ * operations and the background poll and prefetch threads; fs/xattr.c:
+ * the provenance extended attributes of the version trees).
  *
  * Only fs/ includes <fuse_lowlevel.h> (DESIGN.md section 3).
  *
@@ -377,6 +378,29 @@ void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh);
  * the bytes of the views kept now. Thread-safe. */
 void dcrfs_delta_counts(struct dcrfs *fs, uint64_t *built,
 			uint64_t *built_bytes, uint64_t *cached_bytes);
+
+/* ------------------------------------- provenance xattrs (xattr.c) */
+
+/**
+ * dcrfs_ll_getxattr - FUSE getxattr of attribute @name of @ino, into a
+ * buffer of @size bytes (0: the size needed is replied). A version-tree
+ * inode (fs.h) answers user.dcrfs.version, .parent, .time, .digest,
+ * .signer and user.dcrfs.meta.KEY from the tree its number names
+ * (xattr.c); any other name, or any other inode: ENODATA. ERANGE when
+ * @size is short, ESTALE for a tree the version no longer has, ENOENT
+ * for an entry it never had. Replies to @req itself. Thread-safe.
+ */
+void dcrfs_ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		       size_t size);
+
+/**
+ * dcrfs_ll_listxattr - FUSE listxattr of @ino into a buffer of @size
+ * bytes: exactly the names dcrfs_ll_getxattr answers, each
+ * NUL-terminated (none for an inode outside the version trees); 0
+ * @size replies the size needed, a short one ERANGE. Same errors as
+ * dcrfs_ll_getxattr. Replies to @req itself. Thread-safe.
+ */
+void dcrfs_ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 
 /** The low-level operations table (fs/ops.c). */
 extern const struct fuse_lowlevel_ops dcrfs_ll_ops;

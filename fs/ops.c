@@ -19,7 +19,9 @@
  * (keep_cache); the root, /latest and /tags are cached for a second and
  * invalidated explicitly when the watcher sees latest move.
  *
- * Every operation that would modify the tree fails with EROFS.
+ * Every operation that would modify the tree fails with EROFS (setxattr
+ * and removexattr too); getxattr and listxattr, the provenance of the
+ * version trees, are xattr.c's.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -1369,20 +1371,6 @@ static void dcrfs_ll_statfs(fuse_req_t req, fuse_ino_t ino)
 static void dcrfs_ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
 	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
-}
-
-static void dcrfs_ll_getxattr(fuse_req_t req, fuse_ino_t ino,
-			      const char *name, size_t size)
-{
-	fuse_reply_err(req, ENODATA);
-}
-
-static void dcrfs_ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
-{
-	if (size == 0)
-		fuse_reply_xattr(req, 0);
-	else
-		fuse_reply_buf(req, NULL, 0);
 }
 
 /* ------------------------------------------------------ read-only refusals */
