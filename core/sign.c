@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -703,7 +704,9 @@ int dcr_tag_sig_parse(const char *line, size_t len, struct dcr_tag_sig *out)
 			return -EBADMSG;
 		t = t * 10 + d;
 	}
-	if (!digits || p >= end || *p++ != ' ')
+	/* one way to write a time: no leading zero */
+	if (!digits || p >= end || *p++ != ' ' ||
+	    (digits > 1 && p[-1 - (ptrdiff_t)digits] == '0'))
 		return -EBADMSG;
 	out->time_ns = (int64_t)t;
 	if ((size_t)(end - p) != 2 * DCR_HASH_LEN + 1 + 2 * DCR_SIG_LEN ||
