@@ -120,9 +120,10 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		s->hit_rate);
 	fprintf(f, " \"reads\": %" PRIu64 ", \"bytes\": {\"read\": %" PRIu64
 		", \"fetched\": %" PRIu64 ", \"materialized\": %" PRIu64
-		", \"verified\": %" PRIu64 "}, \"fetches\": %" PRIu64 ",\n",
+		", \"verified\": %" PRIu64 ", \"sha_proven\": %" PRIu64
+		"}, \"fetches\": %" PRIu64 ",\n",
 		s->fuse_reads, r->bytes_read, r->bytes_fetched, r->bytes_materialized,
-		r->bytes_verified, r->fetches);
+		r->bytes_verified, r->bytes_sha_proven, r->fetches);
 	fprintf(f, " \"errors\": {\"reads\": %" PRIu64 ", \"fetches\": %" PRIu64
 		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64 "},\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,

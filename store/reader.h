@@ -347,6 +347,10 @@ struct dcr_reader_stats {
 	uint64_t bytes_fetched; /* bytes those GETs returned */
 	uint64_t bytes_materialized; /* chunk bytes built from frames */
 	uint64_t bytes_verified;     /* chunk bytes proven against their hash */
+	/* of which built chunks proven by their whole SHA-256 (format 1,
+	 * or with a trust set a chain not all authentic, rtrust.c), not
+	 * the fast way (their frames' SHA-256 and their XXH3-128) */
+	uint64_t bytes_sha_proven;
 	uint64_t fetch_errors;  /* GETs that failed */
 	uint64_t read_errors;   /* reads that failed (EIO, ENOMEM ...) */
 	uint64_t cache_errors;  /* local I/O errors of the chunk cache (each

@@ -435,7 +435,7 @@ struct dcr_reader {
 		atomic_uint_fast64_t fetches, fetched, fetch_errors;
 		atomic_uint_fast64_t materialized, verified, read_errors;
 		atomic_uint_fast64_t rej_unsigned, rej_bad, rej_store;
-		atomic_uint_fast64_t rej_untrusted, rej_parent, rej_tags;
+		atomic_uint_fast64_t rej_untrusted, rej_tags, sha_proven;
 	} stats;
 };
 

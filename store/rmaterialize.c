@@ -344,6 +344,8 @@ static int finish_chain(struct dcr_reader *r, const struct rreq *q,
 		/* Format 1, or a check value that disagrees: the chunk's
 		 * SHA-256 decides (it alone proves the bytes). */
 		dcr_sha256(out, clen, got);
+		if (!fast)
+			STAT_ADD(r, sha_proven, clen);
 		if (dcr_hash_eq(got, ref0->hash)) {
 			if (fast)
 				dcr_warn(WHERE_FMT ": the check value in the "
