@@ -21,9 +21,10 @@
 #     the key's id) moves latest;
 #  5. a file opened with FUSE passthrough answers the same (when the
 #     kernel offers passthrough; else that part is skipped, said so);
-#  6. a version rewritten in the store: descriptors of its old tree fail
-#     with ESTALE (never the new tree's values), its path then answers
-#     the new tree's.
+#  6. the most metadata a manifest carries (256 keys of 64 bytes, values
+#     of 4096) is listed and read whole; a version rewritten in the
+#     store: descriptors of its old tree fail with ESTALE (never the new
+#     tree's values), its path then answers the new tree's.
 # Uses Debian's /usr/bin/python3 and getfattr/setfattr (package attr).
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -213,7 +214,12 @@ S2=$T/store2
 mkdir -p "$T/A" "$T/B"
 rand_file "$T/A/a.bin" 100000 A
 rand_file "$T/B/a.bin" 100000 B
-[ "$(commit "$S2" "$T/A")" = 1 ] || fail "commit of A is not 1"
+# A carries the most metadata a manifest may: 256 keys of 64 bytes (a
+# list of 20.8 KB), three values of 4096 bytes
+mapfile -t BIG < <(python3 -c 'for i in range(256):
+    print("--meta")
+    print("k%03d%s=%s" % (i, "x" * 60, ("v%d" % i) * (4096 // len("v%d" % i)) if i < 3 else i))')
+[ "$(commit "$S2" "$T/A" "${BIG[@]}")" = 1 ] || fail "commit of A is not 1"
 mount_dcrfs "$S2" "$MNT" "cache_dir=$T/cache.s2,poll=0.2,relist=1"
 t "$PY" - "$MNT" "$S2" "$T" "$DCRFS_COMMIT" "$CTL" "$MOUNT_LOG" <<'PY' || fail "a re-indexed version's old descriptor"
 import errno, json, os, subprocess, sys, time
@@ -224,6 +230,13 @@ fd = os.open(path, os.O_RDONLY)
 dfd = os.open(os.path.join(mnt, "v1"), os.O_RDONLY | os.O_DIRECTORY)
 old = os.getxattr(fd, P + "digest")
 dold = os.getxattr(dfd, P + "time")
+names = os.listxattr(fd)
+keys = ["k%03d%s" % (i, "x" * 60) for i in range(256)]
+assert names[5:] == [P + "meta." + k for k in keys], names[:8]
+assert sum(len(n) + 1 for n in names) > 20000
+for i in range(256):
+    want = ("v%d" % i) * (4096 // len("v%d" % i)) if i < 3 else str(i)
+    assert os.getxattr(dfd, P + "meta." + keys[i]) == want.encode(), i
 os.unlink(os.path.join(store, "versions", "0000000001"))
 out = subprocess.run([commit, "--store", store, "--cache-dir",
                       os.path.join(tmp, "commit-cache"), "--quiet",
