@@ -17,12 +17,14 @@
 #     too, as mounted (the kernel's ro flag refuses it) and without the
 #     ro flag (DCRFS_TEST_KERNEL_RW=1: dcrfs's own handlers refuse it);
 #  4. a file and a directory opened through latest/ keep reporting the
-#     version they were opened on after a commit moves latest;
+#     version they were opened on after a commit (signed: its signer is
+#     the key's id) moves latest;
 #  5. a file opened with FUSE passthrough answers the same (when the
 #     kernel offers passthrough; else that part is skipped, said so);
-#  6. a version rewritten in the store: descriptors of its old tree fail
-#     with ESTALE (never the new tree's values), its path then answers
-#     the new tree's.
+#  6. the most metadata a manifest carries (256 keys of 64 bytes, values
+#     of 4096) is listed and read whole; a version rewritten in the
+#     store: descriptors of its old tree fail with ESTALE (never the new
+#     tree's values), its path then answers the new tree's.
 # Uses Debian's /usr/bin/python3 and getfattr/setfattr (package attr).
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -40,21 +42,8 @@ MNT=$T/mnt
 MiB=$((1024 * 1024))
 # What the reader shows as the signer of an unsigned version.
 SIGNER=unsigned
-# PRE-CORE GATE (removed once the lead's core is merged): before it the
-# reader leaves dcr_version_info.check/signer/meta zero and dcrfs-commit
-# has no --meta; the signer, metadata and a directory's check are then
-# not compared (a directory's digest is only checked for its form).
-PRECORE=
-if ! t "$DCRFS_COMMIT" --help 2>&1 | grep -q -- '--meta'; then
-	log "the signing core is not merged yet: signer, metadata and manifest check not compared"
-	PRECORE=--pre-core
-	SIGNER=
-	M=()
-	META2='{}'
-else
-	M=(--meta step=200 --meta run.id=exp-7_b --meta note='lr 3e-4, warm "start"')
-	META2='{"step": "200", "run.id": "exp-7_b", "note": "lr 3e-4, warm \"start\""}'
-fi
+M=(--meta step=200 --meta run.id=exp-7_b --meta note='lr 3e-4, warm "start"')
+META2='{"step": "200", "run.id": "exp-7_b", "note": "lr 3e-4, warm \"start\""}'
 
 mkdir -p "$T/s1/sub/deeper" "$T/s1/emptydir"
 rand_file "$T/s1/a.bin" $((3 * MiB + 12345)) a
@@ -65,7 +54,7 @@ printf 'hello\n' >"$T/s1/sub/deeper/c.txt"
 cp -a "$T/s1" "$T/s2"
 flip_bytes "$T/s2/a.bin" 0.01 a2
 printf 'two\n' >"$T/s2/sub/new.txt"
-[ "$(commit "$STORE" "$T/s2" ${M[@]+"${M[@]}"})" = 2 ] || fail "commit 2"
+[ "$(commit "$STORE" "$T/s2" "${M[@]}")" = 2 ] || fail "commit 2"
 t "$CTL" --store "$STORE" tag good 1 >/dev/null
 for v in 1 2; do
 	t "$CTL" --store "$STORE" --json show "$v" >"$T/show$v.json"
@@ -75,18 +64,18 @@ mount_dcrfs "$STORE" "$MNT" "poll=1"
 [ "$(t readlink "$MNT/latest")" = v2 ] || fail "latest is not v2"
 
 # --- 1. every node, every name, every way of asking
-t "${XP[@]}" tree "$MNT" v1 "$T/show1.json" "$STORE" "$T/s1" "$SIGNER" {} $PRECORE ||
+t "${XP[@]}" tree "$MNT" v1 "$T/show1.json" "$STORE" "$T/s1" "$SIGNER" {} ||
 	fail "v1's attributes"
-t "${XP[@]}" tree "$MNT" v2 "$T/show2.json" "$STORE" "$T/s2" "$SIGNER" "$META2" $PRECORE ||
+t "${XP[@]}" tree "$MNT" v2 "$T/show2.json" "$STORE" "$T/s2" "$SIGNER" "$META2" ||
 	fail "v2's attributes"
-t "${XP[@]}" tree "$MNT" latest "$T/show2.json" "$STORE" "$T/s2" "$SIGNER" "$META2" $PRECORE ||
+t "${XP[@]}" tree "$MNT" latest "$T/show2.json" "$STORE" "$T/s2" "$SIGNER" "$META2" ||
 	fail "latest/'s attributes are not v2's"
-t "${XP[@]}" tree "$MNT" tags/good "$T/show1.json" "$STORE" "$T/s1" "$SIGNER" {} $PRECORE ||
+t "${XP[@]}" tree "$MNT" tags/good "$T/show1.json" "$STORE" "$T/s1" "$SIGNER" {} ||
 	fail "tags/good/'s attributes are not v1's"
 # getfattr -n / --only-values, and ENODATA through getfattr
 [ "$(t getfattr --absolute-names --only-values -n user.dcrfs.version "$MNT/latest/sub/b.bin")" = 2 ] ||
 	fail "getfattr -n user.dcrfs.version of latest/sub/b.bin is not 2"
-[ -n "$PRECORE" ] || [ "$(t getfattr --absolute-names --only-values -n user.dcrfs.meta.step "$MNT/v2")" = 200 ] ||
+[ "$(t getfattr --absolute-names --only-values -n user.dcrfs.meta.step "$MNT/v2")" = 200 ] ||
 	fail "getfattr -n user.dcrfs.meta.step of v2 is not 200"
 expect_status 1 'No such attribute' getfattr -n user.dcrfs.nope "$MNT/v1/a.bin"
 expect_status 1 'No such attribute' getfattr -n user.dcrfs.meta.step "$MNT/v1/a.bin"
@@ -109,12 +98,14 @@ expect_status 1 'Read-only file system|Operation not supported' \
 	fail "user.dcrfs.version of v1/a.bin changed"
 log "ok: nothing outside the versions, nothing can be set"
 
-# --- 4. descriptors opened through latest/ keep their version
+# --- 4. descriptors opened through latest/ keep their version (v3,
+# committed meanwhile, is signed: its signer is the key's id)
+KEYID=$(t "$CTL" --json keygen "$T/key" | py - 'print(d["key_id"])')
 cp -a "$T/s2" "$T/s3"
 flip_bytes "$T/s3/a.bin" 0.01 a3
-t "$PY" - "$MNT" "$T" "$STORE" "$DCRFS_COMMIT" "$PRECORE" <<'PY' || fail "a descriptor opened through latest/ changed version"
+t "$PY" - "$MNT" "$T" "$STORE" "$DCRFS_COMMIT" "$T/key" <<'PY' || fail "a descriptor opened through latest/ changed version"
 import json, os, subprocess, sys, time
-mnt, tmp, store, commit, precore = sys.argv[1:6]
+mnt, tmp, store, commit, key = sys.argv[1:6]
 P = "user.dcrfs."
 fd = os.open(os.path.join(mnt, "latest", "a.bin"), os.O_RDONLY)
 dfd = os.open(os.path.join(mnt, "latest", "sub"), os.O_RDONLY | os.O_DIRECTORY)
@@ -124,7 +115,7 @@ assert before[P + "version"] == b"2", before
 assert dbefore[P + "version"] == b"2", dbefore
 out = subprocess.run([commit, "--store", store, "--cache-dir",
                       os.path.join(tmp, "commit-cache"), "--quiet",
-                      *([] if precore else ["--meta", "step=300"]),
+                      "--meta", "step=300", "--sign-key", key,
                       os.path.join(tmp, "s3")],
                      check=True, capture_output=True, text=True, timeout=60)
 assert out.stdout.strip() == "3", out.stdout
@@ -141,17 +132,16 @@ new = os.path.join(mnt, "latest", "a.bin")
 assert os.getxattr(new, P + "version") == b"3"
 assert os.getxattr(new, P + "parent") == b"2"
 assert os.getxattr(new, P + "digest") != before[P + "digest"]
-if not precore:
-    assert os.getxattr(new, P + "meta.step") == b"300"
-    assert os.getxattr(os.path.join(mnt, "latest", "sub"), P + "digest") != \
-        dbefore[P + "digest"]
+assert os.getxattr(new, P + "meta.step") == b"300"
+assert os.getxattr(os.path.join(mnt, "latest", "sub"), P + "digest") != \
+    dbefore[P + "digest"]
 os.close(fd)
 os.close(dfd)
 print("held descriptors kept v2 after latest moved to v3")
 PY
 t "$CTL" --store "$STORE" --json show 3 >"$T/show3.json"
-t "${XP[@]}" tree "$MNT" latest "$T/show3.json" "$STORE" "$T/s3" "$SIGNER" \
-	"$([ -z "$PRECORE" ] && echo '{"step": "300"}' || echo '{}')" $PRECORE ||
+t "${XP[@]}" tree "$MNT" latest "$T/show3.json" "$STORE" "$T/s3" "$KEYID" \
+	'{"step": "300"}' ||
 	fail "latest/'s attributes are not v3's"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 
@@ -180,9 +170,9 @@ else
 fi
 
 # --- 5. passthrough opens: xattr requests still reach the daemon
-t "$PY" - "$MNT" "$T/show2.json" "$PRECORE" <<'PY' || fail "a passthrough open's attributes"
+t "$PY" - "$MNT" "$T/show2.json" <<'PY' || fail "a passthrough open's attributes"
 import json, os, sys, time
-mnt, showfile, precore = sys.argv[1:4]
+mnt, showfile = sys.argv[1:3]
 P = "user.dcrfs."
 show = json.load(open(showfile))
 want = {e["path"]: e["digest_kind"] + ":" + e["digest"] for e in show["files"]
@@ -211,7 +201,7 @@ while True:  # once the cache holds it whole (written behind the read)
 assert os.read(fd, 1)  # the kernel serves it
 assert os.getxattr(fd, P + "version") == b"2"
 assert os.getxattr(fd, P + "digest").decode() == want["a.bin"]
-assert precore or P + "meta.step" in os.listxattr(fd)
+assert os.getxattr(fd, P + "meta.step") == b"200"
 os.close(fd)
 print("a passthrough open answers its attributes")
 PY
@@ -224,7 +214,12 @@ S2=$T/store2
 mkdir -p "$T/A" "$T/B"
 rand_file "$T/A/a.bin" 100000 A
 rand_file "$T/B/a.bin" 100000 B
-[ "$(commit "$S2" "$T/A")" = 1 ] || fail "commit of A is not 1"
+# A carries the most metadata a manifest may: 256 keys of 64 bytes (a
+# list of 20.8 KB), three values of 4096 bytes
+mapfile -t BIG < <(python3 -c 'for i in range(256):
+    print("--meta")
+    print("k%03d%s=%s" % (i, "x" * 60, ("v%d" % i) * (4096 // len("v%d" % i)) if i < 3 else i))')
+[ "$(commit "$S2" "$T/A" "${BIG[@]}")" = 1 ] || fail "commit of A is not 1"
 mount_dcrfs "$S2" "$MNT" "cache_dir=$T/cache.s2,poll=0.2,relist=1"
 t "$PY" - "$MNT" "$S2" "$T" "$DCRFS_COMMIT" "$CTL" "$MOUNT_LOG" <<'PY' || fail "a re-indexed version's old descriptor"
 import errno, json, os, subprocess, sys, time
@@ -235,6 +230,13 @@ fd = os.open(path, os.O_RDONLY)
 dfd = os.open(os.path.join(mnt, "v1"), os.O_RDONLY | os.O_DIRECTORY)
 old = os.getxattr(fd, P + "digest")
 dold = os.getxattr(dfd, P + "time")
+names = os.listxattr(fd)
+keys = ["k%03d%s" % (i, "x" * 60) for i in range(256)]
+assert names[5:] == [P + "meta." + k for k in keys], names[:8]
+assert sum(len(n) + 1 for n in names) > 20000
+for i in range(256):
+    want = ("v%d" % i) * (4096 // len("v%d" % i)) if i < 3 else str(i)
+    assert os.getxattr(dfd, P + "meta." + keys[i]) == want.encode(), i
 os.unlink(os.path.join(store, "versions", "0000000001"))
 out = subprocess.run([commit, "--store", store, "--cache-dir",
                       os.path.join(tmp, "commit-cache"), "--quiet",

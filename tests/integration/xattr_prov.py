@@ -7,14 +7,11 @@ committed and what the store holds (dcrfs-ctl show --json, the manifest
 objects of a directory store). Expected values are computed here from
 the committed trees and the store's bytes, never from the mount.
 
-  xattr_prov.py tree MNT DIR SHOW STORE SRC SIGNER [META [--pre-core]]
+  xattr_prov.py tree MNT DIR SHOW STORE SRC SIGNER [META]
       every node of MNT/DIR (DIR: vN, latest, tags/NAME) carries exactly
       the attributes of version SHOW (dcrfs-ctl show --json output) whose
       files are the tree SRC; SIGNER the signer expected, META a JSON
-      object of the trainer metadata expected (default none).
-      --pre-core (until the signing core is merged: the reader does not
-      fill the manifest's check yet): a directory's digest is checked
-      for its form only
+      object of the trainer metadata expected (default none)
   xattr_prov.py none MNT
       the inodes outside the version trees carry no attribute
   xattr_prov.py readonly PATH
@@ -25,7 +22,6 @@ import errno
 import hashlib
 import json
 import os
-import re
 import struct
 import subprocess
 import sys
@@ -174,7 +170,7 @@ def check_node(path, want):
                                                               dict(want))
 
 
-def cmd_tree(mnt, d, showfile, store, src, signer, meta="{}", precore=""):
+def cmd_tree(mnt, d, showfile, store, src, signer, meta="{}"):
     with open(showfile) as f:
         show = json.load(f)
     meta = json.loads(meta)
@@ -185,6 +181,8 @@ def cmd_tree(mnt, d, showfile, store, src, signer, meta="{}", precore=""):
         P + "time": iso(show["time_ns"]),
     }
     assert show["time"] == iso(show["time_ns"])[:19] + "Z", show["time"]
+    assert show["signer"] == signer, "show says signer %r" % show["signer"]
+    assert show.get("meta", {}) == meta, "show says meta %r" % show.get("meta")
     files = {e["path"]: e for e in show["files"]}
     check = manifest_check(store, v)
     top = os.path.join(mnt, d)
@@ -197,12 +195,6 @@ def cmd_tree(mnt, d, showfile, store, src, signer, meta="{}", precore=""):
             if name is None:
                 assert r == "" or files[r]["type"] == "dir", r
                 digest = "manifest-sha256:" + check
-                if precore:
-                    got = os.getxattr(os.path.join(top, r) if r else top,
-                                      P + "digest").decode()
-                    assert re.fullmatch("manifest-sha256:[0-9a-f]{64}",
-                                        got), got
-                    digest = got
             else:
                 e = files[r]
                 assert e["type"] == "file", r
