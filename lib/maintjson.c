@@ -10,6 +10,7 @@
 #include "json.h"
 #include "maintjson.h"
 #include "manifest.h"
+#include "sign.h"
 
 /* The tags of version @v as a JSON array. */
 static void tags_json(FILE *f, const struct dcr_index *ix, uint64_t v)
@@ -27,8 +28,26 @@ static void tags_json(FILE *f, const struct dcr_index *ix, uint64_t v)
 	fputc(']', f);
 }
 
+/* The signers of the tags of version @v as a JSON object. */
+static void tag_signers_json(FILE *f, struct dcr_index *ix, uint64_t v)
+{
+	char buf[DCR_KEYID_LEN + 1];
+	int n = 0;
+
+	fputc('{', f);
+	for (size_t i = 0; i < ix->ntags; i++) {
+		if (ix->tags[i].v != v)
+			continue;
+		fputs(n++ ? ", " : "", f);
+		dcr_json_str(f, ix->tags[i].name);
+		fputs(": ", f);
+		dcr_json_str(f, dcr_index_tag_signer(ix, &ix->tags[i], buf));
+	}
+	fputc('}', f);
+}
+
 /* The members log and show share. */
-static void record_json(FILE *f, const struct dcr_index *ix,
+static void record_json(FILE *f, struct dcr_index *ix,
 			const struct dcr_version_record *r)
 {
 	fprintf(f, "\"version\": %" PRIu64 ", \"parent\": %" PRIu64 ", \"base\": %" PRIu64
@@ -37,6 +56,8 @@ static void record_json(FILE *f, const struct dcr_index *ix,
 		r->version, r->parent, r->base, r->time, r->ctime_ns, r->bytes,
 		r->stored_bytes, r->kind);
 	tags_json(f, ix, r->version);
+	fputs(", \"tag_signers\": ", f);
+	tag_signers_json(f, ix, r->version);
 	fputs(", \"signer\": ", f);
 	dcr_json_str(f, r->signer);
 	fputs(", \"meta\": {", f);

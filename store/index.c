@@ -111,7 +111,8 @@ int dcr_index_load(struct dcr_index *ix, struct dcr_store *st,
 	if (ix->ntags)
 		qsort(ix->tags, ix->ntags, sizeof(*ix->tags), cmp_tag);
 	for (size_t i = 0; i < ix->ntags; i++) {
-		ret = dcr_store_get_tag(st, ix->tags[i].name, &ix->tags[i].v);
+		ret = dcr_store_get_tag_sig(st, ix->tags[i].name, &ix->tags[i].v,
+					    &ix->tags[i].ts, &ix->tags[i].is_signed);
 		if (ret && ret != -ENOENT && ret != -EBADMSG)
 			goto err_free;
 		if (ret)
@@ -201,6 +202,22 @@ const struct dcr_manifest *dcr_index_own(struct dcr_index *ix,
 		}
 	}
 	return x->own_state == 1 ? &x->own : NULL;
+}
+
+const char *dcr_index_tag_signer(struct dcr_index *ix,
+				 const struct dcr_ix_tag *t, char *buf)
+{
+	struct dcr_ix_ver *x = t->v ? dcr_index_find(ix, t->v) : NULL;
+	const struct dcr_manifest *own = x ? dcr_index_own(ix, x) : NULL;
+
+	if (!t->is_signed)
+		snprintf(buf, DCR_KEYID_LEN + 1, "unsigned");
+	else if (own && dcr_tag_sig_check(&t->ts, ix->info.id, t->name, t->v,
+					  own->check, NULL) == DCR_SIG_VALID)
+		dcr_key_id(t->ts.pub, buf);
+	else
+		snprintf(buf, DCR_KEYID_LEN + 1, "invalid");
+	return buf;
 }
 
 int dcr_index_put_tag(struct dcr_index *ix, const char *name,

@@ -18,6 +18,7 @@
 #define DCR_INDEX_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,7 @@
 #include "manifest.h"
 #include "objstore.h"
 #include "reader.h"
+#include "sign.h"
 
 /** A listed version. */
 struct dcr_ix_ver {
@@ -56,6 +58,8 @@ struct dcr_ix_pack {
 struct dcr_ix_tag {
 	char *name;
 	uint64_t v;   /* 0: vanished or unreadable (names no version) */
+	bool is_signed;         /* the object has a signature line: */
+	struct dcr_tag_sig ts;  /* it, unverified (dcr_index_tag_signer) */
 };
 
 /** The index of one store (see the top of this file). */
@@ -127,6 +131,16 @@ const struct dcr_manifest *dcr_index_own(struct dcr_index *ix,
 struct dcr_ix_ver *dcr_index_resolve(struct dcr_index *ix, const char *arg);
 
 struct dcr_sign_key;
+
+/**
+ * dcr_index_tag_signer - what to show as tag @t's signer: the key id of
+ * its signature when it verifies for this store, its name, its version
+ * and that version's own manifest (dcr_index_own), "unsigned", or
+ * "invalid", into @buf (at least DCR_KEYID_LEN + 1 bytes). Trust is not
+ * judged here. Returns @buf.
+ */
+const char *dcr_index_tag_signer(struct dcr_index *ix,
+				 const struct dcr_ix_tag *t, char *buf);
 
 /**
  * dcr_index_put_tag - point tag @name at version @x, signed with @key

@@ -34,7 +34,12 @@ static void verify_text(const struct dcr_verify_result *r)
 		if (!d->nhits)
 			printf("  affects no frame a checked version needs\n");
 	}
+	/* Unsigned versions among signed ones are named; a store that signs
+	 * nothing is only counted (the summary's "0 signed"). */
+	size_t nsigned = 0;
 	for (size_t i = 0; i < r->nsigs; i++)
+		nsigned += strcmp(r->sigs[i].status, "unsigned") != 0;
+	for (size_t i = 0; nsigned && i < r->nsigs; i++)
 		if (r->sigs[i].ok && !strcmp(r->sigs[i].status, "unsigned"))
 			printf("unsigned: version %" PRIu64 "\n", r->sigs[i].version);
 }

@@ -442,6 +442,12 @@ static int cmd_show(struct ctl *c, const char *arg)
 	print_tags(c, r.version);
 	putchar('\n');
 	printf("signer: %s\n", r.signer);
+	for (size_t i = 0; i < c->ix.ntags; i++) {
+		char buf[DCR_KEYID_LEN + 1];
+		if (c->ix.tags[i].v == r.version)
+			printf("tag %s: %s\n", c->ix.tags[i].name,
+			       dcr_index_tag_signer(&c->ix, &c->ix.tags[i], buf));
+	}
 	for (uint32_t i = 0; i < r.nmeta; i++)
 		printf("meta: %s=%s\n", r.meta[i].key, r.meta[i].value);
 	printf("file digests: %s\n", m->format >= 3 ?

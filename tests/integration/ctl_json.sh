@@ -26,7 +26,7 @@ PY
 }
 
 t "$CTL" --store "$STORE" --json tag old 1 >"$T/out" 2>"$T/err" || fail "tag --json: $(cat "$T/err")"
-one_object "$T/out" 'assert o == {"tag": "old", "version": 1}, o' "tag --json"
+one_object "$T/out" 'assert o == {"tag": "old", "version": 1, "signer": "unsigned"}, o' "tag --json"
 t "$CTL" --store "$STORE" --json tag gone 2 >/dev/null
 t "$CTL" --store "$STORE" --json untag gone >"$T/out" 2>"$T/err" || fail "untag --json: $(cat "$T/err")"
 one_object "$T/out" 'assert o == {"tag": "gone", "removed": True, "version": 2}, o' "untag --json"

@@ -160,6 +160,17 @@ tags = {e["version"]: e["tags"] for e in d}
 assert tags[2] == ["best"] and tags[4] == ["rc"] and tags[3] == ["plain"], tags' ||
 	fail "signed tags are not listed"
 ctl show best --json | py - 'assert d["version"] == 2' || fail "show of a signed tag"
+ctl log --json | py - '
+ts = {e["version"]: e["tag_signers"] for e in d}
+assert ts[2] == {"best": sys.argv[2]} and ts[4] == {"rc": sys.argv[3]}, ts
+assert ts[3] == {"plain": "unsigned"} and ts[1] == {}, ts' "$K1" "$K2" ||
+	fail "tag signers: $(ctl log --json)"
+ctl show 4 | grep -qx "tag rc: $K2" || fail "show does not name the tag's signer: $(ctl show 4)"
+# a signed tag moved to another version by hand: its signature is invalid
+cp -a "$STORE" "$T/movedtag"
+sed -i 1s/.*/3/ "$T/movedtag/tags/rc"
+t "$DCRFS_CTL" --store "$T/movedtag" show 3 --json | py - 'assert d["tag_signers"]["rc"] == "invalid", d' ||
+	fail "a moved signed tag is not invalid"
 "$PY" - "$STORE" "$T/k1" "$K1" <<'PY' || fail "Python tag(sign_key=)"
 import sys, dcrfs
 store, key, kid = sys.argv[1:4]

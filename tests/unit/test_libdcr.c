@@ -29,6 +29,7 @@
 #include "manifest.h"
 #include "reader.h"
 #include "safetensors.h"
+#include "sign.h"
 #include "store.h"
 #include "stwriter.h"
 
@@ -154,6 +155,62 @@ static void test_abort_and_errors(void **state)
 	assert_int_equal(dcr_commit_publish(c, NULL, NULL), -ENODATA);
 	assert_non_null(strstr(dcr_errmsg(), "no files"));
 	dcr_commit_free(c);
+}
+
+/*
+ * Signing through the API: the key is read by dcr_commit_set_sign_key
+ * (a missing or junk file fails there, naming it), dcr_commit_signer
+ * names it, the published version and its tag are signed; metadata is
+ * checked when set (a bad key, a value not UTF-8) and published.
+ */
+static void test_sign_and_meta(void **state)
+{
+	struct fx *f = *state;
+	char key[PATH_MAX + 8], junk[PATH_MAX + 8], id[DCR_KEYID_LEN + 1];
+	uint8_t a[5000];
+	struct dcr_range r = { a, sizeof(a) };
+	struct dcr_commit_options o = { .cache_dir = f->cache };
+	struct dcr_commit_info info;
+	dcr_commit_handle *c;
+	char *json;
+
+	tu_fill(a, sizeof(a), 3);
+	snprintf(key, sizeof(key), "%s/k", f->root);
+	snprintf(junk, sizeof(junk), "%s/junk", f->root);
+	assert_int_equal(dcr_sign_keygen(key, id), 0);
+	assert_int_equal(tu_sh("echo junk > '%s'", junk), 0);
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_null(dcr_commit_signer(c));
+	assert_int_equal(dcr_commit_set_sign_key(c, junk), -EBADMSG);
+	assert_non_null(strstr(dcr_errmsg(), "junk"));
+	assert_int_equal(dcr_commit_set_sign_key(c, "/nonexistent/k"), -ENOENT);
+	assert_non_null(strstr(dcr_errmsg(), "/nonexistent/k"));
+	assert_null(dcr_commit_signer(c));
+	assert_int_equal(dcr_commit_set_sign_key(c, key), 0);
+	assert_string_equal(dcr_commit_signer(c), id);
+	assert_int_equal(dcr_commit_set_meta(c, "bad key", "x"), -EINVAL);
+	assert_int_equal(dcr_commit_set_meta(c, "step", "\xff"), -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "UTF-8"));
+	assert_int_equal(dcr_commit_set_meta(c, "step", "1"), 0);
+	assert_int_equal(dcr_commit_set_meta(c, "step", "7"), 0); /* replaced */
+	assert_int_equal(dcr_commit_add_bytes(c, "x", 0644, &r, 1), 0);
+	assert_int_equal(dcr_commit_publish(c, "best", &info), 0);
+	assert_int_equal(dcr_commit_set_meta(c, "late", "x"), -EINVAL);
+	assert_int_equal(dcr_commit_set_sign_key(c, key), -EINVAL);
+	dcr_commit_free(c);
+	assert_int_equal(dcr_store_show(f->s, "best", &json), 0);
+	char want[128];
+	snprintf(want, sizeof(want), "\"signer\": \"%s\", \"meta\": {\"step\": \"7\"}", id);
+	assert_non_null(strstr(json, want));
+	dcr_free(json);
+	assert_int_equal(tu_sh("test $(wc -l < '%s/tags/best') = 2", f->store), 0);
+	/* dcr_store_tag_signed signs; a junk key is refused before the tag */
+	uint64_t v = 0;
+	assert_int_equal(dcr_store_tag_signed(f->s, "t2", "1", key, &v), 0);
+	assert_true(v == 1);
+	assert_int_equal(tu_sh("test $(wc -l < '%s/tags/t2') = 2", f->store), 0);
+	assert_int_equal(dcr_store_tag_signed(f->s, "t3", "1", junk, &v), -EBADMSG);
+	assert_int_equal(tu_sh("test ! -e '%s/tags/t3'", f->store), 0);
 }
 
 /*
@@ -537,6 +594,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refuses_non_utf8, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_maintenance, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_maintenance_gc, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sign_and_meta, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,8 @@
 #include "gc.h"
 #include "index.h"
 #include "manifest.h"
+#include "compact.h"
+#include "sign.h"
 #include "verify.h"
 
 #define CS (64u << 10)
@@ -506,6 +508,148 @@ static void test_gc_grace(void **state)
 	check_left(f, left, NV);
 }
 
+/* ------------------------------------------------------------ signatures */
+
+/* Publish @m again as versions/<n>, signed with @k (NULL: plain) over
+ * the parent check @pcheck; its new check into @check. */
+static void resign(struct fx *f, const struct dcr_manifest *m,
+		   const struct dcr_sign_key *k, const uint8_t *pcheck,
+		   uint8_t check[DCR_HASH_LEN])
+{
+	struct dcr_buf enc;
+	struct dcr_manifest back;
+	char key[64];
+
+	dcr_buf_init(&enc, SIZE_MAX);
+	if (k)
+		assert_int_equal(dcr_manifest_encode_signed(m, k, f->info.id, pcheck, &enc), 0);
+	else
+		assert_int_equal(dcr_manifest_encode(m, &enc), 0);
+	dcr_version_key(m->version, key, sizeof(key));
+	assert_int_equal(dcr_store_put(f->st, key, enc.data, enc.len, 0), 0);
+	assert_int_equal(dcr_manifest_decode(enc.data, enc.len, &back), 0);
+	memcpy(check, back.check, DCR_HASH_LEN);
+	dcr_manifest_free(&back);
+	dcr_buf_free(&enc);
+}
+
+static const struct dcr_verify_sig *sig_of(const struct dcr_verify_result *r,
+					   uint64_t v)
+{
+	for (size_t i = 0; i < r->nsigs; i++)
+		if (r->sigs[i].version == v)
+			return &r->sigs[i];
+	fail_msg("no signature entry for version %" PRIu64, v);
+	return NULL;
+}
+
+static bool damaged(const struct dcr_verify_result *r, const char *object,
+		    const char *why)
+{
+	for (size_t i = 0; i < r->ndamage; i++)
+		if (!strcmp(r->damage[i].object, object) && strstr(r->damage[i].reason, why) &&
+		    r->damage[i].nhits == 1 && !r->damage[i].hits[0].path)
+			return true;
+	return false;
+}
+
+/*
+ * Versions 1 and 2 signed by key k, 3 unsigned, 4 by k2: log/show
+ * records name the signers (a compacted version's too, from its own
+ * manifest); verify reports them, and with a trust set of k alone the
+ * unsigned and the untrusted one are damage; a version 2 that binds
+ * another manifest of version 1 than the store holds is too; tags sign
+ * over the version's own manifest.
+ */
+static void test_signatures(void **state)
+{
+	struct fx *f = *state;
+	char key[PATH_MAX + 8], key2[PATH_MAX + 8], pub[PATH_MAX + 16];
+	char id[DCR_KEYID_LEN + 1], id2[DCR_KEYID_LEN + 1];
+	uint8_t check[NV + 1][DCR_HASH_LEN] = { { 0 } };
+	struct dcr_sign_key *k, *k2;
+	struct dcr_trust *t;
+	struct dcr_verify_result r;
+	struct dcr_version_record rec;
+
+	snprintf(key, sizeof(key), "%s/k", f->root);
+	snprintf(key2, sizeof(key2), "%s/k2", f->root);
+	snprintf(pub, sizeof(pub), "%s.pub", key);
+	assert_int_equal(dcr_sign_keygen(key, id), 0);
+	assert_int_equal(dcr_sign_keygen(key2, id2), 0);
+	assert_int_equal(dcr_sign_key_load(key, &k), 0);
+	assert_int_equal(dcr_sign_key_load(key2, &k2), 0);
+	assert_int_equal(dcr_trust_load(pub, &t), 0);
+	resign(f, &f->man[1], k, NULL, check[1]);
+	resign(f, &f->man[2], k, check[1], check[2]);
+	resign(f, &f->man[3], NULL, NULL, check[3]);
+	resign(f, &f->man[4], k2, check[3], check[4]);
+
+	struct dcr_index *ix = load(f);
+	const char *want[NV + 1] = { NULL, id, id, "unsigned", id2 };
+	for (int v = 1; v <= NV; v++) {
+		assert_int_equal(dcr_index_record(ix, &ix->vs[v - 1], &rec), 0);
+		assert_string_equal(rec.signer, want[v]);
+		assert_int_equal(rec.nmeta, 0);
+	}
+	assert_int_equal(dcr_verify_trust(ix, NULL, 0, 0, NULL, NULL, &r), 0);
+	assert_int_equal(r.ndamage, 0);
+	assert_int_equal(r.nsigs, NV);
+	assert_string_equal(sig_of(&r, 1)->status, "valid");
+	assert_string_equal(sig_of(&r, 3)->status, "unsigned");
+	assert_true(sig_of(&r, 3)->ok);
+	assert_string_equal(sig_of(&r, 4)->signer, id2);
+	dcr_verify_result_free(&r);
+	assert_int_equal(dcr_verify_trust(ix, NULL, 0, 0, t, NULL, &r), 0);
+	assert_int_equal(r.ndamage, 2);
+	assert_true(damaged(&r, "versions/0000000003", "unsigned"));
+	assert_true(damaged(&r, "versions/0000000004", id2));
+	assert_string_equal(sig_of(&r, 4)->status, "untrusted");
+	assert_string_equal(sig_of(&r, 2)->status, "valid");
+	dcr_verify_result_free(&r);
+
+	/* a signed tag binds the version's own manifest */
+	assert_int_equal(dcr_index_put_tag(ix, "best", &ix->vs[1], k), 0);
+	struct dcr_tag_sig ts;
+	bool is_signed;
+	uint64_t tv;
+	assert_int_equal(dcr_store_get_tag_sig(f->st, "best", &tv, &ts, &is_signed), 0);
+	assert_true(tv == 2 && is_signed);
+	assert_int_equal(dcr_tag_sig_check(&ts, f->info.id, "best", 2, check[2], t),
+			 DCR_SIG_VALID);
+
+	/* compacted: the records still name the signers of versions/<n> */
+	struct dcr_compact_opts co = { .max_depth = 1 };
+	struct dcr_compact_stats cs;
+	assert_int_equal(dcr_compact_scratch(f->st, &co, &cs), 0);
+	ix = load(f);
+	int compacted = 0;
+	for (int v = 1; v <= NV; v++) {
+		assert_int_equal(dcr_index_record(ix, &ix->vs[v - 1], &rec), 0);
+		assert_string_equal(rec.signer, want[v]);
+		compacted += ix->vs[v - 1].compacted;
+	}
+	assert_true(compacted > 0);
+	assert_int_equal(dcr_verify_trust(ix, NULL, 0, 0, NULL, NULL, &r), 0);
+	assert_int_equal(r.ndamage, 0);
+	dcr_verify_result_free(&r);
+
+	/* version 1 replaced by another validly signed manifest of it:
+	 * version 2 binds the old one */
+	f->man[1].ctime_ns++;
+	resign(f, &f->man[1], k, NULL, check[1]);
+	ix = load(f);
+	const uint64_t two = 2;
+	assert_int_equal(dcr_verify_trust(ix, &two, 1, 0, t, NULL, &r), 0);
+	assert_string_equal(sig_of(&r, 2)->status, "wrong-parent");
+	assert_true(damaged(&r, "versions/0000000002", "another manifest of its parent"));
+	dcr_verify_result_free(&r);
+
+	dcr_trust_free(t);
+	dcr_sign_key_free(k);
+	dcr_sign_key_free(k2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -515,6 +659,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gc_keep_last, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gc_keep_tagged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gc_grace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_signatures, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
