@@ -190,7 +190,8 @@ const struct dcr_manifest *dcr_index_own(struct dcr_index *ix,
 			/* Keep what provenance needs, not the files. */
 			x->own = (struct dcr_manifest){
 				.format = full.format, .version = full.version,
-				.parent = full.parent, .ctime_ns = full.ctime_ns,
+				.parent = full.parent, .cparent = full.cparent,
+				.ctime_ns = full.ctime_ns,
 				.chunk_size = full.chunk_size, .nmeta = full.nmeta,
 				.meta = full.meta, .has_sig = full.has_sig,
 				.sig = full.sig,
