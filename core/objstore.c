@@ -118,11 +118,11 @@ static int parse_tag(struct dcr_store *st, const char *key, const char *t,
 		     bool *is_signed)
 {
 	char num[32];
-	const char *nl = memchr(t, '\n', n);
+	const char *nl = n ? memchr(t, '\n', n) : NULL; /* t may be NULL */
 	size_t l1 = nl ? (size_t)(nl - t) : n;
 	struct dcr_tag_sig tmp;
 
-	if (memchr(t, 0, n) || l1 == 0 || l1 >= sizeof(num))
+	if (l1 == 0 || memchr(t, 0, n) || l1 >= sizeof(num))
 		goto bad;
 	memcpy(num, t, l1);
 	num[l1] = 0;
