@@ -122,15 +122,20 @@ void dcr_sha256_free(struct dcr_sha256_ctx *c)
 	free(c);
 }
 
-void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1])
+void dcr_hex(const uint8_t *p, size_t n, char *hex)
 {
 	static const char digits[] = "0123456789abcdef";
 
-	for (int i = 0; i < DCR_HASH_LEN; i++) {
-		hex[2 * i] = digits[h[i] >> 4];
-		hex[2 * i + 1] = digits[h[i] & 15];
+	for (size_t i = 0; i < n; i++) {
+		hex[2 * i] = digits[p[i] >> 4];
+		hex[2 * i + 1] = digits[p[i] & 15];
 	}
-	hex[DCR_HASH_HEX_LEN] = 0;
+	hex[2 * n] = 0;
+}
+
+void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1])
+{
+	dcr_hex(h, DCR_HASH_LEN, hex);
 }
 
 static int hexval(char c)

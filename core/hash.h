@@ -57,6 +57,9 @@ void dcr_xxh_final(struct dcr_xxh_ctx *c, uint8_t out[DCR_XXH_LEN]);
 /** Free; NULL is accepted. */
 void dcr_xxh_free(struct dcr_xxh_ctx *c);
 
+/** Lower-case hex of the @n bytes at @p into @hex (2 * @n + 1 bytes,
+ * NUL-terminated). */
+void dcr_hex(const uint8_t *p, size_t n, char *hex);
 /** Lower-case hex of a hash into @hex (DCR_HASH_HEX_LEN + 1 bytes, NUL-terminated). */
 void dcr_hash_hex(const uint8_t h[DCR_HASH_LEN], char hex[DCR_HASH_HEX_LEN + 1]);
 /** Parse 64 hex digits; 0 or -EINVAL. */

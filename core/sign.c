@@ -68,15 +68,10 @@ static void log_ssl(const char *what)
 
 void dcr_key_id(const uint8_t pub[DCR_SIG_PUB_LEN], char id[DCR_KEYID_LEN + 1])
 {
-	static const char hexd[] = "0123456789abcdef";
 	uint8_t h[DCR_HASH_LEN];
 
 	dcr_sha256(pub, DCR_SIG_PUB_LEN, h);
-	for (int i = 0; i < DCR_KEYID_LEN / 2; i++) {
-		id[2 * i] = hexd[h[i] >> 4];
-		id[2 * i + 1] = hexd[h[i] & 15];
-	}
-	id[DCR_KEYID_LEN] = 0;
+	dcr_hex(h, DCR_KEYID_LEN / 2, id);
 }
 
 /* The raw public key of Ed25519 key @pkey. 0 or -EBADMSG. */
@@ -640,17 +635,8 @@ enum dcr_sig_status dcr_tag_sig_check(const struct dcr_tag_sig *ts,
 	return DCR_SIG_VALID;
 }
 
-static void hex(const uint8_t *p, size_t n, char *out)
-{
-	static const char hexd[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = hexd[p[i] >> 4];
-		out[2 * i + 1] = hexd[p[i] & 15];
-	}
-	out[2 * n] = 0;
-}
-
+/* Lower-case hex only (unlike dcr_hash_unhex): a tag line has one way
+ * to be written, so that what parses formats back to the same bytes. */
 static int unhex(const char *s, size_t n, uint8_t *out)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -677,9 +663,9 @@ void dcr_tag_sig_format(const struct dcr_tag_sig *ts, char *buf, size_t cap)
 	char pub[2 * DCR_SIG_PUB_LEN + 1], chk[2 * DCR_HASH_LEN + 1];
 	char sig[2 * DCR_SIG_LEN + 1];
 
-	hex(ts->pub, DCR_SIG_PUB_LEN, pub);
-	hex(ts->check, DCR_HASH_LEN, chk);
-	hex(ts->sig, DCR_SIG_LEN, sig);
+	dcr_hex(ts->pub, DCR_SIG_PUB_LEN, pub);
+	dcr_hex(ts->check, DCR_HASH_LEN, chk);
+	dcr_hex(ts->sig, DCR_SIG_LEN, sig);
 	snprintf(buf, cap, "ed25519 %s %" PRId64 " %s %s", pub, ts->time_ns,
 		 chk, sig);
 }

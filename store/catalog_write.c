@@ -274,7 +274,8 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 		return ret;
 	}
 	/* a check of zero is unknown (a manifest not decoded from bytes) */
-	if (memcmp(m->check, zero, DCR_HASH_LEN))
+	bool has_check = memcmp(m->check, zero, DCR_HASH_LEN) != 0;
+	if (has_check)
 		sqlite3_bind_blob(st, 12, m->check, DCR_HASH_LEN, SQLITE_TRANSIENT);
 	else
 		sqlite3_bind_null(st, 12);
@@ -284,8 +285,7 @@ static int add_finish(struct dcr_catalog *c, void *arg)
 		sqlite3_bind_null(st, 13);
 	dcr_buf_free(&sb);
 	/* unknown (a manifest not decoded from bytes): its own parent */
-	sqlite3_bind_int64(st, 14, (int64_t)(memcmp(m->check, zero, DCR_HASH_LEN)
-					     ? m->cparent : m->parent));
+	sqlite3_bind_int64(st, 14, (int64_t)(has_check ? m->cparent : m->parent));
 	sqlite3_bind_int64(st, 1, (int64_t)m->version);
 	sqlite3_bind_int64(st, 2, (int64_t)m->parent);
 	sqlite3_bind_int64(st, 3, m->ctime_ns);

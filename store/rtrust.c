@@ -53,19 +53,18 @@
 #define SHOWN_KEY "trust_latest"
 #define TRUSTED_MARK "trusted"
 
-/* A manifest holding what a signature check reads of @rv's version. */
-static void prov_manifest(const struct rver *rv, bool has_sig,
-			  const struct dcr_sig *sig, int64_t ctime_ns,
+/* A manifest holding what a signature check reads of @rv's version,
+ * signed with @sig. */
+static void prov_manifest(const struct rver *rv, const struct dcr_sig *sig,
 			  struct dcr_manifest *m)
 {
 	memset(m, 0, sizeof(*m));
 	m->version = rv->v;
 	m->cparent = rv->cparent;
-	m->ctime_ns = ctime_ns;
+	m->ctime_ns = rv->ctime_ns;
 	memcpy(m->check, rv->check, DCR_HASH_LEN);
-	m->has_sig = has_sig;
-	if (has_sig)
-		m->sig = *sig;
+	m->has_sig = true;
+	m->sig = *sig;
 }
 
 void rver_prov(struct dcr_reader *r, struct rver *rv, bool has_check,
@@ -88,7 +87,7 @@ void rver_prov(struct dcr_reader *r, struct rver *rv, bool has_check,
 		return; /* without a trust set: checked when shown (signer) */
 	if (!has_check)
 		return; /* a pre-schema-4 row: it had no signature */
-	prov_manifest(rv, has_sig, sig, rv->ctime_ns, &m);
+	prov_manifest(rv, sig, &m);
 	rv->sig = (uint8_t)dcr_manifest_sig_check(&m, r->vs.store_id,
 						  r->vs.trust);
 }
