@@ -42,6 +42,7 @@
 #include "commit.h"
 #include "commit_int.h"
 #include "common.h"
+#include "cpus.h"
 #include "fileio.h"
 #include "hash.h"
 #include "manifest.h"
@@ -572,7 +573,7 @@ int dcr_commit_sources(struct dcr_store *st,
 	}
 	bool staging = o->stage_dir && make_stage_dirs(&m, o->stage_dir) == 0;
 
-	int jobs = o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	int jobs = dcr_cpu_threads(o->jobs);
 	jobs = DCR_MAX(1, DCR_MIN(jobs, MAX_JOBS));
 	struct pipe p = {
 		.st = st, .o = o, .m = &m, .pm = pm, .cs = cs,

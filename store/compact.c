@@ -15,6 +15,7 @@
 
 #include "chunk.h"
 #include "common.h"
+#include "cpus.h"
 #include "fileio.h"
 #include "compact.h"
 #include "frame.h"
@@ -668,7 +669,7 @@ out:
 static int slots_new(struct cctx *c)
 {
 	uint32_t cs = DCR_CHUNK_MIN;
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int ncpu = dcr_cpu_budget();
 	int ret;
 
 	/* kept, not only rewrite: costs_of() may add versions */

@@ -36,14 +36,15 @@
 #include <unistd.h>
 
 #include "synth.h"
+#include "cpus.h"
 
 #define MAX_JOBS 256
 
 static int ncpus(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = dcr_cpu_budget();
 
-	return n < 1 ? 1 : n > MAX_JOBS ? MAX_JOBS : (int)n;
+	return n > MAX_JOBS ? MAX_JOBS : n;
 }
 
 /* ------------------------------------------------------------ main */
