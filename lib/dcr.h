@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dcr.h - libdcr, the public C API of dcrfs: commit a version from memory.
+ * dcr.h - libdcr, the public C API of dcrfs: commit a version from memory,
+ * look after a store, and read a version's files without a mount.
  *
  * libdcr runs the same pipeline, codec and checks as dcrfs-commit (which
  * is built on it): each chunk is XORed against the parent version and
@@ -461,6 +462,110 @@ DCR_API void dcr_commit_free(dcr_commit_handle *c);
 
 /** dcr_commit_abort - dcr_commit_free, by the name that says what it does. */
 DCR_API void dcr_commit_abort(dcr_commit_handle *c);
+
+/*
+ * Reading (issue 33): a version's files without a mount, FUSE or root,
+ * with the mount's guarantees: every byte goes through the read path
+ * (the chunk cache, ranged GETs of the frames it lacks, each chunk
+ * verified bit-exactly against the version's manifest before it is
+ * returned); a byte that cannot be proven fails the call with -EIO and
+ * is never returned.
+ *
+ *     dcr_read_handle *r;
+ *     dcr_read_file *f;
+ *     if (dcr_read_handle_open(s, NULL, &r) ||
+ *         dcr_read_open(r, "latest", "model.safetensors", &f))
+ *             die(dcr_errmsg());
+ *     int64_t n = dcr_read_pread(f, buf, sizeof(buf), 0);
+ *     dcr_read_close(f);
+ *     dcr_read_handle_close(r);
+ *
+ * A version is named as on dcrfs-ctl's command line: a number, a tag or
+ * "latest" (resolved when the call is made, after a fresh look at the
+ * store). Threads: a read handle and its files may be used by any
+ * number of threads at once (preads of one file run in parallel); a
+ * file must be closed before its read handle, and a read handle before
+ * its store handle.
+ */
+
+typedef struct dcr_read_handle dcr_read_handle;
+typedef struct dcr_read_file dcr_read_file;
+
+/** The options of dcr_read_handle_open. */
+struct dcr_read_options {
+	/*
+	 * The chunk cache: a directory laid out as a mount's -o cache_dir
+	 * (per store: its catalog and slabs), kept after close, so that a
+	 * later handle, `dcrfs-ctl export --cache-dir` or a mount reuses
+	 * what was fetched and built. Only one user at a time: while a
+	 * mount (or another handle) uses it, the open fails with -EBUSY
+	 * and the message "cache directory X is in use by another dcrfs
+	 * (pid N)". NULL: a private directory in $TMPDIR, removed at close.
+	 */
+	const char *cache_dir;
+	/* Byte budget of the cache (least recently used chunks are
+	 * evicted past it); 0: 10 GiB for @cache_dir, 1 GiB private. */
+	uint64_t cache_size;
+};
+
+/**
+ * dcr_read_handle_open - a reader of store @s with options @o (NULL:
+ * defaults; copied). It lists the store's versions now. 0 and *@out,
+ * or -errno (-EBUSY: the cache directory is in use; dcr_errmsg).
+ */
+DCR_API int dcr_read_handle_open(dcr_store_handle *s,
+				 const struct dcr_read_options *o,
+				 dcr_read_handle **out);
+
+/** dcr_read_handle_close - close @h (NULL accepted); its files first. */
+DCR_API void dcr_read_handle_close(dcr_read_handle *h);
+
+/**
+ * dcr_read_resolve - the number of the version @version names (a
+ * number, a tag or "latest") into *@out. 0; -ENOENT when there is no
+ * such version (or no version at all); -errno if the store could not
+ * be listed.
+ */
+DCR_API int dcr_read_resolve(dcr_read_handle *h, const char *version,
+			     uint64_t *out);
+
+/**
+ * dcr_read_list - the directories and files of version @version as
+ * JSON in *@json (free with dcr_free): {"version": N, "entries":
+ * [{"path", "type": "dir"|"file", "mode" (permission bits), "size",
+ * "mtime_ns"}, ...]}, in path order, parents before their children,
+ * the root left out. 0, -ENOENT, or -errno.
+ */
+DCR_API int dcr_read_list(dcr_read_handle *h, const char *version, char **json);
+
+/**
+ * dcr_read_open - open the regular file @path (relative; a leading '/'
+ * is ignored) of version @version. Nothing is read yet. 0 and *@out;
+ * -ENOENT (no such version, or no such file in it), -EISDIR (a
+ * directory), or -errno.
+ */
+DCR_API int dcr_read_open(dcr_read_handle *h, const char *version,
+			  const char *path, dcr_read_file **out);
+
+/** dcr_read_size - the size in bytes of file @f (0 for NULL). */
+DCR_API uint64_t dcr_read_size(const dcr_read_file *f);
+
+/** dcr_read_version - the number of the version @f was opened in. */
+DCR_API uint64_t dcr_read_version(const dcr_read_file *f);
+
+/**
+ * dcr_read_pread - bytes [@off, @off + @len) of @f into @buf, each
+ * chunk verified. Returns the number of bytes read: @len, less only at
+ * the end of the file (0 at or past it); or -errno: -EIO when an object
+ * the bytes need is missing or damaged or a chunk fails its check (the
+ * message names it), -ESTALE when the version was re-published with
+ * other content since the open. Thread-safe.
+ */
+DCR_API int64_t dcr_read_pread(dcr_read_file *f, void *buf, size_t len,
+			       uint64_t off);
+
+/** dcr_read_close - close @f (NULL accepted). */
+DCR_API void dcr_read_close(dcr_read_file *f);
 
 #ifdef __cplusplus
 }

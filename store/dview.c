@@ -163,28 +163,6 @@ err_free:
 	return ret;
 }
 
-/* The entry of @vi at path @path, or 0 (the root: never a file). The
- * entries after the root follow in path order (reader.h; the manifest's
- * files are validated strictly sorted). */
-static uint32_t entry_by_path(const struct dcr_version_info *vi,
-			      const char *path)
-{
-	uint32_t lo = 1, hi = vi->nentries;
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(vi->entries[mid].path, path);
-
-		if (c == 0)
-			return mid;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return 0;
-}
-
 int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
 		    uint32_t idx)
 {
@@ -842,7 +820,7 @@ static int side_find(struct dcr_reader *r, struct dcr_dview_side s,
 	if (vi->tree != s.tree) {
 		ret = -ESTALE;
 	} else {
-		*idx = entry_by_path(vi, path);
+		*idx = dcr_version_lookup(vi, path);
 		if (*idx && vi->entries[*idx].type != DCR_FT_REG)
 			*idx = 0;
 	}

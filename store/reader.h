@@ -205,6 +205,15 @@ int dcr_reader_versions(struct dcr_reader *r, uint64_t **vs, size_t *n);
 int dcr_reader_version(struct dcr_reader *r, uint64_t v,
 		       const struct dcr_version_info **out);
 
+/**
+ * dcr_version_lookup - the index of the entry of tree @vi at relative
+ * path @path ("a/b", no leading or trailing '/'), or 0 when there is
+ * none ("" is the root, 0 too). A binary search: the entries after the
+ * root follow in strictly increasing path order (the manifest's files
+ * are validated so). Pure; thread-safe while @vi is held.
+ */
+uint32_t dcr_version_lookup(const struct dcr_version_info *vi, const char *path);
+
 /** What is known of a version without its tree (dcr_reader_version_brief). */
 struct dcr_version_brief {
 	uint64_t parent;   /* 0: none */

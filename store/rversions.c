@@ -163,6 +163,24 @@ void versions_close(struct dcr_reader *r)
 	pthread_mutex_destroy(&r->vs.refresh_lock);
 }
 
+uint32_t dcr_version_lookup(const struct dcr_version_info *vi, const char *path)
+{
+	uint32_t lo = 1, hi = vi->nentries;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(vi->entries[mid].path, path);
+
+		if (c == 0)
+			return mid;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
 /* Build rv->entries from the chunk-less manifest rv->m. */
 static int build_tree(struct rver *rv)
 {
