@@ -6,8 +6,9 @@
  * and print: tools/dcrfs-ctl.c parses and runs log, show, diff, tag,
  * untag, init and status; ctl_verify.c prints verify, ctl_keys.c
  * runs keygen, ctl_gc.c gc,
- * ctl_compact.c compact and ctl_warm.c runs warm. Single-threaded, like
- * the tool, but for warm's GETs (on a core/wq queue).
+ * ctl_compact.c compact, ctl_warm.c runs warm and ctl_export.c export
+ * and cat. Single-threaded, like the tool, but for warm's GETs and
+ * export's pieces (on core/wq queues).
  */
 #ifndef DCR_CTL_H
 #define DCR_CTL_H
@@ -47,7 +48,10 @@ struct args {
 	const char *mirror[DCR_MIRRORS_MAX]; /* each --mirror */
 	int nmirrors;
 	uint64_t slice;      /* bytes per GET */
-	int jobs;            /* GETs at once */
+	int jobs;            /* GETs at once; export: threads */
+	int jobs_set;        /* --jobs was given */
+	/* export, cat */
+	const char *cache_dir; /* --cache-dir */
 	/* signing */
 	const char *sign_key; /* tag --sign-key */
 	const char *trust;    /* verify --trust */
@@ -82,5 +86,10 @@ void ctl_print_rewrite(struct ctl *c, int dry_run, uint64_t v, uint64_t old_base
  * opened; *@stp becomes the mirrored store that owns it (close that). */
 int cmd_warm(struct ctl *c, const struct args *a, const struct dcr_store_cfg *cfg,
 	     struct dcr_store **stp);
+
+/* export V DIR [--jobs N] [--cache-dir DIR] (ctl_export.c) */
+int cmd_export(struct ctl *c, const struct args *a);
+/* cat V PATH [--cache-dir DIR] (ctl_export.c) */
+int cmd_cat(struct ctl *c, const struct args *a);
 
 #endif /* DCR_CTL_H */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dcrfs-ctl - create, inspect and administer a dcrfs store: init, log,
- * show, diff, tag, untag, verify, gc; and a mount's status.
+ * show, diff, tag, untag, verify, gc; read a version without a mount:
+ * export, cat; and a mount's status.
  *
  * Argument parsing and output. Manifests come from core/objstore.h;
  * bytes that must be materialized (diff, verify --deep, format 1 delta
@@ -74,6 +75,10 @@ static void usage(FILE *f)
 "  warm [V]               fill the cache tiers with the packs of version V\n"
 "                         (default latest), each through the mirror the\n"
 "                         mounts send it to\n"
+"  export V DIR           write version V's files into DIR, every chunk\n"
+"                         verified, on all CPUs; a re-run skips the files\n"
+"                         already there and proven (no mount, no root)\n"
+"  cat V PATH             write file PATH of version V to stdout, verified\n"
 "\n"
 "A version V is a number, a tag name, or 'latest'.\n"
 "\n"
@@ -106,12 +111,20 @@ static void usage(FILE *f)
 "                         mirror= (repeat it; default: $DCRFS_MIRROR)\n"
 "      --slice SIZE       bytes per GET: the tier's slice (default 1M)\n"
 "      --jobs N           GETs at once (default 8, at most 64)\n"
+"export and cat options:\n"
+"      --cache-dir DIR    the chunk cache to use and keep, in a mount's layout\n"
+"                         (a mount's -o cache_dir while it is not mounted);\n"
+"                         default: export: DIR/.dcrfs-export, removed at the\n"
+"                         end; cat: a temporary one\n"
+"      --jobs N           export: threads (default: the CPUs this process may\n"
+"                         use)\n"
 "global options:\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
 TOOL_USAGE
-"      --progress         verify, gc, compact, warm: progress on stderr even when it\n"
-"                         is not a terminal (a line every 5 s) or with --json\n"
+"      --progress         verify, gc, compact, warm, export: progress on stderr\n"
+"                         even when it is not a terminal (a line every 5 s)\n"
+"                         or with --json\n"
 "  -q, --quiet            no summary or progress on stderr\n"
 "  -v, --verbose          more messages on stderr\n"
 "  -h, --help             show this help\n"
@@ -147,6 +160,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "sign-key", required_argument, NULL, 'k' },
 		{ "trust", required_argument, NULL, 'r' },
+		{ "cache-dir", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		TOOL_LONGOPTS,
@@ -163,6 +177,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "untag", 1, 1, " NAME" }, { "verify", 0, -1, " [V...]" },
 		{ "gc", 0, 0, "" },         { "status", 1, 1, " MNT" },
 		{ "compact", 0, 0, "" },    { "warm", 0, 1, " [V]" },
+		{ "export", 2, 2, " V DIR" }, { "cat", 2, 2, " V PATH" },
 	};
 	int c, gc_opt = 0, dry = 0, depth = 0, cost = 0, warm_opt = 0;
 	uint64_t k;
@@ -183,7 +198,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		dry |= c == 'n';
 		depth |= c == 'K';
 		cost |= c == 'R';
-		warm_opt |= strchr("MXj", c) != NULL;
+		warm_opt |= strchr("MX", c) != NULL;
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -193,6 +208,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'D':
 			a->deep = 1;
+			break;
+		case 'C':
+			a->cache_dir = optarg;
 			break;
 		case 'k':
 			a->sign_key = optarg;
@@ -240,11 +258,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 				return -1;
 			break;
 		case 'j':
-			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 64) {
-				fprintf(stderr, "dcrfs-ctl: --jobs: '%s' must be a number from 1 to 64\n", optarg);
+			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 1024) {
+				fprintf(stderr, "dcrfs-ctl: --jobs: '%s' must be a number from 1 to 64 (warm) or 1024 (export)\n", optarg);
 				return -1;
 			}
 			a->jobs = (int)k;
+			a->jobs_set = 1;
 			break;
 		case 'K': {
 			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 64) {
@@ -320,12 +339,25 @@ static int parse_args(int argc, char **argv, struct args *a)
 		return -1;
 	}
 	if (a->progress && strcmp(a->cmd, "verify") && strcmp(a->cmd, "gc") &&
-	    strcmp(a->cmd, "compact") && strcmp(a->cmd, "warm")) {
-		fprintf(stderr, "dcrfs-ctl: only verify, gc, compact and warm take --progress\n");
+	    strcmp(a->cmd, "compact") && strcmp(a->cmd, "warm") &&
+	    strcmp(a->cmd, "export")) {
+		fprintf(stderr, "dcrfs-ctl: only verify, gc, compact, warm and export take --progress\n");
 		return -1;
 	}
 	if (warm_opt && strcmp(a->cmd, "warm")) {
-		fprintf(stderr, "dcrfs-ctl: only warm takes --mirror, --slice and --jobs\n");
+		fprintf(stderr, "dcrfs-ctl: only warm takes --mirror and --slice\n");
+		return -1;
+	}
+	if (a->jobs_set && strcmp(a->cmd, "warm") && strcmp(a->cmd, "export")) {
+		fprintf(stderr, "dcrfs-ctl: only warm and export take --jobs\n");
+		return -1;
+	}
+	if (a->jobs_set && !strcmp(a->cmd, "warm") && a->jobs > 64) {
+		fprintf(stderr, "dcrfs-ctl: --jobs: '%d' must be a number from 1 to 64\n", a->jobs);
+		return -1;
+	}
+	if (a->cache_dir && strcmp(a->cmd, "export") && strcmp(a->cmd, "cat")) {
+		fprintf(stderr, "dcrfs-ctl: only export and cat take --cache-dir\n");
 		return -1;
 	}
 	if (!strcmp(a->cmd, "warm") && !a->nmirrors &&
@@ -938,6 +970,10 @@ int main(int argc, char **argv)
 		status = cmd_compact(&c, &a);
 	else if (!strcmp(a.cmd, "warm"))
 		status = cmd_warm(&c, &a, &cfg, &st);
+	else if (!strcmp(a.cmd, "export"))
+		status = cmd_export(&c, &a);
+	else if (!strcmp(a.cmd, "cat"))
+		status = cmd_cat(&c, &a);
 	else
 		status = cmd_verify(&c, a.pos, a.npos, a.deep, a.quiet, a.trust);
 	if (fflush(stdout) || ferror(stdout)) {
