@@ -5,11 +5,15 @@
  * from memory read back bit for bit, the layout matches the format's
  * reference bytes and parses with the project's one parser, abort
  * publishes nothing, errors come with a message; the maintenance calls
- * (log, show, diff, tag, verify, gc) answer in dcrfs-ctl's JSON.
+ * (log, show, diff, tag, verify, gc) answer in dcrfs-ctl's JSON; the
+ * read API (dcr_read_*) returns the committed bytes, from many threads,
+ * and fails with -EIO, never wrong bytes, on a damaged pack.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -582,6 +586,151 @@ static void test_maintenance_gc(void **state)
 	free(a);
 }
 
+/* Threads reading one file of the read API at random places. */
+struct rd_thread {
+	dcr_read_file *f;
+	const uint8_t *want;
+	size_t n;
+	uint64_t seed;
+	int bad;
+};
+
+static void *rd_thread(void *arg)
+{
+	struct rd_thread *t = arg;
+	uint8_t *buf = malloc(t->n);
+
+	for (int i = 0; i < 40; i++) {
+		uint64_t off = tu_rand(&t->seed) % t->n;
+		size_t len = (size_t)(tu_rand(&t->seed) % 150000) + 1;
+		int64_t got = dcr_read_pread(t->f, buf, len, off);
+		size_t want = DCR_MIN(len, t->n - off);
+
+		if (got != (int64_t)want || memcmp(buf, t->want + off, want))
+			t->bad++;
+	}
+	free(buf);
+	return NULL;
+}
+
+/* Flip one byte in the middle of every pack of the store at @store. */
+static void damage_packs(const char *store)
+{
+	char dir[PATH_MAX + 8], p[PATH_MAX * 2];
+	struct dirent *d;
+	DIR *dh;
+
+	snprintf(dir, sizeof(dir), "%s/packs", store);
+	assert_non_null(dh = opendir(dir));
+	while ((d = readdir(dh))) {
+		uint8_t *b = NULL;
+		size_t len = 0;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, d->d_name);
+		assert_int_equal(tu_read_file(p, &b, &len), 0);
+		b[len / 2] ^= 0x40;
+		assert_int_equal(tu_write_file(p, b, len), 0);
+		free(b);
+	}
+	closedir(dh);
+}
+
+/* The read API: a file of each version, by number, tag and "latest",
+ * read whole, in pieces and from four threads at once; its listing; its
+ * errors; a cache directory in use; a damaged pack fails the read. */
+static void test_read_api(void **state)
+{
+	struct fx *f = *state;
+	size_t n = 300000;
+	uint8_t *a[2], *buf = malloc(n + 10);
+	struct dcr_commit_options o = { .cache_dir = f->cache, .chunk_size = 65536 };
+	struct dcr_read_options ro = { 0 };
+	char rcache[PATH_MAX], *json;
+	dcr_read_handle *h, *h2;
+	dcr_read_file *rf;
+	dcr_commit_handle *c;
+	uint64_t v;
+
+	for (int step = 0; step < 2; step++) {
+		a[step] = malloc(n);
+		tu_fill(a[step], n, 7);
+		if (step)
+			for (size_t i = 0; i < n; i += 331)
+				a[step][i] ^= 4;
+		struct dcr_range r = { a[step], n };
+		assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+		assert_int_equal(dcr_commit_add_bytes(c, "d/x.bin", 0640, &r, 1), 0);
+		assert_int_equal(dcr_commit_publish(c, step ? "t2" : "t1", NULL), 0);
+		dcr_commit_free(c);
+	}
+	snprintf(rcache, sizeof(rcache), "%s/rcache", f->root);
+	ro.cache_dir = rcache;
+	assert_int_equal(dcr_read_handle_open(f->s, &ro, &h), 0);
+	/* One user of a cache directory at a time, with a message. */
+	assert_int_equal(dcr_read_handle_open(f->s, &ro, &h2), -EBUSY);
+	assert_non_null(strstr(dcr_errmsg(), "in use"));
+	assert_int_equal(dcr_read_resolve(h, "latest", &v), 0);
+	assert_true(v == 2);
+	assert_int_equal(dcr_read_resolve(h, "t1", &v), 0);
+	assert_true(v == 1);
+	assert_int_equal(dcr_read_resolve(h, "nope", &v), -ENOENT);
+	assert_non_null(strstr(dcr_errmsg(), "nope"));
+	assert_int_equal(dcr_read_resolve(h, "9", &v), -ENOENT);
+	assert_int_equal(dcr_read_list(h, "t2", &json), 0);
+	assert_int_equal(dcr_json_check(json, strlen(json)), 0);
+	assert_non_null(strstr(json, "{\"path\": \"d\", \"type\": \"dir\""));
+	assert_non_null(strstr(json, "{\"path\": \"d/x.bin\", \"type\": \"file\", "
+			       "\"mode\": 416, \"size\": 300000"));
+	dcr_free(json);
+	assert_int_equal(dcr_read_open(h, "t2", "d/nope", &rf), -ENOENT);
+	assert_non_null(strstr(dcr_errmsg(), "d/nope"));
+	assert_int_equal(dcr_read_open(h, "t2", "d", &rf), -EISDIR);
+	for (int step = 0; step < 2; step++) {
+		assert_int_equal(dcr_read_open(h, step ? "latest" : "1", "/d/x.bin", &rf), 0);
+		assert_true(dcr_read_size(rf) == n && dcr_read_version(rf) == (uint64_t)step + 1);
+		/* Whole, with room to spare: short at the end only. */
+		assert_int_equal(dcr_read_pread(rf, buf, n + 10, 0), (int64_t)n);
+		assert_memory_equal(buf, a[step], n);
+		assert_int_equal(dcr_read_pread(rf, buf, 10, n), 0);
+		assert_int_equal(dcr_read_pread(rf, buf, 5000, n - 100), 100);
+		assert_memory_equal(buf, a[step] + n - 100, 100);
+		assert_int_equal(dcr_read_pread(rf, buf, 70000, 65000), 70000);
+		assert_memory_equal(buf, a[step] + 65000, 70000);
+		struct rd_thread t[4];
+		pthread_t th[4];
+		for (int i = 0; i < 4; i++) {
+			t[i] = (struct rd_thread){ rf, a[step], n, (uint64_t)i * 77 + 1, 0 };
+			assert_int_equal(pthread_create(&th[i], NULL, rd_thread, &t[i]), 0);
+		}
+		for (int i = 0; i < 4; i++) {
+			pthread_join(th[i], NULL);
+			assert_int_equal(t[i].bad, 0);
+		}
+		dcr_read_close(rf);
+	}
+	dcr_read_handle_close(h);
+	/* A damaged pack: a fresh private cache must fetch, and fails. */
+	damage_packs(f->store);
+	assert_int_equal(dcr_read_handle_open(f->s, NULL, &h), 0);
+	assert_int_equal(dcr_read_open(h, "2", "d/x.bin", &rf), 0);
+	assert_int_equal(dcr_read_pread(rf, buf, n, 0), -EIO);
+	assert_true(strlen(dcr_errmsg()) > 0);
+	dcr_read_close(rf);
+	dcr_read_handle_close(h);
+	/* The cache kept in rcache still proves its chunks: served. */
+	assert_int_equal(dcr_read_handle_open(f->s, &ro, &h), 0);
+	assert_int_equal(dcr_read_open(h, "2", "d/x.bin", &rf), 0);
+	assert_int_equal(dcr_read_pread(rf, buf, n, 0), (int64_t)n);
+	assert_memory_equal(buf, a[1], n);
+	dcr_read_close(rf);
+	dcr_read_handle_close(h);
+	free(a[0]);
+	free(a[1]);
+	free(buf);
+}
+
 int main(void)
 {
 	dcr_set_log_level(DCR_LEVEL_ERROR);
@@ -595,6 +744,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_maintenance, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_maintenance_gc, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sign_and_meta, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_read_api, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
