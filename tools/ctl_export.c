@@ -356,6 +356,11 @@ static void piece_export(void *arg, size_t i)
 
 	if (atomic_load(&f->err))
 		goto out;
+#ifdef DCR_TEST_HOOKS
+	/* HACKING: a slow export, for a kill in the middle of it */
+	if (getenv("DCRFS_TEST_EXPORT_DELAY_MS"))
+		usleep((useconds_t)atoi(getenv("DCRFS_TEST_EXPORT_DELAY_MS")) * 1000);
+#endif
 	if ((ret = file_start(e, f))) {
 		file_fail(f, ret);
 		goto out;
