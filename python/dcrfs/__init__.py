@@ -20,6 +20,11 @@ numpy only), delta_info(path) (what changed, from and to which version)
 and apply_delta(tensors, path, from_digest=None), which patches torch
 tensors or numpy arrays in place; a bad file raises DeltaError.
 
+To read a version without a mount (no FUSE, no root; every chunk
+verified as a mount does): open(url, version, path) (a binary file
+object), load_safetensors(url, version, path, device="cpu") (tensors) and
+Reader(url) for many files (python/dcrfs/_read.py).
+
 Tensors are numpy arrays or torch tensors (CPU). Contiguous memory is
 read in place (zero-copy): do not modify the tensors until publish()
 returns. torch bfloat16 is viewed as int16 (no copy); a non-contiguous
@@ -42,7 +47,7 @@ import threading
 
 __all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
            "verify", "gc", "tag", "read_delta", "delta_info", "apply_delta",
-           "DeltaError"]
+           "DeltaError", "Reader", "open", "load_safetensors"]
 
 _u64 = ctypes.c_uint64
 
@@ -549,3 +554,5 @@ class Commit:
 
 # The delta view's files (python/dcrfs/_delta.py): pure Python and numpy.
 from ._delta import DeltaError, apply_delta, delta_info, read_delta  # noqa: E402
+# Reading without a mount (python/dcrfs/_read.py): open, load_safetensors.
+from ._read import Reader, load_safetensors, open  # noqa: E402,A004
