@@ -104,6 +104,20 @@ same_tree "$T/s2" "$T/k"
 find "$T/k" -name '*.dcrfs-part' | grep -q . && fail "part files left after resume"
 [ ! -e "$T/k/.dcrfs-export" ] || fail "the export's cache was left in DIR"
 
+log "--cache-dir: one user at a time, said clearly"
+DCRFS_TEST_EXPORT_DELAY_MS=1000 "${CTL[@]}" export --jobs 1 --cache-dir "$T/busy" 2 "$T/b1" 2>/dev/null &
+bpid=$!
+_pids+=("$bpid")
+for ((i = 0; i < 200; i++)); do
+	[ -e "$T/b1/config.json" ] && break
+	sleep 0.05
+done
+rc=0; t "${CTL[@]}" export --cache-dir "$T/busy" 2 "$T/b2" 2>"$T/err" || rc=$?
+kill -9 "$bpid" 2>/dev/null || true
+wait "$bpid" 2>/dev/null || true
+[ "$rc" = 1 ] && grep -q "is in use by another dcrfs (pid $bpid)" "$T/err" ||
+	fail "a cache directory in use: status $rc: $(cat "$T/err")"
+
 log "--cache-dir: kept, and reused by the next export"
 t "${CTL[@]}" export --cache-dir "$T/rc" 2 "$T/c1" 2>/dev/null || fail "export --cache-dir failed"
 [ -d "$T/rc" ] || fail "--cache-dir not kept"
