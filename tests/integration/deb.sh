@@ -60,6 +60,7 @@ want_in "${debs[3]}" "/usr/lib/$MA/libdcr.so.0.0.0"
 want_in "${debs[1]}" /usr/include/dcr.h "/usr/lib/$MA/pkgconfig/dcr.pc"
 want_in "${debs[0]}" /usr/lib/python3/dist-packages/dcrfs/__init__.py \
 	/usr/lib/python3/dist-packages/dcrfs/_delta.py \
+	/usr/lib/python3/dist-packages/dcrfs/_read.py \
 	/usr/lib/python3/dist-packages/dcrfs/_paths.py
 grep -q '\.pyc$' "$T/list" && fail "python3-dcrfs ships .pyc files"
 
