@@ -677,10 +677,13 @@ int cmd_export(struct ctl *c, const struct args *a)
 	}
 	e.phase = "export";
 	atomic_store(&e.done, 0);
-	progress_start(&c->pg, 0);
-	dcr_wq_par_for(q, jobs, e.npieces, piece_export, &e);
-	progress_show(&c->pg, e.phase, atomic_load(&e.done), e.total, NULL, NULL, true);
-	progress_clear(&c->pg);
+	if (e.npieces) {
+		progress_start(&c->pg, 0);
+		dcr_wq_par_for(q, jobs, e.npieces, piece_export, &e);
+		progress_show(&c->pg, e.phase, atomic_load(&e.done), e.total, NULL,
+			      NULL, true);
+		progress_clear(&c->pg);
+	}
 	if (finish_dirs(&e))
 		atomic_fetch_add(&e.failed, 1);
 	report(&e, (double)(dcr_mono_ns() - t0) / 1e9, jobs);
