@@ -85,7 +85,7 @@ static void usage(FILE *f)
 "  -s, --store URL        store: a directory, file:///path or s3://bucket/prefix\n"
 "                         (default: $DCRFS_STORE)\n"
 "      --json             machine-readable output: one JSON value on stdout\n"
-"                         (every command)\n"
+"                         (every command but cat)\n"
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
 "      --trust FILE       verify: every version must be signed by one of the\n"
@@ -354,6 +354,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (a->jobs_set && !strcmp(a->cmd, "warm") && a->jobs > 64) {
 		fprintf(stderr, "dcrfs-ctl: --jobs: '%d' must be a number from 1 to 64\n", a->jobs);
+		return -1;
+	}
+	if (a->json && !strcmp(a->cmd, "cat")) {
+		fprintf(stderr, "dcrfs-ctl: cat writes the file's bytes: it takes no --json\n");
 		return -1;
 	}
 	if (a->cache_dir && strcmp(a->cmd, "export") && strcmp(a->cmd, "cat")) {
