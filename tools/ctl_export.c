@@ -522,11 +522,12 @@ static int finish_dirs(struct export *e)
 
 /*
  * A reader of the store on @cache_dir (NULL: a scratch directory made
- * into *@tmp, for the caller to remove), knowing version @v; logged on
- * failure (a cache directory a mount holds: its pid).
+ * into @tmp, for the caller to remove; @tmp_is_own: @cache_dir is the
+ * command's own, not the user's), its versions listed; logged on failure
+ * (a cache directory someone holds: its pid). 0 or -errno.
  */
-static int open_reader(struct ctl *c, const char *cache_dir, char *tmp,
-		       size_t cap, uint64_t cache_size, int fetch_threads,
+static int open_reader(struct ctl *c, const char *cache_dir, bool tmp_is_own,
+		       char *tmp, size_t cap, uint64_t cache_size, int fetch_threads,
 		       int64_t readahead, struct dcr_reader **out)
 {
 	struct dcr_reader_opts ro = { .cache_dir = cache_dir,
@@ -543,10 +544,11 @@ static int open_reader(struct ctl *c, const char *cache_dir, char *tmp,
 		ro.cache_dir = tmp;
 	}
 	if ((ret = dcr_reader_open(c->ix.st, &ro, out))) {
-		if (ret == -EBUSY)
-			dcr_err("(export and cat read through a cache directory "
-				"of their own: leave out --cache-dir, or read the "
-				"files from that mount)");
+		if (ret == -EBUSY && cache_dir && tmp_is_own)
+			dcr_err("(another export into this directory is running)");
+		else if (ret == -EBUSY)
+			dcr_err("(leave out --cache-dir to read through a cache of "
+				"its own, or read the files from that mount)");
 		return ret;
 	}
 	if ((ret = dcr_reader_refresh(*out, NULL))) {
@@ -613,11 +615,15 @@ int cmd_export(struct ctl *c, const struct args *a)
 		dcr_err("export: %s: name too long", e.dir);
 		goto out;
 	}
-	/* The cache in DIR is made here (open_reader's tmp is for cat). */
-	if ((ret = open_reader(c, a->cache_dir ? a->cache_dir : cache, tmp,
-			       sizeof(tmp), a->cache_dir ? 0 : EXPORT_CACHE_SIZE,
-			       jobs, -1, &e.r)))
-		goto out_cache;
+	/* The cache in DIR is made here (open_reader's tmp is for cat);
+	 * one held by another export into DIR (-EBUSY) is left to it. */
+	if ((ret = open_reader(c, a->cache_dir ? a->cache_dir : cache,
+			       !a->cache_dir, tmp, sizeof(tmp),
+			       a->cache_dir ? 0 : EXPORT_CACHE_SIZE, jobs, -1, &e.r))) {
+		if (ret != -EBUSY && !a->cache_dir)
+			dcr_rm_rf(cache);
+		goto out;
+	}
 	if ((ret = dcr_reader_version(e.r, e.v, &e.vi))) {
 		dcr_err("export: version %" PRIu64 ": %s", e.v, dcr_strerror(ret));
 		goto out_reader;
@@ -693,8 +699,7 @@ out_version:
 	dcr_reader_version_put(e.r, e.vi);
 out_reader:
 	dcr_reader_close(e.r);
-out_cache:
-	if (!a->cache_dir && e.dirfd >= 0)
+	if (!a->cache_dir)
 		dcr_rm_rf(cache);
 out:
 	for (size_t i = 0; i < e.nbufs; i++)
@@ -727,7 +732,7 @@ int cmd_cat(struct ctl *c, const struct args *a)
 		return EXIT_FAIL;
 	while (*path == '/')
 		path++;
-	if (open_reader(c, a->cache_dir, tmp, sizeof(tmp), a->cache_dir ? 0 :
+	if (open_reader(c, a->cache_dir, false, tmp, sizeof(tmp), a->cache_dir ? 0 :
 			DCR_INDEX_SCRATCH_CACHE, 0, 0, &r))
 		goto out;
 	if ((ret = dcr_reader_version(r, x->v, &vi))) {
