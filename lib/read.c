@@ -35,6 +35,9 @@
 /* Trees of versions kept in memory while no file of them is open. */
 #define READ_MAX_TREES 4
 
+/* The most one read of the reader asks for (a mount's prefetch block). */
+#define READ_PIECE ((size_t)8 << 20)
+
 /* The budget of a private cache when the caller gives none. */
 #define READ_PRIVATE_CACHE ((uint64_t)1 << 30)
 
@@ -270,9 +273,11 @@ DCR_API int64_t dcr_read_pread(dcr_read_file *f, void *buf, size_t len,
 	if (len > INT64_MAX)
 		len = INT64_MAX;
 	while (done < len && off + done < f->size) {
+		/* In pieces: one read of a huge range costs the reader more
+		 * CPU per byte (measured: 256 MiB at once, 1.4x 8 MiB ones). */
 		ssize_t n = dcr_reader_read_tree(f->h->r, f->v, f->tree, f->idx,
 						 off + done, (char *)buf + done,
-						 len - done);
+						 DCR_MIN(len - done, READ_PIECE));
 		if (n < 0)
 			return dcr_api_leave((int)n, f->vi->entries[f->idx].path);
 		if (n == 0)
