@@ -506,6 +506,11 @@ struct dcr_read_options {
 	/* Byte budget of the cache (least recently used chunks are
 	 * evicted past it); 0: 10 GiB for @cache_dir, 1 GiB private. */
 	uint64_t cache_size;
+	/* A trust file (PEM public keys, as a mount's -o trust=): only
+	 * versions signed by one of its keys are shown, and only tags
+	 * signed by one ("latest" is the newest such version; any other
+	 * is -ENOENT, saying so). NULL: trust the store. */
+	const char *trust_file;
 };
 
 /**

@@ -31,6 +31,7 @@
 #include "libdcr_int.h"
 #include "manifest.h"
 #include "reader.h"
+#include "sign.h"
 
 /* Trees of versions kept in memory while no file of them is open. */
 #define READ_MAX_TREES 4
@@ -44,6 +45,7 @@
 struct dcr_read_handle {
 	dcr_store_handle *s;
 	struct dcr_reader *r;
+	struct dcr_trust *trust;  /* options' trust_file, or NULL */
 	char tmp[PATH_MAX];  /* the private cache directory, or "" */
 };
 
@@ -71,6 +73,9 @@ DCR_API int dcr_read_handle_open(dcr_store_handle *s,
 	if (!(h = calloc(1, sizeof(*h))))
 		return dcr_api_leave(-ENOMEM, s->st->url);
 	h->s = s;
+	if (o && o->trust_file && (ret = dcr_trust_load(o->trust_file, &h->trust)))
+		goto err_free;
+	ro.trust = h->trust;
 	ro.cache_size = o ? o->cache_size : 0;
 	if (o && o->cache_dir && *o->cache_dir) {
 		ro.cache_dir = o->cache_dir;
@@ -93,6 +98,7 @@ err_rm:
 	if (h->tmp[0])
 		dcr_rm_rf(h->tmp);
 err_free:
+	dcr_trust_free(h->trust);
 	free(h);
 	return dcr_api_leave(ret, s->st->url);
 }
@@ -104,59 +110,14 @@ DCR_API void dcr_read_handle_close(dcr_read_handle *h)
 	dcr_reader_close(h->r);
 	if (h->tmp[0])
 		dcr_rm_rf(h->tmp);
+	dcr_trust_free(h->trust);
 	free(h);
 }
 
-/*
- * The version @name names (a number, a tag or "latest") into *@v: a
- * name that is not a number is looked up after a refresh, so "latest"
- * and tags are what the store says now. 0, -ENOENT (logged, naming it)
- * or the refresh's -errno.
- */
+/* The version @name names into *@v: dcr_reader_resolve. */
 static int resolve(dcr_read_handle *h, const char *name, uint64_t *v)
 {
-	const struct dcr_version_info *vi;
-	struct dcr_tag *tags;
-	size_t nt;
-	int ret;
-
-	if (!name || !*name)
-		return -EINVAL;
-	if (dcr_parse_u64(name, v) == 0 && *v) {
-		if (dcr_reader_version(h->r, *v, &vi) == 0) {
-			dcr_reader_version_put(h->r, vi);
-			return 0;
-		}
-		/* Perhaps published since the handle looked. */
-		if ((ret = dcr_reader_refresh(h->r, NULL)))
-			return ret;
-		if (dcr_reader_version(h->r, *v, &vi) == 0) {
-			dcr_reader_version_put(h->r, vi);
-			return 0;
-		}
-		dcr_err("%s: version %s does not exist", h->s->st->url, name);
-		return -ENOENT;
-	}
-	if ((ret = dcr_reader_refresh(h->r, NULL)))
-		return ret;
-	if (!strcmp(name, "latest")) {
-		if ((*v = dcr_reader_latest(h->r)))
-			return 0;
-		dcr_err("%s: the store has no version yet", h->s->st->url);
-		return -ENOENT;
-	}
-	if ((ret = dcr_reader_tags(h->r, &tags, &nt)))
-		return ret;
-	*v = 0;
-	for (size_t i = 0; i < nt; i++)
-		if (!strcmp(tags[i].name, name))
-			*v = tags[i].version;
-	dcr_reader_tags_free(tags, nt);
-	if (*v)
-		return 0;
-	dcr_err("%s: '%s' is neither a version number nor a tag", h->s->st->url,
-		name);
-	return -ENOENT;
+	return dcr_reader_resolve(h->r, name, v);
 }
 
 DCR_API int dcr_read_resolve(dcr_read_handle *h, const char *version,

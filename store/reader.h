@@ -214,6 +214,17 @@ int dcr_reader_version(struct dcr_reader *r, uint64_t v,
  */
 uint32_t dcr_version_lookup(const struct dcr_version_info *vi, const char *path);
 
+/**
+ * dcr_reader_resolve - the version @name names, as the tools take it (a
+ * number, a tag or "latest"), into *@v, among the versions this reader
+ * shows (with a trust set: the trusted ones, and trusted tags). A name
+ * that is not a known number is looked for after a refresh, so "latest"
+ * and tags are what the store says now. 0; -ENOENT (logged, naming
+ * @name, and with a trust set saying that untrusted versions are not
+ * shown); -EINVAL for an empty name; or the refresh's -errno.
+ */
+int dcr_reader_resolve(struct dcr_reader *r, const char *name, uint64_t *v);
+
 /** What is known of a version without its tree (dcr_reader_version_brief). */
 struct dcr_version_brief {
 	uint64_t parent;   /* 0: none */

@@ -1067,6 +1067,52 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	return ret;
 }
 
+int dcr_reader_resolve(struct dcr_reader *r, const char *name, uint64_t *v)
+{
+	const char *url = r->st->url ? r->st->url : "store";
+	const char *why = r->vs.trust ? " (or is not signed by a trusted key: "
+					"trust= shows only those)" : "";
+	struct dcr_version_brief b;
+	struct dcr_tag *tags;
+	size_t nt;
+	int ret;
+
+	if (!name || !*name)
+		return DCR_ERR(-EINVAL);
+	if (dcr_parse_u64(name, v) == 0 && *v) {
+		if (dcr_reader_version_brief(r, *v, &b) == 0)
+			return 0;
+		/* Perhaps published since the last look. */
+		if ((ret = dcr_reader_refresh(r, NULL)))
+			return ret;
+		if (dcr_reader_version_brief(r, *v, &b) == 0)
+			return 0;
+		dcr_err("%s: version %s does not exist%s", url, name, why);
+		return -ENOENT;
+	}
+	if ((ret = dcr_reader_refresh(r, NULL)))
+		return ret;
+	if (!strcmp(name, "latest")) {
+		if ((*v = dcr_reader_latest(r)))
+			return 0;
+		dcr_err("%s: the store has no version%s", url,
+			r->vs.trust ? " signed by a trusted key" : " yet");
+		return -ENOENT;
+	}
+	if ((ret = dcr_reader_tags(r, &tags, &nt)))
+		return ret;
+	*v = 0;
+	for (size_t i = 0; i < nt; i++)
+		if (!strcmp(tags[i].name, name))
+			*v = tags[i].version;
+	dcr_reader_tags_free(tags, nt);
+	if (*v)
+		return 0;
+	dcr_err("%s: '%s' is neither a version number nor a tag%s", url, name,
+		r->vs.trust ? " signed by a trusted key" : "");
+	return -ENOENT;
+}
+
 uint64_t dcr_reader_latest(struct dcr_reader *r)
 {
 	uint64_t v;

@@ -47,6 +47,7 @@
 #include "hash.h"
 #include "json.h"
 #include "reader.h"
+#include "sign.h"
 #include "wq.h"
 #include "ctl.h"
 
@@ -528,12 +529,14 @@ static int finish_dirs(struct export *e)
  */
 static int open_reader(struct ctl *c, const char *cache_dir, bool tmp_is_own,
 		       char *tmp, size_t cap, uint64_t cache_size, int fetch_threads,
-		       int64_t readahead, struct dcr_reader **out)
+		       int64_t readahead, const struct dcr_trust *trust,
+		       struct dcr_reader **out)
 {
 	struct dcr_reader_opts ro = { .cache_dir = cache_dir,
 				      .cache_size = cache_size,
 				      .fetch_threads = fetch_threads,
 				      .readahead = readahead,
+				      .trust = trust,
 				      .store_info = &c->ix.info };
 	int ret;
 
@@ -589,7 +592,7 @@ int cmd_export(struct ctl *c, const struct args *a)
 {
 	struct export e = { .c = c, .dirfd = -1, .dir = a->pos[1] };
 	struct dcr_wq *q = NULL;
-	struct dcr_ix_ver *x;
+	struct dcr_trust *trust = NULL;
 	char cache[PATH_MAX], tmp[PATH_MAX];
 	int jobs = dcr_cpu_threads(a->jobs_set ? a->jobs : 0);
 	int status = EXIT_FAIL, ret;
@@ -598,9 +601,8 @@ int cmd_export(struct ctl *c, const struct args *a)
 	pthread_mutex_init(&e.buf_lock, NULL);
 	pthread_mutex_init(&e.pg_lock, NULL);
 	pthread_mutex_init(&e.open_lock, NULL);
-	if (!(x = dcr_index_resolve(&c->ix, a->pos[0])))
+	if (a->trust && dcr_trust_load(a->trust, &trust))
 		goto out;
-	e.v = x->v;
 	if (mkdir(e.dir, 0755) && errno != EEXIST) {
 		dcr_err("export: %s: %s", e.dir, strerror(errno));
 		goto out;
@@ -619,11 +621,14 @@ int cmd_export(struct ctl *c, const struct args *a)
 	 * one held by another export into DIR (-EBUSY) is left to it. */
 	if ((ret = open_reader(c, a->cache_dir ? a->cache_dir : cache,
 			       !a->cache_dir, tmp, sizeof(tmp),
-			       a->cache_dir ? 0 : EXPORT_CACHE_SIZE, jobs, -1, &e.r))) {
+			       a->cache_dir ? 0 : EXPORT_CACHE_SIZE, jobs, -1, trust,
+			       &e.r))) {
 		if (ret != -EBUSY && !a->cache_dir)
 			dcr_rm_rf(cache);
 		goto out;
 	}
+	if (dcr_reader_resolve(e.r, a->pos[0], &e.v))
+		goto out_reader;
 	if ((ret = dcr_reader_version(e.r, e.v, &e.vi))) {
 		dcr_err("export: version %" PRIu64 ": %s", e.v, dcr_strerror(ret));
 		goto out_reader;
@@ -709,6 +714,7 @@ out:
 	free(e.pieces);
 	if (e.dirfd >= 0)
 		close(e.dirfd);
+	dcr_trust_free(trust);
 	pthread_mutex_destroy(&e.buf_lock);
 	pthread_mutex_destroy(&e.pg_lock);
 	pthread_mutex_destroy(&e.open_lock);
@@ -721,28 +727,30 @@ int cmd_cat(struct ctl *c, const struct args *a)
 {
 	const struct dcr_version_info *vi = NULL;
 	struct dcr_reader *r = NULL;
-	struct dcr_ix_ver *x;
+	struct dcr_trust *trust = NULL;
 	const char *path = a->pos[1];
 	char tmp[PATH_MAX] = "";
 	int status = EXIT_FAIL, ret;
 	void *buf = NULL;
 	uint32_t idx;
+	uint64_t v;
 
-	if (!(x = dcr_index_resolve(&c->ix, a->pos[0])))
-		return EXIT_FAIL;
 	while (*path == '/')
 		path++;
+	if (a->trust && dcr_trust_load(a->trust, &trust))
+		return EXIT_FAIL;
 	if (open_reader(c, a->cache_dir, false, tmp, sizeof(tmp), a->cache_dir ? 0 :
-			DCR_INDEX_SCRATCH_CACHE, 0, 0, &r))
+			DCR_INDEX_SCRATCH_CACHE, 0, 0, trust, &r) ||
+	    dcr_reader_resolve(r, a->pos[0], &v))
 		goto out;
-	if ((ret = dcr_reader_version(r, x->v, &vi))) {
-		dcr_err("cat: version %" PRIu64 ": %s", x->v, dcr_strerror(ret));
+	if ((ret = dcr_reader_version(r, v, &vi))) {
+		dcr_err("cat: version %" PRIu64 ": %s", v, dcr_strerror(ret));
 		goto out;
 	}
 	idx = dcr_version_lookup(vi, path);
 	if (!idx || vi->entries[idx].type != DCR_FT_REG) {
 		dcr_err("cat: %s: %s in version %" PRIu64, *path ? path : "/",
-			idx || !*path ? "a directory" : "no such file", x->v);
+			idx || !*path ? "a directory" : "no such file", v);
 		goto out;
 	}
 	if (!(buf = malloc(PIECE_BYTES))) {
@@ -750,11 +758,11 @@ int cmd_cat(struct ctl *c, const struct args *a)
 		goto out;
 	}
 	for (uint64_t off = 0;;) {
-		ssize_t n = dcr_reader_read_tree(r, x->v, vi->tree, idx, off, buf,
+		ssize_t n = dcr_reader_read_tree(r, v, vi->tree, idx, off, buf,
 						 PIECE_BYTES);
 		if (n < 0) {
 			dcr_err("cat: %s of version %" PRIu64 ": %s (the output "
-				"is incomplete)", path, x->v, dcr_strerror((int)n));
+				"is incomplete)", path, v, dcr_strerror((int)n));
 			goto out;
 		}
 		if (n == 0)
@@ -773,5 +781,6 @@ out:
 	dcr_reader_close(r);
 	if (tmp[0])
 		dcr_rm_rf(tmp);
+	dcr_trust_free(trust);
 	return status;
 }

@@ -89,7 +89,9 @@ static void usage(FILE *f)
 "      --deep             verify: also materialize every chunk and check every\n"
 "                         file's SHA-256\n"
 "      --trust FILE       verify: every version must be signed by one of the\n"
-"                         public keys in FILE (as a mount's -o trust=)\n"
+"                         public keys in FILE (as a mount's -o trust=);\n"
+"                         export, cat: only versions and tags signed by one\n"
+"                         of them are seen (latest: the newest such)\n"
 "      --sign-key KEYFILE tag: sign the tag with this private key\n"
 "gc options:\n"
 "      --keep-last N      keep the newest N versions (N >= 1, required)\n"
@@ -330,8 +332,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: only verify takes --deep\n");
 		return -1;
 	}
-	if (a->trust && strcmp(a->cmd, "verify")) {
-		fprintf(stderr, "dcrfs-ctl: only verify takes --trust (a mount takes -o trust=)\n");
+	if (a->trust && strcmp(a->cmd, "verify") && strcmp(a->cmd, "export") &&
+	    strcmp(a->cmd, "cat")) {
+		fprintf(stderr, "dcrfs-ctl: only verify, export and cat take --trust (a mount takes -o trust=)\n");
 		return -1;
 	}
 	if (a->sign_key && strcmp(a->cmd, "tag")) {

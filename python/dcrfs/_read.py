@@ -28,7 +28,8 @@ _u64 = ctypes.c_uint64
 
 
 class _ReadOptions(ctypes.Structure):
-    _fields_ = [("cache_dir", ctypes.c_char_p), ("cache_size", _u64)]
+    _fields_ = [("cache_dir", ctypes.c_char_p), ("cache_size", _u64),
+                ("trust_file", ctypes.c_char_p)]
 
 
 _lib.dcr_read_handle_open.argtypes = [_vp, ctypes.POINTER(_ReadOptions), ctypes.POINTER(_vp)]
@@ -49,18 +50,20 @@ _lib.dcr_read_close.restype = None
 
 class Reader:
     """A reader of the store at url (its versions listed at open); open()
-    files of any version through it. Thread-safe: its files may be read
+    files of any version through it. trust: a file of PEM public keys (a
+    mount's -o trust=): only versions and tags signed by one are seen. Thread-safe: its files may be read
     from several threads at once. Close it (or use ``with``) after its
     files."""
 
-    def __init__(self, url, cache_dir=None, cache_size=0):
+    def __init__(self, url, cache_dir=None, cache_size=0, trust=None):
         self.url = url
         self._s = _vp()
         self._h = _vp()
         _check(_lib.dcr_store_handle_open(_cstr(url, "store URL"), 0,
                                           ctypes.byref(self._s)), url)
         o = _ReadOptions(_cstr(cache_dir, "cache_dir", fs=True) if cache_dir else None,
-                         int(cache_size))
+                         int(cache_size),
+                         _cstr(trust, "trust", fs=True) if trust else None)
         try:
             _check(_lib.dcr_read_handle_open(self._s, ctypes.byref(o),
                                              ctypes.byref(self._h)), url)
@@ -213,12 +216,12 @@ class File(io.RawIOBase):
             pass
 
 
-def open(url, version, path, cache_dir=None):  # noqa: A001 (as io.open)
+def open(url, version, path, cache_dir=None, trust=None):  # noqa: A001
     """File path of version of the store at url as a binary file object
     (a context manager; read, readinto, seek, tell), every byte verified.
     It has a Reader of its own, closed with it; for many files, open them
     through one Reader."""
-    r = Reader(url, cache_dir=cache_dir)
+    r = Reader(url, cache_dir=cache_dir, trust=trust)
     try:
         return File(r, version, path, _owns_reader=True)
     except BaseException:
@@ -259,13 +262,14 @@ def _parse_header(buf, name):
     return hdr, base
 
 
-def load_safetensors(url, version, path, device="cpu", cache_dir=None, framework=None):
+def load_safetensors(url, version, path, device="cpu", cache_dir=None, framework=None,
+                     trust=None):
     """The tensors of the safetensors file path of version, {name: tensor},
     bit-exact to the file a mount shows (every chunk verified). torch
     tensors on device when torch is installed (framework="pt"), else
     numpy arrays (framework="np"; BF16 as uint16 and F8 as uint8, the
     bits, and device must be "cpu"). The file is read once into one
-    buffer that the CPU tensors share."""
+    buffer that the CPU tensors share. cache_dir, trust: as Reader's."""
     if framework is None:
         try:
             import torch  # noqa: F401
@@ -275,7 +279,7 @@ def load_safetensors(url, version, path, device="cpu", cache_dir=None, framework
     if framework not in ("pt", "np"):
         raise ValueError("dcrfs: framework must be 'pt' or 'np'")
     import numpy as np
-    with open(url, version, path, cache_dir=cache_dir) as f:
+    with open(url, version, path, cache_dir=cache_dir, trust=trust) as f:
         buf = np.empty(f.size, dtype=np.uint8)
         got = f.readinto(memoryview(buf)) if f.size else 0
         if got != f.size:

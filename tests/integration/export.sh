@@ -123,6 +123,18 @@ t "${CTL[@]}" export --cache-dir "$T/rc" 2 "$T/c1" 2>/dev/null || fail "export -
 [ -d "$T/rc" ] || fail "--cache-dir not kept"
 same_tree "$T/s2" "$T/c1"
 
+log "--trust: only signed versions are seen"
+t "$DCRFS_CTL" keygen "$T/key" >/dev/null || fail "keygen failed"
+t "$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/cc" --sign-key "$T/key" "$T/s1" >/dev/null 2>&1 ||
+	fail "signed commit failed"
+t "$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/cc" "$T/s2" >/dev/null 2>&1 ||
+	fail "unsigned commit failed"
+t "${CTL[@]}" export --trust "$T/key.pub" latest "$T/tr" 2>"$T/err" || fail "export --trust: $(cat "$T/err")"
+same_tree "$T/s1" "$T/tr"
+rc=0; t "${CTL[@]}" cat --trust "$T/key.pub" 2 config.json >/dev/null 2>"$T/err" || rc=$?
+[ "$rc" = 1 ] && grep -q "not signed by a trusted key" "$T/err" ||
+	fail "cat --trust of an unsigned version: status $rc: $(cat "$T/err")"
+
 log "a damaged pack: export fails clearly, no wrong file"
 for p in "$STORE"/packs/*; do
 	python3 - "$p" <<'EOF'
