@@ -5,7 +5,8 @@
 # bytes equal the committed file; dcrfs.load_safetensors gives torch
 # tensors and numpy arrays whose bytes, dtypes and shapes are those of
 # the file (parsed here from the format's spec, independently of the
-# module); a missing file raises DcrError ENOENT; and dcrfs-ctl export
+# module); a missing file raises DcrError ENOENT; trust= sees only the
+# versions signed by its keys; and dcrfs-ctl export
 # and cat of the S3 store are bit-exact with the committed tree.
 . "$(dirname "$0")/lib.sh"
 . "$DCR_SRCDIR/tests/integration/s3lib.sh"
@@ -81,5 +82,24 @@ with dcrfs.Reader(store) as r:
     except dcrfs.DcrError as e:
         assert e.errno == 2 and "nope" in str(e), e
 print("python reader ok")
+PYEOF
+log "Python: trust= sees only signed versions"
+t "$DCRFS_CTL" keygen "$T/key" >/dev/null || fail "keygen failed"
+t "$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/cc" --sign-key "$T/key" "$T/s1" >/dev/null 2>&1 ||
+	fail "signed commit failed"
+t "$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/cc" "$T/s2" >/dev/null 2>&1 || fail "commit failed"
+t "$PY" - "$STORE" "$T" <<'PYEOF' || fail "the Python reader with trust="
+import sys
+import dcrfs
+store, T = sys.argv[1], sys.argv[2]
+with dcrfs.Reader(store, trust=T + "/key.pub") as r:
+    assert r.resolve("latest") == 3
+    try:
+        r.open(4, "config.json")
+        raise AssertionError("an unsigned version was read under trust=")
+    except dcrfs.DcrError as e:
+        assert e.errno == 2 and "trusted" in str(e), e
+with dcrfs.open(store, "latest", "model.safetensors", trust=T + "/key.pub") as f:
+    assert f.version == 3 and f.read() == open(T + "/s1/model.safetensors", "rb").read()
 PYEOF
 log "ok"
