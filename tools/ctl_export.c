@@ -22,9 +22,16 @@
  * DIR/.dcrfs-export, removed when the export ends, kept after a kill so
  * that a re-run reuses the chunks already built.
  *
+ * Versions are named as the other commands take them, resolved through
+ * the reader (dcr_reader_resolve), so that with --trust only versions and
+ * tags signed by a trusted key are seen, as through a mount's trust=.
+ *
  * Threads: par_for's workers run piece_export and piece_check; they share
- * the struct export, whose counters are atomics and whose progress line
- * is drawn under pg_lock by whichever thread gets it.
+ * the struct export, whose counters are atomics. Locks, each a leaf
+ * (none is taken while another is held): buf_lock (the buffer pool),
+ * open_lock (a file's first piece opens its part file), pg_lock (the
+ * progress line, drawn by whichever thread gets it; tried, never waited
+ * for).
  */
 #include "config.h"
 
