@@ -225,21 +225,6 @@ size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen);
 int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k);
 
 /**
- * dcr_cache_advise - the caller is about to read the slab of @k whole,
- * in order (dcr_cache_check of every chunk, on several threads): tell
- * the kernel (POSIX_FADV_SEQUENTIAL on the slab's descriptor), so that
- * its own readahead runs ahead of the reads in large windows, and fills
- * the page cache in large folios, as a local file read front to back
- * gets them. The pages a check fills are the ones the kernel then
- * serves and maps for passthrough opens. Never POSIX_FADV_WILLNEED
- * here: the kernel fills an advised range with order-0 pages, and a
- * file left in 4 KiB pages is re-read at about half a local file's
- * speed and mmap-touched at a tenth (scripts/bench-pages). Best effort,
- * no error.
- */
-void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k);
-
-/**
  * dcr_cache_pin - a read-only descriptor of the slab of file @k->file of
  * version @k->v, for the kernel to serve reads from directly (FUSE
  * passthrough), if every chunk of it is present and proven in this

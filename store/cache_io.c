@@ -3,9 +3,8 @@
  * cache_io.c - the chunk cache's reads and writes of chunks (see
  * cache.h): a chunk found, read whole or in part and checked
  * (dcr_cache_read, _read_part, _check, _verify), one that fails punched
- * out; the advice before a whole slab is checked, and the pins of
- * whole slabs for passthrough opens; the writes (dcr_cache_put). The
- * locking notes are in cache_int.h.
+ * out; the pins of whole slabs for passthrough opens; the writes
+ * (dcr_cache_put). The locking notes are in cache_int.h.
  */
 #include "config.h"
 
@@ -351,20 +350,6 @@ int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k)
 }
 
 /* ------------------------------------------------------------- pins */
-
-void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k)
-{
-	int ret;
-	struct slab *s = slab_get(c, k, false, &ret);
-
-	if (!s)
-		return;
-	/* The advice belongs to the descriptor (its readahead state), which
-	 * only our own reads of this slab use: the check's, and the normal
-	 * path's of resident chunks, which read whole chunks in order too. */
-	posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	slab_put(c, s);
-}
 
 /* A pin is its slab: a pinned slab holds a reference, on the table or
  * dead (unlinked) until the pin goes. */

@@ -667,18 +667,17 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	 * (they may have rotted since); later opens find the slab verified
 	 * whole.
 	 *
-	 * The pages this check fills are the ones the loader reads (and
-	 * maps) next, so they are filled as a local file's would be: by
-	 * plain reads, which the kernel's own readahead serves ahead of
-	 * the hashing in large folios (up to PMD size where the file
-	 * system has them). No POSIX_FADV_WILLNEED here: the kernel fills
-	 * an advised range with order-0 pages, and a file left in 4 KiB
-	 * pages is re-read at about half a local file's speed and
-	 * mmap-touched at a tenth (issue 31, scripts/bench-pages); the
-	 * readahead's windows grow with the sequential advice.
+	 * The pages this check fills are the ones the kernel then serves
+	 * and maps to the loader, so they are filled as a local file's:
+	 * by plain reads and the kernel's own readahead, with no advice,
+	 * which reads ahead of the hashing in folios of up to 2 MiB (where
+	 * the file system has large folios), as for a local file read
+	 * once. Never POSIX_FADV_WILLNEED (nor readahead(2)): the kernel
+	 * fills an advised range in 4 KiB pages, and a file left so is
+	 * re-read at about half a local file's speed and mmap-touched at a
+	 * tenth (issue 31, scripts/bench-pages, tests/integration/pages.sh).
 	 */
 	b.verify = !dcr_cache_pin_verified(r->cache, &k);
-	dcr_cache_advise(r->cache, &k);
 	par_for(r, r->fetch_threads, (size_t)n, backing_check_one, &b);
 	ret = atomic_load(&b.failed);
 	if (ret)
