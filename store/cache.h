@@ -225,15 +225,6 @@ size_t dcr_cache_drop_version(struct dcr_cache *c, uint64_t v, uint32_t gen);
 int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k);
 
 /**
- * dcr_cache_advise - the caller will soon read bytes [@off, @off+@len)
- * of the slab of @k (through dcr_cache_check, say): start reading them
- * in (POSIX_FADV_WILLNEED), so that checking a whole file overlaps the
- * disk with the hashing. Best effort, no error.
- */
-void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k,
-		      uint64_t off, uint64_t len);
-
-/**
  * dcr_cache_pin - a read-only descriptor of the slab of file @k->file of
  * version @k->v, for the kernel to serve reads from directly (FUSE
  * passthrough), if every chunk of it is present and proven in this

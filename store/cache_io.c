@@ -351,18 +351,6 @@ int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k)
 
 /* ------------------------------------------------------------- pins */
 
-void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k,
-		      uint64_t off, uint64_t len)
-{
-	int ret;
-	struct slab *s = slab_get(c, k, false, &ret);
-
-	if (!s)
-		return;
-	posix_fadvise(s->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
-	slab_put(c, s);
-}
-
 /* A pin is its slab: a pinned slab holds a reference, on the table or
  * dead (unlinked) until the pin goes. */
 struct dcr_cache_pin;

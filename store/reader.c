@@ -589,9 +589,6 @@ ssize_t dcr_reader_prefetch(struct dcr_reader *r, uint64_t v, uint32_t tree,
 
 /* ------------------------------------------- backing files (passthrough) */
 
-/* How far ahead of the check of a backing file its disk reads run. */
-#define BACKING_AHEAD (UINT64_C(32) << 20)
-
 /* One backing file's check, shared by the threads of par_for. */
 struct backing_check {
 	struct dcr_reader *r;
@@ -603,14 +600,12 @@ struct backing_check {
 	atomic_uint_fast64_t bytes; /* chunk bytes found good */
 };
 
-/* par_for body: check chunk @i of the file; the first chunk of each
- * BACKING_AHEAD window starts the disk on the window after it. */
+/* par_for body: check chunk @i of the file. */
 static void backing_check_one(void *arg, size_t i)
 {
 	struct backing_check *b = arg;
 	struct dcr_catalog_chunk ref;
 	struct dcr_cache_key k;
-	uint64_t cs = b->rv->chunk_size, pos = (uint64_t)i * cs;
 	int ret;
 
 	if (atomic_load_explicit(&b->failed, memory_order_relaxed))
@@ -618,10 +613,6 @@ static void backing_check_one(void *arg, size_t i)
 	ret = ref_get(b->r, b->rv, b->file, i, &ref);
 	if (ret == 0) {
 		cache_key(&k, b->rv, b->file, i, &ref);
-		if (i == 0 || pos / BACKING_AHEAD != (pos - cs) / BACKING_AHEAD)
-			dcr_cache_advise(b->r->cache, &k,
-					 (pos / BACKING_AHEAD + 1) * BACKING_AHEAD,
-					 BACKING_AHEAD);
 		ret = b->verify ? dcr_cache_verify(b->r->cache, &k) :
 				  dcr_cache_check(b->r->cache, &k);
 		if (ret >= 0) {
@@ -672,12 +663,21 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	 * The kernel will read the file without us: before its first
 	 * passthrough open in this mount, every chunk is read and checked
 	 * now (through the page cache, so the kernel then reads it from
-	 * memory; on every thread, the disk read ahead of the hashing),
-	 * even chunks this mount wrote itself (they may have rotted since);
-	 * later opens find the slab verified whole.
+	 * memory; on every thread), even chunks this mount wrote itself
+	 * (they may have rotted since); later opens find the slab verified
+	 * whole.
+	 *
+	 * The pages this check fills are the ones the kernel then serves
+	 * and maps to the loader, so they are filled as a local file's:
+	 * by plain reads and the kernel's own readahead, with no advice,
+	 * which reads ahead of the hashing in folios of up to 2 MiB (where
+	 * the file system has large folios), as for a local file read
+	 * once. Never POSIX_FADV_WILLNEED (nor readahead(2)): the kernel
+	 * fills an advised range in 4 KiB pages, and a file left so is
+	 * re-read at about half a local file's speed and mmap-touched at a
+	 * tenth (issue 31, scripts/bench-pages, tests/integration/pages.sh).
 	 */
 	b.verify = !dcr_cache_pin_verified(r->cache, &k);
-	dcr_cache_advise(r->cache, &k, 0, BACKING_AHEAD);
 	par_for(r, r->fetch_threads, (size_t)n, backing_check_one, &b);
 	ret = atomic_load(&b.failed);
 	if (ret)
