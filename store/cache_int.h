@@ -11,6 +11,8 @@
  *   cache_room.c  the room slabs leave on their file system for the
  *                 catalog (the budget in effect)
  *   cache_io.c    the reads and checks of chunks, the pins, the writes
+ *   cache_scrub.c the re-checks of pinned slabs from disk and their
+ *                 repairs in place (the mount's scrub)
  *
  * Locking: @lock guards the slab table, every slab's descriptors,
  * bitmaps, byte count, last use and reference count, the byte total and
@@ -222,6 +224,15 @@ void sums_keep(struct dcr_cache *c, struct slab *s,
 int sums_read(struct dcr_cache *c, struct slab *s,
 		     const struct dcr_cache_key *k, uint64_t epoch,
 		     uint32_t off, void *dst, size_t n);
+/* Check @buf, the @k->len bytes of chunk @k of @s (opening @epoch) just
+ * read whole, against the sums kept for that content (in memory, else
+ * from @s's sums file): 0 if every sub-block matches, -EBADMSG with the
+ * first that does not in *@bad, -EAGAIN if none are kept, -ENOMEM.
+ * Takes sums_lock (not across the hashing), and @lock to open the
+ * file. */
+int sums_check(struct dcr_cache *c, struct slab *s,
+	       const struct dcr_cache_key *k, uint64_t epoch,
+	       const uint8_t *buf, uint32_t *bad);
 /* Take @e off its chain and the LRU list (the caller frees it). Caller
  * holds sums_lock, or is dcr_cache_close. */
 void sums_unlink(struct dcr_cache *c, struct sums *e);
