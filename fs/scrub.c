@@ -174,6 +174,7 @@ int dcrfs_scrub_start(struct dcrfs *fs)
 		free(sc);
 		return -ret;
 	}
+	pthread_setname_np(sc->thread, "dcrfs-scrub");
 	fs->scrub = sc;
 	return 0;
 }
