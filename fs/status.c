@@ -149,12 +149,15 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		", \"passes\": %" PRIu64 ", \"files_checked\": %" PRIu64
 		", \"bytes_checked\": %" PRIu64 ", \"rotten\": %" PRIu64
 		", \"repaired\": %" PRIu64 ", \"dropped\": %" PRIu64
-		", \"last_pass\": %.3f, \"last_pass_s\": %.3f},\n",
+		", \"last_pass\": %.3f, \"last_pass_s\": %.3f, \"verity\": \"%s\""
+		", \"sealed\": %" PRIu64 "},\n",
 		s->scrub.interval_ms / 1000.0, s->scrub.rate, s->scrub.passes,
 		s->scrub.files, s->scrub.bytes, s->scrub.rotten,
 		s->scrub.repaired, s->scrub.dropped,
 		(double)s->scrub.last_end_ns / 1e9,
-		(double)s->scrub.last_took_ns / 1e9);
+		(double)s->scrub.last_took_ns / 1e9,
+		r->cache_verity > 0 ? "on" : r->cache_verity < 0 ? "off" : "unknown",
+		r->cache_sealed);
 	fprintf(f, " \"prefetch\": {\"mode\": \"%s\", \"want\": %" PRIu64
 		", \"done\": %" PRIu64 ", \"current\": %" PRIu64 ", \"bytes_done\": %"
 		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64

@@ -94,6 +94,8 @@ struct dcr_cache_stats {
 	uint64_t evictions;  /* slabs evicted for the budget */
 	uint64_t bytes;      /* bytes currently accounted */
 	uint64_t pinned;     /* slabs pinned (dcr_cache_pin) now */
+	uint64_t sealed;     /* slabs sealed with fs-verity (cache_verity.c) */
+	int verity;          /* fs-verity: 1 works, -1 missing, 0 not tried */
 };
 
 /** Where a chunk lives in the cache and what it must hash to. */
@@ -244,7 +246,12 @@ void dcr_cache_advise(struct dcr_cache *c, const struct dcr_cache_key *k,
  * version) it is unlinked, its bytes counted against the budget until
  * the last unpin; the one exception is the scrub's repair of a chunk
  * found rotten, which writes the very bytes the chunk was proven to
- * hold over it (dcr_cache_repair_chunk). Returns the descriptor (the caller may close it at any
+ * hold over it (dcr_cache_repair_chunk). Pinned with
+ * DCR_CACHE_PIN_VERIFIED for the first time, a slab is sealed with
+ * fs-verity where the kernel and the file system support it, and the
+ * kernel's digest checked against that of the bytes just proven
+ * (store/cache_verity.c; a mismatch unlinks it and fails the pin with
+ * -EAGAIN). Returns the descriptor (the caller may close it at any
  * time) and the pin in *@pin, or -EAGAIN if some chunk is not present
  * and proven, -ESTALE for a fenced key, -ENOENT, or another -errno.
  */
@@ -307,6 +314,13 @@ int dcr_cache_scrub_chunk(struct dcr_cache *c, struct dcr_cache_pin *pin,
 int dcr_cache_repair_chunk(struct dcr_cache *c, struct dcr_cache_pin *pin,
 			   const struct dcr_cache_key *k, const uint8_t *data,
 			   uint8_t *buf);
+
+/**
+ * dcr_cache_pin_sealed - whether the pinned slab @pin was sealed with
+ * fs-verity at its first pin (see dcr_cache_pin): the kernel checks
+ * every page of it, and a scrub has nothing to do. Thread-safe.
+ */
+bool dcr_cache_pin_sealed(struct dcr_cache *c, struct dcr_cache_pin *pin);
 
 /**
  * dcr_cache_pin_drop - the pinned slab @pin holds a chunk that could not

@@ -13,6 +13,7 @@
  *   cache_io.c    the reads and checks of chunks, the pins, the writes
  *   cache_scrub.c the re-checks of pinned slabs from disk and their
  *                 repairs in place (the mount's scrub)
+ *   cache_verity.c pinned slabs sealed with fs-verity where it exists
  *
  * Locking: @lock guards the slab table, every slab's descriptors,
  * bitmaps, byte count, last use and reference count, the byte total and
@@ -72,6 +73,8 @@ struct slab {
 	pthread_mutex_t wlock; /* writes and punches of its chunks */
 	unsigned refs;       /* users; a dead slab is freed by the last */
 	unsigned pins;       /* dcr_cache_pin holders (each holds a ref) */
+	bool sealed;         /* fs-verity enabled and checked (this
+				instance: cache_verity.c) */
 	bool verified;       /* read and checked whole for a pin (this
 				instance; cleared when a chunk goes) */
 	uint64_t dead_bytes; /* what a pinned slab held when it died */
@@ -133,6 +136,8 @@ struct dcr_cache {
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
 	atomic_bool said_small; /* warned that one slab exceeds the budget */
+	atomic_int verity;      /* fs-verity: 1 works, -1 missing (said
+				   once), 0 not tried yet (cache_verity.c) */
 	atomic_bool fs_short;   /* the file system is short of the budget:
 				   said once per incident (fs_room) */
 
@@ -251,6 +256,15 @@ int fs_room(struct dcr_cache *c, struct slab *keep, uint64_t need);
 /* At open: set @headroom for the cache's file system and, if it holds
  * less than the budget, the budget in effect, said once. */
 void open_fit(struct dcr_cache *c);
+
+/* ---- cache_verity.c */
+
+/* Seal @s (just pinned whole and proven; @fd a read-only descriptor of
+ * it) with fs-verity and check the kernel's digest against that of the
+ * bytes read now: 0 sealed, 1 not (fs-verity missing: said once; or
+ * refused: logged), -EBADMSG (the digests differ: logged), or -errno.
+ * Takes @s->wlock and @lock. */
+int verity_seal(struct dcr_cache *c, struct slab *s, int fd);
 
 /* ---- cache_io.c */
 

@@ -737,6 +737,8 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 	dcr_cache_get_stats(r->cache, &cs);
 	s->cache_bytes = cs.bytes;
 	s->cache_errors = cs.io_errors;
+	s->cache_sealed = cs.sealed;
+	s->cache_verity = cs.verity;
 	s->cache_budget = r->cache_budget;
 	versions_stats(r, s);
 }

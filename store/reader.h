@@ -395,6 +395,9 @@ struct dcr_reader_stats {
 	uint64_t read_errors;   /* reads that failed (EIO, ENOMEM ...) */
 	uint64_t cache_errors;  /* local I/O errors of the chunk cache (each
 				 * logged; the chunk was built again) */
+	uint64_t cache_sealed;  /* cache files sealed with fs-verity */
+	int cache_verity;       /* fs-verity: 1 works, -1 missing, 0 not
+				 * tried yet (store/cache_verity.c) */
 	/* With a trust set: versions not shown, by why (each logged once;
 	 * a version counts once per reason it is judged for). */
 	uint64_t rejected_unsigned;   /* no signature */
