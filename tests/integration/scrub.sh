@@ -115,6 +115,8 @@ grep -q 'scrub: a.bin chunk 3 of v1 repaired in place' "$MOUNT_LOG" ||
 t cmp "$T/tree/a.bin" "$MNT/v1/a.bin" || fail "a.bin differs after the repair"
 grep -q 'dcrfs_scrub_repaired_chunks_total 1$' "$MNT/.dcrfs/metrics" ||
 	fail "the metrics do not count the repair"
+t "$DCR_BUILDDIR/dcrfs-ctl" status "$MNT" | grep -q '^scrub: .* 1 rotten chunks, 1 repaired, 0 files dropped$' ||
+	fail "dcrfs-ctl status does not report the scrub: $(t "$DCR_BUILDDIR/dcrfs-ctl" status "$MNT")"
 umount_dcrfs "$MNT" || fail "unmount"
 
 # the repair reached the disk, in the same cache file: a new mount checks
