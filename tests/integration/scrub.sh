@@ -18,8 +18,8 @@ MiB=$((1024 * 1024))
 SCRUB=${SCRUB_TEST_OPT:-scrub=1}
 
 mkdir -p "$T/tree"
-rand_file "$T/tree/a.bin" $((6 * MiB + 4321)) a
-rand_file "$T/tree/b.bin" $((5 * MiB)) b
+rand_file "$T/tree/a.bin" $((4 * MiB + 4321)) a
+rand_file "$T/tree/b.bin" $((4 * MiB)) b
 [ "$(commit "$STORE" "$T/tree" --chunk-size 1M)" = 1 ] || fail "commit"
 
 # status KEY... - a value of MNT/.dcrfs/status.json
