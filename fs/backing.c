@@ -165,6 +165,26 @@ void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino)
 	pthread_mutex_unlock(&fs->backing_lock);
 }
 
+ssize_t dcrfs_backing_snapshot(struct dcrfs *fs, struct dcrfs_backed **out)
+{
+	struct dcrfs_backed *a;
+	size_t n = 0;
+
+	pthread_mutex_lock(&fs->backing_lock);
+	a = malloc((fs->nbackings ? fs->nbackings : 1) * sizeof(*a));
+	for (size_t i = 0; a && i < fs->nbackings; i++) {
+		const struct dcrfs_backing *b = &fs->backings[i];
+
+		if (b->id > 0 && b->pin)
+			a[n++] = (struct dcrfs_backed){
+				b->ino, dcr_reader_backing_hold(fs->r, b->pin)
+			};
+	}
+	pthread_mutex_unlock(&fs->backing_lock);
+	*out = a;
+	return a ? (ssize_t)n : DCR_ERR(-ENOMEM);
+}
+
 void dcrfs_backing_free(struct dcrfs *fs)
 {
 	pthread_mutex_lock(&fs->backing_lock);

@@ -178,6 +178,10 @@ struct dcrfs {
 	struct dcrfs_backing *backings; /* sorted by inode */
 	size_t nbackings, backings_cap;
 
+	/* -o scrub=SECONDS, scrub_rate=SIZE (scrub.c): 0 ms: off */
+	unsigned int scrub_ms;
+	uint64_t scrub_rate;           /* bytes a second */
+	struct dcrfs_scrub *scrub;     /* NULL when off or not started */
 	uid_t uid;                     /* owner shown for every inode */
 	gid_t gid;
 	int64_t mount_ns;              /* mtime of the root of an empty store */
@@ -282,6 +286,48 @@ void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino);
 /** dcrfs_backing_free - forget every entry (unmounted: the kernel has
  * released everything, and closing /dev/fuse drops the backing ids). */
 void dcrfs_backing_free(struct dcrfs *fs);
+
+/** A version file open through passthrough, with a hold of its pin. */
+struct dcrfs_backed {
+	fuse_ino_t ino;
+	struct dcr_cache_pin *pin;
+};
+
+/**
+ * dcrfs_backing_snapshot - the version files open through passthrough
+ * now, into a malloc'ed *@out (the caller frees it), each with a hold of
+ * its cache file's pin (dcr_reader_backing_hold) that the caller
+ * releases with dcr_reader_backing_close. The count, or -ENOMEM.
+ * Thread-safe (backing.c).
+ */
+ssize_t dcrfs_backing_snapshot(struct dcrfs *fs, struct dcrfs_backed **out);
+
+/* ------------------------------------------------- the scrub (scrub.c) */
+
+/** The scrub's settings and what it found since the mount. */
+struct dcrfs_scrub_stats {
+	unsigned int interval_ms; /* 0: off */
+	uint64_t rate;            /* bytes a second */
+	uint64_t passes, files, bytes, rotten, repaired, dropped;
+	int64_t last_end_ns;      /* wall clock of the last pass's end; 0 */
+	int64_t last_took_ns;     /* how long it took */
+};
+
+/**
+ * dcrfs_scrub_start - with fs->scrub_ms, start the scrub's thread: every
+ * scrub_ms it re-checks the files open through passthrough from their
+ * cache files, at most scrub_rate bytes a second, and repairs in place
+ * what rotted (scrub.c). Without, says once that it is off. 0 or -errno.
+ */
+int dcrfs_scrub_start(struct dcrfs *fs);
+
+/** dcrfs_scrub_stop - stop and join it (within a chunk's check); safe
+ * when never started. Before dcrfs_backing_free. */
+void dcrfs_scrub_stop(struct dcrfs *fs);
+
+/** dcrfs_scrub_stats - its settings and counters into *@out.
+ * Thread-safe. */
+void dcrfs_scrub_stats(struct dcrfs *fs, struct dcrfs_scrub_stats *out);
 
 /** A running scrape endpoint (metrics_http.c). */
 struct dcrfs_metrics;

@@ -70,6 +70,10 @@
 #define POLL_MAX 604800 /* 7 days; said in the option table's hints */
 #define POLL_MIN_MS 50
 #define RELIST_DEFAULT 60
+/* -o scrub default, seconds, and the least interval (scrub.c) */
+#define SCRUB_DEFAULT 60
+#define SCRUB_MIN_MS 1000
+#define SCRUB_RATE_DEFAULT ((uint64_t)128 << 20)
 #define READAHEAD_DEFAULT ((uint64_t)1 << 20)
 #define READAHEAD_MAX ((uint64_t)1 << 30)
 #define MAX_THREADS_DEFAULT 64
@@ -88,6 +92,8 @@ struct opts {
 	char *trust;
 	char *passthrough;
 	char *latest_wait;
+	char *scrub;
+	char *scrub_rate;
 	char *readahead;
 	char *endpoint;
 	char *region;
@@ -146,6 +152,8 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("trust=%s", trust, 0),
 	OPT("passthrough=%s", passthrough, 0),
 	OPT("latest_wait=%s", latest_wait, 0),
+	OPT("scrub=%s", scrub, 0),
+	OPT("scrub_rate=%s", scrub_rate, 0),
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
 	OPT("nosplice", no_splice, 1),
 	OPT("nonempty", nonempty, 1),
@@ -246,6 +254,11 @@ static void usage(FILE *f)
 "    -o passthrough=auto|off  let the kernel read files that are whole and\n"
 "                           verified in the cache straight from it (FUSE\n"
 "                           passthrough; needs CAP_SYS_ADMIN; default auto)\n"
+"    -o scrub=SECONDS       re-check the files open through passthrough\n"
+"                           from the cache this often, repairing what\n"
+"                           rotted (default %d; 0 = off)\n"
+"    -o scrub_rate=SIZE     bytes a second a scrub reads at most (default\n"
+"                           128M)\n"
 "    -o latest_wait=SECS    with prefetch, /latest moves to a new version\n"
 "                           once it is prefetched, or after SECS (default\n"
 "                           %d; 0: at once)\n"
@@ -289,8 +302,8 @@ static void usage(FILE *f)
 "Mounts are always ro,nosuid,nodev,default_permissions.\n"
 "\n"
 "FUSE options (-o allow_other, allow_root, max_read=N, fsname=NAME, ...):\n",
-		POLL_DEFAULT, RELIST_DEFAULT, LATEST_WAIT_DEFAULT,
-		MAX_THREADS_DEFAULT);
+		POLL_DEFAULT, RELIST_DEFAULT, SCRUB_DEFAULT,
+		LATEST_WAIT_DEFAULT, MAX_THREADS_DEFAULT);
 }
 
 /* Names of options that would carry a secret; refused without echo. */
@@ -870,6 +883,13 @@ static const struct dcrfs_opt opt_table[] = {
 	{ "passthrough", GIVEN(passthrough), .words = passthrough_words,
 	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_PT_AUTO, TO_FS(pt.mode),
 	  .hint = "auto or off" },
+	{ "scrub", GIVEN(scrub), dcr_parse_ms, .min = SCRUB_MIN_MS,
+	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_ZERO | DCRFS_OPT_DEFAULT,
+	  .def = SCRUB_DEFAULT * 1000, TO_FS(scrub_ms),
+	  .hint = "seconds, 0 (off) or 1 to " STR(POLL_MAX) },
+	{ "scrub_rate", GIVEN(scrub_rate), dcr_parse_size, .min = 1 << 20,
+	  .flags = DCRFS_OPT_DEFAULT, .def = SCRUB_RATE_DEFAULT,
+	  TO_FS(scrub_rate), .hint = "bytes a second, 1M or more; e.g. 128M" },
 	{ "readahead", GIVEN(readahead), dcr_parse_size, .max = READAHEAD_MAX,
 	  .flags = DCRFS_OPT_DEFAULT, .def = READAHEAD_DEFAULT, .div = 1024,
 	  TO_FS(read_ahead_kb), .hint = "0 to 1G" },
@@ -974,6 +994,7 @@ static void free_opts(struct opts *o)
 {
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
 			  &o->prefetch, &o->trust, &o->passthrough, &o->latest_wait,
+			  &o->scrub, &o->scrub_rate,
 			  &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
@@ -1236,6 +1257,12 @@ int main(int argc, char *argv[])
 			dcr_strerror(ret));
 		goto out_unmount;
 	}
+	ret = dcrfs_scrub_start(&fs);
+	if (ret < 0) {
+		dcr_err("cannot start the scrub: %s", dcr_strerror(ret));
+		dcrfs_bg_stop(&fs);
+		goto out_unmount;
+	}
 	if (latest)
 		dcr_info("mounted %s on %s, latest v%" PRIu64, store,
 			 mountpoint, latest);
@@ -1270,6 +1297,7 @@ int main(int argc, char *argv[])
 		dcr_info("unmounting %s", mountpoint);
 	exit_code = ret < 0 ? 1 : 0;
 
+	dcrfs_scrub_stop(&fs);
 	dcrfs_bg_stop(&fs);
 	dcrfs_backing_free(&fs);
 out_unmount:

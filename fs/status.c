@@ -55,6 +55,7 @@ struct snap {
 	uint64_t pt_opens, pt_normal, pt_reads, pt_backing;
 	uint64_t pt_fb[DCRFS_PT_FB_COUNT];
 	int pt_on, pt_offered;
+	struct dcrfs_scrub_stats scrub;
 	double uptime, hit_rate;
 };
 
@@ -90,6 +91,7 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 	for (int i = 0; i < DCRFS_PT_FB_COUNT; i++)
 		s->pt_fb[i] = PT(fallbacks[i]);
 #undef PT
+	dcrfs_scrub_stats(fs, &s->scrub);
 	s->pt_on = dcrfs_pt_usable(&fs->pt);
 	s->pt_offered = atomic_load(&fs->pt.offered);
 	if (dcr_mirror_get_stats(fs->st, &s->mirrors))
@@ -143,6 +145,19 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		"\"backing_files\": %" PRIu64 ", \"reads_seen\": %" PRIu64 "},\n",
 		s->pt_offered ? "true" : "false", s->pt_on ? "true" : "false",
 		s->pt_backing, s->pt_reads);
+	fprintf(f, " \"scrub\": {\"interval\": %g, \"rate\": %" PRIu64
+		", \"passes\": %" PRIu64 ", \"files_checked\": %" PRIu64
+		", \"bytes_checked\": %" PRIu64 ", \"rotten\": %" PRIu64
+		", \"repaired\": %" PRIu64 ", \"dropped\": %" PRIu64
+		", \"last_pass\": %.3f, \"last_pass_s\": %.3f, \"verity\": \"%s\""
+		", \"sealed\": %" PRIu64 "},\n",
+		s->scrub.interval_ms / 1000.0, s->scrub.rate, s->scrub.passes,
+		s->scrub.files, s->scrub.bytes, s->scrub.rotten,
+		s->scrub.repaired, s->scrub.dropped,
+		(double)s->scrub.last_end_ns / 1e9,
+		(double)s->scrub.last_took_ns / 1e9,
+		r->cache_verity > 0 ? "on" : r->cache_verity < 0 ? "off" : "unknown",
+		r->cache_sealed);
 	fprintf(f, " \"prefetch\": {\"mode\": \"%s\", \"want\": %" PRIu64
 		", \"done\": %" PRIu64 ", \"current\": %" PRIu64 ", \"bytes_done\": %"
 		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64
@@ -268,6 +283,22 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		{ "passthrough_reads_seen_total", true,
 		  "Reads that reached the daemon on passthrough opens.",
 		  (double)s->pt_reads },
+		{ "scrub_passes_total", true,
+		  "Scrub passes over the files open through passthrough.",
+		  (double)s->scrub.passes },
+		{ "scrub_files_total", true, "Files the scrub checked whole.",
+		  (double)s->scrub.files },
+		{ "scrub_bytes_total", true, "Bytes the scrub read and checked.",
+		  (double)s->scrub.bytes },
+		{ "scrub_rotten_chunks_total", true,
+		  "Chunks the scrub found rotten in the cache.",
+		  (double)s->scrub.rotten },
+		{ "scrub_repaired_chunks_total", true,
+		  "Rotten chunks the scrub rewrote in place with proven bytes.",
+		  (double)s->scrub.repaired },
+		{ "scrub_dropped_files_total", true,
+		  "Files the scrub took out of the cache (not repairable).",
+		  (double)s->scrub.dropped },
 		{ "delta_views_built_total", true,
 		  "Delta views (MNT/delta) built.", (double)s->dv_built },
 		{ "delta_view_bytes_built_total", true,

@@ -579,6 +579,7 @@ void dcr_cache_get_stats(struct dcr_cache *c, struct dcr_cache_stats *s)
 	*s = c->st;
 	s->bytes = c->bytes + c->dead_pinned;
 	pthread_mutex_unlock(&c->lock);
+	s->verity = atomic_load(&c->verity);
 }
 
 /* --------------------------------------------------------- eviction */

@@ -94,6 +94,8 @@ struct dcr_cache_stats {
 	uint64_t evictions;  /* slabs evicted for the budget */
 	uint64_t bytes;      /* bytes currently accounted */
 	uint64_t pinned;     /* slabs pinned (dcr_cache_pin) now */
+	uint64_t sealed;     /* slabs sealed with fs-verity (cache_verity.c) */
+	int verity;          /* fs-verity: 1 works, -1 missing, 0 not tried */
 };
 
 /** Where a chunk lives in the cache and what it must hash to. */
@@ -233,7 +235,14 @@ int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k);
  * or truncated: it is whole and proven, so no put or punch touches it,
  * the budget does not evict it, and when it must go (dcr_cache_drop_
  * version) it is unlinked, its bytes counted against the budget until
- * the last unpin. Returns the descriptor (the caller may close it at any
+ * the last unpin; the one exception is the scrub's repair of a chunk
+ * found rotten, which writes the very bytes the chunk was proven to
+ * hold over it (dcr_cache_repair_chunk). Pinned with
+ * DCR_CACHE_PIN_VERIFIED for the first time, a slab is sealed with
+ * fs-verity where the kernel and the file system support it, and the
+ * kernel's digest checked against that of the bytes just proven
+ * (store/cache_verity.c; a mismatch unlinks it and fails the pin with
+ * -EAGAIN). Returns the descriptor (the caller may close it at any
  * time) and the pin in *@pin, or -EAGAIN if some chunk is not present
  * and proven, -ESTALE for a fenced key, -ENOENT, or another -errno.
  */
@@ -258,6 +267,59 @@ bool dcr_cache_pin_verified(struct dcr_cache *c,
 
 /** dcr_cache_unpin - release @pin (from dcr_cache_pin); NULL accepted. */
 void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin);
+
+/**
+ * dcr_cache_pin_hold - another hold of the pin @pin (the slab stays
+ * pinned until each hold is released with dcr_cache_unpin), for a user
+ * of the slab that may outlive the pin's holder (the scrub). Returns
+ * @pin. Thread-safe; @pin must be held by the caller's side meanwhile.
+ */
+struct dcr_cache_pin *dcr_cache_pin_hold(struct dcr_cache *c,
+					 struct dcr_cache_pin *pin);
+
+/**
+ * dcr_cache_scrub_chunk - re-check chunk @k of the pinned slab @pin (a
+ * file the kernel reads through FUSE passthrough; store/cache_scrub.c):
+ * read it as the kernel would serve it (resident pages from memory, the
+ * rest from the disk around the page cache) into @buf (@k->len bytes,
+ * DCR_CACHE_ALIGN-aligned) and check it against its sub-block sums, or
+ * without them against @k's check value (keeping its sums). 0 if good,
+ * -EBADMSG if it is not (*@sub: the first 64 KiB sub-block that failed,
+ * UINT32_MAX when the whole chunk's check did), -EINVAL if @k is not a
+ * chunk of @pin's slab, or another -errno. Nothing is punched or
+ * unlinked. Thread-safe.
+ */
+int dcr_cache_scrub_chunk(struct dcr_cache *c, struct dcr_cache_pin *pin,
+			  const struct dcr_cache_key *k, uint8_t *buf,
+			  uint32_t *sub);
+
+/**
+ * dcr_cache_repair_chunk - write @data, chunk @k as the caller proved it
+ * (checked again here against @k's check value), over its range of the
+ * pinned slab @pin, in place and through the page cache, then to disk;
+ * read it back into @buf (@k->len bytes) and check it. The slab's size
+ * and allocation do not change (no hole, no truncation), so the opens
+ * and mappings the kernel serves from it read these bytes from then on.
+ * 0, -EBADMSG (still wrong once read back), or -errno. Thread-safe.
+ */
+int dcr_cache_repair_chunk(struct dcr_cache *c, struct dcr_cache_pin *pin,
+			   const struct dcr_cache_key *k, const uint8_t *data,
+			   uint8_t *buf);
+
+/**
+ * dcr_cache_pin_sealed - whether the pinned slab @pin was sealed with
+ * fs-verity at its first pin (see dcr_cache_pin): the kernel checks
+ * every page of it, and a scrub has nothing to do. Thread-safe.
+ */
+bool dcr_cache_pin_sealed(struct dcr_cache *c, struct dcr_cache_pin *pin);
+
+/**
+ * dcr_cache_pin_drop - the pinned slab @pin holds a chunk that could not
+ * be repaired: take it out of the cache (unlinked; the pins keep the
+ * inode for those who hold it), so that the next pin of its file finds
+ * none and the file is materialized again. Thread-safe.
+ */
+void dcr_cache_pin_drop(struct dcr_cache *c, struct dcr_cache_pin *pin);
 
 /**
  * dcr_cache_slab_path - the file name of the slab of file @file of

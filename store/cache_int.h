@@ -11,6 +11,9 @@
  *   cache_room.c  the room slabs leave on their file system for the
  *                 catalog (the budget in effect)
  *   cache_io.c    the reads and checks of chunks, the pins, the writes
+ *   cache_scrub.c the re-checks of pinned slabs from disk and their
+ *                 repairs in place (the mount's scrub)
+ *   cache_verity.c pinned slabs sealed with fs-verity where it exists
  *
  * Locking: @lock guards the slab table, every slab's descriptors,
  * bitmaps, byte count, last use and reference count, the byte total and
@@ -70,6 +73,8 @@ struct slab {
 	pthread_mutex_t wlock; /* writes and punches of its chunks */
 	unsigned refs;       /* users; a dead slab is freed by the last */
 	unsigned pins;       /* dcr_cache_pin holders (each holds a ref) */
+	bool sealed;         /* fs-verity enabled and checked (this
+				instance: cache_verity.c) */
 	bool verified;       /* read and checked whole for a pin (this
 				instance; cleared when a chunk goes) */
 	uint64_t dead_bytes; /* what a pinned slab held when it died */
@@ -131,6 +136,8 @@ struct dcr_cache {
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
 	atomic_bool said_small; /* warned that one slab exceeds the budget */
+	atomic_int verity;      /* fs-verity: 1 works, -1 missing (said
+				   once), 0 not tried yet (cache_verity.c) */
 	atomic_bool fs_short;   /* the file system is short of the budget:
 				   said once per incident (fs_room) */
 
@@ -222,6 +229,15 @@ void sums_keep(struct dcr_cache *c, struct slab *s,
 int sums_read(struct dcr_cache *c, struct slab *s,
 		     const struct dcr_cache_key *k, uint64_t epoch,
 		     uint32_t off, void *dst, size_t n);
+/* Check @buf, the @k->len bytes of chunk @k of @s (opening @epoch) just
+ * read whole, against the sums kept for that content (in memory, else
+ * from @s's sums file): 0 if every sub-block matches, -EBADMSG with the
+ * first that does not in *@bad, -EAGAIN if none are kept, -ENOMEM.
+ * Takes sums_lock (not across the hashing), and @lock to open the
+ * file. */
+int sums_check(struct dcr_cache *c, struct slab *s,
+	       const struct dcr_cache_key *k, uint64_t epoch,
+	       const uint8_t *buf, uint32_t *bad);
 /* Take @e off its chain and the LRU list (the caller frees it). Caller
  * holds sums_lock, or is dcr_cache_close. */
 void sums_unlink(struct dcr_cache *c, struct sums *e);
@@ -240,6 +256,15 @@ int fs_room(struct dcr_cache *c, struct slab *keep, uint64_t need);
 /* At open: set @headroom for the cache's file system and, if it holds
  * less than the budget, the budget in effect, said once. */
 void open_fit(struct dcr_cache *c);
+
+/* ---- cache_verity.c */
+
+/* Seal @s (just pinned whole and proven; @fd a read-only descriptor of
+ * it) with fs-verity and check the kernel's digest against that of the
+ * bytes read now: 0 sealed, 1 not (fs-verity missing: said once; or
+ * refused: logged), -EBADMSG (the digests differ: logged), or -errno.
+ * Takes @s->wlock and @lock. */
+int verity_seal(struct dcr_cache *c, struct slab *s, int fd);
 
 /* ---- cache_io.c */
 

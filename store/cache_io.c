@@ -427,6 +427,18 @@ int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
 		*pin = NULL;
 		return ret;
 	}
+	if (first && (flags & DCR_CACHE_PIN_VERIFIED) &&
+	    verity_seal(c, s, fd) == -EBADMSG) {
+		close(fd);
+		pthread_mutex_lock(&c->lock);
+		s->verified = false;
+		if (!s->dead)
+			slab_evict(c, s);
+		pthread_mutex_unlock(&c->lock);
+		dcr_cache_unpin(c, *pin);
+		*pin = NULL;
+		return -EAGAIN;
+	}
 	return fd;
 }
 

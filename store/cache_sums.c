@@ -266,6 +266,52 @@ void sums_keep(struct dcr_cache *c, struct slab *s,
 	sums_insert(c, e);
 }
 
+int sums_check(struct dcr_cache *c, struct slab *s,
+	       const struct dcr_cache_key *k, uint64_t epoch,
+	       const uint8_t *buf, uint32_t *bad)
+{
+	uint32_t n = (uint32_t)(((uint64_t)k->len + SUB_SIZE - 1) >> SUB_SHIFT);
+	uint8_t (*want)[DCR_XXH_LEN], got[DCR_XXH_LEN];
+	struct sums *e;
+	int ret = 0;
+
+	if (!c->sums_tab)
+		return -EAGAIN;
+	want = malloc((size_t)n * DCR_XXH_LEN);
+	if (!want)
+		return DCR_ERR(-ENOMEM);
+	pthread_mutex_lock(&c->sums_lock);
+	e = sums_find(c, epoch, k->chunk);
+	if (e && e->len == k->len && e->n == n &&
+	    memcmp(e->check, key_check(k), DCR_XXH_LEN) == 0)
+		memcpy(want, e->sum, (size_t)n * DCR_XXH_LEN);
+	else
+		e = NULL;
+	pthread_mutex_unlock(&c->sums_lock);
+	if (!e) {
+		e = sums_load(c, s, k, epoch);
+		if (!e) {
+			free(want);
+			return -EAGAIN;
+		}
+		memcpy(want, e->sum, (size_t)n * DCR_XXH_LEN);
+		sums_insert(c, e);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t at = (uint64_t)i << SUB_SHIFT;
+
+		dcr_xxh128(buf + at, DCR_MIN((uint64_t)SUB_SIZE, k->len - at),
+			   got);
+		if (memcmp(got, want[i], DCR_XXH_LEN) != 0) {
+			*bad = i;
+			ret = -EBADMSG;
+			break;
+		}
+	}
+	free(want);
+	return ret;
+}
+
 /* Sub-blocks one sums_read checks at most (a longer read reads whole). */
 #define SUMS_READ_MAX 64
 

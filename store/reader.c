@@ -509,13 +509,13 @@ static ssize_t read_impl(struct dcr_reader *r, uint64_t v, int64_t tree,
 }
 
 /* A read begins: no tree is unloaded until it ends (trees_trim). */
-static void read_enter(struct dcr_reader *r)
+void read_enter(struct dcr_reader *r)
 {
 	atomic_fetch_add(&r->active, 1);
 	atomic_fetch_add(&r->activity, 1);
 }
 
-static void read_leave(struct dcr_reader *r)
+void read_leave(struct dcr_reader *r)
 {
 	atomic_fetch_sub(&r->active, 1);
 }
@@ -698,6 +698,12 @@ void dcr_reader_set_cache_direct(struct dcr_reader *r, bool on)
 	atomic_store(&r->cache_direct, on);
 }
 
+struct dcr_cache_pin *dcr_reader_backing_hold(struct dcr_reader *r,
+					      struct dcr_cache_pin *pin)
+{
+	return dcr_cache_pin_hold(r->cache, pin);
+}
+
 void dcr_reader_backing_close(struct dcr_reader *r, struct dcr_cache_pin *pin)
 {
 	dcr_cache_unpin(r->cache, pin);
@@ -731,6 +737,8 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 	dcr_cache_get_stats(r->cache, &cs);
 	s->cache_bytes = cs.bytes;
 	s->cache_errors = cs.io_errors;
+	s->cache_sealed = cs.sealed;
+	s->cache_verity = cs.verity;
 	s->cache_budget = r->cache_budget;
 	versions_stats(r, s);
 }

@@ -353,6 +353,46 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
  * pinned; NULL accepted. Thread-safe. */
 void dcr_reader_backing_close(struct dcr_reader *r, struct dcr_cache_pin *pin);
 
+/** What dcr_reader_scrub_backing found; it adds to these counters. */
+struct dcr_scrub_counts {
+	uint64_t files;    /* files checked to their end */
+	uint64_t bytes;    /* chunk bytes read and checked */
+	uint64_t rotten;   /* chunks that failed their check */
+	uint64_t repaired; /* of those, rewritten in place with proven bytes */
+	uint64_t dropped;  /* files taken out of the cache (not repairable) */
+};
+
+/** Called by dcr_reader_scrub_backing after each chunk of @bytes: pace
+ * the scrub (sleep), and return non-zero to stop it. */
+typedef int (*dcr_scrub_pace_fn)(void *arg, uint64_t bytes);
+
+/**
+ * dcr_reader_scrub_backing - re-check entry @idx of version @v (tree
+ * @tree) in its pinned cache file @pin (from dcr_reader_backing_open,
+ * held with dcr_reader_backing_hold), chunk by chunk, from what the
+ * kernel would serve (store/rscrub.c). A chunk that fails its check is
+ * built again from the store and written over the rotten one in place,
+ * so that the passthrough opens and mappings of the file read right
+ * bytes from then on; one that cannot be takes the file out of the
+ * cache. Each failure is logged. Adds to *@cnt; calls @pace (may be
+ * NULL) after each chunk. 0 when the file was checked to its end, 1 if
+ * @pace stopped it, -ESTALE or -ENOENT if its version or tree is gone,
+ * or another -errno. Thread-safe.
+ */
+int dcr_reader_scrub_backing(struct dcr_reader *r, uint64_t v, uint32_t tree,
+			     uint32_t idx, struct dcr_cache_pin *pin,
+			     dcr_scrub_pace_fn pace, void *arg,
+			     struct dcr_scrub_counts *cnt);
+
+/**
+ * dcr_reader_backing_hold - another hold of @pin (dcr_reader_backing_
+ * open's), released with dcr_reader_backing_close: the file stays
+ * pinned while a scrub of it runs, whatever its opens do. Returns @pin.
+ * The caller must know @pin held meanwhile. Thread-safe.
+ */
+struct dcr_cache_pin *dcr_reader_backing_hold(struct dcr_reader *r,
+					      struct dcr_cache_pin *pin);
+
 struct dcr_reader_stats {
 	uint64_t latest;        /* newest version known */
 	uint64_t versions;      /* versions known */
@@ -375,6 +415,9 @@ struct dcr_reader_stats {
 	uint64_t read_errors;   /* reads that failed (EIO, ENOMEM ...) */
 	uint64_t cache_errors;  /* local I/O errors of the chunk cache (each
 				 * logged; the chunk was built again) */
+	uint64_t cache_sealed;  /* cache files sealed with fs-verity */
+	int cache_verity;       /* fs-verity: 1 works, -1 missing, 0 not
+				 * tried yet (store/cache_verity.c) */
 	/* With a trust set: versions not shown, by why (each logged once;
 	 * a version counts once per reason it is judged for). */
 	uint64_t rejected_unsigned;   /* no signature */

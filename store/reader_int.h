@@ -13,6 +13,9 @@
  *                   verified; batches of misses and their ranged GETs
  *   rqueues.c       the background queues (core/wq.h): write-behind,
  *                   read-ahead decode, read-ahead, the par_for pool
+ *   rscrub.c        the re-check of files open through passthrough
+ *                   (the mount's scrub), and the repair of a rotten
+ *                   chunk from its chain
  *
  * Each file owns its part of struct dcr_reader, a sub-struct that it
  * initialises and tears down: vs (rversions.c; ridentity.c and rlayout.c
@@ -461,6 +464,11 @@ struct rreq {
 	 * every chunk is in the cache, so the flights it joins must have
 	 * ended, not only built their chunk. */
 	bool settle;
+	/* Rebuild from the chunk's chain (the scrub's repair of a chunk
+	 * found rotten in a pinned slab, rscrub.c): its own place in the
+	 * cache is neither read (the rotten copy: a failed check there
+	 * would unlink the slab the kernel serves) nor written. */
+	bool rebuild;
 };
 
 /* Log a read path error of request @q: at debug level if speculative. */
@@ -536,6 +544,13 @@ struct batch {
 	struct run *runs;
 	size_t nruns;
 };
+
+/* ------------------------------------------------- reader.c: reads */
+
+/* A read (or a scrub's step) begins and ends: while any is in progress
+ * no tree is unloaded (trees_trim). */
+void read_enter(struct dcr_reader *r);
+void read_leave(struct dcr_reader *r);
 
 /* ------------------------------------------- rversions.c: versions */
 

@@ -511,6 +511,10 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	c->ready = true;
 	STAT_ADD(b->r, materialized, p->clen);
 	STAT_ADD(b->r, verified, p->clen);
+	if (b->q.rebuild) { /* its place in the cache is the scrub's */
+		cent_publish(b->r, c->e, 0, true);
+		return;
+	}
 	cent_publish(b->r, c->e, 0, false);
 	if (b->q.pagecache || b->q.settle || !wq_submit(b->r, c->e)) {
 		piece_put(b->r, &b->q, p, c->e->data);
@@ -670,8 +674,10 @@ void batch_prepare(struct batch *b, struct piece *ps)
 		if (c->rc || !c->leader)
 			continue;
 		/* A leader that just finished may have cached it after our
-		 * miss: look once more before fetching. */
-		{
+		 * miss: look once more before fetching (not for a rebuild:
+		 * the cache's copy is what failed). */
+		c->rc = -ENOENT;
+		if (!b->q.rebuild) {
 			struct dcr_cache_key k;
 
 			cache_key(&k, c->p->w.rv, c->p->w.file, c->p->w.chunk,
@@ -748,7 +754,7 @@ int batch_finish(struct batch *b, int nthreads)
 			/* Built as another version's or file's chunk of the
 			 * same content: ours goes to the cache too, so that
 			 * every chunk a read served is in its own slab. */
-			if (!where_eq(&e->w, &c->p->w))
+			if (!where_eq(&e->w, &c->p->w) && !b->q.rebuild)
 				piece_put(r, &b->q, c->p, e->data);
 		} else if (e->quiet && !b->q.quiet) {
 			/* Read-ahead failed quietly: do it ourselves, so the

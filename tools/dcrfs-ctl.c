@@ -902,6 +902,17 @@ static int cmd_status(const char *mnt, int json)
 		       dcr_format_size((uint64_t)json_num(t, "prefetch", "bytes_total"), b[4], sizeof(b[4])));
 	else
 		printf("prefetch:  v%.0f done\n", json_num(t, "prefetch", "done"));
+	if (json_num(t, "scrub", "interval") > 0)
+		printf("scrub:     every %g s, %s checked; %.0f rotten chunks, "
+		       "%.0f repaired, %.0f files dropped\n",
+		       json_num(t, "scrub", "interval"),
+		       dcr_format_size((uint64_t)json_num(t, "scrub", "bytes_checked"),
+				       b[0], sizeof(b[0])),
+		       json_num(t, "scrub", "rotten"),
+		       json_num(t, "scrub", "repaired"),
+		       json_num(t, "scrub", "dropped"));
+	else
+		printf("scrub:     off\n");
 	printf("memory:    %s resident\n",
 	       dcr_format_size((uint64_t)json_num(t, NULL, "rss_bytes"), b[0], sizeof(b[0])));
 	free(t);
