@@ -71,6 +71,8 @@ static void usage(FILE *f)
 "                         version materializes with at most K frames per chunk\n"
 "  status MNT             what the dcrfs mounted on MNT is doing (no store\n"
 "                         needed: read from MNT/.dcrfs/status.json)\n"
+"  wait MNT               wait until the dcrfs mounted on MNT shows a newer\n"
+"                         latest, then print its number (no store needed)\n"
 "  warm [V]               fill the cache tiers with the packs of version V\n"
 "                         (default latest), each through the mirror the\n"
 "                         mounts send it to\n"
@@ -106,6 +108,10 @@ static void usage(FILE *f)
 "                         mirror= (repeat it; default: $DCRFS_MIRROR)\n"
 "      --slice SIZE       bytes per GET: the tier's slice (default 1M)\n"
 "      --jobs N           GETs at once (default 8, at most 64)\n"
+"wait options:\n"
+"      --newer-than N     wait for a version newer than N (default: the one\n"
+"                         latest shows now; 0: any version)\n"
+"      --timeout SECONDS  give up after this long (0.5, 90, 15m): exit 1\n"
 "global options:\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
@@ -147,6 +153,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "sign-key", required_argument, NULL, 'k' },
 		{ "trust", required_argument, NULL, 'r' },
+		{ "newer-than", required_argument, NULL, 'W' },
+		{ "timeout", required_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		TOOL_LONGOPTS,
@@ -163,8 +171,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "untag", 1, 1, " NAME" }, { "verify", 0, -1, " [V...]" },
 		{ "gc", 0, 0, "" },         { "status", 1, 1, " MNT" },
 		{ "compact", 0, 0, "" },    { "warm", 0, 1, " [V]" },
+		{ "wait", 1, 1, " MNT" },
 	};
 	int c, gc_opt = 0, dry = 0, depth = 0, cost = 0, warm_opt = 0;
+	int wait_opt = 0;
 	uint64_t k;
 
 	a->store = getenv("DCRFS_STORE");
@@ -172,6 +182,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	a->grace = 86400;
 	a->slice = (uint64_t)1 << 20;
 	a->jobs = 8;
+	a->timeout_s = -1;
 	a->t.log_level = -1;
 	while ((c = getopt_long(argc, argv, "s:nqvhV", longopts, NULL)) != -1) {
 		int r = tool_opt(&a->t, c, optarg, "dcrfs-ctl");
@@ -184,6 +195,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		depth |= c == 'K';
 		cost |= c == 'R';
 		warm_opt |= strchr("MXj", c) != NULL;
+		wait_opt |= c == 'W' || c == 'O';
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -200,6 +212,28 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'r':
 			a->trust = optarg;
 			break;
+		case 'W':
+			if (dcr_parse_u64(optarg, &a->newer_than)) {
+				fprintf(stderr, "dcrfs-ctl: --newer-than: '%s' is not a version number\n", optarg);
+				return -1;
+			}
+			a->have_newer = 1;
+			break;
+		case 'O': {
+			char *end;
+			uint64_t secs;
+
+			errno = 0;
+			a->timeout_s = strtod(optarg, &end);
+			if (optarg[strspn(optarg, "0123456789.")] && !dcr_parse_duration(optarg, &secs))
+				a->timeout_s = (double)secs; /* 15m, 2h */
+			else if (errno || end == optarg || *end || !(a->timeout_s >= 0) ||
+				 a->timeout_s > 1e9) {
+				fprintf(stderr, "dcrfs-ctl: --timeout: '%s' is not a number of seconds (0.5, 90) or a duration (15m, 2h)\n", optarg);
+				return -1;
+			}
+			break;
+		}
 		case 'q':
 			a->quiet = 1;
 			break;
@@ -333,6 +367,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: warm needs --mirror URL (or DCRFS_MIRROR)\n");
 		return -1;
 	}
+	if (wait_opt && strcmp(a->cmd, "wait")) {
+		fprintf(stderr, "dcrfs-ctl: only wait takes --newer-than and --timeout\n");
+		return -1;
+	}
 	if (gc_opt && strcmp(a->cmd, "gc")) {
 		fprintf(stderr, "dcrfs-ctl: only gc takes --keep-* and --grace\n");
 		return -1;
@@ -346,7 +384,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: gc needs --keep-last N\n");
 		return -1;
 	}
-	if (!a->store && strcmp(a->cmd, "status") && strcmp(a->cmd, "keygen")) {
+	if (!a->store && strcmp(a->cmd, "status") && strcmp(a->cmd, "keygen") &&
+	    strcmp(a->cmd, "wait")) {
 		fprintf(stderr, "dcrfs-ctl: no store given (use --store URL or set DCRFS_STORE)\n");
 		return -1;
 	}
@@ -712,7 +751,7 @@ static int mount_type(const char *dir, dev_t dev, char *type, size_t cap)
  * that no plain directory or other file system is taken for one. Its
  * device into *@dev. 0, or -1 with the reason logged.
  */
-static int check_mount(const char *mnt, dev_t *dev)
+int ctl_check_mount(const char *mnt, dev_t *dev)
 {
 	char real[PATH_MAX], type[64];
 	struct statfs sf;
@@ -770,7 +809,7 @@ static int read_status(const char *mnt, char *t, size_t *n)
 	ssize_t got;
 	int fd;
 
-	if (check_mount(mnt, &dev))
+	if (ctl_check_mount(mnt, &dev))
 		return -1;
 	if (snprintf(path, sizeof(path), "%s/.dcrfs/status.json", mnt) >=
 	    (int)sizeof(path)) {
@@ -908,6 +947,11 @@ int main(int argc, char **argv)
 	struct dcr_sign_key *key = NULL;
 	if (a.sign_key && dcr_sign_key_load(a.sign_key, &key))
 		return EXIT_FAIL;
+	if (!strcmp(a.cmd, "wait")) {
+		status = cmd_wait(a.pos[0], a.have_newer, a.newer_than,
+				  a.timeout_s, a.json);
+		return fflush(stdout) ? EXIT_FAIL : status;
+	}
 	if (!strcmp(a.cmd, "status")) {
 		status = cmd_status(a.pos[0], a.json);
 		return fflush(stdout) ? EXIT_FAIL : status;
