@@ -61,4 +61,16 @@ bad "fetch_ahead=x,cache_size=0" "bad cache_size '0' (e.g. 512M, 50G)"
 # the spaced long form takes the same path
 out=$(t "$DCRFS" "$STORE" "$MNT" -f --poll x 2>&1) && fail "--poll x was accepted"
 [ "$out" = "dcrfs: bad poll 'x' ($H_POLL)" ] || fail "--poll x said: $out"
+# the long options other mounts (mountpoint-s3) and the dcrfs tools take
+out=$(t "$DCRFS" "$STORE" "$MNT" --foreground --allow-other --read-only 2>&1 </dev/null) &&
+	fail "mounted on a missing mount point"
+[[ $out == "dcrfs: bad mount point '$MNT'"* ]] ||
+	fail "--foreground --allow-other --read-only were refused: $out"
+out=$(t "$DCRFS" "$STORE" "$MNT" -f --endpoint-url http://127.0.0.1:1 2>&1 </dev/null) &&
+	fail "mounted on a missing mount point"
+out2=$(t "$DCRFS" "$STORE" "$MNT" -f -o endpoint=http://127.0.0.1:1 2>&1 </dev/null) &&
+	fail "mounted on a missing mount point"
+[ "$out" = "$out2" ] || fail "--endpoint-url said '$out', -o endpoint= '$out2'"
+out=$(t "$DCRFS" "$STORE" "$MNT" --foreground=yes 2>&1 </dev/null) && fail "--foreground=yes taken"
+[[ $out == *"unknown option"* ]] || fail "--foreground=yes said: $out"
 log "every option's bad values refused with its message, its bounds accepted"
