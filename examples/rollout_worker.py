@@ -139,7 +139,8 @@ def main():
     ap.add_argument("--versions", type=int, default=100, help="commits to make (default 100)")
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between commits")
     ap.add_argument("--cache-dir", default=None, help="the trainer's commit cache")
-    ap.add_argument("--timeout", type=float, default=30, help="most seconds to wait for a version")
+    ap.add_argument("--timeout", type=float, default=60,
+                    help="most seconds to wait for a version (the first: twice that)")
     a = ap.parse_args()
 
     ctx = mp.get_context("spawn")
@@ -184,7 +185,9 @@ def main():
     last = first + a.versions
     while have < last:
         try:
-            v = dcrfs.wait(a.mnt, newer_than=have, timeout=a.timeout)
+            # the first version comes after the trainer started (imports)
+            v = dcrfs.wait(a.mnt, newer_than=have,
+                           timeout=a.timeout * (2 if have == first else 1))
         except TimeoutError as e:
             print("rollout_worker: %s" % e, file=sys.stderr)
             status = 1

@@ -258,7 +258,7 @@ static void usage(FILE *f)
 "    -o log_level=LEVEL     error, warn, info (default) or debug\n"
 "    -o metrics=HOST:PORT   serve GET /metrics (Prometheus text, as\n"
 "                           MNT/.dcrfs/metrics) on HOST:PORT, e.g.\n"
-"                           127.0.0.1:9567 (off by default)\n"
+"                           127.0.0.1:9741 (off by default)\n"
 "    -o nonempty            allow a mount point that is not empty (its\n"
 "                           files are hidden while mounted)\n"
 "    -o nosplice            accepted; replies are always copied (every\n"
@@ -884,7 +884,7 @@ static const struct dcrfs_opt opt_table[] = {
 	{ "log_level", GIVEN(log_level), parse_log_level, TO_OPTS(log_lvl),
 	  .hint = "error, warn, info or debug" },
 	{ "metrics", GIVEN(metrics), parse_metrics,
-	  .hint = "HOST:PORT, e.g. 127.0.0.1:9567" },
+	  .hint = "HOST:PORT, e.g. 127.0.0.1:9741" },
 	{ "cache_size", GIVEN(cache_size), dcr_parse_size, .min = 1,
 	  .flags = DCRFS_OPT_DEFAULT, .def = DCR_CACHE_SIZE_DEFAULT,
 	  TO_READER(cache_size), .hint = "e.g. 512M, 50G" },

@@ -8,6 +8,7 @@
 # module is imported and used by /usr/bin/python3, a program is built
 # against libdcr through `pkg-config dcr`, the example systemd units pass
 # `systemd-analyze verify`, and everything is purged again.
+# The build leaves nothing untracked that debian/.gitignore does not name.
 # Skips when a dcrfs package is already installed (it is not ours to
 # replace) or the packaging tools are missing (scripts/install-deps).
 . "$(dirname "$0")/lib.sh"
@@ -33,10 +34,19 @@ tar -C "$DCR_SRCDIR" --exclude-vcs --exclude=./build --exclude='./build-*' \
 	--exclude=./config.status --exclude=./config.log --exclude=./config.h \
 	--exclude=./Makefile --exclude=./libtool --exclude=./dcr.pc --exclude=./stamp-h1 \
 	-cf - . | tar -C "$SRC" -xf -
+# a git repository of the copy, to see what the build leaves behind
+# that the .gitignore files do not name
+cp "$DCR_SRCDIR/.gitignore" "$SRC/.gitignore"
+cp "$DCR_SRCDIR/debian/.gitignore" "$SRC/debian/.gitignore"
+git -C "$SRC" init -q && git -C "$SRC" add -A &&
+	git -C "$SRC" -c user.name=t -c user.email=t@t commit -qm tree ||
+	fail "git init of the copy failed"
 log "dpkg-buildpackage -b -us -uc (nocheck, -j$(nproc))"
 (cd "$SRC" && DEB_BUILD_OPTIONS="nocheck noddebs parallel=$(nproc)" \
 	DCR_TIMEOUT=1500 t dpkg-buildpackage -b -us -uc) >"$T/build.log" 2>&1 ||
 	fail "dpkg-buildpackage failed: $(tail -30 "$T/build.log")"
+left=$(git -C "$SRC" status --porcelain --untracked-files=all)
+[ -z "$left" ] || fail "dpkg-buildpackage left files no .gitignore names: $left"
 debs=()
 for p in "${PKGS[@]}"; do
 	f=$(ls "$T"/src/"${p}"_*.deb 2>/dev/null | head -1)
