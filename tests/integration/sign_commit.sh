@@ -111,14 +111,21 @@ assert d["ok"] and st == {1: (k1, "valid"), 2: (k1, "valid"), 3: ("unsigned", "u
 # with --trust: the right key passes, another key or no signature fails
 expect_status 0 "3 versions \(3 signed, against the trust file\).*ok" \
 	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1.pub" 1 2 4
-expect_status 1 "damaged: versions/0000000003: unsigned" \
+# (intact versions the trust file does not cover: untrusted, not damaged)
+expect_status 1 "untrusted: versions/0000000003: unsigned" \
 	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1.pub"
-expect_status 1 "versions/0000000001: signed by key $K1, which the trust file does not hold" \
+grep -q "checked: UNTRUSTED" "$T/out" || fail "verify --trust calls unsigned versions: $(cat "$T/out")"
+expect_status 1 "untrusted: versions/0000000001: signed by key $K1, which the trust file does not hold" \
 	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k2.pub" 1
 grep -q "affects version 1 (all of it)" "$T/out" || fail "verify does not name version 1: $(cat "$T/out")"
+grep -qE "damaged|DAMAGED" "$T/out" && fail "verify --trust OTHER.pub calls intact versions damaged: $(cat "$T/out")"
 { echo "# rotation: the new key and the old"; cat "$T/k2.pub"; echo; cat "$T/k1.pub"; } >"$T/both.pub"
 expect_status 0 "ok" "$DCRFS_CTL" --store "$STORE" verify --trust "$T/both.pub" 1 2 4
-expect_status 1 "" "$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1" 1 # a private key file is no trust file
+# a private key file is no trust file: say to give the .pub
+expect_status 1 "key 1 is a private key: trust takes the public one \(KEYFILE.pub" \
+	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1" 1
+expect_status 1 "its directory does not exist: create it first" \
+	"$DCRFS_CTL" keygen "$T/no-such-dir/key"
 expect_status 2 "only verify takes --trust" "$DCRFS_CTL" --store "$STORE" log --trust "$T/k1.pub"
 
 # --- forgeries verify catches
