@@ -65,11 +65,14 @@ MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 want_in "${debs[2]}" /usr/bin/dcrfs /usr/bin/dcrfs-commit /usr/bin/dcrfs-ctl /usr/bin/dcrfs-synth \
 	/usr/share/man/man8/dcrfs.8.gz /usr/share/man/man8/dcrfs-ctl.8.gz \
 	/usr/share/man/man1/dcrfs-commit.1.gz /usr/share/man/man1/dcrfs-synth.1.gz \
-	/usr/share/doc/dcrfs/examples/mnt-dcr.mount /usr/share/doc/dcrfs/examples/mnt-dcr.automount
+	/usr/share/doc/dcrfs/examples/mnt-dcr.mount /usr/share/doc/dcrfs/examples/mnt-dcr.automount \
+	/usr/share/doc/dcrfs/examples/rollout_worker.py \
+	/usr/share/bash-completion/completions/dcrfs /usr/share/bash-completion/completions/dcrfs-ctl
 want_in "${debs[3]}" "/usr/lib/$MA/libdcr.so.0.0.0"
 want_in "${debs[1]}" /usr/include/dcr.h "/usr/lib/$MA/pkgconfig/dcr.pc"
 want_in "${debs[0]}" /usr/lib/python3/dist-packages/dcrfs/__init__.py \
 	/usr/lib/python3/dist-packages/dcrfs/_delta.py \
+	/usr/lib/python3/dist-packages/dcrfs/_mount.py \
 	/usr/lib/python3/dist-packages/dcrfs/_paths.py
 grep -q '\.pyc$' "$T/list" && fail "python3-dcrfs ships .pyc files"
 
