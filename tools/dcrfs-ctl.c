@@ -893,6 +893,20 @@ static int cmd_status(const char *mnt, int json)
 	printf("errors:    %.0f reads, %.0f fetches, %.0f refreshes\n",
 	       json_num(t, "errors", "reads"), json_num(t, "errors", "fetches"),
 	       json_num(t, "errors", "refreshes"));
+	/* Versions a trust= mount refuses are not errors of the mount, but
+	 * a store that goes unsigned shows here, not only under --json. */
+	double rej[5] = {
+		json_num(t, "rejected", "unsigned"), json_num(t, "rejected", "bad"),
+		json_num(t, "rejected", "other_store"),
+		json_num(t, "rejected", "untrusted"), json_num(t, "rejected", "tags"),
+	};
+	if (json_num(t, "trust", "keys") || rej[0] + rej[1] + rej[2] + rej[3] + rej[4])
+		printf("trust:     %.0f keys; rejected %.0f unsigned, %.0f with a bad "
+		       "signature, %.0f for another store, %.0f by another key, "
+		       "%.0f tags%s\n", json_num(t, "trust", "keys"), rej[0], rej[1],
+		       rej[2], rej[3], rej[4],
+		       rej[0] + rej[1] + rej[2] + rej[3] ?
+		       " (not shown: see the mount's log)" : "");
 	if (strstr(t, "\"mode\": \"none\""))
 		printf("prefetch:  off\n");
 	else if (json_num(t, "prefetch", "current"))
