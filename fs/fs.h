@@ -409,8 +409,9 @@ void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi);
  * dcrfs_ll_poll - FUSE poll. An open of /.dcrfs/latest is readable
  * (POLLIN|POLLRDNORM|POLLPRI) once /latest shows another version than
  * the one it last read (or opened with); until then @ph is kept and
- * notified by dcrfs_latestfile_notify. Any other file is readable at
- * once. Replies to @req. Thread-safe.
+ * notified by dcrfs_latestfile_notify. Any other file answers what the
+ * kernel answers without a poll operation (POLLIN|POLLOUT, never
+ * blocking). Replies to @req. Thread-safe.
  */
 void dcrfs_ll_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 		   struct fuse_pollhandle *ph);

@@ -15,8 +15,9 @@
  *   kernel is woken through fuse_lowlevel_notify_poll by the watcher
  *   (bg.c announce -> dcrfs_latestfile_notify) the moment it shows the
  *   new version: no polling and no timer in the waiter.
- * - Any other file's poll is answered "readable" (a version file never
- *   blocks), its poll handle dropped.
+ * - Any other file's poll is answered as the kernel answers for a file
+ *   system without poll (readable and writable: nothing blocks), its
+ *   poll handle dropped.
  *
  * Locking: watch_lock (struct dcrfs) guards the list of opens, each
  * open's number, text and poll handle; it is taken after no other lock
@@ -139,7 +140,8 @@ void dcrfs_ll_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 	if (ino != DCRFS_INO_LATEST_FILE || !fi || !fi->fh) {
 		if (ph)
 			fuse_pollhandle_destroy(ph);
-		fuse_reply_poll(req, POLLIN | POLLRDNORM);
+		/* what the kernel answers for a file system without poll */
+		fuse_reply_poll(req, POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM);
 		return;
 	}
 	o = (struct dcrfs_latest_open *)(uintptr_t)fi->fh;
