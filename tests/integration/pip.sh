@@ -25,9 +25,11 @@ got=$(sed -n 's/^version = "\(.*\)"/\1/p' "$DCR_SRCDIR/python/pyproject.toml")
 mkdir -p "$T/src"
 cp -a "$DCR_SRCDIR/python/." "$T/src/"
 rm -f "$T/src/dcrfs/_paths.py"
-t "$PY" -m venv "$T/venv" || fail "python3 -m venv failed"
-t env -u PYTHONPATH "$T/venv/bin/python" -m pip install --no-index --no-build-isolation \
-	--disable-pip-version-check -q "$T/src" >"$T/pip.log" 2>&1 ||
+# (ensurepip installs pip into the venv: slow on a busy machine)
+timeout -k 5 $((DCR_TIMEOUT * 4)) "$PY" -m venv "$T/venv" >"$T/venv.log" 2>&1 ||
+	{ cat "$T/venv.log" >&2; fail "python3 -m venv failed"; }
+timeout -k 5 $((DCR_TIMEOUT * 4)) env -u PYTHONPATH "$T/venv/bin/python" -m pip install \
+	--no-index --no-build-isolation --disable-pip-version-check -q "$T/src" >"$T/pip.log" 2>&1 ||
 	{ cat "$T/pip.log" >&2; fail "pip install ./python failed"; }
 
 mkdir -p "$T/tree"
