@@ -56,9 +56,12 @@ DCRFS_SIGN_KEY=$T/k1 commit "$STORE" "$T/tree" -t best --json >"$T/c2.json"
 py "$T/c2.json" 'assert d["version"] == 2 and d["signer"] == sys.argv[2], d' "$K1" ||
 	fail "DCRFS_SIGN_KEY did not sign: $(cat "$T/c2.json")"
 rand_file "$T/tree/w.bin" 300000 c
-commit "$STORE" "$T/tree" --json >"$T/c3.json"
+commit "$STORE" "$T/tree" --json >"$T/c3.json" 2>"$T/c3.err"
 py "$T/c3.json" 'assert d["version"] == 3 and d["signer"] == "unsigned", d' ||
 	fail "an unsigned commit: $(cat "$T/c3.json")"
+# on a signed parent it is never silent: trust= mounts would stay on v2
+grep -q "warning: .*version 2 is signed (key $K1) and this commit is not: mounts with trust= will not show it" \
+	"$T/c3.err" || fail "an unsigned commit on a signed version went silently: $(cat "$T/c3.err")"
 "$PY" - "$STORE" "$T/k1" "$T/cc-py" "$K1" <<'PY' || fail "Python signed commit"
 import sys, numpy as np, dcrfs
 store, key, cache, kid = sys.argv[1:5]
