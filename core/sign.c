@@ -103,7 +103,9 @@ static int write_pem(const char *path, EVP_PKEY *pkey, bool private,
 	if (fd < 0) {
 		ret = -errno;
 		dcr_err("%s: %s%s", path, dcr_strerror(ret),
-			ret == -EEXIST ? " (a key is never overwritten)" : "");
+			ret == -EEXIST ? " (a key is never overwritten)" :
+			ret == -ENOENT ? " (its directory does not exist: "
+					 "create it first)" : "");
 		return ret;
 	}
 	if (!(bio = BIO_new(BIO_s_mem()))) {
@@ -316,11 +318,20 @@ int dcr_trust_parse(const void *data, size_t len, const char *what,
 		EVP_PKEY *pkey = strcmp(name, "PUBLIC KEY") ? NULL
 				 : d2i_PUBKEY(NULL, &q, dlen);
 		bool whole = pkey && q == der + dlen;
+		bool private = strstr(name, "PRIVATE KEY") != NULL;
 		OPENSSL_free(name);
 		OPENSSL_free(header);
 		OPENSSL_free(der);
 		ret = pkey && whole ? raw_pub(pkey, pub) : -EBADMSG;
 		EVP_PKEY_free(pkey);
+		if (ret && private) {
+			dcr_err("%s: key %zu is a private key: trust takes the "
+				"public one (KEYFILE.pub, which dcrfs-ctl keygen "
+				"wrote beside it); keep the private key with the "
+				"trainer", what, t->n + 1);
+			ret = DCR_ERR(-EBADMSG);
+			break;
+		}
 		if (ret) {
 			dcr_err("%s: key %zu is not an Ed25519 public key",
 				what, t->n + 1);

@@ -241,6 +241,8 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 				      fs->se, DCRFS_INO_ROOT, 0, 0),
 			      "/");
 	}
+	/* After fs->latest is stored: a poll never misses it. */
+	dcrfs_latestfile_notify(fs);
 
 	fp = tags_fingerprint(fs, &ok);
 	if (!ok || (*tags_known && fp == *tags_fp))

@@ -16,6 +16,7 @@
  *   4                         /.dcrfs (hidden: looked up, never listed)
  *   5, 6                      /.dcrfs/status.json, /.dcrfs/metrics
  *   7                         /delta (delta.c)
+ *   8                         /.dcrfs/latest (latestfile.c)
  *   0x100 + k                 /tags/<name>, k = slot of the name in the
  *                             tag-name table (assigned on first sight,
  *                             never reused while mounted), k below
@@ -77,6 +78,7 @@
 #define DCRFS_INO_METRICS ((fuse_ino_t)6)
 #define DCRFS_STATUS_DIR ".dcrfs"
 #define DCRFS_INO_DELTA ((fuse_ino_t)7)
+#define DCRFS_INO_LATEST_FILE ((fuse_ino_t)8)
 #define DCRFS_DELTA_DIR "delta"
 #define DCRFS_INO_TAG_BASE ((fuse_ino_t)0x100)
 /** Nodes below /delta: inodes DCRFS_INO_DVIEW_BASE .. _MAX (one slot
@@ -221,6 +223,11 @@ struct dcrfs {
 	struct dcrfs_delta *delta;
 	const char *delta_tmpdir;
 	uint64_t delta_budget;
+
+	/* watch_lock: the opens of /.dcrfs/latest and their poll handles
+	 * (latestfile.c); taken under no other lock */
+	pthread_mutex_t watch_lock;
+	struct dcrfs_latest_open *latest_opens;
 
 	/* statistics for status.c: relaxed atomics, no lock */
 	struct {
@@ -424,6 +431,42 @@ void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh);
  * the bytes of the views kept now. Thread-safe. */
 void dcrfs_delta_counts(struct dcrfs *fs, uint64_t *built,
 			uint64_t *built_bytes, uint64_t *cached_bytes);
+
+/* ------------------------------- /.dcrfs/latest (latestfile.c) */
+
+/** dcrfs_latestfile_open - open /.dcrfs/latest: remembers the number
+ * /latest shows now (what a poll compares with) and replies to @req
+ * (direct_io). Thread-safe. */
+void dcrfs_latestfile_open(fuse_req_t req, struct dcrfs *fs,
+			   struct fuse_file_info *fi);
+
+/** dcrfs_latestfile_read - read of the open @fi: "N\n", N the version
+ * /latest shows; a read at offset 0 takes it anew (and re-arms poll),
+ * one past 0 serves the text the last read at 0 took. Replies to @req.
+ * Thread-safe. */
+void dcrfs_latestfile_read(fuse_req_t req, struct dcrfs *fs, size_t size,
+			   off_t off, struct fuse_file_info *fi);
+
+/** dcrfs_latestfile_release - free what dcrfs_latestfile_open made (a
+ * pending poll handle too). Does not reply. Thread-safe. */
+void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi);
+
+/**
+ * dcrfs_ll_poll - FUSE poll. An open of /.dcrfs/latest is readable
+ * (POLLIN|POLLRDNORM|POLLPRI) once /latest shows another version than
+ * the one it last read (or opened with); until then @ph is kept and
+ * notified by dcrfs_latestfile_notify. Any other file answers what the
+ * kernel answers without a poll operation (POLLIN|POLLOUT, never
+ * blocking). Replies to @req. Thread-safe.
+ */
+void dcrfs_ll_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		   struct fuse_pollhandle *ph);
+
+/** dcrfs_latestfile_notify - wake every poll of /.dcrfs/latest whose
+ * open last saw another version than /latest shows now. Called by the
+ * watcher (bg.c) after it moved /latest; never from a request handler.
+ * Thread-safe. */
+void dcrfs_latestfile_notify(struct dcrfs *fs);
 
 /* ------------------------------------- provenance xattrs (xattr.c) */
 

@@ -224,7 +224,8 @@ static void usage(FILE *f)
 "read-only on MOUNTPOINT: /latest, /v1 ... /vN, /tags/NAME.\n"
 "\n"
 "Every dcrfs option below may also be spelled as the other tools spell\n"
-"theirs: --cache-dir DIR or --cache-dir=DIR for -o cache_dir=DIR.\n"
+"theirs: --cache-dir DIR or --cache-dir=DIR for -o cache_dir=DIR; and\n"
+"--foreground (-f), --allow-other, --read-only, --endpoint-url URL.\n"
 "Exit status: 0 mounted (or unmounted cleanly with -f), 1 failure, 2 usage.\n"
 "\n"
 "general options:\n"
@@ -270,7 +271,7 @@ static void usage(FILE *f)
 "    -o log_level=LEVEL     error, warn, info (default) or debug\n"
 "    -o metrics=HOST:PORT   serve GET /metrics (Prometheus text, as\n"
 "                           MNT/.dcrfs/metrics) on HOST:PORT, e.g.\n"
-"                           127.0.0.1:9567 (off by default)\n"
+"                           127.0.0.1:9741 (off by default)\n"
 "    -o nonempty            allow a mount point that is not empty (its\n"
 "                           files are hidden while mounted)\n"
 "    -o nosplice            accepted; replies are always copied (every\n"
@@ -703,7 +704,8 @@ static int open_log(const struct opts *o, const char *cache_dir, char **path)
 		   (stat("/dev/log", &sb) < 0 || !S_ISSOCK(sb.st_mode))) {
 		if (dcr_mkdir_p(cache_dir, 0700) == 0)
 			*path = dcr_path_join(cache_dir, "dcrfs.log");
-		if (*path)
+		/* Said once, when the file is new: not on every mount. */
+		if (*path && access(*path, F_OK) < 0)
 			fprintf(stderr, PROG ": no syslog here (/dev/log): "
 				"messages go to %s\n", *path);
 	} else {
@@ -733,10 +735,27 @@ static void free_made(char **made)
 }
 
 /*
+ * Long options other mounts (mountpoint-s3) and the other dcrfs tools
+ * take, spelled as dcrfs spells them: --foreground is -f, --allow-other
+ * -o allow_other, --read-only -o ro (the mount is read-only anyway),
+ * --endpoint-url URL -o endpoint=URL.
+ */
+static const struct {
+	const char *name; /* '-' as '_' */
+	const char *as;   /* "-f", or the -o option */
+	int value;        /* takes a value */
+} long_aliases[] = {
+	{ "foreground", "-f", 0 },
+	{ "allow_other", "allow_other", 0 },
+	{ "read_only", "ro", 0 },
+	{ "endpoint_url", "endpoint", 1 },
+};
+
+/*
  * The tools' spelling, --cache-dir DIR or --cache-dir=DIR, for every
  * dcrfs option: rewritten to -o cache_dir=DIR before libfuse parses the
  * command line, so both spellings mean the same everywhere. Options are
- * those of opt_spec ('-' and '_' alike). Returns a new argv or NULL; its
+ * those of opt_spec ('-' and '_' alike), and long_aliases. Returns a new argv or NULL; its
  * strings are @argv's or made here, and those are listed in *@made
  * (NULL-terminated; free each and the list with free_made).
  */
@@ -771,7 +790,24 @@ static char **long_opts(int argc, char **argv, int *out_argc, char ***made)
 		for (size_t k = 0; k < len; k++)
 			name[k] = a[2 + k] == '-' ? '_' : a[2 + k];
 		name[len] = '\0';
-		for (size_t k = 0; opt_spec[k].templ; k++) {
+		for (size_t k = 0; k < DCR_ARRAY_SIZE(long_aliases); k++) {
+			if (strcmp(name, long_aliases[k].name))
+				continue;
+			if (!strcmp(long_aliases[k].as, "-f")) {
+				if (!eq) { /* --foreground=x: left unknown */
+					nv[n++] = (char *)"-f";
+					found = 2;
+				}
+				break;
+			}
+			snprintf(name, sizeof(name), "%s", long_aliases[k].as);
+			len = strlen(name);
+			found = long_aliases[k].value;
+			break;
+		}
+		if (found == 2)
+			continue;
+		for (size_t k = 0; found < 0 && opt_spec[k].templ; k++) {
 			const char *t = opt_spec[k].templ;
 
 			if (opt_spec[k].offset == -1U || strncmp(t, name, len))
@@ -861,7 +897,7 @@ static const struct dcrfs_opt opt_table[] = {
 	{ "log_level", GIVEN(log_level), parse_log_level, TO_OPTS(log_lvl),
 	  .hint = "error, warn, info or debug" },
 	{ "metrics", GIVEN(metrics), parse_metrics,
-	  .hint = "HOST:PORT, e.g. 127.0.0.1:9567" },
+	  .hint = "HOST:PORT, e.g. 127.0.0.1:9741" },
 	{ "cache_size", GIVEN(cache_size), dcr_parse_size, .min = 1,
 	  .flags = DCRFS_OPT_DEFAULT, .def = DCR_CACHE_SIZE_DEFAULT,
 	  TO_READER(cache_size), .hint = "e.g. 512M, 50G" },

@@ -115,7 +115,7 @@ int dcrfs_metrics_start(struct dcrfs *fs, const char *spec,
 	*out = NULL;
 	if (dcrfs_metrics_parse(spec, host, sizeof(host), port,
 				sizeof(port)) < 0) {
-		dcr_err("metrics=%s: not HOST:PORT (e.g. 127.0.0.1:9567)",
+		dcr_err("metrics=%s: not HOST:PORT (e.g. 127.0.0.1:9741)",
 			spec);
 		return DCR_ERR(-EINVAL);
 	}

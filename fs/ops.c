@@ -11,8 +11,9 @@
  *   /vN/...         version N's committed tree, immutable
  *   /tags/NAME      symlink -> "../vN"
  *   /.dcrfs/        the mount's status (status.c): status.json and
- *                   metrics, read-only, generated at open; hidden from
- *                   the listing of the root, found by lookup
+ *                   metrics, read-only, generated at open; and latest,
+ *                   the version /latest shows, pollable (latestfile.c);
+ *                   hidden from the listing of the root, found by lookup
  *
  * Version trees never change, so their entries and attributes are cached
  * by the kernel for a day and their pages are kept across opens
@@ -268,7 +269,7 @@ static int status_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st)
 static bool is_status_ino(fuse_ino_t ino)
 {
 	return ino == DCRFS_INO_STATUS_DIR || ino == DCRFS_INO_STATUS_JSON ||
-	       ino == DCRFS_INO_METRICS;
+	       ino == DCRFS_INO_METRICS || ino == DCRFS_INO_LATEST_FILE;
 }
 
 static void symlink_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
@@ -484,7 +485,8 @@ err:
 static void status_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 {
 	fuse_ino_t ino = strcmp(name, "status.json") == 0 ? DCRFS_INO_STATUS_JSON :
-			 strcmp(name, "metrics") == 0 ? DCRFS_INO_METRICS : 0;
+			 strcmp(name, "metrics") == 0 ? DCRFS_INO_METRICS :
+			 strcmp(name, "latest") == 0 ? DCRFS_INO_LATEST_FILE : 0;
 	struct stat st;
 	int ret = ino ? status_stat(fs, ino, &st) : -ENOENT;
 
@@ -858,7 +860,7 @@ out:
 	return ret;
 }
 
-/* /.dcrfs: offsets 1 ".", 2 "..", 3 status.json, 4 metrics. */
+/* /.dcrfs: offsets 1 ".", 2 "..", 3 status.json, 4 metrics, 5 latest. */
 static int status_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 {
 	static const struct {
@@ -868,6 +870,7 @@ static int status_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 		{ ".", DCRFS_INO_STATUS_DIR }, { "..", DCRFS_INO_ROOT },
 		{ "status.json", DCRFS_INO_STATUS_JSON },
 		{ "metrics", DCRFS_INO_METRICS },
+		{ "latest", DCRFS_INO_LATEST_FILE },
 	};
 	struct stat st;
 	int ret;
@@ -1191,6 +1194,10 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		status_open(req, fs, ino, fi);
 		return;
 	}
+	if (ino == DCRFS_INO_LATEST_FILE) {
+		dcrfs_latestfile_open(req, fs, fi);
+		return;
+	}
 	if (dcrfs_delta_is_ino(ino)) {
 		uint64_t fh;
 
@@ -1267,6 +1274,10 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		status_read(req, size, off, fi);
 		return;
 	}
+	if (ino == DCRFS_INO_LATEST_FILE) {
+		dcrfs_latestfile_read(req, fs, size, off, fi);
+		return;
+	}
 	if (dcrfs_delta_is_ino(ino)) {
 		buf = dcr_thread_buf(DCR_TBUF_REPLY,
 				     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
@@ -1321,6 +1332,8 @@ static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 
 		free(sn->text);
 		free(sn);
+	} else if (ino == DCRFS_INO_LATEST_FILE) {
+		dcrfs_latestfile_release(fs_of(req), fi);
 	} else if (dcrfs_delta_is_ino(ino)) {
 		dcrfs_delta_release(fs_of(req), fi->fh);
 	} else {
@@ -1532,6 +1545,7 @@ const struct fuse_lowlevel_ops dcrfs_ll_ops = {
 	.access = dcrfs_ll_access,
 	.create = dcrfs_ll_create,
 	.fallocate = dcrfs_ll_fallocate,
+	.poll = dcrfs_ll_poll,
 };
 
 int dcrfs_init_state(struct dcrfs *fs)
@@ -1551,15 +1565,18 @@ int dcrfs_init_state(struct dcrfs *fs)
 	ret = pthread_mutex_init(&fs->backing_lock, NULL);
 	if (ret)
 		goto err_bg_lock;
+	ret = pthread_mutex_init(&fs->watch_lock, NULL);
+	if (ret)
+		goto err_backing;
 	ret = pthread_condattr_init(&ca);
 	if (ret)
-		goto err_bg;
+		goto err_watch;
 	ret = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	if (ret == 0)
 		ret = pthread_cond_init(&fs->bg_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	if (ret)
-		goto err_bg;
+		goto err_watch;
 	ret = -dcrfs_delta_init(fs, fs->delta_tmpdir, fs->delta_budget);
 	if (ret)
 		goto err_cond;
@@ -1567,7 +1584,9 @@ int dcrfs_init_state(struct dcrfs *fs)
 
 err_cond:
 	pthread_cond_destroy(&fs->bg_cond);
-err_bg:
+err_watch:
+	pthread_mutex_destroy(&fs->watch_lock);
+err_backing:
 	pthread_mutex_destroy(&fs->backing_lock);
 err_bg_lock:
 	pthread_mutex_destroy(&fs->bg_lock);
@@ -1587,6 +1606,7 @@ void dcrfs_free_state(struct dcrfs *fs)
 	fs->tag_names = NULL;
 	fs->ntag_names = fs->tag_names_cap = 0;
 	pthread_cond_destroy(&fs->bg_cond);
+	pthread_mutex_destroy(&fs->watch_lock);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->bg_lock);
 	pthread_mutex_destroy(&fs->tag_lock);

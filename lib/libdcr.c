@@ -574,6 +574,18 @@ DCR_API int dcr_commit_publish(dcr_commit_handle *c, const char *tag,
 	}
 	if (ret || (ret = get_parent(st, c->o.parent, &parent, &pm, pmhash)))
 		return api_leave(ret, what);
+	/* A signed store going unsigned is never silent: mounts with
+	 * trust= will not show this version and stay on the parent. */
+	if (parent && pm.has_sig && !c->key) {
+		char id[DCR_KEYID_LEN + 1];
+
+		dcr_key_id(pm.sig.pub, id);
+		dcr_warn("%s: version %" PRIu64 " is signed (key %s) and this "
+			 "commit is not: mounts with trust= will not show it "
+			 "and stay on version %" PRIu64 " (sign it: --sign-key "
+			 "KEYFILE, Python sign_key=)", st->url, parent, id,
+			 parent);
+	}
 	if ((ret = dcr_ccache_open(st, c->o.cache_dir,
 				   dcr_log_get_level() < DCR_LOG_INFO, &cc)))
 		goto err_free;

@@ -611,6 +611,8 @@ static int verify_result(struct verify *w, struct dcr_verify_result *r)
 			return DCR_ERR(-ENOMEM);
 		d->hits[0] = (struct dcr_verify_hit){ .version = g->version };
 		d->nhits = 1;
+		d->untrusted = !strcmp(g->status, "unsigned") ||
+			       !strcmp(g->status, "untrusted");
 	}
 	return 0;
 }

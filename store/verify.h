@@ -44,6 +44,9 @@ struct dcr_verify_damage {
 	char *reason;
 	struct dcr_verify_hit *hits; /* by version, ascending */
 	size_t nhits;       /* 0: no frame a checked version needs */
+	bool untrusted;     /* not damage: an intact version that is
+			       unsigned or signed by a key the trust file
+			       does not hold */
 };
 
 /** What verify found about one checked version's signature. */

@@ -4,7 +4,8 @@
  * store's index (store/index.h, loaded once per run). The work is in
  * store/ (index.h, diff.h, verify.h, gc.h, compact.h); these files parse
  * and print: tools/dcrfs-ctl.c parses and runs log, show, diff, tag,
- * untag, init and status; ctl_verify.c prints verify, ctl_keys.c
+ * untag, init and status; ctl_verify.c prints verify, ctl_wait.c
+ * runs wait (on a mount, no store), ctl_keys.c
  * runs keygen, ctl_gc.c gc,
  * ctl_compact.c compact, ctl_warm.c runs warm and ctl_export.c export
  * and cat. Single-threaded, like the tool, but for warm's GETs and
@@ -14,6 +15,7 @@
 #define DCR_CTL_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "index.h"
 #include "progress.h"
@@ -55,6 +57,10 @@ struct args {
 	/* signing */
 	const char *sign_key; /* tag --sign-key */
 	const char *trust;    /* verify --trust */
+	/* wait */
+	int have_newer;       /* --newer-than given */
+	uint64_t newer_than;
+	double timeout_s;     /* --timeout; < 0: none */
 	struct tool_opts t;  /* --profile, --region, ..., --log-level */
 };
 
@@ -69,6 +75,16 @@ struct ctl {
 void ctl_progress(void *arg, enum dcr_pg_state s, const char *phase,
 		  uint64_t done, uint64_t total, const char *unit);
 
+/* ctl_check_mount - whether @mnt is the directory a dcrfs is mounted
+ * on (its device into *@dev): 0, or -1 with the reason logged.
+ * (dcrfs-ctl.c) */
+int ctl_check_mount(const char *mnt, dev_t *dev);
+/* wait MNT [--newer-than N] [--timeout S] (ctl_wait.c): blocks on
+ * MNT/.dcrfs/latest until /latest shows a version newer than @newer
+ * (@have_newer 0: than the one it shows now) and prints it; 0, 1 on a
+ * timeout (@timeout_s < 0: none) or an error (logged). */
+int cmd_wait(const char *mnt, int have_newer, uint64_t newer,
+	     double timeout_s, int json);
 /* verify [V...] [--deep] [--trust FILE] (ctl_verify.c) */
 int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet,
 	       const char *trust_file);

@@ -22,7 +22,8 @@ static void verify_text(const struct dcr_verify_result *r)
 {
 	for (size_t k = 0; k < r->ndamage; k++) {
 		const struct dcr_verify_damage *d = &r->damage[k];
-		printf("damaged: %s: %s\n", d->object, d->reason);
+		printf("%s: %s: %s\n", d->untrusted ? "untrusted" : "damaged",
+		       d->object, d->reason);
 		for (size_t h = 0; h < d->nhits; h++) {
 			const struct dcr_verify_hit *x = &d->hits[h];
 			if (!x->path)
@@ -73,12 +74,19 @@ int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet,
 	size_t nsigned = 0;
 	for (size_t i = 0; i < r.nsigs; i++)
 		nsigned += strcmp(r.sigs[i].status, "unsigned") != 0;
+	size_t ndamaged = 0;
+	for (size_t k = 0; k < r.ndamage; k++)
+		ndamaged += !r.damage[k].untrusted;
+	/* Intact versions a trust file does not cover are untrusted, not
+	 * damaged: the store is fine, the keys are not the ones given. */
 	if (!quiet)
 		dcr_info("%zu versions (%zu signed%s), %" PRIu64 " packs (%s) checked%s: %s",
 			 r.nversions, nsigned, trust ? ", against the trust file" : "",
 			 r.packs_checked, dcr_format_size(r.bytes_checked, b, sizeof(b)),
 			 deep ? ", every file materialized" : "",
-			 r.ndamage ? "DAMAGED" : "ok");
+			 ndamaged ? "DAMAGED" : r.ndamage ?
+			 "UNTRUSTED (intact, but not signed by a key of the trust file)" :
+			 "ok");
 	status = r.ndamage ? EXIT_FAIL : 0;
 	dcr_verify_result_free(&r);
 err_free:

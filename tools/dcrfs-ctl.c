@@ -72,6 +72,8 @@ static void usage(FILE *f)
 "                         version materializes with at most K frames per chunk\n"
 "  status MNT             what the dcrfs mounted on MNT is doing (no store\n"
 "                         needed: read from MNT/.dcrfs/status.json)\n"
+"  wait MNT               wait until the dcrfs mounted on MNT shows a newer\n"
+"                         latest, then print its number (no store needed)\n"
 "  warm [V]               fill the cache tiers with the packs of version V\n"
 "                         (default latest), each through the mirror the\n"
 "                         mounts send it to\n"
@@ -120,6 +122,10 @@ static void usage(FILE *f)
 "                         end; cat: a temporary one\n"
 "      --jobs N           export: threads (default: the CPUs this process may\n"
 "                         use)\n"
+"wait options:\n"
+"      --newer-than N     wait for a version newer than N (default: the one\n"
+"                         latest shows now; 0: any version)\n"
+"      --timeout SECONDS  give up after this long (0.5, 90, 15m): exit 1\n"
 "global options:\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
@@ -163,6 +169,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "sign-key", required_argument, NULL, 'k' },
 		{ "trust", required_argument, NULL, 'r' },
 		{ "cache-dir", required_argument, NULL, 'C' },
+		{ "newer-than", required_argument, NULL, 'W' },
+		{ "timeout", required_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		TOOL_LONGOPTS,
@@ -180,8 +188,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "gc", 0, 0, "" },         { "status", 1, 1, " MNT" },
 		{ "compact", 0, 0, "" },    { "warm", 0, 1, " [V]" },
 		{ "export", 2, 2, " V DIR" }, { "cat", 2, 2, " V PATH" },
+		{ "wait", 1, 1, " MNT" },
 	};
 	int c, gc_opt = 0, dry = 0, depth = 0, cost = 0, warm_opt = 0;
+	int wait_opt = 0;
 	uint64_t k;
 
 	a->store = getenv("DCRFS_STORE");
@@ -189,6 +199,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	a->grace = 86400;
 	a->slice = (uint64_t)1 << 20;
 	a->jobs = 8;
+	a->timeout_s = -1;
 	a->t.log_level = -1;
 	while ((c = getopt_long(argc, argv, "s:nqvhV", longopts, NULL)) != -1) {
 		int r = tool_opt(&a->t, c, optarg, "dcrfs-ctl");
@@ -201,6 +212,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		depth |= c == 'K';
 		cost |= c == 'R';
 		warm_opt |= strchr("MX", c) != NULL;
+		wait_opt |= c == 'W' || c == 'O';
 		switch (c) {
 		case 's':
 			a->store = optarg;
@@ -220,6 +232,28 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'r':
 			a->trust = optarg;
 			break;
+		case 'W':
+			if (dcr_parse_u64(optarg, &a->newer_than)) {
+				fprintf(stderr, "dcrfs-ctl: --newer-than: '%s' is not a version number\n", optarg);
+				return -1;
+			}
+			a->have_newer = 1;
+			break;
+		case 'O': {
+			char *end;
+			uint64_t secs;
+
+			errno = 0;
+			a->timeout_s = strtod(optarg, &end);
+			if (optarg[strspn(optarg, "0123456789.")] && !dcr_parse_duration(optarg, &secs))
+				a->timeout_s = (double)secs; /* 15m, 2h */
+			else if (errno || end == optarg || *end || !(a->timeout_s >= 0) ||
+				 a->timeout_s > 1e9) {
+				fprintf(stderr, "dcrfs-ctl: --timeout: '%s' is not a number of seconds (0.5, 90) or a duration (15m, 2h)\n", optarg);
+				return -1;
+			}
+			break;
+		}
 		case 'q':
 			a->quiet = 1;
 			break;
@@ -372,6 +406,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: warm needs --mirror URL (or DCRFS_MIRROR)\n");
 		return -1;
 	}
+	if (wait_opt && strcmp(a->cmd, "wait")) {
+		fprintf(stderr, "dcrfs-ctl: only wait takes --newer-than and --timeout\n");
+		return -1;
+	}
 	if (gc_opt && strcmp(a->cmd, "gc")) {
 		fprintf(stderr, "dcrfs-ctl: only gc takes --keep-* and --grace\n");
 		return -1;
@@ -385,7 +423,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dcrfs-ctl: gc needs --keep-last N\n");
 		return -1;
 	}
-	if (!a->store && strcmp(a->cmd, "status") && strcmp(a->cmd, "keygen")) {
+	if (!a->store && strcmp(a->cmd, "status") && strcmp(a->cmd, "keygen") &&
+	    strcmp(a->cmd, "wait")) {
 		fprintf(stderr, "dcrfs-ctl: no store given (use --store URL or set DCRFS_STORE)\n");
 		return -1;
 	}
@@ -751,7 +790,7 @@ static int mount_type(const char *dir, dev_t dev, char *type, size_t cap)
  * that no plain directory or other file system is taken for one. Its
  * device into *@dev. 0, or -1 with the reason logged.
  */
-static int check_mount(const char *mnt, dev_t *dev)
+int ctl_check_mount(const char *mnt, dev_t *dev)
 {
 	char real[PATH_MAX], type[64];
 	struct statfs sf;
@@ -809,7 +848,7 @@ static int read_status(const char *mnt, char *t, size_t *n)
 	ssize_t got;
 	int fd;
 
-	if (check_mount(mnt, &dev))
+	if (ctl_check_mount(mnt, &dev))
 		return -1;
 	if (snprintf(path, sizeof(path), "%s/.dcrfs/status.json", mnt) >=
 	    (int)sizeof(path)) {
@@ -893,6 +932,20 @@ static int cmd_status(const char *mnt, int json)
 	printf("errors:    %.0f reads, %.0f fetches, %.0f refreshes\n",
 	       json_num(t, "errors", "reads"), json_num(t, "errors", "fetches"),
 	       json_num(t, "errors", "refreshes"));
+	/* Versions a trust= mount refuses are not errors of the mount, but
+	 * a store that goes unsigned shows here, not only under --json. */
+	double rej[5] = {
+		json_num(t, "rejected", "unsigned"), json_num(t, "rejected", "bad"),
+		json_num(t, "rejected", "other_store"),
+		json_num(t, "rejected", "untrusted"), json_num(t, "rejected", "tags"),
+	};
+	if (json_num(t, "trust", "keys") || rej[0] + rej[1] + rej[2] + rej[3] + rej[4])
+		printf("trust:     %.0f keys; rejected %.0f unsigned, %.0f with a bad "
+		       "signature, %.0f for another store, %.0f by another key, "
+		       "%.0f tags%s\n", json_num(t, "trust", "keys"), rej[0], rej[1],
+		       rej[2], rej[3], rej[4],
+		       rej[0] + rej[1] + rej[2] + rej[3] ?
+		       " (not shown: see the mount's log)" : "");
 	if (strstr(t, "\"mode\": \"none\""))
 		printf("prefetch:  off\n");
 	else if (json_num(t, "prefetch", "current"))
@@ -958,6 +1011,11 @@ int main(int argc, char **argv)
 	struct dcr_sign_key *key = NULL;
 	if (a.sign_key && dcr_sign_key_load(a.sign_key, &key))
 		return EXIT_FAIL;
+	if (!strcmp(a.cmd, "wait")) {
+		status = cmd_wait(a.pos[0], a.have_newer, a.newer_than,
+				  a.timeout_s, a.json);
+		return fflush(stdout) ? EXIT_FAIL : status;
+	}
 	if (!strcmp(a.cmd, "status")) {
 		status = cmd_status(a.pos[0], a.json);
 		return fflush(stdout) ? EXIT_FAIL : status;

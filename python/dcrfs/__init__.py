@@ -17,8 +17,18 @@ tag(url, name, v) and compact(url). Their results are dcrfs-ctl's
 To keep a rollout engine's weights current from a mount's delta/ view
 (dcrfs(8)) without reloading them: read_delta(path) ({name: (idx, val)},
 numpy only), delta_info(path) (what changed, from and to which version)
-and apply_delta(tensors, path, from_digest=None), which patches torch
-tensors or numpy arrays in place; a bad file raises DeltaError.
+and apply_delta(tensors, path, from_digest=... or from_version=...),
+which patches torch tensors or numpy arrays in place after checking
+that they are of the delta's from version; a bad file raises DeltaError.
+
+To load one version and only one from a mount: resolve(mnt) gives
+MNT/vN for the version MNT/latest shows now (MNT/latest itself is
+looked up again at every path walk, so files opened one by one through
+it can come from different versions when a commit lands between them);
+wait(mnt, newer_than=None, timeout=None) blocks, without polling, until
+latest is newer, and returns its number (MNT/.dcrfs/latest, a file
+poll(2) wakes on). Tensor-parallel workers load the version their
+leader resolved: resolve(mnt, version=N).
 
 To read a version without a mount (no FUSE, no root; every chunk
 verified as a mount does): open(url, version, path) (a binary file
@@ -34,8 +44,10 @@ DcrError (EINVAL) naming it. Leaving the ``with`` block without publish()
 (an exception, or simply not calling it) aborts: nothing is published.
 
 libdcr is found through $DCRFS_LIBDCR (a path to the shared library),
-then the directory it was installed to (recorded at install time), then
-the system's library path.
+then the directory it was installed to (recorded by `make install`),
+then the system's library path, then where `make install` (/usr/local/lib)
+and the libdcr0 package put it: a copy installed with pip
+(``pip install ./python``, python/pyproject.toml) in any venv finds it.
 """
 import ctypes
 import ctypes.util
@@ -43,11 +55,13 @@ import errno
 import json
 import os
 import signal
+import sysconfig
 import threading
 
 __all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
            "verify", "gc", "tag", "read_delta", "delta_info", "apply_delta",
-           "DeltaError", "Reader", "open", "load_safetensors"]
+           "DeltaError", "Reader", "open", "load_safetensors",
+           "resolve", "latest", "wait"]
 
 _u64 = ctypes.c_uint64
 
@@ -101,14 +115,25 @@ def _load():
     found = ctypes.util.find_library("dcr")
     if found:
         cands.append(found)
+    # Installed by pip into a venv: where `make install` (/usr/local) and
+    # the libdcr0 package (the multiarch directory) put it, even before
+    # ldconfig ran.
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for d in ("/usr/local/lib", "/usr/lib/" + multiarch, "/usr/lib64", "/usr/lib"):
+        p = os.path.join(d, "libdcr.so.0")
+        if p not in cands and os.path.exists(p):
+            cands.append(p)
     errors = []
     for c in cands:
         try:
             return ctypes.CDLL(c)
         except OSError as e:
             errors.append(str(e))
-    raise ImportError("dcrfs: cannot load libdcr (tried %s): %s"
-                      % (cands or "nothing", "; ".join(errors)))
+    raise ImportError("dcrfs: cannot load libdcr (tried %s%s): install it (make "
+                      "install, or the libdcr0 package) or set DCRFS_LIBDCR to "
+                      "its path (libdcr.so.0)"
+                      % (", ".join(cands) or "nothing found",
+                         ": " + "; ".join(errors) if errors else ""))
 
 
 _lib = _load()
@@ -193,6 +218,8 @@ def _check(ret, what):
             msg = "%s: %s" % (what, os.strerror(-ret))
         elif os.fsdecode(what) not in msg:
             msg = "%s: %s" % (os.fsdecode(what), msg)
+        # libdcr's advice names the command-line flag; here it is an argument
+        msg = msg.replace("--allow-nonfinite", "allow_nonfinite=True")
         raise DcrError(-ret, msg)
     return ret
 
@@ -556,3 +583,4 @@ class Commit:
 from ._delta import DeltaError, apply_delta, delta_info, read_delta  # noqa: E402
 # Reading without a mount (python/dcrfs/_read.py): open, load_safetensors.
 from ._read import Reader, load_safetensors, open  # noqa: E402,A004
+from ._mount import latest, resolve, wait  # noqa: E402

@@ -274,32 +274,72 @@ def _patch(kind, t, idx, val):
         t.view(-1).index_put_((i,), v)
 
 
-def apply_delta(tensors, path, from_digest=None):
+def _digest_of(d, path, kind):
+    """from_digest as given (str or bytes; "KIND:HEX" as the
+    user.dcrfs.digest xattr gives it, or bare HEX) -> lowercase HEX."""
+    if isinstance(d, (bytes, bytearray)):
+        d = bytes(d).decode("ascii", "replace")
+    d = str(d).strip().rstrip("\0")
+    k, colon, h = d.rpartition(":")
+    if colon and k != kind:
+        raise _bad(path, "from_digest %r is a digest of another kind (%s) than "
+                   "the delta's (%s)" % (d, k, kind), errno.EINVAL)
+    return h.lower()
+
+
+def _same_width(dt, vdt):
+    """A tensor of safetensors dtype dt may take values of vdt: the same,
+    or BF16 held as the raw bits in uint16/int16 (numpy has no bf16)."""
+    return dt == vdt or (vdt == "BF16" and dt in ("U16", "I16"))
+
+
+def apply_delta(tensors, path, from_digest=None, from_version=None, check=True):
     """Apply the delta file at path in place to tensors, a dict
     ``{name: tensor}`` holding the delta's from version (torch tensors
     on any device, or numpy arrays): for each changed tensor,
     ``t.view(-1)[idx] = val``.
 
+    The tensors must be the delta's from version, and apply_delta checks
+    it: give from_digest (the digest of the file the tensors were loaded
+    from, as the manifest records it: the file's ``user.dcrfs.digest``
+    xattr as it is, ``sha256-of-chunks:HEX``, or bare HEX; or the
+    to_digest of the previous delta applied) or from_version (the
+    version they were loaded from, e.g. the last delta's to_version).
+    Without either it raises DeltaError (EINVAL) unless check=False
+    says the caller knows (a delta applied to the wrong version succeeds
+    and leaves tensors of no version at all).
+
     Everything is checked first, and only then is anything changed: the
-    file (as read_delta), from_digest (the digest of the file the
-    tensors were loaded from, as the manifest records it, e.g. the
-    from_digest or to_digest of the previous delta applied; None: not
-    checked) equal to the file's, every changed tensor present in
-    tensors, contiguous (and writeable), of the delta's dtype, with every
-    index < its element count. Raises DeltaError naming the first problem
-    found (errno EBADMSG: the file; EINVAL: the tensors or from_digest);
-    then no tensor was modified.
+    file (as read_delta), from_digest and from_version equal to the
+    file's, every changed tensor present in tensors, contiguous (and
+    writeable), of the delta's dtype (BF16 values also go into uint16 or
+    int16 arrays holding bf16 bits), with every index < its element
+    count. Raises DeltaError naming the first problem found (errno
+    EBADMSG: the file; EINVAL: the tensors, from_digest or
+    from_version); then no tensor was modified.
 
     Returns delta_info's dict: the caller reloads the tensors in its
     added and reshaped lists from the to version's full file and drops
     those in removed (apply_delta leaves them alone). The file is read
     once; for torch, each tensor's indices and values are moved to its
     device once. Not thread-safe for the same tensors."""
+    if check and from_digest is None and from_version is None:
+        raise _bad(path, "apply_delta needs from_digest= (the user.dcrfs.digest "
+                   "xattr of the file the tensors were loaded from) or "
+                   "from_version= (the version they were loaded from), so that "
+                   "it never patches tensors of another version; check=False "
+                   "applies it unchecked", errno.EINVAL)
     d = _Delta(path)
     meta = d.meta
-    if from_digest is not None and str(from_digest).lower() != meta["from_digest"]:
-        raise _bad(path, "from_digest %s, but the tensors given are of %s"
-                   % (meta["from_digest"] or '"" (the file is new)', from_digest),
+    if check and from_digest is not None and \
+            _digest_of(from_digest, path, meta["digest_kind"]) != meta["from_digest"]:
+        raise _bad(path, "from_digest %s is not the delta's, %s: the tensors given "
+                   "are not of its from version, v%d"
+                   % (from_digest, meta["from_digest"] or '"" (the file is new)',
+                      meta["from_version"]), errno.EINVAL)
+    if check and from_version is not None and int(from_version) != meta["from_version"]:
+        raise _bad(path, "the delta is from v%d to v%d, but the tensors given are of v%d"
+                   % (meta["from_version"], meta["to_version"], int(from_version)),
                    errno.EINVAL)
     plan = []
     for name, (idx, val, vdt) in sorted(d.tensors.items()):
@@ -309,7 +349,7 @@ def apply_delta(tensors, path, from_digest=None):
         kind, dt, numel, why = _target(t)
         if why:
             raise _bad(path, "tensor %s %s" % (name, why), errno.EINVAL)
-        if dt != vdt:
+        if not _same_width(dt, vdt):
             raise _bad(path, "tensor %s is %s, the delta's values are %s"
                        % (name, dt or getattr(t, "dtype", "?"), vdt), errno.EINVAL)
         if len(idx) and int(idx[-1]) >= numel:

@@ -86,7 +86,7 @@ def main():
           % (build, build / sha, sha, first), flush=True)
     del d
     work = {k: v.clone() for k, v in prev.items()}
-    got = dcrfs.apply_delta(work, delta)
+    got = dcrfs.apply_delta(work, delta, from_version=n - 1)
     for k in got["removed"]:
         del work[k]
     for k in got["added"] + got["reshaped"]:
@@ -102,7 +102,7 @@ def main():
         for k, v in prev.items():    # the engine holds v(N-1) again (not timed)
             work[k].copy_(v)
         t0 = time.perf_counter()
-        dcrfs.apply_delta(work, delta)
+        dcrfs.apply_delta(work, delta, from_version=n - 1)
         b = time.perf_counter() - t0
         if r < 0:
             continue

@@ -8,6 +8,7 @@
 # module is imported and used by /usr/bin/python3, a program is built
 # against libdcr through `pkg-config dcr`, the example systemd units pass
 # `systemd-analyze verify`, and everything is purged again.
+# The build leaves nothing untracked that debian/.gitignore does not name.
 # Skips when a dcrfs package is already installed (it is not ours to
 # replace) or the packaging tools are missing (scripts/install-deps).
 . "$(dirname "$0")/lib.sh"
@@ -33,10 +34,19 @@ tar -C "$DCR_SRCDIR" --exclude-vcs --exclude=./build --exclude='./build-*' \
 	--exclude=./config.status --exclude=./config.log --exclude=./config.h \
 	--exclude=./Makefile --exclude=./libtool --exclude=./dcr.pc --exclude=./stamp-h1 \
 	-cf - . | tar -C "$SRC" -xf -
+# a git repository of the copy, to see what the build leaves behind
+# that the .gitignore files do not name
+cp "$DCR_SRCDIR/.gitignore" "$SRC/.gitignore"
+cp "$DCR_SRCDIR/debian/.gitignore" "$SRC/debian/.gitignore"
+git -C "$SRC" init -q && git -C "$SRC" add -A &&
+	git -C "$SRC" -c user.name=t -c user.email=t@t commit -qm tree ||
+	fail "git init of the copy failed"
 log "dpkg-buildpackage -b -us -uc (nocheck, -j$(nproc))"
 (cd "$SRC" && DEB_BUILD_OPTIONS="nocheck noddebs parallel=$(nproc)" \
 	DCR_TIMEOUT=1500 t dpkg-buildpackage -b -us -uc) >"$T/build.log" 2>&1 ||
 	fail "dpkg-buildpackage failed: $(tail -30 "$T/build.log")"
+left=$(git -C "$SRC" status --porcelain --untracked-files=all)
+[ -z "$left" ] || fail "dpkg-buildpackage left files no .gitignore names: $left"
 debs=()
 for p in "${PKGS[@]}"; do
 	f=$(ls "$T"/src/"${p}"_*.deb 2>/dev/null | head -1)
@@ -55,12 +65,15 @@ MA=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 want_in "${debs[2]}" /usr/bin/dcrfs /usr/bin/dcrfs-commit /usr/bin/dcrfs-ctl /usr/bin/dcrfs-synth \
 	/usr/share/man/man8/dcrfs.8.gz /usr/share/man/man8/dcrfs-ctl.8.gz \
 	/usr/share/man/man1/dcrfs-commit.1.gz /usr/share/man/man1/dcrfs-synth.1.gz \
-	/usr/share/doc/dcrfs/examples/mnt-dcr.mount /usr/share/doc/dcrfs/examples/mnt-dcr.automount
+	/usr/share/doc/dcrfs/examples/mnt-dcr.mount /usr/share/doc/dcrfs/examples/mnt-dcr.automount \
+	/usr/share/doc/dcrfs/examples/rollout_worker.py \
+	/usr/share/bash-completion/completions/dcrfs /usr/share/bash-completion/completions/dcrfs-ctl
 want_in "${debs[3]}" "/usr/lib/$MA/libdcr.so.0.0.0"
 want_in "${debs[1]}" /usr/include/dcr.h "/usr/lib/$MA/pkgconfig/dcr.pc"
 want_in "${debs[0]}" /usr/lib/python3/dist-packages/dcrfs/__init__.py \
 	/usr/lib/python3/dist-packages/dcrfs/_delta.py \
 	/usr/lib/python3/dist-packages/dcrfs/_read.py \
+	/usr/lib/python3/dist-packages/dcrfs/_mount.py \
 	/usr/lib/python3/dist-packages/dcrfs/_paths.py
 grep -q '\.pyc$' "$T/list" && fail "python3-dcrfs ships .pyc files"
 

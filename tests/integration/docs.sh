@@ -18,4 +18,7 @@ grep -q '^man/ .*dcrfs-ctl(8)' "$DCR_SRCDIR/README.md" || fail "the README's lay
 first=$(grep -m1 '^ *dcrfs-commit --' "$DCR_SRCDIR/man/dcrfs-synth.1")
 [[ $first == *--init* ]] || fail "dcrfs-synth(1) first commits without --init: $first"
 t "$CTL" --help | grep -A1 '^  show V' | grep -q 'SHA-256' && fail "show --help calls the digest SHA-256"
+# the example metrics port is not JuiceFS's default (9567)
+grep -rn ':9567' "$DCR_SRCDIR/README.md" "$DCR_SRCDIR/man" "$DCR_SRCDIR/examples" \
+	"$DCR_SRCDIR/fs" && fail "an example uses JuiceFS's metrics port 9567"
 log "ok: --version, SEE ALSO, README layout, synth example, show --help"

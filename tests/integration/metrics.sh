@@ -49,7 +49,7 @@ mkdir -p "$T/mnt2"
 expect_status 1 "cannot serve metrics on 127.0.0.1:$PORT: Address already in use" \
 	"$DCRFS" "$STORE" "$T/mnt2" -f -o "cache_dir=$T/cache2,metrics=127.0.0.1:$PORT"
 mountpoint -q "$T/mnt2" && fail "$T/mnt2 was mounted"
-expect_status 2 "bad metrics" "$DCRFS" "$STORE" "$T/mnt2" -f -o metrics=9567
+expect_status 2 "bad metrics" "$DCRFS" "$STORE" "$T/mnt2" -f -o metrics=9741
 expect_status 2 "bad log_level" "$DCRFS" "$STORE" "$T/mnt2" -f -o log_level=loud
 
 umount_dcrfs "$T/mnt" || fail "unmount failed"

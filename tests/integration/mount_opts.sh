@@ -53,12 +53,24 @@ bad "fetch_ahead=16385M" "bad fetch_ahead '16385M' (0 to 16G)"
 good "fetch_ahead=0"; good "fetch_ahead=16G"
 bad "log_level=loud" "bad log_level 'loud' (error, warn, info or debug)"
 good "log_level=warning"; good "log_level=debug"
-bad "metrics=9567" "bad metrics '9567' (HOST:PORT, e.g. 127.0.0.1:9567)"
-good "metrics=127.0.0.1:9567"
+bad "metrics=9741" "bad metrics '9741' (HOST:PORT, e.g. 127.0.0.1:9741)"
+good "metrics=127.0.0.1:9741"
 # the first bad value in table order, whatever the command line's order
 bad "poll=x,log_level=x" "bad log_level 'x' (error, warn, info or debug)"
 bad "fetch_ahead=x,cache_size=0" "bad cache_size '0' (e.g. 512M, 50G)"
 # the spaced long form takes the same path
 out=$(t "$DCRFS" "$STORE" "$MNT" -f --poll x 2>&1) && fail "--poll x was accepted"
 [ "$out" = "dcrfs: bad poll 'x' ($H_POLL)" ] || fail "--poll x said: $out"
+# the long options other mounts (mountpoint-s3) and the dcrfs tools take
+out=$(t "$DCRFS" "$STORE" "$MNT" --foreground --allow-other --read-only 2>&1 </dev/null) &&
+	fail "mounted on a missing mount point"
+[[ $out == "dcrfs: bad mount point '$MNT'"* ]] ||
+	fail "--foreground --allow-other --read-only were refused: $out"
+out=$(t "$DCRFS" "$STORE" "$MNT" -f --endpoint-url http://127.0.0.1:1 2>&1 </dev/null) &&
+	fail "mounted on a missing mount point"
+out2=$(t "$DCRFS" "$STORE" "$MNT" -f -o endpoint=http://127.0.0.1:1 2>&1 </dev/null) &&
+	fail "mounted on a missing mount point"
+[ "$out" = "$out2" ] || fail "--endpoint-url said '$out', -o endpoint= '$out2'"
+out=$(t "$DCRFS" "$STORE" "$MNT" --foreground=yes 2>&1 </dev/null) && fail "--foreground=yes taken"
+[[ $out == *"unknown option"* ]] || fail "--foreground=yes said: $out"
 log "every option's bad values refused with its message, its bounds accepted"

@@ -91,6 +91,8 @@ if phase == "commit":
         sys.exit("a NaN was committed")
     except dcrfs.DcrError as e:
         assert "tensor emb has 1 non-finite value" in str(e), str(e)
+        # the advice is the argument, not dcrfs-commit's flag
+        assert "allow_nonfinite=True" in str(e) and "--allow" not in str(e), str(e)
     # a NUL or invalid UTF-8 in a name, path, metadata or tag is refused
     # (DcrError EINVAL naming it), never published cut short or as a
     # header that is not JSON

@@ -118,7 +118,7 @@ def commit(store, cache):
 # -------------------------------------------------------------- check phase
 TORCH_DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
             "I64": torch.int64, "I32": torch.int32}
-NP_DT = {"F16": "<f2", "F32": "<f4", "I64": "<i8", "I32": "<i4"}
+NP_DT = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "I64": "<i8", "I32": "<i4"}
 
 
 def read(path):
@@ -248,10 +248,18 @@ class Checker:
         d = dcrfs.read_delta(p)
         assert sorted(changed) == sorted(d), (sorted(changed), sorted(d))
         assert same(finish(t, info, full), full), "%s: applied to v%d is not v%d" % (p, m, n)
-        if "bf16" not in f:
+        # numpy, where it has the dtype; bf16 held as uint16 and as int16
+        # bits (Debian's numpy has no bfloat16), the digest as the xattr
+        # gives it ("sha256-of-chunks:HEX")
+        for bf16_as in (("<u2", "<i2") if "bf16" in f else (None,)):
             a = load_numpy(old) if old is not None else {}
-            dcrfs.apply_delta(a, p)
-            assert same(finish(a, info, load_numpy(new)), load_numpy(new)), "%s (numpy)" % p
+            new_np = load_numpy(new)
+            if bf16_as:
+                a = {k: v.view(bf16_as) if v.dtype.str == "<u2" else v for k, v in a.items()}
+                new_np = {k: v.view(bf16_as) if v.dtype.str == "<u2" else v
+                          for k, v in new_np.items()}
+            dcrfs.apply_delta(a, p, from_version=m, from_digest="sha256-of-chunks:" + fd)
+            assert same(finish(a, info, new_np), new_np), "%s (numpy %s)" % (p, bf16_as)
         # size: <= 6.5 B per changed bf16 element, plus the header
         if f.startswith("bf16") and d:
             hl = struct.unpack("<Q", raw[:8])[0] + 8
@@ -398,13 +406,30 @@ def hostile(work, good_path, tensors, digest):
             assert needle in str(e) and p in str(e), (what, str(e))
         assert {k: bits(v) for k, v in tensors.items()} == before, "%s changed a tensor" % what
         checked += 1
+    # the from version unchecked, or not the delta's: refused (item 5 of
+    # issue 33: a delta applied to another version's tensors made them of
+    # no version at all, silently)
+    fv = dcrfs.delta_info(good_path)["from_version"]
+    for what, kw, needle in (
+            ("no from_digest or from_version", {}, "needs from_digest= "),
+            ("a wrong from_version", {"from_version": fv + 1}, "are of v%d" % (fv + 1)),
+            ("a digest of another kind", {"from_digest": "sha256:" + digest}, "another kind"),
+            ("a wrong xattr digest", {"from_digest": b"sha256-of-chunks:" + b"1" * 64},
+             "from_digest")):
+        try:
+            dcrfs.apply_delta(tensors, good_path, **kw)
+            sys.exit("apply_delta took %s" % what)
+        except dcrfs.DeltaError as e:
+            assert e.errno == errno.EINVAL and needle in str(e), (what, str(e))
+        checked += 1
+    assert {k: bits(v) for k, v in tensors.items()} == before
     # a tensor to patch that is not contiguous, or of another dtype: refused
     t = tensors[last]
     strided = torch.empty(2 * numel, dtype=t.dtype)[::2].reshape(t.shape)
     for what, t2, needle in (("not contiguous", strided, "not contiguous"),
                              ("fp16", t.to(torch.float16), "is F16")):
         try:
-            dcrfs.apply_delta(dict(tensors, **{last: t2}), good_path)
+            dcrfs.apply_delta(dict(tensors, **{last: t2}), good_path, from_digest=digest)
             sys.exit("apply_delta patched a tensor that is %s" % what)
         except dcrfs.DeltaError as e:
             assert needle in str(e), str(e)
@@ -422,7 +447,7 @@ def no_torch(p):
     code = ("import sys, dcrfs; d = dcrfs.read_delta(sys.argv[1]); dcrfs.delta_info(sys.argv[1]);"
             "assert d and 'torch' not in sys.modules, sorted(sys.modules);"
             "import numpy as np; dcrfs.apply_delta({k: np.zeros(1 << 20, np.float32) for k in d},"
-            " sys.argv[1]); assert 'torch' not in sys.modules")
+            " sys.argv[1], check=False); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code, p], check=True)
 
 

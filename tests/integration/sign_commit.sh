@@ -56,9 +56,12 @@ DCRFS_SIGN_KEY=$T/k1 commit "$STORE" "$T/tree" -t best --json >"$T/c2.json"
 py "$T/c2.json" 'assert d["version"] == 2 and d["signer"] == sys.argv[2], d' "$K1" ||
 	fail "DCRFS_SIGN_KEY did not sign: $(cat "$T/c2.json")"
 rand_file "$T/tree/w.bin" 300000 c
-commit "$STORE" "$T/tree" --json >"$T/c3.json"
+commit "$STORE" "$T/tree" --json >"$T/c3.json" 2>"$T/c3.err"
 py "$T/c3.json" 'assert d["version"] == 3 and d["signer"] == "unsigned", d' ||
 	fail "an unsigned commit: $(cat "$T/c3.json")"
+# on a signed parent it is never silent: trust= mounts would stay on v2
+grep -q "warning: .*version 2 is signed (key $K1) and this commit is not: mounts with trust= will not show it" \
+	"$T/c3.err" || fail "an unsigned commit on a signed version went silently: $(cat "$T/c3.err")"
 "$PY" - "$STORE" "$T/k1" "$T/cc-py" "$K1" <<'PY' || fail "Python signed commit"
 import sys, numpy as np, dcrfs
 store, key, cache, kid = sys.argv[1:5]
@@ -111,14 +114,21 @@ assert d["ok"] and st == {1: (k1, "valid"), 2: (k1, "valid"), 3: ("unsigned", "u
 # with --trust: the right key passes, another key or no signature fails
 expect_status 0 "3 versions \(3 signed, against the trust file\).*ok" \
 	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1.pub" 1 2 4
-expect_status 1 "damaged: versions/0000000003: unsigned" \
+# (intact versions the trust file does not cover: untrusted, not damaged)
+expect_status 1 "untrusted: versions/0000000003: unsigned" \
 	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1.pub"
-expect_status 1 "versions/0000000001: signed by key $K1, which the trust file does not hold" \
+grep -q "checked: UNTRUSTED" "$T/out" || fail "verify --trust calls unsigned versions: $(cat "$T/out")"
+expect_status 1 "untrusted: versions/0000000001: signed by key $K1, which the trust file does not hold" \
 	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k2.pub" 1
 grep -q "affects version 1 (all of it)" "$T/out" || fail "verify does not name version 1: $(cat "$T/out")"
+grep -qE "damaged|DAMAGED" "$T/out" && fail "verify --trust OTHER.pub calls intact versions damaged: $(cat "$T/out")"
 { echo "# rotation: the new key and the old"; cat "$T/k2.pub"; echo; cat "$T/k1.pub"; } >"$T/both.pub"
 expect_status 0 "ok" "$DCRFS_CTL" --store "$STORE" verify --trust "$T/both.pub" 1 2 4
-expect_status 1 "" "$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1" 1 # a private key file is no trust file
+# a private key file is no trust file: say to give the .pub
+expect_status 1 "key 1 is a private key: trust takes the public one \(KEYFILE.pub" \
+	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1" 1
+expect_status 1 "its directory does not exist: create it first" \
+	"$DCRFS_CTL" keygen "$T/no-such-dir/key"
 expect_status 2 "only verify takes --trust" "$DCRFS_CTL" --store "$STORE" log --trust "$T/k1.pub"
 
 # --- forgeries verify catches

@@ -26,7 +26,7 @@ mount_dcrfs "$STORE" "$MNT" "poll=0.2,prefetch=latest"
 # hidden, found by lookup, read-only
 ls -a "$MNT" | grep -q dcrfs && fail "the root lists .dcrfs: $(ls -a "$MNT")"
 [ -d "$MNT/.dcrfs" ] || fail ".dcrfs is not found by lookup"
-[ "$(ls "$MNT/.dcrfs" | tr '\n' ' ')" = "metrics status.json " ] ||
+[ "$(ls "$MNT/.dcrfs" | tr '\n' ' ')" = "latest metrics status.json " ] ||
 	fail ".dcrfs lists $(ls "$MNT/.dcrfs")"
 if (echo x >"$S") 2>/dev/null; then fail "status.json is writable"; fi
 cp "$S" "$T/st.json"

@@ -121,6 +121,10 @@ for r in bad_signature untrusted_key unsigned other_store; do
 done
 cp "$MNT/.dcrfs/status.json" "$T/st.json"
 py "$T/st.json" 'assert d["trust"]["keys"] == 1 and d["trust"]["rejected"]["bad"] == 1 and d["versions"] == 2 and d["latest"] == 2, d["trust"]'
+# and in dcrfs-ctl status's text, not only under --json
+st=$(t "$DCR_BUILDDIR/dcrfs-ctl" status "$MNT") || fail "dcrfs-ctl status failed"
+grep -qx "trust: *1 keys; rejected 1 unsigned, 1 with a bad signature, 1 for another store, 1 by another key, [0-9]* tags (not shown: see the mount's log)" <<<"$st" ||
+	fail "status does not show the rejected versions: $st"
 
 # A genuine version after them is shown, and reads right.
 [ "$(ci "$STORE" "$T/cc" "$T/s8" --sign-key "$T/k1" --parent 2)" = 8 ] || fail "v8"
