@@ -468,8 +468,10 @@ int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 		}
 		dcr_debug("%s: manifest %s %s; fetching it again", url, key,
 			  why);
-		struct timespec ts = { 0, 100L * 1000 * 1000 * attempt };
-		nanosleep(&ts, NULL);
+		if (dcr_stop_sleep_ns(100LL * 1000 * 1000 * attempt)) {
+			ret = -ECANCELED; /* the process is ending */
+			break;
+		}
 	}
 	if (!ret && tail && b.len >= DCR_HASH_LEN)
 		memcpy(tail, b.data + b.len - DCR_HASH_LEN, DCR_HASH_LEN);
@@ -840,6 +842,8 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 		       r->vs.max_bad);
 	pthread_mutex_unlock(&r->vs.lock);
 	for (;;) {
+		if (dcr_stop_requested())
+			return -ECANCELED; /* the process is ending */
 		ret = index_version(r, ctx, ++next, NULL);
 		if (ret == -ENOENT)
 			return 0;
