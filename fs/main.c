@@ -1318,6 +1318,12 @@ int main(int argc, char *argv[])
 	dcr_stop_request();
 	dcrfs_bg_stop(&fs);
 	dcrfs_backing_free(&fs);
+#ifdef DCR_TEST_HOOKS
+	/* Test hook (HACKING): a daemon slow to exit after its unmount,
+	 * still holding its cache directory (tests/integration/remount.sh). */
+	if (getenv("DCRFS_TEST_EXIT_DELAY_MS"))
+		usleep((useconds_t)atoi(getenv("DCRFS_TEST_EXIT_DELAY_MS")) * 1000);
+#endif
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_signals:
