@@ -629,6 +629,12 @@ int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 					 (int64_t)S3_BACKOFF_BASE_MS << DCR_MIN(n, 16));
 		int64_t sleep_ns = (int64_t)(rand_u64() % (uint64_t)(cap_ms * 1000000));
 		sleep_ns = DCR_MIN(sleep_ns, left - 10 * 1000000LL);
+#ifdef DCR_TEST_HOOKS
+		/* Test hook (HACKING): every wait before a retry this long. */
+		if (getenv("DCRFS_TEST_S3_BACKOFF_MS"))
+			sleep_ns = DCR_MIN(left - 10 * 1000000LL, 1000000LL *
+					   atoi(getenv("DCRFS_TEST_S3_BACKOFF_MS")));
+#endif
 		dcr_debug("%s: %s %s: %s; retry %d in %" PRId64 " ms", s->base.url,
 			  r->method, r->what, why, n, sleep_ns / 1000000);
 		if (sleep_ns > 0 && dcr_stop_sleep_ns(sleep_ns) == -ECANCELED) {
