@@ -827,6 +827,9 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 	return ret;
 }
 
+/* Corrupt versions in a row after which a probe stops and lists. */
+#define PROBE_BAD_RUN_MAX 8
+
 /*
  * Later refreshes: probe n+1, n+2, ... until one does not exist (one
  * cheap GET when nothing is new). Any other failure falls back to a
@@ -841,7 +844,7 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 	next = DCR_MAX(r->vs.nvers ? r->vs.vers[r->vs.nvers - 1]->v : 0,
 		       r->vs.max_bad);
 	pthread_mutex_unlock(&r->vs.lock);
-	for (;;) {
+	for (unsigned bad_run = 0;;) {
 		if (dcr_stop_requested())
 			return -ECANCELED; /* the process is ending */
 		ret = index_version(r, ctx, ++next, NULL);
@@ -851,6 +854,14 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 			return ret;
 		if (ret)
 			return refresh_list(r, ctx, next, ret);
+		/* A server that answers every number with bad bytes is not
+		 * probed for ever: after a run of them, the listing says
+		 * which versions exist. */
+		pthread_mutex_lock(&r->vs.lock);
+		bad_run = is_bad(r, next) ? bad_run + 1 : 0;
+		pthread_mutex_unlock(&r->vs.lock);
+		if (bad_run >= PROBE_BAD_RUN_MAX)
+			return refresh_list(r, ctx, 0, 0);
 	}
 }
 
