@@ -5,9 +5,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -193,6 +197,71 @@ int64_t dcr_mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ the stop */
+
+static atomic_bool stop_flag;
+static atomic_int stop_efd = -1;
+static pthread_once_t stop_once = PTHREAD_ONCE_INIT;
+
+/* An eventfd that is written once, when the stop is requested, and never
+ * read: it stays readable. Whichever of the two (this, the request) runs
+ * second sees the other's store (both sequentially consistent), so a
+ * request that raced the creation still makes it readable. */
+static void stop_fd_make(void)
+{
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	uint64_t one = 1;
+
+	if (fd < 0)
+		return;
+	atomic_store(&stop_efd, fd);
+	if (atomic_load(&stop_flag) && write(fd, &one, sizeof(one)) < 0) {
+		/* already readable (the counter is not 0) */
+	}
+}
+
+void dcr_stop_request(void)
+{
+	uint64_t one = 1;
+	int fd;
+
+	atomic_store(&stop_flag, true);
+	fd = atomic_load(&stop_efd);
+	if (fd >= 0 && write(fd, &one, sizeof(one)) < 0) {
+		/* already readable */
+	}
+}
+
+bool dcr_stop_requested(void)
+{
+	return atomic_load_explicit(&stop_flag, memory_order_acquire);
+}
+
+int dcr_stop_fd(void)
+{
+	pthread_once(&stop_once, stop_fd_make);
+	return atomic_load(&stop_efd);
+}
+
+int dcr_stop_sleep_ns(int64_t ns)
+{
+	int fd = dcr_stop_fd();
+	int64_t end = dcr_mono_ns() + ns;
+
+	for (;;) {
+		if (dcr_stop_requested())
+			return -ECANCELED;
+		int64_t left = end - dcr_mono_ns();
+		if (left <= 0)
+			return 0;
+		/* Without the eventfd, look at the flag every 50 ms. */
+		int64_t slice = fd >= 0 ? left : DCR_MIN(left, 50000000LL);
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		struct timespec ts = { slice / 1000000000, slice % 1000000000 };
+		ppoll(fd >= 0 ? &p : NULL, fd >= 0 ? 1 : 0, &ts, NULL);
+	}
 }
 
 int dcr_parse_u64(const char *s, uint64_t *out)

@@ -131,6 +131,29 @@ int64_t dcr_now_ns(void);
 /** CLOCK_MONOTONIC in nanoseconds. */
 int64_t dcr_mono_ns(void);
 
+/*
+ * The process's stop: what the daemon says once its mount is gone (or a
+ * signal ended its session loop), so that work still in flight ends now
+ * instead of after its retries. Once requested it stays requested: store
+ * requests in flight abort and new ones fail with -ECANCELED at once
+ * (store/s3_request.c waits on dcr_stop_fd() beside its sockets), and
+ * every sleep of a retry (dcr_stop_sleep_ns) wakes. A library user who
+ * never requests it never sees it.
+ */
+/** Request the stop: async-signal-safe, idempotent, thread-safe. */
+void dcr_stop_request(void);
+/** Whether the stop was requested (thread-safe). */
+bool dcr_stop_requested(void);
+/** A descriptor that polls readable (POLLIN) once the stop is requested,
+ *  for waits that watch other descriptors too; -1 if none can be made
+ *  (then poll dcr_stop_requested()). Owned by the process; never close
+ *  it. Thread-safe. */
+int dcr_stop_fd(void);
+/** Sleep @ns nanoseconds, or less if the stop is requested meanwhile:
+ *  0 after the full sleep, -ECANCELED when stopped (at once if it
+ *  already was). Thread-safe. */
+int dcr_stop_sleep_ns(int64_t ns);
+
 /* Little-endian fixed-width loads and stores (formats are little-endian). */
 /*
  * dcr_lower_bound_u64 - the index of the first of the @n elements of

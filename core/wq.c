@@ -9,11 +9,17 @@
  * A loop (struct par) lives on its caller's stack and is listed in the
  * queue while workers may join it; the caller unlists it and waits for
  * the workers that joined, so none touches it after that.
+ *
+ * Workers take no process signals (they start with every signal
+ * blocked): a signal sent to the process goes to a thread of its
+ * owner's, e.g. the daemon's main thread, whose handler and waits expect
+ * it (fs/main.c), or a Python interpreter's.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,7 +169,11 @@ int dcr_wq_create(const struct dcr_wq_opts *o, struct dcr_wq **out)
 static bool start_locked(struct dcr_wq *q)
 {
 	if (!q->starting && !q->stopping) {
+		sigset_t all, old;
+
 		q->starting = true;
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old); /* the workers inherit it */
 		while (q->nth < q->o.threads) {
 			int ret = pthread_create(&q->th[q->nth], NULL,
 						 worker_main, q);
@@ -184,6 +194,7 @@ static bool start_locked(struct dcr_wq *q)
 			q->nth++;
 			q->started++;
 		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
 	return q->nth > 0 && !q->stopping;
 }

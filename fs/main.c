@@ -617,6 +617,15 @@ static void fuse_log_forward(enum fuse_log_level level, const char *fmt,
  * exits 0 once it did, or with the child's status if it died first.
  * Returns the write end of the pipe in the child, -1 on failure.
  */
+static pid_t detached_child;
+
+/* In the parent of detach_begin: pass signal @sig on to the daemon. */
+static void forward_signal(int sig)
+{
+	if (detached_child > 0)
+		kill(detached_child, sig);
+}
+
 static int detach_begin(void)
 {
 	int fds[2];
@@ -640,6 +649,15 @@ static int detach_begin(void)
 		return -1;
 	}
 	if (pid > 0) {
+		/* The exit signals sent to the command that was run reach
+		 * the daemon it started, which ends mounting at once. */
+		struct sigaction sa = { .sa_handler = forward_signal };
+
+		detached_child = pid;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
 		close(fds[1]);
 		do
 			n = read(fds[0], &c, 1);
@@ -648,6 +666,10 @@ static int detach_begin(void)
 			_exit(0);
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
+		if (WIFSIGNALED(status))
+			fprintf(stderr, PROG ": stopped by signal %d (%s) before "
+				"the mount was in place\n", WTERMSIG(status),
+				strsignal(WTERMSIG(status)));
 		_exit(WIFEXITED(status) && WEXITSTATUS(status) ?
 		      WEXITSTATUS(status) : 1);
 	}
@@ -1185,6 +1207,9 @@ int main(int argc, char *argv[])
 		goto out_args;
 
 	fs.mountpoint = mountpoint;
+	/* in the cache directory's lock: a remount waits for us (reader.h) */
+	if (strncmp(mountpoint, "/dev/fd/", 8) != 0)
+		ropts.mountpoint = mountpoint;
 	fs.uid = getuid();
 	fs.gid = getgid();
 	fs.mount_ns = dcr_now_ns();
@@ -1220,22 +1245,26 @@ int main(int argc, char *argv[])
 			goto out_session;
 	}
 
-	/* Threads started from here on must not take the exit signals. */
+	/*
+	 * Until the mount is in place, SIGINT, SIGTERM and SIGHUP end the
+	 * daemon as they would without a handler, whatever the store does
+	 * (a listing that never ends, a server that does not answer):
+	 * nothing is mounted yet, and the cache directory's lock and catalog
+	 * survive a kill. The work queues' threads never take them
+	 * (core/wq.c), so they reach this thread. SIGPIPE is ignored, as
+	 * fuse_set_signal_handlers will.
+	 */
+	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGHUP);
 	sigaddset(&sigs, SIGQUIT);
-	pthread_sigmask(SIG_BLOCK, &sigs, &oldsigs);
-	if (fuse_set_signal_handlers(fs.se) < 0) {
-		fprintf(stderr, PROG ": cannot install signal handlers\n");
-		goto out_session;
-	}
 
 	ret = dcr_store_open(store, &cfg, 0, &fs.st);
 	if (ret < 0) {
 		dcr_err("cannot open store %s: %s", store, dcr_strerror(ret));
-		goto out_signals;
+		goto out_session;
 	}
 	ret = mirrors_wrap(o.mirror ? o.mirror : getenv("DCRFS_MIRROR"),
 			   &cfg, &fs.st);
@@ -1275,9 +1304,17 @@ int main(int argc, char *argv[])
 	}
 	if (o.metrics && dcrfs_metrics_start(&fs, o.metrics, &metrics) < 0)
 		goto out_reader; /* logged */
+	/* From the mount on, the exit signals end the session loop (a signal
+	 * that comes meanwhile waits, blocked, until the loop runs); threads
+	 * started from here on must not take them. */
+	pthread_sigmask(SIG_BLOCK, &sigs, &oldsigs);
+	if (fuse_set_signal_handlers(fs.se) < 0) {
+		dcr_err("cannot install signal handlers");
+		goto out_metrics;
+	}
 	if (fuse_session_mount(fs.se, mountpoint) != 0) {
 		dcr_err("cannot mount on %s", mountpoint);
-		goto out_metrics;
+		goto out_signals;
 	}
 	set_readahead(mountpoint, fs.read_ahead_kb, o.readahead != NULL);
 	dcrfs_pt_install(fs.se, &fs.pt); /* failing, reads take the normal path */
@@ -1333,19 +1370,35 @@ int main(int argc, char *argv[])
 		dcr_info("unmounting %s", mountpoint);
 	exit_code = ret < 0 ? 1 : 0;
 
+	/*
+	 * The mount is gone (or going): work still in flight has nobody to
+	 * serve. The stop aborts the store's transfers and ends its retries'
+	 * waits at once, so the daemon exits, and releases the cache
+	 * directory, within a second of the unmount whatever the store does
+	 * (a store that is down would otherwise keep it retrying for
+	 * s3_timeout per request still queued). Requested before the scrub
+	 * stops, so a repair waiting on the store ends at once too.
+	 */
+	dcr_stop_request();
 	dcrfs_scrub_stop(&fs);
 	dcrfs_bg_stop(&fs);
 	dcrfs_backing_free(&fs);
+#ifdef DCR_TEST_HOOKS
+	/* Test hook (HACKING): a daemon slow to exit after its unmount,
+	 * still holding its cache directory (tests/integration/remount.sh). */
+	if (getenv("DCRFS_TEST_EXIT_DELAY_MS"))
+		usleep((useconds_t)atoi(getenv("DCRFS_TEST_EXIT_DELAY_MS")) * 1000);
+#endif
 out_unmount:
 	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
 out_metrics:
 	dcrfs_metrics_stop(metrics);
 out_reader:
 	dcr_reader_close(fs.r);
 out_store:
 	dcr_store_close(fs.st);
-out_signals:
-	fuse_remove_signal_handlers(fs.se);
 out_session:
 	fuse_session_destroy(fs.se);
 out_state:

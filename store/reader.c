@@ -39,6 +39,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -62,15 +63,61 @@
 /* ------------------------------------------------------------ open/close */
 
 /*
+ * Whether @path is the mount point of a FUSE mount in this process's
+ * mount namespace (/proc/self/mountinfo: field 5, octal-escaped, and the
+ * type after " - "). Unknown (no /proc): true, so nobody waits on it.
+ */
+static bool fuse_mounted_at(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+
+	if (!f)
+		return true;
+	while (!found && getline(&line, &cap, f) > 0) {
+		char mp[PATH_MAX], *p = line, *sep;
+		size_t n = 0;
+
+		for (int field = 1; field < 5 && p; field++)
+			if ((p = strchr(p, ' ')))
+				p++;
+		if (!p || !(sep = strstr(p, " - ")))
+			continue;
+		for (; *p && *p != ' ' && n + 1 < sizeof(mp); n++) {
+			if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' &&
+			    p[2] >= '0' && p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+				mp[n] = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 +
+					       (p[3] - '0'));
+				p += 4;
+			} else {
+				mp[n] = *p++;
+			}
+		}
+		mp[n] = '\0';
+		found = !strcmp(mp, path) && !strncmp(sep + 3, "fuse", 4);
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/*
  * Take the per-store cache directory for this reader's lifetime: two
  * processes sharing it would delete each other's temporary files and
  * account the same bytes twice. flock(2) on <dir>/lock, which holds the
- * owner's pid for the message; the lock dies with the process, so a
- * crash leaves nothing to clean up. -EBUSY (logged) if it is taken.
+ * owner's pid (for the message) and, for a daemon, its mount point on a
+ * second line; the lock dies with the process, so a crash leaves nothing
+ * to clean up. Taken by a daemon whose mount is gone (unmounted a moment
+ * ago, still exiting), it is waited for, DCR_LOCK_WAIT_MS at most: a
+ * remount right after an unmount works. -EBUSY (logged) if it is taken.
  */
-static int lock_dir(struct dcr_reader *r, const char *shown)
+static int lock_dir(struct dcr_reader *r, const char *shown,
+		    const char *mountpoint)
 {
-	char path[PATH_MAX], pid[32];
+	char path[PATH_MAX], owner[PATH_MAX + 32], *mp;
+	int64_t t0 = dcr_mono_ns(), until = 0;
 	ssize_t n;
 	int fd, ret;
 
@@ -84,24 +131,48 @@ static int lock_dir(struct dcr_reader *r, const char *shown)
 			dcr_strerror(ret));
 		return ret;
 	}
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		ret = -errno;
-		if (ret == -EWOULDBLOCK) {
-			n = pread(fd, pid, sizeof(pid) - 1, 0);
-			pid[n > 0 ? n : 0] = '\0';
-			pid[strcspn(pid, "\n")] = '\0';
-			dcr_err("cache directory %s is in use by another dcrfs "
-				"(pid %s)", shown, pid[0] ? pid : "unknown");
-			ret = DCR_ERR(-EBUSY);
-		} else {
+		if (ret != -EWOULDBLOCK) {
 			dcr_err("cache directory %s: cannot lock %s: %s",
 				shown, path, dcr_strerror(ret));
+			close(fd);
+			return ret;
 		}
-		close(fd);
-		return ret;
+		n = pread(fd, owner, sizeof(owner) - 1, 0);
+		owner[n > 0 ? n : 0] = '\0';
+		mp = owner + strcspn(owner, "\n");
+		if (*mp)
+			*mp++ = '\0';
+		mp[strcspn(mp, "\n")] = '\0';
+		/* Its mount gone, the daemon is on its way out: wait. */
+		if (!until && *mp == '/' && !fuse_mounted_at(mp))
+			until = t0 + (int64_t)DCR_LOCK_WAIT_MS * 1000000;
+		if (dcr_mono_ns() >= until) {
+			if (until)
+				dcr_err("cache directory %s is in use by another "
+					"dcrfs (pid %s), whose mount on %s is gone "
+					"but which did not exit within %d ms",
+					shown, owner[0] ? owner : "unknown", mp,
+					DCR_LOCK_WAIT_MS);
+			else
+				dcr_err("cache directory %s is in use by another "
+					"dcrfs (pid %s%s%s)", shown,
+					owner[0] ? owner : "unknown",
+					*mp ? ", mounted on " : "", mp);
+			close(fd);
+			return DCR_ERR(-EBUSY);
+		}
+		dcr_stop_sleep_ns(10 * 1000000);
 	}
-	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+	if (until)
+		dcr_info("cache directory %s: waited %" PRId64 " ms for the "
+			 "dcrfs unmounted from it to exit", shown,
+			 (dcr_mono_ns() - t0) / 1000000);
+	n = snprintf(owner, sizeof(owner), "%ld\n%s%s", (long)getpid(),
+		     mountpoint ? mountpoint : "", mountpoint ? "\n" : "");
+	if (n < 0 || n >= (ssize_t)sizeof(owner) || ftruncate(fd, 0) < 0 ||
+	    pwrite(fd, owner, (size_t)n, 0) != n)
 		dcr_warn("cache directory %s: cannot write %s", shown, path);
 	r->lock_fd = fd;
 	return 0;
@@ -299,7 +370,7 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 		ret = DCR_ERR(-ENOMEM);
 	if (ret)
 		goto err_close;
-	ret = lock_dir(r, opts->cache_dir);
+	ret = lock_dir(r, opts->cache_dir, opts->mountpoint);
 	if (!ret)
 		ret = bind_store(r, opts->store_info, opts->store_err);
 	if (!ret)

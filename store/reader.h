@@ -80,7 +80,19 @@ struct dcr_reader_opts {
 	 * not own it; it must outlive the reader. NULL: trust the store.
 	 */
 	const struct dcr_trust *trust;
+	/*
+	 * The mount point this reader serves (the daemon's), or NULL. It is
+	 * written in the cache directory's lock file beside the pid, so that
+	 * a reader that finds the directory taken by a daemon whose mount is
+	 * gone (an unmount a moment ago; the daemon is exiting) waits for
+	 * it, DCR_LOCK_WAIT_MS at most, instead of failing at once.
+	 */
+	const char *mountpoint;
 };
+
+/* How long a reader waits for the cache directory's lock held by a
+ * daemon whose mount is gone (it exits within a second of its unmount). */
+#define DCR_LOCK_WAIT_MS 5000
 
 #define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
 

@@ -486,8 +486,10 @@ int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 		}
 		dcr_debug("%s: manifest %s %s; fetching it again", url, key,
 			  why);
-		struct timespec ts = { 0, 100L * 1000 * 1000 * attempt };
-		nanosleep(&ts, NULL);
+		if (dcr_stop_sleep_ns(100LL * 1000 * 1000 * attempt)) {
+			ret = -ECANCELED; /* the process is ending */
+			break;
+		}
 	}
 	if (!ret && tail && b.len >= DCR_HASH_LEN)
 		memcpy(tail, b.data + b.len - DCR_HASH_LEN, DCR_HASH_LEN);
@@ -843,6 +845,9 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 	return ret;
 }
 
+/* Corrupt versions in a row after which a probe stops and lists. */
+#define PROBE_BAD_RUN_MAX 8
+
 /*
  * Later refreshes: probe n+1, n+2, ... until one does not exist (one
  * cheap GET when nothing is new). Any other failure falls back to a
@@ -857,7 +862,9 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 	next = DCR_MAX(r->vs.nvers ? r->vs.vers[r->vs.nvers - 1]->v : 0,
 		       r->vs.max_bad);
 	pthread_mutex_unlock(&r->vs.lock);
-	for (;;) {
+	for (unsigned bad_run = 0;;) {
+		if (dcr_stop_requested())
+			return -ECANCELED; /* the process is ending */
 		ret = index_version(r, ctx, ++next, NULL);
 		if (ret == -ENOENT)
 			return 0;
@@ -865,6 +872,14 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 			return ret;
 		if (ret)
 			return refresh_list(r, ctx, next, ret);
+		/* A server that answers every number with bad bytes is not
+		 * probed for ever: after a run of them, the listing says
+		 * which versions exist. */
+		pthread_mutex_lock(&r->vs.lock);
+		bad_run = is_bad(r, next) ? bad_run + 1 : 0;
+		pthread_mutex_unlock(&r->vs.lock);
+		if (bad_run >= PROBE_BAD_RUN_MAX)
+			return refresh_list(r, ctx, 0, 0);
 	}
 }
 

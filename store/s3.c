@@ -297,7 +297,7 @@ static void s3_close(struct dcr_store *st)
 
 	dcr_wq_free(s->mpu_wq);
 	for (int i = 0; i < s->npool; i++)
-		curl_easy_cleanup(s->pool[i]);
+		s3_conn_free(&s->pool[i]);
 	if (s->share)
 		curl_share_cleanup(s->share);
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)

@@ -53,6 +53,13 @@
 #define S3_EMPTY_SHA256 \
 	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
+/* A pooled connection: an easy handle and the multi handle it runs on
+ * (which keeps its live connections between requests). */
+struct s3_conn {
+	CURL *h;
+	CURLM *m;
+};
+
 struct dcr_s3_store {
 	struct dcr_store base; /* must be first */
 	struct dcr_aws_cfg aws;
@@ -69,7 +76,7 @@ struct dcr_s3_store {
 	CURLSH *share;
 	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
 	pthread_mutex_t pool_lock;
-	CURL *pool[S3_POOL_MAX];
+	struct s3_conn pool[S3_POOL_MAX];
 	int npool;
 
 	pthread_mutex_t probe_lock;
@@ -121,12 +128,17 @@ int object_key(const struct dcr_s3_store *s, const char *key,
 /* ---- s3_request.c */
 
 /* Perform @r with retries: 0 or -errno; every failure but the expected
- * ones (-ENOENT when quiet, -EEXIST) is logged once, naming the key.
+ * ones (-ENOENT when quiet, -EEXIST, -ECANCELED) is logged once, naming
+ * the key. Once the process's stop is requested (dcr_stop_request) a
+ * transfer in flight is aborted and a retry's wait ends: -ECANCELED, at
+ * once (logged at debug level: the process is going away).
  * Until the store has answered once, a host it cannot resolve or connect
  * to is tried S3_RESOLVE_ATTEMPTS times, then -EHOSTUNREACH ("cannot
  * reach": a wrong endpoint or a server that is down fails a mount or a
  * tool at once); afterwards that is -EIO after the whole retry budget. */
 int s3_request(struct dcr_s3_store *s, struct s3_req *r);
+/* Free a pooled connection's handles (s3.c's close). */
+void s3_conn_free(struct s3_conn *c);
 /* Append the string @s to @b; terminate @b as a C string. */
 int buf_str(struct dcr_buf *b, const char *s);
 int buf_cstr(struct dcr_buf *b);

@@ -81,28 +81,97 @@ static void sanitize(char *s)
 			*s = '?';
 }
 
-/* Borrow an easy handle; its live connections come with it. */
-static CURL *handle_get(struct dcr_s3_store *s)
+void s3_conn_free(struct s3_conn *c)
 {
-	CURL *h = NULL;
-
-	pthread_mutex_lock(&s->pool_lock);
-	if (s->npool)
-		h = s->pool[--s->npool];
-	pthread_mutex_unlock(&s->pool_lock);
-	return h ? h : curl_easy_init();
+	if (c->m && c->h)
+		curl_multi_remove_handle(c->m, c->h); /* if still in it */
+	if (c->h)
+		curl_easy_cleanup(c->h);
+	if (c->m)
+		curl_multi_cleanup(c->m);
+	c->h = NULL;
+	c->m = NULL;
 }
 
-static void handle_put(struct dcr_s3_store *s, CURL *h)
+/* Borrow a connection (its live connections come with it): 0 or
+ * -ENOMEM. */
+static int conn_get(struct dcr_s3_store *s, struct s3_conn *c)
+{
+	bool got = false;
+
+	pthread_mutex_lock(&s->pool_lock);
+	if (s->npool) {
+		*c = s->pool[--s->npool];
+		got = true;
+	}
+	pthread_mutex_unlock(&s->pool_lock);
+	if (got)
+		return 0;
+	c->h = curl_easy_init();
+	c->m = curl_multi_init();
+	if (!c->h || !c->m) {
+		s3_conn_free(c);
+		return DCR_ERR(-ENOMEM);
+	}
+	return 0;
+}
+
+static void conn_put(struct dcr_s3_store *s, struct s3_conn *c)
 {
 	pthread_mutex_lock(&s->pool_lock);
 	if (s->npool < S3_POOL_MAX) {
-		s->pool[s->npool++] = h;
-		h = NULL;
+		s->pool[s->npool++] = *c;
+		c->h = NULL;
+		c->m = NULL;
 	}
 	pthread_mutex_unlock(&s->pool_lock);
-	if (h)
-		curl_easy_cleanup(h);
+	s3_conn_free(c);
+}
+
+/*
+ * curl_easy_perform's loop, on @c's multi handle so that its wait also
+ * watches the process's stop (dcr_stop_fd): a stop aborts the transfer
+ * at once, between two events of its sockets or in the middle of a wait
+ * for them (a stalled server, a connect that is not answered).
+ * CURLE_ABORTED_BY_CALLBACK with *@stopped set when stopped.
+ */
+static CURLcode perform(struct s3_conn *c, bool *stopped)
+{
+	int sfd = dcr_stop_fd(), running = 1;
+	CURLcode cc = CURLE_OK;
+	CURLMsg *msg;
+	int left;
+
+	*stopped = false;
+	if (curl_multi_add_handle(c->m, c->h) != CURLM_OK)
+		return CURLE_OUT_OF_MEMORY;
+	while (running) {
+		if (dcr_stop_requested()) {
+			*stopped = true;
+			cc = CURLE_ABORTED_BY_CALLBACK;
+			goto out;
+		}
+		CURLMcode mc = curl_multi_perform(c->m, &running);
+		if (mc == CURLM_OK && running) {
+			struct curl_waitfd w = { .fd = sfd, .events = CURL_WAIT_POLLIN };
+			/* Without the stop's descriptor, look at the flag often. */
+			mc = curl_multi_poll(c->m, sfd >= 0 ? &w : NULL,
+					     sfd >= 0 ? 1 : 0, sfd >= 0 ? 1000 : 50,
+					     NULL);
+		}
+		if (mc != CURLM_OK) {
+			cc = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY :
+			     CURLE_RECV_ERROR;
+			goto out;
+		}
+	}
+	cc = CURLE_GOT_NOTHING; /* unless curl says how it ended */
+	while ((msg = curl_multi_info_read(c->m, &left)))
+		if (msg->msg == CURLMSG_DONE && msg->easy_handle == c->h)
+			cc = msg->data.result;
+out:
+	curl_multi_remove_handle(c->m, c->h);
+	return cc;
 }
 
 /* ---------------------------------------------------------- requests */
@@ -310,7 +379,8 @@ static const char *hint_for(const char *code)
  * One attempt on @h. Sets *@ret to the final result or returns OUT_RETRY
  * with *@ret the error it would be, and @why describing it.
  */
-static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
+static enum outcome attempt(struct dcr_s3_store *s, struct s3_conn *c,
+			    struct s3_req *r,
 			    const char *url, const char *canon_uri,
 			    const char *payload_sha, int64_t deadline, int *ret,
 			    char *why, size_t wc)
@@ -318,6 +388,8 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 	struct xfer x = { .r = r };
 	char code[64], msg[256];
 	enum outcome oc = OUT_DONE;
+	CURL *h = c->h;
+	bool stopped;
 
 	dcr_buf_init(&x.err, S3_ERRBODY_MAX);
 	if (r->out)
@@ -379,9 +451,17 @@ static enum outcome attempt(struct dcr_s3_store *s, CURL *h, struct s3_req *r,
 		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
 	}
 
-	CURLcode cc = curl_easy_perform(h);
+	CURLcode cc = perform(c, &stopped);
 	curl_slist_free_all(hdrs);
 	r->status = x.status;
+	if (stopped) {
+		if (r->out)
+			r->out->len = x.out_start;
+		*ret = -ECANCELED;
+		snprintf(why, wc, "stopped (the process is ending)");
+		r->maybe_applied = true; /* it may have been sent */
+		goto out;
+	}
 #ifdef DCR_TEST_HOOKS
 	if (cc == CURLE_OK && !x.werr && r->if_none_match &&
 	    lose_reply_armed()) {
@@ -507,26 +587,30 @@ int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 		payload_sha = sha;
 	}
 
-	CURL *h = handle_get(s);
-	if (!h) {
-		ret = DCR_ERR(-ENOMEM);
+	struct s3_conn c;
+	if ((ret = conn_get(s, &c)))
 		goto err_free;
-	}
 	int64_t t0 = dcr_mono_ns(), deadline = t0 + r->timeout_ns;
 	int64_t bound = r->deadline;
 	int n = 0;
 
 	if (bound && bound < deadline)
 		deadline = bound; /* the caller's whole operation ends first */
+	if (dcr_stop_requested()) {
+		conn_put(s, &c);
+		ret = -ECANCELED;
+		snprintf(why, sizeof(why), "stopped (the process is ending)");
+		goto log;
+	}
 	if (deadline - t0 < 1000000LL) {
-		handle_put(s, h);
+		conn_put(s, &c);
 		ret = DCR_ERR(-ETIMEDOUT);
 		snprintf(why, sizeof(why), "the time bound of the read it "
 			 "serves has passed");
 		goto log;
 	}
 	for (n = 1;; n++) {
-		enum outcome oc = attempt(s, h, r, (const char *)url.data,
+		enum outcome oc = attempt(s, &c, r, (const char *)url.data,
 					  (const char *)path.data, payload_sha,
 					  deadline, &ret, why, sizeof(why));
 		if (oc == OUT_DONE || s->mirror)
@@ -545,17 +629,25 @@ int s3_request(struct dcr_s3_store *s, struct s3_req *r)
 					 (int64_t)S3_BACKOFF_BASE_MS << DCR_MIN(n, 16));
 		int64_t sleep_ns = (int64_t)(rand_u64() % (uint64_t)(cap_ms * 1000000));
 		sleep_ns = DCR_MIN(sleep_ns, left - 10 * 1000000LL);
+#ifdef DCR_TEST_HOOKS
+		/* Test hook (HACKING): every wait before a retry this long. */
+		if (getenv("DCRFS_TEST_S3_BACKOFF_MS"))
+			sleep_ns = DCR_MIN(left - 10 * 1000000LL, 1000000LL *
+					   atoi(getenv("DCRFS_TEST_S3_BACKOFF_MS")));
+#endif
 		dcr_debug("%s: %s %s: %s; retry %d in %" PRId64 " ms", s->base.url,
 			  r->method, r->what, why, n, sleep_ns / 1000000);
-		if (sleep_ns > 0) {
-			struct timespec ts = { sleep_ns / 1000000000, sleep_ns % 1000000000 };
-			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-				;
+		if (sleep_ns > 0 && dcr_stop_sleep_ns(sleep_ns) == -ECANCELED) {
+			ret = -ECANCELED;
+			snprintf(why, sizeof(why), "stopped (the process is ending)");
+			break;
 		}
 	}
-	handle_put(s, h);
+	conn_put(s, &c);
 log:
-	if (ret && s->mirror) {
+	if (ret == -ECANCELED) {
+		dcr_debug("%s: %s %s: %s", s->base.url, r->method, r->what, why);
+	} else if (ret && s->mirror) {
 		dcr_debug("mirror %s: %s %s failed: %s", s->origin, r->method,
 			  r->what, why); /* store/mirror.c says it once */
 	} else if (ret == -ENOENT && r->quiet_enoent) {

@@ -15,6 +15,8 @@ rule that matches a request and has injections left applies:
 
   method  HTTP method to match ("" or absent: any)
   path    a regular expression searched in the request path
+  query   a regular expression searched in the query string ("" or
+          absent: any; "list-type=2" matches ListObjectsV2)
   count   injections left (-1: forever)
   fault   status:N       answer N with an S3 error document, not forwarded
           reset          forward, send the headers and half the body, then
@@ -33,6 +35,22 @@ rule that matches a request and has injections left applies:
           applied_reset  forward (the server acts on it), then reset the
                          connection without answering
           reset_upload   read half the request body, then reset
+          list_loop      a listing that never ends: forward the first page,
+                         then say IsTruncated=true with one continuation
+                         token, always the same; a request carrying that
+                         token is answered the same page again (not
+                         forwarded)
+          other          forward, then answer another object's bytes: the
+                         body of the latest 2xx GET of another path or
+                         range (not injected, nor logged, until there is one)
+          shift:N        forward, then rotate the body by N bytes (the same
+                         length, every byte moved)
+          empty200       forward, then answer 200 with an empty body
+          huge_length    forward, then announce a Content-Length of 2^50
+                         bytes, send the body and close
+          garbage_xml    forward, then answer 200 with an XML document that
+                         is not the one asked for, and some bytes that are
+                         not XML at all
 
 Every injection is appended to LOG_FILE as "fault METHOD PATH", so a test
 can tell that the fault it asked for really happened. Standard library
@@ -55,12 +73,37 @@ ERR_CODES = {500: "InternalError", 503: "SlowDown", 429: "TooManyRequests",
              403: "AccessDenied", 404: "NoSuchKey"}
 
 
+LOOP_TOKEN = "dcrfs-faultproxy-loop"
+HUGE_LENGTH = 1 << 50
+GARBAGE = (b'<?xml version="1.0" encoding="UTF-8"?>\n<NotWhatYouAskedFor>'
+           b'<IsTruncated>false</IsTruncated><Key>versions/0000000001</Key>'
+           b'</NotWhatYouAskedFor>\x00\xff\xfe<<&&>>')
+
+
 class Rules:
     def __init__(self, path, log):
         self.path, self.log = path, log
         self.lock = threading.Lock()
         self.mtime = None
         self.rules = []
+        self.recent = []  # [(path + range, body)] of 2xx GETs, newest last
+        self.loop_page = {}  # path -> the looping page served for it
+
+    def remember(self, key, body):
+        with self.lock:
+            self.recent = [e for e in self.recent if e[0] != key][-7:]
+            self.recent.append((key, body))
+
+    def other_than(self, key):
+        with self.lock:
+            for k, b in reversed(self.recent):
+                if k != key:
+                    return b
+        return None
+
+    def note(self, fault, method, path):
+        with self.lock, open(self.log, "a") as f:
+            f.write("%s %s %s\n" % (fault, method, path))
 
     def _load(self):
         try:
@@ -75,8 +118,9 @@ class Rules:
             self.rules = json.loads(text) if text.strip() else []
             self.mtime = key
 
-    def take(self, method, path):
-        """The fault to inject for this request, or None."""
+    def take(self, method, path, query=""):
+        """The fault to inject for this request, or None. Logged here,
+        except "other", logged when it has another body to answer."""
         with self.lock:
             self._load()
             for r in self.rules:
@@ -84,12 +128,15 @@ class Rules:
                     continue
                 if not re.search(r.get("path", ""), path):
                     continue
+                if not re.search(r.get("query", ""), query):
+                    continue
                 if r.get("count", -1) == 0:
                     continue
                 if r.get("count", -1) > 0:
                     r["count"] -= 1
-                with open(self.log, "a") as f:
-                    f.write("%s %s %s\n" % (r["fault"], method, path))
+                if r["fault"] != "other":
+                    with open(self.log, "a") as f:
+                        f.write("%s %s %s\n" % (r["fault"], method, path))
                 return r["fault"]
         return None
 
@@ -174,10 +221,49 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(data)
 
+    def _send_raw(self, status, headers, data, length=None):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length",
+                         str(len(data) if length is None else length))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        if length is not None:
+            self.close_connection = True
+            try:
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the client gave up first
+
+    def _list_loop(self, method, body, path, query):
+        """A listing page that says it is truncated, its token always the
+        same; asked for with that token, the same page again."""
+        page = self.rules.loop_page.get(path)
+        if page is None or LOOP_TOKEN not in query:
+            status, headers, data = self._forward(method, body)
+            if status != 200:
+                self._send(status, headers, data, None)
+                return
+            data = re.sub(rb"<IsTruncated>[a-z]*</IsTruncated>",
+                          b"<IsTruncated>true</IsTruncated>", data)
+            data = re.sub(rb"<NextContinuationToken>[^<]*"
+                          rb"</NextContinuationToken>", b"", data)
+            data = data.replace(
+                b"</ListBucketResult>",
+                b"<NextContinuationToken>" + LOOP_TOKEN.encode() +
+                b"</NextContinuationToken></ListBucketResult>")
+            page = (headers, data)
+            self.rules.loop_page[path] = page
+        self._send(200, page[0], page[1], None)
+
     def _handle(self):
         method = self.command
-        path = urllib.parse.urlsplit(self.path).path
-        fault = self.rules.take(method, path)
+        url = urllib.parse.urlsplit(self.path)
+        path, query = url.path, urllib.parse.unquote(url.query)
+        fault = self.rules.take(method, path, query)
         n = int(self.headers.get("Content-Length") or 0)
         if fault == "reset_upload":
             self.rfile.read(n // 2)
@@ -196,8 +282,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if fault == "list_loop":
+            self._list_loop(method, body, path, query)
+            return
         status, headers, data = self._forward(
             method, body, drop_range=(fault == "ignore_range"))
+        key = path + " " + (self.headers.get("Range") or "")
+        ok = 200 <= status < 300
+        if method == "GET" and ok and fault is None:
+            self.rules.remember(key, data)
+        if fault == "other" and method == "GET" and ok:
+            other = self.rules.other_than(key)
+            if other is not None:
+                self.rules.note(fault, method, path)
+                headers = [(k, v) for k, v in headers
+                           if k.lower() not in ("etag", "content-range")]
+                self._send(status, headers, other, None)
+                return
+        if fault and fault.startswith("shift:") and ok and data:
+            k = int(fault.split(":", 1)[1]) % len(data)
+            data = data[k:] + data[:k]
+        if fault == "empty200" and ok:
+            self._send_raw(200, [(k, v) for k, v in headers
+                                 if k.lower() not in ("etag", "content-range")],
+                           b"")
+            return
+        if fault == "huge_length" and ok:
+            self._send_raw(status, headers, data, HUGE_LENGTH)
+            return
+        if fault == "garbage_xml" and ok:
+            self._send_raw(200, [("Content-Type", "application/xml")], GARBAGE)
+            return
         if fault and fault.startswith("applied:"):
             self._error(int(fault.split(":", 1)[1]))
             return
