@@ -330,6 +330,17 @@ int dcr_index_read(struct dcr_index *ix, uint64_t v, uint32_t fi,
 	return 0;
 }
 
+int dcr_index_par_for(struct dcr_index *ix, size_t n,
+		      void (*fn)(void *arg, size_t i), void *arg)
+{
+	int ret = scratch_reader(ix);
+
+	if (ret)
+		return ret;
+	dcr_reader_par_for(ix->r, n, fn, arg);
+	return 0;
+}
+
 /* ---------------------------------------------------------------- records */
 
 uint64_t dcr_file_stored_bytes(const struct dcr_file *f)
