@@ -48,8 +48,9 @@
  * -EEXIST (nothing it uploaded is named; gc collects it after the grace
  * period). Nothing is deleted here: gc removes what no layout needs.
  *
- * Chunks are read, encoded and decode-checked on one thread per CPU (at
- * most 8, through a core/wq pool; 2 chunks each at a time), then packed
+ * Chunks are read, encoded and decode-checked on one thread per CPU of
+ * the budget (core/cpus.h, through a core/wq pool; 2 chunks each at a
+ * time), then packed
  * in order, so the packs and manifests do not depend on the thread count.
  */
 #ifndef DCR_COMPACT_H
