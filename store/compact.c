@@ -675,7 +675,7 @@ static int slots_new(struct cctx *c)
 	for (size_t i = 0; i < c->n; i++)
 		if (c->vs[i].kept)
 			cs = DCR_MAX(cs, c->vs[i].o.chunk_size);
-	c->threads = dcr_cpu_threads(0);
+	c->threads = dcr_cpu_threads(c->o->threads);
 	c->nslots = 2 * (size_t)c->threads;
 	if (!(c->slots = calloc(c->nslots, sizeof(*c->slots))))
 		return DCR_ERR(-ENOMEM);
@@ -794,7 +794,8 @@ int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
 		return ret;
 	}
 	struct dcr_reader_opts ro = { .cache_dir = dir,
-				      .cache_size = DCR_COMPACT_SCRATCH_CACHE };
+				      .cache_size = DCR_COMPACT_SCRATCH_CACHE,
+				      .threads = o->threads };
 	if ((ret = dcr_reader_open(st, &ro, &r)) ||
 	    (ret = dcr_reader_refresh(r, NULL)))
 		goto out;

@@ -97,6 +97,9 @@ struct dcr_compact_opts {
 	void (*report)(void *arg, uint64_t v, uint64_t old_base,
 		       uint64_t new_base, unsigned depth, int rewritten);
 	void *arg;
+	/* Threads encoding (and the scratch reader's, dcr_compact_scratch);
+	 * 0 = the CPU budget (core/cpus.h). */
+	int threads;
 };
 
 struct dcr_compact_stats {

@@ -303,7 +303,8 @@ static int scratch_reader(struct dcr_index *ix)
 	if ((ret = dcr_mktempdir("dcrfs-ctl", ix->scratch, sizeof(ix->scratch))))
 		return ret;
 	struct dcr_reader_opts ro = { .cache_dir = ix->scratch,
-				      .cache_size = DCR_INDEX_SCRATCH_CACHE };
+				      .cache_size = DCR_INDEX_SCRATCH_CACHE,
+				      .threads = ix->threads };
 	if ((ret = dcr_reader_open(ix->st, &ro, &ix->r)))
 		return ret;
 	return dcr_reader_refresh(ix->r, NULL);

@@ -75,6 +75,8 @@ struct dcr_index {
 	struct dcr_layout layout;    /* the store's newest readable (gen 0: none) */
 	uint64_t layout_bad;         /* the newest damaged generation (0: none) */
 	struct dcr_reader *r;        /* scratch reader, opened on demand */
+	int threads;                 /* its CPU-bound pools (dcr_reader_opts;
+				      * 0: the CPU budget); set after load */
 	char scratch[PATH_MAX];      /* its directory ("" = none) */
 };
 

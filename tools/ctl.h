@@ -48,6 +48,7 @@ struct args {
 	int nmirrors;
 	uint64_t slice;      /* bytes per GET */
 	int jobs;            /* GETs at once */
+	int threads;         /* --threads: CPU-bound pools; 0 = the budget */
 	/* signing */
 	const char *sign_key; /* tag --sign-key */
 	const char *trust;    /* verify --trust */

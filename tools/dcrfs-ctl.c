@@ -107,6 +107,9 @@ static void usage(FILE *f)
 "      --slice SIZE       bytes per GET: the tier's slice (default 1M)\n"
 "      --jobs N           GETs at once (default 8, at most 64)\n"
 "global options:\n"
+"      --threads N        verify --deep, gc, compact: threads of the CPU-bound\n"
+"                         work (default: the CPUs this process may use,\n"
+"                         cgroup quota included)\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
 TOOL_USAGE
@@ -145,6 +148,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "mirror", required_argument, NULL, 'M' },
 		{ "slice", required_argument, NULL, 'X' },
 		{ "jobs", required_argument, NULL, 'j' },
+		{ "threads", required_argument, NULL, 'H' },
 		{ "sign-key", required_argument, NULL, 'k' },
 		{ "trust", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
@@ -238,6 +242,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'X':
 			if (tool_slice_opt(&a->slice, optarg, "--slice", "dcrfs-ctl"))
 				return -1;
+			break;
+		case 'H':
+			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 1024) {
+				fprintf(stderr, "dcrfs-ctl: --threads: '%s' must be a number from 1 to 1024\n", optarg);
+				return -1;
+			}
+			a->threads = (int)k;
 			break;
 		case 'j':
 			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 64) {
@@ -922,6 +933,7 @@ int main(int argc, char **argv)
 		dcr_sign_key_free(key);
 		return EXIT_FAIL;
 	}
+	c.ix.threads = a.threads;
 	if (!strcmp(a.cmd, "log"))
 		status = cmd_log(&c);
 	else if (!strcmp(a.cmd, "show"))
