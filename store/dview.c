@@ -824,70 +824,119 @@ struct seg {
 	const char *name;
 };
 
+/* Blocks of the view's check values per unit of check_output. */
+#define CHECK_BLOCKS 64
+
+/* check_output's shared state: the output and what its units found. */
+struct check {
+	struct build *b;
+	int fd;
+	const struct seg *sg;
+	size_t nseg, nbu;    /* segments; units of CHECK_BLOCKS blocks */
+	uint64_t size, nblk;
+	const uint64_t *soff; /* each segment's offset in the output */
+	struct dcr_dview_sums *sums;
+	int *rc;              /* per unit: 0, -EIO (a segment differs) or -errno */
+};
+
+/* par_for body: the check values of CHECK_BLOCKS blocks (unit @i <
+ * nbu), or the check of segment @i - nbu against its production hash. */
+static void check_unit(void *arg, size_t i)
+{
+	struct check *c = arg;
+	uint8_t *buf = malloc((size_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK);
+	int ret = buf ? 0 : DCR_ERR(-ENOMEM);
+
+	if (!ret && i < c->nbu) {
+		const uint64_t first = i * CHECK_BLOCKS;
+		const uint64_t off = first * DCR_DVIEW_BLOCK;
+		const size_t n = (size_t)DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
+						 c->size - off);
+
+		ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
+		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++)
+			dcr_xxh128(buf + p, DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p),
+				   c->sums->blk[first + k]);
+	} else if (!ret) {
+		const struct seg *sg = &c->sg[i - c->nbu];
+		struct dcr_xxh_ctx *h = dcr_xxh_new();
+		uint64_t off = c->soff[i - c->nbu], left = sg->len;
+		uint8_t got[DCR_XXH_LEN];
+
+		ret = h ? 0 : DCR_ERR(-ENOMEM);
+		while (!ret && left) {
+			size_t n = (size_t)DCR_MIN(left, (uint64_t)CHECK_BLOCKS *
+								 DCR_DVIEW_BLOCK);
+
+			ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
+			if (!ret)
+				dcr_xxh_update(h, buf, n);
+			off += n;
+			left -= n;
+		}
+		if (!ret) {
+			dcr_xxh_final(h, got);
+			if (memcmp(got, sg->want, DCR_XXH_LEN))
+				ret = DCR_ERR(-EIO);
+		}
+		dcr_xxh_free(h);
+	}
+	free(buf);
+	c->rc[i] = ret;
+}
+
 /*
- * Read the output of @size bytes back once: each segment must hash to
- * what it was produced with (a byte changed on its way through the
- * scratch files or the output's page cache is caught here, EIO), and
- * the per-block check values of the view come from those proven bytes.
+ * Read the output of @size bytes back: each segment must hash to what
+ * it was produced with (a byte changed on its way through the scratch
+ * files or the output's page cache is caught here, EIO), and the
+ * per-block check values of the view come from the bytes read. The
+ * segments and runs of blocks are read on the reader's threads
+ * (dcr_reader_par_for); the check values come from the same page cache
+ * whose bytes the segments' checks prove.
  */
 static int check_output(struct build *b, int fd, const struct seg *sg,
 			size_t nseg, uint64_t size, struct dcr_dview_sums *sums)
 {
 	const uint64_t nblk = (size + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK;
-	struct dcr_xxh_ctx *h = dcr_xxh_new();
-	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
-	uint8_t got[DCR_XXH_LEN];
-	uint64_t left = nseg ? sg[0].len : 0;
-	size_t k = 0;
+	struct check c = { .b = b, .fd = fd, .sg = sg, .nseg = nseg,
+			   .size = size, .nblk = nblk, .sums = sums,
+			   .nbu = (size_t)((nblk + CHECK_BLOCKS - 1) / CHECK_BLOCKS) };
+	uint64_t *soff = calloc(nseg ? nseg : 1, sizeof(*soff)), pos = 0;
 	int ret = 0;
 
+	c.soff = soff;
+	c.rc = calloc(c.nbu + nseg + 1, sizeof(*c.rc));
 	sums->blk = calloc(nblk ? nblk : 1, sizeof(*sums->blk));
-	if (!h || !buf || !sums->blk) {
+	if (!soff || !c.rc || !sums->blk) {
 		ret = DCR_ERR(-ENOMEM);
 		goto out;
 	}
-	for (uint64_t i = 0; i < nblk && !ret; i++) {
-		const uint64_t off = i * DCR_DVIEW_BLOCK;
-		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, size - off);
-		size_t p = 0;
-
-		ret = dcr_pread_full(fd, buf, n, off);
-		if (ret) {
+	for (size_t k = 0; k < nseg; k++) {
+		soff[k] = pos;
+		pos += sg[k].len;
+	}
+	if (pos != size) {
+		ret = DCR_ERR(-EIO); /* never: the segments make the size */
+		goto out;
+	}
+	dcr_reader_par_for(b->r, c.nbu + nseg, check_unit, &c);
+	for (size_t i = 0; i < c.nbu + nseg && !ret; i++) {
+		ret = c.rc[i];
+		if (ret == -EIO && i >= c.nbu)
+			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s "
+				"read back differs from what was built (EIO)",
+				b->a.v, b->b.v, sg[i - c.nbu].name);
+		else if (ret && ret != -ENOMEM)
 			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": reading it "
 				"back: %s", b->a.v, b->b.v, strerror(-ret));
-			break;
-		}
-		dcr_xxh128(buf, n, sums->blk[i]);
-		while (p < n && k < nseg) {
-			size_t m = (size_t)DCR_MIN(left, (uint64_t)(n - p));
-
-			dcr_xxh_update(h, buf + p, m);
-			p += m;
-			left -= m;
-			if (left)
-				continue;
-			dcr_xxh_final(h, got);
-			if (memcmp(got, sg[k].want, DCR_XXH_LEN)) {
-				dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s "
-					"read back differs from what was built (EIO)",
-					b->a.v, b->b.v, sg[k].name);
-				ret = DCR_ERR(-EIO);
-				break;
-			}
-			dcr_xxh_reset(h);
-			if (++k < nseg)
-				left = sg[k].len;
-		}
 	}
-	if (!ret && k != nseg)
-		ret = DCR_ERR(-EIO); /* never: the segments make the size */
 	sums->n = nblk;
 	sums->size = size;
 out:
 	if (ret)
 		dcr_dview_sums_free(sums);
-	free(buf);
-	dcr_xxh_free(h);
+	free(c.rc);
+	free(soff);
 	return ret;
 }
 
