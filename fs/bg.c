@@ -410,10 +410,16 @@ static void prefetch_block(void *arg, size_t i)
 		return;
 	}
 #ifdef DCR_TEST_HOOKS
-	/* HACKING: a slow prefetch, for latest_wait */
-	if (getenv("DCRFS_TEST_PREFETCH_DELAY_MS"))
+	/* HACKING: a slow prefetch, for latest_wait: N ms per block, one
+	 * block after another whatever the threads */
+	if (getenv("DCRFS_TEST_PREFETCH_DELAY_MS")) {
+		static pthread_mutex_t slow = PTHREAD_MUTEX_INITIALIZER;
+
+		pthread_mutex_lock(&slow);
 		usleep((useconds_t)atoi(getenv(
 			"DCRFS_TEST_PREFETCH_DELAY_MS")) * 1000);
+		pthread_mutex_unlock(&slow);
+	}
 #endif
 	/* Only prefetch_pagecache needs the bytes themselves. */
 	if (fs->prefetch_pagecache && !(buf = malloc(p->bs))) {
