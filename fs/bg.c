@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,23 +376,97 @@ static void prefetch_store(struct dcrfs *fs, uint64_t v, uint32_t tree,
 			  "cache: %s", v, dcr_strerror(ret));
 }
 
+/* A block of a prefetch: DCRFS_PREFETCH_BLOCK bytes of one file. */
+struct pf_blk {
+	uint32_t idx;
+	uint64_t off;
+};
+
+/* One prefetch of a version, shared by the threads of its par_for. */
+struct pf_run {
+	struct dcrfs *fs;
+	const struct dcr_version_info *vi;
+	uint64_t v, want;
+	size_t bs;                  /* bytes of one block */
+	struct pf_blk *blk;
+	atomic_uint_fast64_t bytes; /* done */
+	atomic_uint failed;         /* files that failed (logged once) */
+	atomic_bool stop;           /* abandoned */
+	atomic_uint_fast32_t *bad;  /* per entry: failed already */
+};
+
+/* par_for body: prefetch block @i (DCRFS_PREFETCH_BLOCK of one file). */
+static void prefetch_block(void *arg, size_t i)
+{
+	struct pf_run *p = arg;
+	struct dcrfs *fs = p->fs;
+	const uint32_t idx = p->blk[i].idx;
+	const uint64_t off = p->blk[i].off;
+	void *buf = NULL;
+	ssize_t n;
+
+	if (atomic_load(&p->stop) || atomic_load(&p->bad[idx]))
+		return;
+	if (prefetch_abandon(fs, p->want)) {
+		atomic_store(&p->stop, true);
+		return;
+	}
+#ifdef DCR_TEST_HOOKS
+	/* HACKING: a slow prefetch, for latest_wait: N ms per block, one
+	 * block after another whatever the threads */
+	if (getenv("DCRFS_TEST_PREFETCH_DELAY_MS")) {
+		static pthread_mutex_t slow = PTHREAD_MUTEX_INITIALIZER;
+
+		pthread_mutex_lock(&slow);
+		usleep((useconds_t)atoi(getenv(
+			"DCRFS_TEST_PREFETCH_DELAY_MS")) * 1000);
+		pthread_mutex_unlock(&slow);
+	}
+#endif
+	/* Only prefetch_pagecache needs the bytes themselves. */
+	if (fs->prefetch_pagecache && !(buf = malloc(p->bs))) {
+		n = -ENOMEM;
+		goto fail;
+	}
+	/* Of this tree only: its bytes go to its inodes. */
+	n = dcr_reader_prefetch(fs->r, p->v, p->vi->tree, idx, off, buf, p->bs);
+	if (n < 0)
+		goto fail;
+	if (n > 0 && fs->prefetch_pagecache)
+		prefetch_store(fs, p->v, p->vi->tree, idx, off, buf, (size_t)n);
+	free(buf);
+	atomic_fetch_add(&p->bytes, (uint64_t)n);
+	atomic_fetch_add_explicit(&fs->stats.pf_bytes, (uint64_t)n,
+				  memory_order_relaxed);
+	return;
+fail:
+	free(buf);
+	if (atomic_exchange(&p->bad[idx], 1) == 0) {
+		dcr_warn("prefetch of v%" PRIu64 "/%s: %s", p->v,
+			 p->vi->entries[idx].path, dcr_strerror((int)n));
+		atomic_fetch_add(&p->failed, 1);
+	}
+}
+
 /*
  * Read every regular file of version @v through the reader so that its
- * chunks land in the cache (DCRFS_PREFETCH_BLOCK at a time: the reader
- * materializes the chunks of one read in parallel). A failing file is
- * logged and skipped. 0 when done, 1 when abandoned because latest moved
- * past @want or the mount is stopping.
+ * chunks land in the cache: the blocks (DCRFS_PREFETCH_BLOCK) of all its
+ * files are one pool of jobs on the reader's threads
+ * (dcr_reader_par_for), so that a checkpoint in many shards goes as
+ * fast per byte as one big file; each block's chunks are built on
+ * whichever threads are idle. A failing file is logged and skipped. 0
+ * when done, 1 when abandoned because latest moved past @want or the
+ * mount is stopping.
  */
 static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 {
-	const struct dcr_version_info *vi;
-	uint64_t bytes = 0;
-	unsigned int failed = 0;
+	struct pf_run p = { .fs = fs, .v = v, .want = want,
+			    .bs = DCRFS_PREFETCH_BLOCK };
 	int64_t t0 = dcr_mono_ns();
-	size_t bs = DCRFS_PREFETCH_BLOCK;
-	void *buf;
+	uint64_t total = 0, bytes;
+	size_t nblk = 0, k = 0;
 	char sz[32];
-	int ret = version_get(fs, v, &vi);
+	int ret = version_get(fs, v, &p.vi);
 
 	if (ret < 0) {
 		if (ret != -ENOENT)
@@ -399,72 +474,53 @@ static int prefetch_version(struct dcrfs *fs, uint64_t v, uint64_t want)
 				 dcr_strerror(ret));
 		return 0;
 	}
-	if (vi->chunk_size && bs % vi->chunk_size)
-		bs = vi->chunk_size;
-	/* Only prefetch_pagecache needs the bytes themselves. */
-	buf = fs->prefetch_pagecache ? malloc(bs) : NULL;
-	if (fs->prefetch_pagecache && !buf) {
-		dcr_warn("prefetch of v%" PRIu64 ": %s", v,
-			 dcr_strerror(-ENOMEM));
-		version_put(fs, vi);
-		return 0;
-	}
-	dcr_info("prefetching v%" PRIu64, v);
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < vi->nentries; i++)
-		total += vi->entries[i].type == DCR_FT_REG ? vi->entries[i].size : 0;
-	atomic_store_explicit(&fs->stats.pf_version, v, memory_order_relaxed);
-	atomic_store_explicit(&fs->stats.pf_bytes, 0, memory_order_relaxed);
-	atomic_store_explicit(&fs->stats.pf_total, total, memory_order_relaxed);
-	for (uint32_t i = 0; i < vi->nentries; i++) {
-		const struct dcr_entry *e = &vi->entries[i];
+	if (p.vi->chunk_size && p.bs % p.vi->chunk_size)
+		p.bs = p.vi->chunk_size;
+	for (uint32_t i = 0; i < p.vi->nentries; i++) {
+		const struct dcr_entry *e = &p.vi->entries[i];
 
 		if (e->type != DCR_FT_REG)
 			continue;
-		for (uint64_t off = 0; off < e->size; off += bs) {
-			ssize_t n;
-
-			if (prefetch_abandon(fs, want)) {
-				free(buf);
-				version_put(fs, vi);
-				dcr_info("prefetch of v%" PRIu64
-					 " abandoned after %s", v,
-					 dcr_format_size(bytes, sz,
-							 sizeof(sz)));
-				return 1;
-			}
-#ifdef DCR_TEST_HOOKS
-			/* HACKING: a slow prefetch, for latest_wait */
-			if (getenv("DCRFS_TEST_PREFETCH_DELAY_MS"))
-				usleep((useconds_t)atoi(getenv(
-					"DCRFS_TEST_PREFETCH_DELAY_MS")) * 1000);
-#endif
-			/* Of this tree only: its bytes go to its inodes. */
-			n = dcr_reader_prefetch(fs->r, v, vi->tree, i, off,
-						buf, bs);
-			if (n < 0) {
-				dcr_warn("prefetch of v%" PRIu64 "/%s: %s", v,
-					 e->path, dcr_strerror((int)n));
-				failed++;
-				break;
-			}
-			if (n == 0)
-				break;
-			if (fs->prefetch_pagecache)
-				prefetch_store(fs, v, vi->tree, i, off, buf,
-					       (size_t)n);
-			bytes += (uint64_t)n;
-			atomic_store_explicit(&fs->stats.pf_bytes, bytes, memory_order_relaxed);
-		}
+		total += e->size;
+		nblk += (size_t)((e->size + p.bs - 1) / p.bs);
 	}
-	free(buf);
-	version_put(fs, vi);
+	p.blk = calloc(nblk ? nblk : 1, sizeof(*p.blk));
+	p.bad = calloc(p.vi->nentries ? p.vi->nentries : 1, sizeof(*p.bad));
+	if (!p.blk || !p.bad) {
+		dcr_warn("prefetch of v%" PRIu64 ": %s", v,
+			 dcr_strerror(-ENOMEM));
+		free(p.blk);
+		free(p.bad);
+		version_put(fs, p.vi);
+		return 0;
+	}
+	for (uint32_t i = 0; i < p.vi->nentries; i++) {
+		const struct dcr_entry *e = &p.vi->entries[i];
+
+		for (uint64_t off = 0; e->type == DCR_FT_REG && off < e->size;
+		     off += p.bs)
+			p.blk[k++] = (struct pf_blk){ i, off };
+	}
+	dcr_info("prefetching v%" PRIu64, v);
+	atomic_store_explicit(&fs->stats.pf_version, v, memory_order_relaxed);
+	atomic_store_explicit(&fs->stats.pf_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&fs->stats.pf_total, total, memory_order_relaxed);
+	dcr_reader_par_for(fs->r, nblk, prefetch_block, &p);
+	bytes = atomic_load(&p.bytes);
+	free(p.blk);
+	free(p.bad);
+	version_put(fs, p.vi);
+	if (atomic_load(&p.stop)) {
+		dcr_info("prefetch of v%" PRIu64 " abandoned after %s", v,
+			 dcr_format_size(bytes, sz, sizeof(sz)));
+		return 1;
+	}
 	atomic_store_explicit(&fs->stats.pf_version, 0, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->stats.pf_versions, 1, memory_order_relaxed);
 	dcr_info("prefetched v%" PRIu64 ": %s in %.2f s%s", v,
 		 dcr_format_size(bytes, sz, sizeof(sz)),
 		 (double)(dcr_mono_ns() - t0) / 1e9,
-		 failed ? " (some files failed)" : "");
+		 atomic_load(&p.failed) ? " (some files failed)" : "");
 	return 0;
 }
 

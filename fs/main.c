@@ -102,6 +102,7 @@ struct opts {
 	char *ca_bundle;
 	char *s3_timeout;
 	char *fetch_threads;
+	char *threads;
 	char *fetch_ahead;
 	char *mirror;       /* every mirror=URL, comma-joined */
 	int path_style;
@@ -168,6 +169,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("ca_bundle=%s", ca_bundle, 0),
 	OPT("s3_timeout=%s", s3_timeout, 0),
 	OPT("fetch_threads=%s", fetch_threads, 0),
+	OPT("threads=%s", threads, 0),
 	OPT("fetch_ahead=%s", fetch_ahead, 0),
 	OPT("path_style", path_style, 1),
 	OPT("nopath_style", path_style, 0),
@@ -293,8 +295,11 @@ static void usage(FILE *f)
 "                           (repeatable; default $DCRFS_MIRROR)\n"
 "\n"
 "fetching (any store):\n"
+"    -o threads=N           threads of every CPU-bound stage: decode, write,\n"
+"                           checks, prefetch, delta views (default: the\n"
+"                           CPUs this process may use, cgroup quota included)\n"
 "    -o fetch_threads=N     parallel fetches per read and read-ahead threads\n"
-"                           (default 8)\n"
+"                           (default: threads, at least 8)\n"
 "    -o fetch_ahead=SIZE    fetch this far ahead of sequential reads in the\n"
 "                           background (default 32M, 0 = off)\n"
 "\n"
@@ -958,6 +963,8 @@ static const struct dcrfs_opt opt_table[] = {
 	  .hint = "seconds, 1 to 86400" },
 	{ "fetch_threads", GIVEN(fetch_threads), dcr_parse_u64, .min = 1,
 	  .max = 64, TO_READER(fetch_threads), .hint = "1 to 64" },
+	{ "threads", GIVEN(threads), dcr_parse_u64, .min = 1,
+	  .max = 1024, TO_READER(threads), .hint = "1 to 1024" },
 	{ "fetch_ahead", GIVEN(fetch_ahead), dcr_parse_size,
 	  .max = (uint64_t)16 << 30, .flags = DCRFS_OPT_ZERO_OFF,
 	  TO_READER(readahead), .hint = "0 to 16G" },
@@ -1056,7 +1063,7 @@ static void free_opts(struct opts *o)
 			  &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,
-			  &o->fetch_ahead, &o->store, &o->mountpoint,
+			  &o->threads, &o->fetch_ahead, &o->store, &o->mountpoint,
 			  &o->log, &o->mirror, &o->log_level, &o->metrics };
 
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(strs); i++) {

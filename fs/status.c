@@ -126,6 +126,11 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		"}, \"fetches\": %" PRIu64 ",\n",
 		s->fuse_reads, r->bytes_read, r->bytes_fetched, r->bytes_materialized,
 		r->bytes_verified, r->bytes_sha_proven, r->fetches);
+	fprintf(f, " \"threads\": %" PRIu64 ", \"busy_s\": {\"fetch\": %.3f"
+		", \"decode\": %.3f, \"write\": %.3f, \"check\": %.3f},\n",
+		r->threads, (double)r->busy_fetch_ns / 1e9,
+		(double)r->busy_decode_ns / 1e9, (double)r->busy_write_ns / 1e9,
+		(double)r->busy_check_ns / 1e9);
 	fprintf(f, " \"errors\": {\"reads\": %" PRIu64 ", \"fetches\": %" PRIu64
 		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64 "},\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
@@ -265,6 +270,20 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		  (double)r->bytes_materialized },
 		{ "verified_bytes_total", true, "Chunk bytes proven against their hash.",
 		  (double)r->bytes_verified },
+		{ "threads", false, "Threads of each CPU-bound stage (threads=N).",
+		  (double)r->threads },
+		{ "busy_fetch_seconds_total", true,
+		  "Seconds spent in store GETs, summed over threads.",
+		  (double)r->busy_fetch_ns / 1e9 },
+		{ "busy_decode_seconds_total", true,
+		  "Seconds spent applying frames and proving chunks.",
+		  (double)r->busy_decode_ns / 1e9 },
+		{ "busy_write_seconds_total", true,
+		  "Seconds spent writing built chunks to the cache.",
+		  (double)r->busy_write_ns / 1e9 },
+		{ "busy_check_seconds_total", true,
+		  "Seconds spent checking cached chunks.",
+		  (double)r->busy_check_ns / 1e9 },
 		{ "prefetch_want_version", false, "Version the prefetcher works towards.",
 		  (double)s->want },
 		{ "prefetch_done_version", false, "Last version fully prefetched.",

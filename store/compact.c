@@ -663,20 +663,19 @@ out:
 	return ret;
 }
 
-/* Scratch for 2 chunks per thread, and the threads (one per CPU, the
- * caller included, at most 8). Chunk buffers are sized for the largest
+/* Scratch for 2 chunks per thread, and the threads (one per CPU of the
+ * budget, the caller included). Chunk buffers are sized for the largest
  * chunk size any version uses. */
 static int slots_new(struct cctx *c)
 {
 	uint32_t cs = DCR_CHUNK_MIN;
-	int ncpu = dcr_cpu_budget();
 	int ret;
 
 	/* kept, not only rewrite: costs_of() may add versions */
 	for (size_t i = 0; i < c->n; i++)
 		if (c->vs[i].kept)
 			cs = DCR_MAX(cs, c->vs[i].o.chunk_size);
-	c->threads = (int)DCR_MAX(1, DCR_MIN(ncpu, 8));
+	c->threads = dcr_cpu_threads(c->o->threads);
 	c->nslots = 2 * (size_t)c->threads;
 	if (!(c->slots = calloc(c->nslots, sizeof(*c->slots))))
 		return DCR_ERR(-ENOMEM);
@@ -795,7 +794,8 @@ int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
 		return ret;
 	}
 	struct dcr_reader_opts ro = { .cache_dir = dir,
-				      .cache_size = DCR_COMPACT_SCRATCH_CACHE };
+				      .cache_size = DCR_COMPACT_SCRATCH_CACHE,
+				      .threads = o->threads };
 	if ((ret = dcr_reader_open(st, &ro, &r)) ||
 	    (ret = dcr_reader_refresh(r, NULL)))
 		goto out;

@@ -48,8 +48,9 @@
  * -EEXIST (nothing it uploaded is named; gc collects it after the grace
  * period). Nothing is deleted here: gc removes what no layout needs.
  *
- * Chunks are read, encoded and decode-checked on one thread per CPU (at
- * most 8, through a core/wq pool; 2 chunks each at a time), then packed
+ * Chunks are read, encoded and decode-checked on one thread per CPU of
+ * the budget (core/cpus.h, through a core/wq pool; 2 chunks each at a
+ * time), then packed
  * in order, so the packs and manifests do not depend on the thread count.
  */
 #ifndef DCR_COMPACT_H
@@ -96,6 +97,9 @@ struct dcr_compact_opts {
 	void (*report)(void *arg, uint64_t v, uint64_t old_base,
 		       uint64_t new_base, unsigned depth, int rewritten);
 	void *arg;
+	/* Threads encoding (and the scratch reader's, dcr_compact_scratch);
+	 * 0 = the CPU budget (core/cpus.h). */
+	int threads;
 };
 
 struct dcr_compact_stats {

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,15 +295,90 @@ static inline int stream_put(struct stream *s, const void *p, size_t len)
 	return 0;
 }
 
+/* Append @len bytes, any number. */
+static int stream_write(struct stream *s, const uint8_t *p, size_t len)
+{
+	while (len) {
+		size_t m;
+
+		if (s->n == WBUF) {
+			int ret = stream_flush(s);
+
+			if (ret)
+				return ret;
+		}
+		m = DCR_MIN(len, WBUF - s->n);
+		memcpy(s->buf + s->n, p, m);
+		s->n += m;
+		p += m;
+		len -= m;
+	}
+	return 0;
+}
+
 /* Offset of the next byte appended. */
 static uint64_t stream_tell(const struct stream *s)
 {
 	return s->pos + s->n;
 }
 
-/* A changed tensor's two segments in the scratch streams. */
+
+struct build {
+	struct dcr_reader *r;
+	struct dcr_dview_side a, b;
+	uint32_t ia, ib;             /* entries of the file in A and B */
+	struct stream si, sv;
+	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
+	struct dcr_dview_info *info;
+	struct dcr_dview_sums *sums;
+	/* Scratch blocks (BLOCK bytes each, A's and B's) for the units
+	 * running at once, handed out under lock. */
+	pthread_mutex_t lock;
+	uint8_t **scratch;
+	size_t nscratch;
+};
+
+/* A growable buffer of one unit's indices or values. */
+struct obuf {
+	uint8_t *p;
+	size_t n, cap;
+};
+
+/* Room for @more bytes in @o. 0 or -ENOMEM. */
+static int obuf_room(struct obuf *o, size_t more)
+{
+	if (o->n + more > o->cap) {
+		size_t cap = DCR_MAX(o->cap * 2, DCR_MAX(o->n + more,
+							 (size_t)64 << 10));
+		uint8_t *p = realloc(o->p, cap);
+
+		if (!p)
+			return DCR_ERR(-ENOMEM);
+		o->p = p;
+		o->cap = cap;
+	}
+	return 0;
+}
+
+/*
+ * A unit of the build: bytes [pos, end) of a changed-candidate tensor,
+ * compared on any thread into its own buffers; the units are appended
+ * to the scratch streams in order, so the view's bytes do not depend
+ * on the threads.
+ */
+struct unit {
+	const struct dcr_tensor *ta, *tb;
+	size_t c;                    /* its tensor's struct change */
+	uint64_t pos, end;
+	struct obuf oi, ov;
+	uint64_t n, skipped, compared;
+	int rc;
+};
+
+/* A changed-candidate tensor's two segments in the scratch streams. */
 struct change {
 	const struct dcr_tensor *t; /* of B */
+	const struct dcr_tensor *ta; /* of A */
 	uint64_t n;                  /* changed elements */
 	unsigned iw, vw;             /* index and value widths */
 	uint64_t ioff, voff;         /* in the idx and val streams */
@@ -310,28 +386,12 @@ struct change {
 	char *iname, *vname;
 };
 
-struct build {
-	struct dcr_reader *r;
-	struct dcr_dview_side a, b;
-	uint32_t ia, ib;             /* entries of the file in A and B */
-	struct stream si, sv;
-	uint8_t *ba, *bb;            /* BLOCK bytes each */
-	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
-	struct dcr_dview_info *info;
-	struct dcr_dview_sums *sums;
+/* One window of units, for dcr_reader_par_for. */
+struct window {
+	struct build *b;
+	struct change *cs;
+	struct unit *u;
 };
-
-/* Emit element @i (B's bytes at @p, @w wide) of the tensor. */
-static inline int emit(struct build *b, unsigned iw, uint64_t i,
-		       const uint8_t *p, unsigned w)
-{
-	uint8_t le[8];
-	int ret;
-
-	dcr_put_le64(le, i);
-	ret = stream_put(&b->si, le, iw);
-	return ret ? ret : stream_put(&b->sv, p, w);
-}
 
 /* Whether chunk @k has the same hash in A and B (then its bytes, at the
  * same offsets in both files, are equal). 0 or -errno. */
@@ -378,47 +438,57 @@ static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool *eq,
 	return ret;
 }
 
+/* Emit element @e (B's bytes at @p, @w wide) into @u's buffers, which
+ * have room. */
+static inline void emit(struct unit *u, unsigned iw, uint64_t e,
+			const uint8_t *p, unsigned w)
+{
+	uint8_t le[8];
+
+	dcr_put_le64(le, e);
+	memcpy(u->oi.p + u->oi.n, le, iw);
+	u->oi.n += iw;
+	memcpy(u->ov.p + u->ov.n, p, w);
+	u->ov.n += w;
+	u->n++;
+}
+
 /*
  * Emit the changed elements of the 8-byte word at tensor byte @at whose
  * XOR of A and B is @d (non-zero), B's bytes at @pb, elements @w wide.
  * On little-endian machines the differing lanes are found from @d's low
  * set bits and written with fixed-size copies; elsewhere lane by lane.
  */
-static inline int emit_word(struct build *b, struct change *c, uint64_t d,
+static inline int emit_word(struct unit *u, unsigned iw, uint64_t d,
 			    uint64_t at, const uint8_t *pb, unsigned w)
 {
+	/* Room for the word's elements: 8 / w of them at most. */
+	if (obuf_room(&u->oi, 64) || obuf_room(&u->ov, 8))
+		return DCR_ERR(-ENOMEM);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	const uint64_t mask = w >= 8 ? UINT64_MAX : (UINT64_C(1) << (8 * w)) - 1;
-	struct stream *si = &b->si, *sv = &b->sv;
-	int ret = 0;
+	struct obuf *si = &u->oi, *sv = &u->ov;
 
-	/* Room for the word's elements: 8 / w of them at most. */
-	if (si->n + 64 > WBUF)
-		ret = stream_flush(si);
-	if (!ret && sv->n + 8 > WBUF)
-		ret = stream_flush(sv);
-	if (ret)
-		return ret;
 	while (d) {
 		const unsigned l = (unsigned)__builtin_ctzll(d) / 8 / w * w;
 		const uint64_t e = (at + l) / w;
 
-		if (c->iw == 4) {
+		if (iw == 4) {
 			const uint32_t e32 = (uint32_t)e;
 
-			memcpy(si->buf + si->n, &e32, 4);
+			memcpy(si->p + si->n, &e32, 4);
 		} else {
-			memcpy(si->buf + si->n, &e, 8);
+			memcpy(si->p + si->n, &e, 8);
 		}
-		si->n += c->iw;
+		si->n += iw;
 		switch (w) {
-		case 1: sv->buf[sv->n] = pb[l]; break;
-		case 2: memcpy(sv->buf + sv->n, pb + l, 2); break;
-		case 4: memcpy(sv->buf + sv->n, pb + l, 4); break;
-		default: memcpy(sv->buf + sv->n, pb + l, 8); break;
+		case 1: sv->p[sv->n] = pb[l]; break;
+		case 2: memcpy(sv->p + sv->n, pb + l, 2); break;
+		case 4: memcpy(sv->p + sv->n, pb + l, 4); break;
+		default: memcpy(sv->p + sv->n, pb + l, 8); break;
 		}
 		sv->n += w;
-		c->n++;
+		u->n++;
 		d = w >= 8 ? 0 : d & ~(mask << (8 * l));
 	}
 	return 0;
@@ -428,102 +498,201 @@ static inline int emit_word(struct build *b, struct change *c, uint64_t d,
 	memcpy(x, &d, 8);
 	for (unsigned l = 0; l < 8; l += w) {
 		uint8_t m = 0;
-		int ret;
 
 		for (unsigned i = 0; i < w; i++)
 			m |= x[l + i];
-		if (!m)
-			continue;
-		ret = emit(b, c->iw, (at + l) / w, pb + l, w);
-		if (ret)
-			return ret;
-		c->n++;
+		if (m)
+			emit(u, iw, (at + l) / w, pb + l, w);
 	}
 	return 0;
 #endif
 }
 
-/*
- * Compare tensor @tb of B with @ta of A (same dtype and shape) and
- * append its changed elements. Fills @c (n 0 if none changed). Where
- * the tensor lies at the same offset in both files, runs of chunks
- * whose hashes are equal in both manifests are not read.
- */
-static int compare_tensor(struct build *b, const struct dcr_tensor *ta,
-			  const struct dcr_tensor *tb, struct change *c)
+/* Take a pair of scratch blocks (A's, B's): NULL on ENOMEM. */
+static uint8_t *scratch_get(struct build *b)
 {
-	const unsigned w = dcr_st_dtype_width(tb->dtype);
-	const uint64_t len = tb->len;
-	const uint64_t numel = len / w;
-	const bool skip = b->cs && ta->off == tb->off;
+	uint8_t *p = NULL;
 
-	c->t = tb;
-	c->n = 0;
-	c->vw = w;
-	c->iw = dcr_dview_idx_width(numel);
-	c->ioff = stream_tell(&b->si);
-	c->voff = stream_tell(&b->sv);
-	stream_seg_begin(&b->si);
-	stream_seg_begin(&b->sv);
-	for (uint64_t pos = 0; pos < len;) {
-		size_t n = (size_t)DCR_MIN((uint64_t)BLOCK, len - pos);
+	pthread_mutex_lock(&b->lock);
+	if (b->nscratch)
+		p = b->scratch[--b->nscratch];
+	pthread_mutex_unlock(&b->lock);
+	return p ? p : malloc(2 * (size_t)BLOCK);
+}
+
+/* Give a pair back (there is room: one slot per unit of a window). */
+static void scratch_put(struct build *b, uint8_t *p)
+{
+	pthread_mutex_lock(&b->lock);
+	b->scratch[b->nscratch++] = p;
+	pthread_mutex_unlock(&b->lock);
+}
+
+/*
+ * Compare bytes [u->pos, u->end) of tensor u->tb of B with u->ta of A
+ * (same dtype and shape) into @u's buffers. Where the tensor lies at the
+ * same offset in both files, runs of chunks whose hashes are equal in
+ * both manifests are not read.
+ */
+static int compare_unit(struct build *b, struct unit *u, unsigned iw)
+{
+	const struct dcr_tensor *ta = u->ta, *tb = u->tb;
+	const unsigned w = dcr_st_dtype_width(tb->dtype);
+	const bool skip = b->cs && ta->off == tb->off;
+	uint8_t *ba = scratch_get(b), *bb = ba + BLOCK;
+	int ret = 0;
+
+	if (!ba)
+		return DCR_ERR(-ENOMEM);
+	for (uint64_t pos = u->pos; pos < u->end && !ret;) {
+		size_t n = (size_t)DCR_MIN((uint64_t)BLOCK, u->end - pos);
 		size_t k = 0;
 		bool eq = false;
-		int ret;
 
 		if (skip) {
 			uint64_t e;
 
-			ret = chunk_run(b, tb->off + pos, tb->off + len, &eq, &e);
+			ret = chunk_run(b, tb->off + pos, tb->off + u->end, &eq,
+					&e);
 			if (ret)
-				return ret;
+				break;
 			n = (size_t)(e - tb->off - pos);
-			if (e < tb->off + len) {
+			if (e < tb->off + u->end) {
 				/* Keep pos a multiple of 8 (elements aligned);
 				 * a few bytes past a chunk's end are read. */
 				n &= ~(size_t)7;
 				if (n == 0) {
 					eq = false;
-					n = (size_t)DCR_MIN((uint64_t)8, len - pos);
+					n = (size_t)DCR_MIN((uint64_t)8,
+							    u->end - pos);
 				}
 			}
 		}
 		if (eq) {
-			b->info->skipped += n;
+			u->skipped += n;
 			pos += n;
 			continue;
 		}
-		ret = read_exact(b->r, b->a, b->ia, ta->off + pos, b->ba, n);
-
+		ret = read_exact(b->r, b->a, b->ia, ta->off + pos, ba, n);
 		if (!ret)
-			ret = read_exact(b->r, b->b, b->ib, tb->off + pos, b->bb, n);
-		if (ret)
-			return ret;
-		for (; k + 8 <= n; k += 8) {
+			ret = read_exact(b->r, b->b, b->ib, tb->off + pos, bb, n);
+		for (; !ret && k + 8 <= n; k += 8) {
 			uint64_t x, y;
 
-			memcpy(&x, b->ba + k, 8);
-			memcpy(&y, b->bb + k, 8);
-			if (x == y)
-				continue;
-			ret = emit_word(b, c, x ^ y, pos + k, b->bb + k, w);
-			if (ret)
-				return ret;
+			memcpy(&x, ba + k, 8);
+			memcpy(&y, bb + k, 8);
+			if (x != y)
+				ret = emit_word(u, iw, x ^ y, pos + k, bb + k, w);
 		}
-		for (; k < n; k += w) { /* a tail shorter than 8 bytes */
-			if (!memcmp(b->ba + k, b->bb + k, w))
+		for (; !ret && k < n; k += w) { /* a tail shorter than 8 bytes */
+			if (!memcmp(ba + k, bb + k, w))
 				continue;
-			ret = emit(b, c->iw, (pos + k) / w, b->bb + k, w);
-			if (ret)
-				return ret;
-			c->n++;
+			if (obuf_room(&u->oi, 8) || obuf_room(&u->ov, 8))
+				ret = DCR_ERR(-ENOMEM);
+			else
+				emit(u, iw, (pos + k) / w, bb + k, w);
 		}
-		b->info->compared += n;
+		u->compared += n;
 		pos += n;
 	}
-	stream_seg_end(&b->si, c->ih);
-	stream_seg_end(&b->sv, c->vh);
-	return 0;
+	scratch_put(b, ba);
+	return ret;
+}
+
+/* dcr_reader_par_for body: unit @i of the window. */
+static void unit_run(void *arg, size_t i)
+{
+	struct window *wn = arg;
+	struct unit *u = &wn->u[i];
+
+	u->rc = compare_unit(wn->b, u, wn->cs[u->c].iw);
+}
+
+/*
+ * Compare the changed-candidate tensors @cs[0..nc) (B's and A's, same
+ * dtype and shape) and append their changed elements, tensor by tensor,
+ * to the scratch streams, each tensor's segments hashed as produced
+ * (struct change). The tensors are cut into units of UNIT bytes, a
+ * window of them compared at once on the reader's threads
+ * (dcr_reader_par_for), then appended in order. 0 or -errno.
+ */
+#define UNIT (2 * (uint64_t)BLOCK)
+static int compare_all(struct build *b, struct change *cs, size_t nc)
+{
+	const size_t win = 2 * (size_t)dcr_reader_threads(b->r) + 2;
+	struct unit *u = calloc(win, sizeof(*u));
+	struct window wn = { .b = b, .cs = cs, .u = u };
+	size_t c = 0;      /* tensor of the next unit to cut */
+	uint64_t pos = 0;  /* where in it */
+	int ret = 0;
+
+	b->scratch = calloc(win, sizeof(*b->scratch));
+	if (!u || !b->scratch) {
+		free(u);
+		return DCR_ERR(-ENOMEM);
+	}
+	for (size_t k = 0; k < nc; k++) {
+		const unsigned w = dcr_st_dtype_width(cs[k].t->dtype);
+
+		cs[k].n = 0;
+		cs[k].vw = w;
+		cs[k].iw = dcr_dview_idx_width(cs[k].t->len / w);
+	}
+	while (c < nc && !ret) {
+		size_t nu = 0;
+
+		/* Cut the next window; a unit's bounds are multiples of
+		 * BLOCK into its tensor (so of every dtype's width). */
+		while (nu < win && c < nc) {
+			struct unit *x = &u[nu++];
+
+			memset(x, 0, sizeof(*x));
+			x->ta = cs[c].ta;
+			x->tb = cs[c].t;
+			x->c = c;
+			x->pos = pos;
+			x->end = DCR_MIN(cs[c].t->len, pos + UNIT);
+			pos = x->end;
+			if (pos == cs[c].t->len) {
+				c++;
+				pos = 0;
+			}
+		}
+		dcr_reader_par_for(b->r, nu, unit_run, &wn);
+		for (size_t i = 0; i < nu; i++) {
+			struct unit *x = &u[i];
+			struct change *ch = &cs[x->c];
+
+			if (!ret)
+				ret = x->rc;
+			if (!ret && x->pos == 0) {
+				ch->ioff = stream_tell(&b->si);
+				ch->voff = stream_tell(&b->sv);
+				stream_seg_begin(&b->si);
+				stream_seg_begin(&b->sv);
+			}
+			if (!ret)
+				ret = stream_write(&b->si, x->oi.p, x->oi.n);
+			if (!ret)
+				ret = stream_write(&b->sv, x->ov.p, x->ov.n);
+			ch->n += x->n;
+			b->info->skipped += x->skipped;
+			b->info->compared += x->compared;
+			if (!ret && x->end == ch->t->len) {
+				stream_seg_end(&b->si, ch->ih);
+				stream_seg_end(&b->sv, ch->vh);
+			}
+			free(x->oi.p);
+			free(x->ov.p);
+			x->oi.p = x->ov.p = NULL;
+		}
+	}
+	while (b->nscratch)
+		free(b->scratch[--b->nscratch]);
+	free(b->scratch);
+	b->scratch = NULL;
+	free(u);
+	return ret;
 }
 
 /* Copy [off, off+len) of @in to @out at *@pos. 0 or -errno. */
@@ -633,70 +802,119 @@ struct seg {
 	const char *name;
 };
 
+/* Blocks of the view's check values per unit of check_output. */
+#define CHECK_BLOCKS 64
+
+/* check_output's shared state: the output and what its units found. */
+struct check {
+	struct build *b;
+	int fd;
+	const struct seg *sg;
+	size_t nseg, nbu;    /* segments; units of CHECK_BLOCKS blocks */
+	uint64_t size, nblk;
+	const uint64_t *soff; /* each segment's offset in the output */
+	struct dcr_dview_sums *sums;
+	int *rc;              /* per unit: 0, -EIO (a segment differs) or -errno */
+};
+
+/* par_for body: the check values of CHECK_BLOCKS blocks (unit @i <
+ * nbu), or the check of segment @i - nbu against its production hash. */
+static void check_unit(void *arg, size_t i)
+{
+	struct check *c = arg;
+	uint8_t *buf = malloc((size_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK);
+	int ret = buf ? 0 : DCR_ERR(-ENOMEM);
+
+	if (!ret && i < c->nbu) {
+		const uint64_t first = i * CHECK_BLOCKS;
+		const uint64_t off = first * DCR_DVIEW_BLOCK;
+		const size_t n = (size_t)DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
+						 c->size - off);
+
+		ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
+		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++)
+			dcr_xxh128(buf + p, DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p),
+				   c->sums->blk[first + k]);
+	} else if (!ret) {
+		const struct seg *sg = &c->sg[i - c->nbu];
+		struct dcr_xxh_ctx *h = dcr_xxh_new();
+		uint64_t off = c->soff[i - c->nbu], left = sg->len;
+		uint8_t got[DCR_XXH_LEN];
+
+		ret = h ? 0 : DCR_ERR(-ENOMEM);
+		while (!ret && left) {
+			size_t n = (size_t)DCR_MIN(left, (uint64_t)CHECK_BLOCKS *
+								 DCR_DVIEW_BLOCK);
+
+			ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
+			if (!ret)
+				dcr_xxh_update(h, buf, n);
+			off += n;
+			left -= n;
+		}
+		if (!ret) {
+			dcr_xxh_final(h, got);
+			if (memcmp(got, sg->want, DCR_XXH_LEN))
+				ret = DCR_ERR(-EIO);
+		}
+		dcr_xxh_free(h);
+	}
+	free(buf);
+	c->rc[i] = ret;
+}
+
 /*
- * Read the output of @size bytes back once: each segment must hash to
- * what it was produced with (a byte changed on its way through the
- * scratch files or the output's page cache is caught here, EIO), and
- * the per-block check values of the view come from those proven bytes.
+ * Read the output of @size bytes back: each segment must hash to what
+ * it was produced with (a byte changed on its way through the scratch
+ * files or the output's page cache is caught here, EIO), and the
+ * per-block check values of the view come from the bytes read. The
+ * segments and runs of blocks are read on the reader's threads
+ * (dcr_reader_par_for); the check values come from the same page cache
+ * whose bytes the segments' checks prove.
  */
 static int check_output(struct build *b, int fd, const struct seg *sg,
 			size_t nseg, uint64_t size, struct dcr_dview_sums *sums)
 {
 	const uint64_t nblk = (size + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK;
-	struct dcr_xxh_ctx *h = dcr_xxh_new();
-	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
-	uint8_t got[DCR_XXH_LEN];
-	uint64_t left = nseg ? sg[0].len : 0;
-	size_t k = 0;
+	struct check c = { .b = b, .fd = fd, .sg = sg, .nseg = nseg,
+			   .size = size, .nblk = nblk, .sums = sums,
+			   .nbu = (size_t)((nblk + CHECK_BLOCKS - 1) / CHECK_BLOCKS) };
+	uint64_t *soff = calloc(nseg ? nseg : 1, sizeof(*soff)), pos = 0;
 	int ret = 0;
 
+	c.soff = soff;
+	c.rc = calloc(c.nbu + nseg + 1, sizeof(*c.rc));
 	sums->blk = calloc(nblk ? nblk : 1, sizeof(*sums->blk));
-	if (!h || !buf || !sums->blk) {
+	if (!soff || !c.rc || !sums->blk) {
 		ret = DCR_ERR(-ENOMEM);
 		goto out;
 	}
-	for (uint64_t i = 0; i < nblk && !ret; i++) {
-		const uint64_t off = i * DCR_DVIEW_BLOCK;
-		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, size - off);
-		size_t p = 0;
-
-		ret = dcr_pread_full(fd, buf, n, off);
-		if (ret) {
+	for (size_t k = 0; k < nseg; k++) {
+		soff[k] = pos;
+		pos += sg[k].len;
+	}
+	if (pos != size) {
+		ret = DCR_ERR(-EIO); /* never: the segments make the size */
+		goto out;
+	}
+	dcr_reader_par_for(b->r, c.nbu + nseg, check_unit, &c);
+	for (size_t i = 0; i < c.nbu + nseg && !ret; i++) {
+		ret = c.rc[i];
+		if (ret == -EIO && i >= c.nbu)
+			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s "
+				"read back differs from what was built (EIO)",
+				b->a.v, b->b.v, sg[i - c.nbu].name);
+		else if (ret && ret != -ENOMEM)
 			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": reading it "
 				"back: %s", b->a.v, b->b.v, strerror(-ret));
-			break;
-		}
-		dcr_xxh128(buf, n, sums->blk[i]);
-		while (p < n && k < nseg) {
-			size_t m = (size_t)DCR_MIN(left, (uint64_t)(n - p));
-
-			dcr_xxh_update(h, buf + p, m);
-			p += m;
-			left -= m;
-			if (left)
-				continue;
-			dcr_xxh_final(h, got);
-			if (memcmp(got, sg[k].want, DCR_XXH_LEN)) {
-				dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s "
-					"read back differs from what was built (EIO)",
-					b->a.v, b->b.v, sg[k].name);
-				ret = DCR_ERR(-EIO);
-				break;
-			}
-			dcr_xxh_reset(h);
-			if (++k < nseg)
-				left = sg[k].len;
-		}
 	}
-	if (!ret && k != nseg)
-		ret = DCR_ERR(-EIO); /* never: the segments make the size */
 	sums->n = nblk;
 	sums->size = size;
 out:
 	if (ret)
 		dcr_dview_sums_free(sums);
-	free(buf);
-	dcr_xxh_free(h);
+	free(c.rc);
+	free(soff);
 	return ret;
 }
 
@@ -859,6 +1077,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	ret = side_file(r, to, idx, &path, &size_b, &mb, &cs_b);
 	if (ret)
 		return ret;
+	pthread_mutex_init(&b.lock, NULL);
 	ret = stfile_load(r, to, idx, path, size_b, &fb);
 	if (ret)
 		goto err_free;
@@ -892,12 +1111,6 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		ret = stream_open(&b.si, tmpdir);
 		if (!ret)
 			ret = stream_open(&b.sv, tmpdir);
-		if (!ret) {
-			b.ba = malloc(BLOCK);
-			b.bb = malloc(BLOCK);
-			if (!b.ba || !b.bb)
-				ret = DCR_ERR(-ENOMEM);
-		}
 		if (ret)
 			goto err_free;
 	}
@@ -920,15 +1133,23 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 			if (!same_layout(ta, tb)) {
 				ret = names_add(&reshaped, tb->name);
 			} else if (!same && tb->len) {
-				ret = compare_tensor(&b, ta, tb, &cs[nc]);
-				if (!ret && cs[nc].n)
-					nc++;
+				cs[nc].t = tb; /* compared below */
+				cs[nc++].ta = ta;
 			}
 		}
 		if (ret)
 			goto err_free;
 	}
 	if (!same) {
+		size_t kept = 0;
+
+		ret = compare_all(&b, cs, nc);
+		for (size_t c = 0; !ret && c < nc; c++)
+			if (cs[c].n)
+				cs[kept++] = cs[c];
+		nc = ret ? 0 : kept;
+		if (ret)
+			goto err_free;
 		ret = stream_flush(&b.si);
 		if (!ret)
 			ret = stream_flush(&b.sv);
@@ -979,14 +1200,13 @@ err_free:
 	free(added.s);
 	free(removed.s);
 	free(reshaped.s);
-	free(b.ba);
-	free(b.bb);
 	stream_close(&b.si);
 	stream_close(&b.sv);
 	stfile_free(&fa);
 	stfile_free(&fb);
 	free(path);
 	free(path_a);
+	pthread_mutex_destroy(&b.lock);
 	return ret;
 }
 

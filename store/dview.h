@@ -19,11 +19,15 @@
  *   the same size.
  * - Building is one pass: each tensor present in both files with equal
  *   dtype and shape is compared element by element at its dtype's width
- *   (8 bytes at a time, lanes looked at only where the word differs);
- *   the indices and values go to two unlinked scratch files as they are
- *   found, and the result is the header followed by the segments copied
- *   in the header's order (copy_file_range). Memory is O(tensors), not
- *   O(view): a 5 GB shard's 500 MB view never sits in memory.
+ *   (8 bytes at a time, lanes looked at only where the word differs).
+ *   The tensors are cut into units of a few MiB, compared a window at a
+ *   time on the reader's threads (dcr_reader_par_for: the CPU budget or
+ *   threads=N), each into its own buffers; the units' indices and values
+ *   are appended in order to two unlinked scratch files, so the bytes do
+ *   not depend on the threads. The result is the header followed by the
+ *   segments copied in the header's order (copy_file_range). Memory is
+ *   O(tensors + threads), not O(view): a 5 GB shard's 500 MB view never
+ *   sits in memory.
  *   Files whose digests are equal are not read beyond their headers;
  *   where a tensor lies at the same offset in both files, blocks whose
  *   chunks have equal hashes in both manifests are not read either

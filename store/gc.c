@@ -270,6 +270,7 @@ static int gc_rebase(const struct gc *g, const uint8_t *keep)
 			.max_depth = g->o->max_depth, .read_cost = g->o->read_cost,
 			.keep = kv, .nkeep = nk,
 			.dry_run = g->o->dry_run, .report = rebase_report, .arg = &rb,
+			.threads = ix->threads,
 		};
 		gc_event(g, (struct dcr_gc_event){ .what = DCR_GC_REBASE });
 		dcr_pg_report(&g->o->pg, DCR_PG_START, "rebase", 0, nk, "versions");

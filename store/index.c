@@ -303,7 +303,8 @@ static int scratch_reader(struct dcr_index *ix)
 	if ((ret = dcr_mktempdir("dcrfs-ctl", ix->scratch, sizeof(ix->scratch))))
 		return ret;
 	struct dcr_reader_opts ro = { .cache_dir = ix->scratch,
-				      .cache_size = DCR_INDEX_SCRATCH_CACHE };
+				      .cache_size = DCR_INDEX_SCRATCH_CACHE,
+				      .threads = ix->threads };
 	if ((ret = dcr_reader_open(ix->st, &ro, &ix->r)))
 		return ret;
 	return dcr_reader_refresh(ix->r, NULL);
@@ -327,6 +328,17 @@ int dcr_index_read(struct dcr_index *ix, uint64_t v, uint32_t fi,
 			return n < 0 ? (int)n : DCR_ERR(-EIO);
 		done += (size_t)n;
 	}
+	return 0;
+}
+
+int dcr_index_par_for(struct dcr_index *ix, size_t n,
+		      void (*fn)(void *arg, size_t i), void *arg)
+{
+	int ret = scratch_reader(ix);
+
+	if (ret)
+		return ret;
+	dcr_reader_par_for(ix->r, n, fn, arg);
 	return 0;
 }
 

@@ -75,6 +75,8 @@ struct dcr_index {
 	struct dcr_layout layout;    /* the store's newest readable (gen 0: none) */
 	uint64_t layout_bad;         /* the newest damaged generation (0: none) */
 	struct dcr_reader *r;        /* scratch reader, opened on demand */
+	int threads;                 /* its CPU-bound pools (dcr_reader_opts;
+				      * 0: the CPU budget); set after load */
 	char scratch[PATH_MAX];      /* its directory ("" = none) */
 };
 
@@ -166,6 +168,16 @@ int dcr_pack_key_hash(const char *key, uint8_t h[DCR_HASH_LEN]);
  */
 int dcr_index_read(struct dcr_index *ix, uint64_t v, uint32_t fi,
 		   const char *path, uint64_t off, void *buf, size_t len);
+
+/**
+ * dcr_index_par_for - run @fn(@arg, i) for every i in [0, @n) on the
+ * caller and the scratch reader's threads (dcr_reader_par_for: the CPU
+ * budget, core/cpus.h), the scratch reader opened first, so that @fn
+ * may call dcr_index_read. 0, or -errno if the reader cannot be opened
+ * (nothing ran).
+ */
+int dcr_index_par_for(struct dcr_index *ix, size_t n,
+		      void (*fn)(void *arg, size_t i), void *arg);
 
 /** What `dcrfs-ctl log` and `show` print about one version. */
 struct dcr_version_record {

@@ -54,6 +54,7 @@
 #include "catalog.h"
 #include "chunk.h"
 #include "common.h"
+#include "cpus.h"
 #include "fileio.h"
 #include "frame.h"
 #include "hash.h"
@@ -350,8 +351,13 @@ int dcr_reader_open(struct dcr_store *st, const struct dcr_reader_opts *opts,
 	atomic_init(&r->cache_direct, true);
 	r->lock_fd = -1;
 	r->st = st;
-	r->fetch_threads = opts->fetch_threads > 0 ? opts->fetch_threads :
-						     FETCH_THREADS_DEFAULT;
+	/* One CPU budget for every CPU-bound pool (core/cpus.h); the
+	 * requests in flight default to at least one per thread, so that
+	 * no thread waits for a frame to decode. */
+	r->threads = dcr_cpu_threads(opts->threads);
+	r->fetch_threads = opts->fetch_threads > 0 ?
+			   opts->fetch_threads :
+			   DCR_MAX(FETCH_THREADS_DEFAULT, r->threads);
 	r->fetch_threads = DCR_MIN(r->fetch_threads, FETCH_THREADS_MAX);
 	r->readahead = opts->readahead < 0 ? 0 :
 		       opts->readahead ? (uint64_t)opts->readahead :
@@ -426,8 +432,8 @@ void dcr_reader_close(struct dcr_reader *r)
 /*
  * The version and the bytes a read of [@off, @off+@len) of entry @idx of
  * version @v (of its tree @tree; -1: any) covers: *@rvp, the file's *@size and the end of the range
- * clamped to it in *@end; the read is noted for read-ahead (whose
- * chunks go through the page cache with @pagecache). 1 when there is
+ * clamped to it in *@end; a read (not a prefetch, @pagecache) is noted
+ * for read-ahead. 1 when there is
  * something to read, 0 at or past the end (or @len 0), or -errno.
  */
 static int read_range(struct dcr_reader *r, uint64_t v, int64_t tree,
@@ -453,7 +459,10 @@ static int read_range(struct dcr_reader *r, uint64_t v, int64_t tree,
 	if (off >= *size || len == 0)
 		return 0;
 	*end = off + DCR_MIN((uint64_t)len, *size - off);
-	ra_note(r, *rvp, idx, off, *end, pagecache);
+	/* A prefetch reads every block itself, on every thread at once
+	 * (fs/bg.c): read-ahead would only race it. */
+	if (!pagecache)
+		ra_note(r, *rvp, idx, off, *end, false);
 	return 1;
 }
 
@@ -677,6 +686,7 @@ static void backing_check_one(void *arg, size_t i)
 	struct backing_check *b = arg;
 	struct dcr_catalog_chunk ref;
 	struct dcr_cache_key k;
+	int64_t t0 = dcr_mono_ns();
 	int ret;
 
 	if (atomic_load_explicit(&b->failed, memory_order_relaxed))
@@ -686,6 +696,7 @@ static void backing_check_one(void *arg, size_t i)
 		cache_key(&k, b->rv, b->file, i, &ref);
 		ret = b->verify ? dcr_cache_verify(b->r->cache, &k) :
 				  dcr_cache_check(b->r->cache, &k);
+		BUSY_ADD(b->r, busy_check, t0);
 		if (ret >= 0) {
 			atomic_fetch_add(&b->bytes, k.len);
 			return;
@@ -749,7 +760,7 @@ int dcr_reader_backing_open(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	 * tenth (issue 31, scripts/bench-pages, tests/integration/pages.sh).
 	 */
 	b.verify = !dcr_cache_pin_verified(r->cache, &k);
-	par_for(r, r->fetch_threads, (size_t)n, backing_check_one, &b);
+	par_for(r, r->threads, (size_t)n, backing_check_one, &b);
 	ret = atomic_load(&b.failed);
 	if (ret)
 		goto out_leave;
@@ -804,7 +815,12 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 	s->rejected_untrusted = LOAD(rej_untrusted);
 	s->rejected_tags = LOAD(rej_tags);
 	s->bytes_sha_proven = LOAD(sha_proven);
+	s->busy_fetch_ns = LOAD(busy_fetch);
+	s->busy_decode_ns = LOAD(busy_decode);
+	s->busy_write_ns = LOAD(busy_write);
+	s->busy_check_ns = LOAD(busy_check);
 #undef LOAD
+	s->threads = (uint64_t)r->threads;
 	dcr_cache_get_stats(r->cache, &cs);
 	s->cache_bytes = cs.bytes;
 	s->cache_errors = cs.io_errors;
@@ -812,6 +828,19 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 	s->cache_verity = cs.verity;
 	s->cache_budget = r->cache_budget;
 	versions_stats(r, s);
+}
+
+/* ------------------------------------------------------------ threads */
+
+int dcr_reader_threads(struct dcr_reader *r)
+{
+	return r->threads;
+}
+
+void dcr_reader_par_for(struct dcr_reader *r, size_t n,
+			void (*fn)(void *arg, size_t i), void *arg)
+{
+	par_for(r, r->threads, n, fn, arg);
 }
 
 /* -------------------------------------------------------------- sync */

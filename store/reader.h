@@ -23,8 +23,13 @@ struct dcr_reader;
 struct dcr_reader_opts {
 	const char *cache_dir;  /* required; created (mode 0700) if absent */
 	uint64_t cache_size;    /* byte budget for cached chunks; 0 = default */
-	/* Threads materializing the misses of one read, and read-ahead
-	 * threads; 0 = default (8). */
+	/* Threads of every CPU-bound pool of the reader: decoding and
+	 * proving chunks, writing them to the cache, checking cache files,
+	 * dcr_reader_par_for; 0 = the CPU budget (core/cpus.h). */
+	int threads;
+	/* Requests to the store in flight for one read, and read-ahead
+	 * threads; 0 = default: the larger of 8 and @threads (capped at
+	 * 64), so that every CPU has a fetched frame to decode. */
 	int fetch_threads;
 	/* Bytes materialized in the background ahead of a sequential reader
 	 * (reads starting at 0 or where the last read of the file ended);
@@ -438,6 +443,14 @@ struct dcr_reader_stats {
 	uint64_t rejected_store;      /* signed for another store */
 	uint64_t rejected_untrusted;  /* signed by a key not trusted */
 	uint64_t rejected_tags;       /* tags ignored, not trusted */
+	/* The threads of the CPU-bound pools (dcr_reader_opts.threads),
+	 * and the busy time of each stage, summed over its threads, in
+	 * ns: an admin sees which stage bounds a refit. */
+	uint64_t threads;
+	uint64_t busy_fetch_ns;   /* store GETs (their waits included) */
+	uint64_t busy_decode_ns;  /* applying frames, proving chunks */
+	uint64_t busy_write_ns;   /* writing built chunks to the cache */
+	uint64_t busy_check_ns;   /* checking cached chunks (reads, opens) */
 };
 
 /**
@@ -445,6 +458,23 @@ struct dcr_reader_stats {
  * (relaxed atomic loads, one short lock); thread-safe.
  */
 void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s);
+
+/**
+ * dcr_reader_threads - the threads of @r's CPU-bound pools
+ * (dcr_reader_opts.threads, or the CPU budget). Thread-safe.
+ */
+int dcr_reader_threads(struct dcr_reader *r);
+
+/**
+ * dcr_reader_par_for - run @fn(@arg, i) for every i in [0, @n) on the
+ * caller and idle threads of @r's pool, up to dcr_reader_threads(@r)
+ * at once (core/wq.h, dcr_wq_par_for): for CPU-bound work over a
+ * reader's files (a prefetch, a delta view's build, verify --deep).
+ * @fn may read through @r; a read's own parallel work then runs on the
+ * threads left idle. Thread-safe.
+ */
+void dcr_reader_par_for(struct dcr_reader *r, size_t n,
+			void (*fn)(void *arg, size_t i), void *arg);
 
 /**
  * dcr_reader_sync - wait until the background work queued so far is

@@ -70,7 +70,7 @@
  * a lock; so is rver.dead (set once, under vs.lock, read anywhere).
  *
  * Set at open and read without a lock: st, dir, cat, cache,
- * cache_budget, fetch_threads, readahead, coalesce_max, read_timeout_ns,
+ * cache_budget, fetch_threads, threads, readahead, coalesce_max, read_timeout_ns,
  * ct.budget, vs.bad_retry_after, vs.relist_ns, vs.max_trees and the
  * queue pointers (qs; thread-safe themselves). lock_fd holds an
  * flock(2) on <dir>/lock against other processes, not threads. The
@@ -410,6 +410,7 @@ struct dcr_reader {
 	struct dcr_cache *cache;
 	uint64_t cache_budget;
 	int fetch_threads;
+	int threads;           /* the CPU-bound pools (dcr_reader_opts) */
 	/* Chunks built for a reader go to the cache around the page cache
 	 * (O_DIRECT) unless this is off: dcr_reader_set_cache_direct. */
 	atomic_bool cache_direct;
@@ -439,12 +440,19 @@ struct dcr_reader {
 		atomic_uint_fast64_t materialized, verified, read_errors;
 		atomic_uint_fast64_t rej_unsigned, rej_bad, rej_store;
 		atomic_uint_fast64_t rej_untrusted, rej_tags, sha_proven;
+		/* busy ns per stage (dcr_reader_stats) */
+		atomic_uint_fast64_t busy_fetch, busy_decode, busy_write;
+		atomic_uint_fast64_t busy_check;
 	} stats;
 };
 
 /* Add @n to statistic @field of reader @r. */
 #define STAT_ADD(r, field, n) \
 	atomic_fetch_add_explicit(&(r)->stats.field, (n), memory_order_relaxed)
+
+/* Add the time since @t0 (dcr_mono_ns) to busy statistic @field. */
+#define BUSY_ADD(r, field, t0) \
+	STAT_ADD(r, field, (uint64_t)(dcr_mono_ns() - (t0)))
 
 /*
  * What one read asks of the read path, handed down explicitly (to the

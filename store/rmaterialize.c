@@ -399,7 +399,10 @@ int piece_fast(struct dcr_reader *r, const struct rreq *q, struct piece *p)
 		if (cent_serve(r, q, p) == 0)
 			return 0;
 		cache_key(&k, p->w.rv, p->w.file, p->w.chunk, &p->ref);
+		int64_t t0 = dcr_mono_ns();
+
 		ret = dcr_cache_check(r->cache, &k);
+		BUSY_ADD(r, busy_check, t0);
 		if (ret == 1)
 			STAT_ADD(r, verified, p->clen);
 		return cache_answer(ret);
@@ -456,12 +459,14 @@ void fetch_run(void *arg, size_t i)
 	const struct where *w = &b->c[first->c].p->w;
 	char key[DCR_HASH_HEX_LEN + 16];
 	bool logged = false;
+	int64_t t0 = dcr_mono_ns();
 	int ret;
 
 	dcr_pack_key(first->s->ref.pack, key, sizeof(key));
 	dcr_buf_init(&ru->buf, (size_t)ru->len);
 	ret = dcr_store_get_within(b->r->st, key, ru->off, ru->len,
 				   b->q.deadline, &ru->buf);
+	BUSY_ADD(b->r, busy_fetch, t0);
 	STAT_ADD(b->r, fetches, 1);
 	STAT_ADD(b->r, fetched, ru->buf.len);
 	if (ret)
@@ -517,7 +522,10 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 	}
 	cent_publish(b->r, c->e, 0, false);
 	if (b->q.pagecache || b->q.settle || !wq_submit(b->r, c->e)) {
+		int64_t t0 = dcr_mono_ns();
+
 		piece_put(b->r, &b->q, p, c->e->data);
+		BUSY_ADD(b->r, busy_write, t0);
 		cent_publish(b->r, c->e, 0, true);
 	}
 }
@@ -579,11 +587,13 @@ static void finish_one(void *arg, size_t i)
 	struct batch *b = arg;
 	struct bchunk *c = &b->c[i];
 	struct piece *p = c->p;
+	int64_t t0 = dcr_mono_ns();
 
 	if (!c->leader || c->ready || c->rc)
 		return;
 	c->rc = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->e->data,
 			     &c->ch);
+	BUSY_ADD(b->r, busy_decode, t0);
 	if (c->rc == -EIO && dcr_store_is_mirrored(b->r->st))
 		c->rc = refetch_from_store(b, c);
 	if (!c->rc)
@@ -724,8 +734,10 @@ int batch_finish(struct batch *b, int nthreads)
 	const size_t n = b->nc;
 	int ret = 0;
 
+	/* Decoding is CPU work: on the CPU budget's threads, whatever
+	 * the requests in flight (@nthreads) that fetched it. */
 	if (b->nruns)
-		par_for(r, nthreads, n, finish_one, b);
+		par_for(r, DCR_MAX(nthreads, r->threads), n, finish_one, b);
 
 	/* Leaders first: a waiter below may wait on an entry of ours. */
 	for (size_t i = 0; i < n; i++) {

@@ -30,10 +30,11 @@
  * them (see wq_submit). */
 #define WQ_MAX 32
 #define WQ_BYTES ((uint64_t)32 << 20) /* and at most this many bytes */
-#define WQ_THREADS 2
 /* Read-ahead jobs fetched and waiting for a decoder (see ra_decode). */
 #define DQ_MAX 8
-#define DQ_THREADS 2
+/* The decoders and writers are r->threads each (the CPU budget, or
+ * threads=N); their queues hold at least this much per thread. */
+#define WQ_BYTES_PER_THREAD ((uint64_t)4 << 20)
 
 /* Read-ahead job: chunks [first, first+n) of entry idx of version rv;
  * the same allocation carries their batch to the decoder. */
@@ -54,7 +55,7 @@ static const struct rreq ra_req = { .quiet = true };
 
 /*
  * A chunk verified for a read is written to the cache by one of
- * WQ_THREADS writer threads, so that the thread that built it goes on
+ * r->threads writer threads, so that the thread that built it goes on
  * building the next one instead of waiting for the disk. The queued
  * entry is ready meanwhile (readers of the chunk are served from it) and
  * its reference keeps it; the writer marks it persisted once the file is
@@ -76,8 +77,11 @@ static void wq_run(void *ctx, void *ws, void *arg)
 	if (delay)
 		usleep((useconds_t)atoi(delay) * 1000);
 #endif
+	int64_t t0 = dcr_mono_ns();
+
 	cache_key(&k, e->w.rv, e->w.file, e->w.chunk, &e->ref);
 	dcr_cache_put(r->cache, &k, e->data, cache_put_flags(r));
+	BUSY_ADD(r, busy_write, t0);
 	cent_publish(r, e, 0, true);
 	cent_release(r, e);
 }
@@ -94,7 +98,7 @@ bool wq_submit(struct dcr_reader *r, struct cent *e)
 /* --------------------------------------------------- read-ahead decode */
 
 /*
- * Read-ahead threads fetch; decoding is handed to DQ_THREADS decoder
+ * Read-ahead threads fetch; decoding is handed to r->threads decoder
  * threads through a short queue. A read-ahead thread that decoded its
  * own job would leave the link idle meanwhile, and since concurrent GETs
  * share the link and finish together, all of them would then decode at
@@ -288,18 +292,23 @@ out_unlock:
 
 int queues_open(struct dcr_reader *r)
 {
+	const size_t nt = (size_t)r->threads;
 	const struct dcr_wq_opts o[] = {
 		{ .name = "dcr-readahead", .threads = r->fetch_threads,
 		  .max_items = RA_QUEUE, .drop = ra_drop },
-		{ .name = "dcr-decode", .threads = DQ_THREADS,
-		  .max_items = DQ_MAX },
-		{ .name = "dcr-write", .threads = WQ_THREADS,
-		  .max_items = WQ_MAX, .max_cost = WQ_BYTES },
+		{ .name = "dcr-decode", .threads = r->threads,
+		  .max_items = DCR_MAX((size_t)DQ_MAX, nt) },
+		{ .name = "dcr-write", .threads = r->threads,
+		  .max_items = DCR_MAX((size_t)WQ_MAX, 2 * nt),
+		  .max_cost = DCR_MAX(WQ_BYTES, nt * WQ_BYTES_PER_THREAD) },
 	};
 	struct dcr_wq **q[] = { &r->qs.ra, &r->qs.dq, &r->qs.wq };
-	const struct dcr_wq_opts pool = { .name = "dcr-fetch",
-					  .threads = r->fetch_threads,
-					  .max_items = 1 };
+	/* par_for's pool: the fetches of a read (fetch_threads) and the
+	 * CPU work (threads), whichever wants more. */
+	const struct dcr_wq_opts pool = {
+		.name = "dcr-fetch",
+		.threads = DCR_MAX(r->fetch_threads, r->threads),
+		.max_items = 1 };
 	int ret;
 
 	pthread_mutex_init(&r->ras.lock, NULL);

@@ -8,6 +8,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 
 #include "chunk.h"
 #include "common.h"
+#include "cpus.h"
 #include "index.h"
 #include "frame.h"
 #include "hash.h"
@@ -26,6 +29,7 @@
 #include "reader.h"
 #include "sign.h"
 #include "verify.h"
+#include "wq.h"
 
 /*
  * Every damaged object is a "cause"; every chunk of every version checked
@@ -219,11 +223,14 @@ static const uint8_t *known_hash(const struct dcr_pack_frame *fs, size_t n,
 
 /* Check one frame of a pack already fetched, whose frames' hashes
  * dcr_pack_frames gave in @fs[0..nfs) (none for the older forms); 0 or
- * a reason. */
-static const char *check_frame(struct verify *w, struct dcr_codec *codec,
+ * a reason. A format 1 delta frame sets *@f1: to be proven by
+ * materializing (verify_format1). Thread-safe (reads @w only); @codec
+ * and @chunk (DCR_CHUNK_MAX bytes, allocated here when first needed)
+ * are the caller's own. */
+static const char *check_frame(struct verify *w, struct dcr_codec **codec,
 			       const struct dcr_buf *pk, const struct fref *r,
-			       uint8_t *chunk, const struct dcr_pack_frame *fs,
-			       size_t nfs)
+			       uint8_t **chunk, const struct dcr_pack_frame *fs,
+			       size_t nfs, bool *f1)
 {
 	const struct dcr_manifest *m = &w->ix->vs[r->vi].m;
 	const struct dcr_file *f = &m->files[r->f];
@@ -247,15 +254,20 @@ static const char *check_frame(struct verify *w, struct dcr_codec *codec,
 		return dcr_hash_eq(known, cr->fhash) ? NULL : "frame does not match its SHA-256";
 	}
 	/* format 1: no frame hash; a full frame must give the chunk's SHA-256 */
-	memset(chunk, 0, len);
-	if (dcr_frame_apply(codec, p, r->len, chunk, len))
+	if (!*codec)
+		*codec = dcr_codec_new(0);
+	if (!*chunk)
+		*chunk = malloc(DCR_CHUNK_MAX);
+	if (!*codec || !*chunk)
+		return "cannot be checked: out of memory";
+	memset(*chunk, 0, len);
+	if (dcr_frame_apply(*codec, p, r->len, *chunk, len))
 		return "frame does not decode";
 	if (h.kind == DCR_FRAME_FULL) {
-		dcr_sha256(chunk, len, hash);
+		dcr_sha256(*chunk, len, hash);
 		return dcr_hash_eq(hash, cr->hash) ? NULL : "frame does not decode to its chunk's SHA-256";
 	}
-	if (!dcr_array_grow(&w->f1, sizeof(*w->f1), w->nf1, &w->cap_f1))
-		w->f1[w->nf1++] = *r;
+	*f1 = true;
 	return NULL;
 }
 
@@ -275,72 +287,149 @@ static uint64_t pack_size(const struct dcr_index *ix, const uint8_t h[DCR_HASH_L
 	return p ? p->size : 0;
 }
 
+/* One pack of verify_packs: refs [i, j) of w->refs, and what was found. */
+struct vpack {
+	size_t i, j;
+	int ret;              /* the GET's (-errno); 0: fetched */
+	bool misnamed;        /* content does not match its name */
+	uint64_t len;         /* bytes fetched */
+	const char **why;     /* per ref: NULL or a reason (static) */
+	bool *f1;             /* per ref: a format 1 delta frame */
+};
+
+struct vpacks {
+	struct verify *w;
+	struct vpack *p;
+	pthread_mutex_t lock; /* progress reports */
+	atomic_uint_fast64_t done;
+	uint64_t total;
+};
+
+/* par_for body: fetch pack @k whole, check its name and its frames. */
+static void vpack_run(void *arg, size_t k)
+{
+	struct vpacks *vp = arg;
+	struct verify *w = vp->w;
+	struct vpack *p = &vp->p[k];
+	struct dcr_codec *codec = NULL;
+	uint8_t *chunk = NULL, h[DCR_HASH_LEN];
+	struct dcr_pack_frame *fs = NULL;
+	size_t nfs = 0;
+	struct dcr_buf pk;
+	char key[80];
+
+	dcr_pack_key(w->refs[p->i].pack, key, sizeof(key));
+	dcr_buf_init(&pk, DCR_VERIFY_PACK_MAX);
+	p->why = calloc(p->j - p->i, sizeof(*p->why));
+	p->f1 = calloc(p->j - p->i, sizeof(*p->f1));
+	p->ret = !p->why || !p->f1 ? -ENOMEM :
+		 dcr_store_get(w->ix->st, key, 0, DCR_GET_ALL, &pk);
+	if (!p->ret) {
+		p->len = pk.len;
+		p->ret = dcr_pack_frames(pk.data, pk.len, h, &fs, &nfs);
+		if (p->ret != -ENOMEM) {
+			p->misnamed = p->ret || !dcr_hash_eq(h, w->refs[p->i].pack);
+			p->ret = 0;
+			for (size_t x = p->i; x < p->j; x++)
+				p->why[x - p->i] = check_frame(w, &codec, &pk,
+							       &w->refs[x], &chunk,
+							       fs, nfs,
+							       &p->f1[x - p->i]);
+		}
+	}
+	free(fs);
+	dcr_buf_free(&pk);
+	free(chunk);
+	dcr_codec_free(codec);
+	uint64_t done = atomic_fetch_add(&vp->done, pack_size(w->ix, w->refs[p->i].pack)) +
+			pack_size(w->ix, w->refs[p->i].pack);
+	if (w->pg && w->pg->fn) {
+		pthread_mutex_lock(&vp->lock);
+		dcr_pg_report(w->pg, DCR_PG_STEP, "check packs", done, vp->total, NULL);
+		pthread_mutex_unlock(&vp->lock);
+	}
+}
+
+/*
+ * Every pack holding a needed frame, fetched whole and checked against
+ * its name, and every needed frame in it: the packs on every thread of
+ * the CPU budget (a core/wq pool; at most that many packs in memory at
+ * once), then what they found recorded in pack order.
+ */
 static int verify_packs(struct verify *w)
 {
 	struct dcr_index *ix = w->ix;
-	struct dcr_codec *codec = dcr_codec_new(0);
-	uint8_t *chunk = malloc(DCR_CHUNK_MAX);
-	struct dcr_buf pk;
-	char key[80], hex[DCR_HASH_HEX_LEN + 1];
+	const int nt = dcr_cpu_threads(ix->threads);
+	struct vpacks vp = { .w = w };
+	struct dcr_wq *q = NULL;
+	size_t np = 0;
+	char key[80];
 	int ret = 0;
 
-	if (!codec || !chunk) {
+	pthread_mutex_init(&vp.lock, NULL);
+	vp.p = calloc(w->nrefs ? w->nrefs : 1, sizeof(*vp.p));
+	if (!vp.p) {
 		ret = -ENOMEM;
-		goto err_free;
+		goto out;
 	}
-	dcr_buf_init(&pk, DCR_VERIFY_PACK_MAX);
-	uint64_t done = 0, total = 0;
-	for (size_t i = 0; i < w->nrefs && w->pg && w->pg->fn; i++)
-		if (!i || memcmp(w->refs[i].pack, w->refs[i - 1].pack, DCR_HASH_LEN))
-			total += pack_size(ix, w->refs[i].pack);
-	dcr_pg_report(w->pg, DCR_PG_START, "check packs", 0, total, NULL);
 	for (size_t i = 0, j; i < w->nrefs; i = j) {
 		for (j = i + 1; j < w->nrefs && !memcmp(w->refs[j].pack, w->refs[i].pack, DCR_HASH_LEN); j++)
 			;
-		dcr_pg_report(w->pg, DCR_PG_STEP, "check packs", done, total, NULL);
-		done += pack_size(ix, w->refs[i].pack);
-		dcr_pack_key(w->refs[i].pack, key, sizeof(key));
-		dcr_hash_hex(w->refs[i].pack, hex);
-		dcr_buf_reset(&pk);
-		ret = dcr_store_get(ix->st, key, 0, DCR_GET_ALL, &pk);
-		if (ret == -ENOMEM)
-			goto err_free_buf;
-		if (ret) {
-			uint32_t k = add_cause(w, key, "%s", ret == -ENOENT ? "missing" :
-					       ret == -EFBIG ? "too large to check" :
-					       dcr_strerror(ret));
-			for (size_t x = i; x < j; x++)
-				set_cause(w, &w->refs[x], k);
-			ret = 0;
+		vp.p[np++] = (struct vpack){ .i = i, .j = j };
+		vp.total += pack_size(ix, w->refs[i].pack);
+	}
+	if (nt > 1) {
+		const struct dcr_wq_opts o = { .name = "dcr-verify",
+					       .threads = nt - 1, .max_items = 1 };
+
+		if ((ret = dcr_wq_create(&o, &q)))
+			goto out;
+	}
+	dcr_pg_report(w->pg, DCR_PG_START, "check packs", 0, vp.total, NULL);
+	dcr_wq_par_for(q, nt, np, vpack_run, &vp);
+	for (size_t k = 0; k < np && !ret; k++) {
+		const struct vpack *p = &vp.p[k];
+
+		dcr_pack_key(w->refs[p->i].pack, key, sizeof(key));
+		if (p->ret == -ENOMEM) {
+			ret = -ENOMEM;
+			break;
+		}
+		if (p->ret) {
+			uint32_t c = add_cause(w, key, "%s", p->ret == -ENOENT ? "missing" :
+					       p->ret == -EFBIG ? "too large to check" :
+					       dcr_strerror(p->ret));
+			for (size_t x = p->i; x < p->j; x++)
+				set_cause(w, &w->refs[x], c);
 			continue;
 		}
 		w->packs_checked++;
-		w->bytes_checked += pk.len;
-		uint8_t h[DCR_HASH_LEN];
-		struct dcr_pack_frame *fs = NULL;
-		size_t nfs = 0;
-		ret = dcr_pack_frames(pk.data, pk.len, h, &fs, &nfs);
-		if (ret == -ENOMEM)
-			goto err_free_buf;
-		if (ret || !dcr_hash_eq(h, w->refs[i].pack))
+		w->bytes_checked += p->len;
+		if (p->misnamed)
 			add_cause(w, key, "content does not match its name");
-		for (size_t x = i; x < j; x++) {
-			const char *why = check_frame(w, codec, &pk, &w->refs[x],
-						      chunk, fs, nfs);
+		for (size_t x = p->i; x < p->j; x++) {
+			const char *why = p->why[x - p->i];
+
 			if (why)
 				set_cause(w, &w->refs[x], add_cause(w, key, "%s (at offset %" PRIu64 ")",
 								 why, w->refs[x].off));
+			if (p->f1[x - p->i] &&
+			    !dcr_array_grow(&w->f1, sizeof(*w->f1), w->nf1, &w->cap_f1))
+				w->f1[w->nf1++] = w->refs[x];
 		}
-		free(fs);
 	}
-	dcr_pg_report(w->pg, DCR_PG_LAST, "check packs", done, total, NULL);
-	ret = 0;
-err_free_buf:
-	dcr_pg_report(w->pg, DCR_PG_END, "check packs", done, total, NULL);
-	dcr_buf_free(&pk);
-err_free:
-	free(chunk);
-	dcr_codec_free(codec);
+	if (!ret)
+		dcr_pg_report(w->pg, DCR_PG_LAST, "check packs", vp.total, vp.total, NULL);
+	dcr_pg_report(w->pg, DCR_PG_END, "check packs", atomic_load(&vp.done),
+		      vp.total, NULL);
+out:
+	dcr_wq_free(q);
+	for (size_t k = 0; vp.p && k < np; k++) {
+		free(vp.p[k].why);
+		free(vp.p[k].f1);
+	}
+	free(vp.p);
+	pthread_mutex_destroy(&vp.lock);
 	return ret;
 }
 
@@ -402,73 +491,208 @@ static int verify_format1(struct verify *w)
 	return 0;
 }
 
-/* --deep: read every file of every target through the read path. */
+/* A file of --deep: where its chunk hashes go, whether it failed. */
+struct dfile {
+	size_t vi;          /* ix->vs */
+	uint32_t f;
+	uint8_t (*ch)[DCR_HASH_LEN]; /* format 3: each chunk's SHA-256 */
+	uint8_t digest[DCR_HASH_LEN]; /* before format 3: of the bytes */
+	bool bad;           /* did not materialize */
+};
+
+/* A unit of --deep: chunks [k, k+n) of file @df (format 3), or the
+ * whole file (n 0: before format 3, one SHA-256 of its bytes). */
+struct dunit {
+	size_t df;
+	uint64_t k, n;
+};
+
+struct deep {
+	struct verify *w;
+	struct dfile *df;
+	struct dunit *u;
+	pthread_mutex_t lock;  /* progress reports */
+	atomic_uint_fast64_t done;
+	uint64_t total;
+};
+
+/* Bytes read per step, and at least this many per unit of format 3. */
+#define DEEP_BUF (4u << 20)
+
+/* dcr_index_par_for body: unit @i. */
+static void deep_unit(void *arg, size_t i)
+{
+	struct deep *d = arg;
+	struct dunit *u = &d->u[i];
+	struct dfile *df = &d->df[u->df];
+	struct dcr_index *ix = d->w->ix;
+	const struct dcr_manifest *m = &ix->vs[df->vi].m;
+	const struct dcr_file *fl = &m->files[df->f];
+	const uint64_t cs = m->chunk_size;
+	uint64_t off = u->n ? u->k * cs : 0;
+	const uint64_t end = u->n ? DCR_MIN(fl->size, (u->k + u->n) * cs) :
+			     fl->size;
+	struct dcr_file_hasher *h = u->n ? NULL :
+				    dcr_file_hasher_new(m->format, m->chunk_size);
+	const size_t bufsz = u->n ? (size_t)DCR_MAX((uint64_t)DEEP_BUF, cs) :
+			     DEEP_BUF;
+	uint8_t *buf = malloc(bufsz);
+	bool bad = !buf || (!u->n && !h);
+
+	while (!bad && off < end) {
+		/* whole chunks for format 3 (bufsz is a multiple of cs
+		 * there: cs divides DEEP_BUF or is larger) */
+		size_t n = (size_t)DCR_MIN((uint64_t)bufsz, end - off);
+
+		bad = dcr_index_read(ix, ix->vs[df->vi].v, df->f, fl->path, off,
+				     buf, n) != 0;
+		if (bad)
+			break;
+		if (h) {
+			dcr_file_hasher_update(h, buf, n);
+		} else {
+			for (size_t p = 0; p < n; p += (size_t)cs)
+				dcr_sha256(buf + p,
+					   (size_t)DCR_MIN(cs, (uint64_t)(n - p)),
+					   df->ch[(off + p) / cs]);
+		}
+		off += n;
+		uint64_t done = atomic_fetch_add(&d->done, n) + n;
+
+		if (d->w->pg) {
+			pthread_mutex_lock(&d->lock);
+			dcr_pg_report(d->w->pg, DCR_PG_STEP, "materialize", done,
+				      d->total, NULL);
+			pthread_mutex_unlock(&d->lock);
+		}
+	}
+	if (h && !bad)
+		dcr_file_hasher_final(h, df->digest);
+	if (bad)
+		df->bad = true; /* only ever set: a benign race */
+	dcr_file_hasher_free(h);
+	free(buf);
+}
+
+/*
+ * --deep: read every file of every target through the read path and
+ * check it against its digest. The files are cut into units of whole
+ * chunks (format 3: the digest is the SHA-256 of the chunks' SHA-256s,
+ * so every unit hashes its own chunks) or taken whole (before 3: one
+ * SHA-256 of the bytes), and the units run on every thread of the CPU
+ * budget (dcr_index_par_for); the causes are added afterwards, in file
+ * order.
+ */
 static int verify_deep(struct verify *w)
 {
 	struct dcr_index *ix = w->ix;
-	size_t bufsz = 4u << 20;
-	uint8_t *buf = malloc(bufsz), h[DCR_HASH_LEN];
-	struct dcr_file_hasher *sc = NULL;
+	struct deep d = { .w = w };
+	size_t ndf = 0, nu = 0;
 	char key[64];
 	int ret = 0;
 
-	if (!buf) {
-		ret = -ENOMEM;
-		goto err_free;
-	}
-	uint64_t done = 0, total = 0;
-	for (size_t i = 0; i < ix->nvs; i++)
-		for (uint32_t f = 0; w->vs[i].target && w->vs[i].need && f < ix->vs[i].m.nfiles; f++)
-			if (ix->vs[i].m.files[f].type == DCR_FT_REG)
-				total += ix->vs[i].m.files[f].size;
-	dcr_pg_report(w->pg, DCR_PG_START, "materialize", 0, total, NULL);
-	for (size_t i = 0; i < ix->nvs; i++) {
-		struct vstate *s = &w->vs[i];
-		const struct dcr_manifest *m = &ix->vs[i].m;
-		if (!s->target || !s->need)
-			continue;
-		dcr_file_hasher_free(sc);
-		sc = dcr_file_hasher_new(m->format, m->chunk_size);
-		if (!sc) {
-			ret = -ENOMEM;
-			goto err_free;
-		}
-		dcr_version_key(ix->vs[i].v, key, sizeof(key));
-		for (uint32_t f = 0; f < m->nfiles; f++) {
-			const struct dcr_file *fl = &m->files[f];
-			int bad = 0;
-			if (fl->type != DCR_FT_REG)
+	pthread_mutex_init(&d.lock, NULL);
+	for (size_t pass = 0; pass < 2; pass++) {
+		ndf = nu = 0;
+		for (size_t i = 0; i < ix->nvs; i++) {
+			const struct dcr_manifest *m = &ix->vs[i].m;
+			struct vstate *s = &w->vs[i];
+			/* chunks per unit: about DEEP_BUF bytes, at least one */
+			const uint64_t per = DCR_MAX((uint64_t)1,
+						     DEEP_BUF / DCR_MAX(m->chunk_size, 1u));
+
+			if (!s->target || !s->need)
 				continue;
-			for (uint64_t k = 0; k < fl->nchunks && !bad; k++)
-				bad = s->cause[f][k] != 0;
-			if (bad) {
-				done += fl->size;
-				continue; /* already reported */
+			for (uint32_t f = 0; f < m->nfiles; f++) {
+				const struct dcr_file *fl = &m->files[f];
+				bool bad = false;
+
+				if (fl->type != DCR_FT_REG)
+					continue;
+				for (uint64_t k = 0; k < fl->nchunks && !bad; k++)
+					bad = s->cause[f][k] != 0;
+				if (bad)
+					continue; /* already reported */
+				if (pass) {
+					d.df[ndf] = (struct dfile){ .vi = i, .f = f };
+					d.total += fl->size;
+				}
+				if (m->format >= 3 && fl->nchunks) {
+					for (uint64_t k = 0; k < fl->nchunks; k += per) {
+						if (pass)
+							d.u[nu] = (struct dunit){
+								ndf, k,
+								DCR_MIN(per, fl->nchunks - k) };
+						nu++;
+					}
+					if (pass && !(d.df[ndf].ch = calloc(fl->nchunks,
+									    DCR_HASH_LEN))) {
+						ret = -ENOMEM;
+						goto err_free;
+					}
+				} else {
+					if (pass)
+						d.u[nu] = (struct dunit){ ndf, 0, 0 };
+					nu++;
+				}
+				ndf++;
 			}
-			for (uint64_t off = 0; off < fl->size && !bad; off += bufsz) {
-				size_t n = (size_t)DCR_MIN(bufsz, fl->size - off);
-				dcr_pg_report(w->pg, DCR_PG_STEP, "materialize", done + off,
-					      total, NULL);
-				bad = dcr_index_read(ix, ix->vs[i].v, f, fl->path, off, buf, n) != 0;
-				dcr_file_hasher_update(sc, buf, n);
-			}
-			done += fl->size;
-			dcr_file_hasher_final(sc, h);
-			if (bad || !dcr_hash_eq(h, fl->sha256)) {
-				char why[64 + DCR_PATH_MAX];
-				snprintf(why, sizeof(why), "%s/%s", key, fl->path);
-				uint32_t k = add_cause(w, why, "%s", bad ? "does not materialize" :
-						       "materialized file does not match its digest");
-				for (uint64_t x = 0; x < fl->nchunks; x++)
-					s->cause[f][x] = k;
+		}
+		if (!pass) {
+			d.df = calloc(ndf ? ndf : 1, sizeof(*d.df));
+			d.u = calloc(nu ? nu : 1, sizeof(*d.u));
+			if (!d.df || !d.u) {
+				ret = -ENOMEM;
+				goto err_free;
 			}
 		}
 	}
-	dcr_pg_report(w->pg, DCR_PG_LAST, "materialize", done, total, NULL);
+	dcr_pg_report(w->pg, DCR_PG_START, "materialize", 0, d.total, NULL);
+	if (nu)
+		ret = dcr_index_par_for(ix, nu, deep_unit, &d);
+	if (ret)
+		goto err_free;
+	for (size_t j = 0; j < ndf; j++) {
+		struct dfile *df = &d.df[j];
+		const struct dcr_manifest *m = &ix->vs[df->vi].m;
+		const struct dcr_file *fl = &m->files[df->f];
+		struct vstate *s = &w->vs[df->vi];
+		uint8_t h[DCR_HASH_LEN];
+
+		if (!df->bad && df->ch) {
+			/* dcr_file_digest of the chunk hashes read */
+			struct dcr_sha256_ctx *c = dcr_sha256_new();
+
+			if (!c) {
+				ret = -ENOMEM;
+				goto err_free;
+			}
+			for (uint64_t k = 0; k < fl->nchunks; k++)
+				dcr_sha256_update(c, df->ch[k], DCR_HASH_LEN);
+			dcr_sha256_final(c, h);
+			dcr_sha256_free(c);
+		} else {
+			memcpy(h, df->digest, sizeof(h));
+		}
+		if (df->bad || !dcr_hash_eq(h, fl->sha256)) {
+			char why[64 + DCR_PATH_MAX];
+
+			dcr_version_key(ix->vs[df->vi].v, key, sizeof(key));
+			snprintf(why, sizeof(why), "%s/%s", key, fl->path);
+			uint32_t k = add_cause(w, why, "%s", df->bad ? "does not materialize" :
+					       "materialized file does not match its digest");
+			for (uint64_t x = 0; x < fl->nchunks; x++)
+				s->cause[df->f][x] = k;
+		}
+	}
+	dcr_pg_report(w->pg, DCR_PG_LAST, "materialize", d.total, d.total, NULL);
 err_free:
 	dcr_pg_report(w->pg, DCR_PG_END, "materialize", 0, 0, NULL);
-	dcr_file_hasher_free(sc);
-	free(buf);
+	for (size_t j = 0; d.df && j < ndf; j++)
+		free(d.df[j].ch);
+	free(d.df);
+	free(d.u);
+	pthread_mutex_destroy(&d.lock);
 	return ret;
 }
 

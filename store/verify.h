@@ -11,8 +11,9 @@
  * none: full frames are decoded and checked against the chunk's SHA-256,
  * delta chunks materialized through the read path). Deep: every file of
  * every target is also materialized through the read path and checked
- * against its digest. Signatures: dcr_verify_trust. Works over an index
- * (index.h); single-threaded.
+ * against its digest, on every thread of the CPU budget (core/cpus.h).
+ * Signatures: dcr_verify_trust. Works over an index (index.h); one call
+ * at a time per index.
  */
 #ifndef DCR_VERIFY_H
 #define DCR_VERIFY_H

@@ -54,6 +54,7 @@ struct args {
 	int jobs_set;        /* --jobs was given */
 	/* export, cat */
 	const char *cache_dir; /* --cache-dir */
+	int threads;         /* --threads: CPU-bound pools; 0 = the budget */
 	/* signing */
 	const char *sign_key; /* tag --sign-key */
 	const char *trust;    /* verify --trust */

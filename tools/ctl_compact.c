@@ -56,7 +56,7 @@ int cmd_compact(struct ctl *c, const struct args *a)
 	struct report rp = { .a = a, .c = c, .phase = "compact", .total = c->ix.nvs };
 	struct dcr_compact_opts o = {
 		.max_depth = a->max_depth, .read_cost = a->read_cost, .dry_run = a->dry_run,
-		.report = report, .arg = &rp,
+		.report = report, .arg = &rp, .threads = a->threads,
 	};
 	char b[32];
 

@@ -601,7 +601,7 @@ int cmd_export(struct ctl *c, const struct args *a)
 	struct dcr_wq *q = NULL;
 	struct dcr_trust *trust = NULL;
 	char cache[PATH_MAX], tmp[PATH_MAX];
-	int jobs = dcr_cpu_threads(a->jobs_set ? a->jobs : 0);
+	int jobs = dcr_cpu_threads(a->threads ? a->threads : a->jobs_set ? a->jobs : 0);
 	int status = EXIT_FAIL, ret;
 	int64_t t0 = dcr_mono_ns();
 

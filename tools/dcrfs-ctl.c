@@ -127,6 +127,9 @@ static void usage(FILE *f)
 "                         latest shows now; 0: any version)\n"
 "      --timeout SECONDS  give up after this long (0.5, 90, 15m): exit 1\n"
 "global options:\n"
+"      --threads N        verify --deep, gc, compact, export: threads of the CPU-bound\n"
+"                         work (default: the CPUs this process may use,\n"
+"                         cgroup quota included)\n"
 "      --no-sign-request  S3: unsigned requests (a public bucket); without it,\n"
 "                         finding no credentials is an error\n"
 TOOL_USAGE
@@ -166,6 +169,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "mirror", required_argument, NULL, 'M' },
 		{ "slice", required_argument, NULL, 'X' },
 		{ "jobs", required_argument, NULL, 'j' },
+		{ "threads", required_argument, NULL, 'H' },
 		{ "sign-key", required_argument, NULL, 'k' },
 		{ "trust", required_argument, NULL, 'r' },
 		{ "cache-dir", required_argument, NULL, 'C' },
@@ -292,6 +296,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'X':
 			if (tool_slice_opt(&a->slice, optarg, "--slice", "dcrfs-ctl"))
 				return -1;
+			break;
+		case 'H':
+			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 1024) {
+				fprintf(stderr, "dcrfs-ctl: --threads: '%s' must be a number from 1 to 1024\n", optarg);
+				return -1;
+			}
+			a->threads = (int)k;
 			break;
 		case 'j':
 			if (dcr_parse_u64(optarg, &k) || k < 1 || k > 1024) {
@@ -1030,6 +1041,7 @@ int main(int argc, char **argv)
 		dcr_sign_key_free(key);
 		return EXIT_FAIL;
 	}
+	c.ix.threads = a.threads;
 	if (!strcmp(a.cmd, "log"))
 		status = cmd_log(&c);
 	else if (!strcmp(a.cmd, "show"))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench_smoke.sh - scripts/bench --smoke runs end to end (tiny sizes, one
-# run) and writes its table and JSON. Checks that the benchmark works,
+# run) and writes its table and JSON; so do scripts/bench-delta and
+# scripts/bench-scale. Checks that the benchmark works,
 # not how fast anything is: the figures are not judged.
 . "$(dirname "$0")/lib.sh"
 
@@ -29,4 +30,19 @@ BUILD=$DCR_BUILDDIR TMPDIR=$T timeout -k 5 120 \
 	{ cat "$T/bench-delta.log" >&2; fail "scripts/bench-delta --smoke failed"; }
 /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["ratio"] > 0 and d["changed_elements"] > 0 and d["bytes_per_changed"] >= 6, d' \
 	"$out/bench-delta.json" || fail "bad $out/bench-delta.json"
+# scripts/bench-scale --smoke: per-stage CPU spread, on 2 shards.
+BUILD=$DCR_BUILDDIR TMPDIR=$T timeout -k 5 120 \
+	python3 "$DCR_SRCDIR/scripts/bench-scale" --smoke --shards 2 --out "$out" >"$T/bench-scale.log" 2>&1 ||
+	{ cat "$T/bench-scale.log" >&2; fail "scripts/bench-scale --smoke failed"; }
+/usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+L = d["layouts"][0]
+assert L["shards"] == 2 and L["sha256_cpu_s"] > 0, L
+assert set(L["stages"]) == {"prefetch", "cold_read", "delta_view", "verify_deep"}, L["stages"]
+for k, s in L["stages"].items():
+    assert s["cpu_s"] > 0 and 0 < s["busiest"] <= 1 and s["threads_2pct"] >= 1, (k, s)
+assert L["stages"]["prefetch"]["threads_reported"] == 4, L["stages"]["prefetch"]' \
+	"$out/bench-scale.json" || fail "bad $out/bench-scale.json"
+grep -qF '| prefetch |' "$out/bench-scale.md" || fail "no prefetch row in bench-scale.md"
 log "bench smoke ok: $(grep -c '^|' "$md") table rows, bench-delta $(grep -c '^|' "$out/bench-delta.md") rows"
