@@ -3,7 +3,9 @@
  * delta.c - the /delta tree of a mount (issue 21): per version N with a
  * parent, /delta/vN holds each safetensors file of vN as its delta view
  * from the parent (store/dview.h); /delta/vM..vN (looked up, never
- * listed) the view from any earlier vM of N's lineage.
+ * listed) the view from any earlier vM of N's lineage, or, with M > N,
+ * a rollback span: the view that takes tensors of vM back to vN (N in
+ * M's lineage; the same format with from and to swapped).
  *
  * Inodes (fs.h): /delta is DCRFS_INO_DELTA; every other node is
  * DCRFS_INO_DVIEW_BASE + slot, a slot of the node table assigned on
@@ -565,7 +567,8 @@ static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 	return v == m ? 0 : -ENOENT;
 }
 
-/* The top node of /delta/@name: "vN" (from N's parent) or "vM..vN". */
+/* The top node of /delta/@name: "vN" (from N's parent) or "vM..vN"
+ * (from M to N: forward when M < N, a rollback span when M > N). */
 static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 {
 	struct dcr_version_brief bn, bm;
@@ -576,7 +579,7 @@ static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 
 	if (dots) {
 		if (!parse_v(name, (size_t)(dots - name), &m) ||
-		    !parse_v(dots + 2, strlen(dots + 2), &n) || m >= n)
+		    !parse_v(dots + 2, strlen(dots + 2), &n) || m == n)
 			return -ENOENT;
 	} else if (!parse_v(name, strlen(name), &n)) {
 		return -ENOENT;
@@ -595,10 +598,16 @@ static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 		m = bn.parent;
 	if (m == 0)
 		return -ENOENT; /* no parent: no /delta/vN */
-	ret = in_lineage(fs, m, n);
+	/* A forward span needs M among N's ancestors; a rollback span
+	 * (M > N: the view that takes tensors of vM back to vN) needs N
+	 * among M's. */
+	ret = m < n ? in_lineage(fs, m, n) : in_lineage(fs, n, m);
 	if (ret < 0)
 		return ret;
 	ret = dcr_reader_version_brief(fs->r, m, &bm);
+	if (ret == -ENOENT && m > dcr_reader_latest(fs->r) &&
+	    fs_refresh(fs, 0, since) == 0)
+		ret = dcr_reader_version_brief(fs->r, m, &bm);
 	if (ret < 0)
 		return ret;
 	if (bn.tree > DCRFS_TREE_MAX || bm.tree > DCRFS_TREE_MAX)

@@ -1072,7 +1072,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 
 	memset(info, 0, sizeof(*info));
 	memset(sums, 0, sizeof(*sums));
-	if (from.v >= to.v)
+	if (from.v == to.v)
 		return DCR_ERR(-EINVAL);
 	ret = side_file(r, to, idx, &path, &size_b, &mb, &cs_b);
 	if (ret)

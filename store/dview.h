@@ -128,11 +128,13 @@ int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
  * tree (a regular file, path P) from version @from (P in @from's tree,
  * or absent) to @to into @out_fd from offset 0 (the caller's file,
  * empty, opened read-write; nothing else is written to it). @from.v
- * must be < @to.v (the caller checks lineage). Scratch files are made
+ * and @to.v differ, either way round (a rollback span has @from.v >
+ * @to.v: the same view with from and to swapped; the caller checks
+ * lineage). Scratch files are made
  * unlinked (O_TMPFILE) in @tmpdir and closed before return.
  * Returns 0 with *@info filled; -EBADMSG if P in @to is not a file of
  * the view (dcr_dview_probe), -ESTALE if either version has another
- * tree now, -EINVAL for @from.v >= @to.v, -EFBIG if the header would be
+ * tree now, -EINVAL for @from.v == @to.v, -EFBIG if the header would be
  * larger than safetensors allows, -ENOSPC/-EIO writing, -ENOMEM, or the
  * reader's -errno (-EIO for damage, logged there). On failure the
  * output's content is undefined. If P in @from is absent or not a valid

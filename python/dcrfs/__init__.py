@@ -59,7 +59,7 @@ import sysconfig
 import threading
 
 __all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
-           "verify", "gc", "tag", "read_delta", "delta_info", "apply_delta",
+           "verify", "gc", "tag", "read_delta", "iter_delta", "delta_info", "apply_delta",
            "DeltaError", "Reader", "open", "load_safetensors",
            "resolve", "latest", "wait"]
 
@@ -580,7 +580,7 @@ class Commit:
 
 
 # The delta view's files (python/dcrfs/_delta.py): pure Python and numpy.
-from ._delta import DeltaError, apply_delta, delta_info, read_delta  # noqa: E402
+from ._delta import DeltaError, apply_delta, delta_info, iter_delta, read_delta  # noqa: E402
 # Reading without a mount (python/dcrfs/_read.py): open, load_safetensors.
 from ._read import Reader, load_safetensors, open  # noqa: E402,A004
 from ._mount import latest, resolve, wait  # noqa: E402

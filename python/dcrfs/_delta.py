@@ -216,6 +216,19 @@ def read_delta(path):
     return {k: (i, v) for k, (i, v, _) in _Delta(path).tensors.items()}
 
 
+def iter_delta(path):
+    """Yield ``(name, idx, val)`` for each changed tensor of the delta file
+    at path, in name order: the same arrays read_delta gives, for an
+    engine that feeds sparse patches to its own weight loader (vLLM's
+    fused qkv_proj, tensor-parallel slices and SGLang's load_weights
+    address tensors by checkpoint name). The whole file is read and
+    checked before the first item is yielded; raises DeltaError likewise."""
+    d = _Delta(path)
+    for name in sorted(d.tensors):
+        idx, val, _ = d.tensors[name]
+        yield name, idx, val
+
+
 def delta_info(path):
     """The ``__metadata__`` of a delta file, as a dict: format,
     format_version, from_version and to_version (int), from_digest
@@ -248,30 +261,71 @@ def _target(t):
     return "numpy", dt, t.size, why
 
 
-def _torch_values(torch, val, dtype):
-    """val (numpy, the file's bits) as a torch tensor of dtype, no copy."""
-    import numpy as np
-    if val.dtype.kind == "u" and val.dtype.itemsize > 1:
-        # torch (before 2.3) has no uint16/32/64: the same bits, signed
-        val = val.view(np.dtype("<i%d" % val.dtype.itemsize))
-    v = torch.from_numpy(val)
-    return v if v.dtype == dtype else v.view(dtype)
-
-
-def _patch(kind, t, idx, val):
-    """t.view(-1)[idx] = val, for a target _target() accepted."""
-    if not len(idx):
-        return
-    if kind == "numpy":
+def _patch_numpy(t, idx, val):
+    """t.reshape(-1)[idx] = val, for a numpy array _target() accepted."""
+    if len(idx):
         flat = t.reshape(-1)
         flat[idx] = val if val.dtype == t.dtype else val.view(t.dtype)
-        return
+
+
+def _patch_torch(items):
+    """Patch torch tensors in place: items is a list of (t, idx, val)
+    that _target() accepted. Per device, every index goes into one int64
+    host buffer and every value into one byte buffer (pinned for a CUDA
+    device), each moved to the device in one copy; then each tensor is
+    patched on its device from slices of those (index_put_). A refit of
+    a few hundred tensors thus makes two host-to-device copies, not two
+    per tensor, and no pageable-memory copy."""
+    import numpy as np
     import torch
-    with torch.no_grad():
-        # torch (before 2.x) indexes with int64 only: converted on the move
-        i = torch.from_numpy(idx).to(device=t.device, dtype=torch.int64)
-        v = _torch_values(torch, val, t.dtype).to(device=t.device)
-        t.view(-1).index_put_((i,), v)
+    by_dev = {}
+    for t, idx, val in items:
+        if len(idx):
+            by_dev.setdefault(t.device, []).append((t, idx, val))
+    for dev, its in by_dev.items():
+        pin = dev.type == "cuda"
+        n = sum(len(idx) for _, idx, _ in its)
+        nbytes = sum((val.nbytes + 7) & ~7 for _, _, val in its)
+        hidx = torch.empty(n, dtype=torch.int64, pin_memory=pin)
+        hval = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+        ni, nv = hidx.numpy(), hval.numpy()
+        spans, io, vo = [], 0, 0
+        for t, idx, val in its:
+            k, b = len(idx), val.nbytes
+            ni[io:io + k] = idx
+            nv[vo:vo + b] = val.reshape(-1).view(np.uint8)
+            spans.append((t, io, k, vo, b))
+            io, vo = io + k, vo + ((b + 7) & ~7)
+        didx = hidx.to(dev, non_blocking=pin)
+        dval = hval.to(dev, non_blocking=pin)
+        with torch.no_grad():
+            for t, io, k, vo, b in spans:
+                t.view(-1).index_put_((didx[io:io + k],), dval[vo:vo + b].view(t.dtype))
+        if pin:
+            # the tensors hold the new version when apply_delta returns,
+            # and the pinned buffers outlive the copies
+            torch.cuda.current_stream(dev).synchronize()
+
+
+def _delta_files(path):
+    """path (a delta file, a directory of them such as MNT/delta/vN, or a
+    list of files) -> [(key, file path)]: key is the file's path below
+    the directory (the path as given, for a list), as from_digest dicts
+    use."""
+    if isinstance(path, (list, tuple)):
+        return [(os.fspath(p), os.fspath(p)) for p in path]
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return [(os.path.basename(path), path)]
+    out = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for f in sorted(files):
+            full = os.path.join(root, f)
+            out.append((os.path.relpath(full, path), full))
+    if not out:
+        raise _bad(path, "holds no delta file", errno.ENOENT)
+    return out
 
 
 def _digest_of(d, path, kind):
@@ -294,7 +348,9 @@ def _same_width(dt, vdt):
 
 
 def apply_delta(tensors, path, from_digest=None, from_version=None, check=True):
-    """Apply the delta file at path in place to tensors, a dict
+    """Apply the delta file at path (or every delta file of a sharded
+    checkpoint: a list of paths, or a directory such as MNT/delta/vN)
+    in place to tensors, a dict
     ``{name: tensor}`` holding the delta's from version (torch tensors
     on any device, or numpy arrays): for each changed tensor,
     ``t.view(-1)[idx] = val``.
@@ -318,44 +374,74 @@ def apply_delta(tensors, path, from_digest=None, from_version=None, check=True):
     EBADMSG: the file; EINVAL: the tensors, from_digest or
     from_version); then no tensor was modified.
 
-    Returns delta_info's dict: the caller reloads the tensors in its
-    added and reshaped lists from the to version's full file and drops
-    those in removed (apply_delta leaves them alone). The file is read
-    once; for torch, each tensor's indices and values are moved to its
-    device once. Not thread-safe for the same tensors."""
+    For several files, from_digest is a dict {key: digest} (key: the
+    file's path below the directory, or the path as given in a list), or
+    from_version gives the one version all of them are from; every
+    file is checked, and no tensor may be changed by two files, before
+    any tensor changes. A rollback span (MNT/delta/vN..vM, M < N) is
+    applied the same way to tensors of vN and gives vM.
+
+    Returns delta_info's dict (for several files: {key: dict}): the
+    caller reloads the tensors in its added and reshaped lists from the
+    to version's full file and drops those in removed (apply_delta
+    leaves them alone). Each file is read once. Torch tensors are
+    patched on their device: per device, all indices and all values go
+    to it in two copies (from pinned memory for CUDA), then each tensor
+    is patched there (index_put_); a CUDA patch is complete when
+    apply_delta returns. Not thread-safe for the same tensors."""
+    files = _delta_files(path)
+    many = isinstance(path, (list, tuple)) or os.path.isdir(os.fspath(path))
     if check and from_digest is None and from_version is None:
-        raise _bad(path, "apply_delta needs from_digest= (the user.dcrfs.digest "
+        raise _bad(files[0][1], "apply_delta needs from_digest= (the user.dcrfs.digest "
                    "xattr of the file the tensors were loaded from) or "
                    "from_version= (the version they were loaded from), so that "
                    "it never patches tensors of another version; check=False "
                    "applies it unchecked", errno.EINVAL)
-    d = _Delta(path)
-    meta = d.meta
-    if check and from_digest is not None and \
-            _digest_of(from_digest, path, meta["digest_kind"]) != meta["from_digest"]:
-        raise _bad(path, "from_digest %s is not the delta's, %s: the tensors given "
-                   "are not of its from version, v%d"
-                   % (from_digest, meta["from_digest"] or '"" (the file is new)',
-                      meta["from_version"]), errno.EINVAL)
-    if check and from_version is not None and int(from_version) != meta["from_version"]:
-        raise _bad(path, "the delta is from v%d to v%d, but the tensors given are of v%d"
-                   % (meta["from_version"], meta["to_version"], int(from_version)),
+    if many and from_digest is not None and not isinstance(from_digest, dict):
+        raise _bad(files[0][1], "from_digest for several delta files is a dict "
+                   "{path below the directory: digest}; or give from_version=",
                    errno.EINVAL)
-    plan = []
-    for name, (idx, val, vdt) in sorted(d.tensors.items()):
-        if name not in tensors:
-            raise _bad(path, "tensor %s is not among the tensors given" % name, errno.EINVAL)
-        t = tensors[name]
-        kind, dt, numel, why = _target(t)
-        if why:
-            raise _bad(path, "tensor %s %s" % (name, why), errno.EINVAL)
-        if not _same_width(dt, vdt):
-            raise _bad(path, "tensor %s is %s, the delta's values are %s"
-                       % (name, dt or getattr(t, "dtype", "?"), vdt), errno.EINVAL)
-        if len(idx) and int(idx[-1]) >= numel:
-            raise _bad(path, "tensor %s: index %d out of range (%d elements)"
-                       % (name, idx[-1], numel), errno.EINVAL)
-        plan.append((kind, t, idx, val))
+    plan, metas, owner = [], {}, {}
+    for key, fp in files:
+        d = _Delta(fp)
+        meta = d.meta
+        fd = from_digest.get(key) if isinstance(from_digest, dict) else from_digest
+        if check and isinstance(from_digest, dict) and fd is None and from_version is None:
+            raise _bad(fp, "from_digest has no entry for %s" % key, errno.EINVAL)
+        if check and fd is not None and \
+                _digest_of(fd, fp, meta["digest_kind"]) != meta["from_digest"]:
+            raise _bad(fp, "from_digest %s is not the delta's, %s: the tensors given "
+                       "are not of its from version, v%d"
+                       % (fd, meta["from_digest"] or '"" (the file is new)',
+                          meta["from_version"]), errno.EINVAL)
+        if check and from_version is not None and int(from_version) != meta["from_version"]:
+            raise _bad(fp, "the delta is from v%d to v%d, but the tensors given are of v%d"
+                       % (meta["from_version"], meta["to_version"], int(from_version)),
+                       errno.EINVAL)
+        for name, (idx, val, vdt) in sorted(d.tensors.items()):
+            if name in owner:
+                raise _bad(fp, "tensor %s is also changed by %s" % (name, owner[name]),
+                           errno.EINVAL)
+            owner[name] = key
+            if name not in tensors:
+                raise _bad(fp, "tensor %s is not among the tensors given" % name,
+                           errno.EINVAL)
+            t = tensors[name]
+            kind, dt, numel, why = _target(t)
+            if why:
+                raise _bad(fp, "tensor %s %s" % (name, why), errno.EINVAL)
+            if not _same_width(dt, vdt):
+                raise _bad(fp, "tensor %s is %s, the delta's values are %s"
+                           % (name, dt or getattr(t, "dtype", "?"), vdt), errno.EINVAL)
+            if len(idx) and int(idx[-1]) >= numel:
+                raise _bad(fp, "tensor %s: index %d out of range (%d elements)"
+                           % (name, idx[-1], numel), errno.EINVAL)
+            plan.append((kind, t, idx, val))
+        metas[key] = meta
     for kind, t, idx, val in plan:
-        _patch(kind, t, idx, val)
-    return meta
+        if kind == "numpy":
+            _patch_numpy(t, idx, val)
+    torch_items = [(t, idx, val) for kind, t, idx, val in plan if kind == "torch"]
+    if torch_items:
+        _patch_torch(torch_items)
+    return metas if many else metas[files[0][0]]

@@ -156,6 +156,10 @@ def bits(t):
             if t.numel() else b"")
 
 
+def bits_np(a):
+    return a.tobytes()
+
+
 def same(a, b):
     return a.keys() == b.keys() and all(bits(a[k]) == bits(b[k]) for k in a)
 
@@ -278,6 +282,14 @@ class Checker:
         for m, n in ((1, 5), (2, 4), (3, 5), (2, 5), (1, 3)):
             for f in FILES + ("new.safetensors",):
                 infos[m, n, f] = self.step(m, n, f)
+        # rollback spans: delta/vM..vN with M > N takes vM's tensors back
+        # to vN, bit for bit (tensors added since N come back as removed)
+        for m, n in ((3, 2), (5, 1), (4, 2), (5, 3)):
+            for f in FILES:
+                infos[m, n, f] = self.step(m, n, f)
+        i = infos[4, 2, "fp32/model.safetensors"][0]
+        assert i["removed"] == ["aux.added"] and i["added"] == ["aux.removed"], i
+        self.several()
         # real steps changed every precision (the bf16 one sparsely)
         for f in FILES:
             for n in range(2, LAST + 1):
@@ -306,6 +318,41 @@ class Checker:
             self.listing()
         log("%d deltas applied bit-exactly%s" % (self.checked, " (view bytes = reference)"
                                                   if self.view else " (reference files only)"))
+
+    def several(self):
+        """iter_delta gives read_delta's arrays; apply_delta of a list of
+        files checks every one before it changes a tensor (a tensor two
+        files change, a wrong from_digest entry), and returns one info
+        per file."""
+        f = "bf16/model.safetensors"
+        p, _ = self.delta(2, 3, f)
+        d = dcrfs.read_delta(p)
+        items = list(dcrfs.iter_delta(p))
+        assert [k for k, _, _ in items] == sorted(d), [k for k, _, _ in items]
+        for k, i, v in items:
+            assert bits_np(i) == bits_np(d[k][0]) and bits_np(v) == bits_np(d[k][1]), k
+        t = load_torch(self.raw(2, f))
+        before = {k: bits(v) for k, v in t.items()}
+        q, _ = self.delta(2, 3, "fp32/model.safetensors")
+        for files, kw, why in (([p, os.path.join(os.path.dirname(p), ".", os.path.basename(p))], {"from_version": 2},
+                                "also changed by"),
+                               ([p, q], {"from_version": 2}, "not among the tensors given"),
+                               ([p, q], {"from_digest": {p: self.digest(2, f)[0]}}, "no entry")):
+            try:
+                dcrfs.apply_delta(t, files, **kw)
+                sys.exit("apply_delta of %s took %r" % (files, kw))
+            except dcrfs.DeltaError as e:
+                assert why in str(e), (why, e)
+        try:
+            dcrfs.apply_delta(t, [p], from_digest={p: "0" * 64})
+            sys.exit("apply_delta took a wrong from_digest entry")
+        except dcrfs.DeltaError as e:
+            assert "not the delta's" in str(e), e
+        assert {k: bits(v) for k, v in t.items()} == before, "a refused apply changed tensors"
+        got = dcrfs.apply_delta(t, [p], from_version=2)
+        assert list(got) == [p], got
+        full = load_torch(self.raw(3, f))
+        assert same(finish(t, got[p], full), full), "list apply is not v3"
 
     def listing(self):
         """delta/ lists vN for each version with a parent; delta/vN lists
