@@ -110,8 +110,10 @@ static bool put_may_have_stored(int err)
  * because of our own first attempt) would say "nothing was published"
  * about a version that was, or publish the same tree again as N+1. So:
  * versions/N holding exactly these bytes is success, whatever the put
- * answered; another commit's manifest there is the next number (and
- * after a failed put, nothing of ours was published); nothing there
+ * answered (an "exists" too: a store below may have sent the put twice
+ * and lost the reply to the first); another commit's manifest there is
+ * the next number (and after a failed put, nothing of ours was
+ * published); nothing there
  * after a 200 is the put tried again (a few times); nothing there after
  * a failure is nothing published. When the read-back cannot tell, the
  * commit fails with -EINPROGRESS naming N (it may hold this tree), never
@@ -124,8 +126,6 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 	uint8_t check[DCR_HASH_LEN];
 	uint64_t latest;
 	int ret = dcr_store_latest(p->st, &latest), err;
-	/* an earlier put of this number may have stored our bytes */
-	bool ours_maybe = false;
 	int lost = 0;
 
 	if (ret)
@@ -154,12 +154,9 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 		}
 		dcr_version_key(v, key, sizeof(key));
 		int put = dcr_store_put(p->st, key, enc.data, enc.len, DCR_PUT_IF_ABSENT);
-		if (put == -EEXIST && !ours_maybe) {
-			dcr_info("version %" PRIu64 " was taken by another commit; trying %" PRIu64,
-				 v, v + 1);
-			v++;
-			continue;
-		}
+		/* -EEXIST too is read back: a store below may have sent our
+		 * put twice and lost the first reply (a libcurl re-send, an
+		 * NFS retransmit of the link), so "exists" may be ours. */
 		if (put && put != -EEXIST && !put_may_have_stored(put)) {
 			ret = put;
 			goto done;
@@ -185,7 +182,6 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 			else
 				dcr_info("version %" PRIu64 " was taken by another commit; "
 					 "trying %" PRIu64, v, v + 1);
-			ours_maybe = false;
 			lost = 0;
 			v++;
 			continue;
@@ -194,6 +190,8 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 				ret = put; /* nothing is there: nothing was published */
 				goto done;
 			}
+			/* -EEXIST, then nothing (deleted since, or a store
+			 * that disagrees with itself): put again, counted */
 			if (++lost >= LOST_PUT_TRIES) {
 				dcr_err("%s/%s: the store acknowledged the manifest %d times "
 					"without keeping it; nothing was published",
@@ -201,9 +199,9 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 				ret = DCR_ERR(-EIO);
 				goto done;
 			}
-			dcr_warn("%s/%s: the store acknowledged the manifest but does "
-				 "not hold it; putting it again", p->st->url, key);
-			ours_maybe = true;
+			dcr_warn("%s/%s: the store %s the manifest but does not hold "
+				 "it; putting it again", p->st->url, key,
+				 put ? "said it holds" : "acknowledged");
 			continue;
 		case HELD_UNKNOWN:
 			dcr_err("%s/%s: %s, and reading it back %s, so whether version %"
