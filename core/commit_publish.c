@@ -8,7 +8,10 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "commit_int.h"
 #include "common.h"
@@ -99,6 +102,29 @@ static bool put_may_have_stored(int err)
 	       err != -ENOMEM;
 }
 
+#ifdef DCR_TEST_HOOKS
+/*
+ * Test hook (HACKING): DCRFS_TEST_COMMIT_BEFORE_PUBLISH=CMD runs
+ * `sh -c CMD` after the packs were confirmed and before the manifest is
+ * put, so that a test can run gc exactly in that window
+ * (tests/integration/gc_commit_race.sh).
+ */
+static void hook_before_publish(void)
+{
+	const char *cmd = getenv("DCRFS_TEST_COMMIT_BEFORE_PUBLISH");
+
+	if (!cmd || !*cmd)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+#endif
+
 /*
  * Publish the manifest as the next free version number N (signed for
  * that number when the commit signs: a new number is a new signature): a conditional
@@ -130,6 +156,9 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 
 	if (ret)
 		return ret;
+#ifdef DCR_TEST_HOOKS
+	hook_before_publish();
+#endif
 	dcr_buf_init(&enc, SIZE_MAX);
 	uint64_t v = DCR_MAX(latest, p->m->parent) + 1, encoded = 0;
 	for (int tries = 0; tries < PUBLISH_TRIES; tries++) {
@@ -232,22 +261,44 @@ done:
 /*
  * Confirm that every pack the manifest names is in the store: a store
  * that acknowledged a put it did not keep must not get a version that
- * names missing bytes.
+ * names missing bytes. Asked again after the publish (@published: the
+ * version), so that a pack deleted in between (a gc that could not know
+ * of this commit) makes the commit fail naming the damaged version,
+ * never report it as published.
  */
 int dcr_commit_check_packs(struct dcr_store *st,
-			   const struct dcr_manifest *m)
+			   const struct dcr_manifest *m, uint64_t published)
 {
 	char key[80];
 	uint64_t size;
+	uint32_t missing = 0;
+	int err = 0;
 
 	for (uint32_t i = 0; i < m->npacks; i++) {
 		dcr_pack_key(m->packs[i], key, sizeof(key));
 		int ret = dcr_store_head(st, key, &size);
-		if (ret) {
+		if (!ret)
+			continue;
+		if (!published) {
 			dcr_err("%s/%s: %s after its upload was acknowledged; not publishing",
 				st->url, key, ret == -ENOENT ? "missing" : dcr_strerror(ret));
 			return ret == -ENOENT ? DCR_ERR(-EIO) : ret;
 		}
+		dcr_err("%s/%s: %s after version %" PRIu64 " was published",
+			st->url, key, ret == -ENOENT ? "missing" : dcr_strerror(ret),
+			published);
+		missing += ret == -ENOENT;
+		err = err ? err : ret == -ENOENT ? DCR_ERR(-EIO) : ret;
 	}
-	return 0;
+	if (missing)
+		dcr_err("%s: version %" PRIu64 " is published but %" PRIu32 " of its %"
+			PRIu32 " packs are gone (deleted by a gc that did not know of "
+			"this commit?): the version is damaged (dcrfs-ctl verify %"
+			PRIu64 "); commit again", st->url, published, missing,
+			m->npacks, published);
+	else if (err)
+		dcr_err("%s: version %" PRIu64 " is published, but whether all its "
+			"packs are still there is unknown (dcrfs-ctl verify %" PRIu64
+			")", st->url, published, published);
+	return err;
 }
