@@ -26,26 +26,26 @@ if [ "${DCR_TEST_HOOKS:-no}" != yes ]; then
 	[ "${CI:-}" = true ] && fail "needs a build with configure --enable-test-hooks"
 	skip "needs a build with configure --enable-test-hooks (DCR_TEST_HOOKS=yes)"
 fi
-command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 ROUNDS=${DCR_GC_RACE_ROUNDS:-3}
 
 STORE=$T/store
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
-latest() { ctl log --json | py - 'print(max(x["version"] for x in d))'; }
-npacks() { find "$STORE/packs" -type f | wc -l; }
 nintents() { find "$STORE/intents" -type f 2>/dev/null | wc -l; }
 
 mkdir -p "$T/tree"
-rand_file "$T/tree/a.bin" $((600 * 1024)) a
-rand_file "$T/tree/b.bin" $((300 * 1024)) b
+head -c $((600 * 1024)) /dev/urandom >"$T/tree/a.bin"
+head -c $((300 * 1024)) /dev/urandom >"$T/tree/b.bin"
 [ "$(commit "$STORE" "$T/tree")" = 1 ] || fail "the first commit is not version 1"
 
 # 1. gc in the window, past the grace, every round
 WINDOW="sleep 1.5; $DCRFS_CTL --store $STORE gc --keep-last 1000 --grace 1 >>$T/gc.log 2>&1"
+want=1
 for ((r = 1; r <= ROUNDS; r++)); do
-	flip_bytes "$T/tree/a.bin" 0.02 "a$r"
-	rand_file "$T/tree/new.$r" 5000 "n$r"
-	want=$(($(latest) + 1))
+	# a change per round without a Python start (seconds on a busy host)
+	head -c 4096 /dev/urandom | dd of="$T/tree/a.bin" bs=4096 seek=$((r % 100)) \
+		conv=notrunc status=none
+	head -c 5000 /dev/urandom >"$T/tree/new.$r"
+	want=$((want + 1))
 	rc=0
 	v=$(DCRFS_TEST_COMMIT_BEFORE_PUBLISH=$WINDOW commit "$STORE" "$T/tree" \
 		2>"$T/commit.$r.err") || rc=$?
@@ -61,8 +61,8 @@ ctl verify >/dev/null 2>"$T/verify.err" || fail "verify of the store: $(tail -n 
 log "$ROUNDS commits stalled past the grace while gc ran: every version verifies"
 
 # 2. a pack gone in the window anyway: the commit fails, naming the version
-flip_bytes "$T/tree/a.bin" 0.02 gone
-want=$(($(latest) + 1))
+head -c 4096 /dev/urandom | dd of="$T/tree/a.bin" bs=4096 conv=notrunc status=none
+want=$((want + 1))
 ls "$STORE/packs" | sort >"$T/packs.before"
 RM="ls $STORE/packs | sort | comm -13 $T/packs.before - | sed 's|^|$STORE/packs/|' | xargs rm -f"
 rc=0
@@ -77,7 +77,7 @@ rm -f "$STORE/versions/$(printf '%010d' "$want")" # the test's own damage
 
 # 3. expired, live, and --grace 0
 mkdir -p "$STORE/intents"
-orphan() { rand_file "$STORE/packs/$(printf '%064d' "$1")" 100 "o$1"; }
+orphan() { head -c 100 /dev/urandom >"$STORE/packs/$(printf '%064d' "$1")"; }
 orphan 1
 orphan 2
 touch -d '2 hours ago' "$STORE/packs/$(printf '%064d' 1)"
@@ -96,8 +96,8 @@ ctl gc --keep-last 1000 --grace 1 --json >"$T/gc3.json" 2>"$T/gc3.err" ||
 	fail "gc kept an orphan written an hour before the oldest running commit began"
 [ -e "$STORE/packs/$(printf '%064d' 2)" ] ||
 	fail "gc deleted an orphan written after a running commit began"
-py "$T/gc3.json" 'assert d["commits_running"] == 1, d' || fail "commits_running: $(cat "$T/gc3.json")"
-ctl gc --keep-last 1000 --grace 0 -q || fail "gc --grace 0 failed"
+grep -q '"commits_running": 1,' "$T/gc3.json" || fail "commits_running: $(cat "$T/gc3.json")"
+ctl gc --keep-last 1000 --grace 0 -q >/dev/null || fail "gc --grace 0 failed"
 [ ! -e "$STORE/packs/$(printf '%064d' 2)" ] || fail "gc --grace 0 honoured an intent"
 ctl verify >/dev/null 2>"$T/verify.err" || fail "verify of the store: $(tail -n 3 "$T/verify.err")"
 log "ok"
