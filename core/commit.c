@@ -491,6 +491,7 @@ int dcr_commit_sources(struct dcr_store *st,
 {
 	struct dcr_manifest m = { 0 };
 	const struct dcr_commit_source **order = NULL;
+	char intent[DCR_INTENT_KEY_MAX] = "";
 	int ret;
 
 	memset(res, 0, sizeof(*res));
@@ -611,7 +612,9 @@ int dcr_commit_sources(struct dcr_store *st,
 		.on_start = dcr_commit_worker_new,
 		.on_stop = dcr_commit_worker_free, .ctx = &p,
 	};
-	if ((ret = dcr_packw_new(&po, &p.pw)) || (ret = dcr_wq_create(&wo, &p.wq)))
+	/* gc keeps the packs of a commit it knows of (objstore.h) */
+	if ((ret = dcr_intent_begin(st, intent)) ||
+	    (ret = dcr_packw_new(&po, &p.pw)) || (ret = dcr_wq_create(&wo, &p.wq)))
 		goto err_free_pipe;
 
 	int64_t last = 0;
@@ -666,7 +669,7 @@ int dcr_commit_sources(struct dcr_store *st,
 		if (o->cancel && atomic_load(o->cancel))
 			ret = DCR_ERR(-ECANCELED);
 		else
-			ret = dcr_commit_check_packs(st, &m);
+			ret = dcr_commit_check_packs(st, &m, 0);
 	}
 	if (ret == -ECANCELED)
 		dcr_err("%s: cancelled after reading %" PRIu64 " of %" PRIu64 " bytes: "
@@ -675,6 +678,11 @@ int dcr_commit_sources(struct dcr_store *st,
 			"grace period", what, pr.bytes_done, pr.bytes_total);
 	if (!ret)
 		ret = dcr_commit_publish_version(&p, res);
+	/* Published: every pack is checked again, so that no commit says
+	 * "published" about a version whose packs went meanwhile (a gc
+	 * that did not see this commit's intent, or an expired one). */
+	if (!ret && (ret = dcr_commit_check_packs(st, &m, res->version)))
+		res->version = 0;
 	if (!ret) {
 		res->bytes_packed = dcr_packw_uploaded(p.pw);
 		res->packs = m.npacks;
@@ -689,6 +697,7 @@ int dcr_commit_sources(struct dcr_store *st,
 err_free_pipe:
 	dcr_wq_free(p.wq);
 	dcr_packw_free(p.pw);
+	dcr_intent_end(st, intent); /* no upload of ours is running now */
 	dcr_commit_worker_free(&p, self);
 	for (size_t i = 0; p.slots && i < p.nslots; i++)
 		dcr_buf_free(&p.slots[i].frame);

@@ -146,9 +146,12 @@ int dcr_commit_encode_job(struct pipe *p, struct worker *w, struct job *j);
  *  lib/dcr.h). */
 int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res);
 
-/** dcr_commit_check_packs - every pack @m names is in @st; 0, -EIO (one
- *  is missing) or -errno, logged (commit_publish.c). */
+/** dcr_commit_check_packs - every pack @m names is in @st, before @m is
+ *  published (@published 0) or after it was published as version
+ *  @published (a missing one: that version is damaged, and the message
+ *  says so); 0, -EIO (one is missing) or -errno, logged
+ *  (commit_publish.c). */
 int dcr_commit_check_packs(struct dcr_store *st,
-			   const struct dcr_manifest *m);
+			   const struct dcr_manifest *m, uint64_t published);
 
 #endif /* DCR_COMMIT_INT_H */

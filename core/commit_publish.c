@@ -8,7 +8,10 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "commit_int.h"
 #include "common.h"
@@ -99,6 +102,29 @@ static bool put_may_have_stored(int err)
 	       err != -ENOMEM;
 }
 
+#ifdef DCR_TEST_HOOKS
+/*
+ * Test hook (HACKING): DCRFS_TEST_COMMIT_BEFORE_PUBLISH=CMD runs
+ * `sh -c CMD` after the packs were confirmed and before the manifest is
+ * put, so that a test can run gc exactly in that window
+ * (tests/integration/gc_commit_race.sh).
+ */
+static void hook_before_publish(void)
+{
+	const char *cmd = getenv("DCRFS_TEST_COMMIT_BEFORE_PUBLISH");
+
+	if (!cmd || !*cmd)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+#endif
+
 /*
  * Publish the manifest as the next free version number N (signed for
  * that number when the commit signs: a new number is a new signature): a conditional
@@ -110,8 +136,10 @@ static bool put_may_have_stored(int err)
  * because of our own first attempt) would say "nothing was published"
  * about a version that was, or publish the same tree again as N+1. So:
  * versions/N holding exactly these bytes is success, whatever the put
- * answered; another commit's manifest there is the next number (and
- * after a failed put, nothing of ours was published); nothing there
+ * answered (an "exists" too: a store below may have sent the put twice
+ * and lost the reply to the first); another commit's manifest there is
+ * the next number (and after a failed put, nothing of ours was
+ * published); nothing there
  * after a 200 is the put tried again (a few times); nothing there after
  * a failure is nothing published. When the read-back cannot tell, the
  * commit fails with -EINPROGRESS naming N (it may hold this tree), never
@@ -124,12 +152,13 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 	uint8_t check[DCR_HASH_LEN];
 	uint64_t latest;
 	int ret = dcr_store_latest(p->st, &latest), err;
-	/* an earlier put of this number may have stored our bytes */
-	bool ours_maybe = false;
 	int lost = 0;
 
 	if (ret)
 		return ret;
+#ifdef DCR_TEST_HOOKS
+	hook_before_publish();
+#endif
 	dcr_buf_init(&enc, SIZE_MAX);
 	uint64_t v = DCR_MAX(latest, p->m->parent) + 1, encoded = 0;
 	for (int tries = 0; tries < PUBLISH_TRIES; tries++) {
@@ -154,12 +183,9 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 		}
 		dcr_version_key(v, key, sizeof(key));
 		int put = dcr_store_put(p->st, key, enc.data, enc.len, DCR_PUT_IF_ABSENT);
-		if (put == -EEXIST && !ours_maybe) {
-			dcr_info("version %" PRIu64 " was taken by another commit; trying %" PRIu64,
-				 v, v + 1);
-			v++;
-			continue;
-		}
+		/* -EEXIST too is read back: a store below may have sent our
+		 * put twice and lost the first reply (a libcurl re-send, an
+		 * NFS retransmit of the link), so "exists" may be ours. */
 		if (put && put != -EEXIST && !put_may_have_stored(put)) {
 			ret = put;
 			goto done;
@@ -185,7 +211,6 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 			else
 				dcr_info("version %" PRIu64 " was taken by another commit; "
 					 "trying %" PRIu64, v, v + 1);
-			ours_maybe = false;
 			lost = 0;
 			v++;
 			continue;
@@ -194,6 +219,8 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 				ret = put; /* nothing is there: nothing was published */
 				goto done;
 			}
+			/* -EEXIST, then nothing (deleted since, or a store
+			 * that disagrees with itself): put again, counted */
 			if (++lost >= LOST_PUT_TRIES) {
 				dcr_err("%s/%s: the store acknowledged the manifest %d times "
 					"without keeping it; nothing was published",
@@ -201,9 +228,9 @@ int dcr_commit_publish_version(struct pipe *p, struct dcr_commit_result *res)
 				ret = DCR_ERR(-EIO);
 				goto done;
 			}
-			dcr_warn("%s/%s: the store acknowledged the manifest but does "
-				 "not hold it; putting it again", p->st->url, key);
-			ours_maybe = true;
+			dcr_warn("%s/%s: the store %s the manifest but does not hold "
+				 "it; putting it again", p->st->url, key,
+				 put ? "said it holds" : "acknowledged");
 			continue;
 		case HELD_UNKNOWN:
 			dcr_err("%s/%s: %s, and reading it back %s, so whether version %"
@@ -234,22 +261,44 @@ done:
 /*
  * Confirm that every pack the manifest names is in the store: a store
  * that acknowledged a put it did not keep must not get a version that
- * names missing bytes.
+ * names missing bytes. Asked again after the publish (@published: the
+ * version), so that a pack deleted in between (a gc that could not know
+ * of this commit) makes the commit fail naming the damaged version,
+ * never report it as published.
  */
 int dcr_commit_check_packs(struct dcr_store *st,
-			   const struct dcr_manifest *m)
+			   const struct dcr_manifest *m, uint64_t published)
 {
 	char key[80];
 	uint64_t size;
+	uint32_t missing = 0;
+	int err = 0;
 
 	for (uint32_t i = 0; i < m->npacks; i++) {
 		dcr_pack_key(m->packs[i], key, sizeof(key));
 		int ret = dcr_store_head(st, key, &size);
-		if (ret) {
+		if (!ret)
+			continue;
+		if (!published) {
 			dcr_err("%s/%s: %s after its upload was acknowledged; not publishing",
 				st->url, key, ret == -ENOENT ? "missing" : dcr_strerror(ret));
 			return ret == -ENOENT ? DCR_ERR(-EIO) : ret;
 		}
+		dcr_err("%s/%s: %s after version %" PRIu64 " was published",
+			st->url, key, ret == -ENOENT ? "missing" : dcr_strerror(ret),
+			published);
+		missing += ret == -ENOENT;
+		err = err ? err : ret == -ENOENT ? DCR_ERR(-EIO) : ret;
 	}
-	return 0;
+	if (missing)
+		dcr_err("%s: version %" PRIu64 " is published but %" PRIu32 " of its %"
+			PRIu32 " packs are gone (deleted by a gc that did not know of "
+			"this commit?): the version is damaged (dcrfs-ctl verify %"
+			PRIu64 "); commit again", st->url, published, missing,
+			m->npacks, published);
+	else if (err)
+		dcr_err("%s: version %" PRIu64 " is published, but whether all its "
+			"packs are still there is unknown (dcrfs-ctl verify %" PRIu64
+			")", st->url, published, published);
+	return err;
 }

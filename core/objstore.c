@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <sys/random.h>
+#include <unistd.h>
 #include <time.h>
 #include <stdio.h>
 #include <string.h>
@@ -361,4 +362,39 @@ int dcr_store_init(struct dcr_store *st, struct dcr_store_info *info)
 		return ret;
 	}
 	return dcr_store_identify(st, info);
+}
+
+int dcr_intent_begin(struct dcr_store *st, char key[DCR_INTENT_KEY_MAX])
+{
+	uint8_t rnd[16];
+	char host[256] = "", text[320];
+	int n, ret;
+
+	key[0] = 0;
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		dcr_err("cannot draw an intent id: %s", dcr_strerror(-errno));
+		return DCR_ERR(-EIO);
+	}
+	n = snprintf(key, DCR_INTENT_KEY_MAX, DCR_INTENT_PREFIX);
+	dcr_hex(rnd, sizeof(rnd), key + n);
+	if (gethostname(host, sizeof(host) - 1) < 0)
+		snprintf(host, sizeof(host), "?");
+	n = snprintf(text, sizeof(text), "commit pid %ld on %s\n",
+		     (long)getpid(), host);
+	ret = dcr_store_put(st, key, text, (uint64_t)DCR_MIN(n, (int)sizeof(text) - 1), 0);
+	if (ret) {
+		dcr_err("%s: cannot write %s (which keeps gc off this commit's "
+			"packs): %s", st->url, key, dcr_strerror(ret));
+		key[0] = 0;
+	}
+	return ret;
+}
+
+void dcr_intent_end(struct dcr_store *st, const char *key)
+{
+	int ret = key && *key ? dcr_store_del(st, key) : 0;
+
+	if (ret && ret != -ENOENT)
+		dcr_warn("%s: cannot delete %s: %s; gc keeps packs newer than it "
+			 "until it expires", st->url, key, dcr_strerror(ret));
 }

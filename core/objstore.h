@@ -336,4 +336,39 @@ int dcr_store_identify(struct dcr_store *st, struct dcr_store_info *info);
  */
 int dcr_store_init(struct dcr_store *st, struct dcr_store_info *info);
 
+/*
+ * Commit intents: what gc honours so that it never deletes a pack a
+ * running commit will name (HACKING, "The publish protocol").
+ *
+ *     intents/<32 lowercase hex digits, random>
+ *
+ * A commit writes one before it uploads its first pack and deletes it
+ * when it is done, published or not; its body is one line for people
+ * ("commit pid N on HOST"), never parsed. What counts is the object's
+ * time as the store lists it (LastModified, a file's mtime): the time
+ * the commit began, on the same clock as its packs' times. gc keeps
+ * every pack named by no manifest that was written at or after the
+ * oldest live intent's time less DCR_INTENT_SKEW_S, whatever its grace;
+ * an intent older than DCR_INTENT_TTL_S (a commit killed by SIGKILL or
+ * a crash) is no longer honoured, and gc deletes it.
+ */
+#define DCR_INTENT_PREFIX "intents/"
+#define DCR_INTENT_KEY_MAX 48              /* with the NUL */
+#define DCR_INTENT_TTL_S (24 * 3600)       /* a commit lasts less */
+#define DCR_INTENT_SKEW_S 600              /* servers' clocks that disagree */
+
+/**
+ * dcr_intent_begin - write a new intent object into @st, its key into
+ * @key (DCR_INTENT_KEY_MAX bytes). 0, or -errno (logged: the caller must
+ * not upload packs gc could take for orphans). Thread-safe.
+ */
+int dcr_intent_begin(struct dcr_store *st, char key[DCR_INTENT_KEY_MAX]);
+
+/**
+ * dcr_intent_end - delete the intent @key (an empty @key: nothing to
+ * do). A failure is logged as a warning and otherwise ignored: the
+ * intent only keeps orphans a while longer, until it expires.
+ */
+void dcr_intent_end(struct dcr_store *st, const char *key);
+
 #endif /* DCR_OBJSTORE_H */

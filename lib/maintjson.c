@@ -227,7 +227,9 @@ void dcr_gc_json(FILE *f, const struct dcr_gc_result *r)
 		", \"orphans_kept\": %zu, \"orphan_bytes_kept\": %" PRIu64
 		", \"previous_layout_packs_kept\": %zu, \"previous_layout_bytes_kept\": %" PRIu64
 		", \"uploads_aborted\": %zu, \"upload_bytes_aborted\": %" PRIu64
-		", \"uploads_kept\": %zu, \"grace_seconds\": %" PRIu64 "}\n",
+		", \"uploads_kept\": %zu, \"commits_running\": %zu"
+		", \"grace_seconds\": %" PRIu64 "}\n",
 		r->packs, r->freed, r->orphans, r->orphan_bytes, r->prev, r->prev_bytes,
-		r->aborted, r->aborted_bytes, r->uploads_kept, r->grace);
+		r->aborted, r->aborted_bytes, r->uploads_kept, r->commits_running,
+		r->grace);
 }

@@ -18,6 +18,7 @@
 #include "hash.h"
 #include "layout.h"
 #include "manifest.h"
+#include "objstore.h"
 
 /* One run of dcr_gc. */
 struct gc {
@@ -176,6 +177,60 @@ err_log:
 		ix->st->url, dcr_strerror(ret));
 	free(rc.vs);
 	return ret;
+}
+
+struct intents {
+	const struct gc *g;
+	int64_t now;
+	int64_t oldest;  /* the oldest live intent's time; INT64_MAX: none */
+	size_t live;
+};
+
+static int intent_cb(const char *key, const struct dcr_obj_info *info, void *arg)
+{
+	struct intents *it = arg;
+	const struct gc *g = it->g;
+
+	if (info->mtime_ns > 0 && it->now > info->mtime_ns &&
+	    (it->now - info->mtime_ns) / 1000000000 >= DCR_INTENT_TTL_S) {
+		/* a commit killed (SIGKILL, a crash) before it could say so */
+		dcr_info("%s%s: the intent of a commit that began %" PRId64 " h ago "
+			 "has expired: no longer honoured, deleted", g->o->dry_run ?
+			 "(dry run) " : "", key, (it->now - info->mtime_ns) / 3600000000000);
+		if (!g->o->dry_run)
+			gc_del(g, key); /* logged; it is ignored anyway */
+		return 0;
+	}
+	it->live++;
+	/* an unknown time: every orphan may be the commit's */
+	int64_t t = info->mtime_ns > 0 ? info->mtime_ns : 0;
+	if (t < it->oldest)
+		it->oldest = t;
+	return 0;
+}
+
+/*
+ * The running commits gc can know of (objstore.h, commit intents): into
+ * *@floor, the time from which on an orphan pack may be one a running
+ * commit will name (INT64_MAX: none runs), the count into @r. Expired
+ * intents are deleted. Listed before the packs are listed again, so that
+ * a commit gc does not see began after that listing: the packs it writes
+ * are new to gc, or young again. 0 or -errno (logged).
+ */
+static int gc_intents(const struct gc *g, int64_t *floor, struct dcr_gc_result *r)
+{
+	struct intents it = { .g = g, .now = dcr_now_ns(), .oldest = INT64_MAX };
+	int ret = dcr_store_list(g->ix->st, DCR_INTENT_PREFIX, intent_cb, &it);
+
+	if (ret && ret != -ENOENT) {
+		dcr_err("%s: cannot list the running commits (%s): %s", g->ix->st->url,
+			DCR_INTENT_PREFIX, dcr_strerror(ret));
+		return ret;
+	}
+	r->commits_running = it.live;
+	*floor = it.oldest == INT64_MAX ? INT64_MAX :
+		 it.oldest - (int64_t)DCR_INTENT_SKEW_S * 1000000000;
+	return 0;
 }
 
 struct partials {
@@ -584,6 +639,10 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 	dcr_pg_report(pg, DCR_PG_END, "remove versions", nrm, r->nremoved, "versions");
 	if (!dry_rebase && (ret = gc_forget(&g, keep)))
 		goto err_free;
+	/* --grace 0 says that nothing runs: no intent is honoured */
+	int64_t floor = INT64_MAX;
+	if (o->grace && (ret = gc_intents(&g, &floor, r)))
+		goto err_free;
 	if (!o->dry_run && (ret = gc_recheck(ix, ps, P_KEPT)))
 		goto err_free;
 	now = dcr_now_ns();
@@ -599,7 +658,7 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 			r->prev_bytes += ix->packs[i].size;
 			continue;
 		}
-		if (ps[i] == P_ORPHAN && (young ||
+		if (ps[i] == P_ORPHAN && (young || ix->packs[i].mtime_ns >= floor ||
 					  !past_grace(&g, now, ix->packs[i].mtime_ns))) {
 			r->orphans++;
 			r->orphan_bytes += ix->packs[i].size;

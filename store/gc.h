@@ -15,7 +15,9 @@
  * generation that no longer names them, the packs no kept version needs
  * (orphans, named by no manifest, only past the grace period, after the
  * store is listed again so that a pack a commit uploaded again counts as
- * young), the manifests and layouts older layouts used, and the
+ * young; nor one written since the oldest running commit began, whose
+ * intent gc honours unless the grace is 0: objstore.h), the manifests
+ * and layouts older layouts used, and the
  * incomplete uploads past the grace period. While the newest layout is
  * younger than the grace period, the packs the one before it builds
  * kept versions on stay (mounts may still read it).
@@ -88,7 +90,9 @@ struct dcr_gc_result {
 	size_t ntags_removed;
 	size_t packs;         /* deleted */
 	uint64_t freed;       /* their bytes */
-	size_t orphans;       /* kept: named by no manifest, younger than the grace */
+	size_t orphans;       /* kept: named by no manifest, younger than the grace
+				 or than the oldest running commit */
+	size_t commits_running; /* live commit intents honoured (objstore.h) */
 	uint64_t orphan_bytes;
 	size_t prev;          /* kept: the previous layout builds kept versions on them */
 	uint64_t prev_bytes;

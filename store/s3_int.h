@@ -110,7 +110,8 @@ struct s3_req {
 	bool quiet_enoent;     /* 404 NoSuchKey is expected: log at debug */
 
 	/* results */
-	bool maybe_applied;    /* a failed attempt may have taken effect */
+	bool maybe_applied;    /* an earlier send (a failed attempt, or curl's
+				  own re-send: on_seek) may have taken effect */
 	bool unresolved;       /* the last attempt could not resolve the host */
 	bool unreachable;      /* ... or connect to it (nothing was sent) */
 	long status;

@@ -185,6 +185,7 @@ struct xfer {
 	uint64_t pos;     /* body bytes seen */
 	size_t out_start; /* r->out->len before this attempt */
 	size_t up_off;    /* upload position */
+	bool resent;      /* curl rewound a body it had begun to send */
 	int werr;         /* -errno that aborted the transfer from a callback */
 	struct dcr_buf err; /* error document */
 };
@@ -287,6 +288,13 @@ static size_t on_read(char *p, size_t sz, size_t nm, void *arg)
  * reset while a PUT body was being sent, and on some redirects): without
  * this it fails with "rewinding of the data stream failed" instead of
  * sending the body again.
+ * A rewind after curl took bytes of the body means that curl is sending
+ * the request a second time within this one attempt: libcurl re-sends,
+ * unasked and unreported, a request whose reused connection died before
+ * any reply, and the first send may have been acted on (the server
+ * stored the object, then the reply was lost). So the attempt is marked
+ * (xfer.resent): a 412 to a conditional PUT so re-sent may be about our
+ * own object, and is read back like one after a retry of ours.
  */
 static int on_seek(void *arg, curl_off_t off, int origin)
 {
@@ -294,6 +302,8 @@ static int on_seek(void *arg, curl_off_t off, int origin)
 
 	if (origin != SEEK_SET || off < 0 || (uint64_t)off > x->r->body_len)
 		return CURL_SEEKFUNC_CANTSEEK;
+	if (x->up_off > 0)
+		x->resent = true;
 	x->up_off = (size_t)off;
 	return CURL_SEEKFUNC_OK;
 }
@@ -454,6 +464,12 @@ static enum outcome attempt(struct dcr_s3_store *s, struct s3_conn *c,
 	CURLcode cc = perform(c, &stopped);
 	curl_slist_free_all(hdrs);
 	r->status = x.status;
+	if (x.resent) {
+		/* curl sent it twice: the first may have taken effect */
+		dcr_debug("%s: %s %s: the connection died and curl sent the "
+			  "request again", s->base.url, r->method, r->what);
+		r->maybe_applied = true;
+	}
 	if (stopped) {
 		if (r->out)
 			r->out->len = x.out_start;

@@ -108,6 +108,11 @@ int cmd_gc(struct ctl *c, const struct args *a)
 			 "may still be publishing them", r.orphans,
 			 dcr_format_size(r.orphan_bytes, b2, sizeof(b2)), r.uploads_kept,
 			 a->grace);
+	if (r.commits_running && !a->quiet && !c->json)
+		dcr_info("%zu commits are running (%s in the store): packs named by no "
+			 "manifest that were written since the oldest of them began "
+			 "were kept, whatever their age", r.commits_running,
+			 DCR_INTENT_PREFIX);
 	dcr_gc_result_free(&r);
 	return 0;
 }

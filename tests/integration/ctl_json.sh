@@ -47,7 +47,7 @@ assert o["tags_removed"] == [] and o["versions_kept"] == 3, o
 for k in ("rebased", "versions_kept_for_chains", "packs_deleted", "bytes_freed",
           "orphans_kept", "orphan_bytes_kept", "previous_layout_packs_kept",
           "previous_layout_bytes_kept", "uploads_aborted", "upload_bytes_aborted",
-          "uploads_kept", "grace_seconds"):
+          "uploads_kept", "commits_running", "grace_seconds"):
     assert k in o, (k, o)' "gc --json"
 [ "$(t "$CTL" --store "$STORE" log --json | python3 -c 'import json,sys; print([v["version"] for v in json.load(sys.stdin)])')" = "[4, 3, 1]" ] ||
 	fail "gc --json did not remove version 2"
