@@ -6,7 +6,8 @@
 # first read; the file is a safetensors file (parsed here by hand with
 # Debian's python3 and numpy, no dcrfs module) whose indices and values
 # applied to v(N-1)'s tensors give vN's bit-exactly; a span v1..v3
-# (looked up, not listed) applied to v1 gives v3; bogus spans are
+# (looked up, not listed) applied to v1 gives v3, and a rollback span
+# v3..v1 applied to v3 gives v1; bogus spans are
 # ENOENT; everything is read-only; status.json counts the views built;
 # views evicted past their budget are rebuilt with the same bytes; a byte
 # of a view's local file changed after its build is EIO, never served.
@@ -49,8 +50,11 @@ done
 # Spans: found by lookup, not listed; anything else is ENOENT.
 [ -f "$MNT/delta/v1..v3/model.safetensors" ] || fail "delta/v1..v3 is not found"
 ls "$MNT/delta" | grep -q '\.\.' && fail "delta lists a span"
-# v2 and v3 are not in v4's lineage.
-for bogus in v3..v1 v2..v2 v0..v3 v1..v9 v1..v3x vx v2.. ..v3 v01..v3 v2..v4 v3..v4; do
+# A rollback span (M > N, N in M's lineage) is found too.
+[ -f "$MNT/delta/v3..v1/model.safetensors" ] || fail "the rollback span delta/v3..v1 is not found"
+[ -f "$MNT/delta/v4..v1/model.safetensors" ] || fail "the rollback span delta/v4..v1 is not found"
+# v2 and v3 are not in v4's lineage, either way round.
+for bogus in v2..v2 v0..v3 v1..v9 v1..v3x vx v2.. ..v3 v01..v3 v2..v4 v3..v4 v4..v3 v4..v2 v9..v1; do
 	if stat "$MNT/delta/$bogus" >/dev/null 2>&1; then
 		fail "delta/$bogus exists"
 	fi
@@ -125,6 +129,8 @@ apply 1 2 "$MNT/delta/v2/model.safetensors" model.safetensors || fail "delta/v2 
 apply 2 3 "$MNT/delta/v3/model.safetensors" model.safetensors || fail "delta/v3 does not turn v2 into v3"
 apply 1 2 "$MNT/delta/v2/sub/part.safetensors" sub/part.safetensors || fail "delta/v2/sub does not turn v1 into v2"
 apply 1 3 "$MNT/delta/v1..v3/model.safetensors" model.safetensors || fail "delta/v1..v3 does not turn v1 into v3"
+apply 3 1 "$MNT/delta/v3..v1/model.safetensors" model.safetensors || fail "delta/v3..v1 does not turn v3 back into v1"
+apply 3 2 "$MNT/delta/v3..v2/sub/part.safetensors" sub/part.safetensors || fail "delta/v3..v2/sub does not turn v3 back into v2"
 # The branch: delta/v4 is from its parent v1, the same as v1..v4, and
 # turns v1 into s3's tree (its to_version is 4).
 cmp "$MNT/delta/v4/model.safetensors" "$MNT/delta/v1..v4/model.safetensors" ||
@@ -136,7 +142,8 @@ cmp "$MNT/delta/v3/model.safetensors" "$MNT/delta/v2..v3/model.safetensors" ||
 	fail "delta/v3 and delta/v2..v3 differ"
 
 cp "$MNT/.dcrfs/status.json" "$T/st.json"
-py "$T/st.json" 'assert d["delta"]["views_built"] == 5 and d["delta"]["bytes_built"] > 0, d["delta"]'
+# 5 forward views and 3 rollback ones (v3..v1, v4..v1, v3..v2/sub)
+py "$T/st.json" 'assert d["delta"]["views_built"] == 8 and d["delta"]["bytes_built"] > 0, d["delta"]'
 grep -q '^dcrfs_delta_views_built_total [1-9]' "$MNT/.dcrfs/metrics" || fail "metrics lack dcrfs_delta_views_built_total"
 for f in v2/model.safetensors v1..v3/model.safetensors; do
 	cp "$MNT/delta/$f" "$T/view.$(echo "$f" | tr / _)"

@@ -764,7 +764,7 @@ static void test_hostile(void **state)
 	struct dcr_dview_side s1 = { 1, tree_of(f, 1) }, s2 = { 2, tree_of(f, 2) };
 	struct dcr_dview_info info;
 	struct dcr_dview_sums sums;
-	assert_int_equal(dcr_dview_build(f->r, s2, s1, 1, f->root, -1, &info, &sums), -EINVAL);
+	assert_int_equal(dcr_dview_build(f->r, s2, s2, 1, f->root, -1, &info, &sums), -EINVAL);
 	s2.tree++;
 	assert_int_equal(dcr_dview_build(f->r, s1, s2, 1, f->root, -1, &info, &sums), -ESTALE);
 	s2.tree--;
