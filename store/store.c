@@ -55,6 +55,12 @@ int dcr_store_check(struct dcr_store *st, bool init,
 		dcr_info("%s: created a new store (id %s)", st->url, info->id);
 	} else if (ret == -EEXIST && init) {
 		ret = 0;
+	} else if (ret == -ENOENT && init) {
+		/* the marker's put found no place to go: an S3 bucket that
+		 * does not exist (its NoSuchBucket is logged by the backend) */
+		dcr_err("%s: cannot create a store there: the bucket does not "
+			"exist (dcrfs creates no buckets: create it first, e.g. "
+			"'aws s3 mb s3://BUCKET')", st->url);
 	} else if (ret == -ENOENT) {
 		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
 			"versions); create one with 'dcrfs-commit --init' or "

@@ -82,4 +82,12 @@ ctl verify --deep -q || fail "verify --deep after gc over S3"
 	fail "gc --grace 0 left old manifests/ on S3: $(awscli s3 ls "s3://${STORE#s3://}/manifests/")"
 [ "$(awscli s3 ls "s3://${STORE#s3://}/layouts/" | wc -l)" = 1 ] ||
 	fail "gc --grace 0 left old layouts/ on S3"
+# init in a bucket that does not exist: said so, not "create one with --init"
+rc=0
+"$DCRFS_CTL" --store "s3://dcrfs-no-such-bucket-$$-$(date +%s)/p" init >"$T/nobucket" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "init in a missing bucket exited $rc: $(cat "$T/nobucket")"
+grep -q "the bucket does not exist" "$T/nobucket" ||
+	fail "init in a missing bucket does not say the bucket is missing: $(cat "$T/nobucket")"
+grep -q "create one with" "$T/nobucket" &&
+	fail "init in a missing bucket tells the user to do what they did: $(cat "$T/nobucket")"
 log "ok"
