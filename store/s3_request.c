@@ -507,11 +507,16 @@ static enum outcome attempt(struct dcr_s3_store *s, struct s3_conn *c,
 				 "(check the endpoint and DNS)", s->origin);
 		else if (cc == CURLE_COULDNT_CONNECT &&
 			 curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &oserr) == CURLE_OK &&
-			 oserr > 0)
+			 oserr > 0) {
 			snprintf(why, wc, "cannot reach the store at %s: %s "
 				 "(check the endpoint; is the server up?)", s->origin,
 				 strerror((int)oserr));
-		else
+			/* A mirror's failures are said by its callers (mirror.c,
+			 * warm.c) from the errno alone: keep the reason
+			 * ("Connection refused"), not a bare EIO. */
+			if (s->mirror)
+				*ret = DCR_ERR(-(int)oserr);
+		} else
 			snprintf(why, wc, "%s", curl_easy_strerror(cc));
 		oc = curl_transient(cc) ? OUT_RETRY : OUT_DONE;
 		/* Sent, perhaps acted on, reply lost (not: never connected). */

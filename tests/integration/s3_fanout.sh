@@ -350,8 +350,8 @@ log "the tier down: v2 read from the store, one incident line"
 rc=0
 "$DCR_BUILDDIR/dcrfs-ctl" --store "$STORE" warm --mirror "$TIER_URL" 3 >"$T/warm.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] || fail "dcrfs-ctl warm through a tier that is down: exit $rc, expected 1"
-grep -q "through mirror $TIER_URL failed" "$T/warm.out" ||
-	fail "dcrfs-ctl warm through a tier that is down: $(cat "$T/warm.out")"
+grep -q "through mirror $TIER_URL failed: Connection refused" "$T/warm.out" ||
+	fail "dcrfs-ctl warm through a tier that is down does not say why: $(cat "$T/warm.out")"
 log "dcrfs-ctl warm through a tier that is down: exit 1, the mirror named"
 # dcrfs-commit --warm-mirror through a tier that is down: one line naming
 # it, and the version is published anyway
