@@ -125,9 +125,10 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		s->fuse_reads, r->bytes_read, r->bytes_fetched, r->bytes_materialized,
 		r->bytes_verified, r->bytes_sha_proven, r->fetches);
 	fprintf(f, " \"errors\": {\"reads\": %" PRIu64 ", \"fetches\": %" PRIu64
-		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64 "},\n",
+		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64
+		", \"tags\": %" PRIu64 "},\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
-		r->cache_errors);
+		r->cache_errors, r->tag_errors);
 	fprintf(f, " \"trust\": {\"keys\": %zu, \"rejected\": {\"unsigned\": %"
 		PRIu64 ", \"bad\": %" PRIu64 ", \"other_store\": %" PRIu64
 		", \"untrusted\": %" PRIu64 ", \"tags\": %" PRIu64 "}},\n",
@@ -291,9 +292,10 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 	fprintf(f, "dcrfs_errors_total{kind=\"read\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"fetch\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"refresh\"} %" PRIu64 "\n"
-		"dcrfs_errors_total{kind=\"cache\"} %" PRIu64 "\n",
+		"dcrfs_errors_total{kind=\"cache\"} %" PRIu64 "\n"
+		"dcrfs_errors_total{kind=\"tags\"} %" PRIu64 "\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
-		r->cache_errors);
+		r->cache_errors, r->tag_errors);
 	fputs("# HELP dcrfs_rejected_total Versions and tags not shown "
 	      "(trust=), by why.\n# TYPE dcrfs_rejected_total counter\n", f);
 	fprintf(f, "dcrfs_rejected_total{reason=\"unsigned\"} %" PRIu64 "\n"

@@ -355,6 +355,9 @@ struct dcr_reader_stats {
 	uint64_t read_errors;   /* reads that failed (EIO, ENOMEM ...) */
 	uint64_t cache_errors;  /* local I/O errors of the chunk cache (each
 				 * logged; the chunk was built again) */
+	uint64_t tag_errors;    /* reads of malformed tag objects, one per
+				 * tag per poll (each logged once per tag
+				 * and content) */
 	/* With a trust set: versions not shown, by why (each logged once;
 	 * a version counts once per reason it is judged for). */
 	uint64_t rejected_unsigned;   /* no signature */

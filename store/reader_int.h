@@ -367,6 +367,13 @@ struct rversions {
 	/* "name version" of tags refused, logged once; under refresh_lock */
 	char **tag_rejected;
 	size_t ntag_rejected;
+	/* tag objects found malformed at the last poll, each logged once
+	 * per content (the SHA-256 of what was read); under refresh_lock */
+	struct rbad_tag {
+		char *name;
+		uint8_t digest[32];
+	} *tag_bad;
+	size_t ntag_bad;
 };
 
 
@@ -436,6 +443,7 @@ struct dcr_reader {
 		atomic_uint_fast64_t materialized, verified, read_errors;
 		atomic_uint_fast64_t rej_unsigned, rej_bad, rej_store;
 		atomic_uint_fast64_t rej_untrusted, rej_tags, sha_proven;
+		atomic_uint_fast64_t tag_errors;
 	} stats;
 };
 
