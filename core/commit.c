@@ -57,6 +57,16 @@
 /* ----------------------------------------------------------- pipeline */
 
 /* Close @fs's descriptors but the stage copy's (stage_close). */
+
+/* Whether @path names a safetensors file (its header is expected). */
+static bool named_safetensors(const char *path)
+{
+	static const char sfx[] = ".safetensors";
+	size_t n = strlen(path);
+
+	return n >= sizeof(sfx) - 1 && !strcmp(path + n - (sizeof(sfx) - 1), sfx);
+}
+
 static void fstate_close(struct fstate *fs)
 {
 	if (fs->fd >= 0)
@@ -331,6 +341,11 @@ static int feed_file(struct pipe *p, struct worker *self, uint32_t fi,
 			       p->o->allow_nonfinite ? NULL : &fs->floats);
 	if (ret == -ENOMEM)
 		goto err_done;
+	if (ret && named_safetensors(f->path))
+		dcr_warn("%s: its safetensors header is refused (malformed, or a "
+			 "shape that does not fit its data_offsets); committed "
+			 "as bytes, without element hints or the non-finite check",
+			 f->path);
 	ret = 0;
 	if (fs->floats.n && !(fs->nonfinite = calloc(fs->floats.n, sizeof(*fs->nonfinite)))) {
 		ret = DCR_ERR(-ENOMEM);

@@ -7,9 +7,12 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -216,4 +219,77 @@ int dcr_mktempdir(const char *name, char *out, size_t cap)
 		return ret;
 	}
 	return 0;
+}
+
+#define STALE_UNOWNED_S 600 /* a scratch without an owner file: this old */
+
+/* Remove "@tmp/<@name>.*" directories of ours whose owner is gone. */
+static void collect_stale(const char *tmp, const char *name)
+{
+	size_t nl = strlen(name);
+	DIR *d = opendir(tmp);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char dir[PATH_MAX], owner[PATH_MAX + 8];
+		struct stat st;
+		bool stale = false;
+
+		if (strncmp(e->d_name, name, nl) || e->d_name[nl] != '.' ||
+		    (size_t)snprintf(dir, sizeof(dir), "%s/%s", tmp,
+				     e->d_name) >= sizeof(dir) ||
+		    lstat(dir, &st) || !S_ISDIR(st.st_mode) ||
+		    st.st_uid != geteuid())
+			continue;
+		snprintf(owner, sizeof(owner), "%s/owner", dir);
+		int fd = open(owner, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0)
+			stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
+		else
+			stale = errno == ENOENT &&
+				time(NULL) - st.st_mtime > STALE_UNOWNED_S;
+		if (stale) {
+			dcr_info("removing %s, a scratch directory left by a "
+				 "process that is gone", dir);
+			dcr_rm_rf(dir);
+		}
+		if (fd >= 0)
+			close(fd); /* drops the lock, after the removal */
+	}
+	closedir(d);
+}
+
+int dcr_mktempdir_owned(const char *name, char *out, size_t cap, int *lockfd)
+{
+	const char *tmp = getenv("TMPDIR");
+	char owner[PATH_MAX + 8];
+	int fd, ret;
+
+	*lockfd = -1;
+	collect_stale(tmp && *tmp ? tmp : "/tmp", name);
+	if ((ret = dcr_mktempdir(name, out, cap)))
+		return ret;
+	snprintf(owner, sizeof(owner), "%s/owner", out);
+	fd = open(owner, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) < 0) {
+		ret = -errno;
+		dcr_err("%s: %s", owner, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		dcr_rm_rf(out);
+		out[0] = 0;
+		return ret;
+	}
+	*lockfd = fd;
+	return 0;
+}
+
+void dcr_tempdir_release(const char *dir, int lockfd)
+{
+	if (dir && *dir)
+		dcr_rm_rf(dir);
+	if (lockfd >= 0)
+		close(lockfd);
 }

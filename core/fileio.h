@@ -81,4 +81,20 @@ int dcr_open_beneath(const char *root, const char *rel, int flags, mode_t mode);
  */
 int dcr_mktempdir(const char *name, char *out, size_t cap);
 
+/**
+ * dcr_mktempdir_owned - dcr_mktempdir for a scratch directory a process
+ * may leave behind when it is killed (compaction's cache): it holds an
+ * flock on "<dir>/owner" for as long as *@lockfd is open, and before it
+ * makes its own it removes every "$TMPDIR/<@name>.*" directory of this
+ * user whose owner lock nobody holds (its process is gone; logged), or
+ * that has no owner file and was not changed for 10 minutes (one left by
+ * an older build). Release with dcr_tempdir_release. 0 or -errno
+ * (logged). Thread-safe.
+ */
+int dcr_mktempdir_owned(const char *name, char *out, size_t cap, int *lockfd);
+
+/** dcr_tempdir_release - remove @dir (dcr_mktempdir_owned) and drop its
+ * lock @lockfd. */
+void dcr_tempdir_release(const char *dir, int lockfd);
+
 #endif /* DCR_FILEIO_H */

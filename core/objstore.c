@@ -109,20 +109,27 @@ int dcr_tag_name_valid(const char *name)
 	return 1;
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define TOO_LONG "longer than " STR(DCR_TAG_OBJ_MAX) " bytes"
+
 /*
- * Parse tag object @t (@n bytes, @key for messages): "N\n", or "N\n"
- * and a signature line and "\n" (the last newline may be missing, as
- * in tags written by hand).
+ * Parse tag object @t (@n bytes): "N\n", or "N\n" and a signature line
+ * and "\n" (the last newline may be missing, as in tags written by
+ * hand). 0, or -EBADMSG with *@why saying what is wrong (not logged).
  */
-static int parse_tag(struct dcr_store *st, const char *key, const char *t,
-		     size_t n, uint64_t *v, struct dcr_tag_sig *ts,
-		     bool *is_signed)
+static int parse_tag(const char *t, size_t n, uint64_t *v,
+		     struct dcr_tag_sig *ts, bool *is_signed, const char **why)
 {
 	char num[32];
 	const char *nl = n ? memchr(t, '\n', n) : NULL; /* t may be NULL */
 	size_t l1 = nl ? (size_t)(nl - t) : n;
 	struct dcr_tag_sig tmp;
 
+	if (n > DCR_TAG_OBJ_MAX) {
+		*why = TOO_LONG;
+		return DCR_ERR(-EBADMSG);
+	}
 	if (l1 == 0 || memchr(t, 0, n) || l1 >= sizeof(num))
 		goto bad;
 	memcpy(num, t, l1);
@@ -140,37 +147,54 @@ static int parse_tag(struct dcr_store *st, const char *key, const char *t,
 	/* One line: a newline inside is a third line. */
 	if (memchr(rest, '\n', nrest) ||
 	    dcr_tag_sig_parse(rest, nrest, ts ? ts : &tmp)) {
-		dcr_err("%s: tag object %s has a malformed signature line", st->url,
-			key);
+		*why = "a malformed signature line";
 		return DCR_ERR(-EBADMSG);
 	}
 	return 0;
 bad:
-	dcr_err("%s: tag object %s is malformed", st->url, key);
+	*why = "not a version number >= 1";
 	return DCR_ERR(-EBADMSG);
+}
+
+int dcr_store_read_tag(struct dcr_store *st, const char *name, uint64_t *v,
+		       struct dcr_tag_sig *ts, bool *is_signed,
+		       struct dcr_tag_bad *bad)
+{
+	char key[160];
+	struct dcr_buf b;
+	const char *why = NULL;
+
+	if (!dcr_tag_name_valid(name))
+		return DCR_ERR(-EINVAL);
+	snprintf(key, sizeof(key), "tags/%s", name);
+	/* One byte more than any tag object: a longer one (50 MB of
+	 * anything) is known malformed without being read whole. */
+	dcr_buf_init(&b, DCR_TAG_OBJ_MAX + 1);
+	int ret = dcr_store_get(st, key, 0, DCR_TAG_OBJ_MAX + 1, &b);
+	if (ret == -EFBIG) { /* a backend that ignored the range */
+		why = TOO_LONG;
+		ret = DCR_ERR(-EBADMSG);
+	} else if (!ret) {
+		ret = parse_tag((const char *)b.data, b.len, v, ts, is_signed,
+				&why);
+	}
+	if (ret == -EBADMSG) {
+		if (bad) {
+			bad->why = why;
+			dcr_sha256(b.data, b.len, bad->digest);
+		} else {
+			dcr_err("%s: tag object %s is malformed (%s)", st->url,
+				key, why);
+		}
+	}
+	dcr_buf_free(&b);
+	return ret;
 }
 
 int dcr_store_get_tag_sig(struct dcr_store *st, const char *name, uint64_t *v,
 			  struct dcr_tag_sig *ts, bool *is_signed)
 {
-	char key[160];
-	struct dcr_buf b;
-
-	if (!dcr_tag_name_valid(name))
-		return DCR_ERR(-EINVAL);
-	snprintf(key, sizeof(key), "tags/%s", name);
-	dcr_buf_init(&b, DCR_TAG_OBJ_MAX);
-	int ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
-	if (ret == -EFBIG) {
-		dcr_err("%s: tag object %s is malformed (longer than %d bytes)",
-			st->url, key, DCR_TAG_OBJ_MAX);
-		ret = DCR_ERR(-EBADMSG);
-	}
-	if (!ret)
-		ret = parse_tag(st, key, (const char *)b.data, b.len, v, ts,
-				is_signed);
-	dcr_buf_free(&b);
-	return ret;
+	return dcr_store_read_tag(st, name, v, ts, is_signed, NULL);
 }
 
 int dcr_store_get_tag(struct dcr_store *st, const char *name, uint64_t *v)

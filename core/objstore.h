@@ -247,7 +247,8 @@ int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
  * bad name. dcr_store_get_tag reads both forms and returns the number
  * only; a tag object that is malformed (not a number >= 1, a second
  * line that is not a signature, anything after it, longer than
- * DCR_TAG_OBJ_MAX) is -EBADMSG, logged naming it; -ENOENT (not logged)
+ * DCR_TAG_OBJ_MAX, which is never fetched whole) is -EBADMSG, logged
+ * naming it and what is wrong; -ENOENT (not logged)
  * if there is no such tag; other -errno from the store. Thread-safe as
  * the store's ops are.
  */
@@ -274,6 +275,26 @@ struct dcr_tag_sig;
  */
 int dcr_store_get_tag_sig(struct dcr_store *st, const char *name, uint64_t *v,
 			  struct dcr_tag_sig *ts, bool *is_signed);
+
+/** What dcr_store_read_tag says of a malformed tag object. */
+struct dcr_tag_bad {
+	const char *why;                /* static text: what is wrong */
+	uint8_t digest[32];             /* SHA-256 of the bytes read (at most
+					 * DCR_TAG_OBJ_MAX + 1 of them) */
+};
+
+/**
+ * dcr_store_read_tag - dcr_store_get_tag_sig for a caller that reads
+ * tags again and again (a mount's poll) and logs a malformed object
+ * once per content: with @bad non-NULL a malformed object is -EBADMSG
+ * with *@bad filled and nothing logged; with @bad NULL it is
+ * dcr_store_get_tag_sig. Either way at most DCR_TAG_OBJ_MAX + 1 bytes
+ * are fetched (a ranged GET), so a huge object is never read whole.
+ * Thread-safe as the store's ops are.
+ */
+int dcr_store_read_tag(struct dcr_store *st, const char *name, uint64_t *v,
+		       struct dcr_tag_sig *ts, bool *is_signed,
+		       struct dcr_tag_bad *bad);
 
 /**
  * dcr_store_put_tag_signed - point tag @name at version @v with

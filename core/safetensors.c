@@ -188,6 +188,24 @@ static enum dcr_float_fmt map_float(const char *s, size_t n)
 	return DCR_FF_NONE;
 }
 
+/* Bytes per element of a safetensors dtype; 0 if unknown here. */
+static unsigned dtype_width(const char *s, size_t n)
+{
+	static const struct {
+		const char *name;
+		unsigned w;
+	} map[] = {
+		{ "BOOL", 1 }, { "U8", 1 }, { "I8", 1 }, { "F8_E4M3", 1 },
+		{ "F8_E5M2", 1 }, { "U16", 2 }, { "I16", 2 }, { "F16", 2 },
+		{ "BF16", 2 }, { "U32", 4 }, { "I32", 4 }, { "F32", 4 },
+		{ "U64", 8 }, { "I64", 8 }, { "F64", 8 },
+	};
+	for (size_t i = 0; i < DCR_ARRAY_SIZE(map); i++)
+		if (str_is(s, n, map[i].name))
+			return map[i].w;
+	return 0;
+}
+
 static int map_dtype(const char *s, size_t n)
 {
 	static const struct {
@@ -245,6 +263,32 @@ not_kept:
 	return -1;
 }
 
+/*
+ * Whether a kept shape @sh fits data_offsets [@b, @e) of dtype @dts:
+ * its element count (times the width, where the dtype is known) must
+ * not overflow 64 bits, and must be exactly the bytes the offsets span,
+ * as the safetensors reference requires. A product that wraps (e.g.
+ * [2^32, 2^32, 16] is 2^68, 0 modulo 2^64) would otherwise match an
+ * empty tensor.
+ */
+static bool shape_fits(const struct shape *sh, const char *dts, size_t dtn,
+		       uint64_t b, uint64_t e)
+{
+	uint64_t count = 1;
+	unsigned w = dtype_width(dts, dtn);
+
+	if (sh->ndim == DCR_ST_NDIM_UNKNOWN)
+		return true;
+	for (unsigned d = 0; d < sh->ndim; d++)
+		if (__builtin_mul_overflow(count, sh->d[d], &count))
+			return false;
+	if (!w)
+		return true;
+	if (__builtin_mul_overflow(count, (uint64_t)w, &count))
+		return false;
+	return count == e - b;
+}
+
 /* One tensor entry {"dtype":..., "shape":[...], "data_offsets":[b,e]}. */
 static int tensor(struct js *j, int *dt, const char **dts, size_t *dtn,
 		  uint64_t *b, uint64_t *e, struct shape *sh)
@@ -284,7 +328,9 @@ static int tensor(struct js *j, int *dt, const char **dts, size_t *dtn,
 		if (*j->p++ != ',')
 			return -1;
 	}
-	return have == 3 ? 0 : -1;
+	if (have != 3 || !shape_fits(sh, *dts, *dtn, *b, *e))
+		return -1;
+	return 0;
 }
 
 static int cmp_region(const void *a, const void *b)

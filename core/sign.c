@@ -250,10 +250,22 @@ int dcr_sign_key_load(const char *path, struct dcr_sign_key **out)
 		dcr_sign_key_free(k);
 		return DCR_ERR(-EBADMSG);
 	}
-	if (st.st_mode & 077)
-		dcr_warn("%s: the private key is readable by others (mode "
-			 "%04o): chmod 600 it", path,
-			 (unsigned)(st.st_mode & 07777));
+	/*
+	 * Refused, as ssh refuses such an identity file and the mount a
+	 * credentials file: whoever can read the key can sign versions
+	 * every mount trusting it will show, and a warning scrolls past in
+	 * a trainer's log (or is not printed at all below the warning
+	 * level of a libdcr caller).
+	 */
+	if (st.st_mode & 077) {
+		dcr_sign_key_free(k);
+		dcr_err("%s: the private key is accessible by group or others "
+			"(mode %04o), so others may sign versions with it; "
+			"refused: chmod 600 it (and make a new key if others "
+			"could read this one)", path,
+			(unsigned)(st.st_mode & 07777));
+		return DCR_ERR(-EACCES);
+	}
 	dcr_key_id(k->pub, k->id);
 	*out = k;
 	return 0;

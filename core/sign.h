@@ -66,7 +66,8 @@ int dcr_sign_keygen(const char *path, char id[DCR_KEYID_LEN + 1]);
  * dcr_sign_key_load - read the PEM private key in @path (Ed25519 only).
  * 0 and *@out (free with dcr_sign_key_free); -ENOENT/-EACCES/... for the
  * file, -EBADMSG if it holds no Ed25519 private key (logged, naming the
- * file). A key readable by group or others is used with a warning.
+ * file); -EACCES, logged, if the file is accessible by group or others
+ * (mode & 077), as ssh refuses such identity files.
  */
 int dcr_sign_key_load(const char *path, struct dcr_sign_key **out);
 void dcr_sign_key_free(struct dcr_sign_key *k);

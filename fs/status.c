@@ -132,9 +132,10 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		(double)r->busy_decode_ns / 1e9, (double)r->busy_write_ns / 1e9,
 		(double)r->busy_check_ns / 1e9);
 	fprintf(f, " \"errors\": {\"reads\": %" PRIu64 ", \"fetches\": %" PRIu64
-		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64 "},\n",
+		", \"refreshes\": %" PRIu64 ", \"cache\": %" PRIu64
+		", \"tags\": %" PRIu64 "},\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
-		r->cache_errors);
+		r->cache_errors, r->tag_errors);
 	fprintf(f, " \"trust\": {\"keys\": %zu, \"rejected\": {\"unsigned\": %"
 		PRIu64 ", \"bad\": %" PRIu64 ", \"other_store\": %" PRIu64
 		", \"untrusted\": %" PRIu64 ", \"tags\": %" PRIu64 "}},\n",
@@ -341,9 +342,10 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 	fprintf(f, "dcrfs_errors_total{kind=\"read\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"fetch\"} %" PRIu64 "\n"
 		"dcrfs_errors_total{kind=\"refresh\"} %" PRIu64 "\n"
-		"dcrfs_errors_total{kind=\"cache\"} %" PRIu64 "\n",
+		"dcrfs_errors_total{kind=\"cache\"} %" PRIu64 "\n"
+		"dcrfs_errors_total{kind=\"tags\"} %" PRIu64 "\n",
 		s->fuse_read_errors, r->fetch_errors, s->refresh_errors,
-		r->cache_errors);
+		r->cache_errors, r->tag_errors);
 	fputs("# HELP dcrfs_rejected_total Versions and tags not shown "
 	      "(trust=), by why.\n# TYPE dcrfs_rejected_total counter\n", f);
 	fprintf(f, "dcrfs_rejected_total{reason=\"unsigned\"} %" PRIu64 "\n"

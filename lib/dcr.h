@@ -388,8 +388,10 @@ DCR_API int dcr_commit_add_tree(dcr_commit_handle *c, const char *dir);
  * anything is read or uploaded; so does a store made before store
  * markers, which has no id a signature can bind. A second call replaces
  * the key. Mounts with -o trust= show only versions signed by a key
- * they trust (dcrfs(8)). Returns 0; -ENOENT, -EACCES, ... for the file;
- * -EBADMSG if it holds no Ed25519 private key; -EINVAL for a legacy
+ * they trust (dcrfs(8)). Returns 0; -ENOENT, -EACCES, ... for the file
+ * (-EACCES also for a key file group or others may access, mode & 077,
+ * refused as ssh refuses one); -EBADMSG if it holds no Ed25519 private
+ * key; -EINVAL for a legacy
  * store or a handle published already.
  */
 DCR_API int dcr_commit_set_sign_key(dcr_commit_handle *c, const char *path);

@@ -779,7 +779,7 @@ int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
 	struct dcr_reader *r = NULL;
 	struct dcr_layout l;
 	char dir[PATH_MAX];
-	int ret;
+	int ret, lockfd = -1;
 
 	memset(s, 0, sizeof(*s));
 	if ((ret = dcr_store_layout(st, &l))) {
@@ -789,7 +789,10 @@ int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
 	}
 	if (o->dry_run)
 		goto run; /* plans only: no bytes are read */
-	if ((ret = dcr_mktempdir("dcrfs-compact", dir, sizeof(dir)))) {
+	/* named (the reader's cache is a catalog and slabs), so owned:
+	 * one left by a process killed (kill -9) is collected by the next */
+	if ((ret = dcr_mktempdir_owned("dcrfs-compact", dir, sizeof(dir),
+				       &lockfd))) {
 		dcr_layout_free(&l);
 		return ret;
 	}
@@ -804,7 +807,7 @@ run:
 out:
 	dcr_reader_close(r);
 	if (!o->dry_run)
-		dcr_rm_rf(dir);
+		dcr_tempdir_release(dir, lockfd);
 	dcr_layout_free(&l);
 	return ret;
 }

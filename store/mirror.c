@@ -38,6 +38,10 @@ struct mirror {
 	pthread_mutex_t lock;
 	int64_t skip_until;    /* CLOCK_MONOTONIC ns; 0: healthy */
 	int64_t backoff_ns;
+	/* the incident is of bytes that failed their check: a GET that
+	 * answers does not end it (its bytes are checked only later); it
+	 * ends when no frame fails for BACKOFF_MAX_NS after a probe */
+	bool corrupting;
 };
 
 struct dcr_mirror_store {
@@ -131,6 +135,9 @@ static const char *failure(int ret)
 		       "Host, and does the origin accept path-style requests?)";
 	case -EIO:
 		return "refused connection, 5xx or stalled transfer";
+	case -EBADMSG:
+		return "its bytes failed their check (the mirror serves damaged "
+		       "bytes)";
 	default:
 		return dcr_strerror(ret);
 	}
@@ -143,7 +150,10 @@ static void mirror_failed(struct mirror *m, const char *key, int ret)
 	bool first;
 
 	pthread_mutex_lock(&m->lock);
-	first = m->skip_until == 0;
+	/* a corrupting incident quiet for longer than the longest backoff
+	 * since its last probe is over: this is a new one */
+	first = m->skip_until == 0 ||
+		(m->corrupting && now - m->skip_until > BACKOFF_MAX_NS);
 	if (now < m->skip_until) {
 		/* Another request of the same incident: already counted. */
 		pthread_mutex_unlock(&m->lock);
@@ -153,6 +163,7 @@ static void mirror_failed(struct mirror *m, const char *key, int ret)
 		  DCR_MIN(m->backoff_ns * 2, BACKOFF_MAX_NS);
 	m->backoff_ns = backoff;
 	m->skip_until = now + backoff;
+	m->corrupting = ret == -EBADMSG;
 	pthread_mutex_unlock(&m->lock);
 	if (first)
 		dcr_warn("mirror %s: GET %s failed: %s; pack GETs go to the "
@@ -169,6 +180,10 @@ static void mirror_ok(struct mirror *m)
 	bool was;
 
 	pthread_mutex_lock(&m->lock);
+	if (m->corrupting) { /* whether these bytes are right is not known yet */
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
 	was = m->skip_until != 0;
 	m->skip_until = 0;
 	m->backoff_ns = 0;
@@ -263,14 +278,37 @@ int dcr_mirror_refetch(struct dcr_store *st, const char *key, uint64_t off,
 {
 	size_t order[DCR_MIRRORS_MAX];
 	struct dcr_mirror_store *ms = ranked(st, key, order);
+	struct mirror *m = NULL;
+	int64_t now = dcr_mono_ns();
 
 	if (!ms)
 		return -EOPNOTSUPP;
 	atomic_fetch_add_explicit(&ms->refetches, 1, memory_order_relaxed);
-	dcr_warn("%s: bytes %" PRIu64 "+%" PRIu64 " failed their check after "
-		 "a GET through mirror %s (the mirror it maps to); fetching "
-		 "them again from the store", key, off, len,
-		 ms->m[order[0]].url);
+	/* the mirror mirror_get asked: the first of the key's order not
+	 * skipped, or one already in an incident of damaged bytes (another
+	 * frame of the same GET); none: the bytes came from the store */
+	for (size_t i = 0; i < ms->n && !m; i++) {
+		struct mirror *c = &ms->m[order[i]];
+		bool bad;
+
+		pthread_mutex_lock(&c->lock);
+		bad = c->corrupting && now < c->skip_until;
+		pthread_mutex_unlock(&c->lock);
+		if (bad || usable(c, now))
+			m = c;
+	}
+	/*
+	 * A mirror serving damaged bytes is backed off like a failing one,
+	 * and said once per incident (mirror_failed): otherwise every frame
+	 * would be fetched twice, with one warning each.
+	 */
+	if (m) {
+		count(&m->n, -EBADMSG, 0);
+		mirror_failed(m, key, -EBADMSG);
+	}
+	dcr_debug("%s: bytes %" PRIu64 "+%" PRIu64 " failed their check after "
+		  "a GET through mirror %s; fetching them again from the store",
+		  key, off, len, m ? m->url : ms->m[order[0]].url);
 	return origin_get(ms, key, off, len, deadline, out);
 }
 

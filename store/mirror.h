@@ -85,8 +85,10 @@ bool dcr_store_is_mirrored(const struct dcr_store *st);
 
 /**
  * dcr_mirror_refetch - bytes [@off, @off+@len) of pack @key failed their
- * check after a GET of the mirrored store @st: log it once (naming the
- * object and the mirror it maps to), count it, and append the range as
+ * check after a GET of the mirrored store @st: count it, back the mirror
+ * that served it off as a failing one (logged once per incident, naming
+ * the mirror; a probe's answer does not end such an incident, only a
+ * quiet 30 s after it), and append the range as
  * the store itself holds it to @out, within @deadline (as the store's
  * get op). Returns as the store's get; -EOPNOTSUPP if @st is not
  * mirrored.

@@ -814,6 +814,7 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 	s->rejected_store = LOAD(rej_store);
 	s->rejected_untrusted = LOAD(rej_untrusted);
 	s->rejected_tags = LOAD(rej_tags);
+	s->tag_errors = LOAD(tag_errors);
 	s->bytes_sha_proven = LOAD(sha_proven);
 	s->busy_fetch_ns = LOAD(busy_fetch);
 	s->busy_decode_ns = LOAD(busy_decode);

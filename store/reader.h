@@ -435,6 +435,9 @@ struct dcr_reader_stats {
 	uint64_t cache_sealed;  /* cache files sealed with fs-verity */
 	int cache_verity;       /* fs-verity: 1 works, -1 missing, 0 not
 				 * tried yet (store/cache_verity.c) */
+	uint64_t tag_errors;    /* reads of malformed tag objects, one per
+				 * tag per poll (each logged once per tag
+				 * and content) */
 	/* With a trust set: versions not shown, by why (each logged once;
 	 * a version counts once per reason it is judged for). */
 	uint64_t rejected_unsigned;   /* no signature */

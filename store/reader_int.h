@@ -370,6 +370,13 @@ struct rversions {
 	/* "name version" of tags refused, logged once; under refresh_lock */
 	char **tag_rejected;
 	size_t ntag_rejected;
+	/* tag objects found malformed at the last poll, each logged once
+	 * per content (the SHA-256 of what was read); under refresh_lock */
+	struct rbad_tag {
+		char *name;
+		uint8_t digest[32];
+	} *tag_bad;
+	size_t ntag_bad;
 };
 
 
@@ -443,6 +450,7 @@ struct dcr_reader {
 		/* busy ns per stage (dcr_reader_stats) */
 		atomic_uint_fast64_t busy_fetch, busy_decode, busy_write;
 		atomic_uint_fast64_t busy_check;
+		atomic_uint_fast64_t tag_errors;
 	} stats;
 };
 

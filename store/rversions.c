@@ -157,6 +157,9 @@ void versions_close(struct dcr_reader *r)
 	for (size_t i = 0; i < r->vs.ntag_rejected; i++)
 		free(r->vs.tag_rejected[i]);
 	free(r->vs.tag_rejected);
+	for (size_t i = 0; i < r->vs.ntag_bad; i++)
+		free(r->vs.tag_bad[i].name);
+	free(r->vs.tag_bad);
 	free(r->vs.bad);
 	dcr_reader_tags_free(r->vs.tags, r->vs.ntags);
 	pthread_mutex_destroy(&r->vs.lock);
@@ -964,9 +967,39 @@ static bool tag_trusted(struct dcr_reader *r, const char *name, uint64_t v,
 	return false;
 }
 
+/*
+ * A malformed tag object @name (found so at this poll, @b) is counted at
+ * every poll and logged at error level only when it was not malformed
+ * with the same content at the last poll: a poll every second must not
+ * log the same line every second. It is noted in @next (the set of the
+ * next poll, of @nnext entries, room for all). Caller holds refresh_lock.
+ */
+static void tag_malformed(struct dcr_reader *r, const char *name,
+			  const struct dcr_tag_bad *b, struct rbad_tag *next,
+			  size_t *nnext)
+{
+	bool seen = false;
+
+	STAT_ADD(r, tag_errors, 1);
+	for (size_t i = 0; i < r->vs.ntag_bad && !seen; i++)
+		seen = !strcmp(r->vs.tag_bad[i].name, name) &&
+		       !memcmp(r->vs.tag_bad[i].digest, b->digest,
+			       sizeof(b->digest));
+	if (!seen)
+		dcr_err("%s: tag object tags/%s is malformed (%s); it is "
+			"ignored (logged again only when it changes)",
+			r->st->url ? r->st->url : "store", name, b->why);
+	if ((next[*nnext].name = strdup(name))) {
+		memcpy(next[*nnext].digest, b->digest, sizeof(b->digest));
+		(*nnext)++;
+	}
+}
+
 /* Re-list tags/ and replace the tag set. */
 static int refresh_tags(struct dcr_reader *r)
 {
+	struct rbad_tag *bad_next = NULL;
+	size_t nbad_next = 0;
 	struct tlist l = { 0 };
 	struct dcr_tag *tags = NULL, *old;
 	const char **names = NULL;
@@ -985,17 +1018,23 @@ static int refresh_tags(struct dcr_reader *r)
 	tags = calloc(l.n ? l.n : 1, sizeof(*tags));
 	names = calloc(l.n ? l.n : 1, sizeof(*names));
 	vs = calloc(l.n ? l.n : 1, sizeof(*vs));
-	if (!tags || !names || !vs) {
+	bad_next = calloc(l.n ? l.n : 1, sizeof(*bad_next));
+	if (!tags || !names || !vs || !bad_next) {
 		ret = DCR_ERR(-ENOMEM);
 		goto out_free;
 	}
 	for (size_t i = 0; i < l.n; i++) {
 		struct dcr_tag_sig ts;
+		struct dcr_tag_bad bad;
 		bool is_signed = false;
 		uint64_t v;
-		int rc = dcr_store_get_tag_sig(r->st, l.names[i], &v, &ts,
-					       &is_signed);
+		int rc = dcr_store_read_tag(r->st, l.names[i], &v, &ts,
+					    &is_signed, &bad);
 
+		if (rc == -EBADMSG) {
+			tag_malformed(r, l.names[i], &bad, bad_next, &nbad_next);
+			continue;
+		}
 		if (rc) {
 			if (rc != -ENOENT)
 				dcr_warn("tags/%s: %s", l.names[i],
@@ -1027,8 +1066,20 @@ static int refresh_tags(struct dcr_reader *r)
 	pthread_mutex_unlock(&r->vs.lock);
 	tags = old;
 	nt = nold;
+	/* the set seen malformed at this poll replaces the last one: a tag
+	 * fixed, removed or changed is logged again if it turns bad */
+	for (size_t i = 0; i < r->vs.ntag_bad; i++)
+		free(r->vs.tag_bad[i].name);
+	free(r->vs.tag_bad);
+	r->vs.tag_bad = bad_next;
+	r->vs.ntag_bad = nbad_next;
+	bad_next = NULL;
+	nbad_next = 0;
 
 out_free:
+	for (size_t i = 0; i < nbad_next; i++)
+		free(bad_next[i].name);
+	free(bad_next);
 	dcr_reader_tags_free(tags, nt);
 	for (size_t i = 0; i < l.n; i++)
 		free(l.names[i]);

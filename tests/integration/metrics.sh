@@ -3,6 +3,8 @@
 #  - -o metrics=127.0.0.1:PORT serves GET /metrics, Prometheus text with
 #    the same metrics as MNT/.dcrfs/metrics, counting the reads made;
 #    other paths are 404, other methods 405; unmounting stops it;
+#  - 20 slow clients (a header line every 2 s) do not keep it
+#    unreachable (a deadline for the request head, the oldest dropped);
 #  - a port in use fails the mount at once (exit 1), naming the address;
 #    a malformed metrics= is a usage error (2);
 #  - -o log_level=error logs no info line; debug logs debug lines; on a
@@ -43,6 +45,35 @@ case $ct in text/plain*version=0.0.4*) ;; *) fail "content type '$ct'" ;; esac
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/")" = 404 ] || fail "/ is not 404"
 [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/metrics")" = 405 ] ||
 	fail "POST is not 405"
+
+# 20 slow clients (a header line every 2 s, never ending their request
+# head; libmicrohttpd's inactivity timeout never fires) do not keep
+# /metrics unreachable: each scrape within 3 s.
+python3 - "$PORT" >"$T/slow.log" 2>&1 <<'PY' &
+import socket, sys, time
+socks = []
+for i in range(20):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+    socks.append(s)
+end = time.time() + 12
+while time.time() < end:
+    time.sleep(2)
+    for s in socks:
+        try:
+            s.sendall(b"X-Slow: 1\r\n")
+        except OSError:
+            pass
+PY
+SLOW_PID=$!
+sleep 1
+for i in 1 2 3 4; do
+	t curl -sf --max-time 3 -o /dev/null "http://127.0.0.1:$PORT/metrics" ||
+		fail "/metrics unreachable under 20 slow clients (scrape $i)"
+	sleep 1.5
+done
+kill "$SLOW_PID" 2>/dev/null || true
+wait "$SLOW_PID" 2>/dev/null || true
 
 # The port is taken now: a second mount fails at once, naming it.
 mkdir -p "$T/mnt2"

@@ -327,12 +327,12 @@ done < <(find "$T/tier/cache" -type f -print0)
 s3_mount "$STORE" "$T/c" "$MOPTS,cache_dir=$T/cache.c"
 read_all "$T/c" 2 "$T/got.c"
 diff "$T/want.2" "$T/got.c" >/dev/null || fail "a corrupted tier cache reached a reader"
-grep -q "failed their check after a GET through mirror $TIER_URL" "$MOUNT_LOG" ||
+grep -q "mirror $TIER_URL: GET .*its bytes failed their check" "$MOUNT_LOG" ||
 	fail "no log line names the mirror of a bad frame: $(tail -n 5 "$MOUNT_LOG")"
 grep -q '^dcrfs_mirror_refetches_total [1-9]' "$T/c/.dcrfs/metrics" ||
 	fail "metrics count no refetch: $(grep refetch "$T/c/.dcrfs/metrics")"
 umount_dcrfs "$T/c"
-log "$n corrupted slices in the tier: read right ($(grep -c 'failed their check' "$MOUNT_LOG") frames refetched from the store)"
+log "$n corrupted slices in the tier: read right ($(grep -c 'failed their check' "$MOUNT_LOG") lines)"
 
 # the tier down: reads come from the store, one log line per incident
 t "$TIER" stop --dir "$T/tier"

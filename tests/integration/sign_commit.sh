@@ -10,7 +10,8 @@
 # key or an unsigned version; a manifest replayed into another store, a
 # forged signature and a manifest copied to another number fail verify;
 # signed tags (dcrfs-commit -t with a key, dcrfs-ctl tag --sign-key) carry
-# the signer's public key; a corrupt or missing key, a store without an id
+# the signer's public key; a corrupt or missing key, a private key
+# group or others may read, a store without an id
 # and bad metadata fail with a clear message before anything is uploaded.
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
@@ -200,6 +201,29 @@ DCRFS_SIGN_KEY=$T/missing.key expect_status 1 "missing.key" "$DCRFS_COMMIT" --st
 expect_status 1 "junk.key" "$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/commit-cache" --sign-key "$T/junk.key" --meta a=b "$T/tree"
 expect_status 1 "bad key" "$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/commit-cache" --meta "bad key=1" "$T/tree"
 expect_status 2 "not KEY=VALUE" "$DCRFS_COMMIT" --store "$STORE" --meta novalue "$T/tree"
+# a private key others may read is refused (as ssh refuses one), by the
+# CLI, the environment, dcrfs-ctl tag and Python
+cp "$T/k1" "$T/k644" && chmod 644 "$T/k644"
+cp "$T/k1" "$T/k640" && chmod 640 "$T/k640"
+expect_status 1 "k644: the private key is accessible by group or others \(mode 0644\).*chmod 600" \
+	"$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/commit-cache" --sign-key "$T/k644" "$T/tree"
+DCRFS_SIGN_KEY=$T/k640 expect_status 1 "k640: .*mode 0640" \
+	"$DCRFS_COMMIT" --store "$STORE" --cache-dir "$T/commit-cache" "$T/tree"
+expect_status 1 "k644: the private key is accessible by group or others" \
+	"$DCRFS_CTL" --store "$STORE" tag --sign-key "$T/k644" open644 1
+[ ! -e "$STORE/tags/open644" ] || fail "a tag was written with a mode 644 key"
+"$PY" - "$STORE" "$T/k644" "$T/tree" >"$T/py644.out" 2>&1 <<'PY' || fail "Python took a mode 644 key: $(cat "$T/py644.out")"
+import sys, dcrfs
+store, key, tree = sys.argv[1:4]
+for f in (lambda: dcrfs.tag(store, "py644", 1, sign_key=key),
+          lambda: dcrfs.Commit(store, sign_key=key).__enter__()):
+    try:
+        f()
+    except OSError as e:
+        assert "accessible by group or others" in str(e) or e.errno == 13, e
+    else:
+        raise SystemExit("accepted")
+PY
 [ "$(npacks "$STORE")" = "$p0" ] && [ "$(nversions "$STORE")" = "$v0" ] ||
 	fail "a refused commit uploaded something ($p0 -> $(npacks "$STORE") packs)"
 L=$T/legacy

@@ -71,7 +71,7 @@ else:
     assert d["reads"] > 0 and d["bytes"]["read"] > 0, d
     assert d["cache"]["hits"] > int(sys.argv[2]), d
     assert 0 < d["cache"]["hit_rate"] <= 1, d
-assert d["errors"] == {"reads": 0, "fetches": 0, "refreshes": 0, "cache": 0}, d["errors"]' "$before" || fail "after a read: $(cat "$T/st.json")"
+assert d["errors"] == {"reads": 0, "fetches": 0, "refreshes": 0, "cache": 0, "tags": 0}, d["errors"]' "$before" || fail "after a read: $(cat "$T/st.json")"
 
 # metrics: Prometheus text
 cp "$MNT/.dcrfs/metrics" "$T/metrics"

@@ -846,6 +846,16 @@ static void test_safetensors(void **state)
 		"{\"a\":{\"dtype\":\"BF16\",\"data_offsets\":[0,2]}} x",
 		"{\"a\\q\":{}}",
 		"{\"a\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+		/* a shape whose element count wraps 64 bits (2^68 = 0 mod
+		 * 2^64) is not an empty tensor */
+		"{\"a\":{\"dtype\":\"BF16\",\"shape\":[4294967296,4294967296,16],"
+		"\"data_offsets\":[0,0]}}",
+		/* ... nor one whose bytes wrap (2^63 elements of 2 bytes) */
+		"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2147483648,4294967296],"
+		"\"data_offsets\":[0,0]}}",
+		/* a shape that does not span its data_offsets */
+		"{\"a\":{\"dtype\":\"BF16\",\"shape\":[4,8],\"data_offsets\":[0,62]}}",
+		"{\"a\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,16]}}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		n = make_st(buf, bad[i], 64);

@@ -18,6 +18,7 @@
 
 #include "common.h"
 #include "dirstore.h"
+#include "hash.h"
 #include "manifest.h"
 #include "sign.h"
 #include "store.h"
@@ -409,6 +410,56 @@ static void test_signed_tags(void **state)
 	dcr_sign_key_free(k);
 }
 
+/* The store's get, recording the largest length asked for. */
+static const struct dcr_store_ops *real_ops;
+static uint64_t max_get_len;
+
+static int counting_get(struct dcr_store *st, const char *key, uint64_t off,
+			uint64_t len, int64_t deadline, struct dcr_buf *out)
+{
+	if (len > max_get_len)
+		max_get_len = len;
+	return real_ops->get(st, key, off, len, deadline, out);
+}
+
+/* A 50 MB tag object is refused without being fetched whole (a ranged
+ * GET of DCR_TAG_OBJ_MAX + 1 bytes); dcr_store_read_tag reports a
+ * malformed one quietly, with what is wrong and a digest of its bytes. */
+static void test_tag_bounded(void **state)
+{
+	struct fx *f = *state;
+	static struct dcr_store_ops ops; /* outlives a failed assertion */
+	struct dcr_tag_bad bad;
+	char path[160];
+	uint64_t v;
+
+	snprintf(path, sizeof(path), "%s/store/nested/tags/big", f->root);
+	assert_int_equal(dcr_store_put(f->st, "tags/big", "1\n", 2, 0), 0);
+	assert_int_equal(truncate(path, 50 << 20), 0);
+	real_ops = f->st->ops;
+	ops = *real_ops;
+	ops.get = counting_get;
+	f->st->ops = &ops;
+	max_get_len = 0;
+	assert_int_equal(dcr_store_read_tag(f->st, "big", &v, NULL, NULL, &bad), -EBADMSG);
+	assert_true(max_get_len > 0 && max_get_len <= DCR_TAG_OBJ_MAX + 1);
+	assert_non_null(strstr(bad.why, "longer than 400 bytes"));
+	uint8_t want[DCR_HASH_LEN], head[DCR_TAG_OBJ_MAX + 1] = { '1', '\n' };
+	dcr_sha256(head, sizeof(head), want);
+	assert_memory_equal(bad.digest, want, DCR_HASH_LEN);
+	max_get_len = 0;
+	assert_int_equal(dcr_store_get_tag(f->st, "big", &v), -EBADMSG);
+	assert_true(max_get_len > 0 && max_get_len <= DCR_TAG_OBJ_MAX + 1);
+	/* other kinds say what is wrong; a good one is read as before */
+	assert_int_equal(dcr_store_put(f->st, "tags/minus", "-1\n", 3, 0), 0);
+	assert_int_equal(dcr_store_read_tag(f->st, "minus", &v, NULL, NULL, &bad), -EBADMSG);
+	assert_non_null(strstr(bad.why, "not a version number"));
+	assert_int_equal(dcr_store_put(f->st, "tags/ok", "7\n", 2, 0), 0);
+	assert_int_equal(dcr_store_read_tag(f->st, "ok", &v, NULL, NULL, &bad), 0);
+	assert_int_equal(v, 7);
+	f->st->ops = real_ops;
+}
+
 static void test_open_errors(void **state)
 {
 	struct fx *f = *state;
@@ -520,6 +571,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_mtime_and_partial, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_keys_and_tags, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_signed_tags, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tag_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_marker, setup, teardown),
 	};

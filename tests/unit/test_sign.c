@@ -133,6 +133,18 @@ static void test_key_load_refuses(void **state)
 	assert_int_equal(dcr_sign_key_load("/nonexistent/key", &k), -ENOENT);
 	assert_int_equal(dcr_sign_key_load("", &k), -EINVAL);
 	assert_null(k);
+	/* a private key others may read is refused, as ssh refuses one;
+	 * 0600 and 0400 are taken */
+	static const mode_t modes[] = { 0644, 0640, 0604, 0660, 0601 };
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		assert_int_equal(chmod(f->key, modes[i]), 0);
+		assert_int_equal(dcr_sign_key_load(f->key, &k), -EACCES);
+		assert_null(k);
+	}
+	assert_int_equal(chmod(f->key, 0400), 0);
+	assert_int_equal(dcr_sign_key_load(f->key, &k), 0);
+	dcr_sign_key_free(k);
+	assert_int_equal(chmod(f->key, 0600), 0);
 }
 
 /* A trust file: keys with text between them, duplicates once; empty
