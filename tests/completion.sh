@@ -25,10 +25,17 @@ PATH=$B:$PATH
 want=$(dcrfs-ctl --help | sed -n '/^Commands:/,/^$/p' | awk '/^  [a-z]/ { print $1 }' | sort)
 [ "$(wc -l <<<"$want")" -ge 10 ] || fail "dcrfs-ctl --help lists too few commands: $want"
 [ "$(complete_words dcrfs-ctl '' | sort)" = "$want" ] || fail "dcrfs-ctl <tab> is not every command"
-complete_words dcrfs-ctl --store s wait --new | grep -qx -- --newer-than || fail "dcrfs-ctl wait --new"
-complete_words dcrfs-commit --allow-non | grep -qx -- --allow-nonfinite || fail "dcrfs-commit --allow-non"
-complete_words dcrfs s m -o po | grep -qx -- 'poll=' || fail "dcrfs -o po: $(complete_words dcrfs s m -o po)"
-complete_words dcrfs s m -o cache_dir=/x,pre | grep -qx -- 'cache_dir=/x,prefetch=' ||
-	fail "dcrfs -o cache_dir=/x,pre: $(complete_words dcrfs s m -o cache_dir=/x,pre)"
+# has WANT WORD... : completing WORD... offers WANT (the words are taken
+# whole first: grep -q on a pipe would end it early, and pipefail fail)
+has() {
+	local want=$1 got
+	shift
+	got=$(complete_words "$@")
+	grep -qx -- "$want" <<<"$got" || fail "$*: offers $(tr '\n' ' ' <<<"$got"), not $want"
+}
+has --newer-than dcrfs-ctl --store s wait --new
+has --allow-nonfinite dcrfs-commit --allow-non
+has 'poll=' dcrfs s m -o po
+has 'cache_dir=/x,prefetch=' dcrfs s m -o cache_dir=/x,pre
 [ "$(complete_words dcrfs-synth i)" = init ] || fail "dcrfs-synth i"
 echo "# ok"
