@@ -30,7 +30,9 @@ json_field() {
 	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
 }
 
-t "$DCRFS_SYNTH" init --size 8M --seed 3 --quiet "$T/s1"
+# 20M: the model spans 3 pieces (8 MiB each), so a kill after its first
+# piece (below) lands while the export is held before the next one
+t "$DCRFS_SYNTH" init --size 20M --seed 3 --quiet "$T/s1"
 t "$DCRFS_SYNTH" step --in "$T/s1" --out "$T/s2" --mode uniform --quiet
 mkdir -p "$T/s2/sub/deep"
 printf 'hello\n' >"$T/s2/sub/deep/f"
