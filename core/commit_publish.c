@@ -33,7 +33,8 @@ enum held { HELD_OURS, HELD_ABSENT, HELD_THEIRS, HELD_UNKNOWN };
  * Read version @v's manifest object @key back and compare it with @enc,
  * the bytes this commit put: exactly them (ours), nothing, an intact
  * manifest of version @v that is not ours (another commit's: it
- * decodes), or unknown (the store did not answer, or keeps returning
+ * decodes; or, in a local store, a directory in its place), or
+ * unknown (the store did not answer, or keeps returning
  * bytes that are neither: damaged on the way or at rest). A read that
  * is neither ours nor an intact manifest is tried again, so that a byte
  * flipped on the way is not taken for another commit's version (the
@@ -54,6 +55,10 @@ static enum held version_holds(struct dcr_store *st, const char *key,
 		int ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
 		if (ret == -ENOENT) {
 			h = HELD_ABSENT;
+		} else if (ret == -EISDIR) {
+			/* a local store's entry that is no file: no commit
+			 * wrote it, and the number is not free */
+			h = HELD_THEIRS;
 		} else if (ret) {
 			*err = ret;
 			break; /* the store retried already */

@@ -47,7 +47,7 @@ n=$(grep -c 'versions/0000000002' "$MOUNT_LOG" || true)
 MNT2=$T/mnt2
 mkdir -p "$MNT2"
 register_mount "$MNT2"
-expect_fail_msg "is in use by another dcrfs (pid $MOUNT_PID)" \
+expect_fail_msg "is in use by another dcrfs (pid $MOUNT_PID, mounted on $MNT)" \
 	"$DCRFS" "$STORE" "$MNT2" -o "cache_dir=$CACHE"
 mountpoint -q "$MNT2" && fail "the second dcrfs mounted"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"

@@ -130,7 +130,7 @@ expect_status 1 "key 1 is a private key: trust takes the public one \(KEYFILE.pu
 	"$DCRFS_CTL" --store "$STORE" verify --trust "$T/k1" 1
 expect_status 1 "its directory does not exist: create it first" \
 	"$DCRFS_CTL" keygen "$T/no-such-dir/key"
-expect_status 2 "only verify takes --trust" "$DCRFS_CTL" --store "$STORE" log --trust "$T/k1.pub"
+expect_status 2 "only verify, export and cat take --trust" "$DCRFS_CTL" --store "$STORE" log --trust "$T/k1.pub"
 
 # --- forgeries verify catches
 # a signature damaged in place (in a copy of the store)
