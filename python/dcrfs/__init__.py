@@ -416,7 +416,25 @@ def tag(url, name, v, sign_key=None):
     return out.value
 
 
-class Commit:
+class _Closing:
+    """What owns a libdcr handle: close() when a with block ends and when
+    the object is collected (a failing close then says nothing)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Commit(_Closing):
     """One new version of the store at url.
 
     Options: init (create the store if there is none), parent (0: the
@@ -564,19 +582,6 @@ class Commit:
             _lib.dcr_store_handle_close(self._store)
             self._store = _vp()
         self._keep = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # The delta view's files (python/dcrfs/_delta.py): pure Python and numpy.

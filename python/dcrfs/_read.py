@@ -22,7 +22,7 @@ import io
 import json
 import os
 
-from . import DcrError, _check, _cstr, _lib, _vname, _vp
+from . import DcrError, _Closing, _check, _cstr, _lib, _vname, _vp
 
 _u64 = ctypes.c_uint64
 
@@ -48,7 +48,7 @@ _lib.dcr_read_close.argtypes = [_vp]
 _lib.dcr_read_close.restype = None
 
 
-class Reader:
+class Reader(_Closing):
     """A reader of the store at url (its versions listed at open); open()
     files of any version through it. trust: a file of PEM public keys (a
     mount's -o trust=): only versions and tags signed by one are seen. Thread-safe: its files may be read
@@ -105,19 +105,6 @@ class Reader:
         if self._s:
             _lib.dcr_store_handle_close(self._s)
             self._s = _vp()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class File(io.RawIOBase):
