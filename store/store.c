@@ -46,6 +46,18 @@ int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
 	return dcr_dir_open(url, flags & DCR_OPEN_CREATE, out);
 }
 
+void dcr_store_init_failed(const struct dcr_store *st, int ret)
+{
+	if (ret == -ENOENT)
+		/* the marker's put found no place to go: an S3 bucket that
+		 * does not exist (its NoSuchBucket is logged by the backend) */
+		dcr_err("%s: cannot create a store there: the bucket does not "
+			"exist (dcrfs creates no buckets: create it first, e.g. "
+			"'aws s3 mb s3://BUCKET')", st->url);
+	else
+		dcr_err("%s: cannot create a store: %s", st->url, dcr_strerror(ret));
+}
+
 int dcr_store_check(struct dcr_store *st, bool init,
 		    struct dcr_store_info *info)
 {
@@ -56,11 +68,7 @@ int dcr_store_check(struct dcr_store *st, bool init,
 	} else if (ret == -EEXIST && init) {
 		ret = 0;
 	} else if (ret == -ENOENT && init) {
-		/* the marker's put found no place to go: an S3 bucket that
-		 * does not exist (its NoSuchBucket is logged by the backend) */
-		dcr_err("%s: cannot create a store there: the bucket does not "
-			"exist (dcrfs creates no buckets: create it first, e.g. "
-			"'aws s3 mb s3://BUCKET')", st->url);
+		dcr_store_init_failed(st, ret);
 	} else if (ret == -ENOENT) {
 		dcr_err("%s is not a dcrfs store (it has no %s marker and no "
 			"versions); create one with 'dcrfs-commit --init' or "

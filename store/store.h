@@ -61,4 +61,12 @@ int dcr_store_open(const char *url, const struct dcr_store_cfg *cfg,
 int dcr_store_check(struct dcr_store *st, bool init,
 		    struct dcr_store_info *info);
 
+/**
+ * dcr_store_init_failed - say why dcr_store_init(@st) failed with @ret
+ * (not -EEXIST): -ENOENT is a bucket that does not exist (dcrfs creates
+ * none), anything else is named as it is. One error line; for
+ * `dcrfs-ctl init` and dcr_store_check alike.
+ */
+void dcr_store_init_failed(const struct dcr_store *st, int ret);
+
 #endif /* DCR_STORE_H */

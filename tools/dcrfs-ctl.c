@@ -670,12 +670,8 @@ static int cmd_init(const char *url, const struct dcr_store_cfg *cfg, int json)
 	if (ret == -EEXIST) {
 		dcr_err("%s: there is a store already (id %s%s); left alone", st->url,
 			info.id, info.legacy ? ", made before store markers" : "");
-	} else if (ret == -ENOENT) {
-		dcr_err("%s: cannot create a store there: the bucket does not "
-			"exist (dcrfs creates no buckets: create it first, e.g. "
-			"'aws s3 mb s3://BUCKET')", st->url);
 	} else if (ret) {
-		dcr_err("%s: cannot create a store: %s", st->url, dcr_strerror(ret));
+		dcr_store_init_failed(st, ret);
 	} else {
 		if (json) {
 			fputs("{\"store\": ", stdout);
