@@ -60,7 +60,7 @@ import threading
 
 __all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
            "verify", "gc", "tag", "read_delta", "iter_delta", "delta_info", "apply_delta",
-           "DeltaError", "Reader", "open", "load_safetensors",
+           "SKIP", "DeltaError", "Reader", "open", "load_safetensors",
            "resolve", "latest", "wait"]
 
 _u64 = ctypes.c_uint64
@@ -585,7 +585,7 @@ class Commit(_Closing):
 
 
 # The delta view's files (python/dcrfs/_delta.py): pure Python and numpy.
-from ._delta import DeltaError, apply_delta, delta_info, iter_delta, read_delta  # noqa: E402
+from ._delta import SKIP, DeltaError, apply_delta, delta_info, iter_delta, read_delta  # noqa: E402,E501
 # Reading without a mount (python/dcrfs/_read.py): open, load_safetensors.
 from ._read import Reader, load_safetensors, open  # noqa: E402,A004
 from ._mount import latest, resolve, wait  # noqa: E402
