@@ -18,8 +18,12 @@ To keep a rollout engine's weights current from a mount's delta/ view
 (dcrfs(8)) without reloading them: read_delta(path) ({name: (idx, val)},
 numpy only), delta_info(path) (what changed, from and to which version)
 and apply_delta(tensors, path, from_digest=... or from_version=...),
-which patches torch tensors or numpy arrays in place after checking
-that they are of the delta's from version; a bad file raises DeltaError.
+which patches torch tensors (any device) or numpy arrays in place after
+checking that they are of the delta's from version; a bad file raises
+DeltaError. apply_delta(None, path, ..., resolve=fn) patches fused and
+tensor-parallel tensors (fn(name) gives (tensor, dst), (tensor, dst,
+src, count) or SKIP); iter_delta(path) yields (name, idx, val) for an
+engine's own loader.
 
 To load one version and only one from a mount: resolve(mnt) gives
 MNT/vN for the version MNT/latest shows now (MNT/latest itself is
