@@ -54,6 +54,7 @@ _FORMAT, _FORMAT_VERSION = "dcrfs-delta", "1"
 _LIST_KEYS = ("added", "removed", "reshaped")
 _READ_PIECE = 8 << 20         # a parallel read's pieces are no smaller
 _PATCH_PIECE = 1 << 18        # nor a parallel patch's (indices)
+_CHECK_PIECE = 1 << 20        # indices checked as one piece
 _REQUIRED = ("format", "format_version", "from_version", "to_version",
              "from_digest", "to_digest", "digest_kind") + _LIST_KEYS
 
@@ -261,19 +262,34 @@ class _Delta:
             raise _bad(self.path, "read %d bytes of %d (truncated while read)"
                        % (self.base + got, self.size))
         self.data = buf
+        jobs = []
         for base, (idt, ioff, ni, vdt, voff) in self.parts.items():
             iw, vw = _DTYPES[idt][0], _DTYPES[vdt][0]
             idx = buf[ioff:ioff + ni * iw].view(_DTYPES[idt][1])
             val = buf[voff:voff + ni * vw].view(_DTYPES[vdt][1])
-            if ni:
-                if idx[0] < 0:
-                    raise _bad(self.path, "tensor %s: negative index %d" % (base, idx[0]))
-                if ni > 1 and not bool(np.all(idx[1:] > idx[:-1])):
-                    k = int(np.flatnonzero(idx[1:] <= idx[:-1])[0])
-                    raise _bad(self.path, "tensor %s: indices not increasing (%d then %d "
-                               "at %d)" % (base, idx[k], idx[k + 1], k + 1))
+            if ni and idx[0] < 0:
+                raise _bad(self.path, "tensor %s: negative index %d" % (base, idx[0]))
+            # increasing, checked in pieces (overlapping by one element):
+            # their temporaries stay in the CPU's cache, and pool's
+            # threads check several at once
+            for a in range(0, ni - 1, _CHECK_PIECE):
+                jobs.append((base, idx, a, min(a + _CHECK_PIECE, ni - 1) + 1))
             self.tensors[base] = (idx, val, vdt)
+        ok = (pool.map(_first_not_increasing, jobs) if pool is not None and len(jobs) > 1
+              else map(_first_not_increasing, jobs))
+        for (base, idx, _, _), k in zip(jobs, ok):
+            if k is not None:
+                raise _bad(self.path, "tensor %s: indices not increasing (%d then %d at %d)"
+                           % (base, idx[k], idx[k + 1], k + 1))
         return self
+
+
+def _first_not_increasing(job):
+    """The first k in a..b-2 with idx[k + 1] <= idx[k], or None."""
+    import numpy as np
+    _, idx, a, b = job
+    up = idx[a + 1:b] > idx[a:b - 1]
+    return None if up.all() else a + int(np.argmin(up))
 
 
 def _read(path):
