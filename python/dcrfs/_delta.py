@@ -487,9 +487,9 @@ def _patch_staged(items):
     device and file, the span of the file's data section its patches
     use goes to the device in one copy (from the pinned buffer the file
     was read into, for CUDA: asynchronous, no pageable staging), the
-    indices as the file has them (I32 widened to int64 on the device, a
-    shift added there); then each tensor is patched there (index_put_ on
-    its elements viewed as integers of their width). A CUDA patch is
+    indices as the file has them (I32 widened to int64 on the device, all
+    at once, a shift added there); then each tensor is patched there
+    (index_put_ on its elements viewed as integers of their width). A CUDA patch is
     complete when this returns."""
     import torch
     groups = {}
@@ -509,10 +509,17 @@ def _patch_staged(items):
         b = max(max(r[1], r[3]) for r in ranges)
         dbuf = host[a:b].to(dev, non_blocking=d.host is not None)
         with torch.no_grad():
+            # every I32 index of the file widened in one kernel: the format
+            # lays them out back to back
+            narrow = [r for r in ranges if r[4] == 4]
+            if narrow:
+                w0, w1 = min(r[0] for r in narrow), max(r[1] for r in narrow)
+                wide = dbuf[w0 - a:w1 - a].view(torch.int32).long()
             for it, (i0, i1, v0, v1, iw) in zip(its, ranges):
-                di = dbuf[i0 - a:i1 - a].view(torch.int32 if iw == 4 else torch.int64)
                 if iw == 4:
-                    di = di.long()
+                    di = wide[(i0 - w0) // 4:(i1 - w0) // 4]
+                else:
+                    di = dbuf[i0 - a:i1 - a].view(torch.int64)
                 if it.shift:
                     di = di + it.shift
                 it.flat().index_put_((di,), dbuf[v0 - a:v1 - a].view(_torch_int(it.width)))
