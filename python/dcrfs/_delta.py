@@ -394,7 +394,6 @@ class _Item:
     def flat(self):
         """t's elements as one flat array of integers of their width
         (numpy for a numpy array or a CPU tensor, else a torch tensor)."""
-        import numpy as np
         t = self.t
         if self.kind == "numpy":
             return t.reshape(-1).view(_INT_NP[self.width])
