@@ -18,8 +18,12 @@ To keep a rollout engine's weights current from a mount's delta/ view
 (dcrfs(8)) without reloading them: read_delta(path) ({name: (idx, val)},
 numpy only), delta_info(path) (what changed, from and to which version)
 and apply_delta(tensors, path, from_digest=... or from_version=...),
-which patches torch tensors or numpy arrays in place after checking
-that they are of the delta's from version; a bad file raises DeltaError.
+which patches torch tensors (any device) or numpy arrays in place after
+checking that they are of the delta's from version; a bad file raises
+DeltaError. apply_delta(None, path, ..., resolve=fn) patches fused and
+tensor-parallel tensors (fn(name) gives (tensor, dst), (tensor, dst,
+src, count) or SKIP); iter_delta(path) yields (name, idx, val) for an
+engine's own loader.
 
 To load one version and only one from a mount: resolve(mnt) gives
 MNT/vN for the version MNT/latest shows now (MNT/latest itself is
@@ -60,7 +64,7 @@ import threading
 
 __all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
            "verify", "gc", "tag", "read_delta", "iter_delta", "delta_info", "apply_delta",
-           "DeltaError", "Reader", "open", "load_safetensors",
+           "SKIP", "DeltaError", "Reader", "open", "load_safetensors",
            "resolve", "latest", "wait"]
 
 _u64 = ctypes.c_uint64
@@ -585,7 +589,7 @@ class Commit(_Closing):
 
 
 # The delta view's files (python/dcrfs/_delta.py): pure Python and numpy.
-from ._delta import DeltaError, apply_delta, delta_info, iter_delta, read_delta  # noqa: E402
+from ._delta import SKIP, DeltaError, apply_delta, delta_info, iter_delta, read_delta  # noqa: E402,E501
 # Reading without a mount (python/dcrfs/_read.py): open, load_safetensors.
 from ._read import Reader, load_safetensors, open  # noqa: E402,A004
 from ._mount import latest, resolve, wait  # noqa: E402
