@@ -27,6 +27,7 @@
 #include "common.h"
 #include "hash.h"
 #include "objstore.h"
+#include "s3_xml.h"
 #include "wq.h"
 
 #define S3_KEY_MAX 1024             /* S3's limit on object key bytes */
@@ -167,19 +168,7 @@ void sha256_hex(const void *p, size_t n, char hex[DCR_HASH_HEX_LEN + 1]);
 /* Append @s to @b percent-encoded as SigV4 wants it. */
 int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash);
 
-/* ---- s3_xml.c */
-
-/* XML of S3's answers: the text of element @tag in @s[0..n); the next
- * @tag element after *@p; whether a listing says it is truncated; an
- * element's unescaped text (malloc'd, at most @max bytes); the text of
- * child @tag of element @c. */
-bool xml_find(const char *s, size_t n, const char *tag,
-		     const char **vs, size_t *vn);
-int xml_next(const char **p, const char *end, const char *tag,
-		    const char **c, size_t *cn);
-bool xml_truncated(const struct dcr_buf *b);
-char *xml_text(const char *s, size_t n, size_t max);
-char *xml_child(const char *c, size_t cn, const char *tag, size_t max);
+/* ---- s3_xml.c: s3_xml.h */
 
 /* ---- s3_mpu.c */
 
