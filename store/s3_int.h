@@ -7,7 +7,7 @@
  *   s3.c          the store ops (head, get, put, del, close) and open
  *   s3_request.c  one request: performed on a pooled handle, its outcome
  *                 classified, retried with backoff, logged once
- *   s3_sign.c     AWS Signature V4 and its encodings (hex, URI)
+ *   s3_sign.c     AWS Signature V4 and its URI encoding
  *   s3_xml.c      the XML of S3's answers
  *   s3_mpu.c      multipart uploads (large puts)
  *   s3_list.c     listings: ListObjectsV2 and ListMultipartUploads
@@ -161,8 +161,6 @@ void error_doc(const struct dcr_buf *b, char *code, size_t cc, char *msg,
  * (no memory, a value too long). */
 struct curl_slist *sign(struct dcr_s3_store *s, const struct s3_req *r,
 			       const char *canon_uri, const char *payload_sha);
-/* The lowercase hex of @p[0..n) into @out (2 * @n + 1 bytes). */
-void hex_encode(const uint8_t *p, size_t n, char *out);
 /* The hex SHA-256 of @p[0..n) into @hex. */
 void sha256_hex(const void *p, size_t n, char hex[DCR_HASH_HEX_LEN + 1]);
 /* Append @s to @b percent-encoded as SigV4 wants it. */
