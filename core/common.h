@@ -180,6 +180,34 @@ static inline size_t dcr_lower_bound_u64(const void *base, size_t n,
 }
 
 /*
+ * dcr_first_ending_after - the index of the first of the @n extents of
+ * @base (each @size bytes: a uint64_t start at byte offset @off_at and a
+ * uint64_t length at @len_at; sorted by start, not overlapping, so their
+ * ends ascend too) that ends after @x; @n if none. The one binary search
+ * over sorted extents (a hint's regions, a file's tensors).
+ */
+static inline size_t dcr_first_ending_after(const void *base, size_t n,
+					    size_t size, size_t off_at,
+					    size_t len_at, uint64_t x)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *e = (const char *)base + mid * size;
+		uint64_t off, len;
+
+		memcpy(&off, e + off_at, sizeof(off));
+		memcpy(&len, e + len_at, sizeof(len));
+		if (off + len <= x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
  * Little-endian loads and stores: one memcpy (a single unaligned move on
  * every target gcc and clang know) and a byte swap on big-endian hosts.
  * GCC 12 compiled the byte-at-a-time loops these replace into loops.
