@@ -237,14 +237,17 @@ struct dcr_gc_options {
 				  uploads go once older (dcrfs-ctl's default: 86400) */
 	int dry_run;           /* report what would be done; change nothing */
 	unsigned max_depth;    /* the rebase's frames per chunk (0: 8) */
+	/* The rebase's read-cost bound, as dcr_compact_options.read_cost:
+	 * 100 to 10000, 0: 150 (`dcrfs-ctl gc --read-cost`). */
+	unsigned read_cost;
 };
 
 /**
  * dcr_store_gc - remove the versions outside retention @o and the
  * objects no kept version needs, as `dcrfs-ctl gc --json` does (kept
  * versions built on removed ones are rebased first). 0; -EINVAL for
- * keep_last 0; -EAGAIN if a compaction published meanwhile (nothing
- * deleted; call again); other -errno.
+ * keep_last 0 or an option out of its range; -EAGAIN if a compaction
+ * published meanwhile (nothing deleted; call again); other -errno.
  */
 DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
 			 char **json);
