@@ -317,7 +317,7 @@ def compact(url, max_depth=0, read_cost=0):
 class _GcOptions(ctypes.Structure):
     _fields_ = [("keep_last", _u64), ("keep_tagged", ctypes.c_int),
                 ("keep_newer", _u64), ("grace", _u64), ("dry_run", ctypes.c_int),
-                ("max_depth", ctypes.c_uint)]
+                ("max_depth", ctypes.c_uint), ("read_cost", ctypes.c_uint)]
 
 
 class _Store:
@@ -395,15 +395,17 @@ def verify(url, deep=False, versions=None):
 
 
 def gc(url, keep_last, keep_tagged=True, grace=86400, keep_newer=0, dry_run=False,
-       max_depth=0):
+       max_depth=0, read_cost=0):
     """Remove the versions outside retention and the objects no kept
     version needs, as `dcrfs-ctl gc` does: the newest keep_last versions
     stay, tagged ones with keep_tagged, those committed within keep_newer
     seconds; packs no manifest names and incomplete uploads go once older
-    than grace seconds. Returns the dict of `dcrfs-ctl gc --json`."""
+    than grace seconds; read_cost bounds the rebase as compact's does
+    (`dcrfs-ctl gc --read-cost`). Returns the dict of `dcrfs-ctl gc --json`."""
     o = _GcOptions(keep_last=keep_last, keep_tagged=1 if keep_tagged else 0,
                    keep_newer=int(keep_newer), grace=int(grace),
-                   dry_run=1 if dry_run else 0, max_depth=max_depth)
+                   dry_run=1 if dry_run else 0, max_depth=max_depth,
+                   read_cost=read_cost)
     with _Store(url) as s:
         return s.json(_lib.dcr_store_gc, ctypes.byref(o))
 
