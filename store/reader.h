@@ -39,7 +39,7 @@ struct dcr_reader_opts {
 	 * one pack; 0 = default (8 MiB), 1 = one GET per frame. */
 	uint32_t coalesce_max;
 	/* A version given up as corrupt (its manifest failed to decode
-	 * MANIFEST_TRIES times) is looked for again this long after;
+	 * DCR_MANIFEST_TRIES times) is looked for again this long after;
 	 * 0 = default (60 s). */
 	uint32_t retry_bad_ms;
 	/* Bound on one read's fetches from the store, all of them together

@@ -111,13 +111,9 @@
 #define CODEC_POOL_MAX 16
 /* Hex digits of the store-URL hash naming the per-store directory. */
 #define STORE_ID_LEN 16
-/* A manifest object larger than this is refused (as core/objstore.c). */
-#define MANIFEST_OBJ_MAX ((size_t)2 << 30)
 /* A failure to read the same manifest is logged at most this often. */
 #define FETCH_LOG_INTERVAL_NS ((int64_t)600 * 1000000000)
 #define FETCH_LOG_SLOTS 8
-/* A manifest that does not decode is fetched this many times in all. */
-#define MANIFEST_TRIES 3
 /* A version given up as corrupt is looked for again after this long. */
 #define BAD_RETRY_NS_DEFAULT ((int64_t)60 * 1000000000)
 /* versions/ is listed whole (identity checks) this often by default. */

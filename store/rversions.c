@@ -437,67 +437,29 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
 }
 
 /*
- * Fetch and decode version @v's manifest. -ENOENT if absent, -EBADMSG if
- * corrupt (logged, naming the key), other -errno for a store failure,
- * which is not logged here (see fetch_failed). A manifest that fails to
- * decode is fetched again, MANIFEST_TRIES times in all, before it is
- * called corrupt: a body damaged on the way (a flipped byte, a short
- * body under a matching Content-Length) is transient, not the store's.
+ * Fetch and decode version @v's manifest (dcr_manifest_fetch: the one
+ * policy). -ENOENT if absent, -EBADMSG if corrupt or of a newer format
+ * (logged, naming the key), other -errno for a store failure, which is
+ * not logged here (see fetch_failed).
  */
 int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 			  struct dcr_manifest *m, struct dcr_catalog_ident *id,
 			  uint8_t *tail)
 {
-	const char *url = r->st->url ? r->st->url : "store";
-	char why[96];
-	struct dcr_buf b;
-	int ret;
+	struct dcr_mfetch f = { .key = key, .v = v, .quiet = true };
+	int ret = dcr_manifest_fetch(r->st, &f, m);
 
-	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
-	for (int attempt = 1;; attempt++) {
-		b.len = 0;
-		ret = dcr_store_get(r->st, key, 0, DCR_GET_ALL, &b);
-		if (ret)
-			break;
-		memset(id, 0, sizeof(*id));
-		dcr_sha256(b.data, b.len, id->mhash);
-		id->has_mhash = true;
-		id->obj_size = b.len;
-		ret = dcr_manifest_decode(b.data, b.len, m);
-		if (ret == -EPROTONOSUPPORT) {
-			/* Not damage: fetching it again will not help. */
-			dcr_store_log_newer_manifest(url, key);
-			ret = DCR_ERR(-EBADMSG);
-			break;
-		}
-		if (ret) {
-			snprintf(why, sizeof(why), "is corrupt or invalid (%s)",
-				 dcr_strerror(ret));
-		} else if (m->version != v) {
-			snprintf(why, sizeof(why), "claims to be version %llu",
-				 (unsigned long long)m->version);
-			dcr_manifest_free(m);
-			memset(m, 0, sizeof(*m));
-			ret = DCR_ERR(-EBADMSG);
-		}
-		if (!ret)
-			break;
-		if (attempt == MANIFEST_TRIES) {
-			dcr_err("%s: manifest %s %s, %d times in a row", url,
-				key, why, attempt);
-			break;
-		}
-		dcr_debug("%s: manifest %s %s; fetching it again", url, key,
-			  why);
-		if (dcr_stop_sleep_ns(100LL * 1000 * 1000 * attempt)) {
-			ret = -ECANCELED; /* the process is ending */
-			break;
-		}
-	}
-	if (!ret && tail && b.len >= DCR_HASH_LEN)
-		memcpy(tail, b.data + b.len - DCR_HASH_LEN, DCR_HASH_LEN);
-	dcr_buf_free(&b);
-	return ret;
+	if (ret == -EPROTONOSUPPORT)
+		ret = DCR_ERR(-EBADMSG); /* logged as an upgrade to make */
+	if (ret)
+		return ret;
+	memset(id, 0, sizeof(*id));
+	memcpy(id->mhash, f.mhash, DCR_HASH_LEN);
+	id->has_mhash = true;
+	id->obj_size = f.size;
+	if (tail && f.size >= DCR_HASH_LEN)
+		memcpy(tail, f.tail, DCR_HASH_LEN);
+	return 0;
 }
 
 /*
