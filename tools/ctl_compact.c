@@ -53,7 +53,7 @@ static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
 int cmd_compact(struct ctl *c, const struct args *a)
 {
 	struct dcr_compact_stats s;
-	struct report rp = { .a = a, .c = c, .phase = "compact", .total = c->ix.nvs };
+	struct report rp = { .a = a, .c = c, .phase = "compact", .total = c->ix.sv.nvs };
 	struct dcr_compact_opts o = {
 		.max_depth = a->max_depth, .read_cost = a->read_cost, .dry_run = a->dry_run,
 		.report = report, .arg = &rp, .threads = a->threads,
