@@ -264,12 +264,3 @@ int dcr_store_get_mobj(struct dcr_store *st, const uint8_t h[DCR_HASH_LEN],
 	dcr_mobj_key(h, key, sizeof(key));
 	return dcr_manifest_fetch(st, &f, m);
 }
-
-int dcr_store_get_encoding(struct dcr_store *st, const struct dcr_layout *l,
-			   uint64_t v, struct dcr_manifest *m)
-{
-	const struct dcr_layout_entry *e = l ? dcr_layout_find(l, v) : NULL;
-
-	return e ? dcr_store_get_mobj(st, e->mhash, v, m)
-		 : dcr_store_get_manifest(st, v, m);
-}

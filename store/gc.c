@@ -330,7 +330,7 @@ static int gc_rebase(const struct gc *g, const uint8_t *keep)
 		gc_event(g, (struct dcr_gc_event){ .what = DCR_GC_REBASE });
 		dcr_pg_report(&g->o->pg, DCR_PG_START, "rebase", 0, nk, "versions");
 		dcr_pg_report(&g->o->pg, DCR_PG_STEP, "rebase", 0, nk, "versions");
-		ret = dcr_compact_scratch(ix->st, &co, &s);
+		ret = dcr_compact_view(&ix->sv, &co, &s);
 		dcr_pg_report(&g->o->pg, DCR_PG_END, "rebase", rb.done, nk, "versions");
 		if (!ret && s.gen)
 			ret = dcr_index_reload_layout(ix);
@@ -467,9 +467,10 @@ static int gc_keep_previous(struct dcr_index *ix, const uint8_t *keep, uint8_t *
 	for (size_t i = 0; i < ix->sv.nvs && !ret; i++) {
 		struct dcr_sview_ver *x = keep[i] ? &ix->sv.vs[i] : NULL;
 		while (x && !seen[x - ix->sv.vs]) {
-			struct dcr_manifest m;
+			const struct dcr_manifest *m;
 			seen[x - ix->sv.vs] = 1;
-			ret = dcr_store_get_encoding(ix->st, &prev, x->v, &m);
+			/* what the view holds is not fetched again */
+			m = dcr_sview_read_as(&ix->sv, &prev, x, &ret);
 			if (ret == -ENOENT || ret == -EBADMSG) {
 				ret = 0; /* logged; no mount reads it that way */
 				break;
@@ -481,10 +482,9 @@ static int gc_keep_previous(struct dcr_index *ix, const uint8_t *keep, uint8_t *
 					dcr_strerror(ret));
 				break;
 			}
-			mark_packs(ix, &m, ps, mark);
-			x = m.parent && dcr_manifest_needs_parent(&m) ?
-				dcr_index_find(ix, m.parent) : NULL;
-			dcr_manifest_free(&m);
+			mark_packs(ix, m, ps, mark);
+			x = m->parent && dcr_manifest_needs_parent(m) ?
+				dcr_index_find(ix, m->parent) : NULL;
 		}
 	}
 	dcr_layout_free(&prev);

@@ -167,7 +167,8 @@ static int scratch_reader(struct dcr_index *ix)
 				      .threads = ix->threads };
 	if ((ret = dcr_reader_open(ix->st, &ro, &ix->r)))
 		return ret;
-	return dcr_reader_refresh(ix->r, NULL);
+	/* on the index's view: no second listing or fetch */
+	return dcr_reader_seed(ix->r, &ix->sv, 0);
 }
 
 int dcr_index_read(struct dcr_index *ix, uint64_t v, uint32_t fi,
@@ -181,14 +182,8 @@ int dcr_index_read(struct dcr_index *ix, uint64_t v, uint32_t fi,
 	/* Entry 0 is the root; the manifest's files follow in order. */
 	if (fi + 1 >= vi->nentries || strcmp(vi->entries[fi + 1].path, path))
 		return DCR_ERR(-EIO);
-	for (size_t done = 0; done < len;) {
-		ssize_t n = dcr_reader_read(ix->r, v, fi + 1, off + done,
-					    (uint8_t *)buf + done, len - done);
-		if (n <= 0)
-			return n < 0 ? (int)n : DCR_ERR(-EIO);
-		done += (size_t)n;
-	}
-	return 0;
+	return dcr_reader_read_exact(ix->r, v, DCR_READER_ANY_TREE, fi + 1, off,
+				     buf, len);
 }
 
 int dcr_index_par_for(struct dcr_index *ix, size_t n,

@@ -593,6 +593,9 @@ void trees_trim(struct dcr_reader *r);
 struct refresh_ctx {
 	struct dcr_manifest last;
 	bool have_last;
+	/* a seed of some versions only (dcr_reader_seed): a lineage
+	 * parent not indexed is expected, not worth a warning */
+	bool partial;
 };
 
 /*
@@ -609,15 +612,17 @@ int reader_check_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
  * as the layout encodes it: if the layout names a manifest object for
  * it that is valid, consistent with its base and holds exactly @m's
  * content, @m is replaced by it and @id records it (ehash); else @m
- * stays (logged). 0, or -errno of a transient store failure or -ENOMEM
- * (the version is retried at the next refresh).
+ * stays (logged). @given: that manifest object as a store view fetched
+ * it (sview.h), or NULL (fetched here). 0, or -errno of a transient
+ * store failure or -ENOMEM (the version is retried at the next refresh).
  * layout_refresh - read a newer layout generation if there is one and
  * re-encode every known version whose indexed encoding is not the one
  * it names (reader_replace_version: same tree, cached chunks kept).
  * 0 or -errno (a listing or fetch that failed; retried next time).
  */
 int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
-		 struct dcr_manifest *m, struct dcr_catalog_ident *id);
+		 struct dcr_manifest *m, struct dcr_catalog_ident *id,
+		 const struct dcr_manifest *given);
 int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx);
 
 /*

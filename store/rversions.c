@@ -42,6 +42,7 @@
 #include "reader.h"
 #include "reader_int.h"
 #include "sign.h"
+#include "sview.h"
 
 /* ------------------------------------------------------------ versions */
 
@@ -425,9 +426,10 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
 		ret = dcr_manifest_check_parent(m, &pm);
 		dcr_manifest_free(&pm);
 	} else {
-		dcr_warn("%s: parent version %llu is missing or corrupt; reads "
-			 "that need it will fail", key,
-			 (unsigned long long)m->parent);
+		if (!ctx->partial)
+			dcr_warn("%s: parent version %llu is missing or corrupt; "
+				 "reads that need it will fail", key,
+				 (unsigned long long)m->parent);
 		return 0;
 	}
 	if (ret)
@@ -542,6 +544,10 @@ static void ctx_keep(struct refresh_ctx *ctx, struct dcr_manifest *m)
  * -ENOENT if it does not exist, other -errno for a store failure (not
  * logged: the caller marks or retries and logs).
  */
+static int index_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  struct dcr_manifest *mp, struct dcr_catalog_ident *idp,
+			  const uint8_t *tail, const struct dcr_manifest *enc);
+
 static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 			 uint64_t v, const struct dcr_obj_info *obj)
 {
@@ -549,7 +555,6 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	uint8_t tail[DCR_HASH_LEN];
 	char key[64];
 	struct dcr_manifest m;
-	struct rver *rv;
 	int ret;
 
 	dcr_version_key(v, key, sizeof(key));
@@ -564,9 +569,32 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		return ret; /* not logged: the caller decides */
 	if (obj && obj->size == id.obj_size)
 		id.obj_mtime_ns = obj->mtime_ns;
+	return index_manifest(r, ctx, &m, &id, tail, NULL);
+}
+
+/*
+ * Verify and index version @mp->version, fetched from versions/<n>
+ * (@mp, freed or kept here; @idp: its object; @tail its last 32 bytes,
+ * used when the listing gave no time) and encoded as @enc says (the
+ * layout's manifest object as a store view fetched it; NULL: fetched
+ * here if the layout names one). As index_version.
+ */
+static int index_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  struct dcr_manifest *mp, struct dcr_catalog_ident *idp,
+			  const uint8_t *tail, const struct dcr_manifest *enc)
+{
+	struct dcr_catalog_ident id = *idp;
+	struct dcr_manifest m = *mp;
+	const uint64_t v = m.version;
+	char key[64];
+	struct rver *rv;
+	int ret;
+
+	memset(mp, 0, sizeof(*mp));
+	dcr_version_key(v, key, sizeof(key));
 	/* the encoding the store's layout names for it, if any (checked
 	 * there, against its base); else the manifest as committed */
-	if ((ret = layout_apply(r, ctx, &m, &id))) {
+	if ((ret = layout_apply(r, ctx, &m, &id, enc))) {
 		dcr_manifest_free(&m);
 		return ret;
 	}
@@ -601,7 +629,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	rv->id = id;
 	rver_prov(r, rv, true, ctx->last.check, ctx->last.cparent,
 		  ctx->last.has_sig, &ctx->last.sig, id.has_ehash);
-	if (!id.obj_mtime_ns) { /* a probe's: see rver.mtail */
+	if (!id.obj_mtime_ns && tail) { /* a probe's: see rver.mtail */
 		rv->has_mtail = true;
 		memcpy(rv->mtail, tail, DCR_HASH_LEN);
 	}
@@ -1092,6 +1120,84 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	pthread_mutex_unlock(&r->vs.refresh_lock);
 	if (latest)
 		*latest = dcr_reader_latest(r);
+	return ret;
+}
+
+/* Mark in @want (of @sv's versions) version @v and those its encoding
+ * is built on. */
+static void seed_chain(struct dcr_sview *sv, uint64_t v, uint8_t *want)
+{
+	struct dcr_sview_ver *x = dcr_sview_find(sv, v);
+
+	while (x && !want[x - sv->vs]) {
+		const struct dcr_manifest *m = dcr_sview_manifest(sv, x);
+
+		want[x - sv->vs] = 1;
+		x = m && m->parent && dcr_manifest_needs_parent(m) ?
+			dcr_sview_find(sv, m->parent) : NULL;
+	}
+}
+
+int dcr_reader_seed(struct dcr_reader *r, struct dcr_sview *sv, uint64_t v)
+{
+	struct refresh_ctx ctx = { .have_last = false, .partial = v != 0 };
+	struct dcr_layout l = sv->layout;
+	uint8_t *want = NULL;
+	int ret = 0;
+
+	l.e = NULL;
+	if ((sv->layout.n && !(l.e = malloc(sv->layout.n * sizeof(*l.e)))) ||
+	    (v && !(want = calloc(sv->nvs ? sv->nvs : 1, 1)))) {
+		free(l.e);
+		return DCR_ERR(-ENOMEM);
+	}
+	if (sv->layout.n)
+		memcpy(l.e, sv->layout.e, sv->layout.n * sizeof(*l.e));
+	if (v)
+		seed_chain(sv, v, want);
+	pthread_mutex_lock(&r->vs.refresh_lock);
+	/* the view's layout: what its encodings are read under */
+	dcr_layout_free(&r->vs.layout);
+	r->vs.layout = l;
+	r->vs.layout_bad = sv->layout_bad;
+	r->vs.layout_listed = true;
+	for (size_t i = 0; i < sv->nvs && !ret; i++) {
+		struct dcr_sview_ver *x = &sv->vs[i];
+		const struct dcr_manifest *cm;
+		struct dcr_manifest m;
+		const uint8_t *h;
+		bool known;
+
+		if (want && !want[i])
+			continue;
+		pthread_mutex_lock(&r->vs.lock);
+		known = vers_find(r, x->v) != NULL;
+		pthread_mutex_unlock(&r->vs.lock);
+		if (known)
+			continue;
+		if (!(cm = dcr_sview_committed(sv, x, &h))) {
+			mark_bad(r, x->v); /* logged by the view */
+			continue;
+		}
+		if ((ret = dcr_manifest_dup(&m, cm)))
+			break;
+		struct dcr_catalog_ident id = {
+			.has_mhash = true, .obj_size = x->obj_size,
+			.obj_mtime_ns = x->obj_mtime_ns,
+		};
+		memcpy(id.mhash, h, DCR_HASH_LEN);
+		ret = index_manifest(r, &ctx, &m, &id, NULL,
+				     x->compacted ? &x->m : NULL);
+	}
+	refresh_ctx_free(&ctx);
+	if (!ret) {
+		/* what the view listed is this reader's listing */
+		r->vs.listed = true;
+		r->vs.relist_at = dcr_mono_ns() + r->vs.relist_ns;
+	}
+	trust_judge(r);
+	pthread_mutex_unlock(&r->vs.refresh_lock);
+	free(want);
 	return ret;
 }
 

@@ -62,7 +62,7 @@ int cmd_compact(struct ctl *c, const struct args *a)
 
 	progress_start(&c->pg, 0);
 	progress_show(&c->pg, rp.phase, 0, rp.total, "versions", NULL, false);
-	int ret = dcr_compact_scratch(c->ix.st, &o, &s);
+	int ret = dcr_compact_view(&c->ix.sv, &o, &s);
 	progress_clear(&c->pg);
 	if (ret)
 		return EXIT_FAIL;
