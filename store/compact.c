@@ -387,8 +387,11 @@ static void encode_one(void *arg, size_t i)
 		sl->ret = ret;
 		return;
 	}
-	ret = dcr_frame_encode2(sl->codec, sl->buf, bt->bfi >= 0 ? sl->bbuf : NULL,
-				len, &hint, &sl->frame, &kind);
+	/* encoded and decoded back onto the base (dcr_frame_encode_checked):
+	 * nothing is published that does not give the chunk */
+	ret = dcr_frame_encode_checked(sl->codec, sl->buf,
+				       bt->bfi >= 0 ? sl->bbuf : NULL, len, &hint,
+				       &sl->frame, &kind, sl->chk);
 	if (!ret)
 		ret = dcr_frame_cost(sl->frame.data, sl->frame.len, &fc);
 	/* a delta that would make the chunk too dear to read: a full frame
@@ -396,26 +399,22 @@ static void encode_one(void *arg, size_t i)
 	if (!ret && kind == DCR_FRAME_DELTA &&
 	    !within(bt->bcost[k].chain + fc, bt->bcost[k].root, len, c->read_pct)) {
 		sl->frame.len = 0;
-		ret = dcr_frame_encode2(sl->codec, sl->buf, NULL, len, &hint,
-					&sl->frame, &kind);
+		ret = dcr_frame_encode_checked(sl->codec, sl->buf, NULL, len, &hint,
+					       &sl->frame, &kind, sl->chk);
 		if (!ret)
 			ret = dcr_frame_cost(sl->frame.data, sl->frame.len, &fc);
+	}
+	if (ret == -ENOTRECOVERABLE) {
+		dcr_err("chunk %" PRIu64 " of %s (version %" PRIu64 ") does not "
+			"decode back to its bytes: nothing published", k, f->path,
+			bt->x->v);
+		sl->ret = DCR_ERR(-EIO);
+		return;
 	}
 	if (ret) {
 		dcr_err("cannot encode chunk %" PRIu64 " of %s (version %" PRIu64
 			"): %s", k, f->path, bt->x->v, dcr_strerror(ret));
 		sl->ret = ret;
-		return;
-	}
-	/* The decode check: the frame on its base must give the chunk. */
-	if (kind == DCR_FRAME_DELTA)
-		memcpy(sl->chk, sl->bbuf, len);
-	if (dcr_frame_apply(sl->codec, sl->frame.data, sl->frame.len, sl->chk, len) ||
-	    memcmp(sl->chk, sl->buf, len)) {
-		dcr_err("chunk %" PRIu64 " of %s (version %" PRIu64 ") does not "
-			"decode back to its bytes: nothing published", k, f->path,
-			bt->x->v);
-		sl->ret = DCR_ERR(-EIO);
 		return;
 	}
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
