@@ -666,58 +666,6 @@ static int index_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
 	return ret == -EEXIST ? 0 : ret;
 }
 
-struct ventry {
-	uint64_t v;
-	struct dcr_obj_info info; /* upload: NULL */
-};
-
-struct vlist {
-	struct ventry *e;
-	size_t n, cap;
-};
-
-static int collect_version(const char *key, const struct dcr_obj_info *info, void *arg)
-{
-	struct vlist *l = arg;
-	uint64_t v;
-
-	if (dcr_version_from_key(key, &v) != 0 || v == 0)
-		return 0; /* not a manifest name: ignore */
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct ventry *tmp = realloc(l->e, cap * sizeof(*tmp));
-		if (!tmp)
-			return DCR_ERR(-ENOMEM);
-		l->e = tmp;
-		l->cap = cap;
-	}
-	l->e[l->n].v = v;
-	memset(&l->e[l->n].info, 0, sizeof(l->e[l->n].info));
-	if (info) {
-		l->e[l->n].info.size = info->size;
-		l->e[l->n].info.mtime_ns = info->mtime_ns;
-	}
-	l->n++;
-	return 0;
-}
-
-static int cmp_ventry(const void *a, const void *b)
-{
-	uint64_t x = ((const struct ventry *)a)->v;
-	uint64_t y = ((const struct ventry *)b)->v;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Whether @v is in the sorted listing @l. */
-static bool listed_has(const struct vlist *l, uint64_t v)
-{
-	size_t i = dcr_lower_bound_u64(l->e, l->n, sizeof(*l->e),
-				       offsetof(struct ventry, v), v);
-
-	return i < l->n && l->e[i].v == v;
-}
-
 /*
  * Drop the known versions that the complete listing @l does not hold
  * (collected by gc, deleted by an admin). A listing that holds none of
@@ -725,7 +673,7 @@ static bool listed_has(const struct vlist *l, uint64_t v)
  * which the store id catches at the next mount): warned, nothing
  * dropped.
  */
-static void drop_gone(struct dcr_reader *r, const struct vlist *l)
+static void drop_gone(struct dcr_reader *r, struct dcr_sview *l)
 {
 	uint64_t *gone = NULL;
 	size_t ngone = 0, nknown;
@@ -735,7 +683,7 @@ static void drop_gone(struct dcr_reader *r, const struct vlist *l)
 	if (nknown)
 		gone = malloc(nknown * sizeof(*gone));
 	for (size_t i = 0; gone && i < r->vs.nvers; i++)
-		if (!listed_has(l, r->vs.vers[i]->v))
+		if (!dcr_sview_find(l, r->vs.vers[i]->v))
 			gone[ngone++] = r->vs.vers[i]->v;
 	pthread_mutex_unlock(&r->vs.lock);
 	if (ngone && ngone == nknown) {
@@ -763,29 +711,23 @@ static void drop_gone(struct dcr_reader *r, const struct vlist *l)
 static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 			uint64_t fail_v, int fail_err)
 {
-	struct vlist l = { 0 };
 	bool transient = false, seen_fail = false;
+	struct dcr_sview l;
 	char key[64];
-	size_t k = 0;
 	int ret;
 
-	ret = dcr_store_list(r->st, "versions/", collect_version, &l);
-	if (ret && ret != -ENOENT) {
+	/* the store view's listing (sview.h): sorted, unique */
+	ret = dcr_sview_load(&l, r->st, DCR_SVIEW_LIST_ONLY);
+	if (ret) {
 		if (fail_v)
 			fetch_failed(r, fail_v, fail_err, "");
 		fetch_failed(r, 0, ret, "");
-		free(l.e);
 		return ret;
 	}
-	ret = 0;
-	if (l.n) /* qsort's pointer must not be NULL (UBSan) */
-		qsort(l.e, l.n, sizeof(*l.e), cmp_ventry);
-	for (size_t i = 0; i < l.n; i++) /* unique */
-		if (k == 0 || l.e[i].v != l.e[k - 1].v)
-			l.e[k++] = l.e[i];
-	l.n = k;
-	for (size_t i = 0; i < l.n; i++) {
-		const uint64_t v = l.e[i].v;
+	for (size_t i = 0; i < l.nvs; i++) {
+		const uint64_t v = l.vs[i].v;
+		const struct dcr_obj_info info = { .size = l.vs[i].obj_size,
+						   .mtime_ns = l.vs[i].obj_mtime_ns };
 		struct rver *rv;
 		bool bad;
 		int rc;
@@ -800,9 +742,9 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 			rc = fail_err;
 			seen_fail = true;
 		} else if (rv) {
-			rc = verify_version(r, ctx, rv, &l.e[i].info);
+			rc = verify_version(r, ctx, rv, &info);
 		} else {
-			rc = index_version(r, ctx, v, &l.e[i].info);
+			rc = index_version(r, ctx, v, &info);
 		}
 		if (rc == -ENOMEM) {
 			ret = rc;
@@ -830,7 +772,7 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 		fetch_failed(r, fail_v, fail_err, ""); /* not even listed */
 	if (!ret)
 		drop_gone(r, &l);
-	free(l.e);
+	dcr_sview_free(&l);
 	if (!ret) {
 		r->vs.listed = !transient;
 		r->vs.relist_at = dcr_mono_ns() + r->vs.relist_ns;
@@ -874,35 +816,6 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 		if (bad_run >= PROBE_BAD_RUN_MAX)
 			return refresh_list(r, ctx, 0, 0);
 	}
-}
-
-struct tlist {
-	char **names;
-	size_t n, cap;
-};
-
-static int collect_tag(const char *key, const struct dcr_obj_info *info, void *arg)
-{
-	struct tlist *l = arg;
-	const char *name = key;
-
-	if (strncmp(name, "tags/", 5) == 0)
-		name += 5;
-	if (!dcr_tag_name_valid(name))
-		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		char **tmp = realloc(l->names, cap * sizeof(*tmp));
-		if (!tmp)
-			return DCR_ERR(-ENOMEM);
-		l->names = tmp;
-		l->cap = cap;
-	}
-	l->names[l->n] = strdup(name);
-	if (!l->names[l->n])
-		return DCR_ERR(-ENOMEM);
-	l->n++;
-	return 0;
 }
 
 static int cmp_tag(const void *a, const void *b)
@@ -990,53 +903,54 @@ static int refresh_tags(struct dcr_reader *r)
 {
 	struct rbad_tag *bad_next = NULL;
 	size_t nbad_next = 0;
-	struct tlist l = { 0 };
+	struct dcr_sview l = { .st = r->st };
 	struct dcr_tag *tags = NULL, *old;
 	const char **names = NULL;
 	uint64_t *vs = NULL;
 	size_t nt = 0, nold;
 	int ret;
 
-	ret = dcr_store_list(r->st, "tags/", collect_tag, &l);
-	if (ret == -ENOENT)
-		ret = 0;
+	/* the store view's listing (sview.h); each tag read here, its
+	 * damage logged once per content */
+	ret = dcr_sview_list_tags(&l);
 	if (ret) {
 		dcr_err("%s: cannot list tags/: %s",
 			r->st->url ? r->st->url : "store", dcr_strerror(ret));
 		goto out_free;
 	}
-	tags = calloc(l.n ? l.n : 1, sizeof(*tags));
-	names = calloc(l.n ? l.n : 1, sizeof(*names));
-	vs = calloc(l.n ? l.n : 1, sizeof(*vs));
-	bad_next = calloc(l.n ? l.n : 1, sizeof(*bad_next));
+	tags = calloc(l.ntags ? l.ntags : 1, sizeof(*tags));
+	names = calloc(l.ntags ? l.ntags : 1, sizeof(*names));
+	vs = calloc(l.ntags ? l.ntags : 1, sizeof(*vs));
+	bad_next = calloc(l.ntags ? l.ntags : 1, sizeof(*bad_next));
 	if (!tags || !names || !vs || !bad_next) {
 		ret = DCR_ERR(-ENOMEM);
 		goto out_free;
 	}
-	for (size_t i = 0; i < l.n; i++) {
+	for (size_t i = 0; i < l.ntags; i++) {
+		const char *name = l.tags[i].name;
 		struct dcr_tag_sig ts;
 		struct dcr_tag_bad bad;
 		bool is_signed = false;
 		uint64_t v;
-		int rc = dcr_store_read_tag(r->st, l.names[i], &v, &ts,
+		int rc = dcr_store_read_tag(r->st, name, &v, &ts,
 					    &is_signed, &bad);
 
 		if (rc == -EBADMSG) {
-			tag_malformed(r, l.names[i], &bad, bad_next, &nbad_next);
+			tag_malformed(r, name, &bad, bad_next, &nbad_next);
 			continue;
 		}
 		if (rc) {
 			if (rc != -ENOENT)
-				dcr_warn("tags/%s: %s", l.names[i],
+				dcr_warn("tags/%s: %s", name,
 					 dcr_strerror(rc));
 			continue;
 		}
-		if (r->vs.trust && !tag_trusted(r, l.names[i], v,
+		if (r->vs.trust && !tag_trusted(r, name, v,
 						 is_signed ? &ts : NULL))
 			continue;
-		tags[nt].name = l.names[i];
+		tags[nt].name = l.tags[i].name; /* moved */
 		tags[nt].version = v;
-		l.names[i] = NULL;
+		l.tags[i].name = NULL;
 		nt++;
 	}
 	if (nt)
@@ -1071,9 +985,7 @@ out_free:
 		free(bad_next[i].name);
 	free(bad_next);
 	dcr_reader_tags_free(tags, nt);
-	for (size_t i = 0; i < l.n; i++)
-		free(l.names[i]);
-	free(l.names);
+	dcr_sview_free(&l);
 	free(names);
 	free(vs);
 	return ret;

@@ -66,12 +66,15 @@ int dcr_sview_load(struct dcr_sview *sv, struct dcr_store *st, unsigned what)
 
 	*sv = (struct dcr_sview){ .st = st };
 	if (((ret = dcr_store_list(st, "versions/", versions_cb, sv)) && ret != -ENOENT) ||
-	    ((what & DCR_SVIEW_TAGS) &&
-	     (ret = dcr_store_list(st, "tags/", tags_cb, sv)) && ret != -ENOENT)) {
-		dcr_err("%s: cannot list the store: %s", st->url, dcr_strerror(ret));
+	    ((what & DCR_SVIEW_TAGS) && (ret = dcr_sview_list_tags(sv)))) {
+		if (!(what & DCR_SVIEW_LIST_ONLY))
+			dcr_err("%s: cannot list the store: %s", st->url,
+				dcr_strerror(ret));
 		goto err_free;
 	}
-	if ((ret = dcr_store_find_layout(st, 0, 0, &sv->layout_bad, &sv->layout))) {
+	ret = 0;
+	if (!(what & DCR_SVIEW_LIST_ONLY) &&
+	    (ret = dcr_store_find_layout(st, 0, 0, &sv->layout_bad, &sv->layout))) {
 		dcr_err("%s: cannot read the store's layout: %s", st->url,
 			dcr_strerror(ret));
 		goto err_free;
@@ -83,8 +86,6 @@ int dcr_sview_load(struct dcr_sview *sv, struct dcr_store *st, unsigned what)
 		if (k == 0 || sv->vs[i].v != sv->vs[k - 1].v)
 			sv->vs[k++] = sv->vs[i];
 	sv->nvs = k;
-	if (sv->ntags)
-		qsort(sv->tags, sv->ntags, sizeof(*sv->tags), cmp_tag);
 	for (size_t i = 0; i < sv->ntags; i++) {
 		struct dcr_sview_tag *t = &sv->tags[i];
 		ret = dcr_store_get_tag_sig(st, t->name, &t->v, &t->ts, &t->is_signed);
@@ -97,6 +98,18 @@ int dcr_sview_load(struct dcr_sview *sv, struct dcr_store *st, unsigned what)
 err_free:
 	dcr_sview_free(sv);
 	return ret;
+}
+
+int dcr_sview_list_tags(struct dcr_sview *sv)
+{
+	int ret = dcr_store_list(sv->st, "tags/", tags_cb, sv);
+
+	if (ret && ret != -ENOENT)
+		return ret;
+	/* qsort's pointer must not be NULL, even for no elements (UBSan) */
+	if (sv->ntags)
+		qsort(sv->tags, sv->ntags, sizeof(*sv->tags), cmp_tag);
+	return 0;
 }
 
 void dcr_sview_free(struct dcr_sview *sv)

@@ -88,6 +88,9 @@ struct dcr_sview {
 
 /** dcr_sview_load's @what: list tags/ too, and read each tag. */
 #define DCR_SVIEW_TAGS 1
+/** dcr_sview_load's @what: list versions/ only (no layout read), and log
+ *  nothing (a reader's refresh says what failed, once: rversions.c). */
+#define DCR_SVIEW_LIST_ONLY 2
 
 /**
  * dcr_sview_load - list @st's versions (and with DCR_SVIEW_TAGS its
@@ -96,6 +99,15 @@ struct dcr_sview {
  * empty, nothing to free).
  */
 int dcr_sview_load(struct dcr_sview *sv, struct dcr_store *st, unsigned what);
+
+/**
+ * dcr_sview_list_tags - list tags/ into @sv->tags (sorted by name, the
+ * names that are valid tag names; targets not read): for a caller that
+ * reads each tag its own way (a reader's refresh). @sv holds no tags
+ * yet ({ .st = st } will do). 0, or -errno (not logged; @sv keeps what
+ * it holds, for dcr_sview_free).
+ */
+int dcr_sview_list_tags(struct dcr_sview *sv);
 
 /** dcr_sview_free - free what @sv holds; it stays empty (freeing it again is harmless). */
 void dcr_sview_free(struct dcr_sview *sv);
