@@ -365,24 +365,22 @@ int dcr_commit_encode_job(struct pipe *p, struct worker *w, struct job *j)
 	/* Regions are written before the file's first job is queued. */
 	struct dcr_elem_hint hint = dcr_regions_hint(&p->fs[j->fidx].regions,
 						     j->cidx * (uint64_t)p->cs);
-	ret = dcr_frame_encode2(w->codec, buf, base, j->len, &hint,
-				&j->frame, &kind);
-	if (ret)
-		return ret;
 	/*
-	 * Decode what we are about to publish: an encoder bug must fail this
-	 * commit, not every later read of the version (a reader that sees a
-	 * manifest must be able to read every byte it names). A delta is
-	 * applied in place onto the parent's chunk, which pbuf still holds
-	 * (the encoder only reads it); a full frame overwrites pbuf.
+	 * Decoded before it is published (dcr_frame_encode_checked): an
+	 * encoder bug must fail this commit, not every later read of the
+	 * version. A delta is applied in place onto the parent's chunk,
+	 * which pbuf holds; a full frame overwrites pbuf.
 	 */
-	if (dcr_frame_apply(w->codec, j->frame.data, j->frame.len, w->pbuf, j->len) ||
-	    memcmp(w->pbuf, buf, j->len) != 0) {
+	ret = dcr_frame_encode_checked(w->codec, buf, base, j->len, &hint,
+				       &j->frame, &kind, w->pbuf);
+	if (ret == -ENOTRECOVERABLE) {
 		dcr_err("internal error: the frame encoded for %s (chunk %" PRIu64
 			") does not decode to the chunk; nothing is published",
 			f->path, j->cidx);
 		return DCR_ERR(-EIO);
 	}
+	if (ret)
+		return ret;
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
 	dcr_sha256(j->frame.data, j->frame.len, ref->fhash);
 	__atomic_add_fetch(kind == DCR_FRAME_DELTA ? &p->delta : &p->full, 1,

@@ -155,6 +155,24 @@ int dcr_frame_encode2(struct dcr_codec *c, const void *chunk, const void *base,
 	return dcr_buf_append(out, best->data, best->len);
 }
 
+int dcr_frame_encode_checked(struct dcr_codec *c, const void *chunk,
+			     const void *base, size_t len,
+			     const struct dcr_elem_hint *hint,
+			     struct dcr_buf *out, int *kind_out, void *work)
+{
+	int ret = dcr_frame_encode2(c, chunk, base, len, hint, out, kind_out);
+
+	if (ret)
+		return ret;
+	/* a delta applies onto the base chunk; a full frame overwrites */
+	if (*kind_out == DCR_FRAME_DELTA && work != base)
+		memcpy(work, base, len);
+	if (dcr_frame_apply(c, out->data, out->len, work, len) ||
+	    memcmp(work, chunk, len) != 0)
+		return DCR_ERR(-ENOTRECOVERABLE);
+	return 0;
+}
+
 int dcr_frame_encode(struct dcr_codec *c, const void *chunk, const void *base,
 		     size_t len, struct dcr_buf *out, int *kind_out)
 {

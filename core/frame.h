@@ -188,6 +188,22 @@ int dcr_frame_encode2(struct dcr_codec *c, const void *chunk, const void *base,
 		      struct dcr_buf *out, int *kind_out);
 
 /**
+ * dcr_frame_encode_checked - dcr_frame_encode2, then the frame decoded
+ * back and compared with @chunk before anyone publishes it (the one
+ * encode of a chunk for the store: a commit's, a compaction's): an
+ * encoder bug fails the writer, never a later read. The decode runs on
+ * @work (@len bytes), which may be @base itself (the encoder only reads
+ * the base; the decode then overwrites it), else the base is copied
+ * there first. Returns as dcr_frame_encode2, or -ENOTRECOVERABLE when
+ * the frame does not decode to @chunk (not logged: the caller names the
+ * chunk). Not thread-safe per @c.
+ */
+int dcr_frame_encode_checked(struct dcr_codec *c, const void *chunk,
+			     const void *base, size_t len,
+			     const struct dcr_elem_hint *hint,
+			     struct dcr_buf *out, int *kind_out, void *work);
+
+/**
  * dcr_frame_parse_hdr - validate the header of the frame in @p[0..n).
  * Checks magic, version, kind, codec, raw_len <= DCR_CHUNK_MAX and that
  * the payload fits in @n. 0 or -EBADMSG.

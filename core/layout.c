@@ -259,25 +259,8 @@ int dcr_store_get_mobj(struct dcr_store *st, const uint8_t h[DCR_HASH_LEN],
 		       uint64_t v, struct dcr_manifest *m)
 {
 	char key[96];
-	uint8_t got[DCR_HASH_LEN];
-	int ret;
+	struct dcr_mfetch f = { .key = key, .v = v, .want = h };
 
 	dcr_mobj_key(h, key, sizeof(key));
-	ret = dcr_store_fetch_manifest(st, key, v, m, got);
-	if (!ret && !dcr_hash_eq(got, h)) {
-		dcr_err("%s: %s does not hash to its name", st->url, key);
-		dcr_manifest_free(m);
-		memset(m, 0, sizeof(*m));
-		ret = DCR_ERR(-EBADMSG);
-	}
-	return ret;
-}
-
-int dcr_store_get_encoding(struct dcr_store *st, const struct dcr_layout *l,
-			   uint64_t v, struct dcr_manifest *m)
-{
-	const struct dcr_layout_entry *e = l ? dcr_layout_find(l, v) : NULL;
-
-	return e ? dcr_store_get_mobj(st, e->mhash, v, m)
-		 : dcr_store_get_manifest(st, v, m);
+	return dcr_manifest_fetch(st, &f, m);
 }

@@ -140,13 +140,4 @@ int dcr_store_put_layout(struct dcr_store *st, const struct dcr_layout *l,
 int dcr_store_get_mobj(struct dcr_store *st, const uint8_t h[DCR_HASH_LEN],
 		       uint64_t v, struct dcr_manifest *m);
 
-/**
- * dcr_store_get_encoding - version @v's manifest as it is read under
- * layout @l: manifests/<h> if @l lists @v, versions/<n> otherwise.
- * Returns as dcr_store_get_manifest / dcr_store_get_mobj. Does not
- * compare the content with versions/<n> (callers that serve bytes do).
- */
-int dcr_store_get_encoding(struct dcr_store *st, const struct dcr_layout *l,
-			   uint64_t v, struct dcr_manifest *m);
-
 #endif /* DCR_LAYOUT_H */

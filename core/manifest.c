@@ -71,6 +71,46 @@ void dcr_manifest_free(struct dcr_manifest *m)
 	memset(m, 0, sizeof(*m));
 }
 
+int dcr_manifest_dup(struct dcr_manifest *dst, const struct dcr_manifest *src)
+{
+	*dst = *src;
+	dst->packs = NULL;
+	dst->files = NULL;
+	dst->meta = NULL;
+	dst->nfiles = dst->npacks = dst->nmeta = 0;
+	if (src->npacks &&
+	    !(dst->packs = malloc((size_t)src->npacks * sizeof(*src->packs))))
+		goto err_free;
+	if (src->npacks)
+		memcpy(dst->packs, src->packs, (size_t)src->npacks * sizeof(*src->packs));
+	dst->npacks = src->npacks;
+	if (src->nfiles && !(dst->files = calloc(src->nfiles, sizeof(*dst->files))))
+		goto err_free;
+	for (uint32_t i = 0; i < src->nfiles; i++) {
+		const struct dcr_file *f = &src->files[i];
+		struct dcr_file *g = &dst->files[i];
+
+		*g = *f;
+		g->chunks = NULL;
+		if (!(g->path = strdup(f->path)))
+			goto err_free;
+		dst->nfiles = i + 1; /* freed with what it holds */
+		if (f->nchunks &&
+		    !(g->chunks = malloc(f->nchunks * sizeof(*f->chunks))))
+			goto err_free;
+		if (f->nchunks)
+			memcpy(g->chunks, f->chunks, f->nchunks * sizeof(*f->chunks));
+	}
+	dst->nfiles = src->nfiles;
+	for (uint32_t i = 0; i < src->nmeta; i++)
+		if (dcr_manifest_set_meta(dst, src->meta[i].key, src->meta[i].value))
+			goto err_free;
+	return 0;
+err_free:
+	dcr_manifest_free(dst);
+	return DCR_ERR(-ENOMEM);
+}
+
 bool dcr_meta_key_valid(const char *key)
 {
 	size_t n = strlen(key);

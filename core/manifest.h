@@ -202,6 +202,13 @@ struct dcr_manifest {
 int dcr_manifest_copy_provenance(struct dcr_manifest *dst,
 				 const struct dcr_manifest *src);
 
+/**
+ * dcr_manifest_dup - a deep copy of @src into @dst (its own files, paths,
+ * chunks, packs and metadata; free with dcr_manifest_free). 0 or -ENOMEM
+ * (@dst then empty).
+ */
+int dcr_manifest_dup(struct dcr_manifest *dst, const struct dcr_manifest *src);
+
 /** Whether @key is a valid metadata key (struct dcr_meta). */
 bool dcr_meta_key_valid(const char *key);
 

@@ -20,8 +20,6 @@
 #include "objstore.h"
 #include "sign.h"
 
-/* A manifest or tag object larger than this is refused outright. */
-#define MANIFEST_OBJ_MAX ((size_t)2 << 30)
 #define MARKER_OBJ_MAX 4096
 
 static int latest_cb(const char *key, const struct dcr_obj_info *info, void *arg)
@@ -46,42 +44,91 @@ void dcr_store_log_newer_manifest(const char *url, const char *key)
 		DCR_MANIFEST_FORMAT);
 }
 
+/* Wait before fetching a damaged manifest again: 100 ms, then 200 ms...
+ * within @deadline. -ECANCELED if the process stops, -ETIMEDOUT past it. */
+static int refetch_wait(int attempt, int64_t deadline)
+{
+	int64_t ns = 100LL * 1000 * 1000 * attempt;
+
+	if (deadline && dcr_mono_ns() + ns >= deadline)
+		return DCR_ERR(-ETIMEDOUT);
+	return dcr_stop_sleep_ns(ns) ? -ECANCELED : 0;
+}
+
+int dcr_manifest_fetch(struct dcr_store *st, struct dcr_mfetch *f,
+		       struct dcr_manifest *m)
+{
+	_Static_assert(sizeof(f->mhash) == DCR_HASH_LEN, "a SHA-256");
+	const char *url = st->url ? st->url : "store";
+	char why[96];
+	struct dcr_buf b;
+	int ret;
+
+	memset(m, 0, sizeof(*m));
+	dcr_buf_init(&b, DCR_MANIFEST_OBJ_MAX);
+	for (int attempt = 1;; attempt++) {
+		b.len = 0;
+		ret = dcr_store_get_within(st, f->key, 0, DCR_GET_ALL,
+					   f->deadline, &b);
+		if (ret) {
+			if (ret != -ENOENT && !f->quiet)
+				dcr_err("%s: cannot read %s: %s", url, f->key,
+					dcr_strerror(ret));
+			break;
+		}
+		dcr_sha256(b.data, b.len, f->mhash);
+		f->size = b.len;
+		if (f->want && !dcr_hash_eq(f->mhash, f->want)) {
+			snprintf(why, sizeof(why), "does not hash to its name");
+			ret = DCR_ERR(-EBADMSG);
+		} else if ((ret = dcr_manifest_decode(b.data, b.len, m)) ==
+			   -EPROTONOSUPPORT) {
+			/* Not damage: fetching it again will not help. */
+			dcr_store_log_newer_manifest(url, f->key);
+			break;
+		} else if (ret) {
+			snprintf(why, sizeof(why), "is corrupt or invalid (%s)",
+				 dcr_strerror(ret));
+		} else if (m->version != f->v) {
+			snprintf(why, sizeof(why), "claims to be version %" PRIu64
+				 ", not %" PRIu64, m->version, f->v);
+			dcr_manifest_free(m);
+			memset(m, 0, sizeof(*m));
+			ret = DCR_ERR(-EBADMSG);
+		}
+		if (!ret)
+			break;
+		if (ret == -ENOMEM)
+			break;
+		ret = DCR_ERR(-EBADMSG);
+		if (attempt == DCR_MANIFEST_TRIES) {
+			dcr_err("%s: manifest %s %s, %d times in a row", url,
+				f->key, why, attempt);
+			break;
+		}
+		dcr_debug("%s: manifest %s %s; fetching it again", url, f->key,
+			  why);
+		if ((ret = refetch_wait(attempt, f->deadline))) {
+			dcr_err("%s: manifest %s %s, and fetching it again: %s",
+				url, f->key, why, dcr_strerror(ret));
+			break;
+		}
+	}
+	if (!ret && b.len >= DCR_HASH_LEN)
+		memcpy(f->tail, b.data + b.len - DCR_HASH_LEN, DCR_HASH_LEN);
+	dcr_buf_free(&b);
+	return ret;
+}
+
 int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
 			     uint64_t v, struct dcr_manifest *m,
 			     uint8_t mhash[DCR_HASH_LEN])
 {
-	struct dcr_buf b;
+	struct dcr_mfetch f = { .key = key, .v = v };
+	int ret = dcr_manifest_fetch(st, &f, m);
 
-	memset(m, 0, sizeof(*m));
-	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
-	int ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
-	if (ret) {
-		if (ret != -ENOENT)
-			dcr_err("%s: cannot read %s: %s", st->url, key,
-				dcr_strerror(ret));
-		goto err_free_buf;
-	}
-	if (mhash)
-		dcr_sha256(b.data, b.len, mhash);
-	ret = dcr_manifest_decode(b.data, b.len, m);
-	if (ret == -EPROTONOSUPPORT) {
-		dcr_store_log_newer_manifest(st->url, key);
-		goto err_free_buf;
-	}
-	if (ret) {
-		dcr_err("%s: manifest %s is corrupt or invalid (%s)", st->url,
-			key, dcr_strerror(ret));
-		goto err_free_buf;
-	}
-	if (m->version != v) {
-		dcr_err("%s: manifest %s claims to be version %" PRIu64
-			", not %" PRIu64, st->url, key, m->version, v);
-		dcr_manifest_free(m);
-		memset(m, 0, sizeof(*m));
-		ret = DCR_ERR(-EBADMSG);
-	}
-err_free_buf:
-	dcr_buf_free(&b);
+	if (!ret && mhash)
+		memcpy(mhash, f.mhash, DCR_HASH_LEN);
 	return ret;
 }
 
@@ -318,7 +365,7 @@ static int identify_legacy(struct dcr_store *st, struct dcr_store_info *info)
 	if (!lo.v)
 		return -ENOENT;
 	dcr_version_key(lo.v, key, sizeof(key));
-	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
+	dcr_buf_init(&b, DCR_MANIFEST_OBJ_MAX);
 	ret = dcr_store_get(st, key, 0, DCR_GET_ALL, &b);
 	if (!ret) {
 		dcr_sha256(b.data, b.len, h);

@@ -220,20 +220,65 @@ int dcr_store_latest(struct dcr_store *st, uint64_t *v);
  */
 void dcr_store_log_newer_manifest(const char *url, const char *key);
 
+/** The largest manifest object fetched: a larger one is refused
+ * (-EFBIG) before it is read whole. */
+#define DCR_MANIFEST_OBJ_MAX ((size_t)2 << 30)
+/** A manifest that does not decode is fetched this many times in all. */
+#define DCR_MANIFEST_TRIES 3
+
 /**
- * dcr_store_get_manifest - fetch and decode version @v's manifest.
- * -ENOENT if it does not exist, -EBADMSG if corrupt (logged, naming the
- * key), and checks that the decoded version number equals @v.
+ * struct dcr_mfetch - one fetch of a manifest object (dcr_manifest_fetch).
+ * In: @key (versions/<n> or manifests/<hash>), @v (the number it must
+ * hold), @deadline (CLOCK_MONOTONIC ns bounding the whole fetch, its
+ * retries included; 0: none), @want (the SHA-256 its bytes must have, a
+ * manifests/<hash>'s name; NULL: any) and @quiet (a store error is not
+ * logged: the caller logs it, or retries it quietly). Out, when it
+ * returns 0: @mhash (the SHA-256 of the object's bytes: its identity),
+ * @size (its bytes) and @tail (its last 32 bytes, when it has that many).
+ */
+struct dcr_mfetch {
+	const char *key;
+	uint64_t v;
+	int64_t deadline;
+	const uint8_t *want;
+	bool quiet;
+	uint8_t mhash[32];
+	uint64_t size;
+	uint8_t tail[32];
+};
+
+/**
+ * dcr_manifest_fetch - the one way a manifest object is fetched (the
+ * reader, the committer's parent, maintenance and the store view all
+ * come here): at most DCR_MANIFEST_OBJ_MAX bytes (else -EFBIG), within
+ * @f->deadline; decoded into @m (zeroed first; the caller frees it),
+ * checked to be version @f->v and, with @f->want, to hash to it. Bytes
+ * that fail a check are fetched again, DCR_MANIFEST_TRIES times in all
+ * (a body damaged on the way is transient, not the store's), before
+ * the object is called corrupt: -EBADMSG, logged once naming the key
+ * and what is wrong. A manifest of a newer format is not damage and is
+ * not fetched again: -EPROTONOSUPPORT, logged as such
+ * (dcr_store_log_newer_manifest). -ENOENT (not logged) if absent,
+ * -ECANCELED if the process stops meanwhile, other -errno from the
+ * store (logged unless @f->quiet). Thread-safe as the store's ops are.
  */
 struct dcr_manifest;
+int dcr_manifest_fetch(struct dcr_store *st, struct dcr_mfetch *f,
+		       struct dcr_manifest *m);
+
+/**
+ * dcr_store_get_manifest - fetch and decode version @v's manifest
+ * versions/<n> (dcr_manifest_fetch). -ENOENT if it does not exist,
+ * -EBADMSG if corrupt or not version @v (logged, naming the key).
+ */
 int dcr_store_get_manifest(struct dcr_store *st, uint64_t v,
 			   struct dcr_manifest *m);
 
 /**
  * dcr_store_fetch_manifest - fetch the manifest object @key, decode it
- * and check it is version @v; the SHA-256 of the object's bytes (its
- * identity) into @mhash unless NULL. Returns as dcr_store_get_manifest.
- * The one fetch of a manifest object (versions/, manifests/).
+ * and check it is version @v (dcr_manifest_fetch); the SHA-256 of the
+ * object's bytes (its identity) into @mhash unless NULL. Returns as
+ * dcr_manifest_fetch.
  */
 int dcr_store_fetch_manifest(struct dcr_store *st, const char *key,
 			     uint64_t v, struct dcr_manifest *m,

@@ -24,6 +24,7 @@
 #include "hash.h"
 #include "manifest.h"
 #include "reader.h"
+#include "sview.h"
 
 struct dcr_ccache {
 	struct dcr_store *st;
@@ -222,14 +223,12 @@ static int write_entry(struct dcr_reader *r, uint64_t v, uint32_t idx,
 	if (fd < 0)
 		return -errno;
 	for (uint64_t off = 0; off < e->size;) {
-		ssize_t n = dcr_reader_read(r, v, idx, off, buf, bufsz);
-		if (n <= 0) {
-			ret = n < 0 ? (int)n : -EIO;
+		size_t n = (size_t)DCR_MIN((uint64_t)bufsz, e->size - off);
+		if ((ret = dcr_reader_read_exact(r, v, DCR_READER_ANY_TREE, idx, off,
+						 buf, n)) ||
+		    (ret = dcr_write_full(fd, buf, n)))
 			break;
-		}
-		if ((ret = dcr_write_full(fd, buf, (size_t)n)))
-			break;
-		off += (uint64_t)n;
+		off += n;
 	}
 	if (close(fd) < 0 && !ret)
 		ret = -errno;
@@ -260,7 +259,14 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 	struct dcr_reader_opts ro = { .cache_dir = scratch, .cache_size = (uint64_t)1 << 30 };
 	if ((ret = dcr_reader_open(st, &ro, &r)))
 		goto err_rm_scratch;
-	if ((ret = dcr_reader_refresh(r, NULL)))
+	/* a throwaway reader on a view: v and what its encoding is built
+	 * on are the manifests fetched, not every version's */
+	struct dcr_sview sv;
+	if ((ret = dcr_sview_load(&sv, st, 0)))
+		goto err_close;
+	ret = dcr_reader_seed(r, &sv, v);
+	dcr_sview_free(&sv);
+	if (ret)
 		goto err_close;
 	if ((ret = dcr_reader_version(r, v, &vi))) {
 		dcr_err("%s: version %" PRIu64 " is missing or unreadable", st->url, v);

@@ -88,9 +88,9 @@ DCR_API int dcr_store_log(dcr_store_handle *s, char **json)
 }
 
 /* The version @arg names in @k's index, or NULL (logged; @ret -ENOENT). */
-static struct dcr_ix_ver *resolve(struct call *k, const char *arg, int *ret)
+static struct dcr_sview_ver *resolve(struct call *k, const char *arg, int *ret)
 {
-	struct dcr_ix_ver *x = arg ? dcr_index_resolve(&k->ix, arg) : NULL;
+	struct dcr_sview_ver *x = arg ? dcr_index_resolve(&k->ix, arg) : NULL;
 
 	if (!x)
 		*ret = -ENOENT;
@@ -99,7 +99,7 @@ static struct dcr_ix_ver *resolve(struct call *k, const char *arg, int *ret)
 
 DCR_API int dcr_store_show(dcr_store_handle *s, const char *version, char **json)
 {
-	struct dcr_ix_ver *x;
+	struct dcr_sview_ver *x;
 	struct call k;
 	int ret;
 
@@ -114,7 +114,7 @@ DCR_API int dcr_store_show(dcr_store_handle *s, const char *version, char **json
 DCR_API int dcr_store_diff(dcr_store_handle *s, const char *a, const char *b,
 			   char **json)
 {
-	struct dcr_ix_ver *va, *vb;
+	struct dcr_sview_ver *va, *vb;
 	struct dcr_diff_result r;
 	struct call k;
 	int ret;
@@ -149,7 +149,7 @@ DCR_API int dcr_store_verify(dcr_store_handle *s, const char *const *versions,
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		struct dcr_ix_ver *x = resolve(&k, versions[i], &ret);
+		struct dcr_sview_ver *x = resolve(&k, versions[i], &ret);
 		if (!x)
 			goto out;
 		vs[i] = x->v;
@@ -209,7 +209,7 @@ DCR_API int dcr_store_tag_signed(dcr_store_handle *s, const char *name,
 {
 	struct dcr_sign_key *key = NULL;
 	struct dcr_index ix;
-	struct dcr_ix_ver *x;
+	struct dcr_sview_ver *x;
 	int ret;
 
 	dcr_api_enter();

@@ -18,12 +18,12 @@ static void tags_json(FILE *f, const struct dcr_index *ix, uint64_t v)
 	int n = 0;
 
 	fputc('[', f);
-	for (size_t i = 0; i < ix->ntags; i++) {
-		if (ix->tags[i].v != v)
+	for (size_t i = 0; i < ix->sv.ntags; i++) {
+		if (ix->sv.tags[i].v != v)
 			continue;
 		if (n++)
 			fputs(", ", f);
-		dcr_json_str(f, ix->tags[i].name);
+		dcr_json_str(f, ix->sv.tags[i].name);
 	}
 	fputc(']', f);
 }
@@ -35,13 +35,13 @@ static void tag_signers_json(FILE *f, struct dcr_index *ix, uint64_t v)
 	int n = 0;
 
 	fputc('{', f);
-	for (size_t i = 0; i < ix->ntags; i++) {
-		if (ix->tags[i].v != v)
+	for (size_t i = 0; i < ix->sv.ntags; i++) {
+		if (ix->sv.tags[i].v != v)
 			continue;
 		fputs(n++ ? ", " : "", f);
-		dcr_json_str(f, ix->tags[i].name);
+		dcr_json_str(f, ix->sv.tags[i].name);
 		fputs(": ", f);
-		dcr_json_str(f, dcr_index_tag_signer(ix, &ix->tags[i], buf));
+		dcr_json_str(f, dcr_index_tag_signer(ix, &ix->sv.tags[i], buf));
 	}
 	fputc('}', f);
 }
@@ -75,9 +75,9 @@ int dcr_log_json(FILE *f, struct dcr_index *ix)
 	int status = 0, n = 0;
 
 	fputs("[", f);
-	for (size_t i = ix->nvs; i-- > 0;) {
+	for (size_t i = ix->sv.nvs; i-- > 0;) {
 		struct dcr_version_record r;
-		int ret = dcr_index_record(ix, &ix->vs[i], &r);
+		int ret = dcr_index_record(ix, &ix->sv.vs[i], &r);
 		if (ret) {
 			status = status ? status : ret;
 			continue;
@@ -92,7 +92,7 @@ int dcr_log_json(FILE *f, struct dcr_index *ix)
 	return status;
 }
 
-int dcr_show_json(FILE *f, struct dcr_index *ix, struct dcr_ix_ver *x)
+int dcr_show_json(FILE *f, struct dcr_index *ix, struct dcr_sview_ver *x)
 {
 	char hex[DCR_HASH_HEX_LEN + 1];
 	struct dcr_version_record r;

@@ -24,7 +24,7 @@
 int dcr_log_json(FILE *f, struct dcr_index *ix);
 
 /** dcr_show_json - version @x of @ix with its files. 0 or -errno (nothing written). */
-int dcr_show_json(FILE *f, struct dcr_index *ix, struct dcr_ix_ver *x);
+int dcr_show_json(FILE *f, struct dcr_index *ix, struct dcr_sview_ver *x);
 
 /** dcr_diff_json - the diff @r. */
 void dcr_diff_json(FILE *f, const struct dcr_diff_result *r);

@@ -28,7 +28,9 @@
 
 struct cver {
 	uint64_t v;
-	struct dcr_manifest o;  /* versions/<n>: content and lineage */
+	struct dcr_sview_ver *sx; /* the view's */
+	const struct dcr_manifest *o; /* versions/<n>: content and lineage
+					 (the view's) */
 	bool kept;
 	uint64_t eb;            /* current encoding base (0: none) */
 	uint64_t tb;            /* target base (0: anchor) */
@@ -58,6 +60,7 @@ struct slot {
 };
 
 struct cctx {
+	struct dcr_sview *sv;
 	struct dcr_store *st;
 	struct dcr_reader *r;
 	const struct dcr_compact_opts *o;
@@ -84,21 +87,6 @@ struct batch {
 	struct dcr_chunk_ref *refs; /* the file's, from k0 */
 	struct ccost *cost, *bcost; /* the file's and its base file's */
 };
-
-static int list_cb(const char *key, const struct dcr_obj_info *info, void *arg)
-{
-	struct cctx *c = arg;
-	uint64_t v;
-
-	(void)info;
-	if (dcr_version_from_key(key, &v))
-		return 0;
-	if (dcr_array_grow(&c->vs, sizeof(*c->vs), c->n, &c->cap))
-		return -ENOMEM;
-	memset(&c->vs[c->n], 0, sizeof(c->vs[0]));
-	c->vs[c->n++].v = v;
-	return 0;
-}
 
 static int cmp_cver(const void *a, const void *b)
 {
@@ -127,39 +115,36 @@ static bool in_keep(const struct dcr_compact_opts *o, uint64_t v)
 /* The nearest kept logical ancestor of @x (NULL: @x is a root). */
 static struct cver *kept_parent(struct cctx *c, const struct cver *x)
 {
-	struct cver *p = find(c, x->o.parent);
+	struct cver *p = find(c, x->o->parent);
 
 	while (p && !p->kept)
-		p = find(c, p->o.parent);
+		p = find(c, p->o->parent);
 	return p;
 }
 
-/* Load every version's manifest and current encoding base. */
-static int load(struct cctx *c, const struct dcr_layout *l)
+/* Every version's committed manifest and current encoding base, from
+ * the view (fetched there once). */
+static int load(struct cctx *c)
 {
-	int ret = dcr_store_list(c->st, "versions/", list_cb, c);
+	struct dcr_sview *sv = c->sv;
 
-	if (ret && ret != -ENOENT) {
-		dcr_err("%s: cannot list versions: %s", c->st->url, dcr_strerror(ret));
-		return ret;
+	if (!(c->vs = calloc(sv->nvs ? sv->nvs : 1, sizeof(*c->vs))))
+		return DCR_ERR(-ENOMEM);
+	c->n = c->cap = sv->nvs;
+	for (size_t i = 0; i < c->n; i++) { /* all numbered first: find() */
+		c->vs[i].v = sv->vs[i].v;
+		c->vs[i].sx = &sv->vs[i];
+		c->vs[i].kept = in_keep(c->o, c->vs[i].v);
 	}
-	if (c->n) /* qsort's pointer must not be NULL (UBSan) */
-		qsort(c->vs, c->n, sizeof(*c->vs), cmp_cver);
 	for (size_t i = 0; i < c->n; i++) {
 		struct cver *x = &c->vs[i];
-		x->kept = in_keep(c->o, x->v);
-		if ((ret = dcr_store_get_manifest(c->st, x->v, &x->o)))
-			return ret; /* logged */
-		const struct dcr_layout_entry *e = dcr_layout_find(l, x->v);
-		if (e) {
-			struct dcr_manifest em;
-			if ((ret = dcr_store_get_mobj(c->st, e->mhash, x->v, &em)))
-				return ret; /* logged */
-			x->eb = dcr_manifest_needs_parent(&em) ? em.parent : 0;
-			dcr_manifest_free(&em);
-		} else {
-			x->eb = dcr_manifest_needs_parent(&x->o) ? x->o.parent : 0;
-		}
+		const struct dcr_manifest *em;
+
+		/* as read (the encoding) first: committed needs it */
+		if (!(em = dcr_sview_manifest(sv, x->sx)) ||
+		    !(x->o = dcr_sview_committed(sv, x->sx, NULL)))
+			return dcr_sview_state(x->sx); /* logged */
+		x->eb = dcr_manifest_needs_parent(em) ? em->parent : 0;
 		struct cver *b = find(c, x->eb);
 		x->dep_before = x->eb ? (b ? b->dep_before : 0) + 1 : 1;
 		c->s->depth_before = DCR_MAX(c->s->depth_before, x->dep_before);
@@ -208,19 +193,13 @@ static void plan(struct cctx *c, unsigned k)
 static int read_chunk(struct cctx *c, uint64_t v, uint32_t fi, uint64_t off,
 		      uint8_t *dst, size_t len)
 {
-	for (size_t done = 0; done < len;) {
-		ssize_t n = dcr_reader_read(c->r, v, fi + 1, off + done,
-					    dst + done, len - done);
-		if (n <= 0) {
-			int ret = n < 0 ? (int)n : DCR_ERR(-EIO);
-			dcr_err("%s: cannot materialize version %" PRIu64
-				" at %" PRIu64 ": %s", c->st->url, v, off,
-				dcr_strerror(ret));
-			return ret;
-		}
-		done += (size_t)n;
-	}
-	return 0;
+	int ret = dcr_reader_read_exact(c->r, v, DCR_READER_ANY_TREE, fi + 1,
+					off, dst, len);
+
+	if (ret)
+		dcr_err("%s: cannot materialize version %" PRIu64 " at %" PRIu64
+			": %s", c->st->url, v, off, dcr_strerror(ret));
+	return ret;
 }
 
 /*
@@ -239,10 +218,10 @@ static bool within(uint64_t chain, uint64_t root, size_t len, unsigned pct)
 
 static int cost_alloc(struct cver *x)
 {
-	if (!(x->cost = calloc(x->o.nfiles ? x->o.nfiles : 1, sizeof(*x->cost))))
+	if (!(x->cost = calloc(x->o->nfiles ? x->o->nfiles : 1, sizeof(*x->cost))))
 		return DCR_ERR(-ENOMEM);
-	for (uint32_t fi = 0; fi < x->o.nfiles; fi++) {
-		const struct dcr_file *f = &x->o.files[fi];
+	for (uint32_t fi = 0; fi < x->o->nfiles; fi++) {
+		const struct dcr_file *f = &x->o->files[fi];
 		if (f->type == DCR_FT_REG &&
 		    !(x->cost[fi] = calloc(f->nchunks ? f->nchunks : 1,
 					   sizeof(*x->cost[fi]))))
@@ -253,7 +232,7 @@ static int cost_alloc(struct cver *x)
 
 static void cost_free(struct cver *x)
 {
-	for (uint32_t fi = 0; x->cost && fi < x->o.nfiles; fi++)
+	for (uint32_t fi = 0; x->cost && fi < x->o->nfiles; fi++)
 		free(x->cost[fi]);
 	free(x->cost);
 	x->cost = NULL;
@@ -264,9 +243,9 @@ static void cost_free(struct cver *x)
 static struct ccost *base_costs(const struct cver *b, uint32_t bfi,
 				const struct dcr_file *f)
 {
-	if (!b || !b->cost || bfi >= b->o.nfiles ||
-	    b->o.files[bfi].type != DCR_FT_REG ||
-	    b->o.files[bfi].nchunks != f->nchunks)
+	if (!b || !b->cost || bfi >= b->o->nfiles ||
+	    b->o->files[bfi].type != DCR_FT_REG ||
+	    b->o->files[bfi].nchunks != f->nchunks)
 		return NULL;
 	return b->cost[bfi];
 }
@@ -277,28 +256,24 @@ static struct ccost *base_costs(const struct cver *b, uint32_t bfi,
  * beyond the bound (within()), or on a base of unknown cost, so @x is
  * to be re-encoded. 0 or -errno (logged).
  */
-static int costs_of(struct cctx *c, const struct dcr_layout *l,
-		    struct cver *x, bool *over)
+static int costs_of(struct cctx *c, struct cver *x, bool *over)
 {
-	const struct dcr_layout_entry *e = dcr_layout_find(l, x->v);
+	/* as encoded now: the view's (load() fetched it) */
+	const struct dcr_manifest *m = dcr_sview_manifest(c->sv, x->sx);
 	const struct cver *b = find(c, x->eb);
-	struct dcr_manifest em, *m = &x->o;
 	char key[DCR_HASH_HEX_LEN + 16];
 	struct dcr_buf fr;
 	int ret;
 
 	*over = false;
-	if (e) {
-		if ((ret = dcr_store_get_mobj(c->st, e->mhash, x->v, &em)))
-			return ret; /* logged */
-		m = &em;
-	}
+	if (!m)
+		return dcr_sview_state(x->sx);
 	dcr_buf_init(&fr, DCR_CHUNK_MAX + 4096);
 	if ((ret = cost_alloc(x)))
-		goto out_em;
-	if (m->nfiles != x->o.nfiles) {
+		goto out_buf;
+	if (m->nfiles != x->o->nfiles) {
 		*over = true;
-		goto out_em;
+		goto out_buf;
 	}
 	for (uint32_t fi = 0; fi < m->nfiles; fi++) {
 		const struct dcr_file *f = &m->files[fi];
@@ -350,9 +325,6 @@ static int costs_of(struct cctx *c, const struct dcr_layout *l,
 	}
 out_buf:
 	dcr_buf_free(&fr);
-out_em:
-	if (m == &em)
-		dcr_manifest_free(&em);
 	return ret;
 }
 
@@ -385,8 +357,8 @@ static void encode_one(void *arg, size_t i)
 	struct batch *bt = arg;
 	struct cctx *c = bt->c;
 	struct slot *sl = &c->slots[i];
-	const struct dcr_file *f = &bt->x->o.files[bt->fi];
-	uint32_t cs = bt->x->o.chunk_size;
+	const struct dcr_file *f = &bt->x->o->files[bt->fi];
+	uint32_t cs = bt->x->o->chunk_size;
 	uint64_t k = bt->k0 + i, off = k * cs;
 	size_t len = (size_t)dcr_chunk_len(f->size, cs, k);
 	struct dcr_elem_hint hint = dcr_regions_hint(bt->rg, off);
@@ -399,7 +371,7 @@ static void encode_one(void *arg, size_t i)
 	sl->ret = 0;
 	sl->frame.len = 0;
 	if (bt->bfi >= 0 &&
-	    dcr_hash_eq(f->chunks[k].hash, bt->b->o.files[bt->bfi].chunks[k].hash)) {
+	    dcr_hash_eq(f->chunks[k].hash, bt->b->o->files[bt->bfi].chunks[k].hash)) {
 		*cc = bt->bcost[k];
 		ref->kind = DCR_CK_SAME;
 		ref->pack = 0;
@@ -414,8 +386,11 @@ static void encode_one(void *arg, size_t i)
 		sl->ret = ret;
 		return;
 	}
-	ret = dcr_frame_encode2(sl->codec, sl->buf, bt->bfi >= 0 ? sl->bbuf : NULL,
-				len, &hint, &sl->frame, &kind);
+	/* encoded and decoded back onto the base (dcr_frame_encode_checked):
+	 * nothing is published that does not give the chunk */
+	ret = dcr_frame_encode_checked(sl->codec, sl->buf,
+				       bt->bfi >= 0 ? sl->bbuf : NULL, len, &hint,
+				       &sl->frame, &kind, sl->chk);
 	if (!ret)
 		ret = dcr_frame_cost(sl->frame.data, sl->frame.len, &fc);
 	/* a delta that would make the chunk too dear to read: a full frame
@@ -423,26 +398,22 @@ static void encode_one(void *arg, size_t i)
 	if (!ret && kind == DCR_FRAME_DELTA &&
 	    !within(bt->bcost[k].chain + fc, bt->bcost[k].root, len, c->read_pct)) {
 		sl->frame.len = 0;
-		ret = dcr_frame_encode2(sl->codec, sl->buf, NULL, len, &hint,
-					&sl->frame, &kind);
+		ret = dcr_frame_encode_checked(sl->codec, sl->buf, NULL, len, &hint,
+					       &sl->frame, &kind, sl->chk);
 		if (!ret)
 			ret = dcr_frame_cost(sl->frame.data, sl->frame.len, &fc);
+	}
+	if (ret == -ENOTRECOVERABLE) {
+		dcr_err("chunk %" PRIu64 " of %s (version %" PRIu64 ") does not "
+			"decode back to its bytes: nothing published", k, f->path,
+			bt->x->v);
+		sl->ret = DCR_ERR(-EIO);
+		return;
 	}
 	if (ret) {
 		dcr_err("cannot encode chunk %" PRIu64 " of %s (version %" PRIu64
 			"): %s", k, f->path, bt->x->v, dcr_strerror(ret));
 		sl->ret = ret;
-		return;
-	}
-	/* The decode check: the frame on its base must give the chunk. */
-	if (kind == DCR_FRAME_DELTA)
-		memcpy(sl->chk, sl->bbuf, len);
-	if (dcr_frame_apply(sl->codec, sl->frame.data, sl->frame.len, sl->chk, len) ||
-	    memcmp(sl->chk, sl->buf, len)) {
-		dcr_err("chunk %" PRIu64 " of %s (version %" PRIu64 ") does not "
-			"decode back to its bytes: nothing published", k, f->path,
-			bt->x->v);
-		sl->ret = DCR_ERR(-EIO);
 		return;
 	}
 	ref->kind = kind == DCR_FRAME_DELTA ? DCR_CK_DELTA : DCR_CK_FULL;
@@ -452,7 +423,7 @@ static void encode_one(void *arg, size_t i)
 	else
 		*cc = (struct ccost){ fc, fc };
 	dcr_sha256(sl->frame.data, sl->frame.len, sl->fhash);
-	if (bt->x->o.format >= 2)
+	if (bt->x->o->format >= 2)
 		memcpy(ref->fhash, sl->fhash, DCR_HASH_LEN);
 	else
 		memset(ref->fhash, 0, DCR_HASH_LEN);
@@ -495,7 +466,7 @@ static int rewrite(struct cctx *c, struct cver *x)
 	struct dcr_manifest *m = &x->nm;
 	int ret = 0;
 
-	*m = x->o;
+	*m = *x->o;
 	m->parent = x->tb;
 	/* Format 3's bytes and meaning, and the frames this encoder writes
 	 * (two-state sparse segments) need a reader of format 4. Formats 1
@@ -508,17 +479,17 @@ static int rewrite(struct cctx *c, struct cver *x)
 	m->has_sig = false;
 	m->nmeta = 0;
 	m->meta = NULL;
-	for (uint32_t i = 0; i < x->o.nmeta; i++)
-		if ((ret = dcr_manifest_set_meta(m, x->o.meta[i].key,
-						 x->o.meta[i].value)))
+	for (uint32_t i = 0; i < x->o->nmeta; i++)
+		if ((ret = dcr_manifest_set_meta(m, x->o->meta[i].key,
+						 x->o->meta[i].value)))
 			return ret;
-	if (!(m->files = calloc(x->o.nfiles ? x->o.nfiles : 1, sizeof(*m->files))))
+	if (!(m->files = calloc(x->o->nfiles ? x->o->nfiles : 1, sizeof(*m->files))))
 		return -ENOMEM;
 	cost_free(x); /* as encoded before, when costs_of() chose this */
 	if ((ret = cost_alloc(x)))
 		return ret;
-	for (uint32_t fi = 0; fi < x->o.nfiles; fi++) {
-		const struct dcr_file *f = &x->o.files[fi];
+	for (uint32_t fi = 0; fi < x->o->nfiles; fi++) {
+		const struct dcr_file *f = &x->o->files[fi];
 		struct dcr_file *g = &m->files[fi];
 		*g = *f;
 		g->chunks = NULL;
@@ -530,10 +501,10 @@ static int rewrite(struct cctx *c, struct cver *x)
 		if (f->nchunks && !(g->chunks = calloc(f->nchunks, sizeof(*g->chunks))))
 			return -ENOMEM;
 		int64_t bfi = -1;
-		if (b && b->o.chunk_size == x->o.chunk_size) {
-			bfi = dcr_manifest_find(&b->o, f->path);
-			if (bfi >= 0 && (b->o.files[bfi].type != DCR_FT_REG ||
-					 b->o.files[bfi].size != f->size))
+		if (b && b->o->chunk_size == x->o->chunk_size) {
+			bfi = dcr_manifest_find(b->o, f->path);
+			if (bfi >= 0 && (b->o->files[bfi].type != DCR_FT_REG ||
+					 b->o->files[bfi].size != f->size))
 				bfi = -1;
 		}
 		/* a base whose costs are unknown cannot be bounded: none */
@@ -622,8 +593,9 @@ out:
  * encoded now (their committed frames may be collected already); the
  * next compaction drops them with the versions.
  */
-static int publish(struct cctx *c, const struct dcr_layout *l)
+static int publish(struct cctx *c)
 {
+	const struct dcr_layout *l = &c->sv->layout;
 	struct dcr_layout nl = { .gen = DCR_MAX(l->gen, l->top) + 1,
 				 .ctime_ns = dcr_now_ns() };
 	bool changed = false;
@@ -638,7 +610,7 @@ static int publish(struct cctx *c, const struct dcr_layout *l)
 		if (x->rewrite && x->kept) {
 			struct dcr_layout_entry *ne = &nl.e[nl.n++];
 			ne->version = x->v;
-			ne->lparent = x->o.parent;
+			ne->lparent = x->o->parent;
 			memcpy(ne->mhash, x->mhash, DCR_HASH_LEN);
 			changed = true;
 		} else if (e) {
@@ -673,7 +645,7 @@ static int slots_new(struct cctx *c)
 	/* kept, not only rewrite: costs_of() may add versions */
 	for (size_t i = 0; i < c->n; i++)
 		if (c->vs[i].kept)
-			cs = DCR_MAX(cs, c->vs[i].o.chunk_size);
+			cs = DCR_MAX(cs, c->vs[i].o->chunk_size);
 	c->threads = dcr_cpu_threads(c->o->threads);
 	c->nslots = 2 * (size_t)c->threads;
 	if (!(c->slots = calloc(c->nslots, sizeof(*c->slots))))
@@ -718,18 +690,17 @@ static void slots_free(struct cctx *c)
 	free(c->slots);
 }
 
-int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
-		const struct dcr_layout *l, const struct dcr_compact_opts *o,
-		struct dcr_compact_stats *s)
+int dcr_compact(struct dcr_sview *sv, struct dcr_reader *r,
+		const struct dcr_compact_opts *o, struct dcr_compact_stats *s)
 {
 	unsigned k = o->max_depth ? o->max_depth : DCR_COMPACT_DEPTH_DEFAULT;
-	struct cctx c = { .st = st, .r = r, .o = o, .s = s,
+	struct cctx c = { .sv = sv, .st = sv->st, .r = r, .o = o, .s = s,
 			  .read_pct = o->read_cost ? o->read_cost
 						   : DCR_COMPACT_READ_COST_DEFAULT };
 	int ret;
 
 	memset(s, 0, sizeof(*s));
-	if ((ret = load(&c, l)))
+	if ((ret = load(&c)))
 		goto out;
 	plan(&c, k);
 	if (!o->dry_run && (ret = slots_new(&c)))
@@ -740,7 +711,7 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 		if (!x->kept)
 			continue;
 		/* on its base already, but maybe too dear to read there */
-		if (!x->rewrite && !o->dry_run && !(ret = costs_of(&c, l, x, &over)))
+		if (!x->rewrite && !o->dry_run && !(ret = costs_of(&c, x, &over)))
 			x->rewrite = over;
 		if (x->rewrite && !o->dry_run && !ret)
 			ret = rewrite(&c, x);
@@ -757,11 +728,10 @@ int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
 		if (c.vs[i].kept && c.vs[i].rewrite)
 			ret = finish(&c, &c.vs[i]);
 	if (!ret)
-		ret = publish(&c, l);
+		ret = publish(&c);
 out:
 	for (size_t i = 0; i < c.n; i++) {
-		cost_free(&c.vs[i]); /* first: it walks o's files */
-		dcr_manifest_free(&c.vs[i].o);
+		cost_free(&c.vs[i]); /* it walks o's files: the view's */
 		/* nm shares nothing with o: every path and array is its own */
 		if (c.vs[i].nm.files)
 			dcr_manifest_free(&c.vs[i].nm);
@@ -772,41 +742,43 @@ out:
 	return ret;
 }
 
-int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
-			struct dcr_compact_stats *s)
+int dcr_compact_view(struct dcr_sview *sv, const struct dcr_compact_opts *o,
+		     struct dcr_compact_stats *s)
 {
 	struct dcr_reader *r = NULL;
-	struct dcr_layout l;
 	char dir[PATH_MAX];
 	int ret, lockfd = -1;
 
 	memset(s, 0, sizeof(*s));
-	if ((ret = dcr_store_layout(st, &l))) {
-		dcr_err("%s: cannot read the store's layout: %s", st->url,
-			dcr_strerror(ret));
-		return ret;
-	}
 	if (o->dry_run)
-		goto run; /* plans only: no bytes are read */
+		return dcr_compact(sv, NULL, o, s); /* plans only: no bytes read */
 	/* named (the reader's cache is a catalog and slabs), so owned:
 	 * one left by a process killed (kill -9) is collected by the next */
 	if ((ret = dcr_mktempdir_owned("dcrfs-compact", dir, sizeof(dir),
-				       &lockfd))) {
-		dcr_layout_free(&l);
+				       &lockfd)))
 		return ret;
-	}
 	struct dcr_reader_opts ro = { .cache_dir = dir,
 				      .cache_size = DCR_COMPACT_SCRATCH_CACHE,
 				      .threads = o->threads };
-	if ((ret = dcr_reader_open(st, &ro, &r)) ||
-	    (ret = dcr_reader_refresh(r, NULL)))
-		goto out;
-run:
-	ret = dcr_compact(st, r, &l, o, s);
-out:
+	/* on the view: no second listing, no manifest fetched again */
+	if (!(ret = dcr_reader_open(sv->st, &ro, &r)) &&
+	    !(ret = dcr_reader_seed(r, sv, 0)))
+		ret = dcr_compact(sv, r, o, s);
 	dcr_reader_close(r);
-	if (!o->dry_run)
-		dcr_tempdir_release(dir, lockfd);
-	dcr_layout_free(&l);
+	dcr_tempdir_release(dir, lockfd);
+	return ret;
+}
+
+int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
+			struct dcr_compact_stats *s)
+{
+	struct dcr_sview sv;
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	if ((ret = dcr_sview_load(&sv, st, 0)))
+		return ret; /* logged */
+	ret = dcr_compact_view(&sv, o, s);
+	dcr_sview_free(&sv);
 	return ret;
 }

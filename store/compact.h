@@ -62,6 +62,7 @@
 #include "layout.h"
 #include "objstore.h"
 #include "reader.h"
+#include "sview.h"
 
 #define DCR_COMPACT_DEPTH_DEFAULT 8
 #define DCR_COMPACT_READ_COST_DEFAULT 150
@@ -112,24 +113,33 @@ struct dcr_compact_stats {
 };
 
 /**
- * dcr_compact - compact store @st, materializing through reader @r (a
- * reader of @st, refreshed, with a cache large enough for a version and
- * its bases; the caller owns both). @l is the store's current layout
- * (dcr_store_layout). Returns 0 and fills @s; -EEXIST if another
- * generation was published meanwhile (run again); other -errno, logged.
+ * dcr_compact - compact the store of view @sv (sview.h: its versions,
+ * their manifests and its layout, fetched once there), materializing
+ * through reader @r (a reader of that store, refreshed or seeded from
+ * @sv, with a cache large enough for a version and its bases; NULL for
+ * a dry run; the caller owns both). Returns 0 and fills @s; -EEXIST if
+ * another generation was published meanwhile (run again); other -errno,
+ * logged. The view's layout is not reloaded here
+ * (dcr_sview_reload_layout).
  */
-int dcr_compact(struct dcr_store *st, struct dcr_reader *r,
-		const struct dcr_layout *l, const struct dcr_compact_opts *o,
-		struct dcr_compact_stats *s);
+int dcr_compact(struct dcr_sview *sv, struct dcr_reader *r,
+		const struct dcr_compact_opts *o, struct dcr_compact_stats *s);
 
-/* Scratch cache budget of dcr_compact_scratch. */
+/* Scratch cache budget of dcr_compact_view. */
 #define DCR_COMPACT_SCRATCH_CACHE ((uint64_t)1 << 30)
 
 /**
- * dcr_compact_scratch - dcr_compact with what it needs made here: the
- * store's current layout, and a reader on a scratch cache in $TMPDIR
- * (or /tmp; DCR_COMPACT_SCRATCH_CACHE at most, removed before it
- * returns). For dcrfs-ctl and libdcr. Returns as dcr_compact.
+ * dcr_compact_view - dcr_compact with its reader made here, on a
+ * scratch cache in $TMPDIR (or /tmp; DCR_COMPACT_SCRATCH_CACHE at most,
+ * removed before it returns), and on @sv (no second listing). For gc,
+ * dcrfs-ctl compact. Returns as dcr_compact.
+ */
+int dcr_compact_view(struct dcr_sview *sv, const struct dcr_compact_opts *o,
+		     struct dcr_compact_stats *s);
+
+/**
+ * dcr_compact_scratch - dcr_compact_view on a view of @st loaded here.
+ * For libdcr. Returns as dcr_compact.
  */
 int dcr_compact_scratch(struct dcr_store *st, const struct dcr_compact_opts *o,
 			struct dcr_compact_stats *s);

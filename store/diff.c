@@ -28,7 +28,7 @@ static uint64_t ndiff(const uint8_t *a, const uint8_t *b, size_t n)
  * holding version @a (or nothing, a = 0) downloads to build it: those of
  * the versions on @b's chain newer than @a, down to the first full frame.
  */
-static int chain_stored(struct dcr_index *ix, struct dcr_ix_ver *b, uint32_t fi,
+static int chain_stored(struct dcr_index *ix, struct dcr_sview_ver *b, uint32_t fi,
 			uint64_t a, uint64_t *stored)
 {
 	const struct dcr_manifest *m = dcr_index_manifest(ix, b);
@@ -48,7 +48,7 @@ static int chain_stored(struct dcr_index *ix, struct dcr_ix_ver *b, uint32_t fi,
 		}
 		if (!m->parent || m->parent <= a || f->base == DCR_NO_BASE)
 			break;
-		struct dcr_ix_ver *p = dcr_index_find(ix, m->parent);
+		struct dcr_sview_ver *p = dcr_index_find(ix, m->parent);
 		if (!p || !(m = dcr_index_manifest(ix, p)) || f->base >= m->nfiles)
 			break; /* the rest of the chain is gone: verify reports it */
 		fi = f->base;
@@ -84,8 +84,8 @@ static void file_tensors(struct dcr_index *ix, uint64_t v, const struct dcr_file
  * the same is unchanged; the others are materialized and compared byte
  * for byte.
  */
-static int diff_file(struct dcr_index *ix, struct dcr_ix_ver *va,
-		     const struct dcr_file *fa, uint32_t ia, struct dcr_ix_ver *vb,
+static int diff_file(struct dcr_index *ix, struct dcr_sview_ver *va,
+		     const struct dcr_file *fa, uint32_t ia, struct dcr_sview_ver *vb,
 		     const struct dcr_file *fb, uint32_t ib, struct dcr_diff_file *df)
 {
 	const struct dcr_manifest *ma = &va->m, *mb = &vb->m;
@@ -166,7 +166,7 @@ static int diff_add(struct dcr_diff_result *r, struct dcr_diff_file *df)
 	return 0;
 }
 
-int dcr_diff(struct dcr_index *ix, struct dcr_ix_ver *va, struct dcr_ix_ver *vb,
+int dcr_diff(struct dcr_index *ix, struct dcr_sview_ver *va, struct dcr_sview_ver *vb,
 	     struct dcr_diff_result *r)
 {
 	const struct dcr_manifest *ma = dcr_index_manifest(ix, va);

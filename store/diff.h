@@ -54,7 +54,7 @@ struct dcr_diff_result {
  * @r then holds the files compared before the failure, or, if a
  * manifest could not be read (nothing compared), r->to is 0.
  */
-int dcr_diff(struct dcr_index *ix, struct dcr_ix_ver *a, struct dcr_ix_ver *b,
+int dcr_diff(struct dcr_index *ix, struct dcr_sview_ver *a, struct dcr_sview_ver *b,
 	     struct dcr_diff_result *r);
 
 /** dcr_diff_result_free - free what @r holds (it stays empty). */

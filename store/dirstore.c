@@ -48,6 +48,37 @@ static int key_valid(const char *key)
 	return 1;
 }
 
+#ifdef DCR_TEST_HOOKS
+/*
+ * DCRFS_TEST_STORE_LOG=PATH: every GET and LIST of a directory store is
+ * appended to PATH as a line ("GET key", "LIST prefix"), so that a test
+ * counts the requests a command makes (tests/integration/gc_requests.sh).
+ * One write(2) per line, O_APPEND: lines of threads do not interleave.
+ */
+static void trace(const char *op, const char *key)
+{
+	const char *path = getenv("DCRFS_TEST_STORE_LOG");
+	char line[PATH_MAX + 16];
+	int fd, n;
+
+	if (!path || !*path)
+		return;
+	n = snprintf(line, sizeof(line), "%s %s\n", op, key);
+	if (n <= 0 || (size_t)n >= sizeof(line) ||
+	    (fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0)
+		return;
+	if (write(fd, line, (size_t)n) != n)
+		dcr_warn("DCRFS_TEST_STORE_LOG: cannot write %s", path);
+	close(fd);
+}
+#else
+static inline void trace(const char *op, const char *key)
+{
+	(void)op;
+	(void)key;
+}
+#endif
+
 static int dir_get(struct dcr_store *st, const char *key, uint64_t off,
 		   uint64_t len, int64_t deadline, struct dcr_buf *out)
 {
@@ -55,6 +86,8 @@ static int dir_get(struct dcr_store *st, const char *key, uint64_t off,
 	struct dcr_dir_store *d = to_dir(st);
 	struct stat sb;
 	int ret = 0;
+
+	trace("GET", key);
 
 	if (!key_valid(key))
 		return DCR_ERR(-EINVAL);
@@ -476,6 +509,8 @@ static int dir_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
 	struct key_list l = { 0 };
 	char rel[PATH_MAX];
 	int ret;
+
+	trace("LIST", prefix);
 
 	/* Start the walk at the deepest directory named by the prefix. */
 	const char *slash = strrchr(prefix, '/');

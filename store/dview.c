@@ -47,20 +47,7 @@ static void stfile_free(struct stfile *f)
 static int read_exact(struct dcr_reader *r, struct dcr_dview_side s,
 		      uint32_t idx, uint64_t off, void *dst, size_t len)
 {
-	uint8_t *p = dst;
-
-	while (len) {
-		ssize_t n = dcr_reader_read_tree(r, s.v, s.tree, idx, off, p,
-						 len);
-		if (n < 0)
-			return (int)n;
-		if (n == 0) /* the file ended: its header lied to the parser */
-			return DCR_ERR(-EIO);
-		p += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return dcr_reader_read_exact(r, s.v, s.tree, idx, off, dst, len);
 }
 
 static int cmp_tensor_name(const void *a, const void *b)

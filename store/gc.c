@@ -89,7 +89,7 @@ static bool layout_young(const struct gc *g, int64_t now, bool would_publish)
 {
 	if (would_publish)
 		return g->o->grace != 0;
-	return g->ix->layout.gen && !past_grace(g, now, g->ix->layout.ctime_ns);
+	return g->ix->sv.layout.gen && !past_grace(g, now, g->ix->sv.layout.ctime_ns);
 }
 
 struct recheck {
@@ -145,7 +145,7 @@ static int recheck_layout_cb(const char *key, const struct dcr_obj_info *info, v
  */
 static int gc_recheck(struct dcr_index *ix, uint8_t *ps, uint8_t kept)
 {
-	struct recheck rc = { .ix = ix, .vmax = ix->nvs ? ix->vs[ix->nvs - 1].v : 0 };
+	struct recheck rc = { .ix = ix, .vmax = ix->sv.nvs ? ix->sv.vs[ix->sv.nvs - 1].v : 0 };
 	int ret;
 
 	if ((ret = dcr_store_list(ix->st, "packs/", recheck_pack_cb, &rc)) ||
@@ -153,7 +153,7 @@ static int gc_recheck(struct dcr_index *ix, uint8_t *ps, uint8_t kept)
 	    ((ret = dcr_store_list(ix->st, "layouts/", recheck_layout_cb, &rc)) &&
 	     ret != -ENOENT))
 		goto err_log;
-	if (rc.gen > DCR_MAX(ix->layout.gen, ix->layout.top)) {
+	if (rc.gen > DCR_MAX(ix->sv.layout.gen, ix->sv.layout.top)) {
 		dcr_err("%s: layout generation %" PRIu64 " was published during gc (a "
 			"compaction): no pack deleted; run gc again", ix->st->url, rc.gen);
 		free(rc.vs);
@@ -296,27 +296,27 @@ static void rebase_report(void *arg, uint64_t v, uint64_t old_base, uint64_t new
 static int gc_rebase(const struct gc *g, const uint8_t *keep)
 {
 	struct dcr_index *ix = g->ix;
-	uint64_t *kv = calloc(ix->nvs ? ix->nvs : 1, sizeof(*kv));
+	uint64_t *kv = calloc(ix->sv.nvs ? ix->sv.nvs : 1, sizeof(*kv));
 	struct dcr_compact_stats s;
 	size_t nk = 0;
 	int need = 0, ret;
 
 	if (!kv)
 		return DCR_ERR(-ENOMEM);
-	for (size_t i = 0; i < ix->nvs; i++) {
+	for (size_t i = 0; i < ix->sv.nvs; i++) {
 		if (!keep[i])
 			continue;
-		kv[nk++] = ix->vs[i].v;
-		const struct dcr_manifest *m = dcr_index_manifest(ix, &ix->vs[i]);
+		kv[nk++] = ix->sv.vs[i].v;
+		const struct dcr_manifest *m = dcr_index_manifest(ix, &ix->sv.vs[i]);
 		if (!m) {
 			dcr_err("%s: cannot read the manifest of version %" PRIu64
-				", which is kept: nothing removed", ix->st->url, ix->vs[i].v);
-			ret = ix->vs[i].state;
+				", which is kept: nothing removed", ix->st->url, ix->sv.vs[i].v);
+			ret = ix->sv.vs[i].state;
 			goto err_free;
 		}
-		struct dcr_ix_ver *p = m->parent && dcr_manifest_needs_parent(m) ?
+		struct dcr_sview_ver *p = m->parent && dcr_manifest_needs_parent(m) ?
 			dcr_index_find(ix, m->parent) : NULL;
-		need |= p && !keep[p - ix->vs];
+		need |= p && !keep[p - ix->sv.vs];
 	}
 	ret = need;
 	if (need) {
@@ -330,7 +330,7 @@ static int gc_rebase(const struct gc *g, const uint8_t *keep)
 		gc_event(g, (struct dcr_gc_event){ .what = DCR_GC_REBASE });
 		dcr_pg_report(&g->o->pg, DCR_PG_START, "rebase", 0, nk, "versions");
 		dcr_pg_report(&g->o->pg, DCR_PG_STEP, "rebase", 0, nk, "versions");
-		ret = dcr_compact_scratch(ix->st, &co, &s);
+		ret = dcr_compact_view(&ix->sv, &co, &s);
 		dcr_pg_report(&g->o->pg, DCR_PG_END, "rebase", rb.done, nk, "versions");
 		if (!ret && s.gen)
 			ret = dcr_index_reload_layout(ix);
@@ -356,7 +356,7 @@ err_free:
 static int gc_forget(const struct gc *g, const uint8_t *keep)
 {
 	struct dcr_index *ix = g->ix;
-	const struct dcr_layout *l = &ix->layout;
+	const struct dcr_layout *l = &ix->sv.layout;
 	struct dcr_layout nl = { .gen = DCR_MAX(l->gen, l->top) + 1 };
 	uint64_t bytes;
 	int ret;
@@ -366,8 +366,8 @@ static int gc_forget(const struct gc *g, const uint8_t *keep)
 	if (!(nl.e = calloc(l->n ? l->n : 1, sizeof(*nl.e))))
 		return DCR_ERR(-ENOMEM);
 	for (size_t i = 0; i < l->n; i++) {
-		struct dcr_ix_ver *x = dcr_index_find(ix, l->e[i].version);
-		if (x && keep[x - ix->vs])
+		struct dcr_sview_ver *x = dcr_index_find(ix, l->e[i].version);
+		if (x && keep[x - ix->sv.vs])
 			nl.e[nl.n++] = l->e[i];
 	}
 	if (nl.n == l->n) {
@@ -385,8 +385,8 @@ static int gc_forget(const struct gc *g, const uint8_t *keep)
 		return ret;
 	}
 	nl.top = nl.gen;
-	dcr_layout_free(&ix->layout);
-	ix->layout = nl;
+	dcr_layout_free(&ix->sv.layout);
+	ix->sv.layout = nl;
 	return 0;
 }
 
@@ -400,7 +400,7 @@ struct stale {
 static int stale_cb(const char *key, const struct dcr_obj_info *info, void *arg)
 {
 	struct stale *st = arg;
-	const struct dcr_layout *l = &st->g->ix->layout;
+	const struct dcr_layout *l = &st->g->ix->sv.layout;
 	uint8_t h[DCR_HASH_LEN];
 	uint64_t g;
 	int named = 0;
@@ -451,7 +451,7 @@ static int gc_layouts(const struct gc *g, int64_t now)
 static int gc_keep_previous(struct dcr_index *ix, const uint8_t *keep, uint8_t *ps,
 			    uint8_t mark, uint64_t below)
 {
-	uint8_t *seen = calloc(ix->nvs ? ix->nvs : 1, 1);
+	uint8_t *seen = calloc(ix->sv.nvs ? ix->sv.nvs : 1, 1);
 	struct dcr_layout prev;
 	int ret;
 
@@ -464,12 +464,13 @@ static int gc_keep_previous(struct dcr_index *ix, const uint8_t *keep, uint8_t *
 		free(seen);
 		return ret;
 	}
-	for (size_t i = 0; i < ix->nvs && !ret; i++) {
-		struct dcr_ix_ver *x = keep[i] ? &ix->vs[i] : NULL;
-		while (x && !seen[x - ix->vs]) {
-			struct dcr_manifest m;
-			seen[x - ix->vs] = 1;
-			ret = dcr_store_get_encoding(ix->st, &prev, x->v, &m);
+	for (size_t i = 0; i < ix->sv.nvs && !ret; i++) {
+		struct dcr_sview_ver *x = keep[i] ? &ix->sv.vs[i] : NULL;
+		while (x && !seen[x - ix->sv.vs]) {
+			const struct dcr_manifest *m;
+			seen[x - ix->sv.vs] = 1;
+			/* what the view holds is not fetched again */
+			m = dcr_sview_read_as(&ix->sv, &prev, x, &ret);
 			if (ret == -ENOENT || ret == -EBADMSG) {
 				ret = 0; /* logged; no mount reads it that way */
 				break;
@@ -481,10 +482,9 @@ static int gc_keep_previous(struct dcr_index *ix, const uint8_t *keep, uint8_t *
 					dcr_strerror(ret));
 				break;
 			}
-			mark_packs(ix, &m, ps, mark);
-			x = m.parent && dcr_manifest_needs_parent(&m) ?
-				dcr_index_find(ix, m.parent) : NULL;
-			dcr_manifest_free(&m);
+			mark_packs(ix, m, ps, mark);
+			x = m->parent && dcr_manifest_needs_parent(m) ?
+				dcr_index_find(ix, m->parent) : NULL;
 		}
 	}
 	dcr_layout_free(&prev);
@@ -495,17 +495,17 @@ static int gc_keep_previous(struct dcr_index *ix, const uint8_t *keep, uint8_t *
 /* The versions and tags that go (by @keep) into @r. */
 static int gc_removed(struct dcr_index *ix, const uint8_t *keep, struct dcr_gc_result *r)
 {
-	if (!(r->removed = calloc(ix->nvs ? ix->nvs : 1, sizeof(*r->removed))) ||
-	    !(r->tags_removed = calloc(ix->ntags ? ix->ntags : 1, sizeof(*r->tags_removed))))
+	if (!(r->removed = calloc(ix->sv.nvs ? ix->sv.nvs : 1, sizeof(*r->removed))) ||
+	    !(r->tags_removed = calloc(ix->sv.ntags ? ix->sv.ntags : 1, sizeof(*r->tags_removed))))
 		return DCR_ERR(-ENOMEM);
-	for (size_t i = 0; i < ix->nvs; i++)
+	for (size_t i = 0; i < ix->sv.nvs; i++)
 		if (!keep[i])
-			r->removed[r->nremoved++] = ix->vs[i].v;
-	for (size_t t = 0; t < ix->ntags; t++) {
-		struct dcr_ix_ver *x = ix->tags[t].v ? dcr_index_find(ix, ix->tags[t].v) : NULL;
-		if (!x || keep[x - ix->vs])
+			r->removed[r->nremoved++] = ix->sv.vs[i].v;
+	for (size_t t = 0; t < ix->sv.ntags; t++) {
+		struct dcr_sview_ver *x = ix->sv.tags[t].v ? dcr_index_find(ix, ix->sv.tags[t].v) : NULL;
+		if (!x || keep[x - ix->sv.vs])
 			continue;
-		if (!(r->tags_removed[r->ntags_removed] = strdup(ix->tags[t].name)))
+		if (!(r->tags_removed[r->ntags_removed] = strdup(ix->sv.tags[t].name)))
 			return DCR_ERR(-ENOMEM);
 		r->ntags_removed++;
 	}
@@ -518,8 +518,8 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 	       P_GO = 8 /* flag: deleted below */ };
 	struct gc g = { .ix = ix, .o = o };
 	const struct dcr_pg *pg = &o->pg;
-	uint8_t *keep = calloc(ix->nvs ? ix->nvs : 1, 1);
-	uint64_t *by = calloc(ix->nvs ? ix->nvs : 1, sizeof(*by));
+	uint8_t *keep = calloc(ix->sv.nvs ? ix->sv.nvs : 1, 1);
+	uint64_t *by = calloc(ix->sv.nvs ? ix->sv.nvs : 1, sizeof(*by));
 	uint8_t *ps = calloc(ix->npacks ? ix->npacks : 1, 1);
 	int64_t now = dcr_now_ns();
 	char key[160];
@@ -537,23 +537,23 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 	}
 	gc_time_floor(&g);
 	/* the rules */
-	dcr_pg_report(pg, DCR_PG_START, "read manifests", 0, ix->nvs, "versions");
-	for (size_t i = 0; i < ix->nvs; i++) {
-		dcr_pg_report(pg, DCR_PG_STEP, "read manifests", i, ix->nvs, "versions");
-		const struct dcr_manifest *m = dcr_index_manifest(ix, &ix->vs[i]);
-		if (i + o->keep_last >= ix->nvs)
+	dcr_pg_report(pg, DCR_PG_START, "read manifests", 0, ix->sv.nvs, "versions");
+	for (size_t i = 0; i < ix->sv.nvs; i++) {
+		dcr_pg_report(pg, DCR_PG_STEP, "read manifests", i, ix->sv.nvs, "versions");
+		const struct dcr_manifest *m = dcr_index_manifest(ix, &ix->sv.vs[i]);
+		if (i + o->keep_last >= ix->sv.nvs)
 			keep[i] = KEEP_LAST;
 		else if (m && o->keep_newer &&
 			 now - m->ctime_ns < (int64_t)DCR_MIN(o->keep_newer, INT64_MAX / 1000000000) * 1000000000)
 			keep[i] = KEEP_NEWER;
 	}
-	for (size_t t = 0; t < ix->ntags && o->keep_tagged; t++) {
-		struct dcr_ix_ver *x = ix->tags[t].v ? dcr_index_find(ix, ix->tags[t].v) : NULL;
-		if (x && !keep[x - ix->vs])
-			keep[x - ix->vs] = KEEP_TAGGED;
+	for (size_t t = 0; t < ix->sv.ntags && o->keep_tagged; t++) {
+		struct dcr_sview_ver *x = ix->sv.tags[t].v ? dcr_index_find(ix, ix->sv.tags[t].v) : NULL;
+		if (x && !keep[x - ix->sv.vs])
+			keep[x - ix->sv.vs] = KEEP_TAGGED;
 	}
-	dcr_pg_report(pg, DCR_PG_LAST, "read manifests", ix->nvs, ix->nvs, "versions");
-	dcr_pg_report(pg, DCR_PG_END, "read manifests", ix->nvs, ix->nvs, "versions");
+	dcr_pg_report(pg, DCR_PG_LAST, "read manifests", ix->sv.nvs, ix->sv.nvs, "versions");
+	dcr_pg_report(pg, DCR_PG_END, "read manifests", ix->sv.nvs, ix->sv.nvs, "versions");
 	/* kept versions built on removed ones are rebased (compaction of
 	 * the kept versions), and the layout forgets the removed ones */
 	if ((ret = gc_rebase(&g, keep)) < 0)
@@ -562,33 +562,33 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 	/* what the kept versions' chains need, newest first (after a
 	 * rebase, nothing outside the kept versions; a dry run shows the
 	 * store as the rebase would leave it) */
-	for (size_t i = ix->nvs; i-- > 0 && !(r->rebased && o->dry_run);) {
-		const struct dcr_manifest *m = keep[i] ? dcr_index_manifest(ix, &ix->vs[i]) : NULL;
+	for (size_t i = ix->sv.nvs; i-- > 0 && !(r->rebased && o->dry_run);) {
+		const struct dcr_manifest *m = keep[i] ? dcr_index_manifest(ix, &ix->sv.vs[i]) : NULL;
 		if (!keep[i])
 			continue;
 		if (!m) {
 			dcr_err("%s: cannot read the manifest of version %" PRIu64
-				", which is kept: nothing removed", ix->st->url, ix->vs[i].v);
-			ret = ix->vs[i].state;
+				", which is kept: nothing removed", ix->st->url, ix->sv.vs[i].v);
+			ret = ix->sv.vs[i].state;
 			goto err_free;
 		}
 		if (!m->parent || !dcr_manifest_needs_parent(m))
 			continue;
-		struct dcr_ix_ver *p = dcr_index_find(ix, m->parent);
+		struct dcr_sview_ver *p = dcr_index_find(ix, m->parent);
 		if (!p) {
 			dcr_warn("version %" PRIu64 " is built on version %" PRIu64
 				 ", which is already gone (dcrfs-ctl verify shows what it breaks)",
-				 ix->vs[i].v, m->parent);
+				 ix->sv.vs[i].v, m->parent);
 			continue;
 		}
-		if (!keep[p - ix->vs]) {
-			keep[p - ix->vs] = KEEP_CHAIN;
-			by[p - ix->vs] = by[i] ? by[i] : ix->vs[i].v;
+		if (!keep[p - ix->sv.vs]) {
+			keep[p - ix->sv.vs] = KEEP_CHAIN;
+			by[p - ix->sv.vs] = by[i] ? by[i] : ix->sv.vs[i].v;
 		}
 	}
 	/* packs: kept, only of removed versions, or named by no manifest */
-	for (size_t i = 0; i < ix->nvs; i++) {
-		const struct dcr_manifest *m = dcr_index_manifest(ix, &ix->vs[i]);
+	for (size_t i = 0; i < ix->sv.nvs; i++) {
+		const struct dcr_manifest *m = dcr_index_manifest(ix, &ix->sv.vs[i]);
 		if (m)
 			mark_packs(ix, m, ps, keep[i] ? P_KEPT : P_REMOVED);
 		r->kept += keep[i] != KEEP_NOT;
@@ -599,19 +599,19 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 	/* a dry run of a rebase: the layout now is the one before */
 	bool dry_rebase = r->rebased && o->dry_run;
 	if (layout_young(&g, now, dry_rebase) &&
-	    (ret = gc_keep_previous(ix, keep, ps, P_PREV, ix->layout.gen + dry_rebase)))
+	    (ret = gc_keep_previous(ix, keep, ps, P_PREV, ix->sv.layout.gen + dry_rebase)))
 		goto err_free;
 	/* tags of versions that go, then manifests, then packs: a failure
 	 * part way leaves no manifest naming a deleted pack */
-	for (size_t t = 0; t < ix->ntags; t++) {
-		struct dcr_ix_ver *x = ix->tags[t].v ? dcr_index_find(ix, ix->tags[t].v) : NULL;
-		if (!x || keep[x - ix->vs])
+	for (size_t t = 0; t < ix->sv.ntags; t++) {
+		struct dcr_sview_ver *x = ix->sv.tags[t].v ? dcr_index_find(ix, ix->sv.tags[t].v) : NULL;
+		if (!x || keep[x - ix->sv.vs])
 			continue;
 		gc_event(&g, (struct dcr_gc_event){ .what = DCR_GC_UNTAG,
-						    .key = ix->tags[t].name, .v = x->v });
-		ret = o->dry_run ? 0 : dcr_store_del_tag(ix->st, ix->tags[t].name);
+						    .key = ix->sv.tags[t].name, .v = x->v });
+		ret = o->dry_run ? 0 : dcr_store_del_tag(ix->st, ix->sv.tags[t].name);
 		if (ret && ret != -ENOENT) {
-			dcr_err("%s: cannot remove tag %s: %s", ix->st->url, ix->tags[t].name,
+			dcr_err("%s: cannot remove tag %s: %s", ix->st->url, ix->sv.tags[t].name,
 				dcr_strerror(ret));
 			goto err_free;
 		}
@@ -622,14 +622,14 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 	 * built on kept ones only (rebased above) */
 	size_t nrm = 0;
 	dcr_pg_report(pg, DCR_PG_START, "remove versions", 0, r->nremoved, "versions");
-	for (size_t i = ix->nvs; i-- > 0;) {
+	for (size_t i = ix->sv.nvs; i-- > 0;) {
 		if (keep[i] == KEEP_CHAIN)
 			gc_event(&g, (struct dcr_gc_event){ .what = DCR_GC_KEEP_CHAIN,
-							    .v = ix->vs[i].v, .by = by[i] });
+							    .v = ix->sv.vs[i].v, .by = by[i] });
 		if (keep[i])
 			continue;
-		gc_event(&g, (struct dcr_gc_event){ .what = DCR_GC_REMOVE, .v = ix->vs[i].v });
-		dcr_version_key(ix->vs[i].v, key, sizeof(key));
+		gc_event(&g, (struct dcr_gc_event){ .what = DCR_GC_REMOVE, .v = ix->sv.vs[i].v });
+		dcr_version_key(ix->sv.vs[i].v, key, sizeof(key));
 		if ((ret = gc_del(&g, key)))
 			goto err_free;
 		nrm++;
@@ -699,7 +699,7 @@ int dcr_gc(struct dcr_index *ix, const struct dcr_gc_opts *o, struct dcr_gc_resu
 	r->aborted = pp.n;
 	r->aborted_bytes = pp.bytes;
 	r->uploads_kept = pp.kept;
-	r->layout_gen = ix->layout.gen + dry_rebase;
+	r->layout_gen = ix->sv.layout.gen + dry_rebase;
 	ret = 0;
 err_free:
 	if (ret)

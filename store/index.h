@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * index.h - a store's index for maintenance: its versions, packs and
- * tags (listed once), its layout, each version's manifest as readers
- * read it (loaded on first use), and the per-version record that
+ * index.h - a store's index for maintenance: its store view (sview.h:
+ * versions, tags, layout and each version's manifests, fetched on first
+ * use), its packs (listed once), and the per-version record that
  * `dcrfs-ctl log` and `show` print. gc.h, verify.h and diff.h work over
  * it; dcrfs-ctl and libdcr print what they return.
  *
@@ -28,24 +28,7 @@
 #include "objstore.h"
 #include "reader.h"
 #include "sign.h"
-
-/** A listed version. */
-struct dcr_ix_ver {
-	uint64_t v;
-	uint64_t obj_size;  /* bytes of versions/<n> */
-	int state;          /* 0 not loaded, 1 loaded, -errno unreadable */
-	/* The manifest readers use under the store's layout: versions/<n>,
-	 * or the compacted manifests/<hash> the layout names (then its
-	 * parent is the encoding base, not the lineage). */
-	struct dcr_manifest m;
-	uint64_t lparent;   /* the parent it was committed against */
-	int compacted;      /* the layout names another manifest */
-	/* A compacted version's own manifest versions/<n> without its
-	 * files (number, parent, time, check, signature, metadata):
-	 * dcr_index_own. own_state as state. */
-	struct dcr_manifest own;
-	int own_state;
-};
+#include "sview.h"
 
 /** A listed pack. */
 struct dcr_ix_pack {
@@ -54,26 +37,13 @@ struct dcr_ix_pack {
 	int64_t mtime_ns; /* 0: unknown */
 };
 
-/** A listed tag. */
-struct dcr_ix_tag {
-	char *name;
-	uint64_t v;   /* 0: vanished or unreadable (names no version) */
-	bool is_signed;         /* the object has a signature line: */
-	struct dcr_tag_sig ts;  /* it, unverified (dcr_index_tag_signer) */
-};
-
 /** The index of one store (see the top of this file). */
 struct dcr_index {
+	struct dcr_sview sv;         /* its versions, tags and layout */
 	struct dcr_store *st;        /* not owned */
 	struct dcr_store_info info;  /* its identity (dcr_store_check) */
-	struct dcr_ix_ver *vs;       /* ascending */
-	size_t nvs, cap_vs;
 	struct dcr_ix_pack *packs;   /* sorted by name */
 	size_t npacks, cap_packs;
-	struct dcr_ix_tag *tags;     /* sorted by name */
-	size_t ntags, cap_tags;
-	struct dcr_layout layout;    /* the store's newest readable (gen 0: none) */
-	uint64_t layout_bad;         /* the newest damaged generation (0: none) */
 	struct dcr_reader *r;        /* scratch reader, opened on demand */
 	int threads;                 /* its CPU-bound pools (dcr_reader_opts;
 				      * 0: the CPU budget); set after load */
@@ -97,40 +67,50 @@ int dcr_index_load(struct dcr_index *ix, struct dcr_store *st,
 void dcr_index_free(struct dcr_index *ix);
 
 /**
- * dcr_index_reload_layout - forget every loaded manifest and read the
- * store's layout again (after a compaction changed it). 0 or -errno
- * (logged).
+ * dcr_index_reload_layout - read the store's layout again after a
+ * compaction changed it (dcr_sview_reload_layout). 0 or -errno (logged).
  */
-int dcr_index_reload_layout(struct dcr_index *ix);
+static inline int dcr_index_reload_layout(struct dcr_index *ix)
+{
+	return dcr_sview_reload_layout(&ix->sv);
+}
 
-/** dcr_index_find - the listed version @v, or NULL. */
-struct dcr_ix_ver *dcr_index_find(struct dcr_index *ix, uint64_t v);
+/** dcr_index_find - the listed version @v, or NULL (dcr_sview_find). */
+static inline struct dcr_sview_ver *dcr_index_find(struct dcr_index *ix,
+						   uint64_t v)
+{
+	return dcr_sview_find(&ix->sv, v);
+}
 
 /**
- * dcr_index_manifest - @x's manifest as readers read it (layout.h),
- * loaded on first use and owned by @ix; NULL if it cannot be had
- * (x->state holds the -errno; a vanished one is logged).
+ * dcr_index_manifest - @x's manifest as readers read it (layout.h,
+ * dcr_sview_manifest), owned by @ix; NULL if it cannot be had (x->state
+ * holds the -errno; logged).
  */
-const struct dcr_manifest *dcr_index_manifest(struct dcr_index *ix,
-					      struct dcr_ix_ver *x);
+static inline const struct dcr_manifest *
+dcr_index_manifest(struct dcr_index *ix, struct dcr_sview_ver *x)
+{
+	return dcr_sview_manifest(&ix->sv, x);
+}
 
 /**
  * dcr_index_own - @x's own manifest, versions/<n> as its committer
- * published it: what its provenance is read from (its check, signature
- * and metadata; signatures bind it, never a compacted encoding). That
- * is @x's manifest (dcr_index_manifest) unless the layout names another
- * one; then versions/<n> is fetched once and kept without its files
- * (nfiles 0). Owned by @ix; NULL if it cannot be had (logged; its
- * -errno in x->state or x->own_state).
+ * published it (dcr_sview_committed): what its provenance is read from
+ * (its check, signature and metadata; signatures bind it, never a
+ * compacted encoding). Owned by @ix; NULL if it cannot be had (logged;
+ * its -errno is dcr_sview_state(x)).
  */
-const struct dcr_manifest *dcr_index_own(struct dcr_index *ix,
-					 struct dcr_ix_ver *x);
+static inline const struct dcr_manifest *
+dcr_index_own(struct dcr_index *ix, struct dcr_sview_ver *x)
+{
+	return dcr_sview_committed(&ix->sv, x, NULL);
+}
 
 /**
  * dcr_index_resolve - the listed version @arg names: a number, a tag
  * name or "latest". NULL if none (logged, naming @arg).
  */
-struct dcr_ix_ver *dcr_index_resolve(struct dcr_index *ix, const char *arg);
+struct dcr_sview_ver *dcr_index_resolve(struct dcr_index *ix, const char *arg);
 
 struct dcr_sign_key;
 
@@ -142,7 +122,7 @@ struct dcr_sign_key;
  * judged here. Returns @buf.
  */
 const char *dcr_index_tag_signer(struct dcr_index *ix,
-				 const struct dcr_ix_tag *t, char *buf);
+				 const struct dcr_sview_tag *t, char *buf);
 
 /**
  * dcr_index_put_tag - point tag @name at version @x, signed with @key
@@ -152,7 +132,7 @@ const char *dcr_index_tag_signer(struct dcr_index *ix,
  * id to sign for); other -errno. Logged, naming the tag.
  */
 int dcr_index_put_tag(struct dcr_index *ix, const char *name,
-		      struct dcr_ix_ver *x, const struct dcr_sign_key *key);
+		      struct dcr_sview_ver *x, const struct dcr_sign_key *key);
 
 /** dcr_index_pack - the listed pack named @h, or NULL. */
 const struct dcr_ix_pack *dcr_index_pack(const struct dcr_index *ix,
@@ -211,7 +191,7 @@ struct dcr_version_record {
  * of its unreadable manifest (logged by dcr_index_manifest if it
  * vanished; by the store otherwise).
  */
-int dcr_index_record(struct dcr_index *ix, struct dcr_ix_ver *x,
+int dcr_index_record(struct dcr_index *ix, struct dcr_sview_ver *x,
 		     struct dcr_version_record *r);
 
 /** dcr_file_stored_bytes - bytes of the frames file @f holds itself. */

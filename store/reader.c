@@ -618,6 +618,28 @@ ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 	return n;
 }
 
+int dcr_reader_read_exact(struct dcr_reader *r, uint64_t v, int64_t tree,
+			  uint32_t idx, uint64_t off, void *dst, size_t len)
+{
+	uint8_t *p = dst;
+	int ret = 0;
+
+	read_enter(r);
+	while (len) {
+		ssize_t n = read_impl(r, v, tree, idx, off, p, len, false);
+
+		if (n <= 0) {
+			ret = n < 0 ? (int)n : DCR_ERR(-EIO); /* ended first */
+			break;
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	read_leave(r);
+	return ret;
+}
+
 int dcr_reader_chunk_hash(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			  uint32_t idx, uint64_t chunk, uint8_t hash[32],
 			  uint32_t *chunk_size)

@@ -39,7 +39,7 @@ struct dcr_reader_opts {
 	 * one pack; 0 = default (8 MiB), 1 = one GET per frame. */
 	uint32_t coalesce_max;
 	/* A version given up as corrupt (its manifest failed to decode
-	 * MANIFEST_TRIES times) is looked for again this long after;
+	 * DCR_MANIFEST_TRIES times) is looked for again this long after;
 	 * 0 = default (60 s). */
 	uint32_t retry_bad_ms;
 	/* Bound on one read's fetches from the store, all of them together
@@ -184,6 +184,23 @@ void dcr_reader_close(struct dcr_reader *r);
  */
 int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest);
 
+struct dcr_sview;
+
+/**
+ * dcr_reader_seed - instead of a first refresh, for a throwaway reader
+ * (compaction's, the index's, the committer's cache rebuilding a
+ * parent): index the versions of the store view @sv (sview.h; of the
+ * store @r reads) from the manifests the view fetched, so that the store
+ * is not listed or fetched again; its layout is the view's. @v 0: every
+ * version of the view; else version @v and the versions its encoding is
+ * built on (only those manifests are fetched, by the view). Each is
+ * checked as a refresh checks it (dcr_reader_refresh: one that cannot be
+ * had or is corrupt is logged and left out). Tags are not read. Call it
+ * once, right after dcr_reader_open, before any refresh. 0 or -errno
+ * (-ENOMEM, or the reader's catalog failed).
+ */
+int dcr_reader_seed(struct dcr_reader *r, struct dcr_sview *sv, uint64_t v);
+
 /** A known version that a refresh re-indexed or dropped. */
 struct dcr_version_change {
 	uint64_t version;
@@ -305,6 +322,21 @@ ssize_t dcr_reader_read(struct dcr_reader *r, uint64_t v, uint32_t idx,
  */
 ssize_t dcr_reader_read_tree(struct dcr_reader *r, uint64_t v, uint32_t tree,
 			     uint32_t idx, uint64_t off, void *dst, size_t len);
+
+/** dcr_reader_read_exact's @tree: whatever tree @v has now. */
+#define DCR_READER_ANY_TREE (-1)
+
+/**
+ * dcr_reader_read_exact - exactly [off, off+len) of entry @idx of
+ * version @v (of tree @tree, as dcr_reader_read_tree, or
+ * DCR_READER_ANY_TREE) into @dst: the one read-exact loop, for callers
+ * that need whole ranges (compaction, the index, delta views, the
+ * committer's cache). 0, -EIO if the file ends first (its size, or a
+ * header read from it, said otherwise), or the -errno of
+ * dcr_reader_read. Thread-safe as dcr_reader_read.
+ */
+int dcr_reader_read_exact(struct dcr_reader *r, uint64_t v, int64_t tree,
+			  uint32_t idx, uint64_t off, void *dst, size_t len);
 
 /**
  * dcr_reader_chunk_hash - the SHA-256 the manifest records for chunk

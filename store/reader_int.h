@@ -111,13 +111,9 @@
 #define CODEC_POOL_MAX 16
 /* Hex digits of the store-URL hash naming the per-store directory. */
 #define STORE_ID_LEN 16
-/* A manifest object larger than this is refused (as core/objstore.c). */
-#define MANIFEST_OBJ_MAX ((size_t)2 << 30)
 /* A failure to read the same manifest is logged at most this often. */
 #define FETCH_LOG_INTERVAL_NS ((int64_t)600 * 1000000000)
 #define FETCH_LOG_SLOTS 8
-/* A manifest that does not decode is fetched this many times in all. */
-#define MANIFEST_TRIES 3
 /* A version given up as corrupt is looked for again after this long. */
 #define BAD_RETRY_NS_DEFAULT ((int64_t)60 * 1000000000)
 /* versions/ is listed whole (identity checks) this often by default. */
@@ -597,6 +593,9 @@ void trees_trim(struct dcr_reader *r);
 struct refresh_ctx {
 	struct dcr_manifest last;
 	bool have_last;
+	/* a seed of some versions only (dcr_reader_seed): a lineage
+	 * parent not indexed is expected, not worth a warning */
+	bool partial;
 };
 
 /*
@@ -613,15 +612,17 @@ int reader_check_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
  * as the layout encodes it: if the layout names a manifest object for
  * it that is valid, consistent with its base and holds exactly @m's
  * content, @m is replaced by it and @id records it (ehash); else @m
- * stays (logged). 0, or -errno of a transient store failure or -ENOMEM
- * (the version is retried at the next refresh).
+ * stays (logged). @given: that manifest object as a store view fetched
+ * it (sview.h), or NULL (fetched here). 0, or -errno of a transient
+ * store failure or -ENOMEM (the version is retried at the next refresh).
  * layout_refresh - read a newer layout generation if there is one and
  * re-encode every known version whose indexed encoding is not the one
  * it names (reader_replace_version: same tree, cached chunks kept).
  * 0 or -errno (a listing or fetch that failed; retried next time).
  */
 int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
-		 struct dcr_manifest *m, struct dcr_catalog_ident *id);
+		 struct dcr_manifest *m, struct dcr_catalog_ident *id,
+		 const struct dcr_manifest *given);
 int layout_refresh(struct dcr_reader *r, struct refresh_ctx *ctx);
 
 /*

@@ -30,21 +30,24 @@ static const char *url_of(const struct dcr_reader *r)
 }
 
 /*
- * Fetch manifests/<@e->mhash> for version @m->version and check it
- * against @m (the content it must hold). 0 and *@out, -ENOMEM, or
- * another -errno: permanent ones logged (-EBADMSG, -ENOENT), transient
- * ones returned as -EAGAIN after a log line.
+ * Fetch manifests/<@e->mhash> for version @m->version (or copy @given,
+ * that object as a store view fetched it) and check it against @m (the
+ * content it must hold). 0 and *@out, -ENOMEM, or another -errno:
+ * permanent ones logged (-EBADMSG, -ENOENT), transient ones returned as
+ * -EAGAIN after a log line.
  */
 static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
 			  const struct dcr_manifest *m,
 			  const struct dcr_layout_entry *e,
+			  const struct dcr_manifest *given,
 			  struct dcr_manifest *out)
 {
 	char key[96];
 	int ret;
 
 	dcr_mobj_key(e->mhash, key, sizeof(key));
-	ret = dcr_store_get_mobj(r->st, e->mhash, m->version, out);
+	ret = given ? dcr_manifest_dup(out, given)
+		    : dcr_store_get_mobj(r->st, e->mhash, m->version, out);
 	if (ret == -ENOENT) {
 		dcr_err("%s: %s, which layout generation %" PRIu64 " names for "
 			"version %" PRIu64 ", is missing", url_of(r), key,
@@ -73,7 +76,8 @@ static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
 }
 
 int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
-		 struct dcr_manifest *m, struct dcr_catalog_ident *id)
+		 struct dcr_manifest *m, struct dcr_catalog_ident *id,
+		 const struct dcr_manifest *given)
 {
 	const struct dcr_layout_entry *e = dcr_layout_find(&r->vs.layout, m->version);
 	struct dcr_manifest em;
@@ -82,7 +86,7 @@ int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
 	id->has_ehash = false;
 	if (!e)
 		return 0;
-	ret = fetch_encoding(r, ctx, m, e, &em);
+	ret = fetch_encoding(r, ctx, m, e, given, &em);
 	if (ret == -ENOMEM || ret == -EAGAIN)
 		return ret == -EAGAIN ? DCR_ERR(-EIO) : ret;
 	if (ret) {
@@ -160,7 +164,7 @@ static int reencode(struct dcr_reader *r, struct refresh_ctx *ctx, uint64_t v,
 	if (ret)
 		return ret == -ENOMEM ? ret : DCR_ERR(-EAGAIN);
 	if (e) {
-		ret = fetch_encoding(r, ctx, &cm, e, &em);
+		ret = fetch_encoding(r, ctx, &cm, e, NULL, &em);
 	} else {
 		ret = dcr_store_get_manifest(r->st, v, &em);
 		if (ret == -ENOENT) {

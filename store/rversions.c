@@ -42,6 +42,7 @@
 #include "reader.h"
 #include "reader_int.h"
 #include "sign.h"
+#include "sview.h"
 
 /* ------------------------------------------------------------ versions */
 
@@ -425,9 +426,10 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
 		ret = dcr_manifest_check_parent(m, &pm);
 		dcr_manifest_free(&pm);
 	} else {
-		dcr_warn("%s: parent version %llu is missing or corrupt; reads "
-			 "that need it will fail", key,
-			 (unsigned long long)m->parent);
+		if (!ctx->partial)
+			dcr_warn("%s: parent version %llu is missing or corrupt; "
+				 "reads that need it will fail", key,
+				 (unsigned long long)m->parent);
 		return 0;
 	}
 	if (ret)
@@ -437,67 +439,29 @@ static int check_parent(struct dcr_reader *r, struct refresh_ctx *ctx,
 }
 
 /*
- * Fetch and decode version @v's manifest. -ENOENT if absent, -EBADMSG if
- * corrupt (logged, naming the key), other -errno for a store failure,
- * which is not logged here (see fetch_failed). A manifest that fails to
- * decode is fetched again, MANIFEST_TRIES times in all, before it is
- * called corrupt: a body damaged on the way (a flipped byte, a short
- * body under a matching Content-Length) is transient, not the store's.
+ * Fetch and decode version @v's manifest (dcr_manifest_fetch: the one
+ * policy). -ENOENT if absent, -EBADMSG if corrupt or of a newer format
+ * (logged, naming the key), other -errno for a store failure, which is
+ * not logged here (see fetch_failed).
  */
 int fetch_manifest(struct dcr_reader *r, uint64_t v, const char *key,
 			  struct dcr_manifest *m, struct dcr_catalog_ident *id,
 			  uint8_t *tail)
 {
-	const char *url = r->st->url ? r->st->url : "store";
-	char why[96];
-	struct dcr_buf b;
-	int ret;
+	struct dcr_mfetch f = { .key = key, .v = v, .quiet = true };
+	int ret = dcr_manifest_fetch(r->st, &f, m);
 
-	dcr_buf_init(&b, MANIFEST_OBJ_MAX);
-	for (int attempt = 1;; attempt++) {
-		b.len = 0;
-		ret = dcr_store_get(r->st, key, 0, DCR_GET_ALL, &b);
-		if (ret)
-			break;
-		memset(id, 0, sizeof(*id));
-		dcr_sha256(b.data, b.len, id->mhash);
-		id->has_mhash = true;
-		id->obj_size = b.len;
-		ret = dcr_manifest_decode(b.data, b.len, m);
-		if (ret == -EPROTONOSUPPORT) {
-			/* Not damage: fetching it again will not help. */
-			dcr_store_log_newer_manifest(url, key);
-			ret = DCR_ERR(-EBADMSG);
-			break;
-		}
-		if (ret) {
-			snprintf(why, sizeof(why), "is corrupt or invalid (%s)",
-				 dcr_strerror(ret));
-		} else if (m->version != v) {
-			snprintf(why, sizeof(why), "claims to be version %llu",
-				 (unsigned long long)m->version);
-			dcr_manifest_free(m);
-			memset(m, 0, sizeof(*m));
-			ret = DCR_ERR(-EBADMSG);
-		}
-		if (!ret)
-			break;
-		if (attempt == MANIFEST_TRIES) {
-			dcr_err("%s: manifest %s %s, %d times in a row", url,
-				key, why, attempt);
-			break;
-		}
-		dcr_debug("%s: manifest %s %s; fetching it again", url, key,
-			  why);
-		if (dcr_stop_sleep_ns(100LL * 1000 * 1000 * attempt)) {
-			ret = -ECANCELED; /* the process is ending */
-			break;
-		}
-	}
-	if (!ret && tail && b.len >= DCR_HASH_LEN)
-		memcpy(tail, b.data + b.len - DCR_HASH_LEN, DCR_HASH_LEN);
-	dcr_buf_free(&b);
-	return ret;
+	if (ret == -EPROTONOSUPPORT)
+		ret = DCR_ERR(-EBADMSG); /* logged as an upgrade to make */
+	if (ret)
+		return ret;
+	memset(id, 0, sizeof(*id));
+	memcpy(id->mhash, f.mhash, DCR_HASH_LEN);
+	id->has_mhash = true;
+	id->obj_size = f.size;
+	if (tail && f.size >= DCR_HASH_LEN)
+		memcpy(tail, f.tail, DCR_HASH_LEN);
+	return 0;
 }
 
 /*
@@ -580,6 +544,10 @@ static void ctx_keep(struct refresh_ctx *ctx, struct dcr_manifest *m)
  * -ENOENT if it does not exist, other -errno for a store failure (not
  * logged: the caller marks or retries and logs).
  */
+static int index_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  struct dcr_manifest *mp, struct dcr_catalog_ident *idp,
+			  const uint8_t *tail, const struct dcr_manifest *enc);
+
 static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 			 uint64_t v, const struct dcr_obj_info *obj)
 {
@@ -587,7 +555,6 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	uint8_t tail[DCR_HASH_LEN];
 	char key[64];
 	struct dcr_manifest m;
-	struct rver *rv;
 	int ret;
 
 	dcr_version_key(v, key, sizeof(key));
@@ -602,9 +569,32 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 		return ret; /* not logged: the caller decides */
 	if (obj && obj->size == id.obj_size)
 		id.obj_mtime_ns = obj->mtime_ns;
+	return index_manifest(r, ctx, &m, &id, tail, NULL);
+}
+
+/*
+ * Verify and index version @mp->version, fetched from versions/<n>
+ * (@mp, freed or kept here; @idp: its object; @tail its last 32 bytes,
+ * used when the listing gave no time) and encoded as @enc says (the
+ * layout's manifest object as a store view fetched it; NULL: fetched
+ * here if the layout names one). As index_version.
+ */
+static int index_manifest(struct dcr_reader *r, struct refresh_ctx *ctx,
+			  struct dcr_manifest *mp, struct dcr_catalog_ident *idp,
+			  const uint8_t *tail, const struct dcr_manifest *enc)
+{
+	struct dcr_catalog_ident id = *idp;
+	struct dcr_manifest m = *mp;
+	const uint64_t v = m.version;
+	char key[64];
+	struct rver *rv;
+	int ret;
+
+	memset(mp, 0, sizeof(*mp));
+	dcr_version_key(v, key, sizeof(key));
 	/* the encoding the store's layout names for it, if any (checked
 	 * there, against its base); else the manifest as committed */
-	if ((ret = layout_apply(r, ctx, &m, &id))) {
+	if ((ret = layout_apply(r, ctx, &m, &id, enc))) {
 		dcr_manifest_free(&m);
 		return ret;
 	}
@@ -639,7 +629,7 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	rv->id = id;
 	rver_prov(r, rv, true, ctx->last.check, ctx->last.cparent,
 		  ctx->last.has_sig, &ctx->last.sig, id.has_ehash);
-	if (!id.obj_mtime_ns) { /* a probe's: see rver.mtail */
+	if (!id.obj_mtime_ns && tail) { /* a probe's: see rver.mtail */
 		rv->has_mtail = true;
 		memcpy(rv->mtail, tail, DCR_HASH_LEN);
 	}
@@ -676,58 +666,6 @@ static int index_version(struct dcr_reader *r, struct refresh_ctx *ctx,
 	return ret == -EEXIST ? 0 : ret;
 }
 
-struct ventry {
-	uint64_t v;
-	struct dcr_obj_info info; /* upload: NULL */
-};
-
-struct vlist {
-	struct ventry *e;
-	size_t n, cap;
-};
-
-static int collect_version(const char *key, const struct dcr_obj_info *info, void *arg)
-{
-	struct vlist *l = arg;
-	uint64_t v;
-
-	if (dcr_version_from_key(key, &v) != 0 || v == 0)
-		return 0; /* not a manifest name: ignore */
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct ventry *tmp = realloc(l->e, cap * sizeof(*tmp));
-		if (!tmp)
-			return DCR_ERR(-ENOMEM);
-		l->e = tmp;
-		l->cap = cap;
-	}
-	l->e[l->n].v = v;
-	memset(&l->e[l->n].info, 0, sizeof(l->e[l->n].info));
-	if (info) {
-		l->e[l->n].info.size = info->size;
-		l->e[l->n].info.mtime_ns = info->mtime_ns;
-	}
-	l->n++;
-	return 0;
-}
-
-static int cmp_ventry(const void *a, const void *b)
-{
-	uint64_t x = ((const struct ventry *)a)->v;
-	uint64_t y = ((const struct ventry *)b)->v;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Whether @v is in the sorted listing @l. */
-static bool listed_has(const struct vlist *l, uint64_t v)
-{
-	size_t i = dcr_lower_bound_u64(l->e, l->n, sizeof(*l->e),
-				       offsetof(struct ventry, v), v);
-
-	return i < l->n && l->e[i].v == v;
-}
-
 /*
  * Drop the known versions that the complete listing @l does not hold
  * (collected by gc, deleted by an admin). A listing that holds none of
@@ -735,7 +673,7 @@ static bool listed_has(const struct vlist *l, uint64_t v)
  * which the store id catches at the next mount): warned, nothing
  * dropped.
  */
-static void drop_gone(struct dcr_reader *r, const struct vlist *l)
+static void drop_gone(struct dcr_reader *r, struct dcr_sview *l)
 {
 	uint64_t *gone = NULL;
 	size_t ngone = 0, nknown;
@@ -745,7 +683,7 @@ static void drop_gone(struct dcr_reader *r, const struct vlist *l)
 	if (nknown)
 		gone = malloc(nknown * sizeof(*gone));
 	for (size_t i = 0; gone && i < r->vs.nvers; i++)
-		if (!listed_has(l, r->vs.vers[i]->v))
+		if (!dcr_sview_find(l, r->vs.vers[i]->v))
 			gone[ngone++] = r->vs.vers[i]->v;
 	pthread_mutex_unlock(&r->vs.lock);
 	if (ngone && ngone == nknown) {
@@ -773,29 +711,23 @@ static void drop_gone(struct dcr_reader *r, const struct vlist *l)
 static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 			uint64_t fail_v, int fail_err)
 {
-	struct vlist l = { 0 };
 	bool transient = false, seen_fail = false;
+	struct dcr_sview l;
 	char key[64];
-	size_t k = 0;
 	int ret;
 
-	ret = dcr_store_list(r->st, "versions/", collect_version, &l);
-	if (ret && ret != -ENOENT) {
+	/* the store view's listing (sview.h): sorted, unique */
+	ret = dcr_sview_load(&l, r->st, DCR_SVIEW_LIST_ONLY);
+	if (ret) {
 		if (fail_v)
 			fetch_failed(r, fail_v, fail_err, "");
 		fetch_failed(r, 0, ret, "");
-		free(l.e);
 		return ret;
 	}
-	ret = 0;
-	if (l.n) /* qsort's pointer must not be NULL (UBSan) */
-		qsort(l.e, l.n, sizeof(*l.e), cmp_ventry);
-	for (size_t i = 0; i < l.n; i++) /* unique */
-		if (k == 0 || l.e[i].v != l.e[k - 1].v)
-			l.e[k++] = l.e[i];
-	l.n = k;
-	for (size_t i = 0; i < l.n; i++) {
-		const uint64_t v = l.e[i].v;
+	for (size_t i = 0; i < l.nvs; i++) {
+		const uint64_t v = l.vs[i].v;
+		const struct dcr_obj_info info = { .size = l.vs[i].obj_size,
+						   .mtime_ns = l.vs[i].obj_mtime_ns };
 		struct rver *rv;
 		bool bad;
 		int rc;
@@ -810,9 +742,9 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 			rc = fail_err;
 			seen_fail = true;
 		} else if (rv) {
-			rc = verify_version(r, ctx, rv, &l.e[i].info);
+			rc = verify_version(r, ctx, rv, &info);
 		} else {
-			rc = index_version(r, ctx, v, &l.e[i].info);
+			rc = index_version(r, ctx, v, &info);
 		}
 		if (rc == -ENOMEM) {
 			ret = rc;
@@ -840,7 +772,7 @@ static int refresh_list(struct dcr_reader *r, struct refresh_ctx *ctx,
 		fetch_failed(r, fail_v, fail_err, ""); /* not even listed */
 	if (!ret)
 		drop_gone(r, &l);
-	free(l.e);
+	dcr_sview_free(&l);
 	if (!ret) {
 		r->vs.listed = !transient;
 		r->vs.relist_at = dcr_mono_ns() + r->vs.relist_ns;
@@ -884,35 +816,6 @@ static int refresh_probe(struct dcr_reader *r, struct refresh_ctx *ctx)
 		if (bad_run >= PROBE_BAD_RUN_MAX)
 			return refresh_list(r, ctx, 0, 0);
 	}
-}
-
-struct tlist {
-	char **names;
-	size_t n, cap;
-};
-
-static int collect_tag(const char *key, const struct dcr_obj_info *info, void *arg)
-{
-	struct tlist *l = arg;
-	const char *name = key;
-
-	if (strncmp(name, "tags/", 5) == 0)
-		name += 5;
-	if (!dcr_tag_name_valid(name))
-		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		char **tmp = realloc(l->names, cap * sizeof(*tmp));
-		if (!tmp)
-			return DCR_ERR(-ENOMEM);
-		l->names = tmp;
-		l->cap = cap;
-	}
-	l->names[l->n] = strdup(name);
-	if (!l->names[l->n])
-		return DCR_ERR(-ENOMEM);
-	l->n++;
-	return 0;
 }
 
 static int cmp_tag(const void *a, const void *b)
@@ -1000,53 +903,54 @@ static int refresh_tags(struct dcr_reader *r)
 {
 	struct rbad_tag *bad_next = NULL;
 	size_t nbad_next = 0;
-	struct tlist l = { 0 };
+	struct dcr_sview l = { .st = r->st };
 	struct dcr_tag *tags = NULL, *old;
 	const char **names = NULL;
 	uint64_t *vs = NULL;
 	size_t nt = 0, nold;
 	int ret;
 
-	ret = dcr_store_list(r->st, "tags/", collect_tag, &l);
-	if (ret == -ENOENT)
-		ret = 0;
+	/* the store view's listing (sview.h); each tag read here, its
+	 * damage logged once per content */
+	ret = dcr_sview_list_tags(&l);
 	if (ret) {
 		dcr_err("%s: cannot list tags/: %s",
 			r->st->url ? r->st->url : "store", dcr_strerror(ret));
 		goto out_free;
 	}
-	tags = calloc(l.n ? l.n : 1, sizeof(*tags));
-	names = calloc(l.n ? l.n : 1, sizeof(*names));
-	vs = calloc(l.n ? l.n : 1, sizeof(*vs));
-	bad_next = calloc(l.n ? l.n : 1, sizeof(*bad_next));
+	tags = calloc(l.ntags ? l.ntags : 1, sizeof(*tags));
+	names = calloc(l.ntags ? l.ntags : 1, sizeof(*names));
+	vs = calloc(l.ntags ? l.ntags : 1, sizeof(*vs));
+	bad_next = calloc(l.ntags ? l.ntags : 1, sizeof(*bad_next));
 	if (!tags || !names || !vs || !bad_next) {
 		ret = DCR_ERR(-ENOMEM);
 		goto out_free;
 	}
-	for (size_t i = 0; i < l.n; i++) {
+	for (size_t i = 0; i < l.ntags; i++) {
+		const char *name = l.tags[i].name;
 		struct dcr_tag_sig ts;
 		struct dcr_tag_bad bad;
 		bool is_signed = false;
 		uint64_t v;
-		int rc = dcr_store_read_tag(r->st, l.names[i], &v, &ts,
+		int rc = dcr_store_read_tag(r->st, name, &v, &ts,
 					    &is_signed, &bad);
 
 		if (rc == -EBADMSG) {
-			tag_malformed(r, l.names[i], &bad, bad_next, &nbad_next);
+			tag_malformed(r, name, &bad, bad_next, &nbad_next);
 			continue;
 		}
 		if (rc) {
 			if (rc != -ENOENT)
-				dcr_warn("tags/%s: %s", l.names[i],
+				dcr_warn("tags/%s: %s", name,
 					 dcr_strerror(rc));
 			continue;
 		}
-		if (r->vs.trust && !tag_trusted(r, l.names[i], v,
+		if (r->vs.trust && !tag_trusted(r, name, v,
 						 is_signed ? &ts : NULL))
 			continue;
-		tags[nt].name = l.names[i];
+		tags[nt].name = l.tags[i].name; /* moved */
 		tags[nt].version = v;
-		l.names[i] = NULL;
+		l.tags[i].name = NULL;
 		nt++;
 	}
 	if (nt)
@@ -1081,9 +985,7 @@ out_free:
 		free(bad_next[i].name);
 	free(bad_next);
 	dcr_reader_tags_free(tags, nt);
-	for (size_t i = 0; i < l.n; i++)
-		free(l.names[i]);
-	free(l.names);
+	dcr_sview_free(&l);
 	free(names);
 	free(vs);
 	return ret;
@@ -1130,6 +1032,84 @@ int dcr_reader_refresh(struct dcr_reader *r, uint64_t *latest)
 	pthread_mutex_unlock(&r->vs.refresh_lock);
 	if (latest)
 		*latest = dcr_reader_latest(r);
+	return ret;
+}
+
+/* Mark in @want (of @sv's versions) version @v and those its encoding
+ * is built on. */
+static void seed_chain(struct dcr_sview *sv, uint64_t v, uint8_t *want)
+{
+	struct dcr_sview_ver *x = dcr_sview_find(sv, v);
+
+	while (x && !want[x - sv->vs]) {
+		const struct dcr_manifest *m = dcr_sview_manifest(sv, x);
+
+		want[x - sv->vs] = 1;
+		x = m && m->parent && dcr_manifest_needs_parent(m) ?
+			dcr_sview_find(sv, m->parent) : NULL;
+	}
+}
+
+int dcr_reader_seed(struct dcr_reader *r, struct dcr_sview *sv, uint64_t v)
+{
+	struct refresh_ctx ctx = { .have_last = false, .partial = v != 0 };
+	struct dcr_layout l = sv->layout;
+	uint8_t *want = NULL;
+	int ret = 0;
+
+	l.e = NULL;
+	if ((sv->layout.n && !(l.e = malloc(sv->layout.n * sizeof(*l.e)))) ||
+	    (v && !(want = calloc(sv->nvs ? sv->nvs : 1, 1)))) {
+		free(l.e);
+		return DCR_ERR(-ENOMEM);
+	}
+	if (sv->layout.n)
+		memcpy(l.e, sv->layout.e, sv->layout.n * sizeof(*l.e));
+	if (v)
+		seed_chain(sv, v, want);
+	pthread_mutex_lock(&r->vs.refresh_lock);
+	/* the view's layout: what its encodings are read under */
+	dcr_layout_free(&r->vs.layout);
+	r->vs.layout = l;
+	r->vs.layout_bad = sv->layout_bad;
+	r->vs.layout_listed = true;
+	for (size_t i = 0; i < sv->nvs && !ret; i++) {
+		struct dcr_sview_ver *x = &sv->vs[i];
+		const struct dcr_manifest *cm;
+		struct dcr_manifest m;
+		const uint8_t *h;
+		bool known;
+
+		if (want && !want[i])
+			continue;
+		pthread_mutex_lock(&r->vs.lock);
+		known = vers_find(r, x->v) != NULL;
+		pthread_mutex_unlock(&r->vs.lock);
+		if (known)
+			continue;
+		if (!(cm = dcr_sview_committed(sv, x, &h))) {
+			mark_bad(r, x->v); /* logged by the view */
+			continue;
+		}
+		if ((ret = dcr_manifest_dup(&m, cm)))
+			break;
+		struct dcr_catalog_ident id = {
+			.has_mhash = true, .obj_size = x->obj_size,
+			.obj_mtime_ns = x->obj_mtime_ns,
+		};
+		memcpy(id.mhash, h, DCR_HASH_LEN);
+		ret = index_manifest(r, &ctx, &m, &id, NULL,
+				     x->compacted ? &x->m : NULL);
+	}
+	refresh_ctx_free(&ctx);
+	if (!ret) {
+		/* what the view listed is this reader's listing */
+		r->vs.listed = true;
+		r->vs.relist_at = dcr_mono_ns() + r->vs.relist_ns;
+	}
+	trust_judge(r);
+	pthread_mutex_unlock(&r->vs.refresh_lock);
+	free(want);
 	return ret;
 }
 

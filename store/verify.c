@@ -60,7 +60,7 @@ struct fref {
 struct verify {
 	struct dcr_index *ix;
 	const struct dcr_pg *pg;
-	struct vstate *vs; /* parallel to ix->vs */
+	struct vstate *vs; /* parallel to ix->sv.vs */
 	struct cause *causes;
 	size_t ncauses, cap_causes;
 	struct fref *refs;
@@ -132,9 +132,9 @@ static int verify_load(struct verify *w)
 	struct dcr_index *ix = w->ix;
 	char key[64];
 
-	for (size_t i = ix->nvs; i-- > 0;) {
+	for (size_t i = ix->sv.nvs; i-- > 0;) {
 		struct vstate *s = &w->vs[i];
-		struct dcr_ix_ver *x = &ix->vs[i];
+		struct dcr_sview_ver *x = &ix->sv.vs[i];
 		if (!s->in_set)
 			continue;
 		const struct dcr_manifest *m = dcr_index_manifest(ix, x);
@@ -152,7 +152,7 @@ static int verify_load(struct verify *w)
 					memset(s->need[f], 1, m->files[f].nchunks);
 		if (!m->parent)
 			continue;
-		struct dcr_ix_ver *p = dcr_index_find(ix, m->parent);
+		struct dcr_sview_ver *p = dcr_index_find(ix, m->parent);
 		if (!p) {
 			/* gone: only the chunks built on it suffer (an anchor is fine) */
 			dcr_version_key(m->parent, key, sizeof(key));
@@ -161,7 +161,7 @@ static int verify_load(struct verify *w)
 						      "version %" PRIu64 ")", x->v);
 			continue;
 		}
-		struct vstate *ps = &w->vs[p - ix->vs];
+		struct vstate *ps = &w->vs[p - ix->sv.vs];
 		ps->in_set = 1;
 		const struct dcr_manifest *pm = dcr_index_manifest(ix, p);
 		if (pm && dcr_manifest_check_parent(m, pm)) {
@@ -190,8 +190,8 @@ static int verify_refs(struct verify *w)
 {
 	struct dcr_index *ix = w->ix;
 
-	for (size_t i = 0; i < ix->nvs; i++) {
-		const struct dcr_manifest *m = &ix->vs[i].m;
+	for (size_t i = 0; i < ix->sv.nvs; i++) {
+		const struct dcr_manifest *m = &ix->sv.vs[i].m;
 		if (!w->vs[i].need)
 			continue;
 		for (uint32_t f = 0; f < m->nfiles; f++)
@@ -232,7 +232,7 @@ static const char *check_frame(struct verify *w, struct dcr_codec **codec,
 			       uint8_t **chunk, const struct dcr_pack_frame *fs,
 			       size_t nfs, bool *f1)
 {
-	const struct dcr_manifest *m = &w->ix->vs[r->vi].m;
+	const struct dcr_manifest *m = &w->ix->sv.vs[r->vi].m;
 	const struct dcr_file *f = &m->files[r->f];
 	const struct dcr_chunk_ref *cr = &f->chunks[r->k];
 	uint32_t len = dcr_chunk_len(f->size, m->chunk_size, r->k);
@@ -438,13 +438,13 @@ static void verify_propagate(struct verify *w)
 {
 	struct dcr_index *ix = w->ix;
 
-	for (size_t i = 0; i < ix->nvs; i++) {
+	for (size_t i = 0; i < ix->sv.nvs; i++) {
 		struct vstate *s = &w->vs[i];
-		const struct dcr_manifest *m = &ix->vs[i].m;
+		const struct dcr_manifest *m = &ix->sv.vs[i].m;
 		if (!s->need)
 			continue;
-		struct dcr_ix_ver *p = m->parent ? dcr_index_find(ix, m->parent) : NULL;
-		struct vstate *ps = p ? &w->vs[p - ix->vs] : NULL;
+		struct dcr_sview_ver *p = m->parent ? dcr_index_find(ix, m->parent) : NULL;
+		struct vstate *ps = p ? &w->vs[p - ix->sv.vs] : NULL;
 		for (uint32_t f = 0; f < m->nfiles; f++) {
 			const struct dcr_file *fl = &m->files[f];
 			for (uint64_t k = 0; k < fl->nchunks; k++) {
@@ -476,12 +476,12 @@ static int verify_format1(struct verify *w)
 		return -ENOMEM;
 	for (size_t i = 0; i < w->nf1; i++) {
 		const struct fref *r = &w->f1[i];
-		const struct dcr_manifest *m = &ix->vs[r->vi].m;
+		const struct dcr_manifest *m = &ix->sv.vs[r->vi].m;
 		const struct dcr_file *f = &m->files[r->f];
 		if (w->vs[r->vi].cause[r->f][r->k])
 			continue;
 		uint32_t len = dcr_chunk_len(f->size, m->chunk_size, r->k);
-		if (dcr_index_read(ix, ix->vs[r->vi].v, r->f, f->path, r->k * m->chunk_size, buf, len)) {
+		if (dcr_index_read(ix, ix->sv.vs[r->vi].v, r->f, f->path, r->k * m->chunk_size, buf, len)) {
 			dcr_pack_key(r->pack, key, sizeof(key));
 			set_cause(w, r, add_cause(w, key, "delta frame at offset %" PRIu64
 						  " does not give its chunk's SHA-256", r->off));
@@ -493,7 +493,7 @@ static int verify_format1(struct verify *w)
 
 /* A file of --deep: where its chunk hashes go, whether it failed. */
 struct dfile {
-	size_t vi;          /* ix->vs */
+	size_t vi;          /* ix->sv.vs */
 	uint32_t f;
 	uint8_t (*ch)[DCR_HASH_LEN]; /* format 3: each chunk's SHA-256 */
 	uint8_t digest[DCR_HASH_LEN]; /* before format 3: of the bytes */
@@ -526,7 +526,7 @@ static void deep_unit(void *arg, size_t i)
 	struct dunit *u = &d->u[i];
 	struct dfile *df = &d->df[u->df];
 	struct dcr_index *ix = d->w->ix;
-	const struct dcr_manifest *m = &ix->vs[df->vi].m;
+	const struct dcr_manifest *m = &ix->sv.vs[df->vi].m;
 	const struct dcr_file *fl = &m->files[df->f];
 	const uint64_t cs = m->chunk_size;
 	uint64_t off = u->n ? u->k * cs : 0;
@@ -544,7 +544,7 @@ static void deep_unit(void *arg, size_t i)
 		 * there: cs divides DEEP_BUF or is larger) */
 		size_t n = (size_t)DCR_MIN((uint64_t)bufsz, end - off);
 
-		bad = dcr_index_read(ix, ix->vs[df->vi].v, df->f, fl->path, off,
+		bad = dcr_index_read(ix, ix->sv.vs[df->vi].v, df->f, fl->path, off,
 				     buf, n) != 0;
 		if (bad)
 			break;
@@ -594,8 +594,8 @@ static int verify_deep(struct verify *w)
 	pthread_mutex_init(&d.lock, NULL);
 	for (size_t pass = 0; pass < 2; pass++) {
 		ndf = nu = 0;
-		for (size_t i = 0; i < ix->nvs; i++) {
-			const struct dcr_manifest *m = &ix->vs[i].m;
+		for (size_t i = 0; i < ix->sv.nvs; i++) {
+			const struct dcr_manifest *m = &ix->sv.vs[i].m;
 			struct vstate *s = &w->vs[i];
 			/* chunks per unit: about DEEP_BUF bytes, at least one */
 			const uint64_t per = DCR_MAX((uint64_t)1,
@@ -654,7 +654,7 @@ static int verify_deep(struct verify *w)
 		goto err_free;
 	for (size_t j = 0; j < ndf; j++) {
 		struct dfile *df = &d.df[j];
-		const struct dcr_manifest *m = &ix->vs[df->vi].m;
+		const struct dcr_manifest *m = &ix->sv.vs[df->vi].m;
 		const struct dcr_file *fl = &m->files[df->f];
 		struct vstate *s = &w->vs[df->vi];
 		uint8_t h[DCR_HASH_LEN];
@@ -677,7 +677,7 @@ static int verify_deep(struct verify *w)
 		if (df->bad || !dcr_hash_eq(h, fl->sha256)) {
 			char why[64 + DCR_PATH_MAX];
 
-			dcr_version_key(ix->vs[df->vi].v, key, sizeof(key));
+			dcr_version_key(ix->sv.vs[df->vi].v, key, sizeof(key));
 			snprintf(why, sizeof(why), "%s/%s", key, fl->path);
 			uint32_t k = add_cause(w, why, "%s", df->bad ? "does not materialize" :
 					       "materialized file does not match its digest");
@@ -703,15 +703,15 @@ static int verify_hits(struct verify *w, uint32_t k, struct dcr_verify_damage *d
 	struct dcr_index *ix = w->ix;
 	size_t cap = 0;
 
-	for (size_t i = 0; i < ix->nvs; i++) {
+	for (size_t i = 0; i < ix->sv.nvs; i++) {
 		const struct vstate *s = &w->vs[i];
-		const struct dcr_manifest *m = &ix->vs[i].m;
+		const struct dcr_manifest *m = &ix->sv.vs[i].m;
 		if (!s->target)
 			continue;
 		if (s->vcause == k && !s->need) {
 			if (dcr_array_grow(&d->hits, sizeof(*d->hits), d->nhits, &cap))
 				return -ENOMEM;
-			d->hits[d->nhits++] = (struct dcr_verify_hit){ .version = ix->vs[i].v };
+			d->hits[d->nhits++] = (struct dcr_verify_hit){ .version = ix->sv.vs[i].v };
 			continue;
 		}
 		for (uint32_t f = 0; s->cause && f < m->nfiles; f++) {
@@ -723,7 +723,7 @@ static int verify_hits(struct verify *w, uint32_t k, struct dcr_verify_damage *d
 			if (dcr_array_grow(&d->hits, sizeof(*d->hits), d->nhits, &cap))
 				return -ENOMEM;
 			d->hits[d->nhits++] = (struct dcr_verify_hit){
-				.version = ix->vs[i].v, .path = m->files[f].path,
+				.version = ix->sv.vs[i].v, .path = m->files[f].path,
 				.chunks = n, .nchunks = m->files[f].nchunks };
 		}
 	}
@@ -740,10 +740,10 @@ static int verify_sigs(struct verify *w, const struct dcr_trust *trust,
 	struct dcr_index *ix = w->ix;
 	static const uint8_t zero[DCR_HASH_LEN];
 
-	if (!(r->sigs = calloc(ix->nvs ? ix->nvs : 1, sizeof(*r->sigs))))
+	if (!(r->sigs = calloc(ix->sv.nvs ? ix->sv.nvs : 1, sizeof(*r->sigs))))
 		return DCR_ERR(-ENOMEM);
-	for (size_t i = 0; i < ix->nvs; i++) {
-		struct dcr_ix_ver *x = &ix->vs[i];
+	for (size_t i = 0; i < ix->sv.nvs; i++) {
+		struct dcr_sview_ver *x = &ix->sv.vs[i];
 		if (!w->vs[i].target)
 			continue;
 		const struct dcr_manifest *own = dcr_index_own(ix, x);
@@ -758,7 +758,7 @@ static int verify_sigs(struct verify *w, const struct dcr_trust *trust,
 			dcr_manifest_sig_check(own, ix->info.id, trust) : DCR_SIG_NONE;
 		if (st == DCR_SIG_VALID || st == DCR_SIG_UNTRUSTED) {
 			/* The parent's exact manifest, when it is still here. */
-			struct dcr_ix_ver *p = own->parent ?
+			struct dcr_sview_ver *p = own->parent ?
 				dcr_index_find(ix, own->parent) : NULL;
 			const struct dcr_manifest *pown = p ? dcr_index_own(ix, p) : NULL;
 			const uint8_t *want = !own->parent ? zero : pown ? pown->check : NULL;
@@ -803,7 +803,7 @@ static int verify_result(struct verify *w, struct dcr_verify_result *r)
 
 	r->packs_checked = w->packs_checked;
 	r->bytes_checked = w->bytes_checked;
-	for (size_t i = 0; i < ix->nvs; i++)
+	for (size_t i = 0; i < ix->sv.nvs; i++)
 		nt += w->vs[i].target;
 	for (size_t i = 0; i < r->nsigs; i++)
 		nbad += !r->sigs[i].ok;
@@ -811,9 +811,9 @@ static int verify_result(struct verify *w, struct dcr_verify_result *r)
 	    !(r->damage = calloc(w->ncauses + nbad ? w->ncauses + nbad : 1,
 				 sizeof(*r->damage))))
 		return DCR_ERR(-ENOMEM);
-	for (size_t i = 0; i < ix->nvs; i++)
+	for (size_t i = 0; i < ix->sv.nvs; i++)
 		if (w->vs[i].target)
-			r->versions[r->nversions++] = ix->vs[i].v;
+			r->versions[r->nversions++] = ix->sv.vs[i].v;
 	for (size_t k = 1; k <= w->ncauses; k++) {
 		struct dcr_verify_damage *d = &r->damage[r->ndamage++];
 		struct cause *ca = &w->causes[k - 1];
@@ -855,27 +855,27 @@ int dcr_verify_trust(struct dcr_index *ix, const uint64_t *vs, size_t n,
 	int ret;
 
 	*r = (struct dcr_verify_result){ 0 };
-	if (!(w.vs = calloc(ix->nvs ? ix->nvs : 1, sizeof(*w.vs))))
+	if (!(w.vs = calloc(ix->sv.nvs ? ix->sv.nvs : 1, sizeof(*w.vs))))
 		return DCR_ERR(-ENOMEM);
 	for (size_t i = 0; i < n; i++) {
-		struct dcr_ix_ver *x = dcr_index_find(ix, vs[i]);
+		struct dcr_sview_ver *x = dcr_index_find(ix, vs[i]);
 		if (!x) {
 			dcr_err("%s: version %" PRIu64 " does not exist", ix->st->url, vs[i]);
 			ret = DCR_ERR(-ENOENT);
 			goto err_free;
 		}
-		w.vs[x - ix->vs].target = w.vs[x - ix->vs].in_set = 1;
+		w.vs[x - ix->sv.vs].target = w.vs[x - ix->sv.vs].in_set = 1;
 	}
-	for (size_t i = 0; i < ix->nvs && !n; i++)
+	for (size_t i = 0; i < ix->sv.nvs && !n; i++)
 		w.vs[i].target = w.vs[i].in_set = 1;
 	/* a damaged generation above the one read: mounts pass over it */
-	if (ix->layout_bad > ix->layout.gen) {
+	if (ix->sv.layout_bad > ix->sv.layout.gen) {
 		char key[64];
-		dcr_layout_key(ix->layout_bad, key, sizeof(key));
+		dcr_layout_key(ix->sv.layout_bad, key, sizeof(key));
 		if (!add_cause(&w, key, "layout generation damaged (it does not decode or "
 			       "its checksum fails): readers pass over it and read generation "
 			       "%" PRIu64 "; dcrfs-ctl compact publishes a newer one",
-			       ix->layout.gen)) {
+			       ix->sv.layout.gen)) {
 			ret = DCR_ERR(-ENOMEM);
 			goto err_fail;
 		}
@@ -896,8 +896,8 @@ err_fail:
 	dcr_err("verify: %s", dcr_strerror(ret));
 	dcr_verify_result_free(r);
 err_free:
-	for (size_t i = 0; i < ix->nvs; i++)
-		vstate_free(&w.vs[i], &ix->vs[i].m);
+	for (size_t i = 0; i < ix->sv.nvs; i++)
+		vstate_free(&w.vs[i], &ix->sv.vs[i].m);
 	free(w.vs);
 	for (size_t i = 0; i < w.ncauses; i++)
 		free(w.causes[i].key);

@@ -53,7 +53,7 @@ static void report(void *arg, uint64_t v, uint64_t old_base, uint64_t new_base,
 int cmd_compact(struct ctl *c, const struct args *a)
 {
 	struct dcr_compact_stats s;
-	struct report rp = { .a = a, .c = c, .phase = "compact", .total = c->ix.nvs };
+	struct report rp = { .a = a, .c = c, .phase = "compact", .total = c->ix.sv.nvs };
 	struct dcr_compact_opts o = {
 		.max_depth = a->max_depth, .read_cost = a->read_cost, .dry_run = a->dry_run,
 		.report = report, .arg = &rp, .threads = a->threads,
@@ -62,7 +62,7 @@ int cmd_compact(struct ctl *c, const struct args *a)
 
 	progress_start(&c->pg, 0);
 	progress_show(&c->pg, rp.phase, 0, rp.total, "versions", NULL, false);
-	int ret = dcr_compact_scratch(c->ix.st, &o, &s);
+	int ret = dcr_compact_view(&c->ix.sv, &o, &s);
 	progress_clear(&c->pg);
 	if (ret)
 		return EXIT_FAIL;

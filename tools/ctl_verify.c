@@ -60,7 +60,7 @@ int cmd_verify(struct ctl *c, char **args, int nargs, int deep, int quiet,
 	if (trust_file && dcr_trust_load(trust_file, &trust))
 		goto err_free;
 	for (int i = 0; i < nargs; i++) {
-		struct dcr_ix_ver *x = dcr_index_resolve(&c->ix, args[i]);
+		struct dcr_sview_ver *x = dcr_index_resolve(&c->ix, args[i]);
 		if (!x)
 			goto err_free;
 		vs[i] = x->v;

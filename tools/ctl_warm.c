@@ -120,7 +120,7 @@ int cmd_warm(struct ctl *c, const struct args *a, const struct dcr_store_cfg *cf
 				   .progress = on_progress, .progress_arg = &w };
 	struct dcr_warm_result r;
 	struct dcr_store *ms;
-	struct dcr_ix_ver *x;
+	struct dcr_sview_ver *x;
 	const struct dcr_manifest *m;
 	char *list = NULL;
 	int64_t t0;

@@ -468,12 +468,12 @@ static void print_tags(const struct ctl *c, uint64_t v)
 {
 	int n = 0;
 
-	for (size_t i = 0; i < c->ix.ntags; i++) {
-		if (c->ix.tags[i].v != v)
+	for (size_t i = 0; i < c->ix.sv.ntags; i++) {
+		if (c->ix.sv.tags[i].v != v)
 			continue;
 		if (n++)
 			putchar(',');
-		fputs(c->ix.tags[i].name, stdout);
+		fputs(c->ix.sv.tags[i].name, stdout);
 	}
 	if (!n)
 		putchar('-');
@@ -490,9 +490,9 @@ static int cmd_log(struct ctl *c)
 		return dcr_log_json(stdout, &c->ix) ? EXIT_FAIL : 0;
 	printf("%10s %10s  %-20s %10s %10s  %-9s  %-16s  %s\n", "VERSION", "PARENT",
 	       "TIME", "BYTES", "STORED", "KIND", "SIGNER", "TAGS");
-	for (size_t i = c->ix.nvs; i-- > 0;) {
+	for (size_t i = c->ix.sv.nvs; i-- > 0;) {
 		struct dcr_version_record r;
-		if (dcr_index_record(&c->ix, &c->ix.vs[i], &r)) {
+		if (dcr_index_record(&c->ix, &c->ix.sv.vs[i], &r)) {
 			status = EXIT_FAIL;
 			continue;
 		}
@@ -511,7 +511,7 @@ static int cmd_log(struct ctl *c)
 
 static int cmd_show(struct ctl *c, const char *arg)
 {
-	struct dcr_ix_ver *x = dcr_index_resolve(&c->ix, arg);
+	struct dcr_sview_ver *x = dcr_index_resolve(&c->ix, arg);
 	char hex[DCR_HASH_HEX_LEN + 1], b1[32], b2[32];
 	struct dcr_version_record r;
 
@@ -531,11 +531,11 @@ static int cmd_show(struct ctl *c, const char *arg)
 	print_tags(c, r.version);
 	putchar('\n');
 	printf("signer: %s\n", r.signer);
-	for (size_t i = 0; i < c->ix.ntags; i++) {
+	for (size_t i = 0; i < c->ix.sv.ntags; i++) {
 		char buf[DCR_KEYID_LEN + 1];
-		if (c->ix.tags[i].v == r.version)
-			printf("tag %s: %s\n", c->ix.tags[i].name,
-			       dcr_index_tag_signer(&c->ix, &c->ix.tags[i], buf));
+		if (c->ix.sv.tags[i].v == r.version)
+			printf("tag %s: %s\n", c->ix.sv.tags[i].name,
+			       dcr_index_tag_signer(&c->ix, &c->ix.sv.tags[i], buf));
 	}
 	for (uint32_t i = 0; i < r.nmeta; i++)
 		printf("meta: %s=%s\n", r.meta[i].key, r.meta[i].value);
@@ -566,8 +566,8 @@ static void print_dstat(const struct dcr_diff_stat *d)
 
 static int cmd_diff(struct ctl *c, const char *arg_a, const char *arg_b)
 {
-	struct dcr_ix_ver *va = dcr_index_resolve(&c->ix, arg_a);
-	struct dcr_ix_ver *vb = dcr_index_resolve(&c->ix, arg_b);
+	struct dcr_sview_ver *va = dcr_index_resolve(&c->ix, arg_a);
+	struct dcr_sview_ver *vb = dcr_index_resolve(&c->ix, arg_b);
 	struct dcr_diff_result r;
 	int ret;
 
@@ -609,7 +609,7 @@ out:
 static int cmd_tag(struct ctl *c, const char *name, const char *arg,
 		   const struct dcr_sign_key *key)
 {
-	struct dcr_ix_ver *x;
+	struct dcr_sview_ver *x;
 
 	if (!(x = dcr_index_resolve(&c->ix, arg)))
 		return EXIT_FAIL;
@@ -633,9 +633,9 @@ static int cmd_untag(struct ctl *c, const char *name)
 	uint64_t was = 0;
 	int ret;
 
-	for (size_t i = 0; i < c->ix.ntags; i++)
-		if (!strcmp(c->ix.tags[i].name, name))
-			was = c->ix.tags[i].v;
+	for (size_t i = 0; i < c->ix.sv.ntags; i++)
+		if (!strcmp(c->ix.sv.tags[i].name, name))
+			was = c->ix.sv.tags[i].v;
 	if ((ret = dcr_store_del_tag(c->ix.st, name)) == -ENOENT)
 		dcr_err("%s: there is no tag '%s'", c->ix.st->url, name);
 	else if (ret)

@@ -119,6 +119,52 @@ static void test_delta_sparse_change(void **state)
 	free(chunk);
 }
 
+/* dcr_frame_encode_checked: the frames of dcr_frame_encode2, decoded
+ * back on a scratch buffer (the base copied there) or in place on the
+ * base, which then holds the chunk. */
+static void test_encode_checked(void **state)
+{
+	struct fx *f = *state;
+	size_t len = 1 << 16;
+	uint8_t *base = malloc(len), *chunk = malloc(len), *work = malloc(len);
+	uint8_t *keep = malloc(len);
+	struct dcr_buf plain;
+	int kind, kind2;
+
+	dcr_buf_init(&plain, 2 * DCR_CHUNK_MAX);
+	fill_weights(base, len);
+	memcpy(keep, base, len);
+	memcpy(chunk, base, len);
+	perturb(chunk, len, 30);
+	assert_int_equal(dcr_frame_encode2(f->c, chunk, base, len, NULL, &plain,
+					   &kind), 0);
+	assert_int_equal(kind, DCR_FRAME_DELTA);
+	memset(work, 0x55, len);
+	dcr_buf_reset(&f->out);
+	assert_int_equal(dcr_frame_encode_checked(f->c, chunk, base, len, NULL,
+						  &f->out, &kind2, work), 0);
+	assert_int_equal(kind2, kind);
+	assert_int_equal(f->out.len, plain.len);
+	assert_memory_equal(f->out.data, plain.data, plain.len);
+	assert_memory_equal(work, chunk, len);
+	assert_memory_equal(base, keep, len); /* only read */
+	/* in place on the base: it ends as the chunk */
+	dcr_buf_reset(&f->out);
+	assert_int_equal(dcr_frame_encode_checked(f->c, chunk, base, len, NULL,
+						  &f->out, &kind2, base), 0);
+	assert_memory_equal(base, chunk, len);
+	/* a full frame: no base */
+	dcr_buf_reset(&f->out);
+	assert_int_equal(dcr_frame_encode_checked(f->c, chunk, NULL, len, NULL,
+						  &f->out, &kind2, work), 0);
+	assert_int_equal(kind2, DCR_FRAME_FULL);
+	dcr_buf_free(&plain);
+	free(base);
+	free(chunk);
+	free(work);
+	free(keep);
+}
+
 static void test_delta_identical_and_boundary(void **state)
 {
 	struct fx *f = *state;
@@ -240,6 +286,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_full_roundtrip_sizes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delta_sparse_change, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_encode_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delta_identical_and_boundary, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fully_changed_prefers_full, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_golden_stored_frame, setup, teardown),

@@ -186,17 +186,17 @@ static void test_records(void **state)
 	struct dcr_index *ix = load(f);
 	struct dcr_version_record r;
 
-	assert_int_equal(ix->nvs, NV);
-	assert_int_equal(ix->ntags, 1);
-	assert_string_equal(ix->tags[0].name, "first");
-	assert_int_equal(ix->tags[0].v, 1);
-	assert_ptr_equal(dcr_index_resolve(ix, "first"), &ix->vs[0]);
-	assert_ptr_equal(dcr_index_resolve(ix, "latest"), &ix->vs[NV - 1]);
-	assert_ptr_equal(dcr_index_resolve(ix, "2"), &ix->vs[1]);
+	assert_int_equal(ix->sv.nvs, NV);
+	assert_int_equal(ix->sv.ntags, 1);
+	assert_string_equal(ix->sv.tags[0].name, "first");
+	assert_int_equal(ix->sv.tags[0].v, 1);
+	assert_ptr_equal(dcr_index_resolve(ix, "first"), &ix->sv.vs[0]);
+	assert_ptr_equal(dcr_index_resolve(ix, "latest"), &ix->sv.vs[NV - 1]);
+	assert_ptr_equal(dcr_index_resolve(ix, "2"), &ix->sv.vs[1]);
 	assert_null(dcr_index_resolve(ix, "9"));
 	assert_null(dcr_index_resolve(ix, "nosuchtag"));
 
-	assert_int_equal(dcr_index_record(ix, &ix->vs[0], &r), 0);
+	assert_int_equal(dcr_index_record(ix, &ix->sv.vs[0], &r), 0);
 	assert_int_equal(r.version, 1);
 	assert_int_equal(r.parent, 0);
 	assert_int_equal(r.base, 0);
@@ -209,7 +209,7 @@ static void test_records(void **state)
 	assert_int_equal(strlen(r.time), 20);
 
 	/* version 2: the two chunks of tensor b changed, the rest the same */
-	assert_int_equal(dcr_index_record(ix, &ix->vs[1], &r), 0);
+	assert_int_equal(dcr_index_record(ix, &ix->sv.vs[1], &r), 0);
 	assert_int_equal(r.parent, 1);
 	assert_int_equal(r.base, 1);
 	assert_string_equal(r.kind, "delta");
@@ -217,13 +217,13 @@ static void test_records(void **state)
 	assert_int_equal(r.same, NCH + 1 - 2);
 	assert_int_equal(r.full, 0);
 	uint64_t frames = 0;
-	for (uint32_t i = 0; i < ix->vs[1].m.nfiles; i++)
-		frames += dcr_file_stored_bytes(&ix->vs[1].m.files[i]);
+	for (uint32_t i = 0; i < ix->sv.vs[1].m.nfiles; i++)
+		frames += dcr_file_stored_bytes(&ix->sv.vs[1].m.files[i]);
 	assert_true(frames > 0);
-	assert_int_equal(r.stored_bytes, ix->vs[1].obj_size + frames);
+	assert_int_equal(r.stored_bytes, ix->sv.vs[1].obj_size + frames);
 
 	/* version 3: extra.bin new, notes.txt gone */
-	assert_int_equal(dcr_index_record(ix, &ix->vs[2], &r), 0);
+	assert_int_equal(dcr_index_record(ix, &ix->sv.vs[2], &r), 0);
 	assert_int_equal(r.files, 2);
 	assert_int_equal(r.bytes, f->len + 12);
 	assert_int_equal(r.full, 1);
@@ -247,7 +247,7 @@ static void test_diff(void **state)
 	struct dcr_index *ix = load(f);
 	struct dcr_diff_result r;
 
-	assert_int_equal(dcr_diff(ix, &ix->vs[0], &ix->vs[1], &r), 0);
+	assert_int_equal(dcr_diff(ix, &ix->sv.vs[0], &ix->sv.vs[1], &r), 0);
 	assert_int_equal(r.from, 1);
 	assert_int_equal(r.to, 2);
 	assert_int_equal(r.nfiles, 2);
@@ -269,7 +269,7 @@ static void test_diff(void **state)
 	dcr_diff_result_free(&r);
 
 	/* 2 -> 4 over 3: a file goes, one comes, tensor a changes */
-	assert_int_equal(dcr_diff(ix, &ix->vs[1], &ix->vs[3], &r), 0);
+	assert_int_equal(dcr_diff(ix, &ix->sv.vs[1], &ix->sv.vs[3], &r), 0);
 	assert_string_equal(diff_path(&r, "notes.txt")->status, "removed");
 	assert_int_equal(diff_path(&r, "notes.txt")->d.changed_bytes, 4);
 	assert_string_equal(diff_path(&r, "extra.bin")->status, "added");
@@ -282,7 +282,7 @@ static void test_diff(void **state)
 	dcr_diff_result_free(&r);
 
 	/* a version against itself: nothing changed, nothing stored */
-	assert_int_equal(dcr_diff(ix, &ix->vs[3], &ix->vs[3], &r), 0);
+	assert_int_equal(dcr_diff(ix, &ix->sv.vs[3], &ix->sv.vs[3], &r), 0);
 	assert_int_equal(r.total.changed_bytes, 0);
 	assert_int_equal(r.total.stored_bytes, 0);
 	dcr_diff_result_free(&r);
@@ -386,9 +386,9 @@ static void check_left(struct fx *f, const uint64_t *vs, size_t n)
 	struct dcr_index *ix = load(f);
 	struct dcr_verify_result r;
 
-	assert_int_equal(ix->nvs, n);
+	assert_int_equal(ix->sv.nvs, n);
 	for (size_t i = 0; i < n; i++)
-		assert_int_equal(ix->vs[i].v, vs[i]);
+		assert_int_equal(ix->sv.vs[i].v, vs[i]);
 	assert_int_equal(dcr_verify(ix, NULL, 0, 1, NULL, &r), 0);
 	assert_int_equal(r.ndamage, 0);
 	dcr_verify_result_free(&r);
@@ -410,7 +410,7 @@ static void test_gc_keep_last(void **state)
 	assert_int_equal(r.nremoved, 2);
 	dcr_gc_result_free(&r);
 	ix = load(f);
-	assert_int_equal(ix->nvs, NV);
+	assert_int_equal(ix->sv.nvs, NV);
 	assert_int_equal(ix->npacks, packs);
 
 	n = (struct events){ 0 };
@@ -588,7 +588,7 @@ static void test_signatures(void **state)
 	struct dcr_index *ix = load(f);
 	const char *want[NV + 1] = { NULL, id, id, "unsigned", id2 };
 	for (int v = 1; v <= NV; v++) {
-		assert_int_equal(dcr_index_record(ix, &ix->vs[v - 1], &rec), 0);
+		assert_int_equal(dcr_index_record(ix, &ix->sv.vs[v - 1], &rec), 0);
 		assert_string_equal(rec.signer, want[v]);
 		assert_int_equal(rec.nmeta, 0);
 	}
@@ -609,7 +609,7 @@ static void test_signatures(void **state)
 	dcr_verify_result_free(&r);
 
 	/* a signed tag binds the version's own manifest */
-	assert_int_equal(dcr_index_put_tag(ix, "best", &ix->vs[1], k), 0);
+	assert_int_equal(dcr_index_put_tag(ix, "best", &ix->sv.vs[1], k), 0);
 	struct dcr_tag_sig ts;
 	bool is_signed;
 	uint64_t tv;
@@ -625,9 +625,9 @@ static void test_signatures(void **state)
 	ix = load(f);
 	int compacted = 0;
 	for (int v = 1; v <= NV; v++) {
-		assert_int_equal(dcr_index_record(ix, &ix->vs[v - 1], &rec), 0);
+		assert_int_equal(dcr_index_record(ix, &ix->sv.vs[v - 1], &rec), 0);
 		assert_string_equal(rec.signer, want[v]);
-		compacted += ix->vs[v - 1].compacted;
+		compacted += ix->sv.vs[v - 1].compacted;
 	}
 	assert_true(compacted > 0);
 	assert_int_equal(dcr_verify_trust(ix, NULL, 0, 0, NULL, NULL, &r), 0);
