@@ -127,7 +127,8 @@ static void slab_shut(struct dcr_cache *c, struct slab *s)
 	s->fd = s->dfd = s->sfd = -1;
 	free(s->present);
 	free(s->proven);
-	s->present = s->proven = NULL;
+	free(s->busy); /* none held: a holder holds a reference */
+	s->present = s->proven = s->busy = NULL;
 	s->nbits = 0;
 	c->nopen--;
 }
@@ -208,10 +209,12 @@ static int slab_open(struct dcr_cache *c, struct slab *s,
 	words = s->nbits / 64 + 1;
 	s->present = calloc(words, sizeof(uint64_t));
 	s->proven = calloc(words, sizeof(uint64_t));
-	if (!s->present || !s->proven) {
+	s->busy = calloc(words, sizeof(uint64_t));
+	if (!s->present || !s->proven || !s->busy) {
 		free(s->present);
 		free(s->proven);
-		s->present = s->proven = NULL;
+		free(s->busy);
+		s->present = s->proven = s->busy = NULL;
 		close(fd);
 		return DCR_ERR(-ENOMEM);
 	}
@@ -231,7 +234,8 @@ static int slab_open(struct dcr_cache *c, struct slab *s,
 /* Free a slab off the table, descriptors closed. */
 static void slab_free(struct slab *s)
 {
-	pthread_mutex_destroy(&s->wlock);
+	pthread_rwlock_destroy(&s->wlock);
+	pthread_cond_destroy(&s->idle);
 	free(s);
 }
 
@@ -365,7 +369,8 @@ struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		s->v = k->v;
 		s->file = k->file;
 		s->fd = s->dfd = s->sfd = -1;
-		pthread_mutex_init(&s->wlock, NULL);
+		pthread_rwlock_init(&s->wlock, NULL);
+		pthread_cond_init(&s->idle, NULL);
 		i = tab_lower(c, k->v, k->file);
 		ret = tab_insert(c, i, s);
 		if (ret) {
@@ -470,7 +475,8 @@ static int scan_slabs(struct dcr_cache *c)
 		s->v = v;
 		s->file = file;
 		s->fd = s->dfd = s->sfd = -1;
-		pthread_mutex_init(&s->wlock, NULL);
+		pthread_rwlock_init(&s->wlock, NULL);
+		pthread_cond_init(&s->idle, NULL);
 		s->bytes = (uint64_t)sb.st_blocks * 512;
 		s->used_ms = s->stamped_ms = (int64_t)sb.st_mtim.tv_sec * 1000 +
 					    sb.st_mtim.tv_nsec / 1000000;

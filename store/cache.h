@@ -191,6 +191,24 @@ enum {
 int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		  const void *data, unsigned flags);
 
+/* Chunks a dcr_cache_put_run may write at once. */
+#define DCR_CACHE_RUN_MAX 64
+
+/**
+ * dcr_cache_put_run - dcr_cache_put of the @n (1 to DCR_CACHE_RUN_MAX)
+ * consecutive chunks @k[0..@n) of one slab (same version, index and
+ * file; chunk numbers that follow one another), @data[i] holding
+ * @k[i]'s bytes: written with one call, so that the page cache gives
+ * the range folios as large as it allows (up to 2 MiB, where a chunk
+ * written alone gets folios of at most its size: an mmap of the file
+ * then faults in PMD-sized pieces). Chunks there and proven already are
+ * left as they are. Writes of other chunks of the same slab run at the
+ * same time. 0 or -errno as dcr_cache_put (-EINVAL for keys that do not
+ * follow one another).
+ */
+int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
+		      const void *const *data, size_t n, unsigned flags);
+
 /**
  * dcr_cache_make_room - the file system is full for someone else (the
  * catalog): evict slabs, least recently used first, until @want bytes
