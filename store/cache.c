@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,11 +113,47 @@ void stamp(struct slab *s, int64_t ms)
 	futimens(s->fd, ts);
 }
 
+uint8_t *slab_map(struct dcr_cache *c, struct slab *s)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *m;
+
+	if (atomic_load(&c->no_map))
+		return NULL;
+	pthread_mutex_lock(&c->lock);
+	if (!s->map && s->fd >= 0 && s->size) {
+		m = mmap(NULL, DCR_ROUND_UP((size_t)s->size, page),
+			 PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+		if (m == MAP_FAILED) {
+			atomic_store(&c->no_map, true);
+		} else {
+			/* Faults then fill 2 MiB folios, as a write of a
+			 * run does (best effort). */
+			madvise(m, DCR_ROUND_UP((size_t)s->size, page),
+				MADV_HUGEPAGE);
+			s->map = m;
+			s->map_len = DCR_ROUND_UP((size_t)s->size, page);
+		}
+	}
+	m = s->map;
+	pthread_mutex_unlock(&c->lock);
+	return m;
+}
+
+void slab_unmap(struct slab *s)
+{
+	if (s->map)
+		munmap(s->map, s->map_len);
+	s->map = NULL;
+	s->map_len = 0;
+}
+
 /* Close @s's descriptors and drop its bitmaps. Caller holds @lock. */
 static void slab_shut(struct dcr_cache *c, struct slab *s)
 {
 	if (s->fd < 0)
 		return;
+	slab_unmap(s); /* no writer: it would hold a reference */
 	if (s->used_ms > s->stamped_ms)
 		stamp(s, s->used_ms); /* its last use outlives this mount */
 	close(s->fd);

@@ -178,6 +178,22 @@ enum {
 	 * write.
 	 */
 	DCR_CACHE_PUT_DIRECT = 1 << 0,
+	/*
+	 * Write through a shared mapping of the slab instead of write(2):
+	 * the range's blocks allocated first (fallocate) and its pages
+	 * faulted in by the kernel (MADV_POPULATE_WRITE), then copied
+	 * into. A write(2) of a file holds its inode's lock (ext4, xfs,
+	 * tmpfs), so the writes of one file go one at a time whatever the
+	 * threads; stores into a mapping do not. For a prefetch, which
+	 * writes many chunks of one file on many threads. Only while the
+	 * file system holds the whole budget and the headroom (a cache on
+	 * a file system near full writes with write(2), chunk run by
+	 * chunk run, as before: on a 3 MiB tmpfs the mapping's
+	 * allocations left the catalog without room, cause not found);
+	 * where a step is refused (the fallocate fails; a kernel without
+	 * MADV_POPULATE_WRITE) it is a normal write.
+	 */
+	DCR_CACHE_PUT_MAP = 1 << 1,
 };
 
 /**

@@ -83,6 +83,11 @@ struct slab {
 	pthread_rwlock_t wlock; /* shared: chunks written or punched;
 				   exclusive: the whole file (see above) */
 	uint64_t *busy;      /* chunks held (chunks_take); under @lock */
+	uint8_t *map;        /* a shared writable mapping of the whole
+				slab for DCR_CACHE_PUT_MAP (slab_map), or
+				NULL; made under @lock, unmapped when the
+				slab is shut or made read-only */
+	size_t map_len;
 	pthread_cond_t idle; /* a busy bit cleared (with @lock) */
 	unsigned refs;       /* users; a dead slab is freed by the last */
 	unsigned pins;       /* dcr_cache_pin holders (each holds a ref) */
@@ -148,6 +153,7 @@ struct dcr_cache {
 	pthread_mutex_t evict_lock;
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
+	atomic_bool no_map;    /* mapping or populating refused here */
 	atomic_bool said_small; /* warned that one slab exceeds the budget */
 	atomic_int verity;      /* fs-verity: 1 works, -1 missing (said
 				   once), 0 not tried yet (cache_verity.c) */
@@ -213,6 +219,12 @@ struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 /* The O_DIRECT descriptor of @s (opened on first need), or -1 where the
  * file system refuses O_DIRECT. Takes @lock. */
 int slab_dfd(struct dcr_cache *c, struct slab *s);
+/* The shared writable mapping of the whole of @s (open), made on first
+ * need, or NULL where that is refused (said nowhere: the writes then go
+ * through write(2)). Takes @lock. */
+uint8_t *slab_map(struct dcr_cache *c, struct slab *s);
+/* Unmap @s's mapping, if any: no write may be using it. */
+void slab_unmap(struct slab *s);
 /* Evict whole slabs, least recently used first and @keep last, until
  * within the budget in effect with @room bytes to spare. Takes
  * @evict_lock (or returns at once if another thread holds it) and

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -503,16 +504,35 @@ void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin)
  */
 static int write_run(struct dcr_cache *c, struct slab *s,
 		     const struct dcr_cache_key *k, const void *const *data,
-		     size_t n, bool direct)
+		     size_t n, bool direct, bool map)
 {
 	const uint64_t off = k[0].chunk * (uint64_t)s->cs;
+	const uint64_t len = (uint64_t)(n - 1) * s->cs + k[n - 1].len;
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct iovec iov[DCR_CACHE_RUN_MAX];
 	int ret = 0, dfd = -1;
+	uint8_t *m;
 
 	for (size_t j = 0; j < n; j++) {
 		sums_drop(c, s, k[j].chunk); /* none if unproven: hygiene */
 		iov[j].iov_base = (void *)data[j];
 		iov[j].iov_len = k[j].len;
+	}
+	/* Into the mapping: its blocks allocated first and its pages
+	 * faulted in by the kernel (MADV_POPULATE_WRITE says what a
+	 * store into a page it cannot fill would have raised as SIGBUS),
+	 * so the copies below cannot fault. Any refusal: write(2). */
+	if (map && !direct && (m = slab_map(c, s)) &&
+	    fallocate(s->fd, 0, (off_t)off, (off_t)len) == 0) {
+		if (madvise(m + off, DCR_ROUND_UP((size_t)len, page),
+			    MADV_POPULATE_WRITE) == 0) {
+			for (size_t j = 0; j < n; j++)
+				memcpy(m + off + (uint64_t)j * s->cs, data[j],
+				       k[j].len);
+			return 0;
+		}
+		if (errno == EINVAL || errno == EPERM)
+			atomic_store(&c->no_map, true); /* before Linux 5.14 */
 	}
 	if (direct)
 		dfd = slab_dfd(c, s);
@@ -584,7 +604,11 @@ int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
 		pthread_mutex_unlock(&c->lock);
 		if (j == n)
 			break;
-		ret = write_run(c, s, &k[j], &data[j], e - j, direct);
+		/* Through the mapping only with room to spare: near a full
+		 * file system, write(2) fails each write alone (see
+		 * DCR_CACHE_PUT_MAP). */
+		ret = write_run(c, s, &k[j], &data[j], e - j, direct,
+				(flags & DCR_CACHE_PUT_MAP) && room == 1);
 		if (ret)
 			break;
 		pthread_mutex_lock(&c->lock);

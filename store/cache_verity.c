@@ -52,6 +52,7 @@ static int slab_readonly(struct dcr_cache *c, struct slab *s)
 	if (ro < 0)
 		return -errno;
 	pthread_mutex_lock(&c->lock);
+	slab_unmap(s); /* a writable mapping is a writer too */
 	if (s->dfd >= 0)
 		dro = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
 	if (dup3(ro, s->fd, O_CLOEXEC) < 0 ||

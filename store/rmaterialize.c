@@ -750,7 +750,8 @@ static void put_due(struct batch *b)
 			  w->chunk != run[n - 1]->p->w.chunk + 1)) {
 			int64_t t0 = dcr_mono_ns();
 
-			dcr_cache_put_run(b->r->cache, k, data, n, 0);
+			dcr_cache_put_run(b->r->cache, k, data, n,
+					  DCR_CACHE_PUT_MAP);
 			BUSY_ADD(b->r, busy_write, t0);
 			for (size_t j = 0; j < n; j++)
 				cent_publish(b->r, run[j]->e, 0, true);

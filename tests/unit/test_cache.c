@@ -747,8 +747,8 @@ static void test_local_error(void **state)
 	free(buf);
 }
 
-/* A run of neighbouring chunks is written with one call (through the
- * page cache and around it); chunks of the run that are there and
+/* A run of neighbouring chunks is written with one call (around the
+ * page cache, and through a mapping of the slab); chunks of the run that are there and
  * proven already are left as they are, whatever the run holds for
  * them; keys that do not follow one another are refused, nothing
  * written. */
@@ -774,7 +774,8 @@ static void test_put_run(void **state)
 		}
 		assert_int_equal(dcr_cache_put_run(f->cache, k, data, NCH,
 						   v == 1 ? DCR_CACHE_PUT_DIRECT
-							  : 0), 0);
+							  : DCR_CACHE_PUT_MAP),
+				 0);
 		for (uint64_t i = 0; i < NCH; i++) {
 			assert_int_equal(get(f, (uint64_t)v, i, buf), 0);
 			assert_memory_equal(buf, f->data[v] + i * CS, k[i].len);
@@ -816,7 +817,8 @@ static void *runner_main(void *arg)
 				   false);
 			data[j] = w->f->data[k[j].v] + k[j].chunk * CS;
 		}
-		if (dcr_cache_put_run(w->f->cache, k, data, 2, 0))
+		if (dcr_cache_put_run(w->f->cache, k, data, 2,
+				      DCR_CACHE_PUT_MAP))
 			w->failures++;
 		for (uint64_t j = 0; j < 2; j++)
 			if (dcr_cache_read(w->f->cache, &k[j], 0, buf,
