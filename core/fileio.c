@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -91,6 +93,41 @@ int dcr_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 		p += w;
 		off += (uint64_t)w;
 		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int dcr_pwritev_full(int fd, const struct iovec *iov, int n, uint64_t off)
+{
+	int i = 0;
+	size_t done = 0; /* of iov[i] */
+
+	while (i < n) {
+		struct iovec v[64];
+		int k = 0;
+		ssize_t w;
+
+		/* The rest, the first buffer from where it was cut. */
+		for (int j = i; j < n && k < (int)DCR_ARRAY_SIZE(v); j++, k++)
+			v[k] = iov[j];
+		v[0].iov_base = (uint8_t *)v[0].iov_base + done;
+		v[0].iov_len -= done;
+		w = pwritev(fd, v, k, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return DCR_ERR(-errno);
+		}
+		if (w == 0)
+			return DCR_ERR(-EIO);
+		off += (uint64_t)w;
+		while (i < n && (size_t)w >= iov[i].iov_len - done) {
+			w -= (ssize_t)(iov[i].iov_len - done);
+			done = 0;
+			i++;
+		}
+		if (i < n)
+			done += (size_t)w;
 	}
 	return 0;
 }

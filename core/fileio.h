@@ -43,6 +43,16 @@ int dcr_write_full(int fd, const void *buf, size_t len);
 int dcr_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 
 /**
+ * dcr_pwritev_full - write all the bytes of the @n buffers @iov (@n at
+ * most IOV_MAX) at @off, in order, in as few pwritev(2) calls as the
+ * kernel takes: one call for the whole range lets the page cache give
+ * it folios as large as the range allows. @iov is not changed. 0 or
+ * -errno.
+ */
+struct iovec;
+int dcr_pwritev_full(int fd, const struct iovec *iov, int n, uint64_t off);
+
+/**
  * dcr_mkdir_p - create @path and its missing parents with @mode; an
  * existing directory is fine. 0 or -errno.
  */

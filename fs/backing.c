@@ -16,10 +16,15 @@
  * it handles each open, and reads the pinned file until the last
  * release (which comes after the last munmap).
  *
- * Locking: @fs->backing_lock guards the table; it is held across the
- * check and registration of an inode's first passthrough open, so two
- * first opens of one inode never register two files. Lock order:
- * backing_lock, then the reader's and the cache's locks.
+ * Locking: @fs->backing_lock guards the table, and is never held across
+ * the check of a file (it reads the whole file) or its registration:
+ * the first open of an inode lists its entry as deciding, checks and
+ * registers without the lock, then records the outcome and wakes
+ * @fs->backing_cv; other opens of that inode wait for it there (so two
+ * first opens of one inode never register two files), while first
+ * opens of other inodes (the shards of a checkpoint) are checked at
+ * the same time. Lock order: backing_lock, then the reader's and the
+ * cache's locks.
  */
 #include "config.h"
 
@@ -37,6 +42,7 @@ struct dcrfs_backing {
 	fuse_ino_t ino;
 	unsigned opens;          /* open handles of the inode */
 	int id;                  /* > 0: passthrough on this backing id */
+	bool deciding;           /* its first open checks it: wait */
 	struct dcr_cache_pin *pin;
 };
 
@@ -97,11 +103,13 @@ static void count_fallback(struct dcrfs *fs, enum dcrfs_pt_fallback why)
 int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		       uint32_t tree, uint32_t idx)
 {
+	struct dcr_cache_pin *pin = NULL;
 	struct dcrfs_backing *b;
-	int fd, id;
+	int fd, id = 0;
 
 	pthread_mutex_lock(&fs->backing_lock);
-	b = find(fs, ino);
+	while ((b = find(fs, ino)) && b->deciding)
+		pthread_cond_wait(&fs->backing_cv, &fs->backing_lock);
 	if (b) {
 		b->opens++;
 		id = b->id;
@@ -121,31 +129,40 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		count_fallback(fs, DCRFS_PT_FB_OFF);
 		return 0;
 	}
-	fd = dcr_reader_backing_open(fs->r, v, tree, idx, &b->pin);
+	b->deciding = true; /* nothing drops or joins it meanwhile */
+	pthread_mutex_unlock(&fs->backing_lock);
+
+	fd = dcr_reader_backing_open(fs->r, v, tree, idx, &pin);
+	if (fd >= 0) {
+		id = dcrfs_pt_register(&fs->pt, fd);
+		close(fd); /* the kernel holds its own reference */
+		if (id < 0) {
+			dcr_reader_backing_close(fs->r, pin);
+			pin = NULL;
+			id = 0;
+			count_fallback(fs, DCRFS_PT_FB_REGISTER);
+			if (!dcrfs_pt_usable(&fs->pt)) /* back to one copy */
+				dcr_reader_set_cache_direct(fs->r, true);
+		} else {
+			/* The kernel now reads the cache file: pages the
+			 * normal path left in the inode's own cache would be
+			 * a second copy. */
+			fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+		}
+	} else if (fd != -ESTALE && fd != -ENOENT) {
+		count_fallback(fs, DCRFS_PT_FB_NOT_READY);
+	}
+
+	pthread_mutex_lock(&fs->backing_lock);
+	b = find(fs, ino); /* ours still: the table may have moved */
+	b->deciding = false;
+	pthread_cond_broadcast(&fs->backing_cv);
 	if (fd == -ESTALE || fd == -ENOENT) {
 		drop(fs, b, false); /* the open fails as a read would */
 		pthread_mutex_unlock(&fs->backing_lock);
 		return fd;
 	}
-	if (fd < 0) {
-		pthread_mutex_unlock(&fs->backing_lock);
-		count_fallback(fs, DCRFS_PT_FB_NOT_READY);
-		return 0;
-	}
-	id = dcrfs_pt_register(&fs->pt, fd);
-	close(fd); /* the kernel holds its own reference */
-	if (id < 0) {
-		dcr_reader_backing_close(fs->r, b->pin);
-		b->pin = NULL;
-		id = 0;
-		count_fallback(fs, DCRFS_PT_FB_REGISTER);
-		if (!dcrfs_pt_usable(&fs->pt)) /* given up: back to one copy */
-			dcr_reader_set_cache_direct(fs->r, true);
-	} else {
-		/* The kernel now reads the cache file: pages the normal path
-		 * left in the inode's own cache would be a second copy. */
-		fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
-	}
+	b->pin = pin;
 	b->id = id;
 	pthread_mutex_unlock(&fs->backing_lock);
 	return id;

@@ -174,9 +174,11 @@ struct dcrfs {
 	int prefetch_pagecache;        /* -o prefetch_pagecache */
 
 	/* FUSE passthrough (passthrough.h) and the open version files'
-	 * modes (backing.c; backing_lock guards the table) */
+	 * modes (backing.c; backing_lock guards the table, backing_cv
+	 * wakes the opens waiting for an inode's first open to decide) */
 	struct dcrfs_pt pt;
 	pthread_mutex_t backing_lock;
+	pthread_cond_t backing_cv;
 	struct dcrfs_backing *backings; /* sorted by inode */
 	size_t nbackings, backings_cap;
 

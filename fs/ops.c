@@ -1565,9 +1565,12 @@ int dcrfs_init_state(struct dcrfs *fs)
 	ret = pthread_mutex_init(&fs->backing_lock, NULL);
 	if (ret)
 		goto err_bg_lock;
-	ret = pthread_mutex_init(&fs->watch_lock, NULL);
+	ret = pthread_cond_init(&fs->backing_cv, NULL);
 	if (ret)
 		goto err_backing;
+	ret = pthread_mutex_init(&fs->watch_lock, NULL);
+	if (ret)
+		goto err_backing_cv;
 	ret = pthread_condattr_init(&ca);
 	if (ret)
 		goto err_watch;
@@ -1586,6 +1589,8 @@ err_cond:
 	pthread_cond_destroy(&fs->bg_cond);
 err_watch:
 	pthread_mutex_destroy(&fs->watch_lock);
+err_backing_cv:
+	pthread_cond_destroy(&fs->backing_cv);
 err_backing:
 	pthread_mutex_destroy(&fs->backing_lock);
 err_bg_lock:
@@ -1607,6 +1612,7 @@ void dcrfs_free_state(struct dcrfs *fs)
 	fs->ntag_names = fs->tag_names_cap = 0;
 	pthread_cond_destroy(&fs->bg_cond);
 	pthread_mutex_destroy(&fs->watch_lock);
+	pthread_cond_destroy(&fs->backing_cv);
 	pthread_mutex_destroy(&fs->backing_lock);
 	pthread_mutex_destroy(&fs->bg_lock);
 	pthread_mutex_destroy(&fs->tag_lock);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,11 +113,47 @@ void stamp(struct slab *s, int64_t ms)
 	futimens(s->fd, ts);
 }
 
+uint8_t *slab_map(struct dcr_cache *c, struct slab *s)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *m;
+
+	if (atomic_load(&c->no_map))
+		return NULL;
+	pthread_mutex_lock(&c->lock);
+	if (!s->map && s->fd >= 0 && s->size) {
+		m = mmap(NULL, DCR_ROUND_UP((size_t)s->size, page),
+			 PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+		if (m == MAP_FAILED) {
+			atomic_store(&c->no_map, true);
+		} else {
+			/* Faults then fill 2 MiB folios, as a write of a
+			 * run does (best effort). */
+			madvise(m, DCR_ROUND_UP((size_t)s->size, page),
+				MADV_HUGEPAGE);
+			s->map = m;
+			s->map_len = DCR_ROUND_UP((size_t)s->size, page);
+		}
+	}
+	m = s->map;
+	pthread_mutex_unlock(&c->lock);
+	return m;
+}
+
+void slab_unmap(struct slab *s)
+{
+	if (s->map)
+		munmap(s->map, s->map_len);
+	s->map = NULL;
+	s->map_len = 0;
+}
+
 /* Close @s's descriptors and drop its bitmaps. Caller holds @lock. */
 static void slab_shut(struct dcr_cache *c, struct slab *s)
 {
 	if (s->fd < 0)
 		return;
+	slab_unmap(s); /* no writer: it would hold a reference */
 	if (s->used_ms > s->stamped_ms)
 		stamp(s, s->used_ms); /* its last use outlives this mount */
 	close(s->fd);
@@ -127,7 +164,8 @@ static void slab_shut(struct dcr_cache *c, struct slab *s)
 	s->fd = s->dfd = s->sfd = -1;
 	free(s->present);
 	free(s->proven);
-	s->present = s->proven = NULL;
+	free(s->busy); /* none held: a holder holds a reference */
+	s->present = s->proven = s->busy = NULL;
 	s->nbits = 0;
 	c->nopen--;
 }
@@ -208,10 +246,12 @@ static int slab_open(struct dcr_cache *c, struct slab *s,
 	words = s->nbits / 64 + 1;
 	s->present = calloc(words, sizeof(uint64_t));
 	s->proven = calloc(words, sizeof(uint64_t));
-	if (!s->present || !s->proven) {
+	s->busy = calloc(words, sizeof(uint64_t));
+	if (!s->present || !s->proven || !s->busy) {
 		free(s->present);
 		free(s->proven);
-		s->present = s->proven = NULL;
+		free(s->busy);
+		s->present = s->proven = s->busy = NULL;
 		close(fd);
 		return DCR_ERR(-ENOMEM);
 	}
@@ -231,7 +271,8 @@ static int slab_open(struct dcr_cache *c, struct slab *s,
 /* Free a slab off the table, descriptors closed. */
 static void slab_free(struct slab *s)
 {
-	pthread_mutex_destroy(&s->wlock);
+	pthread_rwlock_destroy(&s->wlock);
+	pthread_cond_destroy(&s->idle);
 	free(s);
 }
 
@@ -365,7 +406,8 @@ struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		s->v = k->v;
 		s->file = k->file;
 		s->fd = s->dfd = s->sfd = -1;
-		pthread_mutex_init(&s->wlock, NULL);
+		pthread_rwlock_init(&s->wlock, NULL);
+		pthread_cond_init(&s->idle, NULL);
 		i = tab_lower(c, k->v, k->file);
 		ret = tab_insert(c, i, s);
 		if (ret) {
@@ -470,7 +512,8 @@ static int scan_slabs(struct dcr_cache *c)
 		s->v = v;
 		s->file = file;
 		s->fd = s->dfd = s->sfd = -1;
-		pthread_mutex_init(&s->wlock, NULL);
+		pthread_rwlock_init(&s->wlock, NULL);
+		pthread_cond_init(&s->idle, NULL);
 		s->bytes = (uint64_t)sb.st_blocks * 512;
 		s->used_ms = s->stamped_ms = (int64_t)sb.st_mtim.tv_sec * 1000 +
 					    sb.st_mtim.tv_nsec / 1000000;

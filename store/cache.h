@@ -178,6 +178,22 @@ enum {
 	 * write.
 	 */
 	DCR_CACHE_PUT_DIRECT = 1 << 0,
+	/*
+	 * Write through a shared mapping of the slab instead of write(2):
+	 * the range's blocks allocated first (fallocate) and its pages
+	 * faulted in by the kernel (MADV_POPULATE_WRITE), then copied
+	 * into. A write(2) of a file holds its inode's lock (ext4, xfs,
+	 * tmpfs), so the writes of one file go one at a time whatever the
+	 * threads; stores into a mapping do not. For a prefetch, which
+	 * writes many chunks of one file on many threads. Only while the
+	 * file system holds the whole budget and the headroom (a cache on
+	 * a file system near full writes with write(2), chunk run by
+	 * chunk run, as before: on a 3 MiB tmpfs the mapping's
+	 * allocations left the catalog without room, cause not found);
+	 * where a step is refused (the fallocate fails; a kernel without
+	 * MADV_POPULATE_WRITE) it is a normal write.
+	 */
+	DCR_CACHE_PUT_MAP = 1 << 1,
 };
 
 /**
@@ -190,6 +206,24 @@ enum {
  */
 int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		  const void *data, unsigned flags);
+
+/* Chunks a dcr_cache_put_run may write at once. */
+#define DCR_CACHE_RUN_MAX 64
+
+/**
+ * dcr_cache_put_run - dcr_cache_put of the @n (1 to DCR_CACHE_RUN_MAX)
+ * consecutive chunks @k[0..@n) of one slab (same version, index and
+ * file; chunk numbers that follow one another), @data[i] holding
+ * @k[i]'s bytes: written with one call, so that the page cache gives
+ * the range folios as large as it allows (up to 2 MiB, where a chunk
+ * written alone gets folios of at most its size: an mmap of the file
+ * then faults in PMD-sized pieces). Chunks there and proven already are
+ * left as they are. Writes of other chunks of the same slab run at the
+ * same time. 0 or -errno as dcr_cache_put (-EINVAL for keys that do not
+ * follow one another).
+ */
+int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
+		      const void *const *data, size_t n, unsigned flags);
 
 /**
  * dcr_cache_make_room - the file system is full for someone else (the

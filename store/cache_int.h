@@ -33,12 +33,22 @@
  *
  * A proven chunk is never rewritten with other bytes: the budget evicts
  * whole slabs (unlinked, their open descriptors still read), and a
- * chunk is punched only when it failed its check, under its slab's
- * @wlock, which every write of a chunk holds too, and only if it still
- * fails under it. Every copy out of a slab is checked, proven or not
- * (a byte may rot on disk after its first use), so a reader racing a
- * punch reads zeros that fail the check, a miss. A descriptor of
- * dcr_cache_open_fd reads what the disk holds: its user checks it.
+ * chunk is punched only when it failed its check, holding the chunk
+ * (chunks_take), as every write of it does, and only if it still fails
+ * then. Every copy out of a slab is checked, proven or not (a byte may
+ * rot on disk after its first use), so a reader racing a punch reads
+ * zeros that fail the check, a miss. A descriptor of dcr_cache_open_fd
+ * reads what the disk holds: its user checks it.
+ *
+ * Holding chunks: a slab's @wlock is taken shared by whoever writes or
+ * punches some of its chunks, together with their bits in @busy (set
+ * and cleared under @lock; a taker waits on @idle for busy ones), so
+ * that writes of different chunks of one file run at once while a
+ * write and a punch (or two writes) of the same chunk never overlap;
+ * it is taken exclusive by what concerns the whole file (its seal with
+ * fs-verity, the cut of a direct write's padding at the first pin).
+ * Order: @wlock, then @lock (never the reverse: a taker waits on @idle
+ * with @lock only).
  */
 #ifndef DCR_CACHE_INT_H
 #define DCR_CACHE_INT_H
@@ -70,7 +80,15 @@ struct slab {
 	uint64_t bytes;      /* accounted against the budget */
 	int64_t used_ms;     /* last use */
 	int64_t stamped_ms;  /* last use written as the mtime */
-	pthread_mutex_t wlock; /* writes and punches of its chunks */
+	pthread_rwlock_t wlock; /* shared: chunks written or punched;
+				   exclusive: the whole file (see above) */
+	uint64_t *busy;      /* chunks held (chunks_take); under @lock */
+	uint8_t *map;        /* a shared writable mapping of the whole
+				slab for DCR_CACHE_PUT_MAP (slab_map), or
+				NULL; made under @lock, unmapped when the
+				slab is shut or made read-only */
+	size_t map_len;
+	pthread_cond_t idle; /* a busy bit cleared (with @lock) */
 	unsigned refs;       /* users; a dead slab is freed by the last */
 	unsigned pins;       /* dcr_cache_pin holders (each holds a ref) */
 	bool sealed;         /* fs-verity enabled and checked (this
@@ -135,6 +153,7 @@ struct dcr_cache {
 	pthread_mutex_t evict_lock;
 	atomic_bool no_direct; /* O_DIRECT refused here: stop trying */
 	atomic_bool no_punch;  /* hole punching refused here */
+	atomic_bool no_map;    /* mapping or populating refused here */
 	atomic_bool said_small; /* warned that one slab exceeds the budget */
 	atomic_int verity;      /* fs-verity: 1 works, -1 missing (said
 				   once), 0 not tried yet (cache_verity.c) */
@@ -200,6 +219,12 @@ struct slab *slab_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 /* The O_DIRECT descriptor of @s (opened on first need), or -1 where the
  * file system refuses O_DIRECT. Takes @lock. */
 int slab_dfd(struct dcr_cache *c, struct slab *s);
+/* The shared writable mapping of the whole of @s (open), made on first
+ * need, or NULL where that is refused (said nowhere: the writes then go
+ * through write(2)). Takes @lock. */
+uint8_t *slab_map(struct dcr_cache *c, struct slab *s);
+/* Unmap @s's mapping, if any: no write may be using it. */
+void slab_unmap(struct slab *s);
 /* Evict whole slabs, least recently used first and @keep last, until
  * within the budget in effect with @room bytes to spare. Takes
  * @evict_lock (or returns at once if another thread holds it) and
@@ -267,6 +292,14 @@ void open_fit(struct dcr_cache *c);
 int verity_seal(struct dcr_cache *c, struct slab *s, int fd);
 
 /* ---- cache_io.c */
+
+/* Hold chunks [@first, @first+@n) of @s (< nbits) for writing or
+ * punching them: @s->wlock shared, then their @busy bits, waiting while
+ * another holds any of them. Takes @lock. chunks_give lets them go. */
+void chunks_take(struct dcr_cache *c, struct slab *s, uint64_t first,
+		 uint64_t n);
+void chunks_give(struct dcr_cache *c, struct slab *s, uint64_t first,
+		 uint64_t n);
 
 /* Read @n bytes at @off of slab @s into @dst, around the page cache
  * (O_DIRECT) where the range is not resident and aligned, unless

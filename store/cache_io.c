@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -41,9 +42,40 @@ static bool aligned(const void *p, uint64_t a, uint64_t b)
 	return ((uintptr_t)p | a | b) % DCR_CACHE_ALIGN == 0;
 }
 
+void chunks_take(struct dcr_cache *c, struct slab *s, uint64_t first,
+		 uint64_t n)
+{
+	bool held;
+
+	pthread_rwlock_rdlock(&s->wlock);
+	pthread_mutex_lock(&c->lock);
+	do {
+		held = false;
+		for (uint64_t i = first; i < first + n && !held; i++)
+			held = bit(s->busy, s->nbits, i);
+		if (held)
+			pthread_cond_wait(&s->idle, &c->lock);
+	} while (held);
+	for (uint64_t i = first; i < first + n; i++)
+		bit_set(s->busy, i, true);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void chunks_give(struct dcr_cache *c, struct slab *s, uint64_t first,
+		 uint64_t n)
+{
+	pthread_mutex_lock(&c->lock);
+	for (uint64_t i = first; i < first + n; i++)
+		bit_set(s->busy, i, false);
+	pthread_cond_broadcast(&s->idle);
+	pthread_mutex_unlock(&c->lock);
+	pthread_rwlock_unlock(&s->wlock);
+}
+
 /*
  * Punch out chunk @i of @s after a failed check or write (it is no
- * longer proven). Caller holds @s->wlock (see the locking notes).
+ * longer proven). Caller holds the chunk (chunks_take; see the locking
+ * notes).
  */
 static void punch(struct dcr_cache *c, struct slab *s, uint64_t i)
 {
@@ -261,10 +293,10 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 		bool rewritten;
 
 		/* A write may have stored the chunk while we read (writes
-		 * hold wlock): then what we read was that write in
+		 * hold the chunk): then what we read was that write in
 		 * progress, not damage, and it reads right now. Another
 		 * reader may have punched it already (no longer present). */
-		pthread_mutex_lock(&s->wlock);
+		chunks_take(c, s, k->chunk, 1);
 		sums_drop(c, s, k->chunk);
 		pthread_mutex_lock(&c->lock);
 		rewritten = !bit(s->present, s->nbits, k->chunk);
@@ -274,7 +306,7 @@ static int chunk_get(struct dcr_cache *c, const struct dcr_cache_key *k,
 							 NULL, false, 0) == 0;
 		if (!rewritten)
 			punch(c, s, k->chunk);
-		pthread_mutex_unlock(&s->wlock);
+		chunks_give(c, s, k->chunk, 1);
 		if (!rewritten) {
 			dcr_cache_slab_path(c, s->v, s->file, path,
 					    sizeof(path));
@@ -408,11 +440,11 @@ int dcr_cache_pin(struct dcr_cache *c, const struct dcr_cache_key *k,
 	 * of ours looks there, and nothing else maps it before the first
 	 * pin). */
 	if (first && fstat(s->fd, &b) == 0 && (uint64_t)b.st_size > s->size) {
-		pthread_mutex_lock(&s->wlock);
+		pthread_rwlock_wrlock(&s->wlock);
 		if (ftruncate(s->fd, (off_t)s->size) < 0)
 			dcr_warn("cache: slab v%" PRIu64 ".f%" PRIu32 ": %s",
 				 s->v, s->file, strerror(errno));
-		pthread_mutex_unlock(&s->wlock);
+		pthread_rwlock_unlock(&s->wlock);
 	}
 	/* A read-only descriptor of the very inode that was proven. */
 	dcr_cache_slab_path(c, s->v, s->file, path, sizeof(path));
@@ -462,26 +494,95 @@ void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin)
 
 /* ------------------------------------------------------------ writes */
 
-int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
-		  const void *data, unsigned flags)
+/*
+ * Write chunks @k[0..@n) (consecutive, held by the caller, none proven)
+ * of @s from @data in one call: around the page cache with @direct
+ * where the file system allows (whole blocks: past the last chunk's
+ * end is padding), else through it, where one call for the run lets
+ * the page cache make folios as large as the run. 0, or -errno (the
+ * chunks are then punched out).
+ */
+static int write_run(struct dcr_cache *c, struct slab *s,
+		     const struct dcr_cache_key *k, const void *const *data,
+		     size_t n, bool direct, bool map)
 {
-	uint64_t off = k->chunk * (uint64_t)k->chunk_size;
-	bool direct = (flags & DCR_CACHE_PUT_DIRECT) && aligned(data, 0, 0);
-	uint64_t need = alloc_len(k->len);
-	struct slab *s;
-	bool was;
-	int ret, dfd = -1, room;
+	const uint64_t off = k[0].chunk * (uint64_t)s->cs;
+	const uint64_t len = (uint64_t)(n - 1) * s->cs + k[n - 1].len;
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct iovec iov[DCR_CACHE_RUN_MAX];
+	int ret = 0, dfd = -1;
+	uint8_t *m;
 
-	if (k->len == 0)
-		return 0;
-	s = slab_get(c, k, true, &ret);
+	for (size_t j = 0; j < n; j++) {
+		sums_drop(c, s, k[j].chunk); /* none if unproven: hygiene */
+		iov[j].iov_base = (void *)data[j];
+		iov[j].iov_len = k[j].len;
+	}
+	/* Into the mapping: its blocks allocated first and its pages
+	 * faulted in by the kernel (MADV_POPULATE_WRITE says what a
+	 * store into a page it cannot fill would have raised as SIGBUS),
+	 * so the copies below cannot fault. Any refusal: write(2). */
+	if (map && !direct && (m = slab_map(c, s)) &&
+	    fallocate(s->fd, 0, (off_t)off, (off_t)len) == 0) {
+		if (madvise(m + off, DCR_ROUND_UP((size_t)len, page),
+			    MADV_POPULATE_WRITE) == 0) {
+			for (size_t j = 0; j < n; j++)
+				memcpy(m + off + (uint64_t)j * s->cs, data[j],
+				       k[j].len);
+			return 0;
+		}
+		if (errno == EINVAL || errno == EPERM)
+			atomic_store(&c->no_map, true); /* before Linux 5.14 */
+	}
+	if (direct)
+		dfd = slab_dfd(c, s);
+	if (dfd >= 0) {
+		/* Only a file's last chunk is shorter than the stride. */
+		iov[n - 1].iov_len = DCR_ROUND_UP((size_t)k[n - 1].len,
+						  DCR_CACHE_ALIGN);
+		ret = dcr_pwritev_full(dfd, iov, (int)n, off);
+		iov[n - 1].iov_len = k[n - 1].len;
+		if (ret == -EINVAL) {
+			atomic_store(&c->no_direct, true);
+			dfd = -1;
+		}
+	}
+	if (dfd < 0)
+		ret = dcr_pwritev_full(s->fd, iov, (int)n, off);
+	if (ret)
+		for (size_t j = 0; j < n; j++)
+			punch(c, s, k[j].chunk);
+	return ret;
+}
+
+int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
+		      const void *const *data, size_t n, unsigned flags)
+{
+	bool direct = flags & DCR_CACHE_PUT_DIRECT;
+	uint64_t need = 0, first;
+	struct slab *s;
+	int ret = 0, room;
+	size_t j, e;
+
+	if (n == 0 || n > DCR_CACHE_RUN_MAX)
+		return n ? DCR_ERR(-EINVAL) : 0;
+	for (j = 0; j < n; j++) {
+		if (k[j].v != k[0].v || k[j].file != k[0].file ||
+		    k[j].gen != k[0].gen || k[j].chunk != k[0].chunk + j ||
+		    k[j].len == 0)
+			return DCR_ERR(-EINVAL);
+		direct = direct && aligned(data[j], 0, 0);
+		need += alloc_len(k[j].len);
+	}
+	first = k[0].chunk;
+	s = slab_get(c, &k[0], true, &ret);
 	if (!s && ret == -ESTALE)
 		return ret; /* built for an older index of the version */
 	if (!s && is_full(ret))
 		goto err_full;
 	if (!s)
 		goto err_log;
-	if (k->chunk >= s->nbits) {
+	if (first + n > s->nbits) {
 		slab_put(c, s);
 		return DCR_ERR(-EINVAL);
 	}
@@ -490,53 +591,50 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 		slab_put(c, s);
 		return room; /* not cached: the file system holds no more */
 	}
-	pthread_mutex_lock(&s->wlock);
-	pthread_mutex_lock(&c->lock);
-	was = bit(s->proven, s->nbits, k->chunk);
-	pthread_mutex_unlock(&c->lock);
-	if (was) {
-		/* There and proven: readers may be splicing it. */
-		pthread_mutex_unlock(&s->wlock);
-		slab_put(c, s);
-		return 0;
-	}
-	sums_drop(c, s, k->chunk); /* none for an unproven chunk: hygiene */
-	if (direct)
-		dfd = slab_dfd(c, s);
-	if (dfd >= 0) {
-		/* Whole blocks: past the last chunk's end is padding. */
-		ret = dcr_pwrite_full(dfd, data,
-				      DCR_ROUND_UP((size_t)k->len,
-						   DCR_CACHE_ALIGN), off);
-		if (ret == -EINVAL) {
-			atomic_store(&c->no_direct, true);
-			dfd = -1;
+	/* Writes of other chunks of the slab go on meanwhile. */
+	chunks_take(c, s, first, n);
+	for (j = 0; j < n; j = e) {
+		/* Chunks there and proven stay as they are (readers may be
+		 * splicing them): the runs between them are written. */
+		pthread_mutex_lock(&c->lock);
+		while (j < n && bit(s->proven, s->nbits, first + j))
+			j++;
+		for (e = j; e < n && !bit(s->proven, s->nbits, first + e); e++)
+			;
+		pthread_mutex_unlock(&c->lock);
+		if (j == n)
+			break;
+		/* Through the mapping only with room to spare: near a full
+		 * file system, write(2) fails each write alone (see
+		 * DCR_CACHE_PUT_MAP). */
+		ret = write_run(c, s, &k[j], &data[j], e - j, direct,
+				(flags & DCR_CACHE_PUT_MAP) && room == 1);
+		if (ret)
+			break;
+		pthread_mutex_lock(&c->lock);
+		for (size_t x = j; x < e; x++) {
+			bool was = bit(s->present, s->nbits, first + x);
+
+			bit_set(s->present, first + x, true);
+			bit_set(s->proven, first + x, true);
+			if (!was && !s->dead) {
+				s->bytes += alloc_len(k[x].len);
+				c->bytes += alloc_len(k[x].len);
+			}
 		}
+		s->used_ms = DCR_MAX(s->used_ms, now_ms());
+		c->st.inserts += e - j;
+		pthread_mutex_unlock(&c->lock);
 	}
-	if (dfd < 0)
-		ret = dcr_pwrite_full(s->fd, data, k->len, off);
+	chunks_give(c, s, first, n);
 	if (ret) {
-		punch(c, s, k->chunk);
-		pthread_mutex_unlock(&s->wlock);
 		if (is_full(ret))
-			fs_room(c, s, need); /* for the next chunk */
+			fs_room(c, s, need); /* for the next chunks */
 		slab_put(c, s);
 		if (is_full(ret))
 			goto err_full;
 		goto err_log;
 	}
-	pthread_mutex_lock(&c->lock);
-	was = bit(s->present, s->nbits, k->chunk);
-	bit_set(s->present, k->chunk, true);
-	bit_set(s->proven, k->chunk, true);
-	if (!was && !s->dead) {
-		s->bytes += alloc_len(k->len);
-		c->bytes += alloc_len(k->len);
-	}
-	s->used_ms = DCR_MAX(s->used_ms, now_ms());
-	c->st.inserts++;
-	pthread_mutex_unlock(&c->lock);
-	pthread_mutex_unlock(&s->wlock);
 	if (room == 1)
 		atomic_store(&c->fs_short, false); /* the incident is over */
 	evict(c, s, 0);
@@ -549,7 +647,15 @@ err_full:
 
 err_log:
 	dcr_warn("cache: cannot store chunk %" PRIu64 " of slab v%" PRIu64
-		 ".f%" PRIu32 ": %s", k->chunk, k->v, k->file,
-		 dcr_strerror(ret));
+		 ".f%" PRIu32 ": %s", k[j < n ? j : 0].chunk, k[0].v,
+		 k[0].file, dcr_strerror(ret));
 	return ret;
+}
+
+int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
+		  const void *data, unsigned flags)
+{
+	if (k->len == 0)
+		return 0;
+	return dcr_cache_put_run(c, k, &data, 1, flags);
 }

@@ -121,7 +121,7 @@ int dcr_cache_repair_chunk(struct dcr_cache *c, struct dcr_cache_pin *pin,
 	if (!key_proves(k, data))
 		return DCR_ERR(-EINVAL); /* never write what is not proven */
 	off = k->chunk * s->cs;
-	pthread_mutex_lock(&s->wlock);
+	chunks_take(c, s, k->chunk, 1);
 	pthread_mutex_lock(&c->lock);
 	epoch = s->epoch;
 	pthread_mutex_unlock(&c->lock);
@@ -138,7 +138,7 @@ int dcr_cache_repair_chunk(struct dcr_cache *c, struct dcr_cache_pin *pin,
 		ret = -EBADMSG;
 	if (!ret)
 		sums_keep(c, s, k, epoch, buf);
-	pthread_mutex_unlock(&s->wlock);
+	chunks_give(c, s, k->chunk, 1);
 	return ret;
 }
 

@@ -52,6 +52,7 @@ static int slab_readonly(struct dcr_cache *c, struct slab *s)
 	if (ro < 0)
 		return -errno;
 	pthread_mutex_lock(&c->lock);
+	slab_unmap(s); /* a writable mapping is a writer too */
 	if (s->dfd >= 0)
 		dro = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
 	if (dup3(ro, s->fd, O_CLOEXEC) < 0 ||
@@ -144,13 +145,13 @@ int verity_seal(struct dcr_cache *c, struct slab *s, int fd)
 	ret = dcr_verity_digest_fd(fd, s->size, want);
 	if (ret)
 		return ret;
-	pthread_mutex_lock(&s->wlock);
+	pthread_rwlock_wrlock(&s->wlock);
 	if (ioctl(fd, FS_IOC_ENABLE_VERITY, &arg) < 0) {
 		err = errno;
 		if (err == ETXTBSY && slab_readonly(c, s) == 0)
 			err = ioctl(fd, FS_IOC_ENABLE_VERITY, &arg) < 0 ? errno : 0;
 	}
-	pthread_mutex_unlock(&s->wlock);
+	pthread_rwlock_unlock(&s->wlock);
 	if (err && err != EEXIST) { /* EEXIST: sealed by an earlier mount */
 		if (verity_missing(err)) /* not for this file after all */
 			return 1;

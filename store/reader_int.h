@@ -529,6 +529,8 @@ struct bchunk {
 	struct cent *e;
 	bool leader;  /* we build it; else we wait for e (or skip it) */
 	bool ready;   /* e->data holds the verified chunk */
+	bool due;     /* built for a prefetch: written by batch_finish,
+			 with its neighbours (put_due) */
 	struct chain ch;
 	int rc;
 };

@@ -521,7 +521,11 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 		return;
 	}
 	cent_publish(b->r, c->e, 0, false);
-	if (b->q.pagecache || b->q.settle || !wq_submit(b->r, c->e)) {
+	if (b->q.pagecache) {
+		c->due = true; /* with its neighbours: put_due */
+		return;
+	}
+	if (b->q.settle || !wq_submit(b->r, c->e)) {
 		int64_t t0 = dcr_mono_ns();
 
 		piece_put(b->r, &b->q, p, c->e->data);
@@ -724,6 +728,45 @@ void batch_prepare(struct batch *b, struct piece *ps)
 }
 
 /*
+ * Write the chunks of @b built for a prefetch (due) to the cache, each
+ * run of neighbours of one file with one call (dcr_cache_put_run: large
+ * folios in the page cache, which the loader maps), and mark them
+ * persisted.
+ */
+static void put_due(struct batch *b)
+{
+	struct dcr_cache_key k[DCR_CACHE_RUN_MAX];
+	const void *data[DCR_CACHE_RUN_MAX];
+	struct bchunk *run[DCR_CACHE_RUN_MAX];
+	size_t n = 0;
+
+	for (size_t i = 0; i <= b->nc; i++) {
+		struct bchunk *c = i < b->nc ? &b->c[i] : NULL;
+		const struct where *w = c && c->due ? &c->p->w : NULL;
+
+		if (n && (!w || n == DCR_CACHE_RUN_MAX ||
+			  w->rv != run[0]->p->w.rv ||
+			  w->file != run[0]->p->w.file ||
+			  w->chunk != run[n - 1]->p->w.chunk + 1)) {
+			int64_t t0 = dcr_mono_ns();
+
+			dcr_cache_put_run(b->r->cache, k, data, n,
+					  DCR_CACHE_PUT_MAP);
+			BUSY_ADD(b->r, busy_write, t0);
+			for (size_t j = 0; j < n; j++)
+				cent_publish(b->r, run[j]->e, 0, true);
+			n = 0;
+		}
+		if (!w)
+			continue;
+		c->due = false;
+		cache_key(&k[n], w->rv, w->file, w->chunk, &c->p->ref);
+		data[n] = c->e->data;
+		run[n++] = c;
+	}
+}
+
+/*
  * Decode, verify and cache what batch_prepare planned and the GETs
  * brought, hand the slices to their destinations, and free @b's parts.
  * Returns 0 or the first -errno (see materialize_batch).
@@ -738,6 +781,7 @@ int batch_finish(struct batch *b, int nthreads)
 	 * the requests in flight (@nthreads) that fetched it. */
 	if (b->nruns)
 		par_for(r, DCR_MAX(nthreads, r->threads), n, finish_one, b);
+	put_due(b); /* before waiting on others' chunks, as they on ours */
 
 	/* Leaders first: a waiter below may wait on an entry of ours. */
 	for (size_t i = 0; i < n; i++) {

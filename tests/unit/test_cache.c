@@ -747,6 +747,107 @@ static void test_local_error(void **state)
 	free(buf);
 }
 
+/* A run of neighbouring chunks is written with one call (around the
+ * page cache, and through a mapping of the slab); chunks of the run that are there and
+ * proven already are left as they are, whatever the run holds for
+ * them; keys that do not follow one another are refused, nothing
+ * written. */
+static void test_put_run(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	uint8_t *junk = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	struct dcr_cache_key k[NCH];
+	const void *data[NCH];
+	struct dcr_cache_stats st;
+
+	open_cache(f, 0);
+	memset(junk, 0x5a, CS);
+	for (int v = 1; v <= 2; v++) {
+		for (uint64_t i = 0; i < NCH; i++) {
+			k[i] = key(f, (uint64_t)v, i, false);
+			data[i] = f->data[v] + i * CS;
+		}
+		if (v == 2) {
+			put(f, 2, 2, 0); /* proven: the run must not touch it */
+			data[2] = junk;
+		}
+		assert_int_equal(dcr_cache_put_run(f->cache, k, data, NCH,
+						   v == 1 ? DCR_CACHE_PUT_DIRECT
+							  : DCR_CACHE_PUT_MAP),
+				 0);
+		for (uint64_t i = 0; i < NCH; i++) {
+			assert_int_equal(get(f, (uint64_t)v, i, buf), 0);
+			assert_memory_equal(buf, f->data[v] + i * CS, k[i].len);
+		}
+	}
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.inserts, 2 * NCH);
+	assert_int_equal(st.corrupt, 0);
+
+	/* A gap in the run: refused whole. */
+	k[0] = key(f, 3, 0, false);
+	k[1] = key(f, 3, 2, false);
+	data[0] = f->data[3];
+	data[1] = f->data[3] + 2 * CS;
+	assert_int_equal(dcr_cache_put_run(f->cache, k, data, 2, 0), -EINVAL);
+	assert_int_equal(get(f, 3, 0, buf), -ENOENT);
+	free(junk);
+	free(buf);
+}
+
+/* Writers of different chunks of one slab and readers of it at once:
+ * every chunk written reads back right, none is torn. */
+struct runner {
+	struct fixture *f;
+	uint64_t first;
+	int failures;
+};
+
+static void *runner_main(void *arg)
+{
+	struct runner *w = arg;
+	struct dcr_cache_key k[2];
+	const void *data[2];
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+
+	for (int n = 0; n < 50; n++) {
+		for (uint64_t j = 0; j < 2; j++) {
+			k[j] = key(w->f, 1 + (uint64_t)n % 3, w->first + j,
+				   false);
+			data[j] = w->f->data[k[j].v] + k[j].chunk * CS;
+		}
+		if (dcr_cache_put_run(w->f->cache, k, data, 2,
+				      DCR_CACHE_PUT_MAP))
+			w->failures++;
+		for (uint64_t j = 0; j < 2; j++)
+			if (dcr_cache_read(w->f->cache, &k[j], 0, buf,
+					   k[j].len) ||
+			    memcmp(buf, data[j], k[j].len))
+				w->failures++;
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_put_run_concurrent(void **state)
+{
+	struct fixture *f = *state;
+	struct runner w[NCH / 2];
+	pthread_t th[NCH / 2];
+
+	open_cache(f, 0);
+	for (int i = 0; i < NCH / 2; i++) {
+		w[i] = (struct runner){ .f = f, .first = 2 * (uint64_t)i };
+		assert_int_equal(pthread_create(&th[i], NULL, runner_main,
+						&w[i]), 0);
+	}
+	for (int i = 0; i < NCH / 2; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].failures, 0);
+	}
+}
+
 struct worker {
 	struct fixture *f;
 	int id;
@@ -828,6 +929,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_slab_removed, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_put_run, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_put_run_concurrent, setup,
 						teardown),
 	};
 
