@@ -22,6 +22,7 @@
 #include "safetensors.h"
 #include "stwriter.h"
 #include "dview.h"
+#include "dvrec.h"
 
 /* Bytes of each tensor read from each version at once (a multiple of
  * every dtype's width). */
@@ -329,6 +330,7 @@ struct build {
 	uint32_t ia, ib;             /* entries of the file in A and B */
 	struct stream si, sv;
 	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
+	struct dcr_dvrec *rec;       /* the reader's records of changes, or NULL */
 	struct dcr_dview_info *info;
 	struct dcr_dview_sums *sums;
 	/* Scratch blocks (BLOCK bytes each, A's and B's) for the units
@@ -371,7 +373,7 @@ struct unit {
 	size_t c;                    /* its tensor's struct change */
 	uint64_t pos, end;
 	struct obuf oi, ov;
-	uint64_t n, skipped, compared;
+	uint64_t n, skipped, compared, recorded;
 	int rc;
 };
 
@@ -413,12 +415,39 @@ static int chunk_eq(struct build *b, uint64_t k, bool *eq)
 }
 
 /*
+ * The record of B's chunk @k made from A's same chunk (store/dvrec.h),
+ * with a reference (dcr_dvrec_put_ref), or NULL.
+ */
+static const struct dcr_dvrec_chunk *chunk_rec(struct build *b, uint64_t k)
+{
+	const struct dcr_dvrec_key key = { b->b.v, b->b.tree, b->ib - 1, k };
+	const struct dcr_dvrec_chunk *c;
+
+	if (!b->rec || dcr_dvrec_get(b->rec, &key, &c))
+		return NULL;
+	if (c->base_v == b->a.v && c->base_file == b->ia - 1)
+		return c;
+	dcr_dvrec_put_ref(b->rec, c);
+	return NULL;
+}
+
+/* Whether B's chunk @k has a record (chunk_rec). */
+static bool chunk_has_rec(struct build *b, uint64_t k)
+{
+	const struct dcr_dvrec_chunk *c = chunk_rec(b, k);
+
+	dcr_dvrec_put_ref(b->rec, c);
+	return c != NULL;
+}
+
+/*
  * The run of chunks from file offset @s (< @end) that are all equal in
  * both versions, or all not: *@eq says which, *@e where it ends (<=
- * @end; a run of unequal chunks at most BLOCK bytes). 0 or -errno.
+ * @end; a run of unequal chunks at most BLOCK bytes, ended before a
+ * chunk with a record when @recs). 0 or -errno.
  */
-static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool *eq,
-		     uint64_t *e)
+static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool recs,
+		     bool *eq, uint64_t *e)
 {
 	const uint64_t cs = b->cs;
 	uint64_t x = DCR_MIN(end, (s / cs + 1) * cs);
@@ -428,7 +457,7 @@ static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool *eq,
 		bool q;
 
 		ret = chunk_eq(b, x / cs, &q);
-		if (ret || q != *eq)
+		if (ret || q != *eq || (!q && recs && chunk_has_rec(b, x / cs)))
 			break;
 		x = DCR_MIN(end, x + cs);
 	}
@@ -529,16 +558,85 @@ static void scratch_put(struct build *b, uint8_t *p)
 }
 
 /*
+ * Emit the changed elements of bytes [@pos, end of its chunk or u->end)
+ * of tensor u->tb (at the same offset in A, element-aligned in the
+ * file) from the record of the chunk @pos is in, if it has one that
+ * lists them at the tensor's width (store/dvrec.h): 1 and *@n the bytes
+ * covered; 0 when it has none (the caller compares them); -ENOMEM.
+ * The record lists exactly the elements whose bytes differ from A's
+ * (the decoder's own changes, values from the proven chunk), so the
+ * output is what compare_unit's comparison emits for the same bytes.
+ */
+static int rec_piece(struct build *b, struct unit *u, unsigned iw,
+		     uint64_t pos, uint64_t *n)
+{
+	const struct dcr_tensor *tb = u->tb;
+	const unsigned w = dcr_st_dtype_width(tb->dtype);
+	const uint64_t k = (tb->off + pos) / b->cs, co = k * b->cs;
+	const struct dcr_dvrec_chunk *c = chunk_rec(b, k);
+	uint64_t f0 = tb->off + pos, f1, m = 0;
+	size_t first = SIZE_MAX, vo = 0, vfirst = 0;
+	int ret = 0;
+
+	if (!c)
+		return 0;
+	f1 = DCR_MIN(tb->off + u->end, co + c->clen);
+	/* The entries in [f0, f1): each one element of the tensor. */
+	for (size_t i = 0; i < c->n; i++) {
+		const uint64_t f = co + (c->e[i] & DCR_REC_OFF_MASK);
+		const unsigned cw = dcr_rec_width(c->e[i]);
+
+		if (f + cw > f0 && f < f1) {
+			if (cw != w || (f - tb->off) % w || f < f0 || f + w > f1)
+				goto none; /* listed at another width */
+			if (first == SIZE_MAX) {
+				first = i;
+				vfirst = vo;
+			}
+			m++;
+		} else if (f >= f1) {
+			break;
+		}
+		vo += cw;
+	}
+	if (m && (obuf_room(&u->oi, (size_t)m * iw) ||
+		  obuf_room(&u->ov, (size_t)m * w))) {
+		ret = DCR_ERR(-ENOMEM);
+		goto none;
+	}
+	for (size_t i = first, j = 0; j < m; i++, j++) {
+		const uint64_t e = (co + (c->e[i] & DCR_REC_OFF_MASK) - tb->off) / w;
+		uint8_t le[8];
+
+		dcr_put_le64(le, e);
+		memcpy(u->oi.p + u->oi.n, le, iw);
+		u->oi.n += iw;
+		memcpy(u->ov.p + u->ov.n, c->val + vfirst + j * w, w);
+		u->ov.n += w;
+	}
+	u->n += m;
+	u->recorded += f1 - f0;
+	*n = f1 - f0;
+	dcr_dvrec_put_ref(b->rec, c);
+	return 1;
+none:
+	dcr_dvrec_put_ref(b->rec, c);
+	return ret;
+}
+
+/*
  * Compare bytes [u->pos, u->end) of tensor u->tb of B with u->ta of A
  * (same dtype and shape) into @u's buffers. Where the tensor lies at the
  * same offset in both files, runs of chunks whose hashes are equal in
- * both manifests are not read.
+ * both manifests are not read, and chunks with a record of their
+ * changes (rec_piece) are not either.
  */
 static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 {
 	const struct dcr_tensor *ta = u->ta, *tb = u->tb;
 	const unsigned w = dcr_st_dtype_width(tb->dtype);
 	const bool skip = b->cs && ta->off == tb->off;
+	const bool recs = skip && b->rec && tb->off % w == 0;
 	uint8_t *ba = scratch_get(b), *bb = ba + BLOCK;
 	int ret = 0;
 
@@ -549,11 +647,23 @@ static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 		size_t k = 0;
 		bool eq = false;
 
+		if (recs) {
+			uint64_t got = 0;
+
+			ret = rec_piece(b, u, iw, pos, &got);
+			if (ret < 0)
+				break;
+			if (ret) {
+				ret = 0;
+				pos += got;
+				continue;
+			}
+		}
 		if (skip) {
 			uint64_t e;
 
-			ret = chunk_run(b, tb->off + pos, tb->off + u->end, &eq,
-					&e);
+			ret = chunk_run(b, tb->off + pos, tb->off + u->end, recs,
+					&eq, &e);
 			if (ret)
 				break;
 			n = (size_t)(e - tb->off - pos);
@@ -678,6 +788,7 @@ static int compare_all(struct build *b, struct change *cs, size_t nc)
 			ch->n += x->n;
 			b->info->skipped += x->skipped;
 			b->info->compared += x->compared;
+			b->info->recorded += x->recorded;
 			if (!ret && x->end == ch->t->len) {
 				stream_seg_end(&b->si, ch->ih);
 				stream_seg_end(&b->sv, ch->vh);
@@ -1053,7 +1164,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 {
 	struct build b = { .r = r, .a = from, .b = to, .ib = idx,
 			   .si = { .fd = -1 }, .sv = { .fd = -1 }, .info = info,
-			   .sums = sums };
+			   .sums = sums, .rec = dcr_reader_dvrec(r) };
 	struct stfile fa = { 0 }, fb = { 0 };
 	struct dcr_file_meta ma = { 0 }, mb;
 	struct names added = { 0 }, removed = { 0 }, reshaped = { 0 };

@@ -81,6 +81,8 @@ struct dcr_dview_info {
 	uint64_t changed;   /* changed elements (idx/val pairs) */
 	uint64_t tensors;   /* tensors with changes */
 	uint64_t compared;  /* tensor bytes of B read and compared */
+	uint64_t recorded;  /* tensor bytes whose changes came from the
+			       reader's records (store/dvrec.h), not read */
 	uint64_t skipped;   /* tensor bytes not read: their chunks' hashes
 			       are equal in both versions */
 };
