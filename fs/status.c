@@ -331,6 +331,16 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		  "Bytes of the delta views built.", (double)s->dv.built_bytes },
 		{ "delta_view_bytes", false,
 		  "Bytes of the delta views kept now.", (double)s->dv.cached_bytes },
+		{ "delta_views_ready_total", true,
+		  "Delta views built when a prefetch ended.", (double)s->dv.ready },
+		{ "delta_view_tensor_bytes_recorded_total", true,
+		  "Tensor bytes of delta views whose changes came from records.",
+		  (double)s->dv.recorded },
+		{ "delta_view_tensor_bytes_compared_total", true,
+		  "Tensor bytes of delta views read and compared.",
+		  (double)s->dv.compared },
+		{ "delta_record_bytes", false,
+		  "Bytes of the records of changes kept now.", (double)s->dv.rec.bytes },
 	};
 
 	fputs("# HELP dcrfs_info The mounted store.\n# TYPE dcrfs_info gauge\n"
