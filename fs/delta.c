@@ -876,7 +876,9 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 	struct dview_node *top, *nd;
 	struct dview_file *vf;
 	uint32_t *idx = NULL;
-	size_t n = 0;
+	size_t n = 0, made = 0;
+	uint64_t bytes = 0;
+	int64_t t0 = dcr_mono_ns();
 	char name[32];
 
 	snprintf(name, sizeof(name), "v%" PRIu64, v);
@@ -901,7 +903,13 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 		pthread_mutex_lock(&fs->delta->lock);
 		fs->delta->ready += built;
 		pthread_mutex_unlock(&fs->delta->lock);
+		made += built;
+		bytes += built ? vf->size : 0;
 		file_put(fs, vf);
 	}
 	free(idx);
+	if (made)
+		dcr_info("v%" PRIu64 ": %zu delta view(s) from v%" PRIu64 " ready, "
+			 "%" PRIu64 " bytes, in %.2f s", v, made, top->from, bytes,
+			 (double)(dcr_mono_ns() - t0) / 1e9);
 }

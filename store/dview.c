@@ -425,7 +425,8 @@ static const struct dcr_dvrec_chunk *chunk_rec(struct build *b, uint64_t k)
 
 	if (!b->rec || dcr_dvrec_get(b->rec, &key, &c))
 		return NULL;
-	if (c->base_v == b->a.v && c->base_file == b->ia - 1)
+	if (c->base_v == b->a.v && c->base_tree == b->a.tree &&
+	    c->base_file == b->ia - 1)
 		return c;
 	dcr_dvrec_put_ref(b->rec, c);
 	return NULL;
@@ -755,8 +756,14 @@ static int compare_all(struct build *b, struct change *cs, size_t nc)
 		 * BLOCK into its tensor (so of every dtype's width). */
 		while (nu < win && c < nc) {
 			struct unit *x = &u[nu++];
+			/* Its buffers stay: the next window's units reuse
+			 * them (memory faulted in once, not per unit). */
+			struct obuf oi = { x->oi.p, 0, x->oi.cap };
+			struct obuf ov = { x->ov.p, 0, x->ov.cap };
 
 			memset(x, 0, sizeof(*x));
+			x->oi = oi;
+			x->ov = ov;
 			x->ta = cs[c].ta;
 			x->tb = cs[c].t;
 			x->c = c;
@@ -793,10 +800,11 @@ static int compare_all(struct build *b, struct change *cs, size_t nc)
 				stream_seg_end(&b->si, ch->ih);
 				stream_seg_end(&b->sv, ch->vh);
 			}
-			free(x->oi.p);
-			free(x->ov.p);
-			x->oi.p = x->ov.p = NULL;
 		}
+	}
+	for (size_t i = 0; i < win; i++) {
+		free(u[i].oi.p);
+		free(u[i].ov.p);
 	}
 	while (b->nscratch)
 		free(b->scratch[--b->nscratch]);
@@ -933,7 +941,9 @@ struct check {
 static void check_unit(void *arg, size_t i)
 {
 	struct check *c = arg;
-	uint8_t *buf = malloc((size_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK);
+	/* One block at a time: a buffer below the mmap threshold, reused
+	 * from the heap, not fresh pages faulted in per unit. */
+	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
 	int ret = buf ? 0 : DCR_ERR(-ENOMEM);
 
 	if (!ret && i < c->nbu) {
@@ -942,10 +952,13 @@ static void check_unit(void *arg, size_t i)
 		const size_t n = (size_t)DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
 						 c->size - off);
 
-		ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
-		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++)
-			dcr_xxh128(buf + p, DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p),
-				   c->sums->blk[first + k]);
+		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++) {
+			const size_t m = DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p);
+
+			ret = dcr_pread_full(c->fd, buf, m, (off_t)(off + p));
+			if (!ret)
+				dcr_xxh128(buf, m, c->sums->blk[first + k]);
+		}
 	} else if (!ret) {
 		const struct seg *sg = &c->sg[i - c->nbu];
 		struct dcr_xxh_ctx *h = dcr_xxh_new();
@@ -954,8 +967,7 @@ static void check_unit(void *arg, size_t i)
 
 		ret = h ? 0 : DCR_ERR(-ENOMEM);
 		while (!ret && left) {
-			size_t n = (size_t)DCR_MIN(left, (uint64_t)CHECK_BLOCKS *
-								 DCR_DVIEW_BLOCK);
+			size_t n = (size_t)DCR_MIN(left, (uint64_t)DCR_DVIEW_BLOCK);
 
 			ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
 			if (!ret)
@@ -1342,26 +1354,31 @@ ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
 	first = off / DCR_DVIEW_BLOCK * DCR_DVIEW_BLOCK;
 	last = DCR_MIN(s->size, (end + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK *
 				DCR_DVIEW_BLOCK);
-	buf = malloc((size_t)(last - first));
+	/* Block by block through one block's buffer (below the mmap
+	 * threshold: heap memory reused, not pages faulted in per read);
+	 * each block is checked before its bytes are copied out, and a
+	 * failed block ends the read with its error. */
+	buf = malloc(DCR_DVIEW_BLOCK);
 	if (!buf)
 		return DCR_ERR(-ENOMEM);
-	ret = dcr_pread_full(fd, buf, (size_t)(last - first), first);
-	if (ret) {
-		*bad_off = first;
-		free(buf);
-		return ret == -ENODATA ? DCR_ERR(-EIO) : ret;
-	}
 	for (uint64_t o = first; o < last; o += DCR_DVIEW_BLOCK) {
 		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, last - o);
+		const uint64_t a = DCR_MAX(o, off), z = DCR_MIN(o + n, end);
 
-		dcr_xxh128(buf + (o - first), n, got);
+		ret = dcr_pread_full(fd, buf, n, (off_t)o);
+		if (ret) {
+			*bad_off = o;
+			free(buf);
+			return ret == -ENODATA ? DCR_ERR(-EIO) : ret;
+		}
+		dcr_xxh128(buf, n, got);
 		if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN)) {
 			*bad_off = o;
 			free(buf);
 			return DCR_ERR(-EIO);
 		}
+		memcpy((uint8_t *)dst + (a - off), buf + (a - o), (size_t)(z - a));
 	}
-	memcpy(dst, buf + (off - first), (size_t)(end - off));
 	free(buf);
 	return (ssize_t)(end - off);
 }

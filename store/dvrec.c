@@ -167,7 +167,7 @@ static int slot_room(struct dvver *s, uint32_t file, uint64_t chunk)
 }
 
 int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
-		   uint64_t base_v, uint32_t base_file,
+		   uint64_t base_v, uint32_t base_tree, uint32_t base_file,
 		   const struct dcr_frame_rec *fr, const uint8_t *chunk,
 		   uint32_t clen)
 {
@@ -203,6 +203,7 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 		p += w;
 	}
 	r->c = (struct dcr_dvrec_chunk){ .base_v = base_v,
+					 .base_tree = base_tree,
 					 .base_file = base_file, .clen = clen,
 					 .n = fr->n,
 					 .e = (const uint32_t *)(void *)r->data,

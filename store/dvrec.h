@@ -51,6 +51,7 @@ struct dcr_dvrec_key {
 /** One chunk's record, as handed out (read-only). */
 struct dcr_dvrec_chunk {
 	uint64_t base_v;      /* the version the frame applied onto */
+	uint32_t base_tree;   /* as indexed with this tree */
 	uint32_t base_file;   /* its manifest file */
 	uint32_t clen;        /* the chunk's bytes */
 	size_t n;             /* changed elements */
@@ -80,13 +81,14 @@ bool dcr_dvrec_wants(const char *path);
 /**
  * dcr_dvrec_keep - keep the record of chunk @k: the frame's list @fr
  * (complete) and the values read from @chunk (@clen bytes, proven), made
- * from chunk @k.chunk of file @base_file of version @base_v. Replaces a
+ * from chunk @k.chunk of file @base_file of version @base_v (indexed
+ * with tree @base_tree). Replaces a
  * record of the same chunk. Returns 0, -ENOSPC (not kept: the budget, or
  * a version older than those kept), -EINVAL (an entry past @clen: never
  * from the decoder) or -ENOMEM. Thread-safe.
  */
 int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
-		   uint64_t base_v, uint32_t base_file,
+		   uint64_t base_v, uint32_t base_tree, uint32_t base_file,
 		   const struct dcr_frame_rec *fr, const uint8_t *chunk,
 		   uint32_t clen);
 

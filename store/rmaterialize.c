@@ -315,9 +315,11 @@ static void keep_rec(struct dcr_reader *r, const struct where *w,
 {
 	const struct dcr_dvrec_key k = { w->rv->v, w->rv->tree, w->file,
 					 w->chunk };
+	struct rver *pv;
 
-	if (fr->complete)
-		(void)dcr_dvrec_keep(r->dvrec, &k, w->rv->parent,
+	/* the parent's tree: its chain went through it (resolve_chain) */
+	if (fr->complete && get_ver(r, w->rv->parent, &pv) == 0)
+		(void)dcr_dvrec_keep(r->dvrec, &k, w->rv->parent, pv->tree,
 				     w->rv->m.files[w->file].base, fr, out,
 				     clen);
 }

@@ -34,7 +34,7 @@ static int keep(struct dcr_dvrec *d, uint64_t v, uint32_t tree, uint32_t file,
 	const struct dcr_frame_rec fr = { e, 3, 1 };
 	const struct dcr_dvrec_key key = { v, tree, file, k };
 
-	return dcr_dvrec_keep(d, &key, v - 1, file, &fr, chunk, sizeof(chunk));
+	return dcr_dvrec_keep(d, &key, v - 1, 0, file, &fr, chunk, sizeof(chunk));
 }
 
 static bool has(struct dcr_dvrec *d, uint64_t v, uint32_t tree, uint32_t file,
@@ -79,7 +79,7 @@ static void test_keep_get(void **state)
 	/* an entry past the chunk is refused */
 	const uint32_t bad[] = { 4095 | 1u << DCR_REC_WSHIFT };
 	const struct dcr_frame_rec fr = { bad, 1, 1 };
-	assert_int_equal(dcr_dvrec_keep(d, &key, 4, 2, &fr, chunk, sizeof(chunk)),
+	assert_int_equal(dcr_dvrec_keep(d, &key, 4, 0, 2, &fr, chunk, sizeof(chunk)),
 			 -EINVAL);
 	dcr_dvrec_free(d);
 }
