@@ -14,6 +14,7 @@
  */
 #include "config.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,14 +253,9 @@ size_t dcr_elem_segments(const struct dcr_elem_hint *h, size_t len,
 	c0 = h->chunk_off;
 	c1 = c0 + len;
 	/* first region ending after the chunk start */
-	size_t lo = 0, hi = h->n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (h->r[mid].off + h->r[mid].len <= c0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	size_t lo = dcr_first_ending_after(h->r, h->n, sizeof(*h->r),
+					   offsetof(struct dcr_region, off),
+					   offsetof(struct dcr_region, len), c0);
 	for (size_t i = lo; i < h->n && h->r[i].off < c1; i++) {
 		const struct dcr_region *r = &h->r[i];
 		unsigned w = dcr_dtype_width(r->dtype);

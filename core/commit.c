@@ -49,7 +49,6 @@
 #include "packw.h"
 #include "wq.h"
 
-#define PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
 #define MAX_JOBS 256
 #define UPLOADS_DEFAULT 4
 
@@ -618,7 +617,7 @@ int dcr_commit_sources(struct dcr_store *st,
 	/* A pack is sealed once it reaches the target, so it never holds
 	 * more than the target plus one frame (a chunk and its header). */
 	struct dcr_packw_opts po = {
-		.st = st, .target = o->pack_target ? o->pack_target : PACK_TARGET_DEFAULT,
+		.st = st, .target = o->pack_target, /* 0: the writer's default */
 		.frame_max = (size_t)cs + 4096,
 		.uploads = (unsigned)(o->uploads > 0 ? o->uploads : UPLOADS_DEFAULT),
 	};

@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -174,16 +175,9 @@ void *dcr_commit_worker_new(void *ctx)
 /* Index of the first tensor of @ts that ends after file offset @off. */
 static size_t first_tensor(const struct dcr_tensors *ts, uint64_t off)
 {
-	size_t lo = 0, hi = ts->n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (ts->t[mid].off + ts->t[mid].len <= off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return dcr_first_ending_after(ts->t, ts->n, sizeof(*ts->t),
+				      offsetof(struct dcr_tensor, off),
+				      offsetof(struct dcr_tensor, len), off);
 }
 
 /*

@@ -102,10 +102,14 @@ bool dcr_log_errors_capture(bool on)
 	return was;
 }
 
+/* A scope of this thread's: its caller forgets its lines too. */
+static void scope_reset(void);
+
 void dcr_log_errors_reset(void)
 {
 	tl_errors_len = 0;
 	tl_errors[0] = 0;
+	scope_reset();
 }
 
 const char *dcr_log_errors(void)
@@ -113,14 +117,122 @@ const char *dcr_log_errors(void)
 	return tl_errors;
 }
 
-static void record_error(const char *msg)
+/* Append the line @msg to @buf (@cap bytes, *@len used), cut at @cap. */
+static void append_line(char *buf, size_t cap, size_t *len, const char *msg)
 {
-	size_t room = sizeof(tl_errors) - tl_errors_len;
-	int n = snprintf(tl_errors + tl_errors_len, room, "%s%s",
-			 tl_errors_len ? "\n" : "", msg);
+	size_t room = cap - *len;
+	int n = snprintf(buf + *len, room, "%s%s", *len ? "\n" : "", msg);
 
 	if (n > 0)
-		tl_errors_len += DCR_MIN((size_t)n, room - 1);
+		*len += DCR_MIN((size_t)n, room - 1);
+}
+
+/* A job's error lines across threads (common.h). */
+struct dcr_errscope {
+	atomic_int refs;
+	pthread_mutex_t lock;   /* guards the rest */
+	bool open;              /* until its caller's dcr_log_scope_end */
+	bool quiet;             /* the caller captures its errors */
+	size_t len;
+	char text[sizeof(tl_errors)];
+};
+
+/* The scope this thread logs under: its own (made on first use while
+ * tl_scope_open) or the one of the job it runs (adopted). */
+static __thread struct dcr_errscope *tl_scope;
+static __thread bool tl_scope_open; /* between begin and end, as caller */
+
+static void scope_reset(void)
+{
+	struct dcr_errscope *s = tl_scope;
+
+	if (!tl_scope_open || !s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->len = 0;
+	s->text[0] = 0;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void dcr_log_scope_begin(void)
+{
+	tl_scope_open = true;
+}
+
+void dcr_log_scope_end(void)
+{
+	struct dcr_errscope *s = tl_scope;
+
+	if (!tl_scope_open)
+		return;
+	tl_scope_open = false;
+	if (!s)
+		return;
+	tl_scope = NULL;
+	pthread_mutex_lock(&s->lock);
+	s->open = false;
+	memcpy(tl_errors, s->text, s->len + 1);
+	tl_errors_len = s->len;
+	pthread_mutex_unlock(&s->lock);
+	dcr_errscope_put(s);
+}
+
+struct dcr_errscope *dcr_errscope_get(void)
+{
+	struct dcr_errscope *s = tl_scope;
+
+	if (!s && tl_scope_open) {
+		/* The caller's first job: the scope starts with the lines
+		 * the caller has logged so far. */
+		if (!(s = malloc(sizeof(*s))))
+			return NULL;
+		atomic_init(&s->refs, 1); /* the caller's, until the end */
+		pthread_mutex_init(&s->lock, NULL);
+		s->open = true;
+		s->quiet = tl_errors_captured;
+		s->len = tl_errors_len;
+		memcpy(s->text, tl_errors, tl_errors_len + 1);
+		tl_scope = s;
+	}
+	if (s)
+		atomic_fetch_add(&s->refs, 1);
+	return s;
+}
+
+struct dcr_errscope *dcr_errscope_adopt(struct dcr_errscope *s)
+{
+	struct dcr_errscope *was = tl_scope;
+
+	tl_scope = s;
+	return was;
+}
+
+void dcr_errscope_put(struct dcr_errscope *s)
+{
+	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+		return;
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+/* Keep the error line @msg: this thread's, and its scope's while open.
+ * Whether the line is to be held back from the sink (its scope's caller
+ * captures errors). */
+static bool record_error(const char *msg)
+{
+	struct dcr_errscope *s = tl_scope;
+	bool quiet = false;
+
+	append_line(tl_errors, sizeof(tl_errors), &tl_errors_len, msg);
+	if (s) {
+		pthread_mutex_lock(&s->lock);
+		if (s->open) {
+			append_line(s->text, sizeof(s->text), &s->len, msg);
+			quiet = s->quiet;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	return quiet;
 }
 
 void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap)
@@ -130,14 +242,13 @@ void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap)
 	if (lvl > log_level) /* never for DCR_LOG_ERR */
 		return;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	if (lvl == DCR_LOG_ERR)
-		record_error(msg);
+	bool quiet = lvl == DCR_LOG_ERR && (record_error(msg) || tl_errors_captured);
 	if (log_file_fd >= 0) {
 		log_file_line(lvl, msg);
 		if (log_sink_quiet)
 			return;
 	}
-	if (lvl == DCR_LOG_ERR && tl_errors_captured)
+	if (quiet)
 		return;
 	if (log_sink) {
 		log_sink(lvl, msg);

@@ -98,6 +98,51 @@ int dcr_log_parse_level(const char *s, enum dcr_log_level *out);
  */
 bool dcr_log_errors_capture(bool on);
 
+/*
+ * A job's error lines across threads. A caller (libdcr's public calls)
+ * opens a scope on its thread for the length of a call; the jobs it
+ * submits to a work queue carry the scope (wq.c takes a reference with
+ * dcr_errscope_get and has the worker adopt it while the job runs), and
+ * so do the jobs those submit. Every error line logged under the scope,
+ * on any thread, is added to the caller's (dcr_log_errors after
+ * dcr_log_scope_end, in the order they were logged, the first kept when
+ * 4 KiB is full) and, when the caller captures its errors
+ * (dcr_log_errors_capture), is held back from the sink and stderr like
+ * the caller's own. A job still running when the call ended logs as
+ * any thread does. Without a scope (the daemon) nothing changes.
+ */
+struct dcr_errscope;
+
+/** dcr_log_scope_begin - open this thread's scope (after
+ * dcr_log_errors_reset and dcr_log_errors_capture); nothing is
+ * allocated until a job takes it. */
+void dcr_log_scope_begin(void);
+
+/**
+ * dcr_log_scope_end - close this thread's scope: the lines its jobs'
+ * threads logged meanwhile join this thread's (dcr_log_errors); later
+ * lines of those jobs are theirs alone. Without an open scope, nothing.
+ */
+void dcr_log_scope_end(void);
+
+/**
+ * dcr_errscope_get - the scope this thread logs under now (its own open
+ * one, made on first use, or the one of the job it runs), with a
+ * reference for a job that will run on another thread: hand it to
+ * dcr_errscope_adopt there and drop it with dcr_errscope_put. NULL when
+ * there is none (or no memory: the job's errors are then only its
+ * thread's).
+ */
+struct dcr_errscope *dcr_errscope_get(void);
+
+/** dcr_errscope_adopt - log under @s (NULL: none) on this thread from
+ * now on; returns the scope it logged under, to adopt again after. */
+struct dcr_errscope *dcr_errscope_adopt(struct dcr_errscope *s);
+
+/** dcr_errscope_put - drop a reference of dcr_errscope_get. NULL ok.
+ * Thread-safe. */
+void dcr_errscope_put(struct dcr_errscope *s);
+
 /** Emit one log line (no trailing newline needed). */
 void dcr_log(enum dcr_log_level lvl, const char *fmt, ...) DCR_PRINTF(2, 3);
 void dcr_vlog(enum dcr_log_level lvl, const char *fmt, va_list ap);
@@ -172,6 +217,34 @@ static inline size_t dcr_lower_bound_u64(const void *base, size_t n,
 
 		memcpy(&k, (const char *)base + mid * size + off, sizeof(k));
 		if (k < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
+ * dcr_first_ending_after - the index of the first of the @n extents of
+ * @base (each @size bytes: a uint64_t start at byte offset @off_at and a
+ * uint64_t length at @len_at; sorted by start, not overlapping, so their
+ * ends ascend too) that ends after @x; @n if none. The one binary search
+ * over sorted extents (a hint's regions, a file's tensors).
+ */
+static inline size_t dcr_first_ending_after(const void *base, size_t n,
+					    size_t size, size_t off_at,
+					    size_t len_at, uint64_t x)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *e = (const char *)base + mid * size;
+		uint64_t off, len;
+
+		memcpy(&off, e + off_at, sizeof(off));
+		memcpy(&len, e + len_at, sizeof(len));
+		if (off + len <= x)
 			lo = mid + 1;
 		else
 			hi = mid;

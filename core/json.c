@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * json.c - JSON string literals, the UTF-8 check, and checking a JSON
- * text (see json.h).
+ * json.c - JSON string literals, the UTF-8 check, and the reader of
+ * untrusted JSON: checking a text, and the cursor parsers walk a document
+ * with (see json.h).
  */
 #include "config.h"
 
@@ -83,14 +84,12 @@ err_bad:
 		*bad = i;
 	return false;
 }
-/* ---------------------------------------------------------- checking */
+/* ---------------------------------------------------------- reading */
 
-struct scan {
-	const unsigned char *p;
-	const unsigned char *end;
-};
+/* The byte at the cursor, unsigned. */
+#define AT(j) ((unsigned char)*(j)->p)
 
-static void skip_ws(struct scan *j)
+void dcr_json_ws(struct dcr_json *j)
 {
 	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' ||
 				 *j->p == '\n' || *j->p == '\r'))
@@ -98,7 +97,7 @@ static void skip_ws(struct scan *j)
 }
 
 /* Whether the literal @lit is next; consumed if so. */
-static bool literal(struct scan *j, const char *lit)
+static bool literal(struct dcr_json *j, const char *lit)
 {
 	size_t l = strlen(lit);
 
@@ -110,19 +109,18 @@ static bool literal(struct scan *j, const char *lit)
 
 /* One UTF-8 sequence of two to four bytes at j->p (a lead byte >= 0x80),
  * as dcr_utf8_valid has them. */
-static bool utf8_seq(struct scan *j)
+static bool utf8_seq(struct dcr_json *j)
 {
-	unsigned char c = *j->p;
+	unsigned char c = AT(j);
 	size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
 
-	if ((size_t)(j->end - j->p) < len ||
-	    !dcr_utf8_valid((const char *)j->p, len, NULL))
+	if ((size_t)(j->end - j->p) < len || !dcr_utf8_valid(j->p, len, NULL))
 		return false;
 	j->p += len;
 	return true;
 }
 
-static bool hex4(const unsigned char *p)
+static bool hex4(const char *p)
 {
 	for (int k = 0; k < 4; k++)
 		if (!((p[k] >= '0' && p[k] <= '9') || (p[k] >= 'a' && p[k] <= 'f') ||
@@ -132,11 +130,11 @@ static bool hex4(const unsigned char *p)
 }
 
 /* A string, the opening quote next. */
-static bool string(struct scan *j)
+static bool string(struct dcr_json *j)
 {
 	j->p++;
 	while (j->p < j->end) {
-		unsigned char c = *j->p;
+		unsigned char c = AT(j);
 
 		if (c == '"') {
 			j->p++;
@@ -165,9 +163,9 @@ static bool string(struct scan *j)
 	return false;
 }
 
-static bool digits(struct scan *j)
+static bool digits(struct dcr_json *j)
 {
-	const unsigned char *b = j->p;
+	const char *b = j->p;
 
 	while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
 		j->p++;
@@ -175,7 +173,7 @@ static bool digits(struct scan *j)
 }
 
 /* A number: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)? */
-static bool number(struct scan *j)
+static bool number(struct dcr_json *j)
 {
 	if (j->p < j->end && *j->p == '-')
 		j->p++;
@@ -198,33 +196,33 @@ static bool number(struct scan *j)
 	return true;
 }
 
-static bool value(struct scan *j, int depth);
+static bool value(struct dcr_json *j, int depth);
 
 /* The members of an object (@obj) or the elements of an array, the
  * opening bracket consumed. */
-static bool container(struct scan *j, int depth, bool obj)
+static bool container(struct dcr_json *j, int depth, bool obj)
 {
-	unsigned char close = obj ? '}' : ']';
+	char close = obj ? '}' : ']';
 
 	if (depth > DCR_JSON_DEPTH_MAX)
 		return false;
-	skip_ws(j);
+	dcr_json_ws(j);
 	if (j->p < j->end && *j->p == close) {
 		j->p++;
 		return true;
 	}
 	for (;;) {
 		if (obj) {
-			skip_ws(j);
+			dcr_json_ws(j);
 			if (j->p >= j->end || *j->p != '"' || !string(j))
 				return false;
-			skip_ws(j);
+			dcr_json_ws(j);
 			if (j->p >= j->end || *j->p++ != ':')
 				return false;
 		}
 		if (!value(j, depth))
 			return false;
-		skip_ws(j);
+		dcr_json_ws(j);
 		if (j->p >= j->end)
 			return false;
 		if (*j->p == close) {
@@ -236,9 +234,9 @@ static bool container(struct scan *j, int depth, bool obj)
 	}
 }
 
-static bool value(struct scan *j, int depth)
+static bool value(struct dcr_json *j, int depth)
 {
-	skip_ws(j);
+	dcr_json_ws(j);
 	if (j->p >= j->end)
 		return false;
 	switch (*j->p) {
@@ -261,12 +259,39 @@ static bool value(struct scan *j, int depth)
 	}
 }
 
+int dcr_json_expect(struct dcr_json *j, char c)
+{
+	dcr_json_ws(j);
+	if (j->p >= j->end || *j->p != c)
+		return -EBADMSG;
+	j->p++;
+	return 0;
+}
+
+int dcr_json_string(struct dcr_json *j, const char **s, size_t *n)
+{
+	dcr_json_ws(j);
+	if (j->p >= j->end || *j->p != '"')
+		return -EBADMSG;
+	const char *b = j->p + 1;
+	if (!string(j))
+		return -EBADMSG;
+	*s = b;
+	*n = (size_t)(j->p - 1 - b);
+	return 0;
+}
+
+int dcr_json_skip(struct dcr_json *j, int depth)
+{
+	return value(j, depth) ? 0 : -EBADMSG;
+}
+
 int dcr_json_check(const void *text, size_t n)
 {
-	struct scan j = { text, (const unsigned char *)text + n };
+	struct dcr_json j = { text, (const char *)text + n };
 
 	if (!value(&j, 0))
 		return -EBADMSG;
-	skip_ws(&j);
+	dcr_json_ws(&j);
 	return j.p == j.end ? 0 : -EBADMSG;
 }

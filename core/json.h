@@ -3,8 +3,10 @@
  * json.h - writing JSON for the tools' --json output and the mount's
  * status file (a string literal with the escapes RFC 8259 requires),
  * the one UTF-8 check (of text that goes into a JSON document others
- * parse, such as a safetensors header), and checking that untrusted
- * bytes are one JSON text before they are read.
+ * parse, such as a safetensors header), and the one reader of untrusted
+ * JSON: checking that bytes are one JSON text before they are read, and
+ * a cursor for a parser that walks a document it knows (safetensors.c),
+ * with the same checks on every value it reads or skips.
  */
 #ifndef DCR_JSON_H
 #define DCR_JSON_H
@@ -45,5 +47,39 @@ bool dcr_utf8_valid(const char *s, size_t len, size_t *bad);
  * refused), recursion bounded by the depth. 0, or -EBADMSG.
  */
 int dcr_json_check(const void *text, size_t n);
+
+/**
+ * struct dcr_json - a cursor over the untrusted JSON bytes [@p, @end) for
+ * a parser that walks a document of a shape it knows: it reads the
+ * members it wants with the functions below and skips the others with
+ * dcr_json_skip. Nothing outside [@p, @end) is read; no NUL is needed.
+ * On an error the cursor is left somewhere inside; the caller gives up.
+ */
+struct dcr_json {
+	const char *p;
+	const char *end;
+};
+
+/** dcr_json_ws - move @j past white space. */
+void dcr_json_ws(struct dcr_json *j);
+
+/** dcr_json_expect - white space then the byte @c, consumed: 0, or
+ * -EBADMSG (something else, or the end). */
+int dcr_json_expect(struct dcr_json *j, char c);
+
+/**
+ * dcr_json_string - white space then a string, checked as dcr_json_check
+ * checks one: 0 with its raw contents (still escaped, every escape
+ * valid, valid UTF-8) in *@s / *@n, pointing into @j's bytes; or
+ * -EBADMSG.
+ */
+int dcr_json_string(struct dcr_json *j, const char **s, size_t *n);
+
+/**
+ * dcr_json_skip - white space then one value of any kind, checked as
+ * dcr_json_check does, at nesting @depth (the containers @j is already
+ * inside; deeper than DCR_JSON_DEPTH_MAX is refused): 0 or -EBADMSG.
+ */
+int dcr_json_skip(struct dcr_json *j, int depth);
 
 #endif /* DCR_JSON_H */

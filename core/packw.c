@@ -24,7 +24,6 @@
 #include "packw.h"
 #include "wq.h"
 
-#define TARGET_DEFAULT ((uint64_t)64 << 20)
 #define MAX_UPLOADS 32
 /* A store that takes objects in parts (put_open) gets the open pack in
  * aligned parts of about this size, from one buffer re-used for every
@@ -257,7 +256,7 @@ int dcr_packw_new(const struct dcr_packw_opts *o, struct dcr_packw **out)
 	}
 	w->o = *o;
 	if (!w->o.target)
-		w->o.target = TARGET_DEFAULT;
+		w->o.target = DCR_PACK_TARGET_DEFAULT;
 	w->o.uploads = DCR_MIN(w->o.uploads, MAX_UPLOADS);
 	/* Streamed packs are written by the appender: no upload threads. */
 	w->stream = dcr_store_can_stream(w->o.st);

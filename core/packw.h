@@ -44,6 +44,9 @@
 #define DCR_PACK_MAGIC1 "DCRPACK1"
 /** Their length. */
 #define DCR_PACK_HDR_LEN 8
+/* The size at which a pack is sealed unless told otherwise (commits and
+ * compaction alike: dcr_packw_opts.target 0). */
+#define DCR_PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
 
 /**
  * dcr_pack_name - the name a pack's bytes @data[0..len) must have. A
@@ -80,7 +83,8 @@ struct dcr_packw;
 /** How a pack writer is made (see dcr_packw_new). */
 struct dcr_packw_opts {
 	struct dcr_store *st;  /* where packs are put (not owned) */
-	uint64_t target;       /* seal a pack once it holds this much; 0: 64 MiB */
+	uint64_t target;       /* seal a pack once it holds this much;
+				* 0: DCR_PACK_TARGET_DEFAULT */
 	size_t frame_max;      /* the largest frame that will be appended */
 	unsigned uploads;      /* packs uploaded at once; 0: by the sealer */
 };

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * safetensors.c - parse a safetensors header into element regions
- * (see safetensors.h). A small bounded JSON reader: it validates the
- * structure it walks and skips values it does not need.
+ * (see safetensors.h). It walks the header with json.h's reader, which
+ * checks every value it reads or skips as dcr_json_check does (strings
+ * of valid UTF-8 with valid escapes, numbers as the grammar has them,
+ * nesting bounded): one JSON grammar for the whole tree.
  */
 #include "config.h"
 
@@ -13,67 +15,8 @@
 
 #include "common.h"
 #include "fileio.h"
+#include "json.h"
 #include "safetensors.h"
-
-#define JSON_DEPTH_MAX 32
-
-struct js {
-	const char *p;
-	const char *end;
-};
-
-static void ws(struct js *j)
-{
-	while (j->p < j->end &&
-	       (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-		j->p++;
-}
-
-static int expect(struct js *j, char c)
-{
-	ws(j);
-	if (j->p >= j->end || *j->p != c)
-		return -1;
-	j->p++;
-	return 0;
-}
-
-/* A string; @s and @n get its raw (still escaped) contents. */
-static int str(struct js *j, const char **s, size_t *n)
-{
-	if (expect(j, '"'))
-		return -1;
-	const char *b = j->p;
-	while (j->p < j->end && *j->p != '"') {
-		unsigned char ch = (unsigned char)*j->p;
-		if (ch < 0x20)
-			return -1;
-		if (ch == '\\') {
-			if (++j->p >= j->end)
-				return -1;
-			if (*j->p == 'u') {
-				if (j->end - j->p < 5)
-					return -1;
-				for (int k = 1; k <= 4; k++) {
-					char h = j->p[k];
-					if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') ||
-					      (h >= 'A' && h <= 'F')))
-						return -1;
-				}
-				j->p += 4;
-			} else if (!strchr("\"\\/bfnrt", *j->p) || !*j->p) {
-				return -1;
-			}
-		}
-		j->p++;
-	}
-	if (j->p >= j->end)
-		return -1;
-	*s = b;
-	*n = (size_t)(j->p - b);
-	j->p++;
-	return 0;
-}
 
 static int str_is(const char *s, size_t n, const char *lit)
 {
@@ -81,9 +24,9 @@ static int str_is(const char *s, size_t n, const char *lit)
 }
 
 /* A non-negative integer below 2^53 (offsets and shapes). */
-static int json_uint(struct js *j, uint64_t *v)
+static int json_uint(struct dcr_json *j, uint64_t *v)
 {
-	ws(j);
+	dcr_json_ws(j);
 	if (j->p >= j->end || *j->p < '0' || *j->p > '9')
 		return -1;
 	uint64_t x = 0;
@@ -98,78 +41,6 @@ static int json_uint(struct js *j, uint64_t *v)
 		return -1;
 	*v = x;
 	return 0;
-}
-
-static int skip_value(struct js *j, int depth);
-
-static int skip_container(struct js *j, int depth, char close, int obj)
-{
-	const char *s;
-	size_t n;
-
-	if (depth > JSON_DEPTH_MAX)
-		return -1;
-	ws(j);
-	if (j->p < j->end && *j->p == close) {
-		j->p++;
-		return 0;
-	}
-	for (;;) {
-		if (obj && (str(j, &s, &n) || expect(j, ':')))
-			return -1;
-		if (skip_value(j, depth + 1))
-			return -1;
-		ws(j);
-		if (j->p >= j->end)
-			return -1;
-		if (*j->p == close) {
-			j->p++;
-			return 0;
-		}
-		if (*j->p++ != ',')
-			return -1;
-	}
-}
-
-static int skip_value(struct js *j, int depth)
-{
-	const char *s;
-	size_t n;
-
-	ws(j);
-	if (j->p >= j->end)
-		return -1;
-	switch (*j->p) {
-	case '"':
-		return str(j, &s, &n);
-	case '{':
-		j->p++;
-		return skip_container(j, depth, '}', 1);
-	case '[':
-		j->p++;
-		return skip_container(j, depth, ']', 0);
-	case 't':
-	case 'f':
-	case 'n': {
-		static const char *const lits[] = { "true", "false", "null" };
-		for (size_t k = 0; k < 3; k++) {
-			size_t l = strlen(lits[k]);
-			if ((size_t)(j->end - j->p) >= l && !memcmp(j->p, lits[k], l)) {
-				j->p += l;
-				return 0;
-			}
-		}
-		return -1;
-	}
-	default:
-		if (*j->p == '-')
-			j->p++;
-		if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-			return -1;
-		while (j->p < j->end && strchr("0123456789.eE+-", *j->p) && *j->p)
-			j->p++;
-		return 0;
-	}
 }
 
 static enum dcr_float_fmt map_float(const char *s, size_t n)
@@ -234,14 +105,14 @@ struct shape {
 };
 
 /* A shape [d, ...] into @sh; -1 (@j unmoved) if it is not one to keep. */
-static int shape(struct js *j, struct shape *sh)
+static int shape(struct dcr_json *j, struct shape *sh)
 {
-	struct js at = *j;
+	struct dcr_json at = *j;
 
 	sh->ndim = 0;
-	if (expect(j, '['))
+	if (dcr_json_expect(j, '['))
 		goto not_kept;
-	ws(j);
+	dcr_json_ws(j);
 	if (j->p < j->end && *j->p == ']') {
 		j->p++;
 		return 0;
@@ -249,7 +120,7 @@ static int shape(struct js *j, struct shape *sh)
 	for (;;) {
 		if (sh->ndim == DCR_ST_NDIM_MAX || json_uint(j, &sh->d[sh->ndim++]))
 			goto not_kept;
-		ws(j);
+		dcr_json_ws(j);
 		if (j->p < j->end && *j->p == ']') {
 			j->p++;
 			return 0;
@@ -290,7 +161,7 @@ static bool shape_fits(const struct shape *sh, const char *dts, size_t dtn,
 }
 
 /* One tensor entry {"dtype":..., "shape":[...], "data_offsets":[b,e]}. */
-static int tensor(struct js *j, int *dt, const char **dts, size_t *dtn,
+static int tensor(struct dcr_json *j, int *dt, const char **dts, size_t *dtn,
 		  uint64_t *b, uint64_t *e, struct shape *sh)
 {
 	const char *s;
@@ -298,27 +169,28 @@ static int tensor(struct js *j, int *dt, const char **dts, size_t *dtn,
 	int have = 0;
 
 	sh->ndim = DCR_ST_NDIM_UNKNOWN;
-	if (expect(j, '{'))
+	if (dcr_json_expect(j, '{'))
 		return -1;
 	for (;;) {
-		if (str(j, &s, &n) || expect(j, ':'))
+		if (dcr_json_string(j, &s, &n) || dcr_json_expect(j, ':'))
 			return -1;
 		if (str_is(s, n, "dtype")) {
-			if (str(j, dts, dtn))
+			if (dcr_json_string(j, dts, dtn))
 				return -1;
 			*dt = map_dtype(*dts, *dtn);
 			have |= 1;
 		} else if (str_is(s, n, "data_offsets")) {
-			if (expect(j, '[') || json_uint(j, b) || expect(j, ',') ||
-			    json_uint(j, e) || expect(j, ']') || *e < *b)
+			if (dcr_json_expect(j, '[') || json_uint(j, b) ||
+			    dcr_json_expect(j, ',') || json_uint(j, e) ||
+			    dcr_json_expect(j, ']') || *e < *b)
 				return -1;
 			have |= 2;
 		} else if (str_is(s, n, "shape") && !shape(j, sh)) {
 			/* kept; any other shape is skipped as before */
-		} else if (skip_value(j, 2)) {
+		} else if (dcr_json_skip(j, 2)) {
 			return -1;
 		}
-		ws(j);
+		dcr_json_ws(j);
 		if (j->p >= j->end)
 			return -1;
 		if (*j->p == '}') {
@@ -388,10 +260,11 @@ static int walk(const void *file_prefix, size_t n, uint64_t file_size,
 	if (n < need)
 		return DCR_ERR(-ENODATA);
 	*data0 = need;
-	struct js j = { (const char *)file_prefix + 8, (const char *)file_prefix + need };
-	if (expect(&j, '{'))
+	struct dcr_json j = { (const char *)file_prefix + 8,
+			      (const char *)file_prefix + need };
+	if (dcr_json_expect(&j, '{'))
 		return DCR_ERR(-EBADMSG);
-	ws(&j);
+	dcr_json_ws(&j);
 	if (j.p < j.end && *j.p == '}') {
 		j.p++;
 		goto done;
@@ -399,10 +272,10 @@ static int walk(const void *file_prefix, size_t n, uint64_t file_size,
 	for (;;) {
 		const char *s, *dts = "";
 		size_t sn, dtn = 0;
-		if (str(&j, &s, &sn) || expect(&j, ':'))
+		if (dcr_json_string(&j, &s, &sn) || dcr_json_expect(&j, ':'))
 			return DCR_ERR(-EBADMSG);
 		if (str_is(s, sn, "__metadata__")) {
-			if (skip_value(&j, 1))
+			if (dcr_json_skip(&j, 1))
 				return DCR_ERR(-EBADMSG);
 		} else {
 			int dt = -1;
@@ -413,7 +286,7 @@ static int walk(const void *file_prefix, size_t n, uint64_t file_size,
 			if ((ret = fn(s, sn, dts, dtn, dt, b, e, &sh, arg)))
 				return ret;
 		}
-		ws(&j);
+		dcr_json_ws(&j);
 		if (j.p >= j.end)
 			return DCR_ERR(-EBADMSG);
 		if (*j.p == '}') {
@@ -425,7 +298,7 @@ static int walk(const void *file_prefix, size_t n, uint64_t file_size,
 	}
 done:
 	/* Only padding may follow the object. */
-	ws(&j);
+	dcr_json_ws(&j);
 	while (j.p < j.end && *j.p == '\0')
 		j.p++;
 	return j.p == j.end ? 0 : DCR_ERR(-EBADMSG);
@@ -468,7 +341,7 @@ static void unescape(const char *s, size_t n, char *dst)
 			*dst++ = s[i];
 			continue;
 		}
-		char c = s[++i]; /* str() checked every escape */
+		char c = s[++i]; /* dcr_json_string() checked every escape */
 		if (c != 'u') {
 			static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
 			*dst++ = to[strchr(from, c) - from];

@@ -10,6 +10,9 @@
  * queue while workers may join it; the caller unlists it and waits for
  * the workers that joined, so none touches it after that.
  *
+ * A job runs under its submitter's error scope (common.h), so that what
+ * it logs belongs to the call that made it; a loop's helpers likewise.
+ *
  * Workers take no process signals (they start with every signal
  * blocked): a signal sent to the process goes to a thread of its
  * owner's, e.g. the daemon's main thread, whose handler and waits expect
@@ -31,6 +34,7 @@ struct job {
 	dcr_wq_fn fn;
 	void *arg;
 	uint64_t cost;
+	struct dcr_errscope *scope; /* the submitter's (common.h), or NULL */
 };
 
 /* A dcr_wq_par_for in progress. */
@@ -39,6 +43,7 @@ struct par {
 	dcr_wq_par_fn fn;
 	void *arg;
 	size_t n;
+	struct dcr_errscope *scope; /* the caller's, for its helpers */
 	atomic_size_t next; /* the next index to claim */
 	int seats;          /* workers that may still join */
 	int helpers;        /* workers in it now */
@@ -110,7 +115,9 @@ static void *worker_main(void *arg)
 			p->seats--;
 			p->helpers++;
 			pthread_mutex_unlock(&q->lock);
+			struct dcr_errscope *was = dcr_errscope_adopt(p->scope);
 			par_run(p);
+			dcr_errscope_adopt(was);
 			pthread_mutex_lock(&q->lock);
 			if (--p->helpers == 0)
 				pthread_cond_broadcast(&q->done);
@@ -121,7 +128,10 @@ static void *worker_main(void *arg)
 			q->busy++;
 			pthread_cond_broadcast(&q->done); /* room: submit */
 			pthread_mutex_unlock(&q->lock);
+			struct dcr_errscope *was = dcr_errscope_adopt(j.scope);
 			j.fn(q->o.ctx, ws, j.arg);
+			dcr_errscope_adopt(was);
+			dcr_errscope_put(j.scope);
 			pthread_mutex_lock(&q->lock);
 			if (--q->busy == 0 && !q->len)
 				pthread_cond_broadcast(&q->done); /* wait_idle */
@@ -210,6 +220,7 @@ static bool fits(const struct dcr_wq *q, uint64_t cost)
 static bool submit(struct dcr_wq *q, dcr_wq_fn fn, void *arg, uint64_t cost,
 		   bool wait)
 {
+	struct dcr_errscope *scope = dcr_errscope_get(); /* not under the lock */
 	bool ok;
 
 	pthread_mutex_lock(&q->lock);
@@ -219,12 +230,14 @@ static bool submit(struct dcr_wq *q, dcr_wq_fn fn, void *arg, uint64_t cost,
 	ok = ok && fits(q, cost);
 	if (ok) {
 		q->ring[(q->head + q->len) % q->o.max_items] =
-			(struct job){ fn, arg, cost };
+			(struct job){ fn, arg, cost, scope };
 		q->len++;
 		q->cost += cost;
 		pthread_cond_signal(&q->work);
 	}
 	pthread_mutex_unlock(&q->lock);
+	if (!ok)
+		dcr_errscope_put(scope);
 	return ok;
 }
 
@@ -267,6 +280,7 @@ void dcr_wq_par_for(struct dcr_wq *q, int max_threads, size_t n,
 
 	atomic_init(&p.next, 0);
 	if (q && max_threads > 1 && n > 1) {
+		p.scope = dcr_errscope_get();
 		pthread_mutex_lock(&q->lock);
 		if (start_locked(q)) {
 			p.seats = (int)DCR_MIN((size_t)max_threads - 1, n - 1);
@@ -279,8 +293,10 @@ void dcr_wq_par_for(struct dcr_wq *q, int max_threads, size_t n,
 		pthread_mutex_unlock(&q->lock);
 	}
 	par_run(&p);
-	if (!listed)
+	if (!listed) {
+		dcr_errscope_put(p.scope);
 		return;
+	}
 	pthread_mutex_lock(&q->lock);
 	for (struct par **pp = &q->pars; *pp; pp = &(*pp)->next_par) {
 		if (*pp == &p) {
@@ -291,6 +307,7 @@ void dcr_wq_par_for(struct dcr_wq *q, int max_threads, size_t n,
 	while (p.helpers)
 		pthread_cond_wait(&q->done, &q->lock);
 	pthread_mutex_unlock(&q->lock);
+	dcr_errscope_put(p.scope);
 }
 
 void dcr_wq_stop(struct dcr_wq *q, bool drop)
@@ -313,6 +330,7 @@ void dcr_wq_stop(struct dcr_wq *q, bool drop)
 		pthread_mutex_unlock(&q->lock);
 		if (q->o.drop)
 			q->o.drop(q->o.ctx, j.arg);
+		dcr_errscope_put(j.scope);
 		pthread_mutex_lock(&q->lock);
 	}
 	pthread_mutex_unlock(&q->lock);

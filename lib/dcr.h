@@ -75,7 +75,9 @@ typedef struct dcr_commit_handle dcr_commit_handle;
 
 /**
  * dcr_errmsg - the message of the calling thread's last failed libdcr
- * call ("" if none). Valid until the thread's next libdcr call.
+ * call ("" if none): the error lines the call logged, on this thread or
+ * on the worker threads its work ran on, in order (at most 4 KiB: the
+ * first are kept). Valid until the thread's next libdcr call.
  */
 DCR_API const char *dcr_errmsg(void);
 
@@ -88,8 +90,11 @@ DCR_API void dcr_set_log_level(int level);
 /**
  * dcr_set_log_errors - with @print 0, the errors of a failing call made
  * by this process's threads are not written to stderr, only returned by
- * dcr_errmsg (default 1: written too). Errors of libdcr's own worker
- * threads are always written. Global.
+ * dcr_errmsg (default 1: written too). The errors a call's work logs on
+ * libdcr's own worker threads (a pack's upload, a chunk's encoding) are
+ * the call's: in its dcr_errmsg, first one first, and held back alike;
+ * those of work still running after the call returned (a read handle's
+ * read-ahead) are always written. Global.
  */
 DCR_API void dcr_set_log_errors(int print);
 
@@ -237,14 +242,17 @@ struct dcr_gc_options {
 				  uploads go once older (dcrfs-ctl's default: 86400) */
 	int dry_run;           /* report what would be done; change nothing */
 	unsigned max_depth;    /* the rebase's frames per chunk (0: 8) */
+	/* The rebase's read-cost bound, as dcr_compact_options.read_cost:
+	 * 100 to 10000, 0: 150 (`dcrfs-ctl gc --read-cost`). */
+	unsigned read_cost;
 };
 
 /**
  * dcr_store_gc - remove the versions outside retention @o and the
  * objects no kept version needs, as `dcrfs-ctl gc --json` does (kept
  * versions built on removed ones are rebased first). 0; -EINVAL for
- * keep_last 0; -EAGAIN if a compaction published meanwhile (nothing
- * deleted; call again); other -errno.
+ * keep_last 0 or an option out of its range; -EAGAIN if a compaction
+ * published meanwhile (nothing deleted; call again); other -errno.
  */
 DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
 			 char **json);

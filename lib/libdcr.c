@@ -3,8 +3,10 @@
  * libdcr.c - the public API (dcr.h) over the commit pipeline
  * (core/commit.c), the safetensors layout (core/stwriter.c) and the
  * committer's cache (lib/ccache.c). Every public function resets the
- * calling thread's error lines on entry and, when it fails, turns them
- * (or strerror) into dcr_errmsg's message.
+ * calling thread's error lines on entry, opens an error scope (common.h)
+ * so that the lines its jobs log on worker threads are the call's too,
+ * and, when it fails, turns them (or strerror) into dcr_errmsg's
+ * message.
  */
 #include "config.h"
 
@@ -62,11 +64,13 @@ static void api_enter(void)
 	errmsg[0] = 0;
 	dcr_log_errors_reset();
 	dcr_log_errors_capture(atomic_load(&errors_not_printed));
+	dcr_log_scope_begin(); /* the call's jobs on other threads log into it */
 }
 
 /* End of a public call: @ret, with dcr_errmsg set if it is a failure. */
 static int api_leave(int ret, const char *what)
 {
+	dcr_log_scope_end();
 	dcr_log_errors_capture(false);
 	if (ret >= 0)
 		return ret;

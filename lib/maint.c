@@ -17,6 +17,7 @@
 #include "dcr.h"
 
 #include "common.h"
+#include "compact.h"
 #include "diff.h"
 #include "gc.h"
 #include "index.h"
@@ -174,8 +175,12 @@ DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
 	int ret;
 
 	dcr_api_enter();
-	if (!o || !o->keep_last || o->max_depth > 64) {
-		dcr_err("dcr_store_gc: keep_last must be at least 1 and max_depth at most 64");
+	if (!o || !o->keep_last || o->max_depth > 64 ||
+	    (o->read_cost && (o->read_cost < DCR_COMPACT_READ_COST_MIN ||
+			      o->read_cost > DCR_COMPACT_READ_COST_MAX))) {
+		dcr_err("dcr_store_gc: keep_last must be at least 1, max_depth at "
+			"most 64 and read_cost 0 or from %d to %d",
+			DCR_COMPACT_READ_COST_MIN, DCR_COMPACT_READ_COST_MAX);
 		return dcr_api_leave(-EINVAL, "dcr_store_gc");
 	}
 	if ((ret = call_begin(&k, s, json)))
@@ -183,7 +188,7 @@ DCR_API int dcr_store_gc(dcr_store_handle *s, const struct dcr_gc_options *o,
 	struct dcr_gc_opts go = {
 		.keep_last = o->keep_last, .keep_tagged = o->keep_tagged,
 		.keep_newer = o->keep_newer, .grace = o->grace, .dry_run = o->dry_run,
-		.max_depth = o->max_depth,
+		.max_depth = o->max_depth, .read_cost = o->read_cost,
 	};
 	if (!(ret = dcr_gc(&k.ix, &go, &r))) {
 		dcr_gc_json(k.f, &r);

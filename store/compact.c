@@ -25,7 +25,6 @@
 #include "safetensors.h"
 #include "wq.h"
 
-#define PACK_TARGET_DEFAULT ((uint64_t)64 << 20)
 
 struct cver {
 	uint64_t v;
@@ -692,7 +691,7 @@ static int slots_new(struct cctx *c)
 	/* a frame is never larger than its chunk stored (frame.h) */
 	struct dcr_packw_opts po = {
 		.st = c->st, .frame_max = (size_t)cs + 4096, .uploads = 0,
-		.target = c->o->pack_target ? c->o->pack_target : PACK_TARGET_DEFAULT,
+		.target = c->o->pack_target, /* 0: the writer's default */
 	};
 	if ((ret = dcr_packw_new(&po, &c->pw)))
 		return ret;

@@ -219,7 +219,7 @@ static int condput_check(struct dcr_s3_store *s)
 		memcpy(rnd, &x, sizeof(rnd));
 	}
 	char hex[2 * sizeof(rnd) + 1];
-	hex_encode(rnd, sizeof(rnd), hex);
+	dcr_hex(rnd, sizeof(rnd), hex);
 	snprintf(key, sizeof(key), ".dcr-probe/%s", hex);
 	if ((ret = object_key(s, key, false, okey)))
 		goto out;

@@ -7,7 +7,7 @@
  *   s3.c          the store ops (head, get, put, del, close) and open
  *   s3_request.c  one request: performed on a pooled handle, its outcome
  *                 classified, retried with backoff, logged once
- *   s3_sign.c     AWS Signature V4 and its encodings (hex, URI)
+ *   s3_sign.c     AWS Signature V4 and its URI encoding
  *   s3_xml.c      the XML of S3's answers
  *   s3_mpu.c      multipart uploads (large puts)
  *   s3_list.c     listings: ListObjectsV2 and ListMultipartUploads
@@ -27,6 +27,7 @@
 #include "common.h"
 #include "hash.h"
 #include "objstore.h"
+#include "s3_xml.h"
 #include "wq.h"
 
 #define S3_KEY_MAX 1024             /* S3's limit on object key bytes */
@@ -160,26 +161,12 @@ void error_doc(const struct dcr_buf *b, char *code, size_t cc, char *msg,
  * (no memory, a value too long). */
 struct curl_slist *sign(struct dcr_s3_store *s, const struct s3_req *r,
 			       const char *canon_uri, const char *payload_sha);
-/* The lowercase hex of @p[0..n) into @out (2 * @n + 1 bytes). */
-void hex_encode(const uint8_t *p, size_t n, char *out);
 /* The hex SHA-256 of @p[0..n) into @hex. */
 void sha256_hex(const void *p, size_t n, char hex[DCR_HASH_HEX_LEN + 1]);
 /* Append @s to @b percent-encoded as SigV4 wants it. */
 int uri_encode(struct dcr_buf *b, const char *s, bool keep_slash);
 
-/* ---- s3_xml.c */
-
-/* XML of S3's answers: the text of element @tag in @s[0..n); the next
- * @tag element after *@p; whether a listing says it is truncated; an
- * element's unescaped text (malloc'd, at most @max bytes); the text of
- * child @tag of element @c. */
-bool xml_find(const char *s, size_t n, const char *tag,
-		     const char **vs, size_t *vn);
-int xml_next(const char **p, const char *end, const char *tag,
-		    const char **c, size_t *cn);
-bool xml_truncated(const struct dcr_buf *b);
-char *xml_text(const char *s, size_t n, size_t max);
-char *xml_child(const char *c, size_t cn, const char *tag, size_t max);
+/* ---- s3_xml.c: s3_xml.h */
 
 /* ---- s3_mpu.c */
 

@@ -2,8 +2,8 @@
 /*
  * s3_sign.c - AWS Signature V4 for the S3 backend (see s3_int.h): the
  * canonical request, the string to sign and the signed headers of one
- * attempt, with the encodings they need (hex, SHA-256 hex, the URI
- * encoding SigV4 wants) and HMAC-SHA256.
+ * attempt, with the encodings they need (SHA-256 hex, the URI encoding
+ * SigV4 wants; hex itself is core/hash.h's dcr_hex) and HMAC-SHA256.
  */
 #include "config.h"
 
@@ -20,21 +20,11 @@
 
 #include "s3_int.h"
 
-void hex_encode(const uint8_t *p, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[p[i] >> 4];
-		out[2 * i + 1] = digits[p[i] & 15];
-	}
-	out[2 * n] = 0;
-}
-
 void sha256_hex(const void *p, size_t n, char hex[DCR_HASH_HEX_LEN + 1])
 {
 	uint8_t h[DCR_HASH_LEN];
 	dcr_sha256(p, n, h);
-	hex_encode(h, sizeof(h), hex);
+	dcr_hash_hex(h, hex);
 }
 
 static bool unreserved(unsigned char c)
@@ -173,7 +163,7 @@ struct curl_slist *sign(struct dcr_s3_store *s, const struct s3_req *r,
 		memset(k, 0, sizeof(k));
 		memset(k2, 0, sizeof(k2));
 		memset(line.data, 0, line.cap);
-		hex_encode(sig, sizeof(sig), hex);
+		dcr_hex(sig, sizeof(sig), hex);
 		ADD("Authorization: AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s",
 		    s->aws.access_key, scope, signed_hdrs, hex);
 		if (token) {

@@ -125,17 +125,13 @@ struct scratch {
 
 static size_t find_tensor(const struct work *w, uint64_t blk)
 {
-	size_t lo = 0, hi = w->f->n;
+	/* the last tensor whose first block is <= blk: the one before the
+	 * first whose first block is past it (tensors of no blocks share
+	 * their successor's first block) */
+	size_t i = dcr_lower_bound_u64(w->blk_first, w->f->n, sizeof(uint64_t),
+				       0, blk + 1);
 
-	/* last tensor whose first block <= blk */
-	while (hi - lo > 1) {
-		size_t mid = (lo + hi) / 2;
-		if (w->blk_first[mid] <= blk)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return lo;
+	return i ? i - 1 : 0;
 }
 
 static void do_init_block(struct work *w, const struct tensor *t,

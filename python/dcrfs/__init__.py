@@ -18,8 +18,12 @@ To keep a rollout engine's weights current from a mount's delta/ view
 (dcrfs(8)) without reloading them: read_delta(path) ({name: (idx, val)},
 numpy only), delta_info(path) (what changed, from and to which version)
 and apply_delta(tensors, path, from_digest=... or from_version=...),
-which patches torch tensors or numpy arrays in place after checking
-that they are of the delta's from version; a bad file raises DeltaError.
+which patches torch tensors (any device) or numpy arrays in place after
+checking that they are of the delta's from version; a bad file raises
+DeltaError. apply_delta(None, path, ..., resolve=fn) patches fused and
+tensor-parallel tensors (fn(name) gives (tensor, dst), (tensor, dst,
+src, count) or SKIP); iter_delta(path) yields (name, idx, val) for an
+engine's own loader.
 
 To load one version and only one from a mount: resolve(mnt) gives
 MNT/vN for the version MNT/latest shows now (MNT/latest itself is
@@ -60,7 +64,7 @@ import threading
 
 __all__ = ["Commit", "DcrError", "version", "compact", "log", "show", "diff",
            "verify", "gc", "tag", "read_delta", "iter_delta", "delta_info", "apply_delta",
-           "DeltaError", "Reader", "open", "load_safetensors",
+           "SKIP", "DeltaError", "Reader", "open", "load_safetensors",
            "resolve", "latest", "wait"]
 
 _u64 = ctypes.c_uint64
@@ -313,7 +317,7 @@ def compact(url, max_depth=0, read_cost=0):
 class _GcOptions(ctypes.Structure):
     _fields_ = [("keep_last", _u64), ("keep_tagged", ctypes.c_int),
                 ("keep_newer", _u64), ("grace", _u64), ("dry_run", ctypes.c_int),
-                ("max_depth", ctypes.c_uint)]
+                ("max_depth", ctypes.c_uint), ("read_cost", ctypes.c_uint)]
 
 
 class _Store:
@@ -391,15 +395,17 @@ def verify(url, deep=False, versions=None):
 
 
 def gc(url, keep_last, keep_tagged=True, grace=86400, keep_newer=0, dry_run=False,
-       max_depth=0):
+       max_depth=0, read_cost=0):
     """Remove the versions outside retention and the objects no kept
     version needs, as `dcrfs-ctl gc` does: the newest keep_last versions
     stay, tagged ones with keep_tagged, those committed within keep_newer
     seconds; packs no manifest names and incomplete uploads go once older
-    than grace seconds. Returns the dict of `dcrfs-ctl gc --json`."""
+    than grace seconds; read_cost bounds the rebase as compact's does
+    (`dcrfs-ctl gc --read-cost`). Returns the dict of `dcrfs-ctl gc --json`."""
     o = _GcOptions(keep_last=keep_last, keep_tagged=1 if keep_tagged else 0,
                    keep_newer=int(keep_newer), grace=int(grace),
-                   dry_run=1 if dry_run else 0, max_depth=max_depth)
+                   dry_run=1 if dry_run else 0, max_depth=max_depth,
+                   read_cost=read_cost)
     with _Store(url) as s:
         return s.json(_lib.dcr_store_gc, ctypes.byref(o))
 
@@ -585,7 +591,7 @@ class Commit(_Closing):
 
 
 # The delta view's files (python/dcrfs/_delta.py): pure Python and numpy.
-from ._delta import DeltaError, apply_delta, delta_info, iter_delta, read_delta  # noqa: E402
+from ._delta import SKIP, DeltaError, apply_delta, delta_info, iter_delta, read_delta  # noqa: E402,E501
 # Reading without a mount (python/dcrfs/_read.py): open, load_safetensors.
 from ._read import Reader, load_safetensors, open  # noqa: E402,A004
 from ._mount import latest, resolve, wait  # noqa: E402

@@ -6,7 +6,8 @@
 # deltas; both stores verify --deep; gc's rebasing at 100 % leaves a
 # larger store than at its default; Python with read_cost=100 writes the
 # very packs dcrfs-ctl does (compaction is deterministic), and with its
-# default those of dcrfs-ctl's default; a bound out of 100..10000, or
+# default those of dcrfs-ctl's default, for compact and gc alike
+# (libdcr's dcr_gc_options.read_cost); a bound out of 100..10000, or
 # given to a command other than gc and compact, is a usage error (2), and
 # a DcrError naming read_cost in Python. Nothing is mounted.
 . "$(dirname "$0")/lib.sh"
@@ -24,7 +25,7 @@ for ((v = 1; v <= 9; v++)); do
 		--in "$T/s$((v - 1))" --out "$T/s$v" --state "$T/state" --quiet
 	[ "$(commit "$S" "$T/s$v")" = "$v" ] || fail "s$v is not version $v"
 done
-for c in c100 c400 cdef p100 pdef; do cp -a "$S" "$T/$c"; done
+for c in c100 c400 cdef p100 pdef pg100 pgdef; do cp -a "$S" "$T/$c"; done
 
 # compact C PCT: dcrfs-ctl compact --json on store copy C (PCT "": default)
 compact() {
@@ -71,17 +72,25 @@ r = dcrfs.compact(T + "/p100", read_cost=100)
 assert r["generation"] and r["rewritten"], r
 assert dcrfs.compact(T + "/pdef")["generation"], "nothing compacted"
 for bad in (99, 10001):
-    try:
-        dcrfs.compact(T + "/pdef", read_cost=bad)
-    except dcrfs.DcrError as e:
-        assert "read_cost" in str(e), str(e)
-    else:
-        raise AssertionError("read_cost=%d accepted" % bad)
+    for call in (lambda: dcrfs.compact(T + "/pdef", read_cost=bad),
+                 lambda: dcrfs.gc(T + "/pgdef", keep_last=5, grace=0, read_cost=bad)):
+        try:
+            call()
+        except dcrfs.DcrError as e:
+            assert "read_cost" in str(e), str(e)
+        else:
+            raise AssertionError("read_cost=%d accepted" % bad)
+g = dcrfs.gc(T + "/pg100", keep_last=5, grace=0, read_cost=100)
+assert g["versions_removed"] == [1, 2, 3, 4], g
+dcrfs.gc(T + "/pgdef", keep_last=5, grace=0)
 PYEOF
 	fail "Python's compact(read_cost=)"
 [ "$(packs p100)" = "$(packs c100)" ] || fail "read_cost=100 from Python wrote other packs than dcrfs-ctl's"
 [ "$(packs pdef)" = "$(packs cdef)" ] || fail "Python's default wrote other packs than dcrfs-ctl's"
 [ "$(packs p100)" != "$(packs pdef)" ] || fail "read_cost=100 from Python changed nothing"
+[ "$(packs pg100)" = "$(packs g100)" ] ||
+	fail "gc read_cost=100 from Python wrote other packs than dcrfs-ctl gc --read-cost 100's"
+[ "$(packs pgdef)" = "$(packs gdef)" ] || fail "Python's gc default wrote other packs than dcrfs-ctl's"
 
 # usage errors
 expect_status 2 "--read-cost: '99' must be a percentage from 100 to 10000" \

@@ -17,6 +17,7 @@ import torch.nn as nn
 
 import dcrfs
 import deltaref
+import python_apply
 
 FILES = ("bf16/model.safetensors", "fp16/model.safetensors", "fp32/model.safetensors")
 LAST = 5
@@ -562,6 +563,13 @@ def main():
     p, _ = c.delta(2, 3, f)
     hostile(work, p, load_torch(c.raw(2, f)), c.digest(2, f)[0])
     no_torch(c.delta(2, 3, "fp32/model.safetensors")[0])
+    # apply_delta's fast paths (numpy, CPU torch, staged as for a device;
+    # small pieces on threads) on the mount's own files: the reference's bits
+    runs = 0
+    for f in FILES:
+        old = c.raw(2, f)
+        runs += python_apply.fast_paths(c.delta(2, 3, f)[0], lambda: load_torch(old), 2)
+    log("fast paths: %d applies bit-exact" % runs)
     readme_worker(c, mnt if c.view else fake_mount(c, work))
     if not c.view:
         sys.exit(77)

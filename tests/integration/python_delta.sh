@@ -22,6 +22,8 @@
 #   missing pair, no or another format, a missing target tensor, a wrong
 #   from_digest, a strided or fp16 target) raise DeltaError naming it,
 #   and no tensor changed;
+# - apply_delta's fast paths (python_apply.py's, on these files) give the
+#   bits of a plain per-tensor reference apply;
 # - read_delta, delta_info and apply_delta to numpy arrays do not import
 #   torch.
 # Uses Debian's python3 (numpy and torch are Debian packages there).

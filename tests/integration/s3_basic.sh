@@ -17,8 +17,14 @@ s3_setup
 # (never silently left out: not built is a failure)
 [ -x "$DCR_BUILDDIR/tests/unit/test_s3" ] ||
 	fail "tests/unit/test_s3 is not built (make check builds it)"
-t "$DCR_BUILDDIR/tests/unit/test_s3" >"$T/test_s3.log" 2>&1 ||
-	{ cat "$T/test_s3.log" >&2; fail "tests/unit/test_s3 failed against $DCR_S3_SERVER"; }
+# It exits 77 when a test hook it needs is not built in (1 under CI).
+rc=0
+t "$DCR_BUILDDIR/tests/unit/test_s3" >"$T/test_s3.log" 2>&1 || rc=$?
+case $rc in
+0) ;;
+77) log "tests/unit/test_s3: $(grep '^SKIP: ' "$T/test_s3.log")" ;;
+*) cat "$T/test_s3.log" >&2; fail "tests/unit/test_s3 failed against $DCR_S3_SERVER" ;;
+esac
 # Under CI a skipped case fails, except where the server truly cannot:
 # moto does not check signatures, so test_wrong_secret skips there.
 skipped=$(grep -E '^\[  SKIPPED \] test_' "$T/test_s3.log" | sort -u || true)

@@ -368,8 +368,7 @@ log "dcrfs-commit --warm-mirror through a tier that is down: v5 published, one l
 # the origin answers 5xx through a (cold) tier: the mount goes to the
 # store; the 5xx reaches it as a 5xx and is not cached
 tier_start "$T/tier2"
-echo '[{"method": "GET", "path": "/packs/", "fault": "status:503", "count": -1}]' >"$RULES"
-sleep 1.1 # the proxy reads its rules again when their mtime changes
+fault_rules "$RULES" '[{"method": "GET", "path": "/packs/", "fault": "status:503", "count": -1}]'
 s3_mount "$STORE" "$T/e" "$S3_OPTS,mirror=$TIER_URL,cache_dir=$T/cache.e,prefetch=none"
 read_all "$T/e" 2 "$T/got.e"
 diff "$T/want.2" "$T/got.e" >/dev/null || fail "with the origin failing through the tier, v2 read wrong"
@@ -378,8 +377,7 @@ grep -q "mirror $TIER_URL: GET .* failed" "$MOUNT_LOG" ||
 	fail "no incident line for the tier's 5xx: $(tail -n 5 "$MOUNT_LOG")"
 grep -q '^[0-9.]* 503 GET' "$T/tier2/log/access.log" || fail "the tier did not pass the 503 on"
 umount_dcrfs "$T/e"
-echo '[]' >"$RULES"
-sleep 1.1
+fault_rules "$RULES" '[]'
 st=$(tier_get "$TIER_URL" "$PACK" "0-99999" "$T/after5xx")
 [ "$st" = 206 ] || fail "after the origin's 503s the tier answers HTTP $st (a cached error?)"
 awscli s3api get-object --bucket "$DCR_S3_BUCKET" --key "$PACK" --range "bytes=0-99999" \
@@ -390,8 +388,7 @@ log "the origin's 503 through the tier: read from the store, not cached"
 # dcrfs-commit --warm-mirror through a tier whose origin stalls: the warm
 # gives up at --warm-timeout (far below the 30 s stall and a mirror
 # request's own bound, 10 s), one line, and the version is published
-echo '[{"method": "GET", "path": "/packs/", "fault": "stall:30", "count": -1}]' >"$RULES"
-sleep 1.1
+fault_rules "$RULES" '[{"method": "GET", "path": "/packs/", "fault": "stall:30", "count": -1}]'
 mkdir -p "$T/tree.6"
 cp -a "$T/tree.5/." "$T/tree.6/"
 rand_file "$T/tree.6/added6.bin" 300011 a6
@@ -403,5 +400,5 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 [ "$(grep -c . "$T/cstall.err")" = 1 ] && grep -q "publishing anyway" "$T/cstall.err" ||
 	fail "dcrfs-commit --warm-mirror through a stalled tier, expected one line: $(cat "$T/cstall.err")"
 [ "$ms" -lt 9000 ] || fail "dcrfs-commit --warm-mirror --warm-timeout 2 through a stalled tier took $ms ms"
-echo '[]' >"$RULES"
+fault_rules "$RULES" '[]'
 log "dcrfs-commit --warm-mirror --warm-timeout 2 through a stalled tier: v6 published after $ms ms, one line"

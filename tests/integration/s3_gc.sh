@@ -60,10 +60,20 @@ grep -q "1 packs .* named by no manifest and 1 incomplete uploads were kept" "$T
 awscli s3api head-object --bucket "$BUCKET" --key "$PREFIX/$orphan" >/dev/null ||
 	fail "gc deleted an orphan pack younger than the grace"
 
-# a second upload, younger than the grace the next gc is given (the
-# margins leave room for the aws CLI's seconds per call on a busy host:
-# with 4 s and 3 s, the upload part and gc's start made it old already)
-sleep 12
+# a second upload, younger than the grace (10 s) the next gc is given,
+# made once the orphan pack (made after the first upload) is 11 s old by
+# the server's own stamp: a wait on that time, not a fixed sleep from
+# here (the calls above took part of it). The second upload's own calls
+# and gc's start must take under 10 s (the aws CLI takes seconds per
+# call on a busy host: 4 s and 3 s were too tight a grace for them).
+lm=$(awscli s3api head-object --bucket "$BUCKET" --key "$PREFIX/$orphan" \
+	--query LastModified --output text)
+old_at=$(($(date -d "$lm" +%s) + 11))
+now=$(date +%s)
+[ "$old_at" -le "$((now + 12))" ] || fail "the orphan's time $lm is ahead of this clock ($(date -u))"
+wait_s=$((old_at > now ? old_at - now : 0))
+sleep "$wait_s"
+log "waited $wait_s s for the orphan to be 11 s old"
 start_upload "$PREFIX/packs/$(printf '%064d' 3)"
 ctl gc --keep-last 1 --grace 10s >"$T/gc.out" 2>&1
 if [ "$placeholder" = 1 ]; then

@@ -85,6 +85,15 @@ s3_mount() {
 	eval "$saved"
 }
 
+# fault_rules FILE JSON - replace the rules of a faultproxy.py: a new
+# file renamed over FILE, so its inode differs and the proxy (which
+# compares FILE's inode, size and mtime at every request) applies JSON
+# from its next request on, with no wait for a coarse mtime to move.
+fault_rules() {
+	printf '%s\n' "$2" >"$1.tmp"
+	mv "$1.tmp" "$1"
+}
+
 # wait_for_file PATH SECONDS - until PATH exists; 1 if it never does.
 wait_for_file() {
 	local i

@@ -679,7 +679,8 @@ static void test_scratch_damage(void **state)
 	free_tts(b, 1);
 #else
 	(void)state;
-	skip();
+	tu_missing("needs the hook DCRFS_TEST_DVIEW_SCRATCH_FLIP "
+		   "(configure --enable-test-hooks)");
 #endif
 }
 
@@ -820,5 +821,5 @@ int main(void)
 
 	dcr_log_set_prog("test_dview");
 	dcr_log_set_sink(log_sink);
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return tu_exit("test_dview", cmocka_run_group_tests(tests, NULL, NULL));
 }

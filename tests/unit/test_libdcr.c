@@ -555,6 +555,13 @@ static void test_maintenance(void **state)
 	go.keep_last = 0;
 	assert_int_equal(dcr_store_gc(f->s, &go, &json), -EINVAL);
 	go.keep_last = 1;
+	/* read_cost as dcrfs-ctl gc --read-cost takes it: 0 or 100..10000 */
+	go.read_cost = 99;
+	assert_int_equal(dcr_store_gc(f->s, &go, &json), -EINVAL);
+	assert_non_null(strstr(dcr_errmsg(), "read_cost"));
+	go.read_cost = 10001;
+	assert_int_equal(dcr_store_gc(f->s, &go, &json), -EINVAL);
+	go.read_cost = 100;
 	go.dry_run = 1;
 	assert_int_equal(dcr_store_gc(f->s, &go, &json), 0);
 	expect_json(json, "\"dry_run\": true");
@@ -583,6 +590,43 @@ static void test_maintenance_gc(void **state)
 	expect_json(json, "\"version\": 2,");
 	assert_int_equal(dcr_store_verify(f->s, NULL, 0, DCR_VERIFY_DEEP, &json), 0);
 	expect_json(json, "\"ok\": true");
+	free(a);
+}
+
+/*
+ * An error logged on a worker thread of a call (a pack's put failing on
+ * the encoder thread that sealed it) is the call's: dcr_errmsg names it
+ * on the calling thread (it said "the commit: Not a directory", and the
+ * line went to stderr only). The store: its packs/ is a file, so every
+ * pack's put fails.
+ */
+static void test_worker_error_reaches_caller(void **state)
+{
+	struct fx *f = *state;
+	struct dcr_commit_options o = { .cache_dir = f->cache, .chunk_size = 65536,
+					.jobs = 4 };
+	/* past one pack (64 MiB), so that a pack is sealed, and its put
+	 * fails, on an encoder's thread while the caller waits */
+	size_t n = 72u << 20;
+	uint8_t *a = malloc(n);
+	struct dcr_range r = { a, n };
+	struct dcr_commit_info info;
+	dcr_commit_handle *c;
+	char packs[PATH_MAX + 8];
+
+	tu_fill(a, n, 6);
+	snprintf(packs, sizeof(packs), "%s/packs", f->store);
+	tu_rm_rf(packs); /* made by the first commit, if any */
+	assert_int_equal(tu_write_file(packs, "x", 1), 0);
+	assert_int_equal(dcr_commit_begin(f->s, &o, &c), 0);
+	assert_int_equal(dcr_commit_add_bytes(c, "x.bin", 0644, &r, 1), 0);
+	dcr_set_log_errors(0);
+	assert_true(dcr_commit_publish(c, NULL, &info) < 0);
+	dcr_set_log_errors(1);
+	if (!strstr(dcr_errmsg(), "cannot upload packs/"))
+		fail_msg("dcr_errmsg does not name the failed upload: '%s'",
+			 dcr_errmsg());
+	dcr_commit_free(c);
 	free(a);
 }
 
@@ -743,6 +787,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refuses_non_utf8, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_maintenance, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_maintenance_gc, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_worker_error_reaches_caller,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sign_and_meta, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_api, setup, teardown),
 	};

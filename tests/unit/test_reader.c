@@ -475,7 +475,8 @@ static void test_prefetch_settles_write(void **state)
 	free(buf);
 #else
 	(void)state;
-	skip(); /* needs the write-behind hook (--enable-test-hooks) */
+	tu_missing("needs the write-behind hook DCRFS_TEST_WRITE_DELAY_MS "
+		   "(configure --enable-test-hooks)");
 #endif
 }
 
@@ -783,5 +784,5 @@ int main(void)
 
 	dcr_log_set_prog("test_reader");
 	dcr_log_set_sink(log_sink);
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return tu_exit("test_reader", cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -118,6 +118,8 @@ static int c_list(struct dcr_store *st, const char *prefix, dcr_list_fn fn,
 		  void *arg)
 {
 	to_c(st)->lists++;
+	if (!strncmp(prefix, "versions/", 9))
+		to_c(st)->lists_versions++;
 	return dcr_store_list(to_c(st)->in, prefix, fn, arg);
 }
 
@@ -151,6 +153,7 @@ void counts_reset(struct cstore *c)
 	c->gets_packs = 0;
 	c->gets_tags = 0;
 	c->lists = 0;
+	c->lists_versions = 0;
 }
 
 /* ------------------------------------------------------------ version builder */

@@ -47,6 +47,7 @@ struct cstore {
 	struct dcr_store base;
 	struct dcr_store *in;
 	atomic_uint gets_versions, gets_packs, gets_tags, lists;
+	atomic_uint lists_versions; /* of them, listings of versions/ */
 	atomic_uint_fast64_t bytes_versions; /* what gets of versions/ returned */
 	atomic_int delay_us; /* added to every pack get */
 	/* Fault injection: a get of fail_key fails with fail_err. */

@@ -187,6 +187,42 @@ static void publish_child(struct fx *f, int v, int p)
 	publish(f->st, &f->v[v], &f->v[p], B_AUTO, 0);
 }
 
+/* How many versions the reader shows. */
+static size_t nversions(struct fx *f)
+{
+	uint64_t *vs;
+	size_t n;
+
+	assert_int_equal(dcr_reader_versions(f->r, &vs, &n), 0);
+	free(vs);
+	return n;
+}
+
+/* The deadline of a wait for an event that a timer of the reader
+ * (relist_ms, retry_bad_ms) brings: far past any of them. */
+#define WAIT_NS (5 * 1000000000LL)
+
+/*
+ * Refresh until a refresh lists versions/ whole (relist_ms after the
+ * last listing), WAIT_NS at most: the event itself, not a sleep that
+ * guesses when it is due. The refreshes before it only probe.
+ */
+static void refresh_until_listed(struct fx *f, uint64_t *latest)
+{
+	const struct timespec ts = { 0, 2 * 1000 * 1000 };
+	int64_t deadline = dcr_mono_ns() + WAIT_NS;
+
+	for (;;) {
+		unsigned before = f->cs->lists_versions;
+
+		assert_int_equal(dcr_reader_refresh(f->r, latest), 0);
+		if (f->cs->lists_versions != before)
+			return;
+		assert_true(dcr_mono_ns() < deadline);
+		nanosleep(&ts, NULL);
+	}
+}
+
 static void expect_versions(struct fx *f, const uint64_t *want, size_t nw)
 {
 	uint64_t *vs;
@@ -304,10 +340,15 @@ static void test_damaged_manifest_retried(void **state)
 	counts_reset(f->cs);
 	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
 	expect_versions(f, some, 2);
-	/* ... and found after it, and its child reads again. */
-	struct timespec ts = { 0, 350L * 1000 * 1000 };
-	nanosleep(&ts, NULL);
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	/* ... and found after it (refreshes until it is, WAIT_NS at most),
+	 * and its child reads again. */
+	const struct timespec ts = { 0, 2 * 1000 * 1000 };
+	int64_t deadline = dcr_mono_ns() + WAIT_NS;
+	do {
+		assert_true(dcr_mono_ns() < deadline);
+		nanosleep(&ts, NULL);
+		assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	} while (nversions(f) < 3);
 	expect_versions(f, all, 3);
 	assert_int_equal(dcr_reader_read(f->r, 3, 2, 0, buf, sizeof(buf)),
 			 sizeof(buf));
@@ -368,7 +409,6 @@ static void test_transient_version_retried(void **state)
 static void test_probed_version_not_fetched_again(void **state)
 {
 	struct fx *f = *state;
-	struct timespec ts = { 0, 350 * 1000 * 1000 };
 	uint64_t latest;
 	char key[64];
 	struct dcr_buf b;
@@ -386,18 +426,16 @@ static void test_probed_version_not_fetched_again(void **state)
 	assert_int_equal(dcr_store_put(f->st, key, b.data, b.len, DCR_PUT_IF_ABSENT), 0);
 	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
 	assert_int_equal(latest, 3);
-	nanosleep(&ts, NULL);
 	counts_reset(f->cs);
 	log_reset();
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0); /* a listing */
+	refresh_until_listed(f, &latest);
 	assert_int_equal(latest, 3);
 	assert_int_equal(f->cs->bytes_versions, DCR_HASH_LEN);
 	assert_int_equal(log_errors, 0);
 	check_version(f, 3);
 	/* and once the time is known, a listing fetches nothing */
-	nanosleep(&ts, NULL);
 	counts_reset(f->cs);
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	refresh_until_listed(f, &latest);
 	assert_int_equal(f->cs->bytes_versions, 0);
 	dcr_buf_free(&b);
 }
@@ -415,7 +453,6 @@ static void test_version_replaced_and_dropped(void **state)
 	struct fx *f = *state;
 	const struct dcr_version_info *old_vi, *vi;
 	struct dcr_version_change *ch;
-	struct timespec ts = { 0, 20 * 1000 * 1000 };
 	uint64_t latest, *vs;
 	char key[64];
 	size_t n;
@@ -435,9 +472,8 @@ static void test_version_replaced_and_dropped(void **state)
 	free(ch);
 
 	/* Nothing changed: a listing finds nothing to do. */
-	nanosleep(&ts, NULL);
 	log_reset();
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	refresh_until_listed(f, &latest);
 	assert_int_equal(dcr_reader_take_changes(f->r, &ch, &n), 0);
 	assert_int_equal(n, 0);
 	assert_int_equal(log_errors, 0);
@@ -453,9 +489,8 @@ static void test_version_replaced_and_dropped(void **state)
 	nudge(&f->v[3].f[2], 0, 40, 3100);
 	publish(f->st, &f->v[3], &f->v[2], B_AUTO, 0);
 
-	nanosleep(&ts, NULL);
 	log_reset();
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	refresh_until_listed(f, &latest);
 	assert_int_equal(latest, 3);
 	assert_non_null(strstr(log_last, "versions/0000000003 changed in the "
 					 "store (manifest "));
@@ -485,8 +520,7 @@ static void test_version_replaced_and_dropped(void **state)
 
 	/* v3 gone from the store: dropped; latest is v2 again. */
 	assert_int_equal(dcr_store_del(f->st, key), 0);
-	nanosleep(&ts, NULL);
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	refresh_until_listed(f, &latest);
 	assert_int_equal(latest, 2);
 	assert_int_equal(dcr_reader_read(f->r, 3, 2, 0, &b, 1), -ENOENT);
 	assert_int_equal(dcr_reader_take_changes(f->r, &ch, &n), 0);
@@ -499,16 +533,14 @@ static void test_version_replaced_and_dropped(void **state)
 
 	/* Published once more: it comes back under a tree of its own. */
 	publish(f->st, &f->v[3], &f->v[2], B_AUTO, 0);
-	nanosleep(&ts, NULL);
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	refresh_until_listed(f, &latest);
 	assert_int_equal(latest, 3);
 	assert_int_equal(dcr_reader_version(f->r, 3, &vi), 0);
 	assert_int_equal(vi->tree, 2);
 	dcr_reader_version_put(f->r, vi);
 	check_version(f, 3);
 	assert_int_equal(dcr_store_del(f->st, key), 0);
-	nanosleep(&ts, NULL);
-	assert_int_equal(dcr_reader_refresh(f->r, &latest), 0);
+	refresh_until_listed(f, &latest);
 	assert_int_equal(latest, 2);
 
 	/* A reopen with the same cache does not bring it back. */

@@ -190,4 +190,58 @@ static inline uint64_t tu_rand(uint64_t *state)
 	return x;
 }
 
+/*
+ * What a test needs and this build or machine lacks (a test hook not
+ * compiled in, a server that cannot do it): HACKING's rule for scripts,
+ * in C. Under CI=true the test fails, since CI installs and builds
+ * everything; elsewhere it is skipped with the reason printed, and
+ * tu_exit makes the whole program report a skip (77) with that reason,
+ * so neither a cmocka SKIPPED line nor a missing hook passes silently.
+ */
+static inline const char **tu_missing_slot(void)
+{
+	static const char *why; /* the first reason; the tests run in order */
+
+	return &why;
+}
+
+/** tu_ci - whether this runs under CI (CI=true, as .ci/run exports). */
+static inline int tu_ci(void)
+{
+	const char *ci = getenv("CI");
+
+	return ci && !strcmp(ci, "true");
+}
+
+/**
+ * tu_missing - inside a cmocka test: @why (what is missing, and how to
+ * get it) stops this test: a failure under CI, else a skip remembered
+ * for tu_exit. Does not return.
+ */
+#define tu_missing(why) do {						\
+		if (tu_ci())						\
+			fail_msg("%s, and CI=true: a missing dependency "	\
+				 "fails the run (HACKING)", (why));	\
+		if (!*tu_missing_slot())				\
+			*tu_missing_slot() = (why);			\
+		fprintf(stderr, "# skipped: %s\n", (why));		\
+		skip();							\
+	} while (0)
+
+/**
+ * tu_exit - what main returns after cmocka_run_group_tests gave @failed:
+ * the failures if any, else 77 with a "SKIP: @prog: reason" line (what
+ * scripts/check lists) when a test called tu_missing, else 0.
+ */
+static inline int tu_exit(const char *prog, int failed)
+{
+	if (failed)
+		return failed;
+	if (*tu_missing_slot()) {
+		printf("SKIP: %s: %s\n", prog, *tu_missing_slot());
+		return 77;
+	}
+	return 0;
+}
+
 #endif /* DCR_TESTUTIL_H */
