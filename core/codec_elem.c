@@ -167,6 +167,9 @@ void dcr_elem_ctx_free(struct dcr_elem_ctx *c)
 	free(c->idx);
 	free(c->val);
 	free(c->add);
+	free(c->rec);
+	c->rec = NULL;
+	c->rec_n = c->rec_cap = 0;
 	for (int i = 0; i < 2; i++) {
 		free(c->dec[i]);
 		free(c->enc[i]);
@@ -475,8 +478,14 @@ static int planes_encode(struct dcr_elem_ctx *c, const uint8_t *src, size_t len,
 	return 0;
 }
 
+static int rec_scan_planes(struct dcr_elem_ctx *c, const uint8_t *const *pp,
+			   size_t n, unsigned w, uint32_t base);
+
+/* With @rw (delta only), the changed elements are listed in c->rec (at
+ * chunk offset @base). */
 static int planes_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
-			size_t len, unsigned dt, int delta)
+			size_t len, unsigned dt, int delta, unsigned rw,
+			uint32_t base)
 {
 	unsigned w = dcr_dtype_width(dt);
 	size_t n = len / w;
@@ -489,7 +498,7 @@ static int planes_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
 						    &pp[k])))
 			return ret;
 	from_planes(pp, len, dt, dst, delta);
-	return 0;
+	return delta && rw ? rec_scan_planes(c, pp, n, w, base) : 0;
 }
 
 /* ------------------------------------------------------------- sparse */
@@ -897,7 +906,7 @@ sp_change_fast(uint32_t *x, const uint8_t **pp, const uint32_t *tg,
 static inline __attribute__((always_inline)) int
 sparse_apply_w(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
 	       uint32_t *x, unsigned ns, uint8_t *dst, size_t nel,
-	       uint64_t nchg, unsigned w, int vm)
+	       uint64_t nchg, unsigned w, int vm, uint32_t *rp, uint32_t rbase)
 {
 	const uint32_t *tg = c->dec[0]->packed, *tv = c->dec[1]->packed;
 	uint64_t pos = 0, j = 0;
@@ -914,11 +923,15 @@ sparse_apply_w(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
 			for (; rounds; rounds--) {
 				if ((r = sp_change_fast(&x0, &p0, tg, tv, dst, &pos, nel, w, vm)))
 					break;
+				if (rp)
+					rp[j] = rbase + (uint32_t)((pos - 1) * w);
 				j++;
 				if (ns == 1)
 					continue;
 				if ((r = sp_change_fast(&x1, &p1, tg, tv, dst, &pos, nel, w, vm)))
 					break;
+				if (rp)
+					rp[j] = rbase + (uint32_t)((pos - 1) * w);
 				j++;
 			}
 			if (r < 0)
@@ -939,6 +952,8 @@ sparse_apply_w(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
 		if (DCR_UNLIKELY(pos >= nel || v > wmask(w) || v == 0 || in[k].bad))
 			return DCR_ERR(-EBADMSG);
 		sparse_put(dst + pos * w, v, w, vm);
+		if (rp)
+			rp[j] = rbase + (uint32_t)(pos * w);
 		pos++;
 		j++;
 	}
@@ -949,26 +964,108 @@ sparse_apply_w(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
 static inline __attribute__((always_inline)) int
 sparse_apply_ns(const struct dcr_elem_ctx *c, struct dcr_rans_in *in,
 		uint32_t *x, unsigned ns, uint8_t *dst, size_t nel,
-		uint64_t nchg, unsigned w, int vm)
+		uint64_t nchg, unsigned w, int vm, uint32_t *rp, uint32_t rbase)
 {
 	switch (w << 1 | (unsigned)vm) {
 	case 1 << 1 | VMODE_XOR:
-		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_XOR);
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_XOR, rp, rbase);
 	case 1 << 1 | VMODE_ADD:
-		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_ADD);
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 1, VMODE_ADD, rp, rbase);
 	case 2 << 1 | VMODE_XOR:
-		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_XOR);
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_XOR, rp, rbase);
 	case 2 << 1 | VMODE_ADD:
-		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_ADD);
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 2, VMODE_ADD, rp, rbase);
 	case 4 << 1 | VMODE_XOR:
-		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_XOR);
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_XOR, rp, rbase);
 	default:
-		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_ADD);
+		return sparse_apply_w(c, in, x, ns, dst, nel, nchg, 4, VMODE_ADD, rp, rbase);
 	}
 }
 
+/* Room for @more entries in c->rec. 0 or -ENOMEM. */
+static int rec_room(struct dcr_elem_ctx *c, size_t more)
+{
+	if (c->rec_n + more <= c->rec_cap)
+		return 0;
+	size_t cap = DCR_MAX(2 * c->rec_cap, DCR_MAX(c->rec_n + more, (size_t)4096));
+	uint32_t *p = realloc(c->rec, cap * sizeof(*p));
+	if (!p)
+		return DCR_ERR(-ENOMEM);
+	c->rec = p;
+	c->rec_cap = cap;
+	return 0;
+}
+
+/* The entry code (frame.h, DCR_REC_WSHIFT) of width @w. */
+static inline uint32_t rec_wcode(unsigned w)
+{
+	return (uint32_t)(w == 4 ? 2 : w == 2 ? 1 : 0) << DCR_REC_WSHIFT;
+}
+
+/* List the elements of the @w byte planes @pp of @n elements each (the
+ * XOR's bytes of element i, rearranged or not, are pp[k][i]: a bit
+ * permutation within the element, so it is zero exactly when the XOR
+ * is) that are not zero, at chunk offset @base on. 0 or -ENOMEM. */
+static int rec_scan_planes(struct dcr_elem_ctx *c, const uint8_t *const *pp,
+			   size_t n, unsigned w, uint32_t base)
+{
+	const uint32_t wc = rec_wcode(w);
+
+	for (size_t i = 0; i < n; i += 8) {
+		const size_t m = DCR_MIN((size_t)8, n - i);
+		uint64_t any = 0;
+
+		for (unsigned k = 0; k < w; k++)
+			if (m == 8)
+				any |= ld64(pp[k] + i);
+			else
+				for (size_t j = 0; j < m; j++)
+					any |= pp[k][i + j];
+		if (!any)
+			continue;
+		if (rec_room(c, 8))
+			return DCR_ERR(-ENOMEM);
+		for (size_t j = i; j < i + m; j++) {
+			uint8_t b = 0;
+
+			for (unsigned k = 0; k < w; k++)
+				b |= pp[k][j];
+			if (b)
+				c->rec[c->rec_n++] = (base + (uint32_t)(j * w)) | wc;
+		}
+	}
+	return 0;
+}
+
+/* List the elements of width @w of the XOR @x[0..len) that are not zero,
+ * at chunk offset @base on. 0 or -ENOMEM. */
+static int rec_scan(struct dcr_elem_ctx *c, const uint8_t *x, size_t len,
+		    unsigned w, uint32_t base)
+{
+	const uint32_t wc = rec_wcode(w);
+	size_t k = 0;
+
+	for (; k + 8 <= len; k += 8) {
+		if (!ld64(x + k))
+			continue;
+		if (rec_room(c, 8))
+			return DCR_ERR(-ENOMEM);
+		for (size_t l = k; l < k + 8; l += w)
+			if (ldw(x + l, w))
+				c->rec[c->rec_n++] = (base + (uint32_t)l) | wc;
+	}
+	for (; k < len; k += w)
+		if (ldw(x + k, w)) {
+			if (rec_room(c, 1))
+				return DCR_ERR(-ENOMEM);
+			c->rec[c->rec_n++] = (base + (uint32_t)k) | wc;
+		}
+	return 0;
+}
+
+/* With @rec, the changes are listed in c->rec (at chunk offset @base). */
 static int sparse_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
-			size_t len, unsigned w)
+			size_t len, unsigned w, int rec, uint32_t base)
 {
 	uint8_t vm, pm;
 	uint64_t nchg, clen[SP_NS];
@@ -1001,10 +1098,24 @@ static int sparse_apply(struct dcr_elem_ctx *c, struct dcr_rd *r, uint8_t *dst,
 		return ret;
 	sparse_table(c->dec[0]->packed, fg, ng);
 	sparse_table(c->dec[1]->packed, fv, nv);
-	if (ns == 1)
-		ret = sparse_apply_ns(c, in, x, 1, dst, nel, nchg, w, vm);
-	else
-		ret = sparse_apply_ns(c, in, x, SP_NS, dst, nel, nchg, w, vm);
+	if (rec) {
+		/* The same decoder with each change's place listed as it is
+		 * written: the list is what the decode did. */
+		if ((ret = rec_room(c, (size_t)nchg)))
+			return ret;
+		uint32_t *rp = c->rec + c->rec_n;
+		base |= rec_wcode(w);
+		if (ns == 1)
+			ret = sparse_apply_ns(c, in, x, 1, dst, nel, nchg, w, vm, rp, base);
+		else
+			ret = sparse_apply_ns(c, in, x, SP_NS, dst, nel, nchg, w, vm, rp, base);
+		if (!ret)
+			c->rec_n += (size_t)nchg;
+	} else if (ns == 1) {
+		ret = sparse_apply_ns(c, in, x, 1, dst, nel, nchg, w, vm, NULL, 0);
+	} else {
+		ret = sparse_apply_ns(c, in, x, SP_NS, dst, nel, nchg, w, vm, NULL, 0);
+	}
 	if (ret)
 		return ret;
 	for (unsigned k = 0; k < ns; k++)
@@ -1034,7 +1145,7 @@ static int zstd_encode(struct dcr_elem_ctx *c, const uint8_t *src, size_t len,
 }
 
 static int zstd_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
-		      uint8_t *dst, size_t len, int delta)
+		      uint8_t *dst, size_t len, int delta, unsigned rw, uint32_t base)
 {
 	if (ZSTD_getFrameContentSize(p, n) != len)
 		return DCR_ERR(-EBADMSG);
@@ -1044,7 +1155,7 @@ static int zstd_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
 		return DCR_ERR(-EBADMSG);
 	if (delta)
 		dcr_xor(dst, o, len);
-	return 0;
+	return delta && rw ? rec_scan(c, o, len, rw, base) : 0;
 }
 
 /* ------------------------------------------------------------ encoder */
@@ -1162,7 +1273,7 @@ int dcr_elem_encode(struct dcr_elem_ctx *c, const uint8_t *chunk,
 /* ------------------------------------------------------------ decoder */
 
 int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
-		   int delta, uint8_t *dst, size_t len)
+		   int delta, uint8_t *dst, size_t len, int *rec)
 {
 	struct dcr_rd r;
 	uint8_t ver, dt, m;
@@ -1176,6 +1287,9 @@ int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
 		return DCR_ERR(-EBADMSG);
 	if ((ret = reserve_bufs(c, len)) || (ret = reserve_models(c, 0)))
 		return ret;
+	c->rec_n = 0;
+	if (rec)
+		*rec = delta;
 	for (uint64_t i = 0; i < nseg; i++) {
 		const uint8_t *sp;
 		if (dcr_rd_u8(&r, &dt) || dcr_rd_u8(&r, &m) ||
@@ -1187,6 +1301,8 @@ int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
 			return DCR_ERR(-EBADMSG);
 		struct dcr_rd sr;
 		uint8_t *d = dst + pos;
+		/* the width changes are listed at: 0 for none */
+		const unsigned rw = rec && delta ? dcr_dtype_width(dt) : 0;
 		dcr_rd_init(&sr, sp, plen);
 		switch (m) {
 		case DCR_SM_ZERO:
@@ -1202,18 +1318,22 @@ int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
 				dcr_xor(d, sp, slen);
 			else
 				memcpy(d, sp, slen);
+			if (rw)
+				ret = rec_scan(c, sp, slen, rw, (uint32_t)pos);
 			sr.p = sr.end;
 			break;
 		case DCR_SM_SPARSE:
 			if (!delta)
 				return DCR_ERR(-EBADMSG);
-			ret = sparse_apply(c, &sr, d, slen, dcr_dtype_width(dt));
+			ret = sparse_apply(c, &sr, d, slen, dcr_dtype_width(dt),
+					   rw != 0, (uint32_t)pos);
 			break;
 		case DCR_SM_PLANES:
-			ret = planes_apply(c, &sr, d, slen, dt, delta);
+			ret = planes_apply(c, &sr, d, slen, dt, delta, rw,
+					   (uint32_t)pos);
 			break;
 		default: /* DCR_SM_ZSTD */
-			ret = zstd_apply(c, sp, plen, d, slen, delta);
+			ret = zstd_apply(c, sp, plen, d, slen, delta, rw, (uint32_t)pos);
 			sr.p = sr.end;
 			break;
 		}

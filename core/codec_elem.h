@@ -49,6 +49,10 @@ struct dcr_elem_ctx {
 	struct dcr_ent_enc *enc[2];
 	struct dcr_buf cand;   /* candidate segment payload */
 	struct dcr_seg segs[DCR_FRAME_SEG_MAX];
+	/* dcr_elem_apply's list of changed elements (frame.h, struct
+	 * dcr_frame_rec), when asked for */
+	uint32_t *rec;
+	size_t rec_n, rec_cap;
 	/* statistics of the last encode, for benchmarks */
 	uint64_t st_method[DCR_SM_COUNT];
 };
@@ -78,10 +82,13 @@ int dcr_elem_encode(struct dcr_elem_ctx *c, const uint8_t *chunk,
 /**
  * dcr_elem_apply - decode the codec-2 payload @p[0..n) onto @dst[0..len):
  * overwrite (@delta false) or apply onto the parent's chunk (@delta true).
- * 0, -ENOMEM or -EBADMSG.
+ * With @rec (delta only), also list the changed elements in c->rec
+ * (c->rec_n of them; frame.h, struct dcr_frame_rec) and set *@rec to
+ * whether the list is complete (every segment's method lists its
+ * changes: true for a delta). 0, -ENOMEM or -EBADMSG.
  */
 int dcr_elem_apply(struct dcr_elem_ctx *c, const uint8_t *p, size_t n,
-		   int delta, uint8_t *dst, size_t len);
+		   int delta, uint8_t *dst, size_t len, int *rec);
 
 /**
  * dcr_elem_cost - the modelled decode cost (frame.h, DCR_COST_*) of the

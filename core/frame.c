@@ -226,17 +226,33 @@ int dcr_frame_cost(const void *p, size_t n, uint64_t *cost)
 int dcr_frame_apply(struct dcr_codec *c, const void *p, size_t n, void *dst,
 		    size_t len)
 {
+	return dcr_frame_apply_rec(c, p, n, dst, len, NULL);
+}
+
+int dcr_frame_apply_rec(struct dcr_codec *c, const void *p, size_t n,
+			void *dst, size_t len, struct dcr_frame_rec *rec)
+{
 	struct dcr_frame_hdr h;
 	int ret = dcr_frame_parse_hdr(p, n, &h);
 
+	if (rec)
+		*rec = (struct dcr_frame_rec){ 0 };
 	if (ret)
 		return ret;
 	if (h.raw_len != len || DCR_FRAME_HDR_LEN + (size_t)h.payload_len != n)
 		return DCR_ERR(-EBADMSG);
 	const uint8_t *payload = (const uint8_t *)p + DCR_FRAME_HDR_LEN;
-	if (h.codec == DCR_CODEC_ELEM)
-		return dcr_elem_apply(&c->ec, payload, h.payload_len,
-				      h.kind == DCR_FRAME_DELTA, dst, len);
+	if (h.codec == DCR_CODEC_ELEM) {
+		int complete = 0;
+
+		ret = dcr_elem_apply(&c->ec, payload, h.payload_len,
+				     h.kind == DCR_FRAME_DELTA, dst, len,
+				     rec ? &complete : NULL);
+		if (rec && !ret)
+			*rec = (struct dcr_frame_rec){ c->ec.rec, c->ec.rec_n,
+						       complete };
+		return ret;
+	}
 	if (h.codec == DCR_CODEC_STORED) {
 		if (h.kind == DCR_FRAME_DELTA)
 			dcr_xor(dst, payload, len);

@@ -245,6 +245,47 @@ int dcr_frame_apply(struct dcr_codec *c, const void *p, size_t n, void *dst,
  */
 int dcr_frame_cost(const void *p, size_t n, uint64_t *cost);
 
+/** Packing of one entry of struct dcr_frame_rec: the byte offset in the
+ *  chunk of a changed element (below 2^26: DCR_CHUNK_MAX) and, in bits
+ *  28..29, log2 of its width (1, 2 or 4 bytes, the segment's dtype). */
+#define DCR_REC_OFF_MASK ((UINT32_C(1) << 26) - 1)
+#define DCR_REC_WSHIFT 28
+
+/** Width in bytes of the element of record entry @e. */
+static inline unsigned dcr_rec_width(uint32_t e)
+{
+	return 1u << ((e >> DCR_REC_WSHIFT) & 3);
+}
+
+/**
+ * What a delta frame changed, as dcr_frame_apply_rec saw it decode: the
+ * elements whose bytes it changed, in increasing order of offset, each
+ * at the width of the segment that holds it (entries packed as
+ * DCR_REC_*). Valid until the next call on the same codec.
+ * @complete is false when the frame changed bytes the decoder does not
+ * list (a full frame, or a delta of codec 0 or 1): then @e means
+ * nothing.
+ */
+struct dcr_frame_rec {
+	const uint32_t *e;
+	size_t n;
+	int complete;
+};
+
+/**
+ * dcr_frame_apply_rec - dcr_frame_apply that also lists, in *@rec, the
+ * elements a delta frame changed: those of its sparse segments (each a
+ * change, XOR or ADD, that is never zero: the element's bytes differ)
+ * and the elements of its raw, planes and zstd segments whose XOR is not
+ * zero;
+ * zero segments change nothing. The list comes from the same decode that
+ * writes @dst, so it holds exactly the elements whose bytes differ from
+ * the parent's. Same returns as dcr_frame_apply (-ENOMEM also when the
+ * list cannot grow). Not thread-safe per @c.
+ */
+int dcr_frame_apply_rec(struct dcr_codec *c, const void *p, size_t n,
+			void *dst, size_t len, struct dcr_frame_rec *rec);
+
 /** XOR @n bytes of @src onto @dst. */
 void dcr_xor(void *dst, const void *src, size_t n);
 

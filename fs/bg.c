@@ -573,6 +573,9 @@ static void *prefetcher_main(void *arg)
 		pthread_mutex_unlock(&fs->bg_lock);
 		abandoned = prefetch_version(fs, v, v);
 		if (!abandoned) {
+			/* Its delta views from the changes the prefetch saw,
+			 * ready when latest moves (fs/delta.c). */
+			dcrfs_delta_ready(fs, v);
 			/* latest may move to it now (hold_latest) */
 			pthread_mutex_lock(&fs->bg_lock);
 			fs->prefetch_latest_done = v;

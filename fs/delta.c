@@ -14,7 +14,9 @@
  * version no longer has answers ESTALE.
  *
  * Views: a file's view is built at its lookup (so stat gives the exact
- * size before any read) into an unlinked file in the cache directory,
+ * size before any read), or when a prefetch of its version ended
+ * (dcrfs_delta_ready: from the reader's records of the changes, issue
+ * 32), into an unlinked file in the cache directory,
  * and kept while its total stays within the budget (an eighth of the
  * chunk cache's), least recently used first out; open files keep
  * theirs. An evicted view is rebuilt on its next open: the bytes are a
@@ -73,7 +75,8 @@ struct dcrfs_delta {
 	size_t n, cap;
 	struct dview_file *lru_old, *lru_new;
 	uint64_t cached_bytes, budget;
-	uint64_t built, built_bytes, evicted;
+	uint64_t built, built_bytes, evicted, ready;
+	uint64_t compared, recorded, skipped;
 	const char *tmpdir;
 };
 
@@ -132,16 +135,23 @@ void dcrfs_delta_free(struct dcrfs *fs)
 	fs->delta = NULL;
 }
 
-void dcrfs_delta_counts(struct dcrfs *fs, uint64_t *built,
-			uint64_t *built_bytes, uint64_t *cached_bytes)
+void dcrfs_delta_counts(struct dcrfs *fs, struct dcrfs_delta_counts *c)
 {
 	struct dcrfs_delta *d = fs->delta;
+	struct dcr_dvrec *rec = dcr_reader_dvrec(fs->r);
 
+	memset(c, 0, sizeof(*c));
 	pthread_mutex_lock(&d->lock);
-	*built = d->built;
-	*built_bytes = d->built_bytes;
-	*cached_bytes = d->cached_bytes;
+	c->built = d->built;
+	c->built_bytes = d->built_bytes;
+	c->cached_bytes = d->cached_bytes;
+	c->ready = d->ready;
+	c->compared = d->compared;
+	c->recorded = d->recorded;
+	c->skipped = d->skipped;
 	pthread_mutex_unlock(&d->lock);
+	if (rec)
+		dcr_dvrec_stats(rec, &c->rec);
 }
 
 /* The node of the key, made (a new slot) if new. 0 or -errno. */
@@ -325,10 +335,11 @@ static int node_check(struct dcrfs *fs, const struct dview_node *nd)
 	return 0;
 }
 
-/* The view of file node @nd, built if not cached, with a reference for
- * the caller (file_put). 0 or -errno. */
+/* The view of file node @nd, built if not cached (then *@built, if
+ * given, is set), with a reference for the caller (file_put). 0 or
+ * -errno. */
 static int view_get(struct dcrfs *fs, struct dview_node *nd,
-		    struct dview_file **out)
+		    struct dview_file **out, bool *built)
 {
 	struct dcrfs_delta *d = fs->delta;
 	struct dcr_dview_side a = { nd->from, nd->ftree }, b = { nd->to, nd->ttree };
@@ -392,6 +403,11 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 	nd->sized = true;
 	d->built++;
 	d->built_bytes += info.size;
+	d->compared += info.compared;
+	d->recorded += info.recorded;
+	d->skipped += info.skipped;
+	if (built)
+		*built = true;
 	lru_push(d, vf);
 	trim_locked(d);
 	pthread_mutex_unlock(&d->lock);
@@ -474,7 +490,7 @@ static int node_stat(struct dcrfs *fs, struct dview_node *nd, struct stat *st)
 	if (ret < 0)
 		return ret;
 	if (!node_size(fs, nd, &size)) {
-		ret = view_get(fs, nd, &vf);
+		ret = view_get(fs, nd, &vf, NULL);
 		if (ret < 0)
 			return ret;
 		size = vf->size;
@@ -802,7 +818,7 @@ int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 		return ret;
 	if (S_ISDIR(st.st_mode))
 		return -EISDIR;
-	ret = view_get(fs, nd, &vf);
+	ret = view_get(fs, nd, &vf, NULL);
 	if (ret < 0)
 		return ret;
 	*fh = (uint64_t)(uintptr_t)vf;
@@ -849,4 +865,51 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh)
 {
 	file_put(fs, (struct dview_file *)(uintptr_t)fh);
+}
+
+/* ---------------------------------------------------------- readiness */
+
+void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
+{
+	struct dcr_dvrec *rec = dcr_reader_dvrec(fs->r);
+	const struct dcr_version_info *vi;
+	struct dview_node *top, *nd;
+	struct dview_file *vf;
+	uint32_t *idx = NULL;
+	size_t n = 0, made = 0;
+	uint64_t bytes = 0;
+	int64_t t0 = dcr_mono_ns();
+	char name[32];
+
+	snprintf(name, sizeof(name), "v%" PRIu64, v);
+	if (!rec || top_node(fs, name, &top) < 0 ||
+	    version_get_tree(fs, v, top->ttree, &vi) < 0)
+		return;
+	idx = calloc(vi->nentries ? vi->nentries : 1, sizeof(*idx));
+	for (uint32_t k = 1; idx && k < vi->nentries; k++)
+		if (vi->entries[k].type == DCR_FT_REG &&
+		    ends_with(vi->entries[k].name, DCR_DVIEW_SUFFIX) &&
+		    dcr_dvrec_count(rec, v, top->ttree, k - 1, top->from))
+			idx[n++] = k;
+	version_put(fs, vi);
+	for (size_t i = 0; i < n; i++) {
+		bool built = false;
+
+		if (dcr_dview_probe(fs->r, v, top->ttree, idx[i]) < 0 ||
+		    node_get(fs, top->from, top->ftree, v, top->ttree, idx[i],
+			     &nd) < 0 ||
+		    view_get(fs, nd, &vf, &built) < 0)
+			continue;
+		pthread_mutex_lock(&fs->delta->lock);
+		fs->delta->ready += built;
+		pthread_mutex_unlock(&fs->delta->lock);
+		made += built;
+		bytes += built ? vf->size : 0;
+		file_put(fs, vf);
+	}
+	free(idx);
+	if (made)
+		dcr_info("v%" PRIu64 ": %zu delta view(s) from v%" PRIu64 " ready, "
+			 "%" PRIu64 " bytes, in %.2f s", v, made, top->from, bytes,
+			 (double)(dcr_mono_ns() - t0) / 1e9);
 }

@@ -68,6 +68,7 @@
 #include "manifest.h"
 #include "objstore.h"
 #include "passthrough.h"
+#include "dvrec.h"
 #include "reader.h"
 
 #define DCRFS_INO_ROOT ((fuse_ino_t)1)
@@ -429,10 +430,31 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 /** dcrfs_delta_release - close what dcrfs_delta_open opened. */
 void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh);
 
-/** dcrfs_delta_counts - views built since the mount, their bytes, and
- * the bytes of the views kept now. Thread-safe. */
-void dcrfs_delta_counts(struct dcrfs *fs, uint64_t *built,
-			uint64_t *built_bytes, uint64_t *cached_bytes);
+/** What /delta did since the mount (dcrfs_delta_counts). */
+struct dcrfs_delta_counts {
+	uint64_t built, built_bytes;  /* views built, their bytes */
+	uint64_t cached_bytes;        /* bytes of the views kept now */
+	uint64_t ready;               /* views built when a prefetch ended */
+	/* tensor bytes of the builds: compared (read from both versions),
+	 * taken from the reader's records of changes (store/dvrec.h),
+	 * skipped (equal chunk hashes) */
+	uint64_t compared, recorded, skipped;
+	struct dcr_dvrec_stats rec;   /* the records (zero when not kept) */
+};
+
+/** dcrfs_delta_counts - what /delta did since the mount, into @c.
+ * Thread-safe. */
+void dcrfs_delta_counts(struct dcrfs *fs, struct dcrfs_delta_counts *c);
+
+/**
+ * dcrfs_delta_ready - after a prefetch of version @v: build the views
+ * /delta/vN/FILE (from v's parent) of v's files whose chunks the reader
+ * kept changes of (store/dvrec.h), so that they are ready when /latest
+ * moves to v, at a cost that follows the change. Files without records
+ * are left to their first lookup (a build by comparison). Errors are
+ * logged by the builds; nothing is returned. Thread-safe.
+ */
+void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v);
 
 /* ------------------------------- /.dcrfs/latest (latestfile.c) */
 

@@ -1303,6 +1303,31 @@ int main(int argc, char *argv[])
 			dcr_strerror(ret));
 		goto out_store;
 	}
+	/* The changes of the chunks the mount builds, from which /delta's
+	 * views of consecutive versions are assembled (store/dvrec.h): in
+	 * memory, within the views' budget and a sixteenth of the
+	 * machine's memory. */
+	{
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		uint64_t rb = fs.delta_budget;
+
+		if (pages > 0 && psz > 0)
+			rb = DCR_MIN(rb, (uint64_t)pages * (uint64_t)psz / 16);
+		ret = 0;
+#ifdef DCR_TEST_HOOKS
+		/* Test hook (HACKING): DCRFS_TEST_DVREC_OFF=1 keeps no
+		 * records, so every view is built by comparison. */
+		if (getenv("DCRFS_TEST_DVREC_OFF"))
+			rb = 0;
+#endif
+		if (rb)
+			ret = dcr_reader_dvrec_enable(fs.r, rb);
+		if (ret < 0) {
+			dcr_err("cannot keep the delta view's records: %s",
+				dcr_strerror(ret));
+			goto out_reader;
+		}
+	}
 	ret = dcr_reader_refresh(fs.r, &latest);
 	if (ret < 0) {
 		dcr_err("cannot list the versions in %s: %s", store,

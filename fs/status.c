@@ -49,7 +49,7 @@ struct snap {
 	struct dcr_mirror_stats mirrors; /* n == 0: no mirrors */
 	uint64_t want, done, cur, pf_bytes, pf_total, pf_versions;
 	uint64_t fuse_reads, fuse_read_errors, refresh_errors, rss;
-	uint64_t dv_built, dv_bytes, dv_cached; /* /delta views */
+	struct dcrfs_delta_counts dv; /* /delta views */
 	/* passthrough: opens by mode, fallbacks by reason, READs that
 	 * reached the daemon on passthrough opens (0 when it works) */
 	uint64_t pt_opens, pt_normal, pt_reads, pt_backing;
@@ -96,7 +96,7 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 	s->pt_offered = atomic_load(&fs->pt.offered);
 	if (dcr_mirror_get_stats(fs->st, &s->mirrors))
 		s->mirrors.n = 0;
-	dcrfs_delta_counts(fs, &s->dv_built, &s->dv_bytes, &s->dv_cached);
+	dcrfs_delta_counts(fs, &s->dv);
 	s->rss = rss_bytes();
 	s->uptime = (double)(dcr_now_ns() - fs->mount_ns) / 1e9;
 	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
@@ -170,8 +170,14 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		"}", prefetch_name(fs->prefetch), s->want, s->done, s->cur,
 		s->pf_bytes, s->pf_total, s->pf_versions);
 	fprintf(f, ",\n \"delta\": {\"views_built\": %" PRIu64 ", \"bytes_built\": %"
-		PRIu64 ", \"bytes_kept\": %" PRIu64 "}", s->dv_built, s->dv_bytes,
-		s->dv_cached);
+		PRIu64 ", \"bytes_kept\": %" PRIu64 ", \"views_ready\": %" PRIu64
+		", \"tensor_bytes_compared\": %" PRIu64 ", \"tensor_bytes_recorded\": %"
+		PRIu64 ", \"tensor_bytes_skipped\": %" PRIu64 ", \"records\": "
+		"{\"chunks\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"kept\": %"
+		PRIu64 ", \"refused\": %" PRIu64 "}}", s->dv.built, s->dv.built_bytes,
+		s->dv.cached_bytes, s->dv.ready, s->dv.compared, s->dv.recorded,
+		s->dv.skipped, s->dv.rec.chunks, s->dv.rec.bytes, s->dv.rec.kept,
+		s->dv.rec.refused);
 	if (s->mirrors.n) {
 		fputs(",\n \"sources\": [", f);
 		for (size_t i = 0; i < s->mirrors.n; i++) {
@@ -320,11 +326,21 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		  "Files the scrub took out of the cache (not repairable).",
 		  (double)s->scrub.dropped },
 		{ "delta_views_built_total", true,
-		  "Delta views (MNT/delta) built.", (double)s->dv_built },
+		  "Delta views (MNT/delta) built.", (double)s->dv.built },
 		{ "delta_view_bytes_built_total", true,
-		  "Bytes of the delta views built.", (double)s->dv_bytes },
+		  "Bytes of the delta views built.", (double)s->dv.built_bytes },
 		{ "delta_view_bytes", false,
-		  "Bytes of the delta views kept now.", (double)s->dv_cached },
+		  "Bytes of the delta views kept now.", (double)s->dv.cached_bytes },
+		{ "delta_views_ready_total", true,
+		  "Delta views built when a prefetch ended.", (double)s->dv.ready },
+		{ "delta_view_tensor_bytes_recorded_total", true,
+		  "Tensor bytes of delta views whose changes came from records.",
+		  (double)s->dv.recorded },
+		{ "delta_view_tensor_bytes_compared_total", true,
+		  "Tensor bytes of delta views read and compared.",
+		  (double)s->dv.compared },
+		{ "delta_record_bytes", false,
+		  "Bytes of the records of changes kept now.", (double)s->dv.rec.bytes },
 	};
 
 	fputs("# HELP dcrfs_info The mounted store.\n# TYPE dcrfs_info gauge\n"

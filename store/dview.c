@@ -22,6 +22,7 @@
 #include "safetensors.h"
 #include "stwriter.h"
 #include "dview.h"
+#include "dvrec.h"
 
 /* Bytes of each tensor read from each version at once (a multiple of
  * every dtype's width). */
@@ -316,6 +317,7 @@ struct build {
 	uint32_t ia, ib;             /* entries of the file in A and B */
 	struct stream si, sv;
 	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
+	struct dcr_dvrec *rec;       /* the reader's records of changes, or NULL */
 	struct dcr_dview_info *info;
 	struct dcr_dview_sums *sums;
 	/* Scratch blocks (BLOCK bytes each, A's and B's) for the units
@@ -358,7 +360,7 @@ struct unit {
 	size_t c;                    /* its tensor's struct change */
 	uint64_t pos, end;
 	struct obuf oi, ov;
-	uint64_t n, skipped, compared;
+	uint64_t n, skipped, compared, recorded;
 	int rc;
 };
 
@@ -400,12 +402,40 @@ static int chunk_eq(struct build *b, uint64_t k, bool *eq)
 }
 
 /*
+ * The record of B's chunk @k made from A's same chunk (store/dvrec.h),
+ * with a reference (dcr_dvrec_put_ref), or NULL.
+ */
+static const struct dcr_dvrec_chunk *chunk_rec(struct build *b, uint64_t k)
+{
+	const struct dcr_dvrec_key key = { b->b.v, b->b.tree, b->ib - 1, k };
+	const struct dcr_dvrec_chunk *c;
+
+	if (!b->rec || dcr_dvrec_get(b->rec, &key, &c))
+		return NULL;
+	if (c->base_v == b->a.v && c->base_tree == b->a.tree &&
+	    c->base_file == b->ia - 1)
+		return c;
+	dcr_dvrec_put_ref(b->rec, c);
+	return NULL;
+}
+
+/* Whether B's chunk @k has a record (chunk_rec). */
+static bool chunk_has_rec(struct build *b, uint64_t k)
+{
+	const struct dcr_dvrec_chunk *c = chunk_rec(b, k);
+
+	dcr_dvrec_put_ref(b->rec, c);
+	return c != NULL;
+}
+
+/*
  * The run of chunks from file offset @s (< @end) that are all equal in
  * both versions, or all not: *@eq says which, *@e where it ends (<=
- * @end; a run of unequal chunks at most BLOCK bytes). 0 or -errno.
+ * @end; a run of unequal chunks at most BLOCK bytes, ended before a
+ * chunk with a record when @recs). 0 or -errno.
  */
-static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool *eq,
-		     uint64_t *e)
+static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool recs,
+		     bool *eq, uint64_t *e)
 {
 	const uint64_t cs = b->cs;
 	uint64_t x = DCR_MIN(end, (s / cs + 1) * cs);
@@ -415,7 +445,7 @@ static int chunk_run(struct build *b, uint64_t s, uint64_t end, bool *eq,
 		bool q;
 
 		ret = chunk_eq(b, x / cs, &q);
-		if (ret || q != *eq)
+		if (ret || q != *eq || (!q && recs && chunk_has_rec(b, x / cs)))
 			break;
 		x = DCR_MIN(end, x + cs);
 	}
@@ -516,16 +546,85 @@ static void scratch_put(struct build *b, uint8_t *p)
 }
 
 /*
+ * Emit the changed elements of bytes [@pos, end of its chunk or u->end)
+ * of tensor u->tb (at the same offset in A, element-aligned in the
+ * file) from the record of the chunk @pos is in, if it has one that
+ * lists them at the tensor's width (store/dvrec.h): 1 and *@n the bytes
+ * covered; 0 when it has none (the caller compares them); -ENOMEM.
+ * The record lists exactly the elements whose bytes differ from A's
+ * (the decoder's own changes, values from the proven chunk), so the
+ * output is what compare_unit's comparison emits for the same bytes.
+ */
+static int rec_piece(struct build *b, struct unit *u, unsigned iw,
+		     uint64_t pos, uint64_t *n)
+{
+	const struct dcr_tensor *tb = u->tb;
+	const unsigned w = dcr_st_dtype_width(tb->dtype);
+	const uint64_t k = (tb->off + pos) / b->cs, co = k * b->cs;
+	const struct dcr_dvrec_chunk *c = chunk_rec(b, k);
+	uint64_t f0 = tb->off + pos, f1, m = 0;
+	size_t first = SIZE_MAX, vo = 0, vfirst = 0;
+	int ret = 0;
+
+	if (!c)
+		return 0;
+	f1 = DCR_MIN(tb->off + u->end, co + c->clen);
+	/* The entries in [f0, f1): each one element of the tensor. */
+	for (size_t i = 0; i < c->n; i++) {
+		const uint64_t f = co + (c->e[i] & DCR_REC_OFF_MASK);
+		const unsigned cw = dcr_rec_width(c->e[i]);
+
+		if (f + cw > f0 && f < f1) {
+			if (cw != w || (f - tb->off) % w || f < f0 || f + w > f1)
+				goto none; /* listed at another width */
+			if (first == SIZE_MAX) {
+				first = i;
+				vfirst = vo;
+			}
+			m++;
+		} else if (f >= f1) {
+			break;
+		}
+		vo += cw;
+	}
+	if (m && (obuf_room(&u->oi, (size_t)m * iw) ||
+		  obuf_room(&u->ov, (size_t)m * w))) {
+		ret = DCR_ERR(-ENOMEM);
+		goto none;
+	}
+	for (size_t i = first, j = 0; j < m; i++, j++) {
+		const uint64_t e = (co + (c->e[i] & DCR_REC_OFF_MASK) - tb->off) / w;
+		uint8_t le[8];
+
+		dcr_put_le64(le, e);
+		memcpy(u->oi.p + u->oi.n, le, iw);
+		u->oi.n += iw;
+		memcpy(u->ov.p + u->ov.n, c->val + vfirst + j * w, w);
+		u->ov.n += w;
+	}
+	u->n += m;
+	u->recorded += f1 - f0;
+	*n = f1 - f0;
+	dcr_dvrec_put_ref(b->rec, c);
+	return 1;
+none:
+	dcr_dvrec_put_ref(b->rec, c);
+	return ret;
+}
+
+/*
  * Compare bytes [u->pos, u->end) of tensor u->tb of B with u->ta of A
  * (same dtype and shape) into @u's buffers. Where the tensor lies at the
  * same offset in both files, runs of chunks whose hashes are equal in
- * both manifests are not read.
+ * both manifests are not read, and chunks with a record of their
+ * changes (rec_piece) are not either.
  */
 static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 {
 	const struct dcr_tensor *ta = u->ta, *tb = u->tb;
 	const unsigned w = dcr_st_dtype_width(tb->dtype);
 	const bool skip = b->cs && ta->off == tb->off;
+	const bool recs = skip && b->rec && tb->off % w == 0;
 	uint8_t *ba = scratch_get(b), *bb = ba + BLOCK;
 	int ret = 0;
 
@@ -536,11 +635,23 @@ static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 		size_t k = 0;
 		bool eq = false;
 
+		if (recs) {
+			uint64_t got = 0;
+
+			ret = rec_piece(b, u, iw, pos, &got);
+			if (ret < 0)
+				break;
+			if (ret) {
+				ret = 0;
+				pos += got;
+				continue;
+			}
+		}
 		if (skip) {
 			uint64_t e;
 
-			ret = chunk_run(b, tb->off + pos, tb->off + u->end, &eq,
-					&e);
+			ret = chunk_run(b, tb->off + pos, tb->off + u->end, recs,
+					&eq, &e);
 			if (ret)
 				break;
 			n = (size_t)(e - tb->off - pos);
@@ -632,8 +743,14 @@ static int compare_all(struct build *b, struct change *cs, size_t nc)
 		 * BLOCK into its tensor (so of every dtype's width). */
 		while (nu < win && c < nc) {
 			struct unit *x = &u[nu++];
+			/* Its buffers stay: the next window's units reuse
+			 * them (memory faulted in once, not per unit). */
+			struct obuf oi = { x->oi.p, 0, x->oi.cap };
+			struct obuf ov = { x->ov.p, 0, x->ov.cap };
 
 			memset(x, 0, sizeof(*x));
+			x->oi = oi;
+			x->ov = ov;
 			x->ta = cs[c].ta;
 			x->tb = cs[c].t;
 			x->c = c;
@@ -665,14 +782,16 @@ static int compare_all(struct build *b, struct change *cs, size_t nc)
 			ch->n += x->n;
 			b->info->skipped += x->skipped;
 			b->info->compared += x->compared;
+			b->info->recorded += x->recorded;
 			if (!ret && x->end == ch->t->len) {
 				stream_seg_end(&b->si, ch->ih);
 				stream_seg_end(&b->sv, ch->vh);
 			}
-			free(x->oi.p);
-			free(x->ov.p);
-			x->oi.p = x->ov.p = NULL;
 		}
+	}
+	for (size_t i = 0; i < win; i++) {
+		free(u[i].oi.p);
+		free(u[i].ov.p);
 	}
 	while (b->nscratch)
 		free(b->scratch[--b->nscratch]);
@@ -809,7 +928,9 @@ struct check {
 static void check_unit(void *arg, size_t i)
 {
 	struct check *c = arg;
-	uint8_t *buf = malloc((size_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK);
+	/* One block at a time: a buffer below the mmap threshold, reused
+	 * from the heap, not fresh pages faulted in per unit. */
+	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
 	int ret = buf ? 0 : DCR_ERR(-ENOMEM);
 
 	if (!ret && i < c->nbu) {
@@ -818,10 +939,13 @@ static void check_unit(void *arg, size_t i)
 		const size_t n = (size_t)DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
 						 c->size - off);
 
-		ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
-		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++)
-			dcr_xxh128(buf + p, DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p),
-				   c->sums->blk[first + k]);
+		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++) {
+			const size_t m = DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p);
+
+			ret = dcr_pread_full(c->fd, buf, m, (off_t)(off + p));
+			if (!ret)
+				dcr_xxh128(buf, m, c->sums->blk[first + k]);
+		}
 	} else if (!ret) {
 		const struct seg *sg = &c->sg[i - c->nbu];
 		struct dcr_xxh_ctx *h = dcr_xxh_new();
@@ -830,8 +954,7 @@ static void check_unit(void *arg, size_t i)
 
 		ret = h ? 0 : DCR_ERR(-ENOMEM);
 		while (!ret && left) {
-			size_t n = (size_t)DCR_MIN(left, (uint64_t)CHECK_BLOCKS *
-								 DCR_DVIEW_BLOCK);
+			size_t n = (size_t)DCR_MIN(left, (uint64_t)DCR_DVIEW_BLOCK);
 
 			ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
 			if (!ret)
@@ -1040,7 +1163,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 {
 	struct build b = { .r = r, .a = from, .b = to, .ib = idx,
 			   .si = { .fd = -1 }, .sv = { .fd = -1 }, .info = info,
-			   .sums = sums };
+			   .sums = sums, .rec = dcr_reader_dvrec(r) };
 	struct stfile fa = { 0 }, fb = { 0 };
 	struct dcr_file_meta ma = { 0 }, mb;
 	struct names added = { 0 }, removed = { 0 }, reshaped = { 0 };
@@ -1218,26 +1341,31 @@ ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
 	first = off / DCR_DVIEW_BLOCK * DCR_DVIEW_BLOCK;
 	last = DCR_MIN(s->size, (end + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK *
 				DCR_DVIEW_BLOCK);
-	buf = malloc((size_t)(last - first));
+	/* Block by block through one block's buffer (below the mmap
+	 * threshold: heap memory reused, not pages faulted in per read);
+	 * each block is checked before its bytes are copied out, and a
+	 * failed block ends the read with its error. */
+	buf = malloc(DCR_DVIEW_BLOCK);
 	if (!buf)
 		return DCR_ERR(-ENOMEM);
-	ret = dcr_pread_full(fd, buf, (size_t)(last - first), first);
-	if (ret) {
-		*bad_off = first;
-		free(buf);
-		return ret == -ENODATA ? DCR_ERR(-EIO) : ret;
-	}
 	for (uint64_t o = first; o < last; o += DCR_DVIEW_BLOCK) {
 		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, last - o);
+		const uint64_t a = DCR_MAX(o, off), z = DCR_MIN(o + n, end);
 
-		dcr_xxh128(buf + (o - first), n, got);
+		ret = dcr_pread_full(fd, buf, n, (off_t)o);
+		if (ret) {
+			*bad_off = o;
+			free(buf);
+			return ret == -ENODATA ? DCR_ERR(-EIO) : ret;
+		}
+		dcr_xxh128(buf, n, got);
 		if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN)) {
 			*bad_off = o;
 			free(buf);
 			return DCR_ERR(-EIO);
 		}
+		memcpy((uint8_t *)dst + (a - off), buf + (a - o), (size_t)(z - a));
 	}
-	memcpy(dst, buf + (off - first), (size_t)(end - off));
 	free(buf);
 	return (ssize_t)(end - off);
 }

@@ -81,6 +81,8 @@ struct dcr_dview_info {
 	uint64_t changed;   /* changed elements (idx/val pairs) */
 	uint64_t tensors;   /* tensors with changes */
 	uint64_t compared;  /* tensor bytes of B read and compared */
+	uint64_t recorded;  /* tensor bytes whose changes came from the
+			       reader's records (store/dvrec.h), not read */
 	uint64_t skipped;   /* tensor bytes not read: their chunks' hashes
 			       are equal in both versions */
 };
@@ -106,7 +108,8 @@ void dcr_dview_sums_free(struct dcr_dview_sums *s);
  * end, 0 past it), or -EIO when a block does not match its check value
  * or the file is short (*@bad_off: the block's offset; nothing is
  * logged here: the caller names the view), -ENOMEM, or pread's -errno.
- * Never copies out a byte of a block that failed. Thread-safe.
+ * Never copies out a byte of a block that failed (on failure @dst may
+ * hold the checked blocks before it). Thread-safe.
  */
 ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
 			size_t len, uint64_t off, uint64_t *bad_off);

@@ -55,6 +55,7 @@
 #include "chunk.h"
 #include "common.h"
 #include "cpus.h"
+#include "dvrec.h"
 #include "fileio.h"
 #include "frame.h"
 #include "hash.h"
@@ -415,6 +416,7 @@ void dcr_reader_close(struct dcr_reader *r)
 	if (!r)
 		return;
 	queues_close(r);
+	dcr_dvrec_free(r->dvrec);
 	versions_close(r);
 	codecs_close(&r->codecs);
 	dcr_cache_close(r->cache);
@@ -854,6 +856,18 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s)
 }
 
 /* ------------------------------------------------------------ threads */
+
+int dcr_reader_dvrec_enable(struct dcr_reader *r, uint64_t budget)
+{
+	if (!r->dvrec)
+		r->dvrec = dcr_dvrec_new(budget);
+	return r->dvrec ? 0 : DCR_ERR(-ENOMEM);
+}
+
+struct dcr_dvrec *dcr_reader_dvrec(struct dcr_reader *r)
+{
+	return r->dvrec;
+}
 
 int dcr_reader_threads(struct dcr_reader *r)
 {

@@ -501,6 +501,20 @@ void dcr_reader_get_stats(struct dcr_reader *r, struct dcr_reader_stats *s);
 int dcr_reader_threads(struct dcr_reader *r);
 
 /**
+ * dcr_reader_dvrec_enable - keep, from now on, the changes of the chunks
+ * @r builds from their parent's by one delta frame (store/dvrec.h), in
+ * at most @budget bytes of memory, for the delta view (store/dview.h).
+ * Call before reads begin (a mount, before it serves). 0 or -ENOMEM.
+ */
+int dcr_reader_dvrec_enable(struct dcr_reader *r, uint64_t budget);
+
+/**
+ * dcr_reader_dvrec - @r's records of changes, or NULL when they are not
+ * kept (dcr_reader_dvrec_enable). Thread-safe.
+ */
+struct dcr_dvrec *dcr_reader_dvrec(struct dcr_reader *r);
+
+/**
  * dcr_reader_par_for - run @fn(@arg, i) for every i in [0, @n) on the
  * caller and idle threads of @r's pool, up to dcr_reader_threads(@r)
  * at once (core/wq.h, dcr_wq_par_for): for CPU-bound work over a

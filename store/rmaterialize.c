@@ -28,6 +28,7 @@
 #include "catalog.h"
 #include "chunk.h"
 #include "common.h"
+#include "dvrec.h"
 #include "frame.h"
 #include "hash.h"
 #include "manifest.h"
@@ -205,17 +206,19 @@ static int resolve_chain(struct dcr_reader *r, const struct rreq *q,
 /*
  * Apply the frames oldest-first onto @out. With @check, verify every
  * intermediate chunk against its own hash and set *@bad to the index of
- * the first step that fails (used only to name the culprit).
+ * the first step that fails (used only to name the culprit). With @rec,
+ * the newest frame's changes are listed there (dcr_frame_apply_rec).
  */
 static int apply_chain(struct dcr_codec *codec, struct chain *ch,
-		       uint8_t *out, uint32_t clen, bool check, size_t *bad)
+		       uint8_t *out, uint32_t clen, bool check, size_t *bad,
+		       struct dcr_frame_rec *rec)
 {
 	uint8_t got[DCR_HASH_LEN];
 
 	for (size_t k = ch->n; k-- > 0;) {
 		struct step *s = &ch->s[k];
-		int ret = dcr_frame_apply(codec, s->data, s->ref.len,
-					  out, clen);
+		int ret = dcr_frame_apply_rec(codec, s->data, s->ref.len,
+					      out, clen, k ? NULL : rec);
 		if (ret) {
 			*bad = k;
 			return ret;
@@ -253,7 +256,8 @@ static void blame(struct dcr_reader *r, const struct rreq *q,
 		}
 		bad = 0;
 		if (base_ok)
-			ret = apply_chain(codec, ch, out, clen, true, &bad);
+			ret = apply_chain(codec, ch, out, clen, true, &bad,
+					  NULL);
 		if (ret == 0)
 			bad = 0;
 	}
@@ -291,6 +295,36 @@ static bool chain_has_check(const struct dcr_reader *r,
 }
 
 /*
+ * The delta view's by-product (store/dvrec.h): whether the chunk at @w,
+ * built by @ch, is made by its own version's delta frame from the same
+ * chunk of its parent, in a file the view covers; then its changes are
+ * worth listing.
+ */
+static bool want_rec(const struct dcr_reader *r, const struct where *w,
+		     const struct chain *ch)
+{
+	return r->dvrec && ch->n && ch->s[0].rv == w->rv &&
+	       ch->s[0].ref.kind == DCR_CK_DELTA &&
+	       dcr_dvrec_wants(w->rv->m.files[w->file].path);
+}
+
+/* Keep the changes @fr of the proven chunk @out at @w (want_rec). */
+static void keep_rec(struct dcr_reader *r, const struct where *w,
+		     const struct dcr_frame_rec *fr, const uint8_t *out,
+		     uint32_t clen)
+{
+	const struct dcr_dvrec_key k = { w->rv->v, w->rv->tree, w->file,
+					 w->chunk };
+	struct rver *pv;
+
+	/* the parent's tree: its chain went through it (resolve_chain) */
+	if (fr->complete && get_ver(r, w->rv->parent, &pv) == 0)
+		(void)dcr_dvrec_keep(r->dvrec, &k, w->rv->parent, pv->tree,
+				     w->rv->m.files[w->file].base, fr, out,
+				     clen);
+}
+
+/*
  * Check the fetched frames of @ch, apply them onto @out (which holds the
  * cached base, if any) and prove the result equal to the committed
  * chunk: for format 2 chains, every frame against its SHA-256 and the
@@ -306,6 +340,8 @@ static int finish_chain(struct dcr_reader *r, const struct rreq *q,
 	struct dcr_codec *codec = NULL;
 	uint8_t got[DCR_HASH_LEN];
 	bool fast = chain_has_check(r, w, ref0, ch);
+	struct dcr_frame_rec rec = { 0 };
+	bool want = want_rec(r, w, ch);
 	size_t bad = 0;
 	int ret = 0;
 
@@ -331,7 +367,8 @@ static int finish_chain(struct dcr_reader *r, const struct rreq *q,
 		codec = codec_get(r);
 		if (!codec)
 			return DCR_ERR(-ENOMEM);
-		ret = apply_chain(codec, ch, out, clen, false, &bad);
+		ret = apply_chain(codec, ch, out, clen, false, &bad,
+				  want ? &rec : NULL);
 		if (ret == -ENOMEM)
 			goto out_codec;
 	}
@@ -364,6 +401,8 @@ static int finish_chain(struct dcr_reader *r, const struct rreq *q,
 	}
 	ret = DCR_ERR(-EIO);
 out_codec:
+	if (!ret && want) /* proven: the record's values are the chunk's */
+		keep_rec(r, w, &rec, out, clen);
 	if (codec)
 		codec_put(r, codec);
 	return ret;

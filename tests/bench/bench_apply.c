@@ -18,6 +18,9 @@
  *       bench_apply --runs 1 --frames F OLD NEW
  *
  * counts exactly the instructions of decoding (divide by the MiB printed).
+ * --rec decodes with dcr_frame_apply_rec and copies each listed element's
+ * new value out, as a mount does to keep the delta view's records
+ * (store/dvrec.c): run with and without it to see what that costs.
  */
 #include "config.h"
 
@@ -80,7 +83,7 @@ static int cmp_double(const void *a, const void *b)
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench_apply [--runs N] [--chunk KIB] [--frames FILE] "
-		"OLD NEW\n");
+		"[--rec] OLD NEW\n");
 	exit(2);
 }
 
@@ -90,8 +93,10 @@ int main(int argc, char **argv)
 		{ "runs", required_argument, NULL, 'r' },
 		{ "chunk", required_argument, NULL, 'c' },
 		{ "frames", required_argument, NULL, 'f' },
+		{ "rec", no_argument, NULL, 'R' },
 		{ NULL, 0, NULL, 0 },
 	};
+	int rec = 0;
 	uint32_t cs = DCR_CHUNK_DEFAULT;
 	const char *ffile = NULL;
 	int o, runs = 5;
@@ -107,6 +112,9 @@ int main(int argc, char **argv)
 			break;
 		case 'f':
 			ffile = optarg;
+			break;
+		case 'R':
+			rec = 1;
 			break;
 		default:
 			usage();
@@ -186,15 +194,33 @@ int main(int argc, char **argv)
 	for (uint64_t i = 0; i < nch; i++)
 		ndelta += out.data[off[i] + 5] == DCR_FRAME_DELTA;
 
-	uint8_t *dst = xmalloc(n_new);
+	uint8_t *dst = xmalloc(n_new), *vals = xmalloc(4 * (size_t)cs);
+	uint64_t listed = 0;
 	double t[RUNS_MAX];
 	for (int run = 0; run < runs; run++) {
 		memcpy(dst, old, n_old);
 		double t0 = now_s();
+		listed = 0;
 		for (uint64_t i = 0; i < nch; i++) {
-			int ret = dcr_frame_apply(c, out.data + off[i], len[i],
-						  dst + i * (uint64_t)cs,
-						  dcr_chunk_len(n_new, cs, i));
+			struct dcr_frame_rec fr;
+			uint8_t *d = dst + i * (uint64_t)cs;
+			int ret = dcr_frame_apply_rec(c, out.data + off[i], len[i], d,
+						      dcr_chunk_len(n_new, cs, i),
+						      rec ? &fr : NULL);
+			if (rec && !ret && fr.complete) {
+				size_t p = 0;
+
+				for (size_t k = 0; k < fr.n; k++) {
+					const uint8_t *s = d + (fr.e[k] & DCR_REC_OFF_MASK);
+
+					switch (dcr_rec_width(fr.e[k])) {
+					case 1: vals[p++] = *s; break;
+					case 2: memcpy(vals + p, s, 2); p += 2; break;
+					default: memcpy(vals + p, s, 4); p += 4; break;
+					}
+				}
+				listed += fr.n;
+			}
 			if (ret) {
 				fprintf(stderr, "bench_apply: apply chunk %" PRIu64 ": %s\n",
 					i, dcr_strerror(ret));
@@ -212,9 +238,12 @@ int main(int argc, char **argv)
 	printf("bench_apply: %.1f MiB in %" PRIu64 " chunks (%" PRIu64 " delta), "
 	       "frames %.2f MiB (%.1fx)\n", mib, nch, ndelta,
 	       (double)out.len / 1048576.0, (double)n_new / (double)out.len);
-	printf("bench_apply: apply best %.1f ms = %.0f MiB/s, median %.1f ms = "
-	       "%.0f MiB/s (%d runs)\n", t[0] * 1e3, mib / t[0],
+	printf("bench_apply: apply%s best %.1f ms = %.0f MiB/s, median %.1f ms = "
+	       "%.0f MiB/s (%d runs)\n", rec ? " --rec" : "", t[0] * 1e3, mib / t[0],
 	       t[runs / 2] * 1e3, mib / t[runs / 2], runs);
+	if (rec)
+		printf("bench_apply: %" PRIu64 " changed elements listed\n", listed);
+	free(vals);
 	free(dst);
 	free(off);
 	free(len);

@@ -28,7 +28,7 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["gbps"]
 BUILD=$DCR_BUILDDIR TMPDIR=$T timeout -k 5 120 \
 	bash "$DCR_SRCDIR/scripts/bench-delta" --smoke --out "$out" >"$T/bench-delta.log" 2>&1 ||
 	{ cat "$T/bench-delta.log" >&2; fail "scripts/bench-delta --smoke failed"; }
-/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["ratio"] > 0 and d["changed_elements"] > 0 and d["bytes_per_changed"] >= 6, d' \
+/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["ratio"] >= 0 and d["changed_elements"] > 0 and d["bytes_per_changed"] >= 6, d' \
 	"$out/bench-delta.json" || fail "bad $out/bench-delta.json"
 # scripts/bench-scale --smoke: per-stage CPU spread, on 2 shards.
 BUILD=$DCR_BUILDDIR TMPDIR=$T timeout -k 5 120 \
@@ -39,8 +39,14 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 L = d["layouts"][0]
 assert L["shards"] == 2 and L["sha256_cpu_s"] > 0, L
-assert set(L["stages"]) == {"prefetch", "cold_read", "delta_view", "verify_deep"}, L["stages"]
+assert set(L["stages"]) == {"prefetch", "delta_first_read", "cold_read", "delta_view",
+                            "verify_deep"}, L["stages"]
 for k, s in L["stages"].items():
+    if k == "delta_first_read":  # a ready view: its read may take under a tick
+        assert s["cpu_s"] >= 0 and s["files"] == 2 and 0 <= s["ready"] <= 2, (k, s)
+        continue
+    if k == "delta_view" and s["cpu_s"] == 0:  # from records: may take under a tick
+        continue
     assert s["cpu_s"] > 0 and 0 < s["busiest"] <= 1 and s["threads_2pct"] >= 1, (k, s)
 assert L["stages"]["prefetch"]["threads_reported"] == 4, L["stages"]["prefetch"]' \
 	"$out/bench-scale.json" || fail "bad $out/bench-scale.json"

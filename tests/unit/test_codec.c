@@ -348,6 +348,100 @@ static void test_hint_segments(void **state)
 	free(chunk);
 }
 
+/*
+ * dcr_frame_apply_rec lists exactly the elements a delta frame changed
+ * (the delta view's by-product, store/dvrec.h): every listed element
+ * differs from the base, every differing byte is in a listed element,
+ * in increasing order, at its segment's width; for sparse (XOR and ADD),
+ * planes, zstd and raw segments, across a chunk of several segments (a
+ * bf16 tensor cut at odd offsets, bytes, f32).
+ */
+static void check_rec(struct fx *f, const uint8_t *chunk, const uint8_t *base,
+		      size_t len, const struct dcr_elem_hint *h, int *complete)
+{
+	struct dcr_frame_rec rec;
+	uint8_t *dst = malloc(len), *seen = calloc(len, 1);
+	int kind;
+
+	dcr_buf_reset(&f->out);
+	assert_int_equal(dcr_frame_encode2(f->c, chunk, base, len, h, &f->out, &kind), 0);
+	assert_int_equal(kind, DCR_FRAME_DELTA);
+	memcpy(dst, base, len);
+	assert_int_equal(dcr_frame_apply_rec(f->c, f->out.data, f->out.len, dst,
+					     len, &rec), 0);
+	assert_memory_equal(dst, chunk, len);
+	*complete = rec.complete;
+	if (!rec.complete)
+		goto out;
+	for (size_t i = 0; i < rec.n; i++) {
+		uint32_t o = rec.e[i] & DCR_REC_OFF_MASK;
+		unsigned w = dcr_rec_width(rec.e[i]);
+
+		assert_true(o + w <= len);
+		if (i)
+			assert_true(o >= (rec.e[i - 1] & DCR_REC_OFF_MASK) +
+					 dcr_rec_width(rec.e[i - 1]));
+		assert_memory_not_equal(chunk + o, base + o, w);
+		memset(seen + o, 1, w);
+	}
+	for (size_t k = 0; k < len; k++)
+		if (chunk[k] != base[k])
+			assert_int_equal(seen[k], 1);
+out:
+	free(seen);
+	free(dst);
+}
+
+static void test_apply_rec(void **state)
+{
+	struct fx *f = *state;
+	size_t len = 64 << 10;
+	uint64_t coff = 3 * (uint64_t)len;
+	struct dcr_region rs[] = {
+		{ 100, coff + 20001 - 100, DCR_DT_BF16 },
+		{ coff + 20001, 300, DCR_DT_BF16 },
+		{ coff + 20301, 8000, DCR_DT_F32 },
+		{ coff + 40000, 100000, DCR_DT_BF16 },
+	};
+	struct dcr_elem_hint h = { rs, 4, coff, 0 };
+	uint8_t *base = malloc(len), *chunk = malloc(len);
+	int complete;
+
+	fill_bf16(base, len);
+	fill_f32(base + 20304, 8000);
+	/* sparse, XOR and ADD values: listed */
+	for (int add = 0; add <= 1; add++) {
+		memcpy(chunk, base, len);
+		perturb(chunk, len, 2, 30, add);
+		check_rec(f, chunk, base, len, &h, &complete);
+		assert_true(complete);
+	}
+	/* dense changes of random bytes (zstd or raw segments): listed */
+	memcpy(chunk, base, len);
+	for (size_t k = 0; k < len; k++)
+		if (next_rand() % 3 == 0)
+			chunk[k] = (uint8_t)next_rand();
+	check_rec(f, chunk, base, len, &h, &complete);
+	assert_true(complete);
+	/* a change in every element: planes */
+	memcpy(chunk, base, len);
+	perturb(chunk, len, 2, 1000, 0);
+	check_rec(f, chunk, base, len, &h, &complete);
+	assert_true(complete);
+	/* a change in every tenth: planes or sparse */
+	memcpy(chunk, base, len);
+	perturb(chunk, len, 2, 100, 0);
+	check_rec(f, chunk, base, len, &h, &complete);
+	assert_true(complete);
+	/* an unchanged chunk coded as a delta of zero segments: nothing */
+	memcpy(chunk, base, len);
+	chunk[len - 1] ^= 1;
+	check_rec(f, chunk, base, len, &h, &complete);
+	assert_true(complete);
+	free(base);
+	free(chunk);
+}
+
 static void test_text_and_small(void **state)
 {
 	struct fx *f = *state;
@@ -914,6 +1008,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_widths_and_dense, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_bf16_planes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hint_segments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_apply_rec, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_text_and_small, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_codec1_still_decodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_golden, setup, teardown),
