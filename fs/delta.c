@@ -892,6 +892,21 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 		    dcr_dvrec_count(rec, v, top->ttree, k - 1, top->from))
 			idx[n++] = k;
 	version_put(fs, vi);
+	/* A build ahead of its first read is an offer, not a duty: it
+	 * writes a scratch file and the view beside the cache, so it waits
+	 * for a first read where they might take the room the catalog
+	 * needs to index the next version (twice the records' bytes: the
+	 * scratch and the view) */
+	if (n) {
+		struct dcr_dvrec_stats rs;
+
+		dcr_dvrec_stats(rec, &rs);
+		if (!dcr_reader_room_for(fs->r, 2 * rs.bytes)) {
+			dcr_debug("v%" PRIu64 ": delta views not built ahead: "
+				  "the cache's file system is short of room", v);
+			n = 0;
+		}
+	}
 	for (size_t i = 0; i < n; i++) {
 		bool built = false;
 

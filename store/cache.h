@@ -234,6 +234,14 @@ int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
 int dcr_cache_make_room(struct dcr_cache *c, uint64_t want);
 
 /**
+ * dcr_cache_room_for - whether @bytes more may be written next to the
+ * cache (by another user of its file system: the delta view's scratch)
+ * and leave the headroom free: false while the file system is short of
+ * the budget, or when it cannot be told. Thread-safe.
+ */
+bool dcr_cache_room_for(struct dcr_cache *c, uint64_t bytes);
+
+/**
  * dcr_cache_room_hook - dcr_cache_make_room of the cache @cache, in the
  * shape of a catalog's room hook (dcr_catalog_set_room_hook).
  */

@@ -109,6 +109,15 @@ int fs_room(struct dcr_cache *c, struct slab *keep, uint64_t need)
 	return 0;
 }
 
+bool dcr_cache_room_for(struct dcr_cache *c, uint64_t bytes)
+{
+	uint64_t free = 0;
+
+	if (atomic_load(&c->fs_short) || fs_space(c, &free, NULL) < 0)
+		return false;
+	return free >= c->headroom + bytes;
+}
+
 int dcr_cache_make_room(struct dcr_cache *c, uint64_t want)
 {
 	uint64_t before, after;

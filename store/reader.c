@@ -864,6 +864,11 @@ int dcr_reader_dvrec_enable(struct dcr_reader *r, uint64_t budget)
 	return r->dvrec ? 0 : DCR_ERR(-ENOMEM);
 }
 
+bool dcr_reader_room_for(struct dcr_reader *r, uint64_t bytes)
+{
+	return dcr_cache_room_for(r->cache, bytes);
+}
+
 struct dcr_dvrec *dcr_reader_dvrec(struct dcr_reader *r)
 {
 	return r->dvrec;

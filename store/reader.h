@@ -509,6 +509,12 @@ int dcr_reader_threads(struct dcr_reader *r);
 int dcr_reader_dvrec_enable(struct dcr_reader *r, uint64_t budget);
 
 /**
+ * dcr_reader_room_for - dcr_cache_room_for of @r's cache: whether @bytes
+ * more fit on its file system beside it, the headroom kept. Thread-safe.
+ */
+bool dcr_reader_room_for(struct dcr_reader *r, uint64_t bytes);
+
+/**
  * dcr_reader_dvrec - @r's records of changes, or NULL when they are not
  * kept (dcr_reader_dvrec_enable). Thread-safe.
  */
