@@ -36,7 +36,7 @@
  * Format 4 has format 3's bytes and meaning. It marks a version whose
  * frames and packs may use what format-3 readers cannot read: sparse
  * segments of position model 1 (two interleaved rANS states, frame.h)
- * and packs named DCRPACK2-style (core/packw.h). Such a reader then
+ * and packs named DCRPACK2-style (commit/packw.h). Such a reader then
  * refuses the version as it refuses any manifest newer than it reads,
  * instead of fetching frames it would call damaged.
  * dcr_manifest_decode tells a newer format apart (-EPROTONOSUPPORT), so

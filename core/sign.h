@@ -20,7 +20,7 @@
  * parent's exact manifest (hence its frames, by their SHA-256): an
  * unsigned parent of a signed version is vouched for by its child.
  * Layouts (compaction) are never signed; the reader proves that a
- * re-encoding has exactly the signed content (store/rlayout.c).
+ * re-encoding has exactly the signed content (read/rlayout.c).
  *
  * Keys are OpenSSL's PEM files (PKCS#8 private, SubjectPublicKeyInfo
  * public), so `openssl genpkey -algorithm ed25519` makes one too. A key

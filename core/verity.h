@@ -4,7 +4,7 @@
  * kernel's FS_IOC_MEASURE_VERITY reports for a file sealed with
  * FS_IOC_ENABLE_VERITY (version 1, SHA-256, 4 KiB blocks, no salt), so
  * that a cache file the kernel seals can be checked against the bytes
- * the daemon proved (store/cache_verity.c).
+ * the daemon proved (cache/cache_verity.c).
  *
  * The digest (the kernel's Documentation/filesystems/fsverity.rst): the
  * data is cut into 4 KiB blocks, the last padded with zeros; each level

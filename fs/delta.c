@@ -2,7 +2,7 @@
 /*
  * delta.c - the /delta tree of a mount (issue 21): per version N with a
  * parent, /delta/vN holds each safetensors file of vN as its delta view
- * from the parent (store/dview.h); /delta/vM..vN (looked up, never
+ * from the parent (read/dview.h); /delta/vM..vN (looked up, never
  * listed) the view from any earlier vM of N's lineage, or, with M > N,
  * a rollback span: the view that takes tensors of vM back to vN (N in
  * M's lineage; the same format with from and to swapped).

@@ -436,7 +436,7 @@ struct dcrfs_delta_counts {
 	uint64_t cached_bytes;        /* bytes of the views kept now */
 	uint64_t ready;               /* views built when a prefetch ended */
 	/* tensor bytes of the builds: compared (read from both versions),
-	 * taken from the reader's records of changes (store/dvrec.h),
+	 * taken from the reader's records of changes (read/dvrec.h),
 	 * skipped (equal chunk hashes) */
 	uint64_t compared, recorded, skipped;
 	struct dcr_dvrec_stats rec;   /* the records (zero when not kept) */
@@ -449,7 +449,7 @@ void dcrfs_delta_counts(struct dcrfs *fs, struct dcrfs_delta_counts *c);
 /**
  * dcrfs_delta_ready - after a prefetch of version @v: build the views
  * /delta/vN/FILE (from v's parent) of v's files whose chunks the reader
- * kept changes of (store/dvrec.h), so that they are ready when /latest
+ * kept changes of (read/dvrec.h), so that they are ready when /latest
  * moves to v, at a cost that follows the change. Files without records
  * are left to their first lookup (a build by comparison). Errors are
  * logged by the builds; nothing is returned. Thread-safe.

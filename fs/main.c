@@ -1304,7 +1304,7 @@ int main(int argc, char *argv[])
 		goto out_store;
 	}
 	/* The changes of the chunks the mount builds, from which /delta's
-	 * views of consecutive versions are assembled (store/dvrec.h): in
+	 * views of consecutive versions are assembled (read/dvrec.h): in
 	 * memory, within the views' budget and a sixteenth of the
 	 * machine's memory. */
 	{

@@ -23,7 +23,7 @@
  *    in the initial user namespace.
  *
  * The rules the kernel enforces, and how dcrfs keeps them, are in
- * fs/ops.c (one backing id per inode, no mixed opens) and store/cache.h
+ * fs/ops.c (one backing id per inode, no mixed opens) and cache/cache.h
  * (a backing file is complete, verified and never modified while
  * registered). With libfuse >= 3.16 this file goes away: the INIT bit is
  * FUSE_CAP_PASSTHROUGH, register/release are

@@ -3,7 +3,7 @@
  * scrub.c - the mount's scrub (-o scrub=SECONDS, fs.h dcrfs_scrub_*): a
  * thread of its own that, every interval, re-checks each version file
  * open through FUSE passthrough against its sub-block sums, from its
- * cache file as the kernel serves it (store/rscrub.c), and repairs in
+ * cache file as the kernel serves it (read/rscrub.c), and repairs in
  * place a chunk found rotten, so that every read through an open or a
  * mapping the kernel holds, and every open after it, gets right bytes.
  *

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libdcr.c - the public API (dcr.h) over the commit pipeline
- * (core/commit.c), the safetensors layout (core/stwriter.c) and the
- * committer's cache (lib/ccache.c). Every public function resets the
+ * (commit/commit.c), the safetensors layout (core/stwriter.c) and the
+ * committer's cache (commit/ccache.c). Every public function resets the
  * calling thread's error lines on entry, opens an error scope (common.h)
  * so that the lines its jobs log on worker threads are the call's too,
  * and, when it fails, turns them (or strerror) into dcr_errmsg's

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * maint.c - libdcr's maintenance calls (dcr.h: log, show, diff, verify,
- * gc, tag) over the store's index (store/index.h), store/diff.h,
+ * gc, tag) over the store's index (maint/index.h), maint/diff.h,
  * verify.h and gc.h, answering in the JSON of lib/maintjson.h, the same
  * writer dcrfs-ctl --json uses. Each call loads its own index.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * maintjson.h - the JSON form of the maintenance results (store/index.h,
+ * maintjson.h - the JSON form of the maintenance results (maint/index.h,
  * diff.h, verify.h, gc.h): what `dcrfs-ctl log|show|diff|verify|gc
  * --json` print and what libdcr's dcr_store_log, ... return, one writer
  * for both so that they never differ. Each writes one JSON value and a

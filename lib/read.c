@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * read.c - libdcr's read API (dcr.h: dcr_read_*): a version's files read
- * without a mount, through the read path (store/reader.h) with its
+ * without a mount, through the read path (read/reader.h) with its
  * chunk cache, fetches and bit-exact verification. A read handle owns
  * one reader: on the caller's cache directory (the layout a mount uses,
  * so either can reuse what the other cached, one at a time: the reader's

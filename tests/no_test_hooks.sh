@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # no_test_hooks.sh - what is installed carries no test hook (issue 19,
-# item 6): every source of a program or library (core/ store/ lib/ fs/
+# item 6): every source of a program or library (core/ store/ cache/ read/ commit/ maint/ lib/ fs/
 # tools/), preprocessed as a build configured without
 # --enable-test-hooks sees it (config.h without DCR_TEST_HOOKS), names
 # no DCRFS_TEST_* variable and no dcr_s3_test_* hook; and when this
@@ -19,10 +19,10 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/dcr-nohooks.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 grep -v 'DCR_TEST_HOOKS' "$B/config.h" >"$tmp/config.h"
 # shellcheck disable=SC2046
-flags=(-I"$tmp" -I"$S" -I"$S/core" -I"$S/store" -I"$S/lib" -I"$S/fs" -I"$S/tools"
+flags=(-I"$tmp" -I"$S" -I"$S/core" -I"$S/store" -I"$S/cache" -I"$S/read" -I"$S/commit" -I"$S/maint" -I"$S/lib" -I"$S/fs" -I"$S/tools"
        $(pkg-config --cflags fuse3 libcurl sqlite3 2>/dev/null || true))
 status=0
-for f in "$S"/core/*.c "$S"/store/*.c "$S"/lib/*.c "$S"/fs/*.c "$S"/tools/*.c; do
+for f in "$S"/core/*.c "$S"/store/*.c "$S"/cache/*.c "$S"/read/*.c "$S"/commit/*.c "$S"/maint/*.c "$S"/lib/*.c "$S"/fs/*.c "$S"/tools/*.c; do
 	if ! "$CC" -E -P "${flags[@]}" "$f" -o "$tmp/out.i" 2>"$tmp/err"; then
 		printf 'FAIL: no_test_hooks: cannot preprocess %s: %s\n' "${f#"$S"/}" "$(head -3 "$tmp/err")" >&2
 		status=1

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl.h - what the parts of dcrfs-ctl share: the command line and the
- * store's index (store/index.h, loaded once per run). The work is in
+ * store's index (maint/index.h, loaded once per run). The work is in
  * store/ (index.h, diff.h, verify.h, gc.h, compact.h); these files parse
  * and print: tools/dcrfs-ctl.c parses and runs log, show, diff, tag,
  * untag, init and status; ctl_verify.c prints verify, ctl_wait.c

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl_compact.c - dcrfs-ctl compact: re-encode the store's versions as
- * skip-deltas of bounded depth (store/compact.h) and print what it did
+ * skip-deltas of bounded depth (maint/compact.h) and print what it did
  * (see ctl.h, dcrfs-ctl(8)).
  */
 #include "config.h"

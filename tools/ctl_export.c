@@ -2,7 +2,7 @@
 /*
  * ctl_export.c - dcrfs-ctl export V DIR and cat V PATH: a version's files
  * without a mount (issue 33; dcrfs-ctl(8)), through the read path
- * (store/reader.h): the same chunk cache, fetches and bit-exact checks as
+ * (read/reader.h): the same chunk cache, fetches and bit-exact checks as
  * a mount, so a byte is written only once its chunk is proven.
  *
  * export materializes the version into DIR on the CPU budget's threads

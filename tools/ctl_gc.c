@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ctl_gc.c - dcrfs-ctl gc: store/gc.h does it; this prints what it does
+ * ctl_gc.c - dcrfs-ctl gc: maint/gc.h does it; this prints what it does
  * as it goes (stdout, none with --json) and what it did (see ctl.h,
  * dcrfs-ctl(8)).
  */

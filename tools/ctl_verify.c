@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ctl_verify.c - dcrfs-ctl verify: store/verify.h checks; this prints
+ * ctl_verify.c - dcrfs-ctl verify: maint/verify.h checks; this prints
  * each damaged object and what it affects, the unsigned versions, and
  * the summary (see ctl.h,
  * dcrfs-ctl(8)).

@@ -3,8 +3,8 @@
  * dcrfs-commit - publish a checkpoint directory as a new dcrfs version.
  *
  * Argument parsing and output over libdcr (lib/dcr.h), which does the
- * work: the pipeline (core/commit.c) and the committer's cache of the
- * parent tree (lib/ccache.c, layout there).
+ * work: the pipeline (commit/commit.c) and the committer's cache of the
+ * parent tree (commit/ccache.c, layout there).
  */
 #include "config.h"
 

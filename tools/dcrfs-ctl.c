@@ -6,7 +6,7 @@
  *
  * Argument parsing and output. Manifests come from core/objstore.h;
  * bytes that must be materialized (diff, verify --deep, format 1 delta
- * chunks) go through the read path (store/reader.h) with a scratch
+ * chunks) go through the read path (read/reader.h) with a scratch
  * catalog and cache in a temporary directory removed on exit.
  */
 #include "config.h"

@@ -20,7 +20,7 @@
  * counts exactly the instructions of decoding (divide by the MiB printed).
  * --rec decodes with dcr_frame_apply_rec and copies each listed element's
  * new value out, as a mount does to keep the delta view's records
- * (store/dvrec.c): run with and without it to see what that costs.
+ * (read/dvrec.c): run with and without it to see what that costs.
  */
 #include "config.h"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # delta_byproduct.sh - the delta view of consecutive versions assembled
 # from the changes the mount saw while it built the chunks (issue 32,
-# store/dvrec.c): on a mount with prefetch=latest, delta/vN/FILE of every
+# read/dvrec.c): on a mount with prefetch=latest, delta/vN/FILE of every
 # safetensors file is byte for byte the reference generator's
 # (tests/integration/deltaref.py, numpy) and the comparison's (a mount
 # without records), for files whose tensors straddle chunks, an f64

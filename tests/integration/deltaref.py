@@ -4,7 +4,7 @@ only (tests/integration/python_delta.sh, tests/bench/bench_apply_delta.py).
 
 Written from the format's text (dcrfs-delta version 1, as the docstring
 of python/dcrfs/_delta.py states it), sharing no code with the C view
-(fs/delta.c, store/dview.c) or python/dcrfs: from two full safetensors
+(fs/delta.c, read/dview.c) or python/dcrfs: from two full safetensors
 files it writes the delta file byte for byte. numpy `!=` on the unsigned-integer views of each tensor,
 np.flatnonzero for the indices. Also an independent file digest (the
 manifest's, for format >= 3: SHA-256 of the list of the chunks' SHA-256s)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # trust_proofs.sh - how a mount with -o trust= proves the chunks it builds
-# (store/rtrust.c): the fast way (each frame's SHA-256, the result's
+# (read/rtrust.c): the fast way (each frame's SHA-256, the result's
 # XXH3-128) only when every manifest on the chunk's chain is authentic -
 # signed by a trusted key, or the parent a signed child binds - and
 # committed as read; else by the chunk's SHA-256 in the signed manifest

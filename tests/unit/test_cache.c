@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for store/cache.c: the slab cache on a real file system.
+ * Unit tests for cache/cache.c: the slab cache on a real file system.
  */
 #include "config.h"
 

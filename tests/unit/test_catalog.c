@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for store/catalog.c: schema, versions, chunk lookups, tags,
+/* Unit tests for cache/catalog.c: schema, versions, chunk lookups, tags,
  * cache bookkeeping, persistence and the store-URL guard. */
 #include "config.h"
 

@@ -350,7 +350,7 @@ static void test_hint_segments(void **state)
 
 /*
  * dcr_frame_apply_rec lists exactly the elements a delta frame changed
- * (the delta view's by-product, store/dvrec.h): every listed element
+ * (the delta view's by-product, read/dvrec.h): every listed element
  * differs from the base, every differing byte is in a listed element,
  * in increasing order, at its segment's width; for sparse (XOR and ADD),
  * planes, zstd and raw segments, across a chunk of several segments (a

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for core/commit.c over a real directory store. Versions are
+ * Unit tests for commit/commit.c over a real directory store. Versions are
  * checked by an independent, deliberately naive materializer written here
  * (walk the manifest chain, apply frames, compare with the source tree).
  */

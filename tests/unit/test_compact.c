@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for store/compact.c over a real directory store: a chain of
+ * Unit tests for maint/compact.c over a real directory store: a chain of
  * bf16 steps (3 % of the elements each), compacted with the defaults.
  * Every chunk of every version must read within the bound of compact.h
  * (its frames, walked here through the published layout and costed with

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for the delta view builder (store/dview.h): small
+ * Unit tests for the delta view builder (read/dview.h): small
  * safetensors files committed with real frames and manifests into a
  * directory store (the fixture of test_reader_util.h), views built
  * through a real reader and checked against changes worked out here

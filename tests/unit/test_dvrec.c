@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the records of changes behind the delta view
- * (store/dvrec.c): what is kept is the decoder's list with the values
+ * (read/dvrec.c): what is kept is the decoder's list with the values
  * read from the chunk; a record is found by its exact key (version,
  * tree, file, chunk); the newest DCR_DVREC_VERSIONS versions are kept
  * and an older one is refused; a version seen with another tree loses

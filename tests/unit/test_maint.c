@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unit tests for the maintenance modules over a real directory store:
- * the store index and its records (store/index.h: log, show), diff
+ * the store index and its records (maint/index.h: log, show), diff
  * (diff.h), verify (verify.h) and gc (gc.h). The store holds four
  * versions of a tree (a safetensors file with tensors "a" and "b", a
  * text file that goes in version 3, a file that comes in version 3):

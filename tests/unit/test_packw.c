@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for core/packw.c: the pack writer over a real directory
+ * Unit tests for commit/packw.c: the pack writer over a real directory
  * store, and the naming rule of both pack forms (dcr_pack_name). A pack
  * written now is "DCRPACK2" + its frames and is named by the SHA-256 of
  * the header and of each frame's SHA-256, computed here by hand; packs

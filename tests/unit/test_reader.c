@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for the read path (store/reader.h), its reads: trees and
+ * Unit tests for the read path (read/reader.h), its reads: trees and
  * file boundaries, chains of deltas fetched cold or over cached bases
  * (counting exactly which objects the reader fetches), trees unloaded,
  * a reopen that fetches nothing again, a tiny cache budget, concurrent

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for the read path (store/reader.h) when what it reads is
+ * Unit tests for the read path (read/reader.h) when what it reads is
  * damaged: a corrupt frame in a pack or in a delta chain, a missing
  * pack, a cached chunk damaged on disk, a wrong check value in a
  * manifest. The reader never serves a wrong byte: it fails the read

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for the read path's versions (store/reader.h): tags, the
+ * Unit tests for the read path's versions (read/reader.h): tags, the
  * refresh's probes, corrupt, unreadable, damaged and transiently failing
  * manifests and missing parents (skipped, retried, found again), and a
  * version replaced or dropped in the store, seen by a running reader or

@@ -82,7 +82,7 @@ struct dcr_dview_info {
 	uint64_t tensors;   /* tensors with changes */
 	uint64_t compared;  /* tensor bytes of B read and compared */
 	uint64_t recorded;  /* tensor bytes whose changes came from the
-			       reader's records (store/dvrec.h), not read */
+			       reader's records (read/dvrec.h), not read */
 	uint64_t skipped;   /* tensor bytes not read: their chunks' hashes
 			       are equal in both versions */
 };

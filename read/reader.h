@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cache.h" /* DCR_CACHE_SIZE_DEFAULT */
 #include "manifest.h"
 #include "objstore.h"
 
@@ -98,8 +99,6 @@ struct dcr_reader_opts {
 /* How long a reader waits for the cache directory's lock held by a
  * daemon whose mount is gone (it exits within a second of its unmount). */
 #define DCR_LOCK_WAIT_MS 5000
-
-#define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
 
 /** One directory or regular file of a version, as the filesystem shows it. */
 struct dcr_entry {
@@ -343,7 +342,7 @@ int dcr_reader_read_exact(struct dcr_reader *r, uint64_t v, int64_t tree,
  * @chunk of entry @idx of tree @tree of version @v (the materialized
  * chunk's, what every read of it is proven against) into @hash, and the
  * version's chunk size into *@chunk_size. No chunk is read. For callers
- * that skip chunks equal in two versions (store/dview.c). 0, -ESTALE,
+ * that skip chunks equal in two versions (read/dview.c). 0, -ESTALE,
  * -ENOENT (no such version, entry or chunk), -EISDIR, or -errno from
  * the catalog. Thread-safe.
  */
@@ -390,7 +389,7 @@ struct dcr_cache_pin;
  * passthrough, fs/passthrough.h). Chunks not proven yet in this mount
  * are read and checked now. The file stays pinned until
  * dcr_reader_backing_close(*@pin): never written, punched or truncated
- * (store/cache.h, dcr_cache_pin). Returns the descriptor (the caller
+ * (cache/cache.h, dcr_cache_pin). Returns the descriptor (the caller
  * closes it), -EAGAIN when a chunk is not cached (or fails its check:
  * the normal read path fetches it), -ESTALE, -ENOENT, -EISDIR, or
  * another -errno. Thread-safe.
@@ -419,7 +418,7 @@ typedef int (*dcr_scrub_pace_fn)(void *arg, uint64_t bytes);
  * dcr_reader_scrub_backing - re-check entry @idx of version @v (tree
  * @tree) in its pinned cache file @pin (from dcr_reader_backing_open,
  * held with dcr_reader_backing_hold), chunk by chunk, from what the
- * kernel would serve (store/rscrub.c). A chunk that fails its check is
+ * kernel would serve (read/rscrub.c). A chunk that fails its check is
  * built again from the store and written over the rotten one in place,
  * so that the passthrough opens and mappings of the file read right
  * bytes from then on; one that cannot be takes the file out of the
@@ -466,7 +465,7 @@ struct dcr_reader_stats {
 				 * logged; the chunk was built again) */
 	uint64_t cache_sealed;  /* cache files sealed with fs-verity */
 	int cache_verity;       /* fs-verity: 1 works, -1 missing, 0 not
-				 * tried yet (store/cache_verity.c) */
+				 * tried yet (cache/cache_verity.c) */
 	uint64_t tag_errors;    /* reads of malformed tag objects, one per
 				 * tag per poll (each logged once per tag
 				 * and content) */
@@ -502,8 +501,8 @@ int dcr_reader_threads(struct dcr_reader *r);
 
 /**
  * dcr_reader_dvrec_enable - keep, from now on, the changes of the chunks
- * @r builds from their parent's by one delta frame (store/dvrec.h), in
- * at most @budget bytes of memory, for the delta view (store/dview.h).
+ * @r builds from their parent's by one delta frame (read/dvrec.h), in
+ * at most @budget bytes of memory, for the delta view (read/dview.h).
  * Call before reads begin (a mount, before it serves). 0 or -ENOMEM.
  */
 int dcr_reader_dvrec_enable(struct dcr_reader *r, uint64_t budget);

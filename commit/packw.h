@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * packw.h - the one pack writer: commit (core/commit.c) and compaction
- * (store/compact.c) both put their frames in packs through it.
+ * packw.h - the one pack writer: commit (commit/commit.c) and compaction
+ * (maint/compact.c) both put their frames in packs through it.
  *
  * The caller encodes and decode-checks each frame, then appends it here
  * in the order the packs are to hold them (one appender at a time; the
@@ -72,7 +72,7 @@ struct dcr_pack_frame {
  * name is made of), in increasing offset order, in *@frames (malloc'ed;
  * the caller frees it) and their count in *@n: a check of a frame
  * against its manifest hash then needs no second pass over its bytes
- * (store/verify.c). For the other forms *@frames is NULL and *@n 0.
+ * (maint/verify.c). For the other forms *@frames is NULL and *@n 0.
  * Returns as dcr_pack_name. Thread-safe.
  */
 int dcr_pack_frames(const void *data, size_t len, uint8_t out[DCR_HASH_LEN],

@@ -295,7 +295,7 @@ static bool chain_has_check(const struct dcr_reader *r,
 }
 
 /*
- * The delta view's by-product (store/dvrec.h): whether the chunk at @w,
+ * The delta view's by-product (read/dvrec.h): whether the chunk at @w,
  * built by @ch, is made by its own version's delta frame from the same
  * chunk of its parent, in a file the view covers; then its changes are
  * worth listing.

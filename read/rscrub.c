@@ -5,7 +5,7 @@
  * passthrough is read by the kernel from its pinned cache file, which
  * dcr_reader_backing_open checked whole before the file's first such
  * open, and never again on the kernel's reads. Each chunk of it is read
- * again from the cache file and checked (store/cache_scrub.c); a chunk
+ * again from the cache file and checked (cache/cache_scrub.c); a chunk
  * that fails is built again from its chain, as a read that missed would
  * build it (fetched, decoded and proven against the manifest, but
  * without reading its own rotten copy), and written over the rotten one

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ccache.c - the committer's cache (see ccache.h). Rebuilding a missing
- * parent tree goes through the read path (store/reader.c).
+ * parent tree goes through the read path (read/reader.c).
  */
 #include "config.h"
 

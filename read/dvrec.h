@@ -5,7 +5,7 @@
  * parent's file by one delta frame, the elements that frame changed
  * (dcr_frame_apply_rec: each one's offset in the chunk and width) and
  * their new values. The delta view of consecutive versions
- * (store/dview.c) is assembled from them at a cost that follows the
+ * (read/dview.c) is assembled from them at a cost that follows the
  * change, not the model's size; a chunk without a record is compared
  * as before.
  *

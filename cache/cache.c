@@ -26,7 +26,6 @@
 
 #include "cache_int.h"
 #include "common.h"
-#include "reader.h" /* DCR_CACHE_SIZE_DEFAULT */
 
 /* Slabs kept open (descriptors and bitmaps) when idle. */
 #define SLAB_OPEN_MAX 64

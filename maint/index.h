@@ -7,7 +7,7 @@
  * it; dcrfs-ctl and libdcr print what they return.
  *
  * Bytes that must be materialized (diff, verify --deep, format 1 delta
- * chunks) go through a scratch reader (store/reader.h) opened on first
+ * chunks) go through a scratch reader (read/reader.h) opened on first
  * use, with its catalog and cache in a temporary directory that
  * dcr_index_free removes.
  *

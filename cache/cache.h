@@ -114,6 +114,9 @@ struct dcr_cache_key {
 	uint32_t gen;
 };
 
+/* The cache budget when none is given: -o cache_size, dcr_cache_open. */
+#define DCR_CACHE_SIZE_DEFAULT ((uint64_t)10 << 30)
+
 /**
  * dcr_cache_open - open the cache under @dir (which must exist; its
  * "slabs" subdirectory is created with mode 0700). @budget is the byte
@@ -283,7 +286,7 @@ int dcr_cache_verify(struct dcr_cache *c, const struct dcr_cache_key *k);
  * DCR_CACHE_PIN_VERIFIED for the first time, a slab is sealed with
  * fs-verity where the kernel and the file system support it, and the
  * kernel's digest checked against that of the bytes just proven
- * (store/cache_verity.c; a mismatch unlinks it and fails the pin with
+ * (cache/cache_verity.c; a mismatch unlinks it and fails the pin with
  * -EAGAIN). Returns the descriptor (the caller may close it at any
  * time) and the pin in *@pin, or -EAGAIN if some chunk is not present
  * and proven, -ESTALE for a fenced key, -ENOENT, or another -errno.
@@ -321,7 +324,7 @@ struct dcr_cache_pin *dcr_cache_pin_hold(struct dcr_cache *c,
 
 /**
  * dcr_cache_scrub_chunk - re-check chunk @k of the pinned slab @pin (a
- * file the kernel reads through FUSE passthrough; store/cache_scrub.c):
+ * file the kernel reads through FUSE passthrough; cache/cache_scrub.c):
  * read it as the kernel would serve it (resident pages from memory, the
  * rest from the disk around the page cache) into @buf (@k->len bytes,
  * DCR_CACHE_ALIGN-aligned) and check it against its sub-block sums, or

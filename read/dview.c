@@ -402,7 +402,7 @@ static int chunk_eq(struct build *b, uint64_t k, bool *eq)
 }
 
 /*
- * The record of B's chunk @k made from A's same chunk (store/dvrec.h),
+ * The record of B's chunk @k made from A's same chunk (read/dvrec.h),
  * with a reference (dcr_dvrec_put_ref), or NULL.
  */
 static const struct dcr_dvrec_chunk *chunk_rec(struct build *b, uint64_t k)
@@ -549,7 +549,7 @@ static void scratch_put(struct build *b, uint8_t *p)
  * Emit the changed elements of bytes [@pos, end of its chunk or u->end)
  * of tensor u->tb (at the same offset in A, element-aligned in the
  * file) from the record of the chunk @pos is in, if it has one that
- * lists them at the tensor's width (store/dvrec.h): 1 and *@n the bytes
+ * lists them at the tensor's width (read/dvrec.h): 1 and *@n the bytes
  * covered; 0 when it has none (the caller compares them); -ENOMEM.
  * The record lists exactly the elements whose bytes differ from A's
  * (the decoder's own changes, values from the proven chunk), so the

@@ -435,7 +435,7 @@ struct dcr_reader {
 	struct rcodecs codecs; /* rmaterialize.c */
 	struct rstreams ras;   /* rqueues.c */
 	struct rqueues qs;     /* rqueues.c */
-	/* The changes chunks were built with (store/dvrec.h), for the
+	/* The changes chunks were built with (read/dvrec.h), for the
 	 * delta view; NULL unless dcr_reader_dvrec_enable. Set before
 	 * reads; its own lock. */
 	struct dcr_dvrec *dvrec;

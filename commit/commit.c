@@ -13,7 +13,7 @@
  * SHA-256), encode a delta or full frame, decode it again onto the parent
  * copy and compare, hash the frame, and append it to the open pack. A
  * pack that reaches its target size is sealed, named by the hash of its
- * frames' hashes (core/packw.h), and queued for the uploader threads,
+ * frames' hashes (commit/packw.h), and queued for the uploader threads,
  * which upload it while encoding goes on; a bounded number of packs is
  * in flight, so memory stays bounded.
  * When every pack is stored, the manifest is published with a conditional
