@@ -7,7 +7,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -34,20 +33,6 @@ struct dcr_ccache {
 	char source[PATH_MAX]; /* a no-copy parent, when used */
 	char from[PATH_MAX];   /* the directory the cached version came from */
 };
-
-static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-static int rm_rf(const char *path)
-{
-	struct stat sb;
-
-	if (lstat(path, &sb) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	return nftw(path, rm_cb, 32, FTW_DEPTH | FTW_PHYS) ? -errno : 0;
-}
 
 /* "@a/@b" into @buf (dcr_path_join_buf): 0, or -ENAMETOOLONG, logged
  * (dcr_ccache_open bounds the cache directory's length, so with the
@@ -197,7 +182,7 @@ static void sweep_stale(const char *self)
 		if (fd < 0)
 			continue;
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-			int ret = rm_rf(path);
+			int ret = dcr_rm_rf(path);
 			if (ret)
 				dcr_warn("%s: cannot remove a stale commit cache: %s",
 					 path, dcr_strerror(ret));
@@ -251,7 +236,7 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 	if ((ret = path_join(tree, sizeof(tree), cache, "tree")) ||
 	    (ret = path_join(scratch, sizeof(scratch), cache, "reader")))
 		return ret;
-	if ((ret = rm_rf(tree)) || (ret = rm_rf(scratch)) ||
+	if ((ret = dcr_rm_rf(tree)) || (ret = dcr_rm_rf(scratch)) ||
 	    (ret = dcr_mkdir_p(tree, 0755))) {
 		dcr_err("%s: %s", cache, dcr_strerror(ret));
 		return ret;
@@ -297,7 +282,7 @@ static int rebuild_tree(struct dcr_store *st, const char *cache, uint64_t v,
 err_close:
 	dcr_reader_close(r);
 err_rm_scratch:
-	rm_rf(scratch);
+	dcr_rm_rf(scratch);
 	return ret;
 }
 
@@ -409,7 +394,7 @@ int dcr_ccache_parent(struct dcr_ccache *cc, uint64_t parent,
 			 "dropping the cached copy and rebuilding the parent",
 			 cc->dir, have, a, parent, b);
 		clear_state(cc->dir);
-		rm_rf(cc->tree);
+		dcr_rm_rf(cc->tree);
 		source[0] = 0;
 		have = 0;
 	}
@@ -454,7 +439,7 @@ const char *dcr_ccache_stage(struct dcr_ccache *cc)
 {
 	int ret;
 
-	if ((ret = rm_rf(cc->stage)) || (ret = dcr_mkdir_p(cc->stage, 0755))) {
+	if ((ret = dcr_rm_rf(cc->stage)) || (ret = dcr_mkdir_p(cc->stage, 0755))) {
 		/* Only an optimisation for the next commit: go on without it. */
 		dcr_warn("cannot keep a copy of the committed tree in %s: %s", cc->stage,
 			 dcr_strerror(ret));
@@ -465,7 +450,7 @@ const char *dcr_ccache_stage(struct dcr_ccache *cc)
 
 void dcr_ccache_discard(struct dcr_ccache *cc)
 {
-	rm_rf(cc->stage);
+	dcr_rm_rf(cc->stage);
 }
 
 void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
@@ -476,21 +461,21 @@ void dcr_ccache_done(struct dcr_ccache *cc, uint64_t v,
 
 	if (keep == DCR_CCACHE_SOURCE) {
 		clear_state(cc->dir);
-		rm_rf(cc->tree);
+		dcr_rm_rf(cc->tree);
 		if (!src || write_state(cc->dir, v, mhash, src, true))
 			dcr_warn("%s: could not record %s for the next commit; it will rebuild its parent",
 				 cc->dir, source);
 	} else if (keep == DCR_CCACHE_STAGED) {
 		/* state first: a crash in between leaves "unknown", never a lie. */
 		clear_state(cc->dir);
-		if (rm_rf(cc->tree) || rename(cc->stage, cc->tree) < 0 ||
+		if (dcr_rm_rf(cc->tree) || rename(cc->stage, cc->tree) < 0 ||
 		    write_state(cc->dir, v, mhash, src, false))
 			dcr_warn("%s: could not keep the committed tree (%s); the next commit will rebuild it",
 				 cc->dir, strerror(errno));
 	} else {
 		clear_state(cc->dir);
-		rm_rf(cc->tree);
-		rm_rf(cc->stage);
+		dcr_rm_rf(cc->tree);
+		dcr_rm_rf(cc->stage);
 	}
 	free(src);
 }
