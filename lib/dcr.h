@@ -133,6 +133,35 @@ DCR_API int dcr_store_handle_open_opts(const char *url, unsigned flags,
 				       const struct dcr_store_options *o,
 				       dcr_store_handle **out);
 
+/**
+ * struct dcr_warm_publish_options - how a commit through a store handle
+ * fills the cache tiers before it publishes (dcrfs-commit --warm-mirror).
+ * @mirrors: the tiers, comma-separated URLs (as -o mirror takes them).
+ * @s3: the S3 settings for reaching them (NULL: none given).
+ * @no_sign_request: reach them with unsigned requests.
+ * @slice: bytes per warm GET, the tiers' slice size (0: 1 MiB).
+ * @timeout_s: bound on one version's warm (0: none).
+ */
+struct dcr_warm_publish_options {
+	const char *mirrors;
+	const struct dcr_store_options *s3;
+	int no_sign_request;
+	uint64_t slice;
+	uint64_t timeout_s;
+};
+
+/**
+ * dcr_store_handle_warm_publish - put the s3:// store of @s behind the
+ * tiers of @o: the packs a commit through @s uploads are then fetched
+ * through the tiers right before the version is published, so the fleet
+ * finds them cached (FAN-OUT in dcrfs(8)); a failed warm is logged and
+ * the version is published all the same. Before the handle's first
+ * commit. 0, or -errno (-EINVAL: not an s3:// store, or bad mirrors),
+ * with dcr_errmsg set.
+ */
+DCR_API int dcr_store_handle_warm_publish(dcr_store_handle *s,
+					  const struct dcr_warm_publish_options *o);
+
 /** dcr_store_handle_close - close @s (NULL accepted); no commit may use it. */
 DCR_API void dcr_store_handle_close(dcr_store_handle *s);
 

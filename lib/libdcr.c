@@ -31,6 +31,7 @@
 #include "sign.h"
 #include "store.h"
 #include "stwriter.h"
+#include "warm.h"
 
 struct dcr_commit_handle {
 	dcr_store_handle *s;
@@ -155,6 +156,40 @@ static int open_store(const char *url, bool init, bool no_sign,
 	}
 	*out = st;
 	return 0;
+}
+
+/* Warm GETs in flight, as dcrfs-ctl warm's default (requests to the
+ * tiers, not a CPU pool). */
+#define WARM_PUBLISH_JOBS 8
+
+DCR_API int dcr_store_handle_warm_publish(dcr_store_handle *s,
+					  const struct dcr_warm_publish_options *o)
+{
+	const struct dcr_store_options *so = o ? o->s3 : NULL;
+	struct dcr_store_cfg cfg = { .path_style = -1 };
+	struct dcr_warm_opts wo = { .jobs = WARM_PUBLISH_JOBS };
+	struct dcr_store *w;
+	int ret;
+
+	dcr_api_enter();
+	if (!s || !o || !o->mirrors || !*o->mirrors)
+		return dcr_api_leave(-EINVAL, "dcr_store_handle_warm_publish");
+	cfg.no_sign_request = o->no_sign_request;
+	if (so) {
+		cfg.profile = so->profile;
+		cfg.region = so->region;
+		cfg.endpoint = so->endpoint_url;
+		cfg.ca_bundle = so->ca_bundle;
+	}
+	wo.slice = o->slice;
+	wo.timeout_ns = (int64_t)o->timeout_s * 1000000000;
+	ret = dcr_warm_publisher_open(s->st, o->mirrors, &cfg, &wo, &w);
+	if (!ret) {
+		s->st = w;
+		dcr_info("%s: the new packs of the version are warmed through %s "
+			 "before it is published", w->url, o->mirrors);
+	}
+	return dcr_api_leave(ret, "warming before a publish");
 }
 
 DCR_API int dcr_store_handle_open(const char *url, unsigned flags,

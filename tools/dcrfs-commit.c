@@ -28,12 +28,10 @@
 #include "json.h"
 #include "objstore.h"
 #include "progress.h"
-#include "libdcr_int.h"
 #include "toolopts.h"
 #include "warm.h"
 
 #define EXIT_USAGE 2
-#define WARM_JOBS 8 /* warm GETs at once, as dcrfs-ctl warm's default */
 #define DCR_META_ARGS_MAX 256 /* --meta given at most (DCR_META_MAX) */
 
 static void usage(FILE *f)
@@ -433,21 +431,19 @@ static void on_progress(void *arg, const struct dcr_progress *p)
 
 /*
  * With --warm-mirror (or $DCRFS_MIRROR), put the store @s opened with
- * @a's settings behind the warming wrapper (store/warm.h): the packs the
- * commit uploads go through the tiers right before the version is
+ * @a's settings behind the tiers (dcr_store_handle_warm_publish): the
+ * packs the commit uploads go through them right before the version is
  * published. 0, or -errno (logged).
  */
 static int warm_setup(const struct args *a, dcr_store_handle *s)
 {
 	const char *env = getenv("DCRFS_MIRROR");
-	struct dcr_store_cfg cfg = { .path_style = -1, .no_sign_request = a->no_sign,
-				     .profile = a->t.profile, .region = a->t.region,
-				     .endpoint = a->t.endpoint, .ca_bundle = a->t.ca_bundle };
-	struct dcr_warm_opts o = { .slice = a->warm_slice, .jobs = WARM_JOBS,
-				   .timeout_ns = (int64_t)a->warm_timeout_s * 1000000000 };
-	struct dcr_store *w;
+	struct dcr_store_options so = { a->t.profile, a->t.region, a->t.endpoint,
+					a->t.ca_bundle };
+	struct dcr_warm_publish_options o = { .s3 = &so, .no_sign_request = a->no_sign,
+					      .slice = a->warm_slice,
+					      .timeout_s = a->warm_timeout_s };
 	char list[DCR_MIRRORS_MAX * (DCR_MIRROR_URL_MAX + 1) + 1] = "";
-	int ret;
 
 	if (!a->nwarm && (!env || !*env))
 		return 0;
@@ -459,12 +455,8 @@ static int warm_setup(const struct args *a, dcr_store_handle *s)
 		strcat(list, i ? "," : "");
 		strcat(list, a->warm[i]);
 	}
-	if ((ret = dcr_warm_publisher_open(s->st, a->nwarm ? list : env, &cfg, &o, &w)))
-		return ret;
-	s->st = w;
-	dcr_info("%s: the new packs of the version are warmed through %s before it "
-		 "is published", w->url, a->nwarm ? list : env);
-	return 0;
+	o.mirrors = a->nwarm ? list : env;
+	return dcr_store_handle_warm_publish(s, &o); /* (its errors logged) */
 }
 
 /* ---------------------------------------------------------------- main */
