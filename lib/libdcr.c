@@ -158,16 +158,12 @@ static int open_store(const char *url, bool init, bool no_sign,
 	return 0;
 }
 
-/* Warm GETs in flight, as dcrfs-ctl warm's default (requests to the
- * tiers, not a CPU pool). */
-#define WARM_PUBLISH_JOBS 8
-
 DCR_API int dcr_store_handle_warm_publish(dcr_store_handle *s,
 					  const struct dcr_warm_publish_options *o)
 {
 	const struct dcr_store_options *so = o ? o->s3 : NULL;
 	struct dcr_store_cfg cfg = { .path_style = -1 };
-	struct dcr_warm_opts wo = { .jobs = WARM_PUBLISH_JOBS };
+	struct dcr_warm_opts wo = { .jobs = DCR_WARM_JOBS_DEFAULT };
 	struct dcr_store *w;
 	int ret;
 

@@ -25,6 +25,11 @@
 #include "store.h"
 
 /* "packs/" + the hex SHA-256 + NUL, and room */
+/* Warm GETs in flight when not told (dcrfs-ctl warm --jobs, dcrfs-commit
+ * --warm-mirror): requests to the tiers, bound by the network, not a
+ * CPU pool. */
+#define DCR_WARM_JOBS_DEFAULT 8
+
 #define DCR_WARM_KEY_MAX (sizeof("packs/") + DCR_HASH_HEX_LEN + 8)
 
 /** One pack to warm: its key (packs/<sha256>) and its size in bytes. */

@@ -38,6 +38,7 @@
 #include "safetensors.h"
 #include "sign.h"
 #include "store.h"
+#include "warm.h"
 #include "ctl.h"
 #include "diff.h"
 #include "maintjson.h"
@@ -202,7 +203,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	a->keep_tagged = 1;
 	a->grace = 86400;
 	a->slice = (uint64_t)1 << 20;
-	a->jobs = 8;
+	a->jobs = DCR_WARM_JOBS_DEFAULT;
 	a->timeout_s = -1;
 	a->t.log_level = -1;
 	while ((c = getopt_long(argc, argv, "s:nqvhV", longopts, NULL)) != -1) {
