@@ -102,6 +102,7 @@ struct ho_wire {
 };
 
 struct dcrfs_ho_state {
+	int64_t t_hello, t_go, t_state, t_exit; /* mono ns, for the log */
 	int sock;      /* to the old daemon, until it exits */
 	int fd;        /* /dev/fuse */
 	int adopted;
@@ -800,6 +801,7 @@ int dcrfs_ho_connect(const char *path, const char *fixed,
 	}
 	s->sock = sock;
 	s->fd = -1;
+	s->t_hello = dcr_mono_ns();
 	*out = s;
 	return 0;
 }
@@ -847,10 +849,12 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 	size_t len;
 	int ret;
 
+	s->t_go = dcr_mono_ns();
 	ret = send_msg(s->sock, HO_GO, NULL, 0, NULL, 0, -1);
 	if (ret == 0)
 		ret = recv_msg(s->sock, HO_STATE_WAIT_MS, &type, &msg, &len,
 			       &s->fd);
+	s->t_state = dcr_mono_ns();
 	if (ret == 0 && (type != HO_STATE || s->fd < 0))
 		ret = DCR_ERR(-EPROTO);
 	if (ret == 0)
@@ -864,6 +868,7 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 	/* its end of file: the old daemon exited, its cache lock is free */
 	ret = recv_msg(s->sock, DCRFS_HO_EXIT_WAIT_MS, &type, &msg, &len, NULL);
 	free(msg);
+	s->t_exit = dcr_mono_ns();
 	if (ret != -ECONNRESET)
 		dcr_warn("handover: the old daemon did not exit within %d ms",
 			 DCRFS_HO_EXIT_WAIT_MS);
@@ -972,8 +977,15 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 			dcr_strerror(ret));
 	else
 		dcr_info("handover: took over (%u open file(s), %u /delta "
-			 "node(s), %u tag(s))", s->w.nbacking, s->w.ndelta,
-			 s->w.ntags);
+			 "node(s), %u tag(s)); from the go: connection after "
+			 "%" PRId64 " ms, the old daemon's exit after %" PRId64
+			 " ms, ready after %" PRId64 " ms (the store opened "
+			 "in the %" PRId64 " ms before the go)",
+			 s->w.nbacking, s->w.ndelta, s->w.ntags,
+			 (s->t_state - s->t_go) / 1000000,
+			 (s->t_exit - s->t_go) / 1000000,
+			 (dcr_mono_ns() - s->t_go) / 1000000,
+			 (s->t_go - s->t_hello) / 1000000);
 	dcrfs_ho_state_free(s);
 	return ret;
 }

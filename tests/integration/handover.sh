@@ -30,9 +30,9 @@ flip_bytes "$T/tree.2/a.bin" 0.05 a2
 [ "$(commit "$STORE" "$T/tree.2" --chunk-size 1M)" = 2 ] || fail "commit 2"
 
 # v2 stays "being prefetched" for the whole test: each daemon's
-# prefetcher starts it again, a block every 0.2 s (a longer delay would
+# prefetcher starts it again, a block every 50 ms (a longer delay would
 # be timed as the old daemon's exit: the hook's sleep is not cut short)
-export DCRFS_TEST_PREFETCH_DELAY_MS=200
+export DCRFS_TEST_PREFETCH_DELAY_MS=50
 OPTS="cache_dir=$T/cache,prefetch=latest"
 mount_dcrfs "$STORE" "$MNT" "$OPTS"
 OLD=$MOUNT_PID
