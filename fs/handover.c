@@ -712,6 +712,7 @@ int dcrfs_ho_send(struct dcrfs *fs)
 		dcr_warn("handover: %s", strerror(errno));
 	atomic_store(&g_requested, 0);
 	atomic_store(&g_stopping, 0);
+	pthread_join(g_thread, NULL); /* it ended at the go */
 	if (start_thread() < 0)
 		dcr_warn("handover: no more takeovers of this mount");
 	return ret;

@@ -42,6 +42,7 @@ import mmap, os, sys, time
 mode, path, ref, stop, out = sys.argv[1:6]
 want = open(ref, "rb").read()
 n = 0
+worst = 0.0
 def bad(msg):
     open(out, "w").write("%s %s: %s after %d rounds\n" % (mode, path, msg, n))
     sys.exit(1)
@@ -50,7 +51,17 @@ try:
         f = open(path, "rb")
         m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if mode == "mmap" else None
     while not os.path.exists(stop):
-        if mode == "reopen":
+        if mode == "stall":
+            # a name never seen: each lookup reaches the daemon
+            t0 = time.monotonic()
+            try:
+                os.stat("%s/nothing-%d" % (path, n))
+                bad("a file that does not exist")
+            except FileNotFoundError:
+                pass
+            worst = max(worst, time.monotonic() - t0)
+            got = want = b""
+        elif mode == "reopen":
             with open(path, "rb") as g:
                 got = g.read()
         elif mode == "held":
@@ -63,7 +74,8 @@ try:
         time.sleep(0.01)
 except OSError as e:
     bad("error %s" % e)
-open(out, "w").write("ok %s %s %d rounds\n" % (mode, path, n))
+open(out, "w").write("ok %s %s %d rounds%s\n" % (mode, path, n,
+    ", longest lookup %d ms" % (worst * 1000) if mode == "stall" else ""))
 PY
 STOP=$T/stop
 reader() { # MODE FILE REF
@@ -83,6 +95,7 @@ t cat "$MNT/v1/a.bin" "$MNT/v1/b.bin" >/dev/null
 reader reopen "$MNT/v1/b.bin" "$T/tree.1/b.bin"
 reader held "$MNT/v1/a.bin" "$T/tree.1/a.bin"
 reader mmap "$MNT/v1/b.bin" "$T/tree.1/b.bin"
+reader stall "$MNT/v1" /dev/null
 sleep 0.5
 pt_opens() {
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["opens"]["passthrough"])' "$MNT/.dcrfs/status.json"
@@ -150,11 +163,28 @@ for f in "$T"/r.*; do
 	log "$(cat "$f")"
 	grep -q '^ok ' "$f" || fail "a reader failed: $(cat "$f")"
 done
-[ "$(ls "$T"/r.* | wc -l)" = 6 ] || fail "a reader left no result"
+[ "$(ls "$T"/r.* | wc -l)" = 7 ] || fail "a reader left no result"
 [ "$(grep -l 'prefetching v2' "$T"/dcrfs.*.log | wc -l)" -ge "$N" ] ||
 	fail "v2 was not being prefetched by every daemon"
 [ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough in the last daemon"
 # the mount is served and unmounts as any other
 cmp "$MNT/v2/a.bin" "$T/tree.2/a.bin" || fail "v2/a.bin after the handovers"
 umount_dcrfs "$MNT" || fail "unmount after the handovers"
+
+# the baseline: a fresh mount of the same store and cache, timed the
+# same way (start to the first answer)
+t0=$(date +%s%N)
+"$DCRFS" "$STORE" "$MNT" -f -o "$OPTS" >"$T/dcrfs.fresh.log" 2>&1 &
+_pids+=("$!")
+_mounts+=("$MNT")
+_mount_pid+=("$!")
+for ((k = 0; k < 5000; k++)); do
+	stat "$MNT/v1/a.bin" >/dev/null 2>&1 && break
+	sleep 0.002
+done
+t1=$(date +%s%N)
+fresh=$(((t1 - t0) / 1000000))
+med=$(sed -n "$(((N + 1) / 2))p" "$T/times.sorted")
+log "fresh mount ms: $fresh; handover median / fresh mount: $(python3 -c "print(round($med / max($fresh, 1), 2))")"
+umount_dcrfs "$MNT" || fail "unmount of the fresh mount"
 log "ok"
