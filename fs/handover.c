@@ -30,6 +30,8 @@
 #include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +78,14 @@ struct ho_init_out {
 _Static_assert(sizeof(struct ho_init_out) == 64, "fuse_init_out");
 
 #define HO_INIT_IN_MAX 64 /* fuse_init_in as of 7.36 */
+
+/*
+ * FUSE_NOTIFY_RESEND (Linux 6.9, protocol 7.40): the kernel puts every
+ * request a daemon read but did not answer back on its queue, their
+ * unique marked with bit 63 (FUSE_UNIQUE_RESEND). Debian 12's
+ * <linux/fuse.h> predates it, so it is spelled out here.
+ */
+#define HO_NOTIFY_RESEND 7
 
 /* ---------------------------------------------------------- the protocol */
 
@@ -861,6 +871,13 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 	if (ret == 0)
 		ret = parse_state(s, msg, len);
 	free(msg);
+	if (ret == 0) {
+		struct stat sb; /* /dev/fuse is char 10:229 */
+
+		if (fstat(s->fd, &sb) < 0 || !S_ISCHR(sb.st_mode) ||
+		    major(sb.st_rdev) != 10 || minor(sb.st_rdev) != 229)
+			ret = DCR_ERR(-EPROTO);
+	}
 	if (ret < 0) {
 		fprintf(stderr, "dcrfs: takeover: receiving the connection: "
 			"%s\n", strerror(-ret));
@@ -918,6 +935,27 @@ static void compare_init(const struct ho_init_out *k,
 #undef SAME
 }
 
+/*
+ * Ask the kernel to send again what was read and not answered: nothing
+ * after a handover (the old daemon answered all it read, this one has
+ * read nothing yet), so here it only tells whether the kernel can, which
+ * a restart after a crash needs (HACKING). Said once.
+ */
+static void probe_resend(int fd)
+{
+	struct ho_out_header h = { sizeof(h), HO_NOTIFY_RESEND, 0 };
+
+	if (write(fd, &h, sizeof(h)) == (ssize_t)sizeof(h))
+		dcr_info("handover: the kernel can send requests in flight "
+			 "again (FUSE_NOTIFY_RESEND): a restart after a crash "
+			 "can lose none");
+	else
+		dcr_info("handover: the kernel cannot send requests in "
+			 "flight again (FUSE_NOTIFY_RESEND: %s; Linux >= 6.9): "
+			 "after a crash, requests in flight would fail",
+			 strerror(errno));
+}
+
 int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 {
 	uint8_t buf[sizeof(s->w.init_req)];
@@ -943,6 +981,7 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 		return DCR_ERR(-EPROTO);
 	}
 	compare_init(&s->w.init_rep, &g_replay_rep);
+	probe_resend(fuse_session_fd(fs->se));
 	/* a later handover hands on what the kernel negotiated first */
 	memcpy(g_init_req, s->w.init_req, sizeof(g_init_req));
 	g_init_req_len = s->w.init_req_len;

@@ -166,6 +166,8 @@ done
 [ "$(ls "$T"/r.* | wc -l)" = 7 ] || fail "a reader left no result"
 [ "$(grep -l 'prefetching v2' "$T"/dcrfs.*.log | wc -l)" -ge "$N" ] ||
 	fail "v2 was not being prefetched by every daemon"
+grep -q 'handover: the kernel can\(not\)\? send requests in flight again' "$NEW_LOG" ||
+	fail "the new daemon did not say whether the kernel can resend"
 [ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough in the last daemon"
 # the mount is served and unmounts as any other
 cmp "$MNT/v2/a.bin" "$T/tree.2/a.bin" || fail "v2/a.bin after the handovers"
