@@ -906,8 +906,14 @@ void dcrfs_ho_state_free(struct dcrfs_ho_state *s)
 		return;
 	if (s->sock >= 0)
 		close(s->sock);
-	if (s->fd >= 0 && !s->adopted)
+	if (s->fd >= 0 && !s->adopted) {
+		/* the old daemon is gone: nobody serves the connection now */
+		dcr_err("handover: failed after the old daemon handed the mount "
+			"over: the mount is lost (it answers \"Transport endpoint "
+			"is not connected\"); unmount it (fusermount3 -u) and "
+			"mount again");
 		close(s->fd);
+	}
 	for (uint32_t i = 0; s->tags && i < s->w.ntags; i++)
 		free(s->tags[i]);
 	free(s->tags);

@@ -131,13 +131,16 @@ int dcrfs_ho_fd(const struct dcrfs_ho_state *s);
  * /dev/fd/N (N = dcrfs_ho_fd) and its io installed
  * (dcrfs_pt_install): set the passthrough state, replay the INIT into
  * libfuse (its reply swallowed, compared with the kernel's: a
- * difference is logged), adopt the tag table and the open files with
- * their backing ids. Frees @s. 0 or -errno (logged).
+ * difference is logged), say whether the kernel can resend requests in
+ * flight (FUSE_NOTIFY_RESEND, probed: none are in flight then), adopt
+ * the tag table, /delta's nodes and the open files with their backing
+ * ids. Frees @s. 0 or -errno (logged).
  */
 int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s);
 
-/** dcrfs_ho_state_free - free what dcrfs_ho_takeover received (closes
- * the descriptor unless adopted). NULL accepted. */
+/** dcrfs_ho_state_free - free what dcrfs_ho_connect and dcrfs_ho_go
+ * received. A descriptor received and not adopted is closed, which ends
+ * the connection (the mount is lost: said). NULL accepted. */
 void dcrfs_ho_state_free(struct dcrfs_ho_state *s);
 
 /**
