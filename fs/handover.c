@@ -7,8 +7,9 @@
  *
  * The socket speaks messages of a 16-byte header (magic, type, payload
  * length) and a payload; the STATE message carries the /dev/fuse
- * descriptor (SCM_RIGHTS). Both ends are the same build or not: a
- * different magic is refused.
+ * descriptor (SCM_RIGHTS). The magic names the protocol: changing a
+ * message or struct ho_wire needs a new one (HO_MAGIC), and an upgrade
+ * across it a remount (both ends say so).
  *
  * Locks: none of its own. The hooks use relaxed atomics and the
  * thread-local request of the session thread (passthrough.c's contract:
@@ -361,7 +362,11 @@ static int recv_msg(int sock, int ms, uint32_t *type, char **payload,
 		m.msg_controllen = 0;
 		got += (size_t)n;
 	}
-	if (h.magic != HO_MAGIC || h.len > HO_MSG_MAX) {
+	if (h.magic != HO_MAGIC) {
+		ret = DCR_ERR(-EPROTONOSUPPORT); /* another build's protocol */
+		goto fail;
+	}
+	if (h.len > HO_MSG_MAX) {
 		ret = DCR_ERR(-EPROTO);
 		goto fail;
 	}
@@ -533,8 +538,13 @@ static int serve_one(int c)
 		close(c);
 		return 0;
 	}
-	if (recv_msg(c, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL) < 0 ||
-	    type != HO_HELLO) {
+	ret = recv_msg(c, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL);
+	if (ret == -EPROTONOSUPPORT) {
+		dcr_info("handover: refused a dcrfs that speaks another "
+			 "handover protocol");
+		send_msg(c, HO_NO, "another protocol", 16, NULL, 0, -1);
+	}
+	if (ret < 0 || type != HO_HELLO) {
 		free(msg);
 		close(c);
 		return 0;
@@ -791,6 +801,13 @@ int dcrfs_ho_connect(const char *path, const char *fixed,
 	ret = send_msg(sock, HO_HELLO, fixed, strlen(fixed), NULL, 0, -1);
 	if (ret == 0)
 		ret = recv_msg(sock, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL);
+	if (ret == -EPROTONOSUPPORT) {
+		fprintf(stderr, "dcrfs: takeover refused: the serving dcrfs "
+			"speaks another handover protocol (another build); "
+			"unmount and mount again to upgrade across it\n");
+		close(sock);
+		return ret;
+	}
 	if (ret < 0) {
 		fprintf(stderr, "dcrfs: takeover: the serving daemon did not "
 			"answer: %s\n", strerror(-ret));
