@@ -78,8 +78,8 @@ static void stat_common(const struct dcrfs *fs, struct stat *st,
 	st->st_ino = ino;
 	st->st_mode = mode;
 	st->st_nlink = nlink;
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
+	st->st_uid = fs->cfg.uid;
+	st->st_gid = fs->cfg.gid;
 	st->st_blksize = 4096;
 	ns_to_ts(mtime_ns, &st->st_mtim);
 	st->st_atim = st->st_mtim;
@@ -220,7 +220,7 @@ static int64_t latest_ctime(struct dcrfs *fs, uint64_t latest)
 		version_put(fs, vi);
 		return ns;
 	}
-	return fs->mount_ns;
+	return fs->cfg.mount_ns;
 }
 
 static int root_stat(struct dcrfs *fs, struct stat *st)
@@ -298,36 +298,36 @@ static int tag_slot(struct dcrfs *fs, const char *name, size_t *slot)
 {
 	int ret = 0;
 
-	pthread_mutex_lock(&fs->tag_lock);
-	for (size_t i = 0; i < fs->ntag_names; i++) {
-		if (strcmp(fs->tag_names[i], name) == 0) {
+	pthread_mutex_lock(&fs->tags.lock);
+	for (size_t i = 0; i < fs->tags.n; i++) {
+		if (strcmp(fs->tags.names[i], name) == 0) {
 			*slot = i;
 			goto out;
 		}
 	}
-	if (fs->ntag_names >= DCRFS_INO_DVIEW_BASE - DCRFS_INO_TAG_BASE) {
+	if (fs->tags.n >= DCRFS_INO_DVIEW_BASE - DCRFS_INO_TAG_BASE) {
 		ret = -ENOSPC;
 		goto out;
 	}
-	if (fs->ntag_names == fs->tag_names_cap) {
-		size_t cap = fs->tag_names_cap ? 2 * fs->tag_names_cap : 16;
-		char **p = realloc(fs->tag_names, cap * sizeof(*p));
+	if (fs->tags.n == fs->tags.cap) {
+		size_t cap = fs->tags.cap ? 2 * fs->tags.cap : 16;
+		char **p = realloc(fs->tags.names, cap * sizeof(*p));
 
 		if (!p) {
 			ret = -ENOMEM;
 			goto out;
 		}
-		fs->tag_names = p;
-		fs->tag_names_cap = cap;
+		fs->tags.names = p;
+		fs->tags.cap = cap;
 	}
-	fs->tag_names[fs->ntag_names] = strdup(name);
-	if (!fs->tag_names[fs->ntag_names]) {
+	fs->tags.names[fs->tags.n] = strdup(name);
+	if (!fs->tags.names[fs->tags.n]) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	*slot = fs->ntag_names++;
+	*slot = fs->tags.n++;
 out:
-	pthread_mutex_unlock(&fs->tag_lock);
+	pthread_mutex_unlock(&fs->tags.lock);
 	return ret;
 }
 
@@ -339,16 +339,16 @@ static int tag_name_of(struct dcrfs *fs, fuse_ino_t ino, char *buf,
 
 	if (ino < DCRFS_INO_TAG_BASE || ino >= DCRFS_INO_DVIEW_BASE)
 		return -ENOENT;
-	pthread_mutex_lock(&fs->tag_lock);
-	if (ino - DCRFS_INO_TAG_BASE < fs->ntag_names) {
-		const char *name = fs->tag_names[ino - DCRFS_INO_TAG_BASE];
+	pthread_mutex_lock(&fs->tags.lock);
+	if (ino - DCRFS_INO_TAG_BASE < fs->tags.n) {
+		const char *name = fs->tags.names[ino - DCRFS_INO_TAG_BASE];
 
 		if (strlen(name) < cap) {
 			strcpy(buf, name);
 			ret = 0;
 		}
 	}
-	pthread_mutex_unlock(&fs->tag_lock);
+	pthread_mutex_unlock(&fs->tags.lock);
 	return ret;
 }
 
@@ -1245,10 +1245,10 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	if (ret > 0) {
 		fi->fh |= DCRFS_FH_PASSTHROUGH;
-		if (dcrfs_pt_open_reply(&fs->pt, req, fi, ret) != 0)
+		if (dcrfs_pt_open_reply(&fs->bk.pt, req, fi, ret) != 0)
 			dcrfs_backing_release(fs, ino); /* no RELEASE comes */
 		else
-			atomic_fetch_add_explicit(&fs->pt.opens, 1,
+			atomic_fetch_add_explicit(&fs->bk.pt.opens, 1,
 						  memory_order_relaxed);
 		return;
 	}
@@ -1257,7 +1257,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	if (fuse_reply_open(req, fi) != 0)
 		dcrfs_backing_release(fs, ino);
 	else
-		atomic_fetch_add_explicit(&fs->pt.normal_opens, 1,
+		atomic_fetch_add_explicit(&fs->bk.pt.normal_opens, 1,
 					  memory_order_relaxed);
 }
 
@@ -1302,7 +1302,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
 	if (fi->fh & DCRFS_FH_PASSTHROUGH) /* the kernel should serve these */
-		atomic_fetch_add_explicit(&fs->pt.reads_seen, 1,
+		atomic_fetch_add_explicit(&fs->bk.pt.reads_seen, 1,
 					  memory_order_relaxed);
 	/* Copied, never spliced from a cache file: the reader checks every
 	 * chunk it reads from one against the manifest (a byte may rot on
@@ -1478,16 +1478,16 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	struct dcrfs *fs = userdata;
 
 	/* libfuse fails the session unless this repeats -o max_read. */
-	if (fs->max_read)
-		conn->max_read = fs->max_read;
+	if (fs->cfg.max_read)
+		conn->max_read = fs->cfg.max_read;
 	/*
 	 * The kernel lowers the bdi's read_ahead_kb to this, and main.c
 	 * sets read_ahead_kb to -o readahead right after mounting (before
 	 * this reply): both say what was asked, or that stays capped here.
 	 * 0 (-o readahead=0): the kernel's default stays.
 	 */
-	if (fs->read_ahead_kb)
-		conn->max_readahead = fs->read_ahead_kb * 1024;
+	if (fs->cfg.read_ahead_kb)
+		conn->max_readahead = fs->cfg.read_ahead_kb * 1024;
 	else
 		conn->max_readahead = DCR_MAX(conn->max_readahead, DCRFS_READ_MAX);
 	conn->max_background = 64;
@@ -1507,7 +1507,7 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * then reads them from memory, and the inode's own pages are
 	 * dropped at that open (backing.c).
 	 */
-	if (fs->pt.devfd >= 0 && atomic_load(&fs->pt.offered) &&
+	if (fs->bk.pt.devfd >= 0 && atomic_load(&fs->bk.pt.offered) &&
 	    !(conn->want & FUSE_CAP_WRITEBACK_CACHE))
 		dcr_reader_set_cache_direct(fs->r, false);
 }
@@ -1553,22 +1553,22 @@ int dcrfs_init_state(struct dcrfs *fs)
 	pthread_condattr_t ca;
 	int ret;
 
-	ret = pthread_mutex_init(&fs->refresh_lock, NULL);
+	ret = pthread_mutex_init(&fs->ver.refresh_lock, NULL);
 	if (ret)
 		return -ret;
-	ret = pthread_mutex_init(&fs->tag_lock, NULL);
+	ret = pthread_mutex_init(&fs->tags.lock, NULL);
 	if (ret)
 		goto err_refresh;
-	ret = pthread_mutex_init(&fs->bg_lock, NULL);
+	ret = pthread_mutex_init(&fs->bg.lock, NULL);
 	if (ret)
 		goto err_tag;
-	ret = pthread_mutex_init(&fs->backing_lock, NULL);
+	ret = pthread_mutex_init(&fs->bk.lock, NULL);
 	if (ret)
 		goto err_bg_lock;
-	ret = pthread_cond_init(&fs->backing_cv, NULL);
+	ret = pthread_cond_init(&fs->bk.cv, NULL);
 	if (ret)
 		goto err_backing;
-	ret = pthread_mutex_init(&fs->watch_lock, NULL);
+	ret = pthread_mutex_init(&fs->watch.lock, NULL);
 	if (ret)
 		goto err_backing_cv;
 	ret = pthread_condattr_init(&ca);
@@ -1576,45 +1576,45 @@ int dcrfs_init_state(struct dcrfs *fs)
 		goto err_watch;
 	ret = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	if (ret == 0)
-		ret = pthread_cond_init(&fs->bg_cond, &ca);
+		ret = pthread_cond_init(&fs->bg.cond, &ca);
 	pthread_condattr_destroy(&ca);
 	if (ret)
 		goto err_watch;
-	ret = -dcrfs_delta_init(fs, fs->delta_tmpdir, fs->delta_budget);
+	ret = -dcrfs_delta_init(fs, fs->dv.tmpdir, fs->dv.budget);
 	if (ret)
 		goto err_cond;
 	return 0;
 
 err_cond:
-	pthread_cond_destroy(&fs->bg_cond);
+	pthread_cond_destroy(&fs->bg.cond);
 err_watch:
-	pthread_mutex_destroy(&fs->watch_lock);
+	pthread_mutex_destroy(&fs->watch.lock);
 err_backing_cv:
-	pthread_cond_destroy(&fs->backing_cv);
+	pthread_cond_destroy(&fs->bk.cv);
 err_backing:
-	pthread_mutex_destroy(&fs->backing_lock);
+	pthread_mutex_destroy(&fs->bk.lock);
 err_bg_lock:
-	pthread_mutex_destroy(&fs->bg_lock);
+	pthread_mutex_destroy(&fs->bg.lock);
 err_tag:
-	pthread_mutex_destroy(&fs->tag_lock);
+	pthread_mutex_destroy(&fs->tags.lock);
 err_refresh:
-	pthread_mutex_destroy(&fs->refresh_lock);
+	pthread_mutex_destroy(&fs->ver.refresh_lock);
 	return -ret;
 }
 
 void dcrfs_free_state(struct dcrfs *fs)
 {
 	dcrfs_delta_free(fs);
-	for (size_t i = 0; i < fs->ntag_names; i++)
-		free(fs->tag_names[i]);
-	free(fs->tag_names);
-	fs->tag_names = NULL;
-	fs->ntag_names = fs->tag_names_cap = 0;
-	pthread_cond_destroy(&fs->bg_cond);
-	pthread_mutex_destroy(&fs->watch_lock);
-	pthread_cond_destroy(&fs->backing_cv);
-	pthread_mutex_destroy(&fs->backing_lock);
-	pthread_mutex_destroy(&fs->bg_lock);
-	pthread_mutex_destroy(&fs->tag_lock);
-	pthread_mutex_destroy(&fs->refresh_lock);
+	for (size_t i = 0; i < fs->tags.n; i++)
+		free(fs->tags.names[i]);
+	free(fs->tags.names);
+	fs->tags.names = NULL;
+	fs->tags.n = fs->tags.cap = 0;
+	pthread_cond_destroy(&fs->bg.cond);
+	pthread_mutex_destroy(&fs->watch.lock);
+	pthread_cond_destroy(&fs->bk.cv);
+	pthread_mutex_destroy(&fs->bk.lock);
+	pthread_mutex_destroy(&fs->bg.lock);
+	pthread_mutex_destroy(&fs->tags.lock);
+	pthread_mutex_destroy(&fs->ver.refresh_lock);
 }
