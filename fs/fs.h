@@ -47,7 +47,15 @@
  *
  * The version-tree numbers depend only on the manifest and on how often
  * this mount saw the version change (0 at mount), so they are the same
- * after a remount.
+ * after a remount: they encode (version, tree, entry). So do the fixed
+ * numbers 1-8. The others depend on this mount's memory: a tag's number
+ * is its slot in the tag-name table (struct dcrfs_tags) and a /delta
+ * node's its slot in delta.c's node table (struct dcrfs_dv), both in
+ * the order this mount first saw them; a new daemon that takes over a
+ * mount must carry those tables or fail those inodes.
+ *
+ * dcrfs_ino_resolve turns a number into its kind (enum dcrfs_kind) in
+ * one place; the handlers (ops.c) switch on the kind.
  */
 #ifndef DCRFS_FS_H
 #define DCRFS_FS_H
@@ -134,6 +142,71 @@ static inline int dcrfs_ino_split(fuse_ino_t ino, uint64_t *v,
 	*tree = lo >> DCRFS_TREE_SHIFT;
 	*idx = low - 2;
 	return 1;
+}
+
+/**
+ * enum dcrfs_kind - what an inode number names, resolved once
+ * (dcrfs_ino_resolve) so that each FUSE handler switches on it
+ * (fs/ops.c) instead of testing the number's ranges itself.
+ */
+enum dcrfs_kind {
+	DCRFS_K_NONE = 0,     /* no node of this mount has this number */
+	DCRFS_K_ROOT,         /* / */
+	DCRFS_K_LATEST,       /* /latest, the symlink */
+	DCRFS_K_TAGS,         /* /tags */
+	DCRFS_K_TAG,          /* /tags/NAME: slot in node.slot */
+	DCRFS_K_CTL_DIR,      /* /.dcrfs */
+	DCRFS_K_CTL_STATUS,   /* /.dcrfs/status.json */
+	DCRFS_K_CTL_METRICS,  /* /.dcrfs/metrics */
+	DCRFS_K_CTL_LATEST,   /* /.dcrfs/latest (latestfile.c) */
+	DCRFS_K_DELTA_DIR,    /* /delta (delta.c) */
+	DCRFS_K_DELTA_NODE,   /* a node below /delta: slot in node.slot */
+	DCRFS_K_VERSION,      /* entry node.idx of tree node.tree of
+				 version node.v (idx 0: /vN itself) */
+};
+
+/** An inode number and what it names (dcrfs_ino_resolve). */
+struct dcrfs_node {
+	enum dcrfs_kind kind;
+	fuse_ino_t ino;
+	uint64_t v;           /* DCRFS_K_VERSION */
+	uint32_t tree, idx;   /* DCRFS_K_VERSION */
+	uint64_t slot;        /* DCRFS_K_TAG, DCRFS_K_DELTA_NODE */
+};
+
+/**
+ * dcrfs_ino_resolve - what inode @ino names, into @n, from the number
+ * alone (the scheme above): no lookup, no lock. A tag or /delta slot
+ * is not checked against its table here (the handlers do: -ENOENT for
+ * a slot never assigned).
+ */
+static inline void dcrfs_ino_resolve(fuse_ino_t ino, struct dcrfs_node *n)
+{
+	n->kind = DCRFS_K_NONE;
+	n->ino = ino;
+	n->v = 0;
+	n->tree = n->idx = 0;
+	n->slot = 0;
+	switch (ino) {
+	case DCRFS_INO_ROOT: n->kind = DCRFS_K_ROOT; return;
+	case DCRFS_INO_LATEST: n->kind = DCRFS_K_LATEST; return;
+	case DCRFS_INO_TAGS: n->kind = DCRFS_K_TAGS; return;
+	case DCRFS_INO_STATUS_DIR: n->kind = DCRFS_K_CTL_DIR; return;
+	case DCRFS_INO_STATUS_JSON: n->kind = DCRFS_K_CTL_STATUS; return;
+	case DCRFS_INO_METRICS: n->kind = DCRFS_K_CTL_METRICS; return;
+	case DCRFS_INO_LATEST_FILE: n->kind = DCRFS_K_CTL_LATEST; return;
+	case DCRFS_INO_DELTA: n->kind = DCRFS_K_DELTA_DIR; return;
+	default: break;
+	}
+	if (ino >= DCRFS_INO_TAG_BASE && ino < DCRFS_INO_DVIEW_BASE) {
+		n->kind = DCRFS_K_TAG;
+		n->slot = ino - DCRFS_INO_TAG_BASE;
+	} else if (ino >= DCRFS_INO_DVIEW_BASE && ino <= DCRFS_INO_DVIEW_MAX) {
+		n->kind = DCRFS_K_DELTA_NODE;
+		n->slot = ino - DCRFS_INO_DVIEW_BASE;
+	} else if (dcrfs_ino_split(ino, &n->v, &n->tree, &n->idx)) {
+		n->kind = DCRFS_K_VERSION;
+	}
 }
 
 /** What a mount does when a new version appears. */

@@ -266,12 +266,6 @@ static int status_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st)
 	return 0;
 }
 
-static bool is_status_ino(fuse_ino_t ino)
-{
-	return ino == DCRFS_INO_STATUS_DIR || ino == DCRFS_INO_STATUS_JSON ||
-	       ino == DCRFS_INO_METRICS || ino == DCRFS_INO_LATEST_FILE;
-}
-
 static void symlink_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
 			 const char *target, uint64_t v)
 {
@@ -331,17 +325,17 @@ out:
 	return ret;
 }
 
-/* Name of the tag inode @ino into @buf. 0 or -ENOENT. */
-static int tag_name_of(struct dcrfs *fs, fuse_ino_t ino, char *buf,
-		       size_t cap)
+/* Name of the tag node @n (DCRFS_K_TAG) into @buf. 0 or -ENOENT. */
+static int tag_name_of(struct dcrfs *fs, const struct dcrfs_node *n,
+		       char *buf, size_t cap)
 {
 	int ret = -ENOENT;
 
-	if (ino < DCRFS_INO_TAG_BASE || ino >= DCRFS_INO_DVIEW_BASE)
+	if (n->kind != DCRFS_K_TAG)
 		return -ENOENT;
 	pthread_mutex_lock(&fs->tags.lock);
-	if (ino - DCRFS_INO_TAG_BASE < fs->tags.n) {
-		const char *name = fs->tags.names[ino - DCRFS_INO_TAG_BASE];
+	if (n->slot < fs->tags.n) {
+		const char *name = fs->tags.names[n->slot];
 
 		if (strlen(name) < cap) {
 			strcpy(buf, name);
@@ -631,21 +625,30 @@ static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 			    const char *name)
 {
 	struct dcrfs *fs = fs_of(req);
-	uint64_t v;
-	uint32_t tree, idx;
+	struct dcrfs_node n;
 
-	if (parent == DCRFS_INO_ROOT)
+	dcrfs_ino_resolve(parent, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
 		root_lookup(req, fs, name);
-	else if (parent == DCRFS_INO_TAGS)
+		break;
+	case DCRFS_K_TAGS:
 		tags_lookup(req, fs, name);
-	else if (parent == DCRFS_INO_STATUS_DIR)
+		break;
+	case DCRFS_K_CTL_DIR:
 		status_lookup(req, fs, name);
-	else if (dcrfs_delta_is_ino(parent))
+		break;
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		delta_lookup(req, fs, parent, name);
-	else if (dcrfs_ino_split(parent, &v, &tree, &idx))
-		version_lookup(req, fs, v, tree, idx, name);
-	else
+		break;
+	case DCRFS_K_VERSION:
+		version_lookup(req, fs, n.v, n.tree, n.idx, name);
+		break;
+	default:
 		fuse_reply_err(req, ENOTDIR);
+		break;
+	}
 }
 
 /* Inode numbers are computed: there is nothing to forget. */
@@ -667,41 +670,48 @@ static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 		    double *ttl)
 {
 	const struct dcr_version_info *vi;
+	struct dcrfs_node n;
 	char name[256];
-	uint64_t v;
-	uint32_t tree, idx;
 	int ret;
 
 	*ttl = DCRFS_TTL_MUTABLE;
-	if (ino == DCRFS_INO_ROOT)
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
 		return root_stat(fs, st);
-	if (ino == DCRFS_INO_LATEST)
+	case DCRFS_K_LATEST:
 		return latest_stat(fs, st);
-	if (ino == DCRFS_INO_TAGS) {
+	case DCRFS_K_TAGS:
 		tags_stat(fs, st);
 		return 0;
-	}
-	if (is_status_ino(ino)) {
+	case DCRFS_K_CTL_DIR:
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
+	case DCRFS_K_CTL_LATEST:
 		*ttl = 0.0;
 		return status_stat(fs, ino, st);
-	}
-	if (dcrfs_delta_is_ino(ino))
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		return dcrfs_delta_stat(fs, ino, st, ttl);
-	if (dcrfs_ino_split(ino, &v, &tree, &idx)) {
-		ret = version_get_tree(fs, v, tree, &vi);
+	case DCRFS_K_VERSION:
+		ret = version_get_tree(fs, n.v, n.tree, &vi);
 		if (ret < 0)
 			return ret;
-		ret = entry_get(vi, idx) ? 0 : -ENOENT;
+		ret = entry_get(vi, n.idx) ? 0 : -ENOENT;
 		if (!ret)
-			entry_stat(fs, vi, idx, st);
+			entry_stat(fs, vi, n.idx, st);
 		version_put(fs, vi);
 		*ttl = DCRFS_TTL_IMMUTABLE;
 		return ret;
+	case DCRFS_K_TAG:
+		ret = tag_name_of(fs, &n, name, sizeof(name));
+		if (ret < 0)
+			return ret;
+		return tag_stat(fs, ino, name, st);
+	case DCRFS_K_NONE:
+		break;
 	}
-	ret = tag_name_of(fs, ino, name, sizeof(name));
-	if (ret < 0)
-		return ret;
-	return tag_stat(fs, ino, name, st);
+	return -ENOENT;
 }
 
 static void dcrfs_ll_getattr(fuse_req_t req, fuse_ino_t ino,
@@ -720,12 +730,15 @@ static void dcrfs_ll_getattr(fuse_req_t req, fuse_ino_t ino,
 static void dcrfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
 	char target[40];
 	char name[256];
 	uint64_t v;
 	int ret;
 
-	if (ino == DCRFS_INO_LATEST) {
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_LATEST:
 		v = dcrfs_latest(fs);
 		if (v == 0) {
 			fuse_reply_err(req, ENOENT);
@@ -734,18 +747,22 @@ static void dcrfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 		snprintf(target, sizeof(target), "v%" PRIu64, v);
 		fuse_reply_readlink(req, target);
 		return;
-	}
-	ret = tag_name_of(fs, ino, name, sizeof(name));
-	if (ret == 0)
-		ret = tag_version(fs, name, &v);
-	if (ret < 0) {
-		/* Not a symlink at all, or a tag that went away. */
-		fuse_reply_err(req, ino < DCRFS_INO_TAG_BASE ||
-				    ino >= DCRFS_INO_DVIEW_BASE ? EINVAL : -ret);
+	case DCRFS_K_TAG:
+		ret = tag_name_of(fs, &n, name, sizeof(name));
+		if (ret == 0)
+			ret = tag_version(fs, name, &v);
+		if (ret < 0) {
+			/* A tag that went away. */
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		snprintf(target, sizeof(target), "../v%" PRIu64, v);
+		fuse_reply_readlink(req, target);
+		return;
+	default:
+		fuse_reply_err(req, EINVAL); /* not a symlink */
 		return;
 	}
-	snprintf(target, sizeof(target), "../v%" PRIu64, v);
-	fuse_reply_readlink(req, target);
 }
 
 /* ------------------------------------------------------------ directories */
@@ -1030,9 +1047,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		       off_t off, int plus)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
 	struct dirbuf db;
-	uint64_t v;
-	uint32_t tree, idx;
 	int ret;
 
 	if (off < 0) {
@@ -1048,18 +1064,28 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (ino == DCRFS_INO_ROOT)
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
 		ret = root_readdir(&db, fs, off);
-	else if (ino == DCRFS_INO_TAGS)
+		break;
+	case DCRFS_K_TAGS:
 		ret = tags_readdir(&db, fs, off);
-	else if (ino == DCRFS_INO_STATUS_DIR)
+		break;
+	case DCRFS_K_CTL_DIR:
 		ret = status_readdir(&db, fs, off);
-	else if (dcrfs_delta_is_ino(ino))
+		break;
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		ret = dcrfs_delta_list(fs, ino, off, delta_emit, &db);
-	else if (dcrfs_ino_split(ino, &v, &tree, &idx))
-		ret = version_readdir(&db, fs, v, tree, idx, off);
-	else
+		break;
+	case DCRFS_K_VERSION:
+		ret = version_readdir(&db, fs, n.v, n.tree, n.idx, off);
+		break;
+	default:
 		ret = -ENOTDIR;
+		break;
+	}
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else
@@ -1071,24 +1097,25 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
+	struct stat st;
 	uint8_t type;
-	uint64_t v;
-	uint32_t tree, idx;
+	double ttl;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if (ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
-	    ino == DCRFS_INO_STATUS_DIR || ino == DCRFS_INO_DELTA) {
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
+	case DCRFS_K_TAGS:
+	case DCRFS_K_CTL_DIR:
+	case DCRFS_K_DELTA_DIR:
 		fuse_reply_open(req, fi);
 		return;
-	}
-	if (dcrfs_delta_is_ino(ino)) {
-		struct stat st;
-		double ttl;
-
+	case DCRFS_K_DELTA_NODE:
 		ret = dcrfs_delta_stat(fs, ino, &st, &ttl);
 		if (ret == 0 && !S_ISDIR(st.st_mode))
 			ret = -ENOTDIR;
@@ -1097,12 +1124,13 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		else
 			fuse_reply_open(req, fi);
 		return;
-	}
-	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
+	case DCRFS_K_VERSION:
+		break;
+	default:
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	ret = tree_entry_type(fs, v, tree, idx, &type);
+	ret = tree_entry_type(fs, n.v, n.tree, n.idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1143,11 +1171,11 @@ struct status_snap {
 	size_t len;
 };
 
-static void status_open(fuse_req_t req, struct dcrfs *fs, fuse_ino_t ino,
+static void status_open(fuse_req_t req, struct dcrfs *fs, enum dcrfs_kind kind,
 			struct fuse_file_info *fi)
 {
 	struct status_snap *sn = calloc(1, sizeof(*sn));
-	int ret = sn ? dcrfs_status_render(fs, ino == DCRFS_INO_STATUS_JSON ?
+	int ret = sn ? dcrfs_status_render(fs, kind == DCRFS_K_CTL_STATUS ?
 					   DCRFS_STATUS_JSON : DCRFS_STATUS_METRICS,
 					   &sn->text, &sn->len) : -ENOMEM;
 
@@ -1181,26 +1209,26 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
 	uint8_t type;
-	uint64_t v;
-	uint32_t tree, idx;
+	uint64_t fh;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
-		status_open(req, fs, ino, fi);
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
+		status_open(req, fs, n.kind, fi);
 		return;
-	}
-	if (ino == DCRFS_INO_LATEST_FILE) {
+	case DCRFS_K_CTL_LATEST:
 		dcrfs_latestfile_open(req, fs, fi);
 		return;
-	}
-	if (dcrfs_delta_is_ino(ino)) {
-		uint64_t fh;
-
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		ret = dcrfs_delta_open(fs, ino, &fh);
 		if (ret < 0) {
 			fuse_reply_err(req, -ret);
@@ -1213,10 +1241,15 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		if (fuse_reply_open(req, fi) != 0)
 			dcrfs_delta_release(fs, fh);
 		return;
-	}
-	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
-		fuse_reply_err(req, ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
-				    ino == DCRFS_INO_STATUS_DIR ? EISDIR : ELOOP);
+	case DCRFS_K_ROOT:
+	case DCRFS_K_TAGS:
+	case DCRFS_K_CTL_DIR:
+		fuse_reply_err(req, EISDIR);
+		return;
+	case DCRFS_K_VERSION:
+		break;
+	default:
+		fuse_reply_err(req, ELOOP);
 		return;
 	}
 	/* The tree of the inode opened (its number carries it, fs.h), not
@@ -1224,7 +1257,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	 * that changed in the store (its pages too, keep_cache) fails
 	 * ESTALE here, and its reads below, instead of mixing in the new
 	 * tree's bytes. */
-	ret = tree_entry_type(fs, v, tree, idx, &type);
+	ret = tree_entry_type(fs, n.v, n.tree, n.idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1238,7 +1271,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	fi->direct_io = 0;
 	/* Whole and proven in the cache: the kernel reads the cache file
 	 * itself (passthrough). Otherwise the normal path below. */
-	ret = dcrfs_backing_open(fs, ino, v, tree, idx);
+	ret = dcrfs_backing_open(fs, ino, n.v, n.tree, n.idx);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1265,20 +1298,21 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			  off_t off, struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	uint64_t v;
-	uint32_t tree, idx;
+	struct dcrfs_node node;
 	ssize_t n;
 	void *buf;
 
-	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
+	dcrfs_ino_resolve(ino, &node);
+	switch (node.kind) {
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
 		status_read(req, size, off, fi);
 		return;
-	}
-	if (ino == DCRFS_INO_LATEST_FILE) {
+	case DCRFS_K_CTL_LATEST:
 		dcrfs_latestfile_read(req, fs, size, off, fi);
 		return;
-	}
-	if (dcrfs_delta_is_ino(ino)) {
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		buf = dcr_thread_buf(DCR_TBUF_REPLY,
 				     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
 		n = buf ? dcrfs_delta_read(fs, fi->fh, buf, size, off) : -ENOMEM;
@@ -1287,8 +1321,9 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		else
 			fuse_reply_buf(req, buf, (size_t)n);
 		return;
-	}
-	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
+	case DCRFS_K_VERSION:
+		break;
+	default:
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -1314,8 +1349,8 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	/* Of the inode's tree: -ESTALE once the version has another. */
-	n = dcr_reader_read_tree(fs->r, v, tree, idx, (uint64_t)off,
-				 buf, size);
+	n = dcr_reader_read_tree(fs->r, node.v, node.tree, node.idx,
+				 (uint64_t)off, buf, size);
 	if (n < 0) {
 		atomic_fetch_add_explicit(&fs->stats.read_errors, 1, memory_order_relaxed);
 		fuse_reply_err(req, (int)-n);
@@ -1327,17 +1362,27 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
-	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
-		struct status_snap *sn = (struct status_snap *)(uintptr_t)fi->fh;
+	struct dcrfs_node n;
+	struct status_snap *sn;
 
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
+		sn = (struct status_snap *)(uintptr_t)fi->fh;
 		free(sn->text);
 		free(sn);
-	} else if (ino == DCRFS_INO_LATEST_FILE) {
+		break;
+	case DCRFS_K_CTL_LATEST:
 		dcrfs_latestfile_release(fs_of(req), fi);
-	} else if (dcrfs_delta_is_ino(ino)) {
+		break;
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		dcrfs_delta_release(fs_of(req), fi->fh);
-	} else {
+		break;
+	default:
 		dcrfs_backing_release(fs_of(req), ino);
+		break;
 	}
 	fuse_reply_err(req, 0);
 }
