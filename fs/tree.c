@@ -158,7 +158,8 @@ void fs_entry_stat(const struct dcrfs *fs,
  * Entries after the root are sorted by path, so a binary search on the
  * joined path finds it; a linear walk of the children backs it up in
  * case a reader ever orders them differently (a miss is cached by the
- * kernel, so the walk runs once per name).
+ * kernel, so the walk runs once per name). Its own search, not
+ * dcr_lower_bound_u64 (core/common.h): the keys are strings.
  */
 static uint32_t find_child(const struct dcr_version_info *vi, uint32_t dir,
 			   const char *name)
