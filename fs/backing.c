@@ -16,14 +16,14 @@
  * it handles each open, and reads the pinned file until the last
  * release (which comes after the last munmap).
  *
- * Locking: @fs->backing_lock guards the table, and is never held across
+ * Locking: @fs->bk.lock guards the table, and is never held across
  * the check of a file (it reads the whole file) or its registration:
  * the first open of an inode lists its entry as deciding, checks and
  * registers without the lock, then records the outcome and wakes
- * @fs->backing_cv; other opens of that inode wait for it there (so two
+ * @fs->bk.cv; other opens of that inode wait for it there (so two
  * first opens of one inode never register two files), while first
  * opens of other inodes (the shards of a checkpoint) are checked at
- * the same time. Lock order: backing_lock, then the reader's and the
+ * the same time. Lock order: bk.lock, then the reader's and the
  * cache's locks.
  */
 #include "config.h"
@@ -46,11 +46,11 @@ struct dcrfs_backing {
 	struct dcr_cache_pin *pin;
 };
 
-/* Index of the first entry >= @ino. Caller holds backing_lock. */
+/* Index of the first entry >= @ino. Caller holds bk.lock. */
 static size_t lower(const struct dcrfs *fs, fuse_ino_t ino)
 {
-	return dcr_lower_bound_u64(fs->backings, fs->nbackings,
-				   sizeof(*fs->backings),
+	return dcr_lower_bound_u64(fs->bk.tab, fs->bk.n,
+				   sizeof(*fs->bk.tab),
 				   offsetof(struct dcrfs_backing, ino), ino);
 }
 
@@ -58,45 +58,45 @@ static struct dcrfs_backing *find(struct dcrfs *fs, fuse_ino_t ino)
 {
 	size_t i = lower(fs, ino);
 
-	return i < fs->nbackings && fs->backings[i].ino == ino ?
-	       &fs->backings[i] : NULL;
+	return i < fs->bk.n && fs->bk.tab[i].ino == ino ?
+	       &fs->bk.tab[i] : NULL;
 }
 
 static struct dcrfs_backing *insert(struct dcrfs *fs, fuse_ino_t ino)
 {
 	size_t i = lower(fs, ino);
 
-	if (fs->nbackings == fs->backings_cap) {
-		size_t cap = fs->backings_cap ? fs->backings_cap * 2 : 16;
-		struct dcrfs_backing *t = realloc(fs->backings,
+	if (fs->bk.n == fs->bk.cap) {
+		size_t cap = fs->bk.cap ? fs->bk.cap * 2 : 16;
+		struct dcrfs_backing *t = realloc(fs->bk.tab,
 						  cap * sizeof(*t));
 		if (!t)
 			return NULL;
-		fs->backings = t;
-		fs->backings_cap = cap;
+		fs->bk.tab = t;
+		fs->bk.cap = cap;
 	}
-	memmove(&fs->backings[i + 1], &fs->backings[i],
-		(fs->nbackings - i) * sizeof(*fs->backings));
-	fs->nbackings++;
-	fs->backings[i] = (struct dcrfs_backing){ .ino = ino };
-	return &fs->backings[i];
+	memmove(&fs->bk.tab[i + 1], &fs->bk.tab[i],
+		(fs->bk.n - i) * sizeof(*fs->bk.tab));
+	fs->bk.n++;
+	fs->bk.tab[i] = (struct dcrfs_backing){ .ino = ino };
+	return &fs->bk.tab[i];
 }
 
 static void drop(struct dcrfs *fs, struct dcrfs_backing *b, bool release_id)
 {
-	size_t i = (size_t)(b - fs->backings);
+	size_t i = (size_t)(b - fs->bk.tab);
 
 	if (b->id > 0 && release_id)
-		dcrfs_pt_unregister(&fs->pt, b->id);
+		dcrfs_pt_unregister(&fs->bk.pt, b->id);
 	dcr_reader_backing_close(fs->r, b->pin);
-	memmove(&fs->backings[i], &fs->backings[i + 1],
-		(fs->nbackings - i - 1) * sizeof(*fs->backings));
-	fs->nbackings--;
+	memmove(&fs->bk.tab[i], &fs->bk.tab[i + 1],
+		(fs->bk.n - i - 1) * sizeof(*fs->bk.tab));
+	fs->bk.n--;
 }
 
 static void count_fallback(struct dcrfs *fs, enum dcrfs_pt_fallback why)
 {
-	atomic_fetch_add_explicit(&fs->pt.fallbacks[why], 1,
+	atomic_fetch_add_explicit(&fs->bk.pt.fallbacks[why], 1,
 				  memory_order_relaxed);
 }
 
@@ -107,41 +107,41 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 	struct dcrfs_backing *b;
 	int fd, id = 0;
 
-	pthread_mutex_lock(&fs->backing_lock);
+	pthread_mutex_lock(&fs->bk.lock);
 	while ((b = find(fs, ino)) && b->deciding)
-		pthread_cond_wait(&fs->backing_cv, &fs->backing_lock);
+		pthread_cond_wait(&fs->bk.cv, &fs->bk.lock);
 	if (b) {
 		b->opens++;
 		id = b->id;
-		pthread_mutex_unlock(&fs->backing_lock);
+		pthread_mutex_unlock(&fs->bk.lock);
 		if (!id)
 			count_fallback(fs, DCRFS_PT_FB_MIXED);
 		return id;
 	}
 	b = insert(fs, ino);
 	if (!b) { /* without an entry its mode could not be kept: fail it */
-		pthread_mutex_unlock(&fs->backing_lock);
+		pthread_mutex_unlock(&fs->bk.lock);
 		return DCR_ERR(-ENOMEM);
 	}
 	b->opens = 1;
-	if (!dcrfs_pt_usable(&fs->pt)) {
-		pthread_mutex_unlock(&fs->backing_lock);
+	if (!dcrfs_pt_usable(&fs->bk.pt)) {
+		pthread_mutex_unlock(&fs->bk.lock);
 		count_fallback(fs, DCRFS_PT_FB_OFF);
 		return 0;
 	}
 	b->deciding = true; /* nothing drops or joins it meanwhile */
-	pthread_mutex_unlock(&fs->backing_lock);
+	pthread_mutex_unlock(&fs->bk.lock);
 
 	fd = dcr_reader_backing_open(fs->r, v, tree, idx, &pin);
 	if (fd >= 0) {
-		id = dcrfs_pt_register(&fs->pt, fd);
+		id = dcrfs_pt_register(&fs->bk.pt, fd);
 		close(fd); /* the kernel holds its own reference */
 		if (id < 0) {
 			dcr_reader_backing_close(fs->r, pin);
 			pin = NULL;
 			id = 0;
 			count_fallback(fs, DCRFS_PT_FB_REGISTER);
-			if (!dcrfs_pt_usable(&fs->pt)) /* back to one copy */
+			if (!dcrfs_pt_usable(&fs->bk.pt)) /* back to one copy */
 				dcr_reader_set_cache_direct(fs->r, true);
 		} else {
 			/* The kernel now reads the cache file: pages the
@@ -153,18 +153,18 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		count_fallback(fs, DCRFS_PT_FB_NOT_READY);
 	}
 
-	pthread_mutex_lock(&fs->backing_lock);
+	pthread_mutex_lock(&fs->bk.lock);
 	b = find(fs, ino); /* ours still: the table may have moved */
 	b->deciding = false;
-	pthread_cond_broadcast(&fs->backing_cv);
+	pthread_cond_broadcast(&fs->bk.cv);
 	if (fd == -ESTALE || fd == -ENOENT) {
 		drop(fs, b, false); /* the open fails as a read would */
-		pthread_mutex_unlock(&fs->backing_lock);
+		pthread_mutex_unlock(&fs->bk.lock);
 		return fd;
 	}
 	b->pin = pin;
 	b->id = id;
-	pthread_mutex_unlock(&fs->backing_lock);
+	pthread_mutex_unlock(&fs->bk.lock);
 	return id;
 }
 
@@ -172,14 +172,14 @@ void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino)
 {
 	struct dcrfs_backing *b;
 
-	pthread_mutex_lock(&fs->backing_lock);
+	pthread_mutex_lock(&fs->bk.lock);
 	b = find(fs, ino);
 	if (!b)
 		dcr_warn("release of inode %#" PRIx64 ", which is not open",
 			 (uint64_t)ino);
 	else if (--b->opens == 0)
 		drop(fs, b, true);
-	pthread_mutex_unlock(&fs->backing_lock);
+	pthread_mutex_unlock(&fs->bk.lock);
 }
 
 ssize_t dcrfs_backing_snapshot(struct dcrfs *fs, struct dcrfs_backed **out)
@@ -187,30 +187,30 @@ ssize_t dcrfs_backing_snapshot(struct dcrfs *fs, struct dcrfs_backed **out)
 	struct dcrfs_backed *a;
 	size_t n = 0;
 
-	pthread_mutex_lock(&fs->backing_lock);
-	a = malloc((fs->nbackings ? fs->nbackings : 1) * sizeof(*a));
-	for (size_t i = 0; a && i < fs->nbackings; i++) {
-		const struct dcrfs_backing *b = &fs->backings[i];
+	pthread_mutex_lock(&fs->bk.lock);
+	a = malloc((fs->bk.n ? fs->bk.n : 1) * sizeof(*a));
+	for (size_t i = 0; a && i < fs->bk.n; i++) {
+		const struct dcrfs_backing *b = &fs->bk.tab[i];
 
 		if (b->id > 0 && b->pin)
 			a[n++] = (struct dcrfs_backed){
 				b->ino, dcr_reader_backing_hold(fs->r, b->pin)
 			};
 	}
-	pthread_mutex_unlock(&fs->backing_lock);
+	pthread_mutex_unlock(&fs->bk.lock);
 	*out = a;
 	return a ? (ssize_t)n : DCR_ERR(-ENOMEM);
 }
 
 void dcrfs_backing_free(struct dcrfs *fs)
 {
-	pthread_mutex_lock(&fs->backing_lock);
-	while (fs->nbackings)
-		drop(fs, &fs->backings[fs->nbackings - 1], false);
-	free(fs->backings);
-	fs->backings = NULL;
-	fs->backings_cap = 0;
-	pthread_mutex_unlock(&fs->backing_lock);
+	pthread_mutex_lock(&fs->bk.lock);
+	while (fs->bk.n)
+		drop(fs, &fs->bk.tab[fs->bk.n - 1], false);
+	free(fs->bk.tab);
+	fs->bk.tab = NULL;
+	fs->bk.cap = 0;
+	pthread_mutex_unlock(&fs->bk.lock);
 }
 
 ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out)
@@ -218,14 +218,14 @@ ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out)
 	struct dcrfs_backing_rec *a;
 	size_t n;
 
-	pthread_mutex_lock(&fs->backing_lock);
-	n = fs->nbackings;
+	pthread_mutex_lock(&fs->bk.lock);
+	n = fs->bk.n;
 	a = malloc((n ? n : 1) * sizeof(*a));
 	for (size_t i = 0; a && i < n; i++)
-		a[i] = (struct dcrfs_backing_rec){ fs->backings[i].ino,
-						   fs->backings[i].opens,
-						   fs->backings[i].id };
-	pthread_mutex_unlock(&fs->backing_lock);
+		a[i] = (struct dcrfs_backing_rec){ fs->bk.tab[i].ino,
+						   fs->bk.tab[i].opens,
+						   fs->bk.tab[i].id };
+	pthread_mutex_unlock(&fs->bk.lock);
 	*out = a;
 	return a ? (ssize_t)n : DCR_ERR(-ENOMEM);
 }
@@ -252,17 +252,17 @@ int dcrfs_backing_adopt(struct dcrfs *fs, const struct dcrfs_backing_rec *rec)
 				 "here (%s): the kernel keeps reading the one "
 				 "it holds", rec->ino, dcr_strerror(fd));
 	}
-	pthread_mutex_lock(&fs->backing_lock);
+	pthread_mutex_lock(&fs->bk.lock);
 	b = find(fs, rec->ino) ? NULL : insert(fs, rec->ino);
 	if (b) {
 		b->opens = rec->opens;
 		b->id = rec->id > 0 ? rec->id : 0;
 		b->pin = pin;
 		if (b->id)
-			atomic_fetch_add_explicit(&fs->pt.registered, 1,
+			atomic_fetch_add_explicit(&fs->bk.pt.registered, 1,
 						  memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&fs->backing_lock);
+	pthread_mutex_unlock(&fs->bk.lock);
 	if (!b) {
 		dcr_reader_backing_close(fs->r, pin);
 		return DCR_ERR(-ENOMEM);

@@ -30,10 +30,10 @@
 
 static void watcher_kick(struct dcrfs *fs)
 {
-	pthread_mutex_lock(&fs->bg_lock);
-	fs->bg_kick = 1;
-	pthread_cond_broadcast(&fs->bg_cond);
-	pthread_mutex_unlock(&fs->bg_lock);
+	pthread_mutex_lock(&fs->bg.lock);
+	fs->bg.kick = 1;
+	pthread_cond_broadcast(&fs->bg.cond);
+	pthread_mutex_unlock(&fs->bg.lock);
 }
 
 /*
@@ -52,12 +52,12 @@ int fs_refresh(struct dcrfs *fs, int force, int64_t since_ns)
 	int64_t start;
 	int ret = 0;
 
-	pthread_mutex_lock(&fs->refresh_lock);
-	if (!force && fs->last_refresh_ns >= since_ns)
+	pthread_mutex_lock(&fs->ver.refresh_lock);
+	if (!force && fs->ver.last_refresh_ns >= since_ns)
 		goto out;
 	start = dcr_mono_ns();
 	ret = dcr_reader_refresh(fs->r, &latest);
-	fs->last_refresh_ns = start;
+	fs->ver.last_refresh_ns = start;
 	if (ret < 0)
 		atomic_fetch_add_explicit(&fs->stats.refresh_errors, 1, memory_order_relaxed);
 	if (ret < 0 && !failing) {
@@ -69,7 +69,7 @@ int fs_refresh(struct dcrfs *fs, int force, int64_t since_ns)
 		failing = 0;
 	}
 out:
-	pthread_mutex_unlock(&fs->refresh_lock);
+	pthread_mutex_unlock(&fs->ver.refresh_lock);
 	if (ret == 0 && !force)
 		watcher_kick(fs);
 	return ret;
@@ -168,11 +168,11 @@ static void announce_changes(struct dcrfs *fs)
 					      dcrfs_ino_make(v, ch[i].old_tree, k),
 					      0, 0),
 				      name);
-		pthread_mutex_lock(&fs->bg_lock);
-		if (fs->prefetch_done == v) /* its bytes changed: again */
-			fs->prefetch_done = 0;
-		pthread_cond_broadcast(&fs->bg_cond);
-		pthread_mutex_unlock(&fs->bg_lock);
+		pthread_mutex_lock(&fs->bg.lock);
+		if (fs->bg.prefetch_done == v) /* its bytes changed: again */
+			fs->bg.prefetch_done = 0;
+		pthread_cond_broadcast(&fs->bg.cond);
+		pthread_mutex_unlock(&fs->bg.lock);
 	}
 	notify_result(fuse_lowlevel_notify_inval_inode(fs->se, DCRFS_INO_ROOT,
 						       0, 0),
@@ -187,24 +187,24 @@ static void announce_changes(struct dcrfs *fs)
  * prefetcher has it whole (so that opening latest/FILE finds it in the
  * cache: a passthrough open, or a hit on every chunk) or until it has
  * waited latest_wait; a version that went away (gc) is never shown.
- * Caller holds bg_lock.
+ * Caller holds bg.lock.
  */
 static uint64_t hold_latest(struct dcrfs *fs, uint64_t newest)
 {
-	uint64_t shown = atomic_load(&fs->latest);
+	uint64_t shown = atomic_load(&fs->ver.latest);
 	int64_t now = dcr_mono_ns();
 
-	if (fs->prefetch == DCRFS_PREFETCH_NONE || !fs->latest_wait_ms ||
-	    !shown || newest <= shown || fs->prefetch_latest_done >= newest) {
-		fs->held_until_ns = 0;
+	if (fs->bg.prefetch == DCRFS_PREFETCH_NONE || !fs->ver.latest_wait_ms ||
+	    !shown || newest <= shown || fs->bg.prefetch_latest_done >= newest) {
+		fs->bg.held_until_ns = 0;
 		return newest;
 	}
-	if (!fs->held_until_ns)
-		fs->held_until_ns = now + (int64_t)fs->latest_wait_ms * 1000000;
-	if (now >= fs->held_until_ns) {
+	if (!fs->bg.held_until_ns)
+		fs->bg.held_until_ns = now + (int64_t)fs->ver.latest_wait_ms * 1000000;
+	if (now >= fs->bg.held_until_ns) {
 		dcr_info("v%" PRIu64 " not prefetched after %u s: latest moves "
-			 "to it anyway", newest, fs->latest_wait_ms / 1000);
-		fs->held_until_ns = 0;
+			 "to it anyway", newest, fs->ver.latest_wait_ms / 1000);
+		fs->bg.held_until_ns = 0;
 		return newest;
 	}
 	return shown;
@@ -219,16 +219,16 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 
 	announce_changes(fs);
 
-	pthread_mutex_lock(&fs->bg_lock);
-	if (fs->prefetch != DCRFS_PREFETCH_NONE && newest &&
-	    fs->prefetch_want != newest) {
-		fs->prefetch_want = newest;
-		pthread_cond_broadcast(&fs->bg_cond);
+	pthread_mutex_lock(&fs->bg.lock);
+	if (fs->bg.prefetch != DCRFS_PREFETCH_NONE && newest &&
+	    fs->bg.prefetch_want != newest) {
+		fs->bg.prefetch_want = newest;
+		pthread_cond_broadcast(&fs->bg.cond);
 	}
 	latest = hold_latest(fs, newest);
-	moved = latest != atomic_load(&fs->latest);
-	atomic_store(&fs->latest, latest);
-	pthread_mutex_unlock(&fs->bg_lock);
+	moved = latest != atomic_load(&fs->ver.latest);
+	atomic_store(&fs->ver.latest, latest);
+	pthread_mutex_unlock(&fs->bg.lock);
 
 	if (moved) {
 		dcr_info("latest is now v%" PRIu64, latest);
@@ -242,7 +242,7 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 				      fs->se, DCRFS_INO_ROOT, 0, 0),
 			      "/");
 	}
-	/* After fs->latest is stored: a poll never misses it. */
+	/* After fs->ver.latest is stored: a poll never misses it. */
 	dcrfs_latestfile_notify(fs);
 
 	fp = tags_fingerprint(fs, &ok);
@@ -253,9 +253,9 @@ static void announce(struct dcrfs *fs, uint64_t *tags_fp, int *tags_known)
 	notify_result(fuse_lowlevel_notify_inval_inode(fs->se, DCRFS_INO_TAGS,
 						       0, 0),
 		      "/tags");
-	pthread_mutex_lock(&fs->tag_lock);
-	ntags = fs->ntag_names;
-	pthread_mutex_unlock(&fs->tag_lock);
+	pthread_mutex_lock(&fs->tags.lock);
+	ntags = fs->tags.n;
+	pthread_mutex_unlock(&fs->tags.lock);
 	for (size_t k = 0; k < ntags; k++)
 		notify_result(fuse_lowlevel_notify_inval_inode(
 				      fs->se, DCRFS_INO_TAG_BASE + k, 0, 0),
@@ -296,19 +296,19 @@ static void *watcher_main(void *arg)
 	uint64_t tags_fp = 0;
 	int tags_known = 0;
 
-	deadline_after(&next, fs->poll_ms);
-	pthread_mutex_lock(&fs->bg_lock);
-	while (!fs->bg_stop) {
+	deadline_after(&next, fs->ver.poll_ms);
+	pthread_mutex_lock(&fs->bg.lock);
+	while (!fs->bg.stop) {
 		int poll_now;
 
-		if (!fs->bg_kick) {
+		if (!fs->bg.kick) {
 			struct timespec wake = next;
-			int timed = fs->poll_ms != 0;
+			int timed = fs->ver.poll_ms != 0;
 
-			if (fs->held_until_ns) { /* show a held latest then */
+			if (fs->bg.held_until_ns) { /* show a held latest then */
 				struct timespec held = {
-					.tv_sec = fs->held_until_ns / 1000000000,
-					.tv_nsec = fs->held_until_ns % 1000000000,
+					.tv_sec = fs->bg.held_until_ns / 1000000000,
+					.tv_nsec = fs->bg.held_until_ns % 1000000000,
 				};
 				if (!timed || held.tv_sec < wake.tv_sec ||
 				    (held.tv_sec == wake.tv_sec &&
@@ -317,30 +317,30 @@ static void *watcher_main(void *arg)
 				timed = 1;
 			}
 			if (timed)
-				pthread_cond_timedwait(&fs->bg_cond,
-						       &fs->bg_lock, &wake);
+				pthread_cond_timedwait(&fs->bg.cond,
+						       &fs->bg.lock, &wake);
 			else
-				pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
+				pthread_cond_wait(&fs->bg.cond, &fs->bg.lock);
 		}
-		if (fs->bg_stop)
+		if (fs->bg.stop)
 			break;
-		poll_now = fs->poll_ms && deadline_passed(&next);
-		if (fs->held_until_ns && dcr_mono_ns() >= fs->held_until_ns)
-			fs->bg_kick = 1;
-		if (!poll_now && !fs->bg_kick)
+		poll_now = fs->ver.poll_ms && deadline_passed(&next);
+		if (fs->bg.held_until_ns && dcr_mono_ns() >= fs->bg.held_until_ns)
+			fs->bg.kick = 1;
+		if (!poll_now && !fs->bg.kick)
 			continue;
-		fs->bg_kick = 0;
-		pthread_mutex_unlock(&fs->bg_lock);
+		fs->bg.kick = 0;
+		pthread_mutex_unlock(&fs->bg.lock);
 
 		if (poll_now) {
 			fs_refresh(fs, 1, 0);
-			deadline_after(&next, fs->poll_ms);
+			deadline_after(&next, fs->ver.poll_ms);
 		}
 		announce(fs, &tags_fp, &tags_known);
 
-		pthread_mutex_lock(&fs->bg_lock);
+		pthread_mutex_lock(&fs->bg.lock);
 	}
-	pthread_mutex_unlock(&fs->bg_lock);
+	pthread_mutex_unlock(&fs->bg.lock);
 	return NULL;
 }
 
@@ -350,9 +350,9 @@ static int prefetch_abandon(struct dcrfs *fs, uint64_t want)
 {
 	int stop;
 
-	pthread_mutex_lock(&fs->bg_lock);
-	stop = fs->bg_stop || fs->prefetch_want != want;
-	pthread_mutex_unlock(&fs->bg_lock);
+	pthread_mutex_lock(&fs->bg.lock);
+	stop = fs->bg.stop || fs->bg.prefetch_want != want;
+	pthread_mutex_unlock(&fs->bg.lock);
 	return stop;
 }
 
@@ -424,7 +424,7 @@ static void prefetch_block(void *arg, size_t i)
 	}
 #endif
 	/* Only prefetch_pagecache needs the bytes themselves. */
-	if (fs->prefetch_pagecache && !(buf = malloc(p->bs))) {
+	if (fs->bg.prefetch_pagecache && !(buf = malloc(p->bs))) {
 		n = -ENOMEM;
 		goto fail;
 	}
@@ -432,7 +432,7 @@ static void prefetch_block(void *arg, size_t i)
 	n = dcr_reader_prefetch(fs->r, p->v, p->vi->tree, idx, off, buf, p->bs);
 	if (n < 0)
 		goto fail;
-	if (n > 0 && fs->prefetch_pagecache)
+	if (n > 0 && fs->bg.prefetch_pagecache)
 		prefetch_store(fs, p->v, p->vi->tree, idx, off, buf, (size_t)n);
 	free(buf);
 	atomic_fetch_add(&p->bytes, (uint64_t)n);
@@ -534,9 +534,9 @@ static int prefetch_sweep(struct dcrfs *fs, uint64_t want)
 	uint64_t *vs = NULL, floor;
 	size_t n = 0;
 
-	pthread_mutex_lock(&fs->bg_lock);
-	floor = fs->prefetch_swept;
-	pthread_mutex_unlock(&fs->bg_lock);
+	pthread_mutex_lock(&fs->bg.lock);
+	floor = fs->bg.prefetch_swept;
+	pthread_mutex_unlock(&fs->bg.lock);
 	if (dcr_reader_versions(fs->r, &vs, &n) < 0)
 		return 0;
 	for (size_t k = n; k-- > 0;) {
@@ -550,10 +550,10 @@ static int prefetch_sweep(struct dcrfs *fs, uint64_t want)
 		}
 	}
 	free(vs);
-	pthread_mutex_lock(&fs->bg_lock);
-	if (fs->prefetch_swept < want)
-		fs->prefetch_swept = want;
-	pthread_mutex_unlock(&fs->bg_lock);
+	pthread_mutex_lock(&fs->bg.lock);
+	if (fs->bg.prefetch_swept < want)
+		fs->bg.prefetch_swept = want;
+	pthread_mutex_unlock(&fs->bg.lock);
 	return 0;
 }
 
@@ -561,35 +561,35 @@ static void *prefetcher_main(void *arg)
 {
 	struct dcrfs *fs = arg;
 
-	pthread_mutex_lock(&fs->bg_lock);
-	while (!fs->bg_stop) {
-		uint64_t v = fs->prefetch_want;
+	pthread_mutex_lock(&fs->bg.lock);
+	while (!fs->bg.stop) {
+		uint64_t v = fs->bg.prefetch_want;
 		int abandoned;
 
-		if (v == 0 || v == fs->prefetch_done) {
-			pthread_cond_wait(&fs->bg_cond, &fs->bg_lock);
+		if (v == 0 || v == fs->bg.prefetch_done) {
+			pthread_cond_wait(&fs->bg.cond, &fs->bg.lock);
 			continue;
 		}
-		pthread_mutex_unlock(&fs->bg_lock);
+		pthread_mutex_unlock(&fs->bg.lock);
 		abandoned = prefetch_version(fs, v, v);
 		if (!abandoned) {
 			/* Its delta views from the changes the prefetch saw,
 			 * ready when latest moves (fs/delta.c). */
 			dcrfs_delta_ready(fs, v);
 			/* latest may move to it now (hold_latest) */
-			pthread_mutex_lock(&fs->bg_lock);
-			fs->prefetch_latest_done = v;
-			fs->bg_kick = 1;
-			pthread_cond_broadcast(&fs->bg_cond);
-			pthread_mutex_unlock(&fs->bg_lock);
+			pthread_mutex_lock(&fs->bg.lock);
+			fs->bg.prefetch_latest_done = v;
+			fs->bg.kick = 1;
+			pthread_cond_broadcast(&fs->bg.cond);
+			pthread_mutex_unlock(&fs->bg.lock);
 		}
-		if (!abandoned && fs->prefetch == DCRFS_PREFETCH_ALL)
+		if (!abandoned && fs->bg.prefetch == DCRFS_PREFETCH_ALL)
 			abandoned = prefetch_sweep(fs, v);
-		pthread_mutex_lock(&fs->bg_lock);
+		pthread_mutex_lock(&fs->bg.lock);
 		if (!abandoned)
-			fs->prefetch_done = v;
+			fs->bg.prefetch_done = v;
 	}
-	pthread_mutex_unlock(&fs->bg_lock);
+	pthread_mutex_unlock(&fs->bg.lock);
 	return NULL;
 }
 
@@ -597,36 +597,36 @@ int dcrfs_bg_start(struct dcrfs *fs)
 {
 	int ret;
 
-	fs->bg_stop = 0;
-	fs->bg_kick = 1; /* announce the initial latest at once */
-	ret = pthread_create(&fs->watcher, NULL, watcher_main, fs);
+	fs->bg.stop = 0;
+	fs->bg.kick = 1; /* announce the initial latest at once */
+	ret = pthread_create(&fs->bg.watcher, NULL, watcher_main, fs);
 	if (ret)
 		return -ret;
-	fs->watcher_running = 1;
-	if (fs->prefetch != DCRFS_PREFETCH_NONE) {
-		ret = pthread_create(&fs->prefetcher, NULL, prefetcher_main,
+	fs->bg.watcher_running = 1;
+	if (fs->bg.prefetch != DCRFS_PREFETCH_NONE) {
+		ret = pthread_create(&fs->bg.prefetcher, NULL, prefetcher_main,
 				     fs);
 		if (ret) {
 			dcrfs_bg_stop(fs);
 			return -ret;
 		}
-		fs->prefetcher_running = 1;
+		fs->bg.prefetcher_running = 1;
 	}
 	return 0;
 }
 
 void dcrfs_bg_stop(struct dcrfs *fs)
 {
-	pthread_mutex_lock(&fs->bg_lock);
-	fs->bg_stop = 1;
-	pthread_cond_broadcast(&fs->bg_cond);
-	pthread_mutex_unlock(&fs->bg_lock);
-	if (fs->watcher_running) {
-		pthread_join(fs->watcher, NULL);
-		fs->watcher_running = 0;
+	pthread_mutex_lock(&fs->bg.lock);
+	fs->bg.stop = 1;
+	pthread_cond_broadcast(&fs->bg.cond);
+	pthread_mutex_unlock(&fs->bg.lock);
+	if (fs->bg.watcher_running) {
+		pthread_join(fs->bg.watcher, NULL);
+		fs->bg.watcher_running = 0;
 	}
-	if (fs->prefetcher_running) {
-		pthread_join(fs->prefetcher, NULL);
-		fs->prefetcher_running = 0;
+	if (fs->bg.prefetcher_running) {
+		pthread_join(fs->bg.prefetcher, NULL);
+		fs->bg.prefetcher_running = 0;
 	}
 }

@@ -107,13 +107,13 @@ int dcrfs_delta_init(struct dcrfs *fs, const char *tmpdir, uint64_t budget)
 	}
 	d->tmpdir = tmpdir;
 	d->budget = budget;
-	fs->delta = d;
+	fs->dv.tab = d;
 	return 0;
 }
 
 void dcrfs_delta_free(struct dcrfs *fs)
 {
-	struct dcrfs_delta *d = fs->delta;
+	struct dcrfs_delta *d = fs->dv.tab;
 
 	if (!d)
 		return;
@@ -132,12 +132,12 @@ void dcrfs_delta_free(struct dcrfs *fs)
 	free(d->sorted);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
-	fs->delta = NULL;
+	fs->dv.tab = NULL;
 }
 
 void dcrfs_delta_counts(struct dcrfs *fs, struct dcrfs_delta_counts *c)
 {
-	struct dcrfs_delta *d = fs->delta;
+	struct dcrfs_delta *d = fs->dv.tab;
 	struct dcr_dvrec *rec = dcr_reader_dvrec(fs->r);
 
 	memset(c, 0, sizeof(*c));
@@ -159,7 +159,7 @@ static int node_get(struct dcrfs *fs, uint64_t from, uint32_t ftree,
 		    uint64_t to, uint32_t ttree, uint32_t idx,
 		    struct dview_node **out)
 {
-	struct dcrfs_delta *d = fs->delta;
+	struct dcrfs_delta *d = fs->dv.tab;
 	size_t lo = 0, hi;
 	int ret = 0;
 
@@ -233,7 +233,7 @@ static fuse_ino_t node_ino(const struct dview_node *nd)
 /* The node of inode @ino, or NULL. */
 static struct dview_node *node_of(struct dcrfs *fs, fuse_ino_t ino)
 {
-	struct dcrfs_delta *d = fs->delta;
+	struct dcrfs_delta *d = fs->dv.tab;
 	struct dview_node *nd = NULL;
 
 	if (ino < DCRFS_INO_DVIEW_BASE || ino > DCRFS_INO_DVIEW_MAX)
@@ -312,10 +312,10 @@ static bool node_size(struct dcrfs *fs, struct dview_node *nd, uint64_t *size)
 {
 	bool sized;
 
-	pthread_mutex_lock(&fs->delta->lock);
+	pthread_mutex_lock(&fs->dv.tab->lock);
 	sized = nd->sized;
 	*size = nd->size;
-	pthread_mutex_unlock(&fs->delta->lock);
+	pthread_mutex_unlock(&fs->dv.tab->lock);
 	return sized;
 }
 
@@ -341,7 +341,7 @@ static int node_check(struct dcrfs *fs, const struct dview_node *nd)
 static int view_get(struct dcrfs *fs, struct dview_node *nd,
 		    struct dview_file **out, bool *built)
 {
-	struct dcrfs_delta *d = fs->delta;
+	struct dcrfs_delta *d = fs->dv.tab;
 	struct dcr_dview_side a = { nd->from, nd->ftree }, b = { nd->to, nd->ttree };
 	struct dcr_dview_info info;
 	struct dcr_dview_sums sums;
@@ -426,9 +426,9 @@ err_unlock:
 
 static void file_put(struct dcrfs *fs, struct dview_file *vf)
 {
-	pthread_mutex_lock(&fs->delta->lock);
+	pthread_mutex_lock(&fs->dv.tab->lock);
 	file_unref_locked(vf);
-	pthread_mutex_unlock(&fs->delta->lock);
+	pthread_mutex_unlock(&fs->dv.tab->lock);
 }
 
 /* ---------------------------------------------------------- attributes */
@@ -440,8 +440,8 @@ static void dir_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
 	st->st_ino = ino;
 	st->st_mode = S_IFDIR | 0555;
 	st->st_nlink = 2;
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
+	st->st_uid = fs->cfg.uid;
+	st->st_gid = fs->cfg.gid;
 	st->st_size = 4096;
 	st->st_blocks = 8;
 	st->st_blksize = 4096;
@@ -511,7 +511,7 @@ int dcrfs_delta_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 
 	*ttl = DCRFS_TTL_MUTABLE;
 	if (ino == DCRFS_INO_DELTA) {
-		dir_stat(fs, st, ino, fs->mount_ns);
+		dir_stat(fs, st, ino, fs->cfg.mount_ns);
 		return 0;
 	}
 	nd = node_of(fs, ino);
@@ -714,7 +714,7 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 		uint64_t *vs = NULL;
 		size_t n = 0;
 
-		dir_stat(fs, &st, ino, fs->mount_ns);
+		dir_stat(fs, &st, ino, fs->cfg.mount_ns);
 		if (off < 1 && emit(ctx, ".", &st, 1, true))
 			return 0;
 		if (off < 2 && emit(ctx, "..", &st, 2, false))
@@ -829,7 +829,7 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 			 size_t size, off_t off)
 {
 	struct dview_file *vf = (struct dview_file *)(uintptr_t)fh;
-	struct dcrfs_delta *d = fs->delta;
+	struct dcrfs_delta *d = fs->dv.tab;
 	struct dview_node *nd = vf->node;
 	uint64_t bad_off = 0;
 	bool first = false;
@@ -915,9 +915,9 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 			     &nd) < 0 ||
 		    view_get(fs, nd, &vf, &built) < 0)
 			continue;
-		pthread_mutex_lock(&fs->delta->lock);
-		fs->delta->ready += built;
-		pthread_mutex_unlock(&fs->delta->lock);
+		pthread_mutex_lock(&fs->dv.tab->lock);
+		fs->dv.tab->ready += built;
+		pthread_mutex_unlock(&fs->dv.tab->lock);
 		made += built;
 		bytes += built ? vf->size : 0;
 		file_put(fs, vf);
@@ -931,7 +931,7 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 
 ssize_t dcrfs_delta_export(struct dcrfs *fs, struct dcrfs_delta_key **out)
 {
-	struct dcrfs_delta *d = fs->delta;
+	struct dcrfs_delta *d = fs->dv.tab;
 	struct dcrfs_delta_key *a;
 	size_t n;
 

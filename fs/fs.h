@@ -2,8 +2,10 @@
 /*
  * fs.h - internal declarations shared by the dcrfs FUSE daemon
  * (fs/main.c: options, mounting, daemonizing; fs/ops.c: the low-level
- * operations and the background poll and prefetch threads; fs/xattr.c:
- * the provenance extended attributes of the version trees).
+ * operations, dispatching on the inode's kind to tree.c, tags.c, ctl.c
+ * and delta.c (node.h); fs/bg.c: the background poll and prefetch
+ * threads; fs/state.c: the state's locks; fs/xattr.c: the provenance
+ * extended attributes of the version trees).
  *
  * Only fs/ includes <fuse_lowlevel.h> (DESIGN.md section 3).
  *
@@ -47,7 +49,15 @@
  *
  * The version-tree numbers depend only on the manifest and on how often
  * this mount saw the version change (0 at mount), so they are the same
- * after a remount.
+ * after a remount: they encode (version, tree, entry). So do the fixed
+ * numbers 1-8. The others depend on this mount's memory: a tag's number
+ * is its slot in the tag-name table (struct dcrfs_tags) and a /delta
+ * node's its slot in delta.c's node table (struct dcrfs_dv), both in
+ * the order this mount first saw them; a new daemon that takes over a
+ * mount must carry those tables or fail those inodes.
+ *
+ * dcrfs_ino_resolve turns a number into its kind (enum dcrfs_kind) in
+ * one place; the handlers (ops.c) switch on the kind.
  */
 #ifndef DCRFS_FS_H
 #define DCRFS_FS_H
@@ -136,6 +146,71 @@ static inline int dcrfs_ino_split(fuse_ino_t ino, uint64_t *v,
 	return 1;
 }
 
+/**
+ * enum dcrfs_kind - what an inode number names, resolved once
+ * (dcrfs_ino_resolve) so that each FUSE handler switches on it
+ * (fs/ops.c) instead of testing the number's ranges itself.
+ */
+enum dcrfs_kind {
+	DCRFS_K_NONE = 0,     /* no node of this mount has this number */
+	DCRFS_K_ROOT,         /* / */
+	DCRFS_K_LATEST,       /* /latest, the symlink */
+	DCRFS_K_TAGS,         /* /tags */
+	DCRFS_K_TAG,          /* /tags/NAME: slot in node.slot */
+	DCRFS_K_CTL_DIR,      /* /.dcrfs */
+	DCRFS_K_CTL_STATUS,   /* /.dcrfs/status.json */
+	DCRFS_K_CTL_METRICS,  /* /.dcrfs/metrics */
+	DCRFS_K_CTL_LATEST,   /* /.dcrfs/latest (latestfile.c) */
+	DCRFS_K_DELTA_DIR,    /* /delta (delta.c) */
+	DCRFS_K_DELTA_NODE,   /* a node below /delta: slot in node.slot */
+	DCRFS_K_VERSION,      /* entry node.idx of tree node.tree of
+				 version node.v (idx 0: /vN itself) */
+};
+
+/** An inode number and what it names (dcrfs_ino_resolve). */
+struct dcrfs_node {
+	enum dcrfs_kind kind;
+	fuse_ino_t ino;
+	uint64_t v;           /* DCRFS_K_VERSION */
+	uint32_t tree, idx;   /* DCRFS_K_VERSION */
+	uint64_t slot;        /* DCRFS_K_TAG, DCRFS_K_DELTA_NODE */
+};
+
+/**
+ * dcrfs_ino_resolve - what inode @ino names, into @n, from the number
+ * alone (the scheme above): no lookup, no lock. A tag or /delta slot
+ * is not checked against its table here (the handlers do: -ENOENT for
+ * a slot never assigned).
+ */
+static inline void dcrfs_ino_resolve(fuse_ino_t ino, struct dcrfs_node *n)
+{
+	n->kind = DCRFS_K_NONE;
+	n->ino = ino;
+	n->v = 0;
+	n->tree = n->idx = 0;
+	n->slot = 0;
+	switch (ino) {
+	case DCRFS_INO_ROOT: n->kind = DCRFS_K_ROOT; return;
+	case DCRFS_INO_LATEST: n->kind = DCRFS_K_LATEST; return;
+	case DCRFS_INO_TAGS: n->kind = DCRFS_K_TAGS; return;
+	case DCRFS_INO_STATUS_DIR: n->kind = DCRFS_K_CTL_DIR; return;
+	case DCRFS_INO_STATUS_JSON: n->kind = DCRFS_K_CTL_STATUS; return;
+	case DCRFS_INO_METRICS: n->kind = DCRFS_K_CTL_METRICS; return;
+	case DCRFS_INO_LATEST_FILE: n->kind = DCRFS_K_CTL_LATEST; return;
+	case DCRFS_INO_DELTA: n->kind = DCRFS_K_DELTA_DIR; return;
+	default: break;
+	}
+	if (ino >= DCRFS_INO_TAG_BASE && ino < DCRFS_INO_DVIEW_BASE) {
+		n->kind = DCRFS_K_TAG;
+		n->slot = ino - DCRFS_INO_TAG_BASE;
+	} else if (ino >= DCRFS_INO_DVIEW_BASE && ino <= DCRFS_INO_DVIEW_MAX) {
+		n->kind = DCRFS_K_DELTA_NODE;
+		n->slot = ino - DCRFS_INO_DVIEW_BASE;
+	} else if (dcrfs_ino_split(ino, &n->v, &n->tree, &n->idx)) {
+		n->kind = DCRFS_K_VERSION;
+	}
+}
+
 /** What a mount does when a new version appears. */
 enum dcrfs_prefetch {
 	DCRFS_PREFETCH_NONE = 0,
@@ -147,65 +222,59 @@ enum dcrfs_prefetch {
  * request are materialized in parallel by the reader). */
 #define DCRFS_PREFETCH_BLOCK (8u << 20)
 
-/**
- * struct dcrfs - the state of one mount, the session's userdata.
- * Filled by main.c before the session loop starts; the option fields
- * are read-only afterwards. Locks protect the rest as noted.
+/*
+ * The state of one mount is split by concern, one sub-struct per part of
+ * fs/, each with the lock that guards it and what that lock protects
+ * (the reader does the same, read/reader_int.h).
+ *
+ * Locks of struct dcrfs: ver.refresh_lock (bg.c), bg.lock (bg.c),
+ * tags.lock (ops.c), bk.lock (backing.c), watch.lock (latestfile.c) and
+ * the /delta table's own locks (delta.c). Each file's top comment gives
+ * the order of its own with the reader's and the cache's locks (e.g.
+ * bk.lock before them); no two of ours are held together (fs_refresh
+ * drops ver.refresh_lock before it kicks the watcher under bg.lock),
+ * and watch.lock is taken under no other lock.
  */
-struct dcrfs {
-	struct dcr_store *st;
-	struct dcr_reader *r;
-	struct dcr_trust *trust;       /* -o trust=FILE; NULL: none */
-	struct fuse_session *se;
-	const char *mountpoint;
 
-	/* options */
-	unsigned int poll_ms;          /* 0: no periodic refresh */
-	enum dcrfs_prefetch prefetch;
+/** Set by main.c before the session loop and read-only afterwards: what
+ * the kernel is told at INIT and the attributes every inode shows. */
+struct dcrfs_cfg {
+	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
+	unsigned int max_read;         /* -o max_read=N, 0 if not given */
+	uid_t uid;                     /* owner shown for every inode */
+	gid_t gid;
+	int64_t mount_ns;              /* mtime of the root of an empty store */
+};
+
+/** The versions the mount shows: refreshes from the store (bg.c
+ * fs_refresh) and the target of /latest. */
+struct dcrfs_ver {
+	unsigned int poll_ms;          /* -o poll; 0: no periodic refresh */
 	/* -o latest_wait: with prefetch, /latest moves to a new version
 	 * once it is prefetched, or after this long (0: at once) */
 	unsigned int latest_wait_ms;
 	/* The target of /latest (dcrfs_latest): the reader's newest
 	 * version, or with prefetch the newest one prefetched (or waited
 	 * for latest_wait_ms): what the kernel was told about. Written by
-	 * the watcher under bg_lock, read anywhere. */
+	 * the watcher under bg.lock, read anywhere. */
 	atomic_uint_fast64_t latest;
-	unsigned int read_ahead_kb;    /* 0: leave the kernel default */
-	unsigned int max_read;         /* -o max_read=N, 0 if not given */
-	int prefetch_pagecache;        /* -o prefetch_pagecache */
-
-	/* FUSE passthrough (passthrough.h) and the open version files'
-	 * modes (backing.c; backing_lock guards the table, backing_cv
-	 * wakes the opens waiting for an inode's first open to decide) */
-	struct dcrfs_pt pt;
-	pthread_mutex_t backing_lock;
-	pthread_cond_t backing_cv;
-	struct dcrfs_backing *backings; /* sorted by inode */
-	size_t nbackings, backings_cap;
-
-	/* -o scrub=SECONDS, scrub_rate=SIZE (scrub.c): 0 ms: off */
-	unsigned int scrub_ms;
-	uint64_t scrub_rate;           /* bytes a second */
-	struct dcrfs_scrub *scrub;     /* NULL when off or not started */
-	uid_t uid;                     /* owner shown for every inode */
-	gid_t gid;
-	int64_t mount_ns;              /* mtime of the root of an empty store */
-
-	/* refresh_lock: serialises refreshes; lookup misses share one */
+	/* refresh_lock serialises refreshes; lookup misses share one
+	 * (last_refresh_ns: when the last refresh started, under it) */
 	pthread_mutex_t refresh_lock;
-	int64_t last_refresh_ns; /* when the last refresh started */
+	int64_t last_refresh_ns;
+};
 
-	/* tag_lock: tag-name table, slot k <-> inode DCRFS_INO_TAG_BASE + k */
-	pthread_mutex_t tag_lock;
-	char **tag_names;
-	size_t ntag_names;
-	size_t tag_names_cap;
-
-	/* bg_lock/bg_cond: background threads */
-	pthread_mutex_t bg_lock;
-	pthread_cond_t bg_cond;        /* CLOCK_MONOTONIC */
-	int bg_stop;
-	int bg_kick;                   /* watcher: look at latest now */
+/** The background threads (bg.c): the watcher and the prefetcher. The
+ * options (prefetch, prefetch_pagecache) are read-only once mounted;
+ * bg.lock guards every other field, bg.cond (CLOCK_MONOTONIC) wakes
+ * both threads. */
+struct dcrfs_bg {
+	enum dcrfs_prefetch prefetch;  /* -o prefetch */
+	int prefetch_pagecache;        /* -o prefetch_pagecache */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int stop;
+	int kick;                      /* watcher: look at latest now */
 	/* With prefetch: when the watcher must show the reader's newest
 	 * version, held back from /latest, whatever the prefetch (mono ns;
 	 * 0: nothing held back) */
@@ -217,20 +286,81 @@ struct dcrfs {
 					  this one was prefetched */
 	pthread_t watcher;
 	pthread_t prefetcher;
-	int watcher_running;
+	int watcher_running;           /* set and read by start/stop only */
 	int prefetcher_running;
+};
 
-	/* /delta (delta.c): its node table and built views; the cache
-	 * directory for their files and their budget, set before
-	 * dcrfs_init_state */
-	struct dcrfs_delta *delta;
-	const char *delta_tmpdir;
-	uint64_t delta_budget;
+/** The tag-name table (ops.c): slot k <-> inode DCRFS_INO_TAG_BASE + k,
+ * assigned on first sight and never reused while mounted, so the
+ * numbers of /tags/NAME depend on this mount's memory (not on the
+ * store). tags.lock guards names, n and cap. */
+struct dcrfs_tags {
+	pthread_mutex_t lock;
+	char **names;
+	size_t n;
+	size_t cap;
+};
 
-	/* watch_lock: the opens of /.dcrfs/latest and their poll handles
-	 * (latestfile.c); taken under no other lock */
-	pthread_mutex_t watch_lock;
-	struct dcrfs_latest_open *latest_opens;
+/** The open version files (backing.c) and FUSE passthrough
+ * (passthrough.h): bk.lock guards tab, n and cap (the entries' modes);
+ * bk.cv wakes the opens waiting for an inode's first open to decide.
+ * pt has its own atomics and is set up before the session loop. */
+struct dcrfs_bk {
+	struct dcrfs_pt pt;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	struct dcrfs_backing *tab;     /* sorted by inode */
+	size_t n, cap;
+};
+
+/** The scrub (scrub.c): -o scrub=SECONDS, scrub_rate=SIZE, read-only
+ * once mounted; run is set by dcrfs_scrub_start and cleared by
+ * dcrfs_scrub_stop, both from main.c's thread. */
+struct dcrfs_scr {
+	unsigned int ms;               /* 0: off */
+	uint64_t rate;                 /* bytes a second */
+	struct dcrfs_scrub *run;       /* NULL when off or not started */
+};
+
+/** /delta (delta.c): its node table and built views (tab, with its own
+ * lock; its slots make the inode numbers below /delta, which depend on
+ * this mount's memory), the cache directory for their files and their
+ * budget, set before dcrfs_init_state and read-only afterwards. */
+struct dcrfs_dv {
+	struct dcrfs_delta *tab;
+	const char *tmpdir;
+	uint64_t budget;
+};
+
+/** The opens of /.dcrfs/latest and their poll handles (latestfile.c):
+ * watch.lock guards the list and each open's state; taken under no
+ * other lock. */
+struct dcrfs_watch {
+	pthread_mutex_t lock;
+	struct dcrfs_latest_open *opens;
+};
+
+/**
+ * struct dcrfs - the state of one mount, the session's userdata.
+ * Filled by main.c before the session loop starts; the handles and the
+ * option fields are read-only afterwards. Each sub-struct says what
+ * guards the rest.
+ */
+struct dcrfs {
+	struct dcr_store *st;
+	struct dcr_reader *r;
+	struct dcr_trust *trust;       /* -o trust=FILE; NULL: none */
+	struct fuse_session *se;
+	const char *mountpoint;
+
+	struct dcrfs_cfg cfg;          /* INIT options, shown attributes */
+	struct dcrfs_ver ver;          /* refreshes and /latest */
+	struct dcrfs_bg bg;            /* watcher and prefetcher */
+	struct dcrfs_tags tags;        /* /tags inode slots */
+	struct dcrfs_bk bk;            /* open version files, passthrough */
+	struct dcrfs_scr scr;          /* the scrub */
+	struct dcrfs_dv dv;            /* /delta */
+	struct dcrfs_watch watch;      /* /.dcrfs/latest opens */
 
 	/* statistics for status.c: relaxed atomics, no lock */
 	struct {
@@ -268,9 +398,9 @@ static inline uint64_t dcrfs_latest(struct dcrfs *fs)
 	uint64_t newest = dcr_reader_latest(fs->r);
 	uint64_t shown;
 
-	if (fs->prefetch == DCRFS_PREFETCH_NONE || !fs->latest_wait_ms)
+	if (fs->bg.prefetch == DCRFS_PREFETCH_NONE || !fs->ver.latest_wait_ms)
 		return newest;
-	shown = atomic_load_explicit(&fs->latest, memory_order_relaxed);
+	shown = atomic_load_explicit(&fs->ver.latest, memory_order_relaxed);
 	return shown && shown <= newest ? shown : newest;
 }
 
@@ -347,7 +477,7 @@ struct dcrfs_scrub_stats {
 };
 
 /**
- * dcrfs_scrub_start - with fs->scrub_ms, start the scrub's thread: every
+ * dcrfs_scrub_start - with fs->scr.ms, start the scrub's thread: every
  * scrub_ms it re-checks the files open through passthrough from their
  * cache files, at most scrub_rate bytes a second, and repairs in place
  * what rotted (scrub.c). Without, says once that it is off. 0 or -errno.

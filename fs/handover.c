@@ -458,8 +458,8 @@ char *dcrfs_ho_fixed(const struct dcrfs *fs, const char *store,
 		p += sprintf(p, "%s%s", p[-1] == '=' ? "" : " ", argv[i]);
 	}
 	sprintf(p, "\nmax_read=%u\nreadahead=%u\npassthrough=%s\n",
-		fs->max_read, fs->read_ahead_kb,
-		fs->pt.mode == DCRFS_PT_OFF ? "off" : "auto");
+		fs->cfg.max_read, fs->cfg.read_ahead_kb,
+		fs->bk.pt.mode == DCRFS_PT_OFF ? "off" : "auto");
 	return s;
 }
 
@@ -668,26 +668,26 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 		free(recs);
 		return nb < 0 ? (int)nb : (int)nd;
 	}
-	pthread_mutex_lock(&fs->tag_lock);
+	pthread_mutex_lock(&fs->tags.lock);
 	cap = (size_t)nb * sizeof(*recs) + (size_t)nd * sizeof(*keys) + 1;
-	for (size_t i = 0; i < fs->ntag_names; i++)
-		cap += strlen(fs->tag_names[i]) + 1;
+	for (size_t i = 0; i < fs->tags.n; i++)
+		cap += strlen(fs->tags.names[i]) + 1;
 	p = malloc(cap);
 	if (p) {
 		memcpy(p, recs, (size_t)nb * sizeof(*recs));
 		pos = (size_t)nb * sizeof(*recs);
 		memcpy(p + pos, keys, (size_t)nd * sizeof(*keys));
 		pos += (size_t)nd * sizeof(*keys);
-		for (size_t i = 0; i < fs->ntag_names; i++) {
-			size_t l = strlen(fs->tag_names[i]) + 1;
+		for (size_t i = 0; i < fs->tags.n; i++) {
+			size_t l = strlen(fs->tags.names[i]) + 1;
 
-			memcpy(p + pos, fs->tag_names[i], l);
+			memcpy(p + pos, fs->tags.names[i], l);
 			pos += l;
 		}
-		w->ntags = (uint32_t)fs->ntag_names;
+		w->ntags = (uint32_t)fs->tags.n;
 		*len = pos;
 	}
-	pthread_mutex_unlock(&fs->tag_lock);
+	pthread_mutex_unlock(&fs->tags.lock);
 	free(recs);
 	free(keys);
 	if (!p)
@@ -709,9 +709,9 @@ int dcrfs_ho_send(struct dcrfs *fs)
 	w.init_req_len = g_init_req_len;
 	memcpy(w.init_req, g_init_req, sizeof(w.init_req));
 	w.init_rep = g_init_rep;
-	w.pt_offered = atomic_load(&fs->pt.offered);
-	w.pt_enabled = atomic_load(&fs->pt.enabled);
-	w.pt_disabled = atomic_load(&fs->pt.disabled);
+	w.pt_offered = atomic_load(&fs->bk.pt.offered);
+	w.pt_enabled = atomic_load(&fs->bk.pt.enabled);
+	w.pt_disabled = atomic_load(&fs->bk.pt.disabled);
 	ret = state_tail(fs, &w, &tail, &tlen);
 	if (ret == 0)
 		ret = send_msg(g_conn, HO_STATE, &w, sizeof(w), tail, tlen,
@@ -986,9 +986,9 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 	struct fuse_buf fb = { .mem = buf };
 	int ret = 0;
 
-	atomic_store(&fs->pt.offered, s->w.pt_offered);
-	atomic_store(&fs->pt.enabled, s->w.pt_enabled);
-	atomic_store(&fs->pt.disabled, s->w.pt_disabled);
+	atomic_store(&fs->bk.pt.offered, s->w.pt_offered);
+	atomic_store(&fs->bk.pt.enabled, s->w.pt_enabled);
+	atomic_store(&fs->bk.pt.disabled, s->w.pt_disabled);
 
 	/* libfuse serves nothing before an INIT: replay the kernel's */
 	memcpy(buf, s->w.init_req, s->w.init_req_len);
@@ -1012,24 +1012,24 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 	atomic_store(&g_have_req, 1);
 	atomic_store(&g_have_rep, 1);
 
-	pthread_mutex_lock(&fs->tag_lock);
+	pthread_mutex_lock(&fs->tags.lock);
 	for (uint32_t i = 0; i < s->w.ntags && !ret; i++) {
-		if (fs->ntag_names == fs->tag_names_cap) {
-			size_t cap = fs->tag_names_cap ?
-				     2 * fs->tag_names_cap : 16;
-			char **p = realloc(fs->tag_names, cap * sizeof(*p));
+		if (fs->tags.n == fs->tags.cap) {
+			size_t cap = fs->tags.cap ?
+				     2 * fs->tags.cap : 16;
+			char **p = realloc(fs->tags.names, cap * sizeof(*p));
 
 			if (!p) {
 				ret = DCR_ERR(-ENOMEM);
 				break;
 			}
-			fs->tag_names = p;
-			fs->tag_names_cap = cap;
+			fs->tags.names = p;
+			fs->tags.cap = cap;
 		}
-		fs->tag_names[fs->ntag_names++] = s->tags[i];
+		fs->tags.names[fs->tags.n++] = s->tags[i];
 		s->tags[i] = NULL;
 	}
-	pthread_mutex_unlock(&fs->tag_lock);
+	pthread_mutex_unlock(&fs->tags.lock);
 	for (uint32_t i = 0; i < s->w.nbacking && !ret; i++)
 		ret = dcrfs_backing_adopt(fs, &s->backs[i]);
 	for (uint32_t i = 0; i < s->w.ndelta && !ret; i++)

@@ -19,14 +19,14 @@
  *   system without poll (readable and writable: nothing blocks), its
  *   poll handle dropped.
  *
- * Locking: watch_lock (struct dcrfs) guards the list of opens, each
+ * Locking: watch.lock (struct dcrfs) guards the list of opens, each
  * open's number, text and poll handle; it is taken after no other lock
  * and nothing is called under it but libfuse's notify (a write to
  * /dev/fuse that never waits for a request of this mount).
  *
  * A wakeup is never lost: the poll handler reads dcrfs_latest and keeps
- * the handle under watch_lock, and the watcher stores the new latest
- * before it takes watch_lock to notify, so either the handler sees the
+ * the handle under watch.lock, and the watcher stores the new latest
+ * before it takes watch.lock to notify, so either the handler sees the
  * new number (and answers readable) or the watcher sees the handle.
  */
 #ifdef HAVE_CONFIG_H
@@ -45,7 +45,7 @@
 
 /* One open of .dcrfs/latest: fi->fh. */
 struct dcrfs_latest_open {
-	struct dcrfs_latest_open *prev, *next; /* fs->latest_opens */
+	struct dcrfs_latest_open *prev, *next; /* fs->watch.opens */
 	uint64_t seen;                  /* the number last given */
 	struct fuse_pollhandle *ph;     /* a waiting poll, or NULL */
 	char text[24];                  /* "N\n" */
@@ -70,13 +70,13 @@ void dcrfs_latestfile_open(fuse_req_t req, struct dcrfs *fs,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	pthread_mutex_lock(&fs->watch_lock);
+	pthread_mutex_lock(&fs->watch.lock);
 	take_number(fs, o);
-	o->next = fs->latest_opens;
+	o->next = fs->watch.opens;
 	if (o->next)
 		o->next->prev = o;
-	fs->latest_opens = o;
-	pthread_mutex_unlock(&fs->watch_lock);
+	fs->watch.opens = o;
+	pthread_mutex_unlock(&fs->watch.lock);
 	fi->fh = (uint64_t)(uintptr_t)o;
 	fi->direct_io = 1; /* every read comes here: the number changes */
 	fi->keep_cache = 0;
@@ -97,14 +97,14 @@ void dcrfs_latestfile_read(fuse_req_t req, struct dcrfs *fs, size_t size,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	pthread_mutex_lock(&fs->watch_lock);
+	pthread_mutex_lock(&fs->watch.lock);
 	if (off == 0)
 		take_number(fs, o);
 	if ((uint64_t)off < o->len) {
 		len = DCR_MIN(size, o->len - (size_t)off);
 		memcpy(text, o->text + off, len);
 	}
-	pthread_mutex_unlock(&fs->watch_lock);
+	pthread_mutex_unlock(&fs->watch.lock);
 	fuse_reply_buf(req, text, len);
 }
 
@@ -115,14 +115,14 @@ void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi)
 
 	if (!o)
 		return;
-	pthread_mutex_lock(&fs->watch_lock);
+	pthread_mutex_lock(&fs->watch.lock);
 	if (o->prev)
 		o->prev->next = o->next;
 	else
-		fs->latest_opens = o->next;
+		fs->watch.opens = o->next;
 	if (o->next)
 		o->next->prev = o->prev;
-	pthread_mutex_unlock(&fs->watch_lock);
+	pthread_mutex_unlock(&fs->watch.lock);
 	if (o->ph)
 		fuse_pollhandle_destroy(o->ph);
 	free(o);
@@ -145,7 +145,7 @@ void dcrfs_ll_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 		return;
 	}
 	o = (struct dcrfs_latest_open *)(uintptr_t)fi->fh;
-	pthread_mutex_lock(&fs->watch_lock);
+	pthread_mutex_lock(&fs->watch.lock);
 	if (dcrfs_latest(fs) != o->seen) {
 		revents = POLLIN | POLLRDNORM | POLLPRI;
 	} else if (ph) {
@@ -153,7 +153,7 @@ void dcrfs_ll_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 		o->ph = ph;
 		ph = NULL;
 	}
-	pthread_mutex_unlock(&fs->watch_lock);
+	pthread_mutex_unlock(&fs->watch.lock);
 	if (old)
 		fuse_pollhandle_destroy(old);
 	if (ph)
@@ -165,9 +165,9 @@ void dcrfs_latestfile_notify(struct dcrfs *fs)
 {
 	uint64_t now;
 
-	pthread_mutex_lock(&fs->watch_lock);
+	pthread_mutex_lock(&fs->watch.lock);
 	now = dcrfs_latest(fs);
-	for (struct dcrfs_latest_open *o = fs->latest_opens; o; o = o->next) {
+	for (struct dcrfs_latest_open *o = fs->watch.opens; o; o = o->next) {
 		int ret;
 
 		if (!o->ph || o->seen == now)
@@ -179,5 +179,5 @@ void dcrfs_latestfile_notify(struct dcrfs *fs)
 		fuse_pollhandle_destroy(o->ph);
 		o->ph = NULL;
 	}
-	pthread_mutex_unlock(&fs->watch_lock);
+	pthread_mutex_unlock(&fs->watch.lock);
 }

@@ -935,7 +935,7 @@ static const struct dcrfs_opt opt_table[] = {
 	  TO_READER(cache_size), .hint = "e.g. 512M, 50G" },
 	{ "poll", GIVEN(poll), dcr_parse_ms, .min = POLL_MIN_MS,
 	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_ZERO | DCRFS_OPT_DEFAULT,
-	  .def = POLL_DEFAULT * 1000, TO_FS(poll_ms),
+	  .def = POLL_DEFAULT * 1000, TO_FS(ver.poll_ms),
 	  .hint = "seconds, 0 or 0.05 to " STR(POLL_MAX) "; e.g. 5, 0.25" },
 	{ "relist", GIVEN(relist), dcr_parse_ms, .min = POLL_MIN_MS,
 	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_DEFAULT,
@@ -943,24 +943,24 @@ static const struct dcrfs_opt opt_table[] = {
 	  .hint = "seconds, 0.05 to " STR(POLL_MAX) "; e.g. 60" },
 	{ "prefetch", GIVEN(prefetch), .words = prefetch_words,
 	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_PREFETCH_LATEST,
-	  TO_FS(prefetch), .hint = "none, latest or all" },
+	  TO_FS(bg.prefetch), .hint = "none, latest or all" },
 	{ "latest_wait", GIVEN(latest_wait), dcr_parse_ms,
 	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_DEFAULT,
-	  .def = LATEST_WAIT_DEFAULT * 1000, TO_FS(latest_wait_ms),
+	  .def = LATEST_WAIT_DEFAULT * 1000, TO_FS(ver.latest_wait_ms),
 	  .hint = "seconds, 0 to " STR(POLL_MAX) },
 	{ "passthrough", GIVEN(passthrough), .words = passthrough_words,
-	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_PT_AUTO, TO_FS(pt.mode),
+	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_PT_AUTO, TO_FS(bk.pt.mode),
 	  .hint = "auto or off" },
 	{ "scrub", GIVEN(scrub), dcr_parse_ms, .min = SCRUB_MIN_MS,
 	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_ZERO | DCRFS_OPT_DEFAULT,
-	  .def = SCRUB_DEFAULT * 1000, TO_FS(scrub_ms),
+	  .def = SCRUB_DEFAULT * 1000, TO_FS(scr.ms),
 	  .hint = "seconds, 0 (off) or 1 to " STR(POLL_MAX) },
 	{ "scrub_rate", GIVEN(scrub_rate), dcr_parse_size, .min = 1 << 20,
 	  .flags = DCRFS_OPT_DEFAULT, .def = SCRUB_RATE_DEFAULT,
-	  TO_FS(scrub_rate), .hint = "bytes a second, 1M or more; e.g. 128M" },
+	  TO_FS(scr.rate), .hint = "bytes a second, 1M or more; e.g. 128M" },
 	{ "readahead", GIVEN(readahead), dcr_parse_size, .max = READAHEAD_MAX,
 	  .flags = DCRFS_OPT_DEFAULT, .def = READAHEAD_DEFAULT, .div = 1024,
-	  TO_FS(read_ahead_kb), .hint = "0 to 1G" },
+	  TO_FS(cfg.read_ahead_kb), .hint = "0 to 1G" },
 	/* A whole read's bound; the store's own (cfg) is set from it. */
 	{ "s3_timeout", GIVEN(s3_timeout), dcr_parse_u64, .min = 1,
 	  .max = 86400, .flags = DCRFS_OPT_DEFAULT, .def = S3_TIMEOUT_DEFAULT,
@@ -989,8 +989,8 @@ static int check_opts(struct opts *o, struct dcrfs *fs,
 		dcr_log_set_level(o->log_lvl);
 	if (o->s3_timeout)
 		cfg->read_timeout_ms = ropts->read_timeout_ms;
-	fs->max_read = o->max_read;
-	fs->prefetch_pagecache = o->prefetch_pagecache;
+	fs->cfg.max_read = o->max_read;
+	fs->bg.prefetch_pagecache = o->prefetch_pagecache;
 	cfg->endpoint = o->endpoint;
 	cfg->region = o->region;
 	cfg->profile = o->profile;
@@ -1253,17 +1253,17 @@ int main(int argc, char *argv[])
 	/* in the cache directory's lock: a remount waits for us (reader.h) */
 	if (strncmp(mountpoint, "/dev/fd/", 8) != 0)
 		ropts.mountpoint = mountpoint;
-	fs.uid = getuid();
-	fs.gid = getgid();
-	fs.mount_ns = dcr_now_ns();
+	fs.cfg.uid = getuid();
+	fs.cfg.gid = getgid();
+	fs.cfg.mount_ns = dcr_now_ns();
 	/* /delta's views: files in the cache directory, kept within an
 	 * eighth of cache_size (fs/delta.c); the chunk cache gets the rest,
 	 * so that cache_size bounds everything the mount keeps. */
-	fs.delta_tmpdir = cache_dir;
+	fs.dv.tmpdir = cache_dir;
 	uint64_t budget = ropts.cache_size ? ropts.cache_size :
 			  DCR_CACHE_SIZE_DEFAULT;
-	fs.delta_budget = budget / 8;
-	ropts.cache_size = budget - fs.delta_budget;
+	fs.dv.budget = budget / 8;
+	ropts.cache_size = budget - fs.dv.budget;
 	ret = dcrfs_init_state(&fs);
 	if (ret < 0) {
 		fprintf(stderr, PROG ": %s\n", dcr_strerror(ret));
@@ -1356,7 +1356,7 @@ int main(int argc, char *argv[])
 	 * machine's memory. */
 	{
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-		uint64_t rb = fs.delta_budget;
+		uint64_t rb = fs.dv.budget;
 
 		if (pages > 0 && psz > 0)
 			rb = DCR_MIN(rb, (uint64_t)pages * (uint64_t)psz / 16);
@@ -1398,8 +1398,8 @@ int main(int argc, char *argv[])
 		dcr_err("cannot mount on %s", mountpoint);
 		goto out_signals;
 	}
-	set_readahead(mountpoint, fs.read_ahead_kb, o.readahead != NULL);
-	dcrfs_pt_install(fs.se, &fs.pt); /* failing, reads take the normal path */
+	set_readahead(mountpoint, fs.cfg.read_ahead_kb, o.readahead != NULL);
+	dcrfs_pt_install(fs.se, &fs.bk.pt); /* failing, reads take the normal path */
 	if (ho) {
 		taken_over = true;
 		ret = dcrfs_ho_adopt(&fs, ho); /* frees it */

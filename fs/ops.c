@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ops.c - the FUSE low-level operations of dcrfs. Its background
- * threads (store polling, kernel cache invalidation, prefetch) are in
- * bg.c.
+ * ops.c - the FUSE low-level operations of dcrfs. Each handler
+ * resolves its inode once (dcrfs_ino_resolve, fs.h) and switches on
+ * the kind; the cases live with their nodes: the root and /latest here,
+ * the version trees in tree.c, /tags in tags.c, /.dcrfs in ctl.c (and
+ * latestfile.c), /delta in delta.c. The background threads (store
+ * polling, kernel cache invalidation, prefetch) are in bg.c; the
+ * state's locks are made in state.c.
  *
  * The tree (DESIGN.md section 8):
  *
@@ -45,9 +49,9 @@
 #include "fileio.h"
 #include "manifest.h"
 #include "fs.h"
+#include "node.h"
 
-#define NO_ENTRY UINT32_MAX
-/* A lookup miss of a future "vN" refreshes at most this often. */
+/* The longest name statfs reports. */
 #define NAME_MAX_SHOWN 255
 
 static struct dcrfs *fs_of(fuse_req_t req)
@@ -70,147 +74,24 @@ static void ns_to_ts(int64_t ns, struct timespec *ts)
 	ts->tv_nsec = (long)r;
 }
 
-static void stat_common(const struct dcrfs *fs, struct stat *st,
-			fuse_ino_t ino, mode_t mode, nlink_t nlink,
-			int64_t mtime_ns)
+void fs_stat_common(const struct dcrfs *fs, struct stat *st,
+		    fuse_ino_t ino, mode_t mode, nlink_t nlink,
+		    int64_t mtime_ns)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
 	st->st_mode = mode;
 	st->st_nlink = nlink;
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
+	st->st_uid = fs->cfg.uid;
+	st->st_gid = fs->cfg.gid;
 	st->st_blksize = 4096;
 	ns_to_ts(mtime_ns, &st->st_mtim);
 	st->st_atim = st->st_mtim;
 	st->st_ctim = st->st_mtim;
 }
 
-/* Permission bits shown for a manifest mode: read-only, no set-id. */
-static mode_t shown_perm(uint32_t mode)
-{
-	return (mode_t)(mode & 07777 & ~(mode_t)(0222 | S_ISUID | S_ISGID));
-}
-
-/* Log once per version that it cannot be shown (tree @tree, @n
- * entries); the next version that cannot is logged again. */
-static void version_overflow(uint64_t v, uint32_t tree, uint32_t n)
-{
-	static _Atomic uint64_t logged;
-
-	if (atomic_exchange(&logged, v) == v)
-		return;
-	if (tree > DCRFS_TREE_MAX)
-		dcr_err("v%" PRIu64 " changed in the store more than %u times "
-			"while mounted: it is not served until a remount "
-			"(EOVERFLOW)", v, (unsigned)DCRFS_TREE_MAX);
-	else
-		dcr_err("v%" PRIu64 " has %" PRIu32 " entries, more than the "
-			"%u a mount can show: it is not served (EOVERFLOW)",
-			v, n, (unsigned)DCRFS_IDX_MAX + 1);
-}
-
-int version_get(struct dcrfs *fs, uint64_t v,
-		const struct dcr_version_info **vi)
-{
-	int ret;
-
-	if (v == 0 || v > DCR_VERSION_MAX)
-		return -ENOENT;
-	ret = dcr_reader_version(fs->r, v, vi);
-	if (ret < 0)
-		return ret;
-	/* Inode numbers carry the tree and the entry index (fs.h): one
-	 * that does not fit would name another tree's inode. */
-	if ((*vi)->tree > DCRFS_TREE_MAX ||
-	    (*vi)->nentries > DCRFS_IDX_MAX + 1) {
-		version_overflow(v, (*vi)->tree, (*vi)->nentries);
-		version_put(fs, *vi);
-		*vi = NULL;
-		return -EOVERFLOW;
-	}
-	return 0;
-}
-
-int version_get_tree(struct dcrfs *fs, uint64_t v, uint32_t tree,
-		     const struct dcr_version_info **vi)
-{
-	int ret = version_get(fs, v, vi);
-
-	if (ret == 0 && (*vi)->tree != tree) {
-		/* An inode of a tree the version no longer has (changed in
-		 * the store): never answered from the new one. */
-		version_put(fs, *vi);
-		*vi = NULL;
-		return -ESTALE;
-	}
-	return ret;
-}
-
-void version_put(struct dcrfs *fs, const struct dcr_version_info *vi)
-{
-	dcr_reader_version_put(fs->r, vi);
-}
-
-/* Entry @idx of @vi, or NULL if out of range. */
-static const struct dcr_entry *entry_get(const struct dcr_version_info *vi,
-					 uint32_t idx)
-{
-	if (idx >= vi->nentries)
-		return NULL;
-	return &vi->entries[idx];
-}
-
-/* The type of entry @idx of tree @tree of version @v into @type: 0,
- * -ENOENT, -ESTALE (the version has another tree now), or the reader's
- * error. */
-static int tree_entry_type(struct dcrfs *fs, uint64_t v, uint32_t tree,
-			   uint32_t idx, uint8_t *type)
-{
-	const struct dcr_version_info *vi;
-	const struct dcr_entry *e;
-	int ret = version_get_tree(fs, v, tree, &vi);
-
-	if (ret < 0)
-		return ret;
-	e = entry_get(vi, idx);
-	if (e)
-		*type = e->type;
-	version_put(fs, vi);
-	return e ? 0 : -ENOENT;
-}
-
-static void entry_stat(const struct dcrfs *fs,
-		       const struct dcr_version_info *vi, uint32_t idx,
-		       struct stat *st)
-{
-	const struct dcr_entry *e = &vi->entries[idx];
-	fuse_ino_t ino = dcrfs_ino_make(vi->version, vi->tree, idx);
-
-	if (e->type == DCR_FT_DIR) {
-		nlink_t nlink = 2;
-		mode_t perm = idx == 0 ? 0555 : shown_perm(e->mode);
-
-		for (uint32_t c = e->first_child; c < vi->nentries;
-		     c = vi->entries[c].next_sibling)
-			if (vi->entries[c].type == DCR_FT_DIR)
-				nlink++;
-		stat_common(fs, st, ino, S_IFDIR | perm, nlink,
-			    idx == 0 ? vi->ctime_ns : e->mtime_ns);
-		st->st_size = 4096;
-		st->st_blocks = 8;
-	} else {
-		stat_common(fs, st, ino, S_IFREG | shown_perm(e->mode), 1,
-			    e->mtime_ns);
-		st->st_size = (off_t)e->size;
-		st->st_blocks = (blkcnt_t)DCR_DIV_ROUND_UP(e->size, 512);
-		st->st_blksize = vi->chunk_size ? (blksize_t)vi->chunk_size
-						: 4096;
-	}
-}
-
 /* Commit time of the newest version, or the mount time if none. */
-static int64_t latest_ctime(struct dcrfs *fs, uint64_t latest)
+int64_t fs_latest_ctime(struct dcrfs *fs, uint64_t latest)
 {
 	const struct dcr_version_info *vi;
 	int64_t ns;
@@ -220,10 +101,10 @@ static int64_t latest_ctime(struct dcrfs *fs, uint64_t latest)
 		version_put(fs, vi);
 		return ns;
 	}
-	return fs->mount_ns;
+	return fs->cfg.mount_ns;
 }
 
-static int root_stat(struct dcrfs *fs, struct stat *st)
+int fs_root_stat(struct dcrfs *fs, struct stat *st)
 {
 	uint64_t *vs = NULL;
 	size_t n = 0;
@@ -231,51 +112,19 @@ static int root_stat(struct dcrfs *fs, struct stat *st)
 
 	if (ret < 0)
 		return ret;
-	stat_common(fs, st, DCRFS_INO_ROOT, S_IFDIR | 0555,
-		    (nlink_t)(4 + n),
-		    latest_ctime(fs, n ? vs[n - 1] : 0));
+	fs_stat_common(fs, st, DCRFS_INO_ROOT, S_IFDIR | 0555,
+		       (nlink_t)(4 + n),
+		       fs_latest_ctime(fs, n ? vs[n - 1] : 0));
 	st->st_size = 4096;
 	st->st_blocks = 8;
 	free(vs);
 	return 0;
 }
 
-static void tags_stat(struct dcrfs *fs, struct stat *st)
+void fs_symlink_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
+		     const char *target, uint64_t v)
 {
-	stat_common(fs, st, DCRFS_INO_TAGS, S_IFDIR | 0555, 2,
-		    latest_ctime(fs, dcr_reader_latest(fs->r)));
-	st->st_size = 4096;
-	st->st_blocks = 8;
-}
-
-/* Attributes of /.dcrfs and its files. */
-static int status_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st)
-{
-	if (ino == DCRFS_INO_STATUS_DIR) {
-		stat_common(fs, st, ino, S_IFDIR | 0555, 2, dcr_now_ns());
-		st->st_size = 4096;
-		st->st_blocks = 8;
-		return 0;
-	}
-	stat_common(fs, st, ino, S_IFREG | 0444, 1, dcr_now_ns());
-	/* Size 0, like /proc: the text is made at every open and may be
-	 * longer than when stat looked (a counter gained a digit), and a
-	 * size from stat made cp copy a cut-off file. Readers read to the
-	 * end of the file (direct_io). */
-	st->st_size = 0;
-	return 0;
-}
-
-static bool is_status_ino(fuse_ino_t ino)
-{
-	return ino == DCRFS_INO_STATUS_DIR || ino == DCRFS_INO_STATUS_JSON ||
-	       ino == DCRFS_INO_METRICS || ino == DCRFS_INO_LATEST_FILE;
-}
-
-static void symlink_stat(struct dcrfs *fs, struct stat *st, fuse_ino_t ino,
-			 const char *target, uint64_t v)
-{
-	stat_common(fs, st, ino, S_IFLNK | 0777, 1, latest_ctime(fs, v));
+	fs_stat_common(fs, st, ino, S_IFLNK | 0777, 1, fs_latest_ctime(fs, v));
 	st->st_size = (off_t)strlen(target);
 }
 
@@ -287,103 +136,7 @@ static int latest_stat(struct dcrfs *fs, struct stat *st)
 	if (latest == 0)
 		return -ENOENT;
 	snprintf(target, sizeof(target), "v%" PRIu64, latest);
-	symlink_stat(fs, st, DCRFS_INO_LATEST, target, latest);
-	return 0;
-}
-
-/* ------------------------------------------------------------------ tags */
-
-/* Slot of tag @name in the tag-name table, added if new. 0 or -errno. */
-static int tag_slot(struct dcrfs *fs, const char *name, size_t *slot)
-{
-	int ret = 0;
-
-	pthread_mutex_lock(&fs->tag_lock);
-	for (size_t i = 0; i < fs->ntag_names; i++) {
-		if (strcmp(fs->tag_names[i], name) == 0) {
-			*slot = i;
-			goto out;
-		}
-	}
-	if (fs->ntag_names >= DCRFS_INO_DVIEW_BASE - DCRFS_INO_TAG_BASE) {
-		ret = -ENOSPC;
-		goto out;
-	}
-	if (fs->ntag_names == fs->tag_names_cap) {
-		size_t cap = fs->tag_names_cap ? 2 * fs->tag_names_cap : 16;
-		char **p = realloc(fs->tag_names, cap * sizeof(*p));
-
-		if (!p) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		fs->tag_names = p;
-		fs->tag_names_cap = cap;
-	}
-	fs->tag_names[fs->ntag_names] = strdup(name);
-	if (!fs->tag_names[fs->ntag_names]) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	*slot = fs->ntag_names++;
-out:
-	pthread_mutex_unlock(&fs->tag_lock);
-	return ret;
-}
-
-/* Name of the tag inode @ino into @buf. 0 or -ENOENT. */
-static int tag_name_of(struct dcrfs *fs, fuse_ino_t ino, char *buf,
-		       size_t cap)
-{
-	int ret = -ENOENT;
-
-	if (ino < DCRFS_INO_TAG_BASE || ino >= DCRFS_INO_DVIEW_BASE)
-		return -ENOENT;
-	pthread_mutex_lock(&fs->tag_lock);
-	if (ino - DCRFS_INO_TAG_BASE < fs->ntag_names) {
-		const char *name = fs->tag_names[ino - DCRFS_INO_TAG_BASE];
-
-		if (strlen(name) < cap) {
-			strcpy(buf, name);
-			ret = 0;
-		}
-	}
-	pthread_mutex_unlock(&fs->tag_lock);
-	return ret;
-}
-
-/* Version tag @name points at now. 0 or -errno (-ENOENT if no such tag). */
-static int tag_version(struct dcrfs *fs, const char *name, uint64_t *v)
-{
-	struct dcr_tag *tags = NULL;
-	size_t n = 0;
-	int ret = dcr_reader_tags(fs->r, &tags, &n);
-
-	if (ret < 0)
-		return ret;
-	ret = -ENOENT;
-	for (size_t i = 0; i < n; i++) {
-		if (strcmp(tags[i].name, name) == 0) {
-			*v = tags[i].version;
-			ret = 0;
-			break;
-		}
-	}
-	dcr_reader_tags_free(tags, n);
-	return ret;
-}
-
-static int tag_stat(struct dcrfs *fs, fuse_ino_t ino, const char *name,
-		    struct stat *st)
-{
-	char target[40];
-	uint64_t v;
-	int ret = tag_version(fs, name, &v);
-
-	if (ret < 0)
-		return ret;
-	snprintf(target, sizeof(target), "../v%" PRIu64, v);
-	symlink_stat(fs, st, ino, target, v);
+	fs_symlink_stat(fs, st, DCRFS_INO_LATEST, target, latest);
 	return 0;
 }
 
@@ -394,8 +147,8 @@ static int tag_stat(struct dcrfs *fs, fuse_ino_t ino, const char *name,
  * The inode number carries the tree already (fs.h); the generation says
  * it again for whoever looks at it (file handles).
  */
-static void reply_entry(fuse_req_t req, const struct stat *st, double ttl,
-			uint64_t gen)
+void fs_reply_entry(fuse_req_t req, const struct stat *st, double ttl,
+		    uint64_t gen)
 {
 	struct fuse_entry_param e;
 
@@ -439,12 +192,12 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 		ret = latest_stat(fs, &st);
 		if (ret < 0)
 			goto err;
-		reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
+		fs_reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
 		return;
 	}
 	if (strcmp(name, "tags") == 0) {
-		tags_stat(fs, &st);
-		reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
+		fs_tags_stat(fs, &st);
+		fs_reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
 		return;
 	}
 	if (strcmp(name, DCRFS_DELTA_DIR) == 0) {
@@ -453,14 +206,14 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 		ret = dcrfs_delta_stat(fs, DCRFS_INO_DELTA, &st, &ttl);
 		if (ret < 0)
 			goto err;
-		reply_entry(req, &st, ttl, 0);
+		fs_reply_entry(req, &st, ttl, 0);
 		return;
 	}
 	if (strcmp(name, DCRFS_STATUS_DIR) == 0) {
-		ret = status_stat(fs, DCRFS_INO_STATUS_DIR, &st);
+		ret = fs_ctl_stat(fs, DCRFS_INO_STATUS_DIR, &st);
 		if (ret < 0)
 			goto err;
-		reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
+		fs_reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
 		return;
 	}
 	if (!parse_version_name(name, &v)) {
@@ -473,136 +226,13 @@ static void root_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
 		ret = version_get(fs, v, &vi);
 	if (ret < 0)
 		goto err;
-	entry_stat(fs, vi, 0, &st);
+	fs_entry_stat(fs, vi, 0, &st);
 	uint32_t tree = vi->tree;
 	version_put(fs, vi);
-	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE, tree);
+	fs_reply_entry(req, &st, DCRFS_TTL_IMMUTABLE, tree);
 	return;
 err:
 	fuse_reply_err(req, -ret);
-}
-
-static void status_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
-{
-	fuse_ino_t ino = strcmp(name, "status.json") == 0 ? DCRFS_INO_STATUS_JSON :
-			 strcmp(name, "metrics") == 0 ? DCRFS_INO_METRICS :
-			 strcmp(name, "latest") == 0 ? DCRFS_INO_LATEST_FILE : 0;
-	struct stat st;
-	int ret = ino ? status_stat(fs, ino, &st) : -ENOENT;
-
-	if (ret < 0) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	/* Never cached: the size changes with every rendering. */
-	reply_entry(req, &st, 0.0, 0);
-}
-
-static void tags_lookup(fuse_req_t req, struct dcrfs *fs, const char *name)
-{
-	struct stat st;
-	size_t slot;
-	uint64_t v;
-	int ret = tag_version(fs, name, &v);
-
-	if (ret == 0)
-		ret = tag_slot(fs, name, &slot);
-	if (ret == 0)
-		ret = tag_stat(fs, DCRFS_INO_TAG_BASE + slot, name, &st);
-	if (ret < 0) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	reply_entry(req, &st, DCRFS_TTL_MUTABLE, 0);
-}
-
-/*
- * Index of the child @name of directory @dir in @vi, or NO_ENTRY.
- * Entries after the root are sorted by path, so a binary search on the
- * joined path finds it; a linear walk of the children backs it up in
- * case a reader ever orders them differently (a miss is cached by the
- * kernel, so the walk runs once per name).
- */
-static uint32_t find_child(const struct dcr_version_info *vi, uint32_t dir,
-			   const char *name)
-{
-	const struct dcr_entry *d = &vi->entries[dir];
-	char path[DCR_PATH_MAX + 2];
-	size_t dl = strlen(d->path), nl = strlen(name);
-	uint32_t lo = 1, hi = vi->nentries;
-
-	if (dl + 1 + nl + 1 > sizeof(path))
-		return NO_ENTRY;
-	if (dl) {
-		memcpy(path, d->path, dl);
-		path[dl++] = '/';
-	}
-	memcpy(path + dl, name, nl + 1);
-
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(vi->entries[mid].path, path);
-
-		if (c == 0) {
-			if (vi->entries[mid].parent == dir)
-				return mid;
-			break;
-		}
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	for (uint32_t c = d->first_child; c < vi->nentries;
-	     c = vi->entries[c].next_sibling)
-		if (strcmp(vi->entries[c].name, name) == 0)
-			return c;
-	return NO_ENTRY;
-}
-
-static void version_lookup_in(fuse_req_t req, struct dcrfs *fs,
-			      const struct dcr_version_info *vi, uint32_t dir,
-			      const char *name)
-{
-	const struct dcr_entry *d;
-	struct fuse_entry_param e;
-	struct stat st;
-	uint32_t c;
-
-	d = entry_get(vi, dir);
-	if (!d) {
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	if (d->type != DCR_FT_DIR) {
-		fuse_reply_err(req, ENOTDIR);
-		return;
-	}
-	c = find_child(vi, dir, name);
-	if (c == NO_ENTRY) {
-		/* Immutable: let the kernel cache the miss too. */
-		memset(&e, 0, sizeof(e));
-		e.ino = 0;
-		e.entry_timeout = DCRFS_TTL_IMMUTABLE;
-		fuse_reply_entry(req, &e);
-		return;
-	}
-	entry_stat(fs, vi, c, &st);
-	reply_entry(req, &st, DCRFS_TTL_IMMUTABLE, vi->tree);
-}
-
-static void version_lookup(fuse_req_t req, struct dcrfs *fs, uint64_t v,
-			   uint32_t tree, uint32_t dir, const char *name)
-{
-	const struct dcr_version_info *vi;
-	int ret = version_get_tree(fs, v, tree, &vi);
-
-	if (ret < 0) {
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	version_lookup_in(req, fs, vi, dir, name);
-	version_put(fs, vi);
 }
 
 static void delta_lookup(fuse_req_t req, struct dcrfs *fs, fuse_ino_t parent,
@@ -624,28 +254,37 @@ static void delta_lookup(fuse_req_t req, struct dcrfs *fs, fuse_ino_t parent,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	reply_entry(req, &st, ttl, 0);
+	fs_reply_entry(req, &st, ttl, 0);
 }
 
 static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 			    const char *name)
 {
 	struct dcrfs *fs = fs_of(req);
-	uint64_t v;
-	uint32_t tree, idx;
+	struct dcrfs_node n;
 
-	if (parent == DCRFS_INO_ROOT)
+	dcrfs_ino_resolve(parent, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
 		root_lookup(req, fs, name);
-	else if (parent == DCRFS_INO_TAGS)
-		tags_lookup(req, fs, name);
-	else if (parent == DCRFS_INO_STATUS_DIR)
-		status_lookup(req, fs, name);
-	else if (dcrfs_delta_is_ino(parent))
+		break;
+	case DCRFS_K_TAGS:
+		fs_tags_lookup(req, fs, name);
+		break;
+	case DCRFS_K_CTL_DIR:
+		fs_ctl_lookup(req, fs, name);
+		break;
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		delta_lookup(req, fs, parent, name);
-	else if (dcrfs_ino_split(parent, &v, &tree, &idx))
-		version_lookup(req, fs, v, tree, idx, name);
-	else
+		break;
+	case DCRFS_K_VERSION:
+		fs_version_lookup(req, fs, n.v, n.tree, n.idx, name);
+		break;
+	default:
 		fuse_reply_err(req, ENOTDIR);
+		break;
+	}
 }
 
 /* Inode numbers are computed: there is nothing to forget. */
@@ -666,42 +305,36 @@ static void dcrfs_ll_forget_multi(fuse_req_t req, size_t count,
 static int ino_stat(struct dcrfs *fs, fuse_ino_t ino, struct stat *st,
 		    double *ttl)
 {
-	const struct dcr_version_info *vi;
-	char name[256];
-	uint64_t v;
-	uint32_t tree, idx;
-	int ret;
+	struct dcrfs_node n;
 
 	*ttl = DCRFS_TTL_MUTABLE;
-	if (ino == DCRFS_INO_ROOT)
-		return root_stat(fs, st);
-	if (ino == DCRFS_INO_LATEST)
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
+		return fs_root_stat(fs, st);
+	case DCRFS_K_LATEST:
 		return latest_stat(fs, st);
-	if (ino == DCRFS_INO_TAGS) {
-		tags_stat(fs, st);
+	case DCRFS_K_TAGS:
+		fs_tags_stat(fs, st);
 		return 0;
-	}
-	if (is_status_ino(ino)) {
+	case DCRFS_K_CTL_DIR:
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
+	case DCRFS_K_CTL_LATEST:
 		*ttl = 0.0;
-		return status_stat(fs, ino, st);
-	}
-	if (dcrfs_delta_is_ino(ino))
+		return fs_ctl_stat(fs, ino, st);
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		return dcrfs_delta_stat(fs, ino, st, ttl);
-	if (dcrfs_ino_split(ino, &v, &tree, &idx)) {
-		ret = version_get_tree(fs, v, tree, &vi);
-		if (ret < 0)
-			return ret;
-		ret = entry_get(vi, idx) ? 0 : -ENOENT;
-		if (!ret)
-			entry_stat(fs, vi, idx, st);
-		version_put(fs, vi);
+	case DCRFS_K_VERSION:
 		*ttl = DCRFS_TTL_IMMUTABLE;
-		return ret;
+		return fs_version_stat(fs, &n, st);
+	case DCRFS_K_TAG:
+		return fs_tag_getattr(fs, &n, st);
+	case DCRFS_K_NONE:
+		break;
 	}
-	ret = tag_name_of(fs, ino, name, sizeof(name));
-	if (ret < 0)
-		return ret;
-	return tag_stat(fs, ino, name, st);
+	return -ENOENT;
 }
 
 static void dcrfs_ll_getattr(fuse_req_t req, fuse_ino_t ino,
@@ -720,12 +353,13 @@ static void dcrfs_ll_getattr(fuse_req_t req, fuse_ino_t ino,
 static void dcrfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
 	char target[40];
-	char name[256];
 	uint64_t v;
-	int ret;
 
-	if (ino == DCRFS_INO_LATEST) {
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_LATEST:
 		v = dcrfs_latest(fs);
 		if (v == 0) {
 			fuse_reply_err(req, ENOENT);
@@ -734,37 +368,24 @@ static void dcrfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 		snprintf(target, sizeof(target), "v%" PRIu64, v);
 		fuse_reply_readlink(req, target);
 		return;
-	}
-	ret = tag_name_of(fs, ino, name, sizeof(name));
-	if (ret == 0)
-		ret = tag_version(fs, name, &v);
-	if (ret < 0) {
-		/* Not a symlink at all, or a tag that went away. */
-		fuse_reply_err(req, ino < DCRFS_INO_TAG_BASE ||
-				    ino >= DCRFS_INO_DVIEW_BASE ? EINVAL : -ret);
+	case DCRFS_K_TAG:
+		fs_tag_readlink(req, fs, &n);
+		return;
+	default:
+		fuse_reply_err(req, EINVAL); /* not a symlink */
 		return;
 	}
-	snprintf(target, sizeof(target), "../v%" PRIu64, v);
-	fuse_reply_readlink(req, target);
 }
 
 /* ------------------------------------------------------------ directories */
-
-struct dirbuf {
-	fuse_req_t req;
-	char *p;
-	size_t size;
-	size_t pos;
-	int plus;
-};
 
 /* Append one entry; 1 if it did not fit (the listing stops there). In a
  * READDIRPLUS reply an entry given no @ttl (< 0) goes without
  * attributes: node id 0, which the kernel caches nothing of and looks
  * up on use. */
-static int dirbuf_add_gen(struct dirbuf *db, const char *name,
-			  const struct stat *st, double ttl, off_t next,
-			  uint64_t gen)
+int fs_dirbuf_add_gen(struct dirbuf *db, const char *name,
+		      const struct stat *st, double ttl, off_t next,
+		      uint64_t gen)
 {
 	size_t left = db->size - db->pos;
 	size_t n;
@@ -777,7 +398,7 @@ static int dirbuf_add_gen(struct dirbuf *db, const char *name,
 			ttl = 0.0;
 		else
 			e.ino = st->st_ino;
-		e.generation = gen; /* see reply_entry */
+		e.generation = gen; /* see fs_reply_entry */
 		e.attr = *st;
 		e.attr_timeout = ttl;
 		e.entry_timeout = ttl;
@@ -794,10 +415,10 @@ static int dirbuf_add_gen(struct dirbuf *db, const char *name,
 }
 
 /* An entry that is not a version's (generation 0). */
-static int dirbuf_add(struct dirbuf *db, const char *name,
-		      const struct stat *st, double ttl, off_t next)
+int fs_dirbuf_add(struct dirbuf *db, const char *name,
+		  const struct stat *st, double ttl, off_t next)
 {
-	return dirbuf_add_gen(db, name, st, ttl, next, 0);
+	return fs_dirbuf_add_gen(db, name, st, ttl, next, 0);
 }
 
 /*
@@ -815,26 +436,26 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 
 	if (ret < 0)
 		return ret;
-	ret = root_stat(fs, &st);
+	ret = fs_root_stat(fs, &st);
 	if (ret < 0)
 		goto out;
-	if (off < 1 && dirbuf_add(db, ".", &st, DCRFS_TTL_MUTABLE, 1))
+	if (off < 1 && fs_dirbuf_add(db, ".", &st, DCRFS_TTL_MUTABLE, 1))
 		goto out;
-	if (off < 2 && dirbuf_add(db, "..", &st, DCRFS_TTL_MUTABLE, 2))
+	if (off < 2 && fs_dirbuf_add(db, "..", &st, DCRFS_TTL_MUTABLE, 2))
 		goto out;
 	if (off < 3 && latest_stat(fs, &st) == 0 &&
-	    dirbuf_add(db, "latest", &st, DCRFS_TTL_MUTABLE, 3))
+	    fs_dirbuf_add(db, "latest", &st, DCRFS_TTL_MUTABLE, 3))
 		goto out;
 	if (off < 4) {
-		tags_stat(fs, &st);
-		if (dirbuf_add(db, "tags", &st, DCRFS_TTL_MUTABLE, 4))
+		fs_tags_stat(fs, &st);
+		if (fs_dirbuf_add(db, "tags", &st, DCRFS_TTL_MUTABLE, 4))
 			goto out;
 	}
 	if (off < 5) {
 		double ttl;
 
 		if (dcrfs_delta_stat(fs, DCRFS_INO_DELTA, &st, &ttl) == 0 &&
-		    dirbuf_add(db, DCRFS_DELTA_DIR, &st, ttl, 5))
+		    fs_dirbuf_add(db, DCRFS_DELTA_DIR, &st, ttl, 5))
 			goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -848,11 +469,11 @@ static int root_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
 		if (version_get(fs, v, &vi) < 0)
 			continue;
 		snprintf(name, sizeof(name), "v%" PRIu64, v);
-		entry_stat(fs, vi, 0, &st);
+		fs_entry_stat(fs, vi, 0, &st);
 		uint32_t tree = vi->tree;
 		version_put(fs, vi);
-		if (dirbuf_add_gen(db, name, &st, DCRFS_TTL_IMMUTABLE,
-				   (off_t)(v + 5), tree))
+		if (fs_dirbuf_add_gen(db, name, &st, DCRFS_TTL_IMMUTABLE,
+				      (off_t)(v + 5), tree))
 			break;
 	}
 out:
@@ -860,179 +481,21 @@ out:
 	return ret;
 }
 
-/* /.dcrfs: offsets 1 ".", 2 "..", 3 status.json, 4 metrics, 5 latest. */
-static int status_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
-{
-	static const struct {
-		const char *name;
-		fuse_ino_t ino;
-	} ents[] = {
-		{ ".", DCRFS_INO_STATUS_DIR }, { "..", DCRFS_INO_ROOT },
-		{ "status.json", DCRFS_INO_STATUS_JSON },
-		{ "metrics", DCRFS_INO_METRICS },
-		{ "latest", DCRFS_INO_LATEST_FILE },
-	};
-	struct stat st;
-	int ret;
-
-	for (size_t i = (size_t)off; i < DCR_ARRAY_SIZE(ents); i++) {
-		ret = ents[i].ino == DCRFS_INO_ROOT ? root_stat(fs, &st) :
-		      status_stat(fs, ents[i].ino, &st);
-		if (ret < 0)
-			return ret;
-		if (dirbuf_add(db, ents[i].name, &st, 0.0, (off_t)i + 1))
-			break;
-	}
-	return 0;
-}
-
-struct tag_ent {
-	size_t slot;
-	uint64_t version;
-	const char *name;
-};
-
-static int tag_ent_cmp(const void *a, const void *b)
-{
-	const struct tag_ent *x = a, *y = b;
-
-	return x->slot < y->slot ? -1 : x->slot > y->slot;
-}
-
-/* Tags offsets: 1 ".", 2 "..", slot + 3 after the tag in that slot. */
-static int tags_readdir(struct dirbuf *db, struct dcrfs *fs, off_t off)
-{
-	struct dcr_tag *tags = NULL;
-	struct tag_ent *ents = NULL;
-	size_t n = 0;
-	struct stat st;
-	int ret = dcr_reader_tags(fs->r, &tags, &n);
-
-	if (ret < 0)
-		return ret;
-	if (n) {
-		ents = calloc(n, sizeof(*ents));
-		if (!ents) {
-			ret = -ENOMEM;
-			goto out;
-		}
-	}
-	for (size_t i = 0; i < n; i++) {
-		ret = tag_slot(fs, tags[i].name, &ents[i].slot);
-		if (ret < 0)
-			goto out;
-		ents[i].version = tags[i].version;
-		ents[i].name = tags[i].name;
-	}
-	if (n)
-		qsort(ents, n, sizeof(*ents), tag_ent_cmp);
-
-	tags_stat(fs, &st);
-	if (off < 1 && dirbuf_add(db, ".", &st, DCRFS_TTL_MUTABLE, 1))
-		goto out;
-	if (off < 2) {
-		if (root_stat(fs, &st) < 0)
-			tags_stat(fs, &st);
-		if (dirbuf_add(db, "..", &st, DCRFS_TTL_MUTABLE, 2))
-			goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char target[40];
-		off_t next = (off_t)(ents[i].slot + 3);
-
-		if (next <= off)
-			continue;
-		snprintf(target, sizeof(target), "../v%" PRIu64,
-			 ents[i].version);
-		symlink_stat(fs, &st, DCRFS_INO_TAG_BASE + ents[i].slot,
-			     target, ents[i].version);
-		if (dirbuf_add(db, ents[i].name, &st, DCRFS_TTL_MUTABLE, next))
-			break;
-	}
-out:
-	free(ents);
-	dcr_reader_tags_free(tags, n);
-	return ret;
-}
-
-/*
- * Version directory offsets: 1 ".", 2 "..", c + 3 after child entry c;
- * the listing resumes at entries[c].next_sibling, in O(1).
- */
-static int version_readdir_in(struct dirbuf *db, struct dcrfs *fs,
-			      const struct dcr_version_info *vi, uint32_t dir,
-			      off_t off)
-{
-	const struct dcr_entry *d;
-	struct stat st;
-	uint32_t c;
-
-	d = entry_get(vi, dir);
-	if (!d)
-		return -ENOENT;
-	if (d->type != DCR_FT_DIR)
-		return -ENOTDIR;
-
-	entry_stat(fs, vi, dir, &st);
-	if (off < 1 && dirbuf_add_gen(db, ".", &st, DCRFS_TTL_IMMUTABLE, 1, vi->tree))
-		return 0;
-	if (off < 2) {
-		if (dir == 0) {
-			if (root_stat(fs, &st) < 0)
-				entry_stat(fs, vi, dir, &st);
-		} else {
-			entry_stat(fs, vi, d->parent, &st);
-		}
-		if (dirbuf_add_gen(db, "..", &st, DCRFS_TTL_IMMUTABLE, 2,
-				   dir ? vi->tree : 0))
-			return 0;
-	}
-	if (off <= 2) {
-		c = d->first_child;
-	} else {
-		uint64_t prev = (uint64_t)off - 3;
-
-		if (prev >= vi->nentries || vi->entries[prev].parent != dir)
-			return -EINVAL;
-		c = vi->entries[prev].next_sibling;
-	}
-	for (; c < vi->nentries; c = vi->entries[c].next_sibling) {
-		entry_stat(fs, vi, c, &st);
-		if (dirbuf_add_gen(db, vi->entries[c].name, &st,
-				   DCRFS_TTL_IMMUTABLE, (off_t)c + 3, vi->tree))
-			break;
-	}
-	return 0;
-}
-
-static int version_readdir(struct dirbuf *db, struct dcrfs *fs, uint64_t v,
-			   uint32_t tree, uint32_t dir, off_t off)
-{
-	const struct dcr_version_info *vi;
-	int ret = version_get_tree(fs, v, tree, &vi);
-
-	if (ret < 0)
-		return ret;
-	ret = version_readdir_in(db, fs, vi, dir, off);
-	version_put(fs, vi);
-	return ret;
-}
-
 /* dcrfs_delta_emit_fn into a dirbuf; entries without @attrs go without
- * attributes (dirbuf_add_gen). */
+ * attributes (fs_dirbuf_add_gen). */
 static int delta_emit(void *ctx, const char *name, const struct stat *st,
 		      off_t next, bool attrs)
 {
-	return dirbuf_add(ctx, name, st, attrs ? DCRFS_TTL_MUTABLE : -1.0, next);
+	return fs_dirbuf_add(ctx, name, st, attrs ? DCRFS_TTL_MUTABLE : -1.0,
+			     next);
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		       off_t off, int plus)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
 	struct dirbuf db;
-	uint64_t v;
-	uint32_t tree, idx;
 	int ret;
 
 	if (off < 0) {
@@ -1048,18 +511,28 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (ino == DCRFS_INO_ROOT)
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
 		ret = root_readdir(&db, fs, off);
-	else if (ino == DCRFS_INO_TAGS)
-		ret = tags_readdir(&db, fs, off);
-	else if (ino == DCRFS_INO_STATUS_DIR)
-		ret = status_readdir(&db, fs, off);
-	else if (dcrfs_delta_is_ino(ino))
+		break;
+	case DCRFS_K_TAGS:
+		ret = fs_tags_readdir(&db, fs, off);
+		break;
+	case DCRFS_K_CTL_DIR:
+		ret = fs_ctl_readdir(&db, fs, off);
+		break;
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		ret = dcrfs_delta_list(fs, ino, off, delta_emit, &db);
-	else if (dcrfs_ino_split(ino, &v, &tree, &idx))
-		ret = version_readdir(&db, fs, v, tree, idx, off);
-	else
+		break;
+	case DCRFS_K_VERSION:
+		ret = fs_version_readdir(&db, fs, n.v, n.tree, n.idx, off);
+		break;
+	default:
 		ret = -ENOTDIR;
+		break;
+	}
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else
@@ -1071,24 +544,25 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
+	struct stat st;
 	uint8_t type;
-	uint64_t v;
-	uint32_t tree, idx;
+	double ttl;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if (ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
-	    ino == DCRFS_INO_STATUS_DIR || ino == DCRFS_INO_DELTA) {
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_ROOT:
+	case DCRFS_K_TAGS:
+	case DCRFS_K_CTL_DIR:
+	case DCRFS_K_DELTA_DIR:
 		fuse_reply_open(req, fi);
 		return;
-	}
-	if (dcrfs_delta_is_ino(ino)) {
-		struct stat st;
-		double ttl;
-
+	case DCRFS_K_DELTA_NODE:
 		ret = dcrfs_delta_stat(fs, ino, &st, &ttl);
 		if (ret == 0 && !S_ISDIR(st.st_mode))
 			ret = -ENOTDIR;
@@ -1097,12 +571,13 @@ static void dcrfs_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 		else
 			fuse_reply_open(req, fi);
 		return;
-	}
-	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
+	case DCRFS_K_VERSION:
+		break;
+	default:
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	ret = tree_entry_type(fs, v, tree, idx, &type);
+	ret = fs_tree_entry_type(fs, n.v, n.tree, n.idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1137,70 +612,30 @@ static void dcrfs_ll_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 /* ------------------------------------------------------------------ files */
 
-/* A status file is rendered once at open; reads serve that snapshot. */
-struct status_snap {
-	char *text;
-	size_t len;
-};
-
-static void status_open(fuse_req_t req, struct dcrfs *fs, fuse_ino_t ino,
-			struct fuse_file_info *fi)
-{
-	struct status_snap *sn = calloc(1, sizeof(*sn));
-	int ret = sn ? dcrfs_status_render(fs, ino == DCRFS_INO_STATUS_JSON ?
-					   DCRFS_STATUS_JSON : DCRFS_STATUS_METRICS,
-					   &sn->text, &sn->len) : -ENOMEM;
-
-	if (ret < 0) {
-		free(sn);
-		fuse_reply_err(req, -ret);
-		return;
-	}
-	fi->fh = (uint64_t)(uintptr_t)sn;
-	fi->direct_io = 1; /* the size is not known before the read */
-	fi->keep_cache = 0;
-	if (fuse_reply_open(req, fi) < 0) {
-		free(sn->text);
-		free(sn);
-	}
-}
-
-static void status_read(fuse_req_t req, size_t size, off_t off,
-			const struct fuse_file_info *fi)
-{
-	const struct status_snap *sn = (const struct status_snap *)(uintptr_t)fi->fh;
-
-	if (off < 0 || (uint64_t)off >= sn->len) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	fuse_reply_buf(req, sn->text + off, DCR_MIN(size, sn->len - (size_t)off));
-}
-
 static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
+	struct dcrfs_node n;
 	uint8_t type;
-	uint64_t v;
-	uint32_t tree, idx;
+	uint64_t fh;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
-		status_open(req, fs, ino, fi);
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
+		fs_ctl_open(req, fs, n.kind, fi);
 		return;
-	}
-	if (ino == DCRFS_INO_LATEST_FILE) {
+	case DCRFS_K_CTL_LATEST:
 		dcrfs_latestfile_open(req, fs, fi);
 		return;
-	}
-	if (dcrfs_delta_is_ino(ino)) {
-		uint64_t fh;
-
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		ret = dcrfs_delta_open(fs, ino, &fh);
 		if (ret < 0) {
 			fuse_reply_err(req, -ret);
@@ -1213,10 +648,15 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		if (fuse_reply_open(req, fi) != 0)
 			dcrfs_delta_release(fs, fh);
 		return;
-	}
-	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
-		fuse_reply_err(req, ino == DCRFS_INO_ROOT || ino == DCRFS_INO_TAGS ||
-				    ino == DCRFS_INO_STATUS_DIR ? EISDIR : ELOOP);
+	case DCRFS_K_ROOT:
+	case DCRFS_K_TAGS:
+	case DCRFS_K_CTL_DIR:
+		fuse_reply_err(req, EISDIR);
+		return;
+	case DCRFS_K_VERSION:
+		break;
+	default:
+		fuse_reply_err(req, ELOOP);
 		return;
 	}
 	/* The tree of the inode opened (its number carries it, fs.h), not
@@ -1224,7 +664,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	 * that changed in the store (its pages too, keep_cache) fails
 	 * ESTALE here, and its reads below, instead of mixing in the new
 	 * tree's bytes. */
-	ret = tree_entry_type(fs, v, tree, idx, &type);
+	ret = fs_tree_entry_type(fs, n.v, n.tree, n.idx, &type);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1238,17 +678,17 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	fi->direct_io = 0;
 	/* Whole and proven in the cache: the kernel reads the cache file
 	 * itself (passthrough). Otherwise the normal path below. */
-	ret = dcrfs_backing_open(fs, ino, v, tree, idx);
+	ret = dcrfs_backing_open(fs, ino, n.v, n.tree, n.idx);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
 	if (ret > 0) {
 		fi->fh |= DCRFS_FH_PASSTHROUGH;
-		if (dcrfs_pt_open_reply(&fs->pt, req, fi, ret) != 0)
+		if (dcrfs_pt_open_reply(&fs->bk.pt, req, fi, ret) != 0)
 			dcrfs_backing_release(fs, ino); /* no RELEASE comes */
 		else
-			atomic_fetch_add_explicit(&fs->pt.opens, 1,
+			atomic_fetch_add_explicit(&fs->bk.pt.opens, 1,
 						  memory_order_relaxed);
 		return;
 	}
@@ -1257,7 +697,7 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	if (fuse_reply_open(req, fi) != 0)
 		dcrfs_backing_release(fs, ino);
 	else
-		atomic_fetch_add_explicit(&fs->pt.normal_opens, 1,
+		atomic_fetch_add_explicit(&fs->bk.pt.normal_opens, 1,
 					  memory_order_relaxed);
 }
 
@@ -1265,20 +705,21 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			  off_t off, struct fuse_file_info *fi)
 {
 	struct dcrfs *fs = fs_of(req);
-	uint64_t v;
-	uint32_t tree, idx;
+	struct dcrfs_node node;
 	ssize_t n;
 	void *buf;
 
-	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
-		status_read(req, size, off, fi);
+	dcrfs_ino_resolve(ino, &node);
+	switch (node.kind) {
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
+		fs_ctl_read(req, size, off, fi);
 		return;
-	}
-	if (ino == DCRFS_INO_LATEST_FILE) {
+	case DCRFS_K_CTL_LATEST:
 		dcrfs_latestfile_read(req, fs, size, off, fi);
 		return;
-	}
-	if (dcrfs_delta_is_ino(ino)) {
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		buf = dcr_thread_buf(DCR_TBUF_REPLY,
 				     DCR_MAX(size, (size_t)DCRFS_READ_MAX));
 		n = buf ? dcrfs_delta_read(fs, fi->fh, buf, size, off) : -ENOMEM;
@@ -1287,8 +728,9 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		else
 			fuse_reply_buf(req, buf, (size_t)n);
 		return;
-	}
-	if (!dcrfs_ino_split(ino, &v, &tree, &idx)) {
+	case DCRFS_K_VERSION:
+		break;
+	default:
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -1302,7 +744,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
 	if (fi->fh & DCRFS_FH_PASSTHROUGH) /* the kernel should serve these */
-		atomic_fetch_add_explicit(&fs->pt.reads_seen, 1,
+		atomic_fetch_add_explicit(&fs->bk.pt.reads_seen, 1,
 					  memory_order_relaxed);
 	/* Copied, never spliced from a cache file: the reader checks every
 	 * chunk it reads from one against the manifest (a byte may rot on
@@ -1314,8 +756,8 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	/* Of the inode's tree: -ESTALE once the version has another. */
-	n = dcr_reader_read_tree(fs->r, v, tree, idx, (uint64_t)off,
-				 buf, size);
+	n = dcr_reader_read_tree(fs->r, node.v, node.tree, node.idx,
+				 (uint64_t)off, buf, size);
 	if (n < 0) {
 		atomic_fetch_add_explicit(&fs->stats.read_errors, 1, memory_order_relaxed);
 		fuse_reply_err(req, (int)-n);
@@ -1327,17 +769,24 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
-	if (ino == DCRFS_INO_STATUS_JSON || ino == DCRFS_INO_METRICS) {
-		struct status_snap *sn = (struct status_snap *)(uintptr_t)fi->fh;
+	struct dcrfs_node n;
 
-		free(sn->text);
-		free(sn);
-	} else if (ino == DCRFS_INO_LATEST_FILE) {
+	dcrfs_ino_resolve(ino, &n);
+	switch (n.kind) {
+	case DCRFS_K_CTL_STATUS:
+	case DCRFS_K_CTL_METRICS:
+		fs_ctl_release(fi);
+		break;
+	case DCRFS_K_CTL_LATEST:
 		dcrfs_latestfile_release(fs_of(req), fi);
-	} else if (dcrfs_delta_is_ino(ino)) {
+		break;
+	case DCRFS_K_DELTA_DIR:
+	case DCRFS_K_DELTA_NODE:
 		dcrfs_delta_release(fs_of(req), fi->fh);
-	} else {
+		break;
+	default:
 		dcrfs_backing_release(fs_of(req), ino);
+		break;
 	}
 	fuse_reply_err(req, 0);
 }
@@ -1478,16 +927,16 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	struct dcrfs *fs = userdata;
 
 	/* libfuse fails the session unless this repeats -o max_read. */
-	if (fs->max_read)
-		conn->max_read = fs->max_read;
+	if (fs->cfg.max_read)
+		conn->max_read = fs->cfg.max_read;
 	/*
 	 * The kernel lowers the bdi's read_ahead_kb to this, and main.c
 	 * sets read_ahead_kb to -o readahead right after mounting (before
 	 * this reply): both say what was asked, or that stays capped here.
 	 * 0 (-o readahead=0): the kernel's default stays.
 	 */
-	if (fs->read_ahead_kb)
-		conn->max_readahead = fs->read_ahead_kb * 1024;
+	if (fs->cfg.read_ahead_kb)
+		conn->max_readahead = fs->cfg.read_ahead_kb * 1024;
 	else
 		conn->max_readahead = DCR_MAX(conn->max_readahead, DCRFS_READ_MAX);
 	conn->max_background = 64;
@@ -1507,7 +956,7 @@ static void dcrfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * then reads them from memory, and the inode's own pages are
 	 * dropped at that open (backing.c).
 	 */
-	if (fs->pt.devfd >= 0 && atomic_load(&fs->pt.offered) &&
+	if (fs->bk.pt.devfd >= 0 && atomic_load(&fs->bk.pt.offered) &&
 	    !(conn->want & FUSE_CAP_WRITEBACK_CACHE))
 		dcr_reader_set_cache_direct(fs->r, false);
 }
@@ -1547,74 +996,3 @@ const struct fuse_lowlevel_ops dcrfs_ll_ops = {
 	.fallocate = dcrfs_ll_fallocate,
 	.poll = dcrfs_ll_poll,
 };
-
-int dcrfs_init_state(struct dcrfs *fs)
-{
-	pthread_condattr_t ca;
-	int ret;
-
-	ret = pthread_mutex_init(&fs->refresh_lock, NULL);
-	if (ret)
-		return -ret;
-	ret = pthread_mutex_init(&fs->tag_lock, NULL);
-	if (ret)
-		goto err_refresh;
-	ret = pthread_mutex_init(&fs->bg_lock, NULL);
-	if (ret)
-		goto err_tag;
-	ret = pthread_mutex_init(&fs->backing_lock, NULL);
-	if (ret)
-		goto err_bg_lock;
-	ret = pthread_cond_init(&fs->backing_cv, NULL);
-	if (ret)
-		goto err_backing;
-	ret = pthread_mutex_init(&fs->watch_lock, NULL);
-	if (ret)
-		goto err_backing_cv;
-	ret = pthread_condattr_init(&ca);
-	if (ret)
-		goto err_watch;
-	ret = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (ret == 0)
-		ret = pthread_cond_init(&fs->bg_cond, &ca);
-	pthread_condattr_destroy(&ca);
-	if (ret)
-		goto err_watch;
-	ret = -dcrfs_delta_init(fs, fs->delta_tmpdir, fs->delta_budget);
-	if (ret)
-		goto err_cond;
-	return 0;
-
-err_cond:
-	pthread_cond_destroy(&fs->bg_cond);
-err_watch:
-	pthread_mutex_destroy(&fs->watch_lock);
-err_backing_cv:
-	pthread_cond_destroy(&fs->backing_cv);
-err_backing:
-	pthread_mutex_destroy(&fs->backing_lock);
-err_bg_lock:
-	pthread_mutex_destroy(&fs->bg_lock);
-err_tag:
-	pthread_mutex_destroy(&fs->tag_lock);
-err_refresh:
-	pthread_mutex_destroy(&fs->refresh_lock);
-	return -ret;
-}
-
-void dcrfs_free_state(struct dcrfs *fs)
-{
-	dcrfs_delta_free(fs);
-	for (size_t i = 0; i < fs->ntag_names; i++)
-		free(fs->tag_names[i]);
-	free(fs->tag_names);
-	fs->tag_names = NULL;
-	fs->ntag_names = fs->tag_names_cap = 0;
-	pthread_cond_destroy(&fs->bg_cond);
-	pthread_mutex_destroy(&fs->watch_lock);
-	pthread_cond_destroy(&fs->backing_cv);
-	pthread_mutex_destroy(&fs->backing_lock);
-	pthread_mutex_destroy(&fs->bg_lock);
-	pthread_mutex_destroy(&fs->tag_lock);
-	pthread_mutex_destroy(&fs->refresh_lock);
-}

@@ -31,7 +31,7 @@
  * Locking: @lock guards @stop and the pass's wake-ups (@cond, on
  * CLOCK_MONOTONIC); the counters are relaxed atomics. Nothing else is
  * held across a chunk's check: the files of a pass are a snapshot of
- * fs->backings (backing.c), each held pinned meanwhile.
+ * fs->bk.tab (backing.c), each held pinned meanwhile.
  */
 #include "config.h"
 
@@ -80,7 +80,7 @@ static bool wait_until(struct dcrfs_scrub *sc, int64_t at_ns)
 static int pace(void *arg, uint64_t bytes)
 {
 	struct dcrfs_scrub *sc = arg;
-	uint64_t rate = sc->fs->scrub_rate;
+	uint64_t rate = sc->fs->scr.rate;
 
 	sc->pass_bytes += bytes;
 	return wait_until(sc, sc->pass_start_ns +
@@ -136,7 +136,7 @@ static void pass(struct dcrfs_scrub *sc)
 static void *scrub_main(void *arg)
 {
 	struct dcrfs_scrub *sc = arg;
-	int64_t every = (int64_t)sc->fs->scrub_ms * 1000000;
+	int64_t every = (int64_t)sc->fs->scr.ms * 1000000;
 	int64_t next = dcr_mono_ns() + every;
 
 	while (!wait_until(sc, next)) {
@@ -152,8 +152,8 @@ int dcrfs_scrub_start(struct dcrfs *fs)
 	pthread_condattr_t ca;
 	int ret;
 
-	fs->scrub = NULL;
-	if (!fs->scrub_ms) {
+	fs->scr.run = NULL;
+	if (!fs->scr.ms) {
 		dcr_info("scrub: off (-o scrub=0): files open through "
 			 "passthrough are checked only at their first open");
 		return 0;
@@ -175,13 +175,13 @@ int dcrfs_scrub_start(struct dcrfs *fs)
 		return -ret;
 	}
 	pthread_setname_np(sc->thread, "dcrfs-scrub");
-	fs->scrub = sc;
+	fs->scr.run = sc;
 	return 0;
 }
 
 void dcrfs_scrub_stop(struct dcrfs *fs)
 {
-	struct dcrfs_scrub *sc = fs->scrub;
+	struct dcrfs_scrub *sc = fs->scr.run;
 
 	if (!sc)
 		return;
@@ -193,15 +193,15 @@ void dcrfs_scrub_stop(struct dcrfs *fs)
 	pthread_cond_destroy(&sc->cond);
 	pthread_mutex_destroy(&sc->lock);
 	free(sc);
-	fs->scrub = NULL;
+	fs->scr.run = NULL;
 }
 
 void dcrfs_scrub_stats(struct dcrfs *fs, struct dcrfs_scrub_stats *out)
 {
-	struct dcrfs_scrub *sc = fs->scrub;
+	struct dcrfs_scrub *sc = fs->scr.run;
 
-	*out = (struct dcrfs_scrub_stats){ .interval_ms = fs->scrub_ms,
-					   .rate = fs->scrub_rate };
+	*out = (struct dcrfs_scrub_stats){ .interval_ms = fs->scr.ms,
+					   .rate = fs->scr.rate };
 	if (!sc)
 		return;
 	out->passes = atomic_load(&sc->passes);

@@ -71,10 +71,10 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 #define LOAD(f) atomic_load_explicit(&fs->stats.f, memory_order_relaxed)
 	memset(s, 0, sizeof(*s));
 	dcr_reader_get_stats(fs->r, &s->rs);
-	pthread_mutex_lock(&fs->bg_lock);
-	s->want = fs->prefetch_want;
-	s->done = fs->prefetch_done;
-	pthread_mutex_unlock(&fs->bg_lock);
+	pthread_mutex_lock(&fs->bg.lock);
+	s->want = fs->bg.prefetch_want;
+	s->done = fs->bg.prefetch_done;
+	pthread_mutex_unlock(&fs->bg.lock);
 	s->cur = LOAD(pf_version);
 	s->pf_bytes = LOAD(pf_bytes);
 	s->pf_total = LOAD(pf_total);
@@ -83,7 +83,7 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 	s->fuse_read_errors = LOAD(read_errors);
 	s->refresh_errors = LOAD(refresh_errors);
 #undef LOAD
-#define PT(f) atomic_load_explicit(&fs->pt.f, memory_order_relaxed)
+#define PT(f) atomic_load_explicit(&fs->bk.pt.f, memory_order_relaxed)
 	s->pt_opens = PT(opens);
 	s->pt_normal = PT(normal_opens);
 	s->pt_reads = PT(reads_seen);
@@ -92,13 +92,13 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 		s->pt_fb[i] = PT(fallbacks[i]);
 #undef PT
 	dcrfs_scrub_stats(fs, &s->scrub);
-	s->pt_on = dcrfs_pt_usable(&fs->pt);
-	s->pt_offered = atomic_load(&fs->pt.offered);
+	s->pt_on = dcrfs_pt_usable(&fs->bk.pt);
+	s->pt_offered = atomic_load(&fs->bk.pt.offered);
 	if (dcr_mirror_get_stats(fs->st, &s->mirrors))
 		s->mirrors.n = 0;
 	dcrfs_delta_counts(fs, &s->dv);
 	s->rss = rss_bytes();
-	s->uptime = (double)(dcr_now_ns() - fs->mount_ns) / 1e9;
+	s->uptime = (double)(dcr_now_ns() - fs->cfg.mount_ns) / 1e9;
 	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
 	s->hit_rate = lookups ? (double)s->rs.chunk_hits / (double)lookups : 0.0;
 }
@@ -167,7 +167,7 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 	fprintf(f, " \"prefetch\": {\"mode\": \"%s\", \"want\": %" PRIu64
 		", \"done\": %" PRIu64 ", \"current\": %" PRIu64 ", \"bytes_done\": %"
 		PRIu64 ", \"bytes_total\": %" PRIu64 ", \"versions_done\": %" PRIu64
-		"}", prefetch_name(fs->prefetch), s->want, s->done, s->cur,
+		"}", prefetch_name(fs->bg.prefetch), s->want, s->done, s->cur,
 		s->pf_bytes, s->pf_total, s->pf_versions);
 	fprintf(f, ",\n \"delta\": {\"views_built\": %" PRIu64 ", \"bytes_built\": %"
 		PRIu64 ", \"bytes_kept\": %" PRIu64 ", \"views_ready\": %" PRIu64
@@ -347,7 +347,7 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 	      "dcrfs_info{store=", f);
 	label_value(f, fs->st->url);
 	fputs(",prefetch=", f);
-	label_value(f, prefetch_name(fs->prefetch));
+	label_value(f, prefetch_name(fs->bg.prefetch));
 	fputs("} 1\n", f);
 	for (size_t i = 0; i < DCR_ARRAY_SIZE(ms); i++)
 		fprintf(f, "# HELP dcrfs_%s %s\n# TYPE dcrfs_%s %s\ndcrfs_%s %.17g\n",

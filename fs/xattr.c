@@ -96,13 +96,16 @@ struct xa_src {
 static int xa_src_get(struct dcrfs *fs, fuse_ino_t ino, struct xa_src *s)
 {
 	const struct dcr_entry *e;
-	uint64_t v;
+	struct dcrfs_node n;
 	int ret;
 
 	memset(s, 0, sizeof(*s));
-	if (!dcrfs_ino_split(ino, &v, &s->tree, &s->idx))
+	dcrfs_ino_resolve(ino, &n);
+	if (n.kind != DCRFS_K_VERSION)
 		return 0;
-	ret = version_get_tree(fs, v, s->tree, &s->vi);
+	s->tree = n.tree;
+	s->idx = n.idx;
+	ret = version_get_tree(fs, n.v, s->tree, &s->vi);
 	if (ret < 0)
 		return ret;
 	if (s->idx >= s->vi->nentries) {
