@@ -212,3 +212,60 @@ void dcrfs_backing_free(struct dcrfs *fs)
 	fs->bk.cap = 0;
 	pthread_mutex_unlock(&fs->bk.lock);
 }
+
+ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out)
+{
+	struct dcrfs_backing_rec *a;
+	size_t n;
+
+	pthread_mutex_lock(&fs->bk.lock);
+	n = fs->bk.n;
+	a = malloc((n ? n : 1) * sizeof(*a));
+	for (size_t i = 0; a && i < n; i++)
+		a[i] = (struct dcrfs_backing_rec){ fs->bk.tab[i].ino,
+						   fs->bk.tab[i].opens,
+						   fs->bk.tab[i].id };
+	pthread_mutex_unlock(&fs->bk.lock);
+	*out = a;
+	return a ? (ssize_t)n : DCR_ERR(-ENOMEM);
+}
+
+int dcrfs_backing_adopt(struct dcrfs *fs, const struct dcrfs_backing_rec *rec)
+{
+	struct dcr_cache_pin *pin = NULL;
+	struct dcrfs_backing *b;
+	uint64_t v;
+	uint32_t tree, idx;
+
+	if (!rec->opens || !dcrfs_ino_split(rec->ino, &v, &tree, &idx))
+		return DCR_ERR(-EINVAL);
+	if (rec->id > 0) {
+		/* the kernel reads the cache file: keep it from being
+		 * changed in place, as the open that registered it did */
+		int fd = dcr_reader_backing_open(fs->r, v, tree, idx, &pin);
+
+		if (fd >= 0)
+			close(fd);
+		else
+			dcr_warn("handover: inode %#" PRIx64 " is open through "
+				 "passthrough but its cache file is not whole "
+				 "here (%s): the kernel keeps reading the one "
+				 "it holds", rec->ino, dcr_strerror(fd));
+	}
+	pthread_mutex_lock(&fs->bk.lock);
+	b = find(fs, rec->ino) ? NULL : insert(fs, rec->ino);
+	if (b) {
+		b->opens = rec->opens;
+		b->id = rec->id > 0 ? rec->id : 0;
+		b->pin = pin;
+		if (b->id)
+			atomic_fetch_add_explicit(&fs->bk.pt.registered, 1,
+						  memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&fs->bk.lock);
+	if (!b) {
+		dcr_reader_backing_close(fs->r, pin);
+		return DCR_ERR(-ENOMEM);
+	}
+	return 0;
+}

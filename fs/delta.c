@@ -928,3 +928,34 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 			 "%" PRIu64 " bytes, in %.2f s", v, made, top->from, bytes,
 			 (double)(dcr_mono_ns() - t0) / 1e9);
 }
+
+ssize_t dcrfs_delta_export(struct dcrfs *fs, struct dcrfs_delta_key **out)
+{
+	struct dcrfs_delta *d = fs->dv.tab;
+	struct dcrfs_delta_key *a;
+	size_t n;
+
+	pthread_mutex_lock(&d->lock);
+	n = d->n;
+	a = malloc((n ? n : 1) * sizeof(*a));
+	for (size_t i = 0; a && i < n; i++) {
+		const struct dview_node *nd = d->slots[i];
+
+		a[i] = (struct dcrfs_delta_key){ nd->from, nd->to, nd->ftree,
+						 nd->ttree, nd->idx, 0 };
+	}
+	pthread_mutex_unlock(&d->lock);
+	*out = a;
+	return a ? (ssize_t)n : DCR_ERR(-ENOMEM);
+}
+
+int dcrfs_delta_adopt(struct dcrfs *fs, const struct dcrfs_delta_key *k,
+		      uint32_t slot)
+{
+	struct dview_node *nd;
+	int ret = node_get(fs, k->from, k->ftree, k->to, k->ttree, k->idx, &nd);
+
+	if (ret == 0 && nd->slot != slot)
+		ret = DCR_ERR(-EPROTO);
+	return ret;
+}

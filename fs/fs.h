@@ -442,6 +442,29 @@ struct dcrfs_backed {
  */
 ssize_t dcrfs_backing_snapshot(struct dcrfs *fs, struct dcrfs_backed **out);
 
+/** One entry of the open-files table, as a handover carries it. */
+struct dcrfs_backing_rec {
+	uint64_t ino;
+	uint32_t opens;  /* open handles of the inode */
+	int32_t id;      /* > 0: its backing id (passthrough), 0: none */
+};
+
+/**
+ * dcrfs_backing_export - every entry of the open-files table into a
+ * malloc'ed *@out (the caller frees it): the count, or -ENOMEM. Called
+ * once the session loop ended (no open is deciding). Thread-safe.
+ */
+ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out);
+
+/**
+ * dcrfs_backing_adopt - take over entry @rec of a daemon that handed the
+ * mount over: its opens, and its backing id, which the kernel holds for
+ * the connection (released at the inode's last release, as our own),
+ * with a pin of its cache file when the reader still has it (else
+ * logged). 0 or -errno. Before the session loop starts.
+ */
+int dcrfs_backing_adopt(struct dcrfs *fs, const struct dcrfs_backing_rec *rec);
+
 /* ------------------------------------------------- the scrub (scrub.c) */
 
 /** The scrub's settings and what it found since the mount. */
@@ -559,6 +582,23 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 
 /** dcrfs_delta_release - close what dcrfs_delta_open opened. */
 void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh);
+
+/** A node below /delta by its key, as a handover carries it. */
+struct dcrfs_delta_key {
+	uint64_t from, to;
+	uint32_t ftree, ttree, idx, pad;
+};
+
+/** dcrfs_delta_export - the key of every node below /delta, in slot
+ * order (slot k is inode DCRFS_INO_DVIEW_BASE + k), into a malloc'ed
+ * *@out (the caller frees it). The count or -ENOMEM. Thread-safe. */
+ssize_t dcrfs_delta_export(struct dcrfs *fs, struct dcrfs_delta_key **out);
+
+/** dcrfs_delta_adopt - give node @k slot @slot, the next one (a
+ * handover, before the session loop starts): its views are built again
+ * on use. 0, -EPROTO if it gets another slot, or -errno. */
+int dcrfs_delta_adopt(struct dcrfs *fs, const struct dcrfs_delta_key *k,
+		      uint32_t slot);
 
 /** What /delta did since the mount (dcrfs_delta_counts). */
 struct dcrfs_delta_counts {

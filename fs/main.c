@@ -55,6 +55,7 @@
 #include "mirror.h"
 #include "store.h"
 #include "fs.h"
+#include "handover.h"
 #include "sign.h"
 #include "options.h"
 
@@ -122,6 +123,7 @@ struct opts {
 	unsigned int max_threads;
 	unsigned int max_idle_threads;
 	unsigned int max_read;     /* also passed on to libfuse */
+	int takeover;              /* --takeover (fs/handover.h) */
 	/* the rest of the command line */
 	int help;
 	int version;
@@ -180,6 +182,7 @@ static const struct fuse_opt opt_spec[] = {
 	/* libfuse insists that init() repeats max_read: note and keep it */
 	OPT("max_read=%u", max_read, 0),
 	FUSE_OPT_KEY("max_read=", FUSE_OPT_KEY_KEEP),
+	OPT("--takeover", takeover, 1),
 
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -236,6 +239,8 @@ static void usage(FILE *f)
 "    -f                     stay in the foreground\n"
 "    -d, -o debug           FUSE debug output (implies -f)\n"
 "    -s                     single-threaded session loop\n"
+"    --takeover             take MOUNTPOINT over from the dcrfs serving it,\n"
+"                           without an unmount (an upgrade; see dcrfs(8))\n"
 "\n"
 "dcrfs options:\n"
 "    -o cache_dir=DIR       chunk cache and catalog (default /var/cache/dcrfs\n"
@@ -1087,6 +1092,29 @@ static void malloc_setup(void)
 #endif
 }
 
+/* The session loop, single- or multi-threaded: its result. */
+static int run_loop(struct dcrfs *fs, const struct opts *o)
+{
+	struct fuse_loop_config *lcfg;
+	int ret;
+
+	if (o->singlethread)
+		return fuse_session_loop(fs->se);
+	lcfg = fuse_loop_cfg_create();
+	if (!lcfg) {
+		dcr_err("%s", dcr_strerror(-ENOMEM));
+		return -ENOMEM;
+	}
+	fuse_loop_cfg_set_clone_fd(lcfg, (unsigned)o->clone_fd);
+	fuse_loop_cfg_set_max_threads(lcfg, o->max_threads ? o->max_threads :
+				      MAX_THREADS_DEFAULT);
+	if (o->max_idle_threads)
+		fuse_loop_cfg_set_idle_threads(lcfg, o->max_idle_threads);
+	ret = fuse_session_loop_mt(fs->se, lcfg);
+	fuse_loop_cfg_destroy(lcfg);
+	return ret;
+}
+
 int main(int argc, char *argv[])
 {
 	int nargc = 0;
@@ -1098,10 +1126,13 @@ int main(int argc, char *argv[])
 	struct dcr_store_cfg cfg;
 	struct dcr_reader_opts ropts;
 	struct dcr_store_info sinfo;
-	struct fuse_loop_config *lcfg = NULL;
 	struct dcrfs_metrics *metrics = NULL;
 	char *store = NULL, *mountpoint = NULL, *cache_dir = NULL;
 	char *log_path = NULL;
+	/* --takeover, and the handover of this mount (fs/handover.h) */
+	struct dcrfs_ho_state *ho = NULL;
+	char ho_path[108] = "", devfd_path[32], *fixed = NULL;
+	bool taken_over = false, handed_over = false;
 
 	malloc_setup();
 	sigset_t sigs, oldsigs;
@@ -1176,7 +1207,7 @@ int main(int argc, char *argv[])
 			goto out_args;
 		}
 	}
-	if (strncmp(mountpoint, "/dev/fd/", 8) != 0 &&
+	if (strncmp(mountpoint, "/dev/fd/", 8) != 0 && !o.takeover &&
 	    check_mountpoint(mountpoint, o.nonempty) < 0)
 		goto out_args;
 	if (has_scheme(o.store)) {
@@ -1212,6 +1243,11 @@ int main(int argc, char *argv[])
 	 */
 	if (build_fuse_args(&args, &o, store) < 0)
 		goto out_args;
+	if (o.takeover && !strncmp(mountpoint, "/dev/fd/", 8)) {
+		fprintf(stderr, PROG ": --takeover needs the mount point, not "
+			"%s\n", mountpoint);
+		goto out_args;
+	}
 
 	fs.mountpoint = mountpoint;
 	/* in the cache directory's lock: a remount waits for us (reader.h) */
@@ -1251,6 +1287,14 @@ int main(int argc, char *argv[])
 		if (ready_fd < 0)
 			goto out_session;
 	}
+	/* What a takeover must repeat, and where this mount is asked. */
+	fixed = dcrfs_ho_fixed(&fs, store, mountpoint, args.argc, args.argv);
+	if (!fixed || dcrfs_ho_sock_path(cache_dir, mountpoint, ho_path,
+					 sizeof(ho_path)) < 0)
+		ho_path[0] = '\0';
+	if (o.takeover && (!ho_path[0] ||
+			   dcrfs_ho_connect(ho_path, fixed, &ho) < 0))
+		goto out_session; /* said */
 
 	/*
 	 * Until the mount is in place, SIGINT, SIGTERM and SIGHUP end the
@@ -1285,6 +1329,9 @@ int main(int argc, char *argv[])
 	 * need not be asked for again. */
 	ropts.store_info = ret ? NULL : &sinfo;
 	ropts.store_err = ret;
+	/* The store answers: the old daemon stops, hands over, exits. */
+	if (ho && dcrfs_ho_go(ho) < 0)
+		goto out_store;
 	ret = dcr_mkdir_p(cache_dir, 0700);
 	if (ret < 0) {
 		dcr_err("cannot create cache directory %s: %s", cache_dir,
@@ -1344,12 +1391,22 @@ int main(int argc, char *argv[])
 		dcr_err("cannot install signal handlers");
 		goto out_metrics;
 	}
-	if (fuse_session_mount(fs.se, mountpoint) != 0) {
+	if (ho) /* libfuse takes a descriptor as /dev/fd/N */
+		snprintf(devfd_path, sizeof(devfd_path), "/dev/fd/%d",
+			 dcrfs_ho_fd(ho));
+	if (fuse_session_mount(fs.se, ho ? devfd_path : mountpoint) != 0) {
 		dcr_err("cannot mount on %s", mountpoint);
 		goto out_signals;
 	}
 	set_readahead(mountpoint, fs.cfg.read_ahead_kb, o.readahead != NULL);
 	dcrfs_pt_install(fs.se, &fs.bk.pt); /* failing, reads take the normal path */
+	if (ho) {
+		taken_over = true;
+		ret = dcrfs_ho_adopt(&fs, ho); /* frees it */
+		ho = NULL;
+		if (ret < 0)
+			goto out_unmount; /* logged */
+	}
 
 	/* From here on, messages go to syslog unless -f. */
 	if (ready_fd >= 0) {
@@ -1368,6 +1425,8 @@ int main(int argc, char *argv[])
 		dcrfs_bg_stop(&fs);
 		goto out_unmount;
 	}
+	if (ho_path[0])
+		dcrfs_ho_listen(&fs, ho_path, fixed); /* failing: logged */
 	if (latest)
 		dcr_info("mounted %s on %s, latest v%" PRIu64, store,
 			 mountpoint, latest);
@@ -1376,29 +1435,22 @@ int main(int argc, char *argv[])
 			 mountpoint);
 
 	pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
-	if (o.singlethread) {
-		ret = fuse_session_loop(fs.se);
-	} else {
-		lcfg = fuse_loop_cfg_create();
-		if (!lcfg) {
-			dcr_err("%s", dcr_strerror(-ENOMEM));
-			ret = -ENOMEM;
-		} else {
-			fuse_loop_cfg_set_clone_fd(lcfg, (unsigned)o.clone_fd);
-			fuse_loop_cfg_set_max_threads(lcfg, o.max_threads ?
-						      o.max_threads :
-						      MAX_THREADS_DEFAULT);
-			if (o.max_idle_threads)
-				fuse_loop_cfg_set_idle_threads(
-					lcfg, o.max_idle_threads);
-			ret = fuse_session_loop_mt(fs.se, lcfg);
-			fuse_loop_cfg_destroy(lcfg);
+	for (;;) {
+		ret = run_loop(&fs, &o);
+		/* a handover stopped it: send, or serve on if that failed */
+		if (!dcrfs_ho_requested())
+			break;
+		if (dcrfs_ho_send(&fs) == 0) {
+			handed_over = true;
+			break;
 		}
+		fuse_session_reset(fs.se);
 	}
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	dcrfs_ho_stop();
 	if (ret < 0)
 		dcr_err("session loop failed: %s", dcr_strerror(ret));
-	else
+	else if (!handed_over)
 		dcr_info("unmounting %s", mountpoint);
 	exit_code = ret < 0 ? 1 : 0;
 
@@ -1422,7 +1474,10 @@ int main(int argc, char *argv[])
 		usleep((useconds_t)atoi(getenv("DCRFS_TEST_EXIT_DELAY_MS")) * 1000);
 #endif
 out_unmount:
-	fuse_session_unmount(fs.se);
+	if (taken_over && !handed_over) /* libfuse did not mount it */
+		dcrfs_ho_unmount(mountpoint);
+	else if (!handed_over)
+		fuse_session_unmount(fs.se);
 out_signals:
 	fuse_remove_signal_handlers(fs.se);
 out_metrics:
@@ -1436,6 +1491,8 @@ out_session:
 out_state:
 	dcrfs_free_state(&fs);
 out_args:
+	dcrfs_ho_state_free(ho);
+	free(fixed);
 	if (ready_fd >= 0)
 		close(ready_fd); /* the parent sees EOF and our exit status */
 	fuse_opt_free_args(&args);

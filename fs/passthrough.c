@@ -19,6 +19,7 @@
 #include <fcntl.h>
 
 #include "common.h"
+#include "handover.h"
 #include "passthrough.h"
 
 /* ------------------------------------------------------------ kernel ABI */
@@ -109,12 +110,13 @@ static atomic_int said_eloop;
 
 static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 {
-	ssize_t n = read(fd, buf, len);
+	ssize_t n = dcrfs_ho_read(fd, buf, len); /* read(2), or stopped */
 	const struct pt_in_header *in = buf;
 
 	(void)userdata;
 	if (n < (ssize_t)sizeof(*in))
 		return n;
+	dcrfs_ho_note_request(buf, (size_t)n);
 	tl_unique = in->unique;
 	tl_opcode = in->opcode;
 	if (in->opcode == PT_OP_INIT &&
@@ -147,6 +149,8 @@ static void patch_init(struct iovec *iov, int count)
 	struct pt_out_header *h;
 	struct pt_init_out *o = reply_arg(iov, count, sizeof(*o), &h);
 
+	if (the_pt->mode == DCRFS_PT_OFF)
+		return;
 	if (!o || h->error != 0) {
 		dcr_info("passthrough: off (INIT reply of %zu bytes)",
 			 count > 1 ? iov[1].iov_len : (size_t)0);
@@ -193,6 +197,10 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 			patch_open(iov, count, tl_open_id);
 		}
 	}
+	/* the replayed INIT's reply stays here (handover.h) */
+	ssize_t kept = dcrfs_ho_note_reply(iov, count);
+	if (kept)
+		return kept;
 	return writev(fd, iov, count);
 }
 
@@ -219,10 +227,9 @@ int dcrfs_pt_install(struct fuse_session *se, struct dcrfs_pt *pt)
 	int ret;
 
 	pt->devfd = -1;
-	if (pt->mode == DCRFS_PT_OFF) {
+	/* installed with passthrough off too: a handover needs the hooks */
+	if (pt->mode == DCRFS_PT_OFF)
 		dcr_info("passthrough: off (-o passthrough=off)");
-		return 0;
-	}
 	if (fd < 0)
 		return DCR_ERR(-EBADF);
 	the_pt = pt;
@@ -233,7 +240,8 @@ int dcrfs_pt_install(struct fuse_session *se, struct dcrfs_pt *pt)
 			 dcr_strerror(ret));
 		return ret;
 	}
-	pt->devfd = fd;
+	if (pt->mode != DCRFS_PT_OFF)
+		pt->devfd = fd;
 	return 0;
 }
 

@@ -81,8 +81,9 @@ struct dcrfs_pt {
 /**
  * dcrfs_pt_install - put the shim between libfuse and the mounted
  * session @se (after fuse_session_mount, before the loop starts). With
- * @pt->mode DCRFS_PT_OFF it installs nothing. 0 or -errno (logged); the
- * mount then works without passthrough.
+ * @pt->mode DCRFS_PT_OFF it is installed too (its hooks serve a
+ * handover, fs/handover.h) but asks for no passthrough. 0 or -errno
+ * (logged); the mount then works without passthrough or handovers.
  */
 int dcrfs_pt_install(struct fuse_session *se, struct dcrfs_pt *pt);
 

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * handover.h - hand a mounted dcrfs over to a new daemon without an
+ * unmount (dcrfs --takeover STORE MNT: an upgrade under running readers).
+ *
+ * The FUSE connection lives as long as some process holds its /dev/fuse
+ * descriptor, so a new daemon can take it over from a running one:
+ *
+ *  1. The serving daemon listens on a Unix socket in the cache directory
+ *     (dcrfs_ho_sock_path). A new daemon started with --takeover
+ *     connects (both sides check the other's credentials: the same user,
+ *     or root) and says what it would serve (the store, the mount point,
+ *     the options fixed at mount: libfuse's and the kernel's mount
+ *     options, max_read, readahead, passthrough). The old daemon refuses,
+ *     saying which differs or what cannot be handed over, or agrees.
+ *  2. The new daemon, having opened its store, says go. The old one
+ *     stops reading /dev/fuse (its readers poll an event that wakes them
+ *     all; none reads after it), finishes and answers every request it
+ *     had read (its session loop returns only then), and sends the
+ *     descriptor (SCM_RIGHTS) with its state: the kernel's INIT request
+ *     and the reply it got (the negotiated parameters), the passthrough
+ *     state, the open version files with their backing ids, and the tag
+ *     table (tags' inode numbers are slots). It then exits without
+ *     unmounting; the socket's end of file tells the new daemon that its
+ *     cache directory's lock is free.
+ *  3. The new daemon opens its cache, replays the INIT request into
+ *     libfuse (fuse_session_process_buf: libfuse 3.14 serves nothing
+ *     before an INIT), swallows libfuse's reply (the kernel has had one)
+ *     and compares it to the one the kernel kept, adopts the open files
+ *     and their backing ids, and serves the queued requests.
+ *
+ * Requests the kernel queued meanwhile wait in its queue: readers stall
+ * for the handover, and see no error. Passthrough reads and mmaps of
+ * files whose pages are cached do not stall at all.
+ *
+ * What cannot be handed over is refused, the old daemon serving on:
+ * open files of /.dcrfs and /delta (their handles are pointers into the
+ * old daemon's memory), another store, mount point or fixed option, a
+ * session io that was not installed. HACKING has the design of item 2
+ * (a restart after the daemon died) that builds on this.
+ *
+ * One session per process. The hooks (dcrfs_ho_read, _note_*) are called
+ * by passthrough.c's session io from any session thread.
+ */
+#ifndef DCRFS_HANDOVER_H
+#define DCRFS_HANDOVER_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct dcrfs;
+
+/**
+ * dcrfs_ho_sock_path - the handover socket of the mount on @mountpoint
+ * whose cache directory is @cache_dir, into @buf of @len bytes.
+ * 0, or -ENAMETOOLONG when it does not fit a Unix socket address.
+ */
+int dcrfs_ho_sock_path(const char *cache_dir, const char *mountpoint,
+		       char *buf, size_t len);
+
+/**
+ * dcrfs_ho_fixed - the text of what a mount fixes at mount time and a
+ * takeover must repeat ("key=value\n" lines, compared line by line), into
+ * a malloc'ed string (NULL: no memory). @argv is libfuse's command
+ * line (@argv[1..@argc-1], the kernel's mount options among them).
+ */
+char *dcrfs_ho_fixed(const struct dcrfs *fs, const char *store,
+		     const char *mountpoint, int argc, char **argv);
+
+/* ------------------------------------------------ the serving daemon */
+
+/**
+ * dcrfs_ho_listen - serve takeovers of @fs on the socket @path (made
+ * afresh; its directory exists), from a thread of its own. @fixed (kept
+ * by the caller until dcrfs_ho_stop) is this mount's dcrfs_ho_fixed. 0
+ * or -errno (logged once; the mount works without handovers).
+ */
+int dcrfs_ho_listen(struct dcrfs *fs, const char *path, const char *fixed);
+
+/**
+ * dcrfs_ho_requested - after the session loop returned: whether it
+ * returned for a handover (a new daemon said go). Then the caller calls
+ * dcrfs_ho_send().
+ */
+int dcrfs_ho_requested(void);
+
+/**
+ * dcrfs_ho_send - send the /dev/fuse descriptor and @fs's state to the
+ * new daemon. 0: handed over (the caller exits without unmounting,
+ * keeps the socket open until its exit); -errno: not handed over
+ * (logged): the caller serves on (fuse_session_reset, the loop again).
+ */
+int dcrfs_ho_send(struct dcrfs *fs);
+
+/** dcrfs_ho_stop - stop listening; unlink the socket unless the mount
+ * was handed over (the new daemon's is there). */
+void dcrfs_ho_stop(void);
+
+/* -------------------------------------------------- the new daemon */
+
+/** What a takeover received, until dcrfs_ho_adopt. */
+struct dcrfs_ho_state;
+
+/**
+ * dcrfs_ho_connect - ask the daemon listening on @path to hand its mount
+ * over: say @fixed (this daemon's dcrfs_ho_fixed) and wait for its yes.
+ * 0 with *@out set (the old daemon serves on until dcrfs_ho_go); -EPERM
+ * with the old daemon's reason said on stderr; another -errno (said on
+ * stderr).
+ */
+int dcrfs_ho_connect(const char *path, const char *fixed,
+		     struct dcrfs_ho_state **out);
+
+/**
+ * dcrfs_ho_go - once this daemon can serve (its store open): say go,
+ * receive the descriptor and the state into @s, and wait until the old
+ * daemon exited (DCRFS_HO_EXIT_WAIT_MS at most, else logged), which
+ * frees the cache directory's lock. 0 or -errno (said on stderr).
+ */
+int dcrfs_ho_go(struct dcrfs_ho_state *s);
+
+/** How long a new daemon waits for the old one to exit. */
+#define DCRFS_HO_EXIT_WAIT_MS 10000
+
+/** dcrfs_ho_fd - the /dev/fuse descriptor received. */
+int dcrfs_ho_fd(const struct dcrfs_ho_state *s);
+
+/**
+ * dcrfs_ho_adopt - with @fs's reader open and its session mounted on
+ * /dev/fd/N (N = dcrfs_ho_fd) and its io installed
+ * (dcrfs_pt_install): set the passthrough state, replay the INIT into
+ * libfuse (its reply swallowed, compared with the kernel's: a
+ * difference is logged), say whether the kernel can resend requests in
+ * flight (FUSE_NOTIFY_RESEND, probed: none are in flight then), adopt
+ * the tag table, /delta's nodes and the open files with their backing
+ * ids. Frees @s. 0 or -errno (logged).
+ */
+int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s);
+
+/** dcrfs_ho_state_free - free what dcrfs_ho_connect and dcrfs_ho_go
+ * received. A descriptor received and not adopted is closed, which ends
+ * the connection (the mount is lost: said). NULL accepted. */
+void dcrfs_ho_state_free(struct dcrfs_ho_state *s);
+
+/**
+ * dcrfs_ho_unmount - unmount @mountpoint, taken over (libfuse did not
+ * mount it, so fuse_session_unmount does nothing). Logged on failure.
+ */
+void dcrfs_ho_unmount(const char *mountpoint);
+
+/* ----------------------------------- the session io's hooks (passthrough.c) */
+
+/**
+ * dcrfs_ho_read - read one request from @fd into @buf (@len bytes), as
+ * read(2), unless a handover stopped reading: then -1 with errno EINTR
+ * and the session is exited, which ends the caller's loop.
+ */
+ssize_t dcrfs_ho_read(int fd, void *buf, size_t len);
+
+/** dcrfs_ho_note_request - the request of @n bytes at @buf was read
+ * (the INIT is kept for a handover; opens of files not handed over are
+ * counted). Called on the reading thread. */
+void dcrfs_ho_note_request(const void *buf, size_t n);
+
+/**
+ * dcrfs_ho_note_reply - the reply @iov is about to be written (after
+ * passthrough's patches), on the thread that read its request. Returns
+ * its length when it must not reach the kernel (the replayed INIT's
+ * reply), else 0.
+ */
+ssize_t dcrfs_ho_note_reply(const struct iovec *iov, int count);
+
+#endif /* DCRFS_HANDOVER_H */

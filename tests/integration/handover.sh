@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# handover.sh - dcrfs --takeover hands a mount over to a new daemon under
+# running readers (fs/handover.h), with no error and no wrong byte:
+#  1. readers in loops: reopen-and-read of a version being prefetched
+#     (normal path), a file read whole and reopened (passthrough), a file
+#     held open across every handover (its handle and backing id adopted)
+#     and a file mapped across every handover (mmap), each compared with
+#     the committed bytes;
+#  2. N handovers (HANDOVERS, default 20), each timed from the new
+#     daemon's start to the old one's exit (target 0.5 s; printed);
+#  3. what cannot be handed over is refused, the old daemon serving on:
+#     another store, another fixed option (passthrough), an open
+#     /.dcrfs file.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+need_bins
+need_root
+
+STORE=$T/store
+MNT=$T/mnt
+MiB=$((1024 * 1024))
+N=${HANDOVERS:-20}
+
+mkdir -p "$T/tree.1" "$T/tree.2"
+rand_file "$T/tree.1/a.bin" $((8 * MiB + 12345)) a
+rand_file "$T/tree.1/b.bin" $((4 * MiB)) b
+cp -a "$T/tree.1/." "$T/tree.2/"
+flip_bytes "$T/tree.2/a.bin" 0.05 a2
+[ "$(commit "$STORE" "$T/tree.1" --chunk-size 1M)" = 1 ] || fail "commit 1"
+[ "$(commit "$STORE" "$T/tree.2" --chunk-size 1M)" = 2 ] || fail "commit 2"
+
+# v2 stays "being prefetched" for the whole test: each daemon's
+# prefetcher starts it again, a block every 50 ms (a longer delay would
+# be timed as the old daemon's exit: the hook's sleep is not cut short)
+export DCRFS_TEST_PREFETCH_DELAY_MS=50
+OPTS="cache_dir=$T/cache,prefetch=latest"
+mount_dcrfs "$STORE" "$MNT" "$OPTS"
+OLD=$MOUNT_PID
+
+cat >"$T/reader.py" <<'PY'
+import mmap, os, sys, time
+mode, path, ref, stop, out = sys.argv[1:6]
+want = open(ref, "rb").read()
+n = 0
+worst = 0.0
+def bad(msg):
+    open(out, "w").write("%s %s: %s after %d rounds\n" % (mode, path, msg, n))
+    sys.exit(1)
+try:
+    if mode in ("held", "mmap"):
+        f = open(path, "rb")
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if mode == "mmap" else None
+    while not os.path.exists(stop):
+        if mode == "stall":
+            # a name never seen: each lookup reaches the daemon
+            t0 = time.monotonic()
+            try:
+                os.stat("%s/nothing-%d" % (path, n))
+                bad("a file that does not exist")
+            except FileNotFoundError:
+                pass
+            worst = max(worst, time.monotonic() - t0)
+            got = want = b""
+        elif mode == "reopen":
+            with open(path, "rb") as g:
+                got = g.read()
+        elif mode == "held":
+            got = os.pread(f.fileno(), len(want) + 1, 0)
+        else:
+            got = m[:]
+        if got != want:
+            bad("wrong bytes")
+        n += 1
+        time.sleep(0.01)
+except OSError as e:
+    bad("error %s" % e)
+open(out, "w").write("ok %s %s %d rounds%s\n" % (mode, path, n,
+    ", longest lookup %d ms" % (worst * 1000) if mode == "stall" else ""))
+PY
+STOP=$T/stop
+reader() { # MODE FILE REF
+	local out=$T/r.$1.$(basename "$(dirname "$2")").$(basename "$2")
+	start_bg python3 "$T/reader.py" "$1" "$2" "$3" "$STOP" "$out"
+	RPIDS+=("$BG_PID")
+}
+RPIDS=()
+# v2, being prefetched: opened cold and held, so that every open of it
+# takes the normal path (the kernel refuses mixed opens)
+reader held "$MNT/v2/a.bin" "$T/tree.2/a.bin"
+reader mmap "$MNT/v2/b.bin" "$T/tree.2/b.bin"
+sleep 0.3
+reader reopen "$MNT/v2/a.bin" "$T/tree.2/a.bin"
+# v1 whole in the cache: its opens go through passthrough
+t cat "$MNT/v1/a.bin" "$MNT/v1/b.bin" >/dev/null
+reader reopen "$MNT/v1/b.bin" "$T/tree.1/b.bin"
+reader held "$MNT/v1/a.bin" "$T/tree.1/a.bin"
+reader mmap "$MNT/v1/b.bin" "$T/tree.1/b.bin"
+reader stall "$MNT/v1" /dev/null
+sleep 0.5
+pt_opens() {
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["opens"]["passthrough"])' "$MNT/.dcrfs/status.json"
+}
+
+# takeover [ARGS...] - start a takeover in the background: sets NEW,
+# NEW_LOG
+takeover() {
+	_nlog=$((_nlog + 1))
+	NEW_LOG=$T/dcrfs.$_nlog.log
+	"$DCRFS" --takeover "$@" -f >"$NEW_LOG" 2>&1 &
+	NEW=$!
+	_pids+=("$NEW")
+}
+
+# --- 3. refusals: the old daemon serves on
+mkdir -p "$T/tree.x"
+rand_file "$T/tree.x/x" 1000 x
+[ "$(commit "$T/other" "$T/tree.x")" = 1 ] || fail "commit other"
+refused() { # WHAT ARGS...
+	local what=$1
+	shift
+	takeover "$@"
+	_wait_pid "$NEW" 10 || fail "a refused takeover did not exit"
+	grep -q "takeover refused: .*$what" "$NEW_LOG" ||
+		{ cat "$NEW_LOG" >&2; fail "no refusal naming '$what'"; }
+	kill -0 "$OLD" 2>/dev/null || fail "a refused takeover stopped the old daemon"
+}
+refused "store differs" "$T/other" "$MNT" -o "$OPTS"
+refused "passthrough differs" "$STORE" "$MNT" -o "$OPTS,passthrough=off"
+exec 7<"$MNT/.dcrfs/status.json"
+refused "of /.dcrfs or /delta are open" "$STORE" "$MNT" -o "$OPTS"
+exec 7<&-
+log "refusals: ok"
+
+# --- 1, 2. N handovers under the readers
+: >"$T/times"
+for ((i = 1; i <= N; i++)); do
+	t0=$(date +%s%N)
+	takeover "$STORE" "$MNT" -o "$OPTS"
+	for ((k = 0; k < 500; k++)); do
+		kill -0 "$OLD" 2>/dev/null || break
+		sleep 0.002
+	done
+	t1=$(date +%s%N)
+	kill -0 "$OLD" 2>/dev/null && { cat "$NEW_LOG" >&2; fail "handover $i: the old daemon did not exit"; }
+	wait "$OLD" || fail "handover $i: the old daemon exited with $?"
+	kill -0 "$NEW" 2>/dev/null || { cat "$NEW_LOG" >&2; fail "handover $i: the new daemon exited"; }
+	echo $(((t1 - t0) / 1000000)) >>"$T/times"
+	for j in "${!_mounts[@]}"; do
+		[ "${_mounts[$j]}" = "$MNT" ] && _mount_pid[j]=$NEW
+	done
+	OLD=$NEW
+	sleep 0.2
+done
+sort -n "$T/times" >"$T/times.sorted"
+log "handover ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/times.sorted"), max $(tail -1 "$T/times.sorted") (target 500)"
+
+sleep 0.5
+: >"$STOP"
+for p in "${RPIDS[@]}"; do
+	wait "$p" || true
+done
+for f in "$T"/r.*; do
+	log "$(cat "$f")"
+	grep -q '^ok ' "$f" || fail "a reader failed: $(cat "$f")"
+done
+[ "$(ls "$T"/r.* | wc -l)" = 7 ] || fail "a reader left no result"
+[ "$(grep -l 'prefetching v2' "$T"/dcrfs.*.log | wc -l)" -ge "$N" ] ||
+	fail "v2 was not being prefetched by every daemon"
+grep -q 'handover: the kernel can\(not\)\? send requests in flight again' "$NEW_LOG" ||
+	fail "the new daemon did not say whether the kernel can resend"
+[ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough in the last daemon"
+# the mount is served and unmounts as any other
+cmp "$MNT/v2/a.bin" "$T/tree.2/a.bin" || fail "v2/a.bin after the handovers"
+umount_dcrfs "$MNT" || fail "unmount after the handovers"
+
+# the baseline: a fresh mount of the same store and cache, timed the
+# same way (start to the first answer)
+t0=$(date +%s%N)
+"$DCRFS" "$STORE" "$MNT" -f -o "$OPTS" >"$T/dcrfs.fresh.log" 2>&1 &
+_pids+=("$!")
+_mounts+=("$MNT")
+_mount_pid+=("$!")
+for ((k = 0; k < 5000; k++)); do
+	stat "$MNT/v1/a.bin" >/dev/null 2>&1 && break
+	sleep 0.002
+done
+t1=$(date +%s%N)
+fresh=$(((t1 - t0) / 1000000))
+med=$(sed -n "$(((N + 1) / 2))p" "$T/times.sorted")
+log "fresh mount ms: $fresh; handover median / fresh mount: $(python3 -c "print(round($med / max($fresh, 1), 2))")"
+umount_dcrfs "$MNT" || fail "unmount of the fresh mount"
+log "ok"
