@@ -2,10 +2,14 @@
 /*
  * delta.c - the /delta tree of a mount (issue 21): per version N with a
  * parent, /delta/vN holds each safetensors file of vN as its delta view
- * from the parent (read/dview.h); /delta/vM..vN (looked up, never
- * listed) the view from any earlier vM of N's lineage, or, with M > N,
- * a rollback span: the view that takes tensors of vM back to vN (N in
- * M's lineage; the same format with from and to swapped).
+ * from the parent it was committed against (read/dview.h); /delta/vM..vN
+ * (looked up, never listed) the view from any earlier vM of N's lineage,
+ * or, with M > N, a rollback span: the view that takes tensors of vM
+ * back to vN (N in M's lineage; the same format with from and to
+ * swapped). Lineage is the committed one (dcr_version_brief.cparent):
+ * a compaction that rebases vN's encoding on an older version changes
+ * neither what delta/vN means nor which spans exist; a span no record
+ * of the decoder covers is built by comparison.
  *
  * Inodes (fs.h): /delta is DCRFS_INO_DELTA; every other node is
  * DCRFS_INO_DVIEW_BASE + slot, a slot of the node table assigned on
@@ -566,7 +570,9 @@ static bool parse_v(const char *s, size_t n, uint64_t *v)
 	return true;
 }
 
-/* Whether @m is in @n's lineage (an ancestor by parents). 0, -ENOENT. */
+/* Whether @m is in @n's lineage (an ancestor by the parents each was
+ * committed against, whatever compaction rebased its encoding on).
+ * 0, -ENOENT. */
 static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 {
 	struct dcr_version_brief b;
@@ -575,7 +581,7 @@ static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 	while (v > m) {
 		if (dcr_reader_version_brief(fs->r, v, &b) < 0)
 			return -ENOENT;
-		uint64_t p = b.parent;
+		uint64_t p = b.cparent;
 		if (p == 0 || p >= v)
 			return -ENOENT;
 		v = p;
@@ -583,7 +589,8 @@ static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 	return v == m ? 0 : -ENOENT;
 }
 
-/* The top node of /delta/@name: "vN" (from N's parent) or "vM..vN"
+/* The top node of /delta/@name: "vN" (from the parent N was committed
+ * against) or "vM..vN"
  * (from M to N: forward when M < N, a rollback span when M > N). */
 static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 {
@@ -611,7 +618,7 @@ static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 	if (ret < 0)
 		return ret;
 	if (!dots)
-		m = bn.parent;
+		m = bn.cparent; /* as committed, not as encoded */
 	if (m == 0)
 		return -ENOENT; /* no parent: no /delta/vN */
 	/* A forward span needs M among N's ancestors; a rollback span
@@ -728,7 +735,7 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 			struct dcr_version_brief b;
 
 			if ((off_t)(vs[i] + 2) <= off ||
-			    dcr_reader_version_brief(fs->r, vs[i], &b) < 0 || !b.parent)
+			    dcr_reader_version_brief(fs->r, vs[i], &b) < 0 || !b.cparent)
 				continue;
 			snprintf(name, sizeof(name), "v%" PRIu64, vs[i]);
 			if (top_node(fs, name, &nd) < 0)
