@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -1326,6 +1327,40 @@ void dcr_dview_sums_free(struct dcr_dview_sums *s)
 		return;
 	free(s->blk);
 	memset(s, 0, sizeof(*s));
+}
+
+int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off)
+{
+	uint8_t *buf, got[DCR_XXH_LEN];
+	struct stat st;
+	int ret = 0;
+
+	if (fstat(fd, &st) < 0)
+		return DCR_ERR(-errno);
+	if ((uint64_t)st.st_size != s->size) {
+		*bad_off = s->size;
+		return DCR_ERR(-EIO);
+	}
+	/* one block's buffer: heap memory reused (dcr_dview_pread) */
+	buf = malloc(DCR_DVIEW_BLOCK);
+	if (!buf)
+		return DCR_ERR(-ENOMEM);
+	for (uint64_t o = 0; !ret && o < s->size; o += DCR_DVIEW_BLOCK) {
+		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, s->size - o);
+
+		ret = dcr_pread_full(fd, buf, n, (off_t)o);
+		if (ret == -ENODATA)
+			ret = DCR_ERR(-EIO);
+		if (!ret) {
+			dcr_xxh128(buf, n, got);
+			if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN))
+				ret = DCR_ERR(-EIO);
+		}
+		if (ret)
+			*bad_off = o;
+	}
+	free(buf);
+	return ret;
 }
 
 ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,

@@ -115,6 +115,15 @@ ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
 			size_t len, uint64_t off, uint64_t *bad_off);
 
 /**
+ * dcr_dview_verify - check the whole view in @fd against @s: its size,
+ * then every block, as dcr_dview_pread would before serving it (for a
+ * file handed to the kernel to read: FUSE passthrough). 0, or -EIO
+ * (*@bad_off: the first block that differs, or @s->size when the size
+ * does), -ENOMEM, or pread's -errno. Nothing is logged. Thread-safe.
+ */
+int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off);
+
+/**
  * dcr_dview_probe - whether entry @idx of tree @tree of version @v is a
  * file of the view: a regular file named *.safetensors whose header
  * core's parser accepts and whose every tensor has a known dtype, a

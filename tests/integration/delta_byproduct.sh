@@ -137,6 +137,21 @@ check "$M" 2 3
 status "$M"
 py "$T/st.json" 'd = d["delta"]
 assert d["tensor_bytes_recorded"] > 0 and d["records"]["chunks"] > 0, d'
+# A built view is a checked local file: with passthrough the kernel
+# reads it and no READ reaches the daemon; two opens of one view at
+# once share its file (the kernel refuses two backing files per inode).
+"$PY" - "$M/delta/v3/model.safetensors" <<'EOF' || fail "two opens of one view"
+import sys
+a, b = open(sys.argv[1], "rb"), open(sys.argv[1], "rb")
+assert a.read() == b.read()
+EOF
+status "$M"
+if py "$T/st.json" 'sys.exit(0 if d["passthrough"]["active"] else 1)'; then
+	py "$T/st.json" 'd = d["delta"]
+assert d["opens"]["passthrough"] >= 8 and d["opens"]["normal"] == 0 and d["reads"] == 0, d'
+else
+	log "passthrough is not active on this mount: views are read by READs"
+fi
 
 # v4 committed while mounted: prefetched from v3's cached chunks, its
 # views built from the records before latest moves to it.
