@@ -1000,9 +1000,10 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 	struct dview_file *vf;
 	uint32_t *idx = NULL;
 	size_t n = 0, made = 0;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, changed, recorded;
 	int64_t t0 = dcr_mono_ns();
 	char name[32];
+	size_t few = 0;
 
 	snprintf(name, sizeof(name), "v%" PRIu64, v);
 	if (!rec || top_node(fs, name, &top) < 0 ||
@@ -1015,6 +1016,26 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 		    dcr_dvrec_count(rec, v, top->ttree, k - 1, top->from))
 			idx[n++] = k;
 	version_put(fs, vi);
+	/* Only files whose records give most of their view: a file most of
+	 * whose changed chunks have none (made by full frames, or read
+	 * before the prefetch) would be compared whole before latest moves;
+	 * its first read builds it instead. */
+	for (size_t i = 0; i < n; i++) {
+		struct dcr_dview_side a = { top->from, top->ftree },
+				      b = { v, top->ttree };
+
+		if (dcr_dview_coverage(fs->r, a, b, idx[i], &changed,
+				       &recorded) == 0 &&
+		    2 * recorded > changed)
+			idx[i - few] = idx[i];
+		else
+			few++;
+	}
+	n -= few;
+	if (few)
+		dcr_debug("v%" PRIu64 ": %zu file(s) with records for less than "
+			  "half of their changed chunks: their delta views wait "
+			  "for a first read", v, few);
 	/* A build ahead of its first read is an offer, not a duty: it
 	 * writes a scratch file and the view beside the cache, so it waits
 	 * for a first read where they might take the room the catalog

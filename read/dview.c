@@ -1157,6 +1157,45 @@ static int side_find(struct dcr_reader *r, struct dcr_dview_side s,
 	return ret;
 }
 
+int dcr_dview_coverage(struct dcr_reader *r, struct dcr_dview_side from,
+		       struct dcr_dview_side to, uint32_t idx,
+		       uint64_t *changed, uint64_t *recorded)
+{
+	struct build b = { .r = r, .a = from, .b = to, .ib = idx,
+			   .rec = dcr_reader_dvrec(r) };
+	struct dcr_file_meta mb, ma;
+	uint64_t size_b, size_a, nk;
+	uint32_t cs_a = 0, cs_b = 0;
+	char *path = NULL, *path_a = NULL;
+	int ret = side_file(r, to, idx, &path, &size_b, &mb, &cs_b);
+
+	*changed = *recorded = 0;
+	if (ret)
+		goto out;
+	nk = cs_b ? (size_b + cs_b - 1) / cs_b : 0;
+	ret = side_find(r, from, path, &b.ia);
+	if (!ret && b.ia)
+		ret = side_file(r, from, b.ia, &path_a, &size_a, &ma, &cs_a);
+	if (ret || !b.ia || cs_a != cs_b) {
+		*changed = nk; /* no chunk of it is comparable by hash */
+		goto out;
+	}
+	b.cs = cs_b;
+	for (uint64_t k = 0; k < nk && !ret; k++) {
+		bool eq;
+
+		ret = chunk_eq(&b, k, &eq);
+		if (!ret && !eq) {
+			++*changed;
+			*recorded += chunk_has_rec(&b, k);
+		}
+	}
+out:
+	free(path);
+	free(path_a);
+	return ret;
+}
+
 int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		    struct dcr_dview_side to, uint32_t idx, const char *tmpdir,
 		    int out_fd, struct dcr_dview_info *info,

@@ -136,6 +136,19 @@ int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
 		    uint32_t idx);
 
 /**
+ * dcr_dview_coverage - how much of the build of entry @idx of @to's
+ * tree from @from the reader's records would give (read/dvrec.h): into
+ * *@changed the chunks of the file whose hashes differ between the two
+ * versions (all of them when the file is absent from @from or the chunk
+ * sizes differ), into *@recorded those of them with a record made from
+ * @from's same chunk. Chunk hashes only: no byte is read. 0, or -ESTALE,
+ * -ENOENT, -EISDIR, or the reader's -errno. Thread-safe.
+ */
+int dcr_dview_coverage(struct dcr_reader *r, struct dcr_dview_side from,
+		       struct dcr_dview_side to, uint32_t idx,
+		       uint64_t *changed, uint64_t *recorded);
+
+/**
  * dcr_dview_build - write the view of the change of entry @idx of @to's
  * tree (a regular file, path P) from version @from (P in @from's tree,
  * or absent) to @to into @out_fd from offset 0 (the caller's file,
