@@ -636,8 +636,9 @@ static bool parse_v(const char *s, size_t n, uint64_t *v)
 }
 
 /* Whether @m is in @n's lineage (an ancestor by the parents each was
- * committed against, whatever compaction rebased its encoding on).
- * 0, -ENOENT. */
+ * committed against, whatever compaction rebased its encoding on; past
+ * a committed parent gc dropped, by the encoding's parent, which is an
+ * ancestor the store keeps). 0, -ENOENT. */
 static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 {
 	struct dcr_version_brief b;
@@ -647,6 +648,11 @@ static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 		if (dcr_reader_version_brief(fs->r, v, &b) < 0)
 			return -ENOENT;
 		uint64_t p = b.cparent;
+		struct dcr_version_brief bp;
+
+		if (p && p != b.parent && p > m &&
+		    dcr_reader_version_brief(fs->r, p, &bp) < 0)
+			p = b.parent; /* dropped: its lineage goes on below */
 		if (p == 0 || p >= v)
 			return -ENOENT;
 		v = p;
