@@ -2,10 +2,14 @@
 /*
  * delta.c - the /delta tree of a mount (issue 21): per version N with a
  * parent, /delta/vN holds each safetensors file of vN as its delta view
- * from the parent (read/dview.h); /delta/vM..vN (looked up, never
- * listed) the view from any earlier vM of N's lineage, or, with M > N,
- * a rollback span: the view that takes tensors of vM back to vN (N in
- * M's lineage; the same format with from and to swapped).
+ * from the parent it was committed against (read/dview.h); /delta/vM..vN
+ * (looked up, never listed) the view from any earlier vM of N's lineage,
+ * or, with M > N, a rollback span: the view that takes tensors of vM
+ * back to vN (N in M's lineage; the same format with from and to
+ * swapped). Lineage is the committed one (dcr_version_brief.cparent):
+ * a compaction that rebases vN's encoding on an older version changes
+ * neither what delta/vN means nor which spans exist; a span no record
+ * of the decoder covers is built by comparison.
  *
  * Inodes (fs.h): /delta is DCRFS_INO_DELTA; every other node is
  * DCRFS_INO_DVIEW_BASE + slot, a slot of the node table assigned on
@@ -23,9 +27,24 @@
  * pure function of the two manifests, so the size recorded at the first
  * build is checked against every rebuild.
  *
- * Locks: delta_lock (the table, the view LRU, the counters) is taken
- * for short spells only; a node's build_lock serialises its builds and
- * is taken before delta_lock, never while holding it.
+ * Opens: a built view is a local file whose bytes were checked against
+ * what the build produced (read/dview.h) and are never written again,
+ * so, like a version file whole and proven in the cache (backing.c), it
+ * is served by FUSE passthrough where the mount has it: the kernel
+ * reads the view's file itself, and no READ reaches the daemon (four
+ * ready shards read at ~250 MB/s through READs of 128 KiB here, bound by
+ * the round trips, not the daemon's CPU). The kernel's rules
+ * (notes/fuse-passthrough.md): one backing file per inode, never mixed
+ * with normal opens; so the first open of a node picks the file and the
+ * mode, and later opens follow them while any stays open (even when the
+ * cache evicted that file: its opens hold it). The backing id lives as
+ * long as the file. Without passthrough, reads are served here, each
+ * 64 KiB block checked (dcr_dview_pread).
+ *
+ * Locks: delta_lock (the table, the view LRU, the counters, the opens)
+ * is taken for short spells only; a node's build_lock serialises its
+ * builds and opens and is taken before delta_lock, never while holding
+ * it.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -52,6 +71,8 @@ struct dview_file {
 	uint64_t size;
 	struct dcr_dview_sums sums; /* check values of its blocks */
 	bool bad;             /* a read failed its check: dropped; under lock */
+	int pt_id;            /* > 0: its passthrough backing id, held until
+			       * it is freed (set under build_lock) */
 	unsigned refs;        /* opens + the cache's own (1 while cached) */
 	struct dview_node *node;
 	struct dview_file *older, *newer; /* LRU, while cached */
@@ -66,6 +87,12 @@ struct dview_node {
 	uint64_t size;
 	pthread_mutex_t build_lock;
 	struct dview_file *file; /* cached view, under delta_lock */
+	/* Open handles of the node, the file they read and whether through
+	 * passthrough (see the top of this file); under delta_lock, changed
+	 * under build_lock too. */
+	unsigned opens;
+	struct dview_file *open_file;
+	bool open_pt;
 };
 
 struct dcrfs_delta {
@@ -77,7 +104,9 @@ struct dcrfs_delta {
 	uint64_t cached_bytes, budget;
 	uint64_t built, built_bytes, evicted, ready;
 	uint64_t compared, recorded, skipped;
+	uint64_t pt_opens, normal_opens, reads;
 	const char *tmpdir;
+	struct dcrfs_pt *pt;
 };
 
 static int key_cmp(const struct dview_node *a, uint64_t from, uint32_t ftree,
@@ -107,6 +136,7 @@ int dcrfs_delta_init(struct dcrfs *fs, const char *tmpdir, uint64_t budget)
 	}
 	d->tmpdir = tmpdir;
 	d->budget = budget;
+	d->pt = &fs->bk.pt;
 	fs->dv.tab = d;
 	return 0;
 }
@@ -121,6 +151,7 @@ void dcrfs_delta_free(struct dcrfs *fs)
 		struct dview_node *nd = d->slots[i];
 
 		if (nd->file) {
+			/* backing ids went with the session's connection */
 			close(nd->file->fd);
 			dcr_dview_sums_free(&nd->file->sums);
 			free(nd->file);
@@ -149,6 +180,9 @@ void dcrfs_delta_counts(struct dcrfs *fs, struct dcrfs_delta_counts *c)
 	c->compared = d->compared;
 	c->recorded = d->recorded;
 	c->skipped = d->skipped;
+	c->pt_opens = d->pt_opens;
+	c->normal_opens = d->normal_opens;
+	c->reads = d->reads;
 	pthread_mutex_unlock(&d->lock);
 	if (rec)
 		dcr_dvrec_stats(rec, &c->rec);
@@ -282,10 +316,13 @@ static void lru_push(struct dcrfs_delta *d, struct dview_file *vf)
 	vf->node->file = vf;
 }
 
-/* One reference less (under the lock); the last closes the file. */
-static void file_unref_locked(struct dview_file *vf)
+/* One reference less (under the lock); the last closes the file and
+ * gives its backing id back (no open holds it then). */
+static void file_unref_locked(struct dcrfs_delta *d, struct dview_file *vf)
 {
 	if (--vf->refs == 0) {
+		if (vf->pt_id > 0)
+			dcrfs_pt_unregister(d->pt, vf->pt_id);
 		close(vf->fd);
 		dcr_dview_sums_free(&vf->sums);
 		free(vf);
@@ -302,7 +339,7 @@ static void trim_locked(struct dcrfs_delta *d)
 
 		lru_unlink(d, vf);
 		d->evicted++;
-		file_unref_locked(vf);
+		file_unref_locked(d, vf);
 		vf = next;
 	}
 }
@@ -336,10 +373,10 @@ static int node_check(struct dcrfs *fs, const struct dview_node *nd)
 }
 
 /* The view of file node @nd, built if not cached (then *@built, if
- * given, is set), with a reference for the caller (file_put). 0 or
- * -errno. */
-static int view_get(struct dcrfs *fs, struct dview_node *nd,
-		    struct dview_file **out, bool *built)
+ * given, is set), with a reference for the caller (file_put); the
+ * caller holds @nd's build_lock. 0 or -errno. */
+static int view_get_locked(struct dcrfs *fs, struct dview_node *nd,
+			   struct dview_file **out, bool *built)
 {
 	struct dcrfs_delta *d = fs->dv.tab;
 	struct dcr_dview_side a = { nd->from, nd->ftree }, b = { nd->to, nd->ttree };
@@ -349,7 +386,6 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 	uint64_t size;
 	int fd, ret;
 
-	pthread_mutex_lock(&nd->build_lock);
 	pthread_mutex_lock(&d->lock);
 	vf = nd->file;
 	if (vf) {
@@ -360,7 +396,6 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 	}
 	pthread_mutex_unlock(&d->lock);
 	if (vf) {
-		pthread_mutex_unlock(&nd->build_lock);
 		*out = vf;
 		return 0;
 	}
@@ -370,7 +405,7 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": cannot make a "
 			"file in %s: %s", nd->from, nd->to, d->tmpdir,
 			strerror(-ret));
-		goto err_unlock;
+		return ret;
 	}
 	ret = dcr_dview_build(fs->r, a, b, nd->idx, d->tmpdir, fd, &info, &sums);
 	if (ret < 0) {
@@ -411,7 +446,6 @@ static int view_get(struct dcrfs *fs, struct dview_node *nd,
 	lru_push(d, vf);
 	trim_locked(d);
 	pthread_mutex_unlock(&d->lock);
-	pthread_mutex_unlock(&nd->build_lock);
 	*out = vf;
 	return 0;
 
@@ -419,15 +453,50 @@ err_sums:
 	dcr_dview_sums_free(&sums);
 err_close:
 	close(fd);
-err_unlock:
+	return ret;
+}
+
+/* view_get_locked, taking @nd's build_lock. */
+static int view_get(struct dcrfs *fs, struct dview_node *nd,
+		    struct dview_file **out, bool *built)
+{
+	int ret;
+
+	pthread_mutex_lock(&nd->build_lock);
+	ret = view_get_locked(fs, nd, out, built);
 	pthread_mutex_unlock(&nd->build_lock);
 	return ret;
+}
+
+/* @vf's local file does not hold what was built (at @bad_off, error
+ * @err): never served again; dropped from the cache (the next open
+ * builds the view again) and logged once. */
+static void file_drop(struct dcrfs *fs, struct dview_file *vf,
+		      uint64_t bad_off, int err)
+{
+	struct dcrfs_delta *d = fs->dv.tab;
+	struct dview_node *nd = vf->node;
+	bool first;
+
+	pthread_mutex_lock(&d->lock);
+	first = !vf->bad;
+	vf->bad = true;
+	if (nd->file == vf) {
+		lru_unlink(d, vf);
+		file_unref_locked(d, vf); /* the cache's; the caller's stays */
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (first)
+		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 " entry %" PRIu32
+			": bytes at %" PRIu64 " of its local file differ from what "
+			"was built (%s): dropped, rebuilt at the next open",
+			nd->from, nd->to, nd->idx, bad_off, strerror(-err));
 }
 
 static void file_put(struct dcrfs *fs, struct dview_file *vf)
 {
 	pthread_mutex_lock(&fs->dv.tab->lock);
-	file_unref_locked(vf);
+	file_unref_locked(fs->dv.tab, vf);
 	pthread_mutex_unlock(&fs->dv.tab->lock);
 }
 
@@ -566,7 +635,10 @@ static bool parse_v(const char *s, size_t n, uint64_t *v)
 	return true;
 }
 
-/* Whether @m is in @n's lineage (an ancestor by parents). 0, -ENOENT. */
+/* Whether @m is in @n's lineage (an ancestor by the parents each was
+ * committed against, whatever compaction rebased its encoding on; past
+ * a committed parent gc dropped, by the encoding's parent, which is an
+ * ancestor the store keeps). 0, -ENOENT. */
 static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 {
 	struct dcr_version_brief b;
@@ -575,7 +647,12 @@ static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 	while (v > m) {
 		if (dcr_reader_version_brief(fs->r, v, &b) < 0)
 			return -ENOENT;
-		uint64_t p = b.parent;
+		uint64_t p = b.cparent;
+		struct dcr_version_brief bp;
+
+		if (p && p != b.parent && p > m &&
+		    dcr_reader_version_brief(fs->r, p, &bp) < 0)
+			p = b.parent; /* dropped: its lineage goes on below */
 		if (p == 0 || p >= v)
 			return -ENOENT;
 		v = p;
@@ -583,7 +660,8 @@ static int in_lineage(struct dcrfs *fs, uint64_t m, uint64_t n)
 	return v == m ? 0 : -ENOENT;
 }
 
-/* The top node of /delta/@name: "vN" (from N's parent) or "vM..vN"
+/* The top node of /delta/@name: "vN" (from the parent N was committed
+ * against) or "vM..vN"
  * (from M to N: forward when M < N, a rollback span when M > N). */
 static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 {
@@ -611,7 +689,7 @@ static int top_node(struct dcrfs *fs, const char *name, struct dview_node **out)
 	if (ret < 0)
 		return ret;
 	if (!dots)
-		m = bn.parent;
+		m = bn.cparent; /* as committed, not as encoded */
 	if (m == 0)
 		return -ENOENT; /* no parent: no /delta/vN */
 	/* A forward span needs M among N's ancestors; a rollback span
@@ -728,7 +806,7 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 			struct dcr_version_brief b;
 
 			if ((off_t)(vs[i] + 2) <= off ||
-			    dcr_reader_version_brief(fs->r, vs[i], &b) < 0 || !b.parent)
+			    dcr_reader_version_brief(fs->r, vs[i], &b) < 0 || !b.cparent)
 				continue;
 			snprintf(name, sizeof(name), "v%" PRIu64, vs[i]);
 			if (top_node(fs, name, &nd) < 0)
@@ -806,9 +884,11 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 
 int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 {
+	struct dcrfs_delta *d = fs->dv.tab;
 	struct dview_node *nd = node_of(fs, ino);
-	struct dview_file *vf;
+	struct dview_file *vf = NULL;
 	struct stat st;
+	bool pt, first;
 	int ret;
 
 	if (!nd)
@@ -818,11 +898,63 @@ int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 		return ret;
 	if (S_ISDIR(st.st_mode))
 		return -EISDIR;
-	ret = view_get(fs, nd, &vf, NULL);
-	if (ret < 0)
-		return ret;
+	pthread_mutex_lock(&nd->build_lock);
+	/* While the node is open, a new open follows the file and mode of
+	 * the first (the kernel's rule; a file a failed check dropped is
+	 * read on the normal path only, and then any file will do). */
+	pthread_mutex_lock(&d->lock);
+	first = nd->opens == 0;
+	if (!first && (nd->open_pt || !nd->open_file->bad)) {
+		vf = nd->open_file;
+		vf->refs++;
+	}
+	pt = first || nd->open_pt;
+	pthread_mutex_unlock(&d->lock);
+	if (!vf) {
+		ret = view_get_locked(fs, nd, &vf, NULL);
+		if (ret < 0) {
+			pthread_mutex_unlock(&nd->build_lock);
+			return ret;
+		}
+	}
+	if (first && vf->pt_id >= 0 && dcrfs_pt_usable(d->pt)) {
+		/* The kernel will read the file unchecked: the whole of it is
+		 * checked first, at each first open of the node, as a read
+		 * checks its blocks (a version file's passthrough open checks
+		 * its file too: backing.c). */
+		uint64_t bad_off = 0;
+
+		ret = dcr_dview_verify(vf->fd, &vf->sums, &bad_off);
+		if (ret < 0) {
+			if (ret != -ENOMEM)
+				file_drop(fs, vf, bad_off, ret);
+			file_put(fs, vf);
+			pthread_mutex_unlock(&nd->build_lock);
+			return ret == -ENOMEM ? ret : -EIO;
+		}
+	}
+	if (first && vf->pt_id == 0 && dcrfs_pt_usable(d->pt)) {
+		/* Registered once per file, released when it is freed. A
+		 * failure (logged there) leaves this file on the normal path. */
+		int id = dcrfs_pt_register(d->pt, vf->fd);
+
+		vf->pt_id = id > 0 ? id : -1;
+		if (id > 0) /* pages of earlier normal opens: a second copy */
+			fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+	}
+	pt = pt && vf->pt_id > 0;
+	pthread_mutex_lock(&d->lock);
+	nd->opens++;
+	nd->open_file = vf;
+	nd->open_pt = pt;
+	if (pt)
+		d->pt_opens++;
+	else
+		d->normal_opens++;
+	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&nd->build_lock);
 	*fh = (uint64_t)(uintptr_t)vf;
-	return 0;
+	return pt ? vf->pt_id : 0;
 }
 
 ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
@@ -830,7 +962,6 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 {
 	struct dview_file *vf = (struct dview_file *)(uintptr_t)fh;
 	struct dcrfs_delta *d = fs->dv.tab;
-	struct dview_node *nd = vf->node;
 	uint64_t bad_off = 0;
 	bool first = false;
 	ssize_t n;
@@ -839,6 +970,7 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 		return -EINVAL;
 	pthread_mutex_lock(&d->lock);
 	first = vf->bad;
+	d->reads++;
 	pthread_mutex_unlock(&d->lock);
 	if (first)
 		return -EIO; /* dropped: the next open builds it again */
@@ -846,25 +978,22 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 	if (n >= 0 || n == -ENOMEM)
 		return n;
 	/* Its local file does not hold what was built: never served. */
-	pthread_mutex_lock(&d->lock);
-	first = !vf->bad;
-	vf->bad = true;
-	if (nd->file == vf) {
-		lru_unlink(d, vf);
-		file_unref_locked(vf); /* the cache's; the caller's stays */
-	}
-	pthread_mutex_unlock(&d->lock);
-	if (first)
-		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 " entry %" PRIu32
-			": bytes at %" PRIu64 " of its local file differ from what "
-			"was built (%s): dropped, rebuilt at the next open",
-			nd->from, nd->to, nd->idx, bad_off, strerror((int)-n));
+	file_drop(fs, vf, bad_off, (int)n);
 	return -EIO;
 }
 
 void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh)
 {
-	file_put(fs, (struct dview_file *)(uintptr_t)fh);
+	struct dview_file *vf = (struct dview_file *)(uintptr_t)fh;
+	struct dview_node *nd = vf->node;
+
+	pthread_mutex_lock(&fs->dv.tab->lock);
+	if (--nd->opens == 0) {
+		nd->open_file = NULL;
+		nd->open_pt = false;
+	}
+	file_unref_locked(fs->dv.tab, vf);
+	pthread_mutex_unlock(&fs->dv.tab->lock);
 }
 
 /* ---------------------------------------------------------- readiness */
@@ -877,9 +1006,10 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 	struct dview_file *vf;
 	uint32_t *idx = NULL;
 	size_t n = 0, made = 0;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, changed, recorded;
 	int64_t t0 = dcr_mono_ns();
 	char name[32];
+	size_t few = 0;
 
 	snprintf(name, sizeof(name), "v%" PRIu64, v);
 	if (!rec || top_node(fs, name, &top) < 0 ||
@@ -892,6 +1022,26 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 		    dcr_dvrec_count(rec, v, top->ttree, k - 1, top->from))
 			idx[n++] = k;
 	version_put(fs, vi);
+	/* Only files whose records give most of their view: a file most of
+	 * whose changed chunks have none (made by full frames, or read
+	 * before the prefetch) would be compared whole before latest moves;
+	 * its first read builds it instead. */
+	for (size_t i = 0; i < n; i++) {
+		struct dcr_dview_side a = { top->from, top->ftree },
+				      b = { v, top->ttree };
+
+		if (dcr_dview_coverage(fs->r, a, b, idx[i], &changed,
+				       &recorded) == 0 &&
+		    2 * recorded > changed)
+			idx[i - few] = idx[i];
+		else
+			few++;
+	}
+	n -= few;
+	if (few)
+		dcr_debug("v%" PRIu64 ": %zu file(s) with records for less than "
+			  "half of their changed chunks: their delta views wait "
+			  "for a first read", v, few);
 	/* A build ahead of its first read is an offer, not a duty: it
 	 * writes a scratch file and the view beside the cache, so it waits
 	 * for a first read where they might take the room the catalog

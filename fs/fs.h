@@ -568,7 +568,9 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 		     dcrfs_delta_emit_fn emit, void *ctx);
 
 /** dcrfs_delta_open - open the view file @ino: its view built or found
- * cached and held in *@fh until dcrfs_delta_release. 0 or -errno
+ * cached and held in *@fh until dcrfs_delta_release. 0 (reads come to
+ * dcrfs_delta_read), a backing id > 0 (answer with dcrfs_pt_open_reply:
+ * the kernel reads the view's checked local file itself), or -errno
  * (-EISDIR for a directory). Thread-safe. */
 int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh);
 
@@ -609,6 +611,8 @@ struct dcrfs_delta_counts {
 	 * taken from the reader's records of changes (read/dvrec.h),
 	 * skipped (equal chunk hashes) */
 	uint64_t compared, recorded, skipped;
+	/* opens of view files through passthrough and not; READs served */
+	uint64_t pt_opens, normal_opens, reads;
 	struct dcr_dvrec_stats rec;   /* the records (zero when not kept) */
 };
 

@@ -645,7 +645,8 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 		fi->noflush = 1;
 		fi->direct_io = 0;
 		fi->keep_cache = 1; /* a node's bytes never change */
-		if (fuse_reply_open(req, fi) != 0)
+		if ((ret > 0 ? dcrfs_pt_open_reply(&fs->bk.pt, req, fi, ret) :
+			       fuse_reply_open(req, fi)) != 0)
 			dcrfs_delta_release(fs, fh);
 		return;
 	case DCRFS_K_ROOT:

@@ -174,10 +174,12 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		", \"tensor_bytes_compared\": %" PRIu64 ", \"tensor_bytes_recorded\": %"
 		PRIu64 ", \"tensor_bytes_skipped\": %" PRIu64 ", \"records\": "
 		"{\"chunks\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"kept\": %"
-		PRIu64 ", \"refused\": %" PRIu64 "}}", s->dv.built, s->dv.built_bytes,
+		PRIu64 ", \"refused\": %" PRIu64 "}, \"opens\": {\"passthrough\": %"
+		PRIu64 ", \"normal\": %" PRIu64 "}, \"reads\": %" PRIu64 "}",
+		s->dv.built, s->dv.built_bytes,
 		s->dv.cached_bytes, s->dv.ready, s->dv.compared, s->dv.recorded,
 		s->dv.skipped, s->dv.rec.chunks, s->dv.rec.bytes, s->dv.rec.kept,
-		s->dv.rec.refused);
+		s->dv.rec.refused, s->dv.pt_opens, s->dv.normal_opens, s->dv.reads);
 	if (s->mirrors.n) {
 		fputs(",\n \"sources\": [", f);
 		for (size_t i = 0; i < s->mirrors.n; i++) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -1156,6 +1157,45 @@ static int side_find(struct dcr_reader *r, struct dcr_dview_side s,
 	return ret;
 }
 
+int dcr_dview_coverage(struct dcr_reader *r, struct dcr_dview_side from,
+		       struct dcr_dview_side to, uint32_t idx,
+		       uint64_t *changed, uint64_t *recorded)
+{
+	struct build b = { .r = r, .a = from, .b = to, .ib = idx,
+			   .rec = dcr_reader_dvrec(r) };
+	struct dcr_file_meta mb, ma;
+	uint64_t size_b, size_a, nk;
+	uint32_t cs_a = 0, cs_b = 0;
+	char *path = NULL, *path_a = NULL;
+	int ret = side_file(r, to, idx, &path, &size_b, &mb, &cs_b);
+
+	*changed = *recorded = 0;
+	if (ret)
+		goto out;
+	nk = cs_b ? (size_b + cs_b - 1) / cs_b : 0;
+	ret = side_find(r, from, path, &b.ia);
+	if (!ret && b.ia)
+		ret = side_file(r, from, b.ia, &path_a, &size_a, &ma, &cs_a);
+	if (ret || !b.ia || cs_a != cs_b) {
+		*changed = nk; /* no chunk of it is comparable by hash */
+		goto out;
+	}
+	b.cs = cs_b;
+	for (uint64_t k = 0; k < nk && !ret; k++) {
+		bool eq;
+
+		ret = chunk_eq(&b, k, &eq);
+		if (!ret && !eq) {
+			++*changed;
+			*recorded += chunk_has_rec(&b, k);
+		}
+	}
+out:
+	free(path);
+	free(path_a);
+	return ret;
+}
+
 int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		    struct dcr_dview_side to, uint32_t idx, const char *tmpdir,
 		    int out_fd, struct dcr_dview_info *info,
@@ -1326,6 +1366,40 @@ void dcr_dview_sums_free(struct dcr_dview_sums *s)
 		return;
 	free(s->blk);
 	memset(s, 0, sizeof(*s));
+}
+
+int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off)
+{
+	uint8_t *buf, got[DCR_XXH_LEN];
+	struct stat st;
+	int ret = 0;
+
+	if (fstat(fd, &st) < 0)
+		return DCR_ERR(-errno);
+	if ((uint64_t)st.st_size != s->size) {
+		*bad_off = s->size;
+		return DCR_ERR(-EIO);
+	}
+	/* one block's buffer: heap memory reused (dcr_dview_pread) */
+	buf = malloc(DCR_DVIEW_BLOCK);
+	if (!buf)
+		return DCR_ERR(-ENOMEM);
+	for (uint64_t o = 0; !ret && o < s->size; o += DCR_DVIEW_BLOCK) {
+		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, s->size - o);
+
+		ret = dcr_pread_full(fd, buf, n, (off_t)o);
+		if (ret == -ENODATA)
+			ret = DCR_ERR(-EIO);
+		if (!ret) {
+			dcr_xxh128(buf, n, got);
+			if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN))
+				ret = DCR_ERR(-EIO);
+		}
+		if (ret)
+			*bad_off = o;
+	}
+	free(buf);
+	return ret;
 }
 
 ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,

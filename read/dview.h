@@ -115,6 +115,15 @@ ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
 			size_t len, uint64_t off, uint64_t *bad_off);
 
 /**
+ * dcr_dview_verify - check the whole view in @fd against @s: its size,
+ * then every block, as dcr_dview_pread would before serving it (for a
+ * file handed to the kernel to read: FUSE passthrough). 0, or -EIO
+ * (*@bad_off: the first block that differs, or @s->size when the size
+ * does), -ENOMEM, or pread's -errno. Nothing is logged. Thread-safe.
+ */
+int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off);
+
+/**
  * dcr_dview_probe - whether entry @idx of tree @tree of version @v is a
  * file of the view: a regular file named *.safetensors whose header
  * core's parser accepts and whose every tensor has a known dtype, a
@@ -125,6 +134,19 @@ ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
  */
 int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
 		    uint32_t idx);
+
+/**
+ * dcr_dview_coverage - how much of the build of entry @idx of @to's
+ * tree from @from the reader's records would give (read/dvrec.h): into
+ * *@changed the chunks of the file whose hashes differ between the two
+ * versions (all of them when the file is absent from @from or the chunk
+ * sizes differ), into *@recorded those of them with a record made from
+ * @from's same chunk. Chunk hashes only: no byte is read. 0, or -ESTALE,
+ * -ENOENT, -EISDIR, or the reader's -errno. Thread-safe.
+ */
+int dcr_dview_coverage(struct dcr_reader *r, struct dcr_dview_side from,
+		       struct dcr_dview_side to, uint32_t idx,
+		       uint64_t *changed, uint64_t *recorded);
 
 /**
  * dcr_dview_build - write the view of the change of entry @idx of @to's

@@ -260,7 +260,10 @@ int dcr_reader_resolve(struct dcr_reader *r, const char *name, uint64_t *v);
 
 /** What is known of a version without its tree (dcr_reader_version_brief). */
 struct dcr_version_brief {
-	uint64_t parent;   /* 0: none */
+	uint64_t parent;   /* the encoding's parent (what its frames are
+			    * against; compaction may rebase it); 0: none */
+	uint64_t cparent;  /* the parent it was committed against (its
+			    * lineage, whatever compaction did); 0: none */
 	uint32_t tree;     /* as dcr_version_info.tree */
 	int64_t ctime_ns;
 };

@@ -1288,8 +1288,12 @@ int dcr_reader_version_brief(struct dcr_reader *r, uint64_t v,
 	if (rv && !rver_shown(r, rv))
 		rv = NULL;
 	if (rv)
-		*out = (struct dcr_version_brief){ rv->parent, rv->tree,
-						   rv->ctime_ns };
+		/* a catalog row from before schema 4 knows no committed
+		 * parent: it was indexed before compaction re-encoded any */
+		*out = (struct dcr_version_brief){
+			.parent = rv->parent, .tree = rv->tree,
+			.ctime_ns = rv->ctime_ns,
+			.cparent = rv->has_check ? rv->cparent : rv->parent };
 	pthread_mutex_unlock(&r->vs.lock);
 	return rv ? 0 : -ENOENT;
 }

@@ -16,7 +16,7 @@ tag(url, name, v) and compact(url). Their results are dcrfs-ctl's
 
 To keep a rollout engine's weights current from a mount's delta/ view
 (dcrfs(8)) without reloading them: read_delta(path) ({name: (idx, val)},
-numpy only), delta_info(path) (what changed, from and to which version)
+numpy only), delta_info(path) (what changed, from and to which version; the header only)
 and apply_delta(tensors, path, from_digest=... or from_version=...),
 which patches torch tensors (any device) or numpy arrays in place after
 checking that they are of the delta's from version; a bad file raises

@@ -339,9 +339,12 @@ def delta_info(path):
     ("" when the file did not exist in the from version), to_digest,
     digest_kind, and added, removed, reshaped (lists of tensor names:
     tensors the caller reloads from the to version's full file, or
-    drops). Reads and checks the whole file as read_delta does; raises
-    DeltaError likewise."""
-    return _read(path).meta
+    drops). Reads the header only, not the data: its metadata and the
+    tensors' layout are checked as read_delta checks them (DeltaError
+    likewise), the indices and values are not (read_delta, iter_delta
+    and apply_delta check them before they use any)."""
+    with _Delta(path) as d:
+        return d.meta
 
 
 class _Skip:

@@ -171,8 +171,11 @@ grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
 # A byte of a view's local file that changes after the build (bit rot)
 # is never served: the read fails with EIO, logged, and the next open
 # rebuilds the view with the right bytes. The file is unlinked: it is
-# changed through the daemon's descriptor of it (/proc/PID/fd).
-mount_dcrfs "$STORE" "$MNT" "poll=0,cache_dir=$T/cache3"
+# changed through the daemon's descriptor of it (/proc/PID/fd). With
+# passthrough (the kernel reads the file) the open checks the whole
+# file; without, each read checks its blocks.
+for pt in auto off; do
+mount_dcrfs "$STORE" "$MNT" "poll=0,cache_dir=$T/cache3$pt,passthrough=$pt"
 ref=$T/view.v2_model.safetensors
 sz=$(stat -c %s "$MNT/delta/v2/model.safetensors") # built, not read
 "$PY" - "$MOUNT_PID" "$T/cache3" "$sz" <<'EOF2' || fail "no view file among the daemon's descriptors"
@@ -208,6 +211,7 @@ cp "$MNT/.dcrfs/status.json" "$T/st3.json"
 py "$T/st3.json" 'assert d["delta"]["views_built"] - d["delta"]["views_ready"] == 2, d["delta"]'
 umount_dcrfs "$MNT" || fail "dcrfs exited with an error"
 [ "$(grep -c 'ERROR\|error' "$MOUNT_LOG")" = 1 ] || fail "more than one error logged: $(cat "$MOUNT_LOG")"
+done
 
 # Listing /delta (names and attributes) loads no version's tree: it
 # needs parents and tree numbers only (a store of months of versions).

@@ -9,7 +9,9 @@
 # header leaves its tensors at odd offsets, one tensor changed whole
 # (planes segments), and four shards; the views of a version committed
 # while mounted are built when its prefetch ends (views_ready), mostly
-# from records (tensor_bytes_recorded); a rollback span, an anchor
+# from records (tensor_bytes_recorded), except a file most of whose
+# changed chunks have no record (fresh bytes: full frames), which waits
+# for its first read; a rollback span, an anchor
 # (full frames) and a version re-encoded by compaction fall back to the
 # comparison, with the same bytes.
 . "$(dirname "$0")/lib.sh"
@@ -25,10 +27,11 @@ S=$T/store
 CS=65536
 FILES="model.safetensors odd.safetensors model-00001-of-00004.safetensors
 model-00002-of-00004.safetensors model-00003-of-00004.safetensors
-model-00004-of-00004.safetensors"
+model-00004-of-00004.safetensors fresh.safetensors"
 
 # gen V: the tree $T/s$V (V 1: made; else 3 % of each tensor's elements
-# of s$((V-1)) changed in their low bits, and in V 3 one tensor whole).
+# of s$((V-1)) changed in their low bits, in V 3 one tensor whole, in
+# V 4 most of fresh.safetensors new random bytes).
 gen() {
 	"$PY" - "$T" "$1" <<'EOF'
 import json, os, struct, sys
@@ -59,6 +62,7 @@ specs = {
                           ("c.f64", "F64", (5000,)), ("d.u8", "U8", (3001,)),
                           ("e.tiny", "BF16", (7,)), ("n.f16", "F16", (33333,))],
     "odd.safetensors": [("x", "BF16", (90001,)), ("y", "F32", (20001,))],
+    "fresh.safetensors": [("r", "BF16", (400000,)), ("s", "BF16", (70000,))],
 }
 for k in range(1, 5):
     specs["model-%05d-of-00004.safetensors" % k] = [
@@ -79,6 +83,8 @@ for f, spec in specs.items():
             a = np.frombuffer(b, dtype=U[w]).copy()
             if v == 3 and name == "b.weight":
                 a ^= 1  # every element: a dense change
+            elif v == 4 and f == "fresh.safetensors" and name == "r":
+                a = rng.integers(0, 1 << 16, a.size, dtype=np.uint16).astype(a.dtype)
             else:
                 m = rng.random(a.size) < 0.03
                 a[m] ^= rng.integers(1, 8, int(m.sum())).astype(a.dtype)
@@ -137,21 +143,41 @@ check "$M" 2 3
 status "$M"
 py "$T/st.json" 'd = d["delta"]
 assert d["tensor_bytes_recorded"] > 0 and d["records"]["chunks"] > 0, d'
+# A built view is a checked local file: with passthrough the kernel
+# reads it and no READ reaches the daemon; two opens of one view at
+# once share its file (the kernel refuses two backing files per inode).
+"$PY" - "$M/delta/v3/model.safetensors" <<'EOF' || fail "two opens of one view"
+import sys
+a, b = open(sys.argv[1], "rb"), open(sys.argv[1], "rb")
+assert a.read() == b.read()
+EOF
+status "$M"
+if py "$T/st.json" 'sys.exit(0 if d["passthrough"]["active"] else 1)'; then
+	py "$T/st.json" 'd = d["delta"]
+assert d["opens"]["passthrough"] >= 8 and d["opens"]["normal"] == 0 and d["reads"] == 0, d'
+else
+	log "passthrough is not active on this mount: views are read by READs"
+fi
 
 # v4 committed while mounted: prefetched from v3's cached chunks, its
-# views built from the records before latest moves to it.
+# views built from the records before latest moves to it, but for
+# fresh.safetensors (records for a few of its changed chunks: its view
+# would be mostly compared), built at its first read.
+cp "$T/st.json" "$T/st3.json"
 gen 4
 [ "$(commit "$S" "$T/s4" --chunk-size "$CS" --allow-nonfinite)" = 4 ] || fail "s4 is not v4"
 wait_latest "$M" 4
 status "$M"
 cp "$T/st.json" "$T/st4.json"
-py "$T/st4.json" 'd = d["delta"]
-assert d["views_ready"] >= 6 and d["tensor_bytes_recorded"] > 4 * d["tensor_bytes_compared"], d'
+py "$T/st4.json" 'd = d["delta"]; import json
+e = json.load(open(sys.argv[2]))["delta"]
+assert d["views_ready"] - e["views_ready"] == 6, (d, e)
+assert d["tensor_bytes_recorded"] > 4 * d["tensor_bytes_compared"], d' "$T/st3.json"
 check "$M" 3 4 "$T/rec"
 status "$M"
 py "$T/st.json" 'd = d["delta"]; import json
 e = json.load(open(sys.argv[2]))["delta"]
-assert d["views_built"] == e["views_built"], (d, e)' "$T/st4.json"
+assert d["views_built"] == e["views_built"] + 1, (d, e)' "$T/st4.json"
 # A rollback span: no record is made from v4 to v3; compared.
 check "$M" 4 3
 # An anchor: full frames, no records; compared.
@@ -188,9 +214,10 @@ fi
 
 # Compaction re-encodes the chain (skip-deltas): v7, built on v6, is
 # rebased on v5 (the anchor), so a new mount prefetching v7 keeps
-# records made from v5: delta/v7 (now from v5, as the reader sees its
-# parent) takes them; the span v1..v7 has no record from v1 and is
-# compared; both as the reference.
+# records made from v5: the span v5..v7 takes them; the span v1..v7 has
+# no record from v1 and is compared; both as the reference. delta/v7
+# still means v6..v7, the parent v7 was committed against (an engine
+# holding v6 patches it), and v6..v7 is the same view by name.
 gen 6
 [ "$(commit "$S" "$T/s6" --chunk-size "$CS" --allow-nonfinite)" = 6 ] || fail "s6 is not v6"
 gen 7
@@ -212,5 +239,11 @@ py "$T/st.json" 'd = d["delta"]; import json
 e = json.load(open(sys.argv[2]))["delta"]
 assert d["tensor_bytes_recorded"] == e["tensor_bytes_recorded"], (d, e)
 assert d["tensor_bytes_compared"] > e["tensor_bytes_compared"], (d, e)' "$T/st7.json"
+check "$M" 6 7 "$T/v7"
+for f in $FILES; do
+	cmp -s "$M/delta/v6..v7/$f" "$T/v7.$f" || fail "delta/v6..v7/$f is not delta/v7/$f"
+done
+t ls "$M/delta" >"$T/ls" || fail "cannot list delta/"
+grep -qx v7 "$T/ls" || fail "delta/ does not list v7: $(cat "$T/ls")"
 umount_dcrfs "$M" || fail "dcrfs exited with an error"
 exit 0

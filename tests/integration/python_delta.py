@@ -454,6 +454,23 @@ def hostile(work, good_path, tensors, digest):
             assert needle in str(e) and p in str(e), (what, str(e))
         assert {k: bits(v) for k, v in tensors.items()} == before, "%s changed a tensor" % what
         checked += 1
+    # delta_info reads the header only: a file whose data is bad still
+    # gives its metadata (read_delta refused it above); a bad header is
+    # refused as read_delta refuses it
+    want = dcrfs.delta_info(good_path)
+    for what, raw, needle in cases:
+        p = os.path.join(work, "hostile.safetensors")
+        with open(p, "wb") as fh:
+            fh.write(raw)
+        if what in ("non-increasing idx", "repeated idx", "negative index"):
+            assert dcrfs.delta_info(p) == want, what
+        elif what in ("truncated file", "no __metadata__", "header not JSON",
+                      "overlapping tensors", "format version 2"):
+            try:
+                dcrfs.delta_info(p)
+                sys.exit("delta_info took a file with %s" % what)
+            except dcrfs.DeltaError as e:
+                assert needle in str(e) and p in str(e), (what, str(e))
     # the from version unchecked, or not the delta's: refused (item 5 of
     # issue 33: a delta applied to another version's tensors made them of
     # no version at all, silently)
