@@ -109,6 +109,10 @@
 #define RA_JOB_MAX 64            /* chunks per job */
 #define FETCH_THREADS_MAX 64
 #define CODEC_POOL_MAX 16
+/* Frame fetch buffers kept for reuse (struct rcodecs), and the largest
+ * kept. */
+#define RUNBUF_POOL_MAX 64
+#define RUNBUF_KEEP_MAX ((size_t)16 << 20)
 /* Hex digits of the store-URL hash naming the per-store directory. */
 #define STORE_ID_LEN 16
 /* A failure to read the same manifest is logged at most this often. */
@@ -389,6 +393,11 @@ struct rcodecs {
 	pthread_mutex_t lock;
 	struct dcr_codec *c[CODEC_POOL_MAX];
 	int n;
+	/* The frame fetches' buffers, kept for the next runs (reused
+	 * pages, not fresh ones per batch): at most RUNBUF_POOL_MAX of
+	 * at most RUNBUF_KEEP_MAX bytes each. */
+	struct dcr_buf bufs[RUNBUF_POOL_MAX];
+	int nbufs;
 };
 
 /* The read-ahead streams (rqueues.c), under lock. */

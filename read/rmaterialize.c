@@ -46,6 +46,8 @@ void codecs_close(struct rcodecs *cp)
 {
 	for (int i = 0; i < cp->n; i++)
 		dcr_codec_free(cp->c[i]);
+	for (int i = 0; i < cp->nbufs; i++)
+		dcr_buf_free(&cp->bufs[i]);
 	pthread_mutex_destroy(&cp->lock);
 }
 
@@ -69,6 +71,32 @@ static void codec_put(struct dcr_reader *r, struct dcr_codec *c)
 	}
 	pthread_mutex_unlock(&r->codecs.lock);
 	dcr_codec_free(c);
+}
+
+/* A fetch buffer for at most @max bytes into @b: a kept one, or empty. */
+static void runbuf_get(struct dcr_reader *r, struct dcr_buf *b, size_t max)
+{
+	pthread_mutex_lock(&r->codecs.lock);
+	if (r->codecs.nbufs > 0)
+		*b = r->codecs.bufs[--r->codecs.nbufs];
+	else
+		dcr_buf_init(b, max);
+	pthread_mutex_unlock(&r->codecs.lock);
+	b->len = 0;
+	b->max = max; /* a kept buffer's room is used, never more */
+}
+
+/* Keep @b for the next runs, or free it. */
+static void runbuf_put(struct dcr_reader *r, struct dcr_buf *b)
+{
+	pthread_mutex_lock(&r->codecs.lock);
+	if (b->data && b->cap <= RUNBUF_KEEP_MAX &&
+	    r->codecs.nbufs < RUNBUF_POOL_MAX) {
+		r->codecs.bufs[r->codecs.nbufs++] = *b;
+		dcr_buf_init(b, 0);
+	}
+	pthread_mutex_unlock(&r->codecs.lock);
+	dcr_buf_free(b);
 }
 
 /* ------------------------------------------------------------ read path */
@@ -502,7 +530,7 @@ void fetch_run(void *arg, size_t i)
 	int ret;
 
 	dcr_pack_key(first->s->ref.pack, key, sizeof(key));
-	dcr_buf_init(&ru->buf, (size_t)ru->len);
+	runbuf_get(b->r, &ru->buf, (size_t)ru->len);
 	ret = dcr_store_get_within(b->r->st, key, ru->off, ru->len,
 				   b->q.deadline, &ru->buf);
 	BUSY_ADD(b->r, busy_fetch, t0);
@@ -922,7 +950,7 @@ int batch_finish(struct batch *b, int nthreads)
 			ret = b->c[i].rc;
 	}
 	for (size_t i = 0; i < b->nruns; i++)
-		dcr_buf_free(&b->runs[i].buf);
+		runbuf_put(r, &b->runs[i].buf);
 	free(b->runs);
 	free(b->it);
 	free(b->c);
