@@ -684,7 +684,10 @@ int dcr_cache_build(struct dcr_cache *c, const struct dcr_cache_key *k,
 
 	*out = NULL;
 	*slot = NULL;
-	if (k->len == 0 || atomic_load(&c->no_map))
+	/* Not while the file system is short of the budget: the write
+	 * path evicts and says it (fs_room), once per chunk, not twice. */
+	if (k->len == 0 || atomic_load(&c->no_map) ||
+	    atomic_load(&c->fs_short))
 		return -EAGAIN;
 	x = malloc(sizeof(*x));
 	if (!x)
