@@ -228,6 +228,35 @@ int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,
 int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
 		      const void *const *data, size_t n, unsigned flags);
 
+/* A chunk's place held by dcr_cache_build until dcr_cache_build_end. */
+struct dcr_cache_slot;
+
+/**
+ * dcr_cache_build - hold the place of chunk @k (not proven yet) in its
+ * slab for building the chunk there: its blocks allocated and its pages
+ * resident in the slab's shared mapping, *@out pointing at its @k->len
+ * bytes (unspecified until the caller writes them). No reader sees them
+ * (the chunk is not present) and no write or punch of the chunk runs
+ * until dcr_cache_build_end, which any thread may call. One copy per
+ * byte where dcr_cache_put would make two (build, then write). 0;
+ * -EEXIST: the chunk is there and proven; -EAGAIN: not this way (no
+ * room to spare on the file system, a mapping refused: use
+ * dcr_cache_put, which says why if it fails too); -ESTALE (as
+ * dcr_cache_put); -ENOSPC, -ENOMEM.
+ */
+int dcr_cache_build(struct dcr_cache *c, const struct dcr_cache_key *k,
+		    uint8_t **out, struct dcr_cache_slot **slot);
+
+/**
+ * dcr_cache_build_end - end the build of @slot (NULL: nothing): with
+ * @ok, the caller proved the bytes at its place equal to the key's
+ * hashes, and the chunk is present and proven from now on (then evict
+ * to the budget); else it is punched out, so that unproven bytes are
+ * never served. Frees @slot; the place's pointer is invalid after.
+ */
+void dcr_cache_build_end(struct dcr_cache *c, struct dcr_cache_slot *slot,
+			 bool ok);
+
 /**
  * dcr_cache_make_room - the file system is full for someone else (the
  * catalog): evict slabs, least recently used first, until @want bytes

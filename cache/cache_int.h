@@ -49,6 +49,11 @@
  * fs-verity, the cut of a direct write's padding at the first pin).
  * Order: @wlock, then @lock (never the reverse: a taker waits on @idle
  * with @lock only).
+ * A chunk built in place (dcr_cache_build) is held by its @busy bit
+ * alone, not @wlock, from its start to its end, which may be on
+ * another thread: what takes @wlock exclusive concerns a slab whole and
+ * proven, which a slab with a chunk being built is not; its punch after
+ * a failed build takes @wlock shared as every punch does.
  */
 #ifndef DCR_CACHE_INT_H
 #define DCR_CACHE_INT_H

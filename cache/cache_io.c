@@ -72,6 +72,16 @@ void chunks_give(struct dcr_cache *c, struct slab *s, uint64_t first,
 	pthread_rwlock_unlock(&s->wlock);
 }
 
+/* Let chunk @i of @s go that dcr_cache_build held by its busy bit
+ * alone. */
+static void chunks_end(struct dcr_cache *c, struct slab *s, uint64_t i)
+{
+	pthread_mutex_lock(&c->lock);
+	bit_set(s->busy, i, false);
+	pthread_cond_broadcast(&s->idle);
+	pthread_mutex_unlock(&c->lock);
+}
+
 /*
  * Punch out chunk @i of @s after a failed check or write (it is no
  * longer proven). Caller holds the chunk (chunks_take; see the locking
@@ -650,6 +660,125 @@ err_log:
 		 ".f%" PRIu32 ": %s", k[j < n ? j : 0].chunk, k[0].v,
 		 k[0].file, dcr_strerror(ret));
 	return ret;
+}
+
+/* ------------------------------------------------ chunks built in place */
+
+/* A chunk's place held for building it there (dcr_cache_build). */
+struct dcr_cache_slot {
+	struct slab *s; /* referenced until the end */
+	uint64_t chunk;
+	uint32_t len;
+};
+
+int dcr_cache_build(struct dcr_cache *c, const struct dcr_cache_key *k,
+		    uint8_t **out, struct dcr_cache_slot **slot)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct dcr_cache_slot *x;
+	bool proven;
+	uint64_t off;
+	uint8_t *m;
+	struct slab *s;
+	int ret = 0;
+
+	*out = NULL;
+	*slot = NULL;
+	/* Not while the file system is short of the budget: the write
+	 * path evicts and says it (fs_room), once per chunk, not twice. */
+	if (k->len == 0 || atomic_load(&c->no_map) ||
+	    atomic_load(&c->fs_short))
+		return -EAGAIN;
+	x = malloc(sizeof(*x));
+	if (!x)
+		return DCR_ERR(-ENOMEM);
+	s = slab_get(c, k, true, &ret);
+	if (!s) {
+		free(x);
+		return ret == -ESTALE ? ret : -EAGAIN; /* dcr_cache_put says */
+	}
+	/* Only with room to spare (see DCR_CACHE_PUT_MAP): near a full file
+	 * system the write(2) of dcr_cache_put fails each chunk alone. */
+	if (k->chunk >= s->nbits || fs_room(c, s, alloc_len(k->len)) != 1 ||
+	    !(m = slab_map(c, s))) {
+		slab_put(c, s);
+		free(x);
+		return -EAGAIN;
+	}
+	/* Its busy bit, not @wlock: the build spans threads (see the
+	 * locking notes in cache_int.h). */
+	pthread_mutex_lock(&c->lock);
+	while (bit(s->busy, s->nbits, k->chunk))
+		pthread_cond_wait(&s->idle, &c->lock);
+	proven = bit(s->proven, s->nbits, k->chunk);
+	if (!proven)
+		bit_set(s->busy, k->chunk, true);
+	pthread_mutex_unlock(&c->lock);
+	if (proven) {
+		slab_put(c, s);
+		free(x);
+		return -EEXIST;
+	}
+	off = k->chunk * (uint64_t)s->cs;
+	sums_drop(c, s, k->chunk); /* none if unproven: hygiene */
+	/* Its blocks allocated and its pages resident first, so that the
+	 * stores of the build cannot fault into SIGBUS (see write_run). */
+	if (fallocate(s->fd, 0, (off_t)off, (off_t)k->len) < 0) {
+		ret = is_full(-errno) ? -errno : -EAGAIN;
+	} else if (madvise(m + off, DCR_ROUND_UP((size_t)k->len, page),
+			   MADV_POPULATE_WRITE) < 0) {
+		if (errno == EINVAL || errno == EPERM)
+			atomic_store(&c->no_map, true); /* before Linux 5.14 */
+		ret = -EAGAIN;
+	}
+	if (ret) {
+		/* Nothing was written: what fallocate allocated reads as
+		 * zeros and is not marked present. */
+		chunks_end(c, s, k->chunk);
+		slab_put(c, s);
+		free(x);
+		return ret;
+	}
+	x->s = s;
+	x->chunk = k->chunk;
+	x->len = k->len;
+	*out = m + off;
+	*slot = x;
+	return 0;
+}
+
+void dcr_cache_build_end(struct dcr_cache *c, struct dcr_cache_slot *x,
+			 bool ok)
+{
+	struct slab *s;
+
+	if (!x)
+		return;
+	s = x->s;
+	if (ok) {
+		pthread_mutex_lock(&c->lock);
+		if (!bit(s->present, s->nbits, x->chunk) && !s->dead) {
+			s->bytes += alloc_len(x->len);
+			c->bytes += alloc_len(x->len);
+		}
+		bit_set(s->present, x->chunk, true);
+		bit_set(s->proven, x->chunk, true);
+		s->used_ms = DCR_MAX(s->used_ms, now_ms());
+		c->st.inserts++;
+		pthread_mutex_unlock(&c->lock);
+		atomic_store(&c->fs_short, false); /* room to spare: no
+						      incident */
+	} else {
+		/* Unproven bytes are never served: out of the file. */
+		pthread_rwlock_rdlock(&s->wlock);
+		punch(c, s, x->chunk);
+		pthread_rwlock_unlock(&s->wlock);
+	}
+	chunks_end(c, s, x->chunk);
+	if (ok)
+		evict(c, s, 0);
+	slab_put(c, s);
+	free(x);
 }
 
 int dcr_cache_put(struct dcr_cache *c, const struct dcr_cache_key *k,

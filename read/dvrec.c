@@ -18,7 +18,9 @@
 struct rec {
 	struct dcr_dvrec_chunk c; /* first: handed out as it */
 	unsigned refs;            /* the store's (while kept) + holders */
-	size_t bytes;
+	size_t bytes;             /* counted against the budget */
+	size_t cap;               /* allocated */
+	struct rec *next_spare;   /* on the spare list */
 	uint8_t data[];           /* entries, then values */
 };
 
@@ -39,6 +41,11 @@ struct dvver {
 struct dcr_dvrec {
 	pthread_mutex_t lock;
 	uint64_t budget, bytes, chunks, kept, refused;
+	/* Records no longer used, whose memory the next ones reuse (pages
+	 * faulted in already, not fresh ones per chunk): at most a
+	 * quarter of the budget. */
+	struct rec *spare;
+	uint64_t spare_bytes;
 	struct dvver ver[DCR_DVREC_VERSIONS];
 };
 
@@ -56,11 +63,42 @@ struct dcr_dvrec *dcr_dvrec_new(uint64_t budget)
 	return d;
 }
 
-/* One reference less to @r (under lock); the last frees it. */
-static void rec_unref_locked(struct rec *r)
+/* Keep unused @r for reuse, or free it (under lock). */
+static void spare_put_locked(struct dcr_dvrec *d, struct rec *r)
+{
+	if (d->spare_bytes + r->cap > d->budget / 4) {
+		free(r);
+		return;
+	}
+	r->next_spare = d->spare;
+	d->spare = r;
+	d->spare_bytes += r->cap;
+}
+
+/* A spare record of room for @bytes, not much more, or NULL (under
+ * lock). The first few are looked at: records of one version are of
+ * about one size. */
+static struct rec *spare_get_locked(struct dcr_dvrec *d, size_t bytes)
+{
+	struct rec **pp = &d->spare;
+
+	for (int n = 0; *pp && n < 8; n++, pp = &(*pp)->next_spare) {
+		struct rec *r = *pp;
+
+		if (r->cap >= bytes && r->cap / 2 <= bytes) {
+			*pp = r->next_spare;
+			d->spare_bytes -= r->cap;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+/* One reference less to @r (under lock); the last makes it spare. */
+static void rec_unref_locked(struct dcr_dvrec *d, struct rec *r)
 {
 	if (--r->refs == 0)
-		free(r);
+		spare_put_locked(d, r);
 }
 
 /* Drop every record of slot @s (under lock). */
@@ -74,7 +112,7 @@ static void slot_drop_locked(struct dcr_dvrec *d, struct dvver *s)
 				continue;
 			d->bytes -= r->bytes;
 			d->chunks--;
-			rec_unref_locked(r);
+			rec_unref_locked(d, r);
 		}
 		free(s->files[f].chunk);
 	}
@@ -88,6 +126,12 @@ void dcr_dvrec_free(struct dcr_dvrec *d)
 		return;
 	for (unsigned i = 0; i < DCR_DVREC_VERSIONS; i++)
 		slot_drop_locked(d, &d->ver[i]);
+	while (d->spare) {
+		struct rec *r = d->spare;
+
+		d->spare = r->next_spare;
+		free(r);
+	}
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -186,7 +230,17 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 		vbytes += w;
 	}
 	bytes = sizeof(*r) + fr->n * sizeof(uint32_t) + vbytes;
-	r = malloc(bytes);
+	pthread_mutex_lock(&d->lock);
+	r = spare_get_locked(d, bytes);
+	pthread_mutex_unlock(&d->lock);
+	if (!r) {
+		/* with room for a record a little larger (the next ones) */
+		size_t cap = DCR_ROUND_UP(bytes + bytes / 8, 4096);
+
+		r = malloc(cap);
+		if (r)
+			r->cap = cap;
+	}
 	if (!r) {
 		pthread_mutex_lock(&d->lock);
 		d->refused++;
@@ -235,7 +289,7 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 	if (prev) {
 		d->bytes -= prev->bytes;
 		d->chunks--;
-		rec_unref_locked(prev);
+		rec_unref_locked(d, prev);
 	}
 	s->files[k->file].chunk[k->chunk] = r;
 	d->bytes += bytes;
@@ -245,8 +299,8 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 	return 0;
 refuse:
 	d->refused++;
+	spare_put_locked(d, r);
 	pthread_mutex_unlock(&d->lock);
-	free(r);
 	return ret;
 }
 
@@ -272,7 +326,7 @@ void dcr_dvrec_put_ref(struct dcr_dvrec *d, const struct dcr_dvrec_chunk *c)
 	if (!c)
 		return;
 	pthread_mutex_lock(&d->lock);
-	rec_unref_locked((struct rec *)(void *)c);
+	rec_unref_locked(d, (struct rec *)(void *)c);
 	pthread_mutex_unlock(&d->lock);
 }
 

@@ -363,6 +363,18 @@ void cent_publish(struct dcr_reader *r, struct cent *e, int rc,
 	pthread_mutex_unlock(&r->ct.lock);
 }
 
+bool cent_unlist_alone(struct dcr_reader *r, struct cent *e)
+{
+	bool alone;
+
+	pthread_mutex_lock(&r->ct.lock);
+	alone = e->refs == 1;
+	if (alone && e->listed)
+		unlist(&r->ct, e);
+	pthread_mutex_unlock(&r->ct.lock);
+	return alone;
+}
+
 void cent_failed_until(struct dcr_reader *r, const struct piece *p,
 		       int64_t until)
 {

@@ -109,6 +109,10 @@
 #define RA_JOB_MAX 64            /* chunks per job */
 #define FETCH_THREADS_MAX 64
 #define CODEC_POOL_MAX 16
+/* Frame fetch buffers kept for reuse (struct rcodecs), and the largest
+ * kept. */
+#define RUNBUF_POOL_MAX 64
+#define RUNBUF_KEEP_MAX ((size_t)16 << 20)
 /* Hex digits of the store-URL hash naming the per-store directory. */
 #define STORE_ID_LEN 16
 /* A failure to read the same manifest is logged at most this often. */
@@ -389,6 +393,11 @@ struct rcodecs {
 	pthread_mutex_t lock;
 	struct dcr_codec *c[CODEC_POOL_MAX];
 	int n;
+	/* The frame fetches' buffers, kept for the next runs (reused
+	 * pages, not fresh ones per batch): at most RUNBUF_POOL_MAX of
+	 * at most RUNBUF_KEEP_MAX bytes each. */
+	struct dcr_buf bufs[RUNBUF_POOL_MAX];
+	int nbufs;
 };
 
 /* The read-ahead streams (rqueues.c), under lock. */
@@ -532,9 +541,13 @@ struct bchunk {
 	struct piece *p;
 	struct cent *e;
 	bool leader;  /* we build it; else we wait for e (or skip it) */
-	bool ready;   /* e->data holds the verified chunk */
+	bool ready;   /* @out holds the verified chunk */
 	bool due;     /* built for a prefetch: written by batch_finish,
 			 with its neighbours (put_due) */
+	uint8_t *out; /* where a leader builds it: e->data, or its place
+			 in the cache (@slot) */
+	struct dcr_cache_slot *slot; /* built in place (a prefetch): ended
+					by put_due or batch_finish */
 	struct chain ch;
 	int rc;
 };
@@ -822,6 +835,13 @@ bool ctab_busy(struct dcr_reader *r);
  */
 int cent_join(struct dcr_reader *r, const struct rreq *q,
 	      const struct piece *p, struct cent **out);
+
+/* Before the leader publishes @e (loading) without its bytes in
+ * e->data (built in the cache's place, rmaterialize.c): true if it holds
+ * the only reference, and then @e is unlisted, so that no one joins it
+ * or reads its buffer; false if others hold it: the leader fills e->data
+ * for them first. Thread-safe. */
+bool cent_unlist_alone(struct dcr_reader *r, struct cent *e);
 
 /* The leader's outcomes for @e, each waking only @e's waiters: ready
  * (@rc 0), with @persisted once in the cache (again, when a writer put

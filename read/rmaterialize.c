@@ -46,6 +46,8 @@ void codecs_close(struct rcodecs *cp)
 {
 	for (int i = 0; i < cp->n; i++)
 		dcr_codec_free(cp->c[i]);
+	for (int i = 0; i < cp->nbufs; i++)
+		dcr_buf_free(&cp->bufs[i]);
 	pthread_mutex_destroy(&cp->lock);
 }
 
@@ -69,6 +71,32 @@ static void codec_put(struct dcr_reader *r, struct dcr_codec *c)
 	}
 	pthread_mutex_unlock(&r->codecs.lock);
 	dcr_codec_free(c);
+}
+
+/* A fetch buffer for at most @max bytes into @b: a kept one, or empty. */
+static void runbuf_get(struct dcr_reader *r, struct dcr_buf *b, size_t max)
+{
+	pthread_mutex_lock(&r->codecs.lock);
+	if (r->codecs.nbufs > 0)
+		*b = r->codecs.bufs[--r->codecs.nbufs];
+	else
+		dcr_buf_init(b, max);
+	pthread_mutex_unlock(&r->codecs.lock);
+	b->len = 0;
+	b->max = max; /* a kept buffer's room is used, never more */
+}
+
+/* Keep @b for the next runs, or free it. */
+static void runbuf_put(struct dcr_reader *r, struct dcr_buf *b)
+{
+	pthread_mutex_lock(&r->codecs.lock);
+	if (b->data && b->cap <= RUNBUF_KEEP_MAX &&
+	    r->codecs.nbufs < RUNBUF_POOL_MAX) {
+		r->codecs.bufs[r->codecs.nbufs++] = *b;
+		dcr_buf_init(b, 0);
+	}
+	pthread_mutex_unlock(&r->codecs.lock);
+	dcr_buf_free(b);
 }
 
 /* ------------------------------------------------------------ read path */
@@ -502,7 +530,7 @@ void fetch_run(void *arg, size_t i)
 	int ret;
 
 	dcr_pack_key(first->s->ref.pack, key, sizeof(key));
-	dcr_buf_init(&ru->buf, (size_t)ru->len);
+	runbuf_get(b->r, &ru->buf, (size_t)ru->len);
 	ret = dcr_store_get_within(b->r->st, key, ru->off, ru->len,
 				   b->q.deadline, &ru->buf);
 	BUSY_ADD(b->r, busy_fetch, t0);
@@ -559,6 +587,12 @@ static void chunk_built(struct batch *b, struct bchunk *c)
 		cent_publish(b->r, c->e, 0, true);
 		return;
 	}
+	if (c->slot) {
+		/* In its place already: the entry gets its bytes (or is
+		 * unlisted) once the place is the cache's (put_due). */
+		c->due = true;
+		return;
+	}
 	cent_publish(b->r, c->e, 0, false);
 	if (b->q.pagecache) {
 		c->due = true; /* with its neighbours: put_due */
@@ -589,7 +623,7 @@ static int refetch_from_store(struct batch *b, struct bchunk *c)
 		if (c->ch.s[k].rc)
 			return c->rc; /* a fetch failed: nothing to prove */
 	chain_free(&c->ch);
-	ret = resolve_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->e->data,
+	ret = resolve_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->out,
 			    &c->ch);
 	if (ret) /* logged; -ESTALE: read_impl retries */
 		return ret == -ENOMEM || ret == -ESTALE ? ret : DCR_ERR(-EIO);
@@ -616,7 +650,7 @@ static int refetch_from_store(struct batch *b, struct bchunk *c)
 		}
 		s->data = bufs[k].data;
 	}
-	ret = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->e->data,
+	ret = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->out,
 			   &c->ch);
 	for (size_t k = 0; k < c->ch.n; k++)
 		dcr_buf_free(&bufs[k]);
@@ -634,7 +668,7 @@ static void finish_one(void *arg, size_t i)
 
 	if (!c->leader || c->ready || c->rc)
 		return;
-	c->rc = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->e->data,
+	c->rc = finish_chain(b->r, &b->q, &p->w, &p->ref, p->clen, c->out,
 			     &c->ch);
 	BUSY_ADD(b->r, busy_decode, t0);
 	if (c->rc == -EIO && dcr_store_is_mirrored(b->r->st))
@@ -710,6 +744,42 @@ static int plan_runs(struct batch *b)
 	return 0;
 }
 
+/*
+ * Where leader chunk @c of @b is built: for a prefetch (through the page
+ * cache, no destination), in its place in the cache, so that each byte
+ * is made once where the loader will map it (the base read into it, the
+ * frames applied and the result proven there); else, or where the cache
+ * refuses, in its entry's buffer, then written.
+ */
+static void build_place(struct batch *b, struct bchunk *c)
+{
+	struct dcr_cache_key k;
+	uint8_t *out;
+
+	if (!b->q.pagecache || b->q.rebuild || c->p->dst)
+		return;
+	cache_key(&k, c->p->w.rv, c->p->w.file, c->p->w.chunk, &c->p->ref);
+	if (dcr_cache_build(b->r->cache, &k, &out, &c->slot) == 0)
+		c->out = out;
+}
+
+/*
+ * Leader chunk @c was built and proven in its place in the cache
+ * (build_place): the place becomes the cache's, and the entry is
+ * published. Only a reader already holding the entry gets the bytes
+ * copied into it; else the entry is unlisted first, so that no one
+ * looks for them there (they read the cache).
+ */
+static void place_done(struct batch *b, struct bchunk *c)
+{
+	if (!cent_unlist_alone(b->r, c->e))
+		memcpy(c->e->data, c->out, c->p->clen);
+	dcr_cache_build_end(b->r->cache, c->slot, true);
+	c->slot = NULL;
+	c->out = c->e->data;
+	cent_publish(b->r, c->e, 0, true);
+}
+
 /* Join or lead every chunk of @b, resolve the chains, plan the GETs. */
 void batch_prepare(struct batch *b, struct piece *ps)
 {
@@ -721,6 +791,7 @@ void batch_prepare(struct batch *b, struct piece *ps)
 
 		c->p = &ps[i];
 		c->rc = cent_join(r, &b->q, c->p, &c->e);
+		c->out = c->e ? c->e->data : NULL;
 		c->leader = c->rc == 1;
 		if (c->rc == 1)
 			c->rc = 0;
@@ -743,14 +814,15 @@ void batch_prepare(struct batch *b, struct piece *ps)
 			c->ready = true;
 			cent_publish(r, c->e, 0, true);
 		} else if (c->rc == -ENOENT) {
+			build_place(b, c);
 			c->rc = resolve_chain(r, &b->q, &c->p->w, &c->p->ref,
-					      c->p->clen, c->e->data, &c->ch);
+					      c->p->clen, c->out, &c->ch);
 			if (!c->rc && !c->ch.n) {
 				/* An older version's cached chunk that is this
 				 * one (SAME): proven, and stored as ours. */
 				c->rc = finish_chain(r, &b->q, &c->p->w,
 						     &c->p->ref,
-						     c->p->clen, c->e->data,
+						     c->p->clen, c->out,
 						     &c->ch);
 				if (!c->rc)
 					chunk_built(b, c);
@@ -782,6 +854,12 @@ static void put_due(struct batch *b)
 	for (size_t i = 0; i <= b->nc; i++) {
 		struct bchunk *c = i < b->nc ? &b->c[i] : NULL;
 		const struct where *w = c && c->due ? &c->p->w : NULL;
+
+		if (c && c->due && c->slot) {
+			c->due = false;
+			place_done(b, c);
+			w = NULL; /* not written: ends the run */
+		}
 
 		if (n && (!w || n == DCR_CACHE_RUN_MAX ||
 			  w->rv != run[0]->p->w.rv ||
@@ -830,6 +908,10 @@ int batch_finish(struct batch *b, int nthreads)
 			continue;
 		if (!c->rc && !c->ready)
 			c->rc = DCR_ERR(-EIO); /* never built: never served */
+		if (c->slot) { /* never proven: punched, never served */
+			dcr_cache_build_end(r->cache, c->slot, false);
+			c->slot = NULL;
+		}
 		if (c->rc)
 			cent_publish(r, c->e, c->rc, false);
 		else if (c->p->dst)
@@ -868,7 +950,7 @@ int batch_finish(struct batch *b, int nthreads)
 			ret = b->c[i].rc;
 	}
 	for (size_t i = 0; i < b->nruns; i++)
-		dcr_buf_free(&b->runs[i].buf);
+		runbuf_put(r, &b->runs[i].buf);
 	free(b->runs);
 	free(b->it);
 	free(b->c);

@@ -796,6 +796,65 @@ static void test_put_run(void **state)
 	free(buf);
 }
 
+/* Chunks built in place (dcr_cache_build): one ended proven reads back
+ * (and after a reopen); one ended unproven is not present and its place
+ * is punched; a chunk proven already is refused (-EEXIST), nothing
+ * written; a second build of a chunk being built waits for the first. */
+static void test_build_in_place(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t *buf = aligned_alloc(DCR_CACHE_ALIGN, CS);
+	struct dcr_cache_key k0 = key(f, 1, 0, false), k1 = key(f, 1, 1, false);
+	struct dcr_cache_key kl = key(f, 1, NCH - 1, false);
+	struct dcr_cache_slot *slot;
+	struct dcr_cache_stats st;
+	char path[PATH_MAX];
+	uint8_t *out;
+	int fd;
+
+	open_cache(f, 0);
+	assert_int_equal(dcr_cache_build(f->cache, &k0, &out, &slot), 0);
+	assert_non_null(out);
+	assert_int_equal(get(f, 1, 0, buf), -ENOENT); /* not present yet */
+	memcpy(out, f->data[1], k0.len);
+	dcr_cache_build_end(f->cache, slot, true);
+	assert_int_equal(get(f, 1, 0, buf), 0);
+	assert_memory_equal(buf, f->data[1], k0.len);
+
+	/* The last chunk, shorter than the stride. */
+	assert_int_equal(dcr_cache_build(f->cache, &kl, &out, &slot), 0);
+	memcpy(out, f->data[1] + (NCH - 1) * CS, kl.len);
+	dcr_cache_build_end(f->cache, slot, true);
+
+	/* A failed proof: the bytes (another version's) never served. */
+	assert_int_equal(dcr_cache_build(f->cache, &k1, &out, &slot), 0);
+	memcpy(out, f->data[2] + CS, k1.len);
+	dcr_cache_build_end(f->cache, slot, false);
+	assert_int_equal(get(f, 1, 1, buf), -ENOENT);
+	slab_path(f, 1, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	off_t d = lseek(fd, CS, SEEK_DATA);
+	assert_true(d < 0 || d >= 2 * CS); /* punched */
+	close(fd);
+
+	/* Proven already: refused, left as it is. */
+	assert_int_equal(dcr_cache_build(f->cache, &k0, &out, &slot), -EEXIST);
+	assert_null(slot);
+	dcr_cache_get_stats(f->cache, &st);
+	assert_int_equal(st.inserts, 2);
+	assert_int_equal(st.corrupt, 0);
+
+	close_cache(f);
+	open_cache(f, 0);
+	assert_int_equal(get(f, 1, 0, buf), 0);
+	assert_memory_equal(buf, f->data[1], k0.len);
+	assert_int_equal(get(f, 1, NCH - 1, buf), 0);
+	assert_memory_equal(buf, f->data[1] + (NCH - 1) * CS, kl.len);
+	assert_int_equal(get(f, 1, 1, buf), -ENOENT);
+	free(buf);
+}
+
 /* Writers of different chunks of one slab and readers of it at once:
  * every chunk written reads back right, none is torn. */
 struct runner {
@@ -931,6 +990,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_concurrent, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_put_run, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_build_in_place, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_put_run_concurrent, setup,
 						teardown),
 	};
