@@ -333,4 +333,33 @@ int dcr_parse_duration(const char *s, uint64_t *secs);
  */
 char *dcr_format_size(uint64_t bytes, char *buf, size_t cap);
 
+#ifdef DCR_TEST_HOOKS
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+/**
+ * dcr_test_hook_cmd - test hooks only (HACKING): when the environment
+ * variable @env is set and not empty, run `sh -c "$env" sh @arg` (no
+ * argument when @arg is NULL) and wait for it to end, so that a test
+ * acts exactly at the window where it is called. Its exit status is
+ * ignored. Not for production builds (compiled only with
+ * DCR_TEST_HOOKS). Thread-safe as fork(2) is.
+ */
+static inline void dcr_test_hook_cmd(const char *env, const char *arg)
+{
+	const char *cmd = getenv(env);
+	pid_t pid;
+
+	if (!cmd || !*cmd)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, "sh", arg, (char *)NULL);
+		_exit(127);
+	}
+	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+#endif
+
 #endif /* DCR_COMMON_H */
