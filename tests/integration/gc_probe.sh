@@ -9,10 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_SYNTH" "$DCRFS_COMMIT" "$DCRFS_CTL"
-if [ "${DCR_TEST_HOOKS:-no}" != yes ]; then
-	[ "${CI:-}" != true ] || fail "CI needs a build with --enable-test-hooks"
-	skip "needs a build with configure --enable-test-hooks (DCR_TEST_HOOKS=yes)"
-fi
+need_test_hooks
 
 S=$T/store
 chain_store "$S" 64K 1 3
