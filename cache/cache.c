@@ -59,19 +59,25 @@ static int cmp_key(uint64_t v, uint32_t file, const struct slab *s)
 	return file < s->file ? -1 : file > s->file ? 1 : 0;
 }
 
+struct tab_key {
+	const struct dcr_cache *c;
+	uint64_t v;
+	uint32_t file;
+};
+
+static bool tab_before(const void *arg, size_t i)
+{
+	const struct tab_key *k = arg;
+
+	return cmp_key(k->v, k->file, k->c->tab[i]) > 0;
+}
+
 /* Index of the first slab >= (@v, @file). Caller holds @lock. */
 static size_t tab_lower(const struct dcr_cache *c, uint64_t v, uint32_t file)
 {
-	size_t lo = 0, hi = c->n;
+	const struct tab_key k = { .c = c, .v = v, .file = file };
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (cmp_key(v, file, c->tab[mid]) > 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return dcr_partition_point(c->n, tab_before, &k);
 }
 
 static int tab_insert(struct dcr_cache *c, size_t at, struct slab *s)

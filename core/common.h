@@ -200,23 +200,25 @@ int dcr_stop_fd(void);
 int dcr_stop_sleep_ns(int64_t ns);
 
 /* Little-endian fixed-width loads and stores (formats are little-endian). */
-/*
- * dcr_lower_bound_u64 - the index of the first of the @n elements of
- * @base (each @size bytes, sorted ascending by the uint64_t at byte
- * offset @off) whose key is >= @key; @n if none. The one binary search
- * over sorted version arrays.
+/**
+ * dcr_partition_point - the one binary search: the index of the first of
+ * @n elements for which @before(@arg, i) is false, where the elements are
+ * ordered so that it is true for a prefix of them and false for the rest
+ * (a lower bound: "element i sorts before the key in @arg"); @n if it is
+ * true for all. @before is called O(log n) times, never with i >= @n.
+ * Every sorted array's search is this (the helpers below, the cache's
+ * slab table, the reader's versions, a manifest's paths).
  */
-static inline size_t dcr_lower_bound_u64(const void *base, size_t n,
-					 size_t size, size_t off, uint64_t key)
+static inline size_t dcr_partition_point(size_t n,
+					 bool (*before)(const void *arg, size_t i),
+					 const void *arg)
 {
 	size_t lo = 0, hi = n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		uint64_t k;
 
-		memcpy(&k, (const char *)base + mid * size + off, sizeof(k));
-		if (k < key)
+		if (before(arg, mid))
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -224,32 +226,62 @@ static inline size_t dcr_lower_bound_u64(const void *base, size_t n,
 	return lo;
 }
 
+/* What dcr_lower_bound_u64 and dcr_first_ending_after search. */
+struct dcr_bsearch_u64 {
+	const char *base;
+	size_t size, off_at, len_at;
+	uint64_t key;
+};
+
+static inline bool dcr_bsearch_key_before(const void *arg, size_t i)
+{
+	const struct dcr_bsearch_u64 *b = (const struct dcr_bsearch_u64 *)arg;
+	uint64_t k;
+
+	memcpy(&k, b->base + i * b->size + b->off_at, sizeof(k));
+	return k < b->key;
+}
+
+static inline bool dcr_bsearch_end_before(const void *arg, size_t i)
+{
+	const struct dcr_bsearch_u64 *b = (const struct dcr_bsearch_u64 *)arg;
+	uint64_t off, len;
+
+	memcpy(&off, b->base + i * b->size + b->off_at, sizeof(off));
+	memcpy(&len, b->base + i * b->size + b->len_at, sizeof(len));
+	return off + len <= b->key;
+}
+
+/*
+ * dcr_lower_bound_u64 - the index of the first of the @n elements of
+ * @base (each @size bytes, sorted ascending by the uint64_t at byte
+ * offset @off) whose key is >= @key; @n if none (dcr_partition_point
+ * over sorted version arrays).
+ */
+static inline size_t dcr_lower_bound_u64(const void *base, size_t n,
+					 size_t size, size_t off, uint64_t key)
+{
+	const struct dcr_bsearch_u64 b = { .base = (const char *)base, .size = size,
+					   .off_at = off, .key = key };
+
+	return dcr_partition_point(n, dcr_bsearch_key_before, &b);
+}
+
 /*
  * dcr_first_ending_after - the index of the first of the @n extents of
  * @base (each @size bytes: a uint64_t start at byte offset @off_at and a
  * uint64_t length at @len_at; sorted by start, not overlapping, so their
- * ends ascend too) that ends after @x; @n if none. The one binary search
- * over sorted extents (a hint's regions, a file's tensors).
+ * ends ascend too) that ends after @x; @n if none (dcr_partition_point
+ * over sorted extents: a hint's regions, a file's tensors).
  */
 static inline size_t dcr_first_ending_after(const void *base, size_t n,
 					    size_t size, size_t off_at,
 					    size_t len_at, uint64_t x)
 {
-	size_t lo = 0, hi = n;
+	const struct dcr_bsearch_u64 b = { .base = (const char *)base, .size = size,
+					   .off_at = off_at, .len_at = len_at, .key = x };
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const char *e = (const char *)base + mid * size;
-		uint64_t off, len;
-
-		memcpy(&off, e + off_at, sizeof(off));
-		memcpy(&len, e + len_at, sizeof(len));
-		if (off + len <= x)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return dcr_partition_point(n, dcr_bsearch_end_before, &b);
 }
 
 /*
@@ -332,5 +364,34 @@ int dcr_parse_duration(const char *s, uint64_t *secs);
  * bytes; returns @buf.
  */
 char *dcr_format_size(uint64_t bytes, char *buf, size_t cap);
+
+#ifdef DCR_TEST_HOOKS
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+/**
+ * dcr_test_hook_cmd - test hooks only (HACKING): when the environment
+ * variable @env is set and not empty, run `sh -c "$env" sh @arg` (no
+ * argument when @arg is NULL) and wait for it to end, so that a test
+ * acts exactly at the window where it is called. Its exit status is
+ * ignored. Not for production builds (compiled only with
+ * DCR_TEST_HOOKS). Thread-safe as fork(2) is.
+ */
+static inline void dcr_test_hook_cmd(const char *env, const char *arg)
+{
+	const char *cmd = getenv(env);
+	pid_t pid;
+
+	if (!cmd || !*cmd)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, "sh", arg, (char *)NULL);
+		_exit(127);
+	}
+	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+#endif
 
 #endif /* DCR_COMMON_H */

@@ -225,27 +225,35 @@ int dcr_path_valid(const char *path, size_t len)
 	return 1;
 }
 
+struct find_key {
+	const struct dcr_manifest *m;
+	const char *path;
+	size_t len;
+};
+
+/* File @i's path against the key's @len bytes, as strcmp orders them. */
+static int find_cmp(const struct find_key *k, size_t i)
+{
+	const char *p = k->m->files[i].path;
+	size_t plen = strlen(p);
+	int c = memcmp(p, k->path, DCR_MIN(plen, k->len));
+
+	return c ? c : plen < k->len ? -1 : plen > k->len ? 1 : 0;
+}
+
+static bool find_before(const void *arg, size_t i)
+{
+	return find_cmp(arg, i) < 0;
+}
+
 int64_t dcr_manifest_find_n(const struct dcr_manifest *m, uint32_t n,
 			    const char *path, size_t len)
 {
-	uint32_t lo = 0, hi = DCR_MIN(n, m->nfiles);
+	const struct find_key k = { .m = m, .path = path, .len = len };
+	size_t hi = DCR_MIN(n, m->nfiles);
+	size_t i = dcr_partition_point(hi, find_before, &k);
 
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		const char *p = m->files[mid].path;
-		size_t plen = strlen(p);
-		int c = memcmp(p, path, DCR_MIN(plen, len));
-
-		if (c == 0)
-			c = plen < len ? -1 : plen > len ? 1 : 0;
-		if (c == 0)
-			return mid;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
+	return i < hi && !find_cmp(&k, i) ? (int64_t)i : -1;
 }
 
 int64_t dcr_manifest_find(const struct dcr_manifest *m, const char *path)

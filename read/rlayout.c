@@ -23,6 +23,7 @@
 
 #include "layout.h"
 #include "reader_int.h"
+#include "sview.h"
 
 static const char *url_of(const struct dcr_reader *r)
 {
@@ -30,24 +31,23 @@ static const char *url_of(const struct dcr_reader *r)
 }
 
 /*
- * Fetch manifests/<@e->mhash> for version @m->version (or copy @given,
- * that object as a store view fetched it) and check it against @m (the
- * content it must hold). 0 and *@out, -ENOMEM, or another -errno:
- * permanent ones logged (-EBADMSG, -ENOENT), transient ones returned as
- * -EAGAIN after a log line.
+ * Fetch manifests/<@eh> (the encoding the layout names) for version
+ * @m->version (or copy @given, that object as a store view fetched it)
+ * and check it against @m (the content it must hold). 0 and *@out,
+ * -ENOMEM, or another -errno: permanent ones logged (-EBADMSG, -ENOENT),
+ * transient ones returned as -EAGAIN after a log line.
  */
 static int fetch_encoding(struct dcr_reader *r, struct refresh_ctx *ctx,
-			  const struct dcr_manifest *m,
-			  const struct dcr_layout_entry *e,
+			  const struct dcr_manifest *m, const uint8_t *eh,
 			  const struct dcr_manifest *given,
 			  struct dcr_manifest *out)
 {
 	char key[96];
 	int ret;
 
-	dcr_mobj_key(e->mhash, key, sizeof(key));
+	dcr_mobj_key(eh, key, sizeof(key));
 	ret = given ? dcr_manifest_dup(out, given)
-		    : dcr_store_get_mobj(r->st, e->mhash, m->version, out);
+		    : dcr_store_get_mobj(r->st, eh, m->version, out);
 	if (ret == -ENOENT) {
 		dcr_err("%s: %s, which layout generation %" PRIu64 " names for "
 			"version %" PRIu64 ", is missing", url_of(r), key,
@@ -79,14 +79,14 @@ int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
 		 struct dcr_manifest *m, struct dcr_catalog_ident *id,
 		 const struct dcr_manifest *given)
 {
-	const struct dcr_layout_entry *e = dcr_layout_find(&r->vs.layout, m->version);
+	const uint8_t *eh = dcr_sview_encoding(&r->vs.layout, m->version);
 	struct dcr_manifest em;
 	int ret;
 
 	id->has_ehash = false;
-	if (!e)
+	if (!eh)
 		return 0;
-	ret = fetch_encoding(r, ctx, m, e, given, &em);
+	ret = fetch_encoding(r, ctx, m, eh, given, &em);
 	if (ret == -ENOMEM || ret == -EAGAIN)
 		return ret == -EAGAIN ? DCR_ERR(-EIO) : ret;
 	if (ret) {
@@ -98,7 +98,7 @@ int layout_apply(struct dcr_reader *r, struct refresh_ctx *ctx,
 	dcr_manifest_free(m);
 	*m = em;
 	id->has_ehash = true;
-	memcpy(id->ehash, e->mhash, DCR_HASH_LEN);
+	memcpy(id->ehash, eh, DCR_HASH_LEN);
 	return 0;
 }
 
@@ -148,11 +148,11 @@ static int newer_layout(struct dcr_reader *r, bool list, struct dcr_layout *l)
 	return l->gen != 0;
 }
 
-/* Re-encode known version @v as layout @l says (@e, NULL: as committed).
- * 0, -ENOMEM, or -EAGAIN for a transient failure (logged). */
+/* Re-encode known version @v as the layout says (@eh, its encoding's
+ * SHA-256; NULL: as committed). 0, -ENOMEM, or -EAGAIN for a transient
+ * failure (logged). */
 static int reencode(struct dcr_reader *r, struct refresh_ctx *ctx, uint64_t v,
-		    const struct dcr_catalog_ident *old,
-		    const struct dcr_layout_entry *e)
+		    const struct dcr_catalog_ident *old, const uint8_t *eh)
 {
 	struct dcr_catalog_ident id = *old;
 	struct dcr_manifest cm, em;
@@ -163,8 +163,8 @@ static int reencode(struct dcr_reader *r, struct refresh_ctx *ctx, uint64_t v,
 	ret = dcr_catalog_load_manifest(r->cat, v, &cm);
 	if (ret)
 		return ret == -ENOMEM ? ret : DCR_ERR(-EAGAIN);
-	if (e) {
-		ret = fetch_encoding(r, ctx, &cm, e, NULL, &em);
+	if (eh) {
+		ret = fetch_encoding(r, ctx, &cm, eh, NULL, &em);
 	} else {
 		ret = dcr_store_get_manifest(r->st, v, &em);
 		if (ret == -ENOENT) {
@@ -184,9 +184,9 @@ static int reencode(struct dcr_reader *r, struct refresh_ctx *ctx, uint64_t v,
 	dcr_manifest_free(&cm);
 	if (ret)
 		return ret == -ENOMEM || ret == -EAGAIN ? ret : 0; /* logged */
-	id.has_ehash = e != NULL;
-	if (e)
-		memcpy(id.ehash, e->mhash, DCR_HASH_LEN);
+	id.has_ehash = eh != NULL;
+	if (eh)
+		memcpy(id.ehash, eh, DCR_HASH_LEN);
 	snprintf(why, sizeof(why), "re-encoded by layout generation %" PRIu64,
 		 r->vs.layout.gen);
 	ret = reader_replace_version(r, &em, &id, why);
@@ -232,11 +232,11 @@ static int layout_update(struct dcr_reader *r, struct refresh_ctx *ctx, bool lis
 		return DCR_ERR(-ENOMEM);
 	}
 	for (size_t i = 0; i < n; i++) {
-		const struct dcr_layout_entry *e = dcr_layout_find(&r->vs.layout, vs[i]);
-		if (e ? ids[i].has_ehash && dcr_hash_eq(ids[i].ehash, e->mhash)
-		      : !ids[i].has_ehash)
+		if (dcr_sview_same_encoding(&r->vs.layout, vs[i],
+					    ids[i].has_ehash ? ids[i].ehash : NULL))
 			continue;
-		ret = reencode(r, ctx, vs[i], &ids[i], e);
+		ret = reencode(r, ctx, vs[i], &ids[i],
+			       dcr_sview_encoding(&r->vs.layout, vs[i]));
 		if (ret == -ENOMEM) {
 			retry = true;
 			break;

@@ -46,19 +46,24 @@
 
 /* ------------------------------------------------------------ versions */
 
+struct vers_key {
+	const struct dcr_reader *r;
+	uint64_t v;
+};
+
+static bool vers_before(const void *arg, size_t i)
+{
+	const struct vers_key *k = arg;
+
+	return k->r->vs.vers[i]->v < k->v;
+}
+
 /* Index of the first version >= @v. Caller holds the lock. */
 size_t vers_lower(const struct dcr_reader *r, uint64_t v)
 {
-	size_t lo = 0, hi = r->vs.nvers;
+	const struct vers_key k = { .r = r, .v = v };
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (r->vs.vers[mid]->v < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return dcr_partition_point(r->vs.nvers, vers_before, &k);
 }
 
 struct rver *vers_find(const struct dcr_reader *r, uint64_t v)
@@ -167,22 +172,28 @@ void versions_close(struct dcr_reader *r)
 	pthread_mutex_destroy(&r->vs.refresh_lock);
 }
 
+struct path_key {
+	const struct dcr_version_info *vi;
+	const char *path;
+};
+
+/* Entry 1 + @i (entry 0, the root, is not in the sorted run). */
+static bool path_before(const void *arg, size_t i)
+{
+	const struct path_key *k = arg;
+
+	return strcmp(k->vi->entries[1 + i].path, k->path) < 0;
+}
+
 uint32_t dcr_version_lookup(const struct dcr_version_info *vi, const char *path)
 {
-	uint32_t lo = 1, hi = vi->nentries;
+	const struct path_key k = { .vi = vi, .path = path };
+	size_t i;
 
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(vi->entries[mid].path, path);
-
-		if (c == 0)
-			return mid;
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return 0;
+	if (vi->nentries < 2)
+		return 0;
+	i = 1 + dcr_partition_point(vi->nentries - 1, path_before, &k);
+	return i < vi->nentries && !strcmp(vi->entries[i].path, path) ? (uint32_t)i : 0;
 }
 
 /* Build rv->entries from the chunk-less manifest rv->m. */

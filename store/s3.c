@@ -22,6 +22,7 @@
 #include "awscfg.h"
 #include "buf.h"
 #include "common.h"
+#include "cpus.h"
 #include "hash.h"
 #include "s3.h"
 
@@ -498,8 +499,12 @@ int dcr_s3_open(const char *url, const struct dcr_store_cfg *cfg, int flags,
 	s->write_timeout_ns = timeout_ns(cfg ? cfg->write_timeout_ms : 0,
 					 "DCR_S3_WRITE_TIMEOUT_MS", S3_WRITE_TIMEOUT_MS);
 	s->mirror = cfg && cfg->mirror;
+	/* the parts in flight default as the reader's fetches do */
+	s->mpu_parts = cfg && cfg->mpu_parts ? (int)DCR_MIN(cfg->mpu_parts, DCR_S3_MPU_PARTS_MAX) :
+		       DCR_MIN(DCR_MAX(DCR_S3_MPU_PARTS_DEFAULT, dcr_cpu_budget()),
+			       DCR_S3_MPU_PARTS_MAX);
 	struct dcr_wq_opts wo = {
-		.name = "dcr-s3-mpu", .threads = S3_MPU_THREADS - 1, .max_items = 1,
+		.name = "dcr-s3-mpu", .threads = DCR_MAX(s->mpu_parts - 1, 1), .max_items = 1,
 	};
 	if ((ret = dcr_wq_create(&wo, &s->mpu_wq)))
 		goto err_close;

@@ -20,7 +20,8 @@
  * in transit.
  *
  * Every op is thread-safe; concurrency comes from the callers' threads
- * plus the parallel parts of a multipart put. Each thread borrows a CURL
+ * plus the parallel parts of a multipart put (dcr_store_cfg mpu_parts in
+ * flight, by default from the CPU budget). Each thread borrows a CURL
  * easy handle from a pool, so connections (and TLS sessions, DNS) are
  * reused across requests.
  *

@@ -49,7 +49,6 @@
 #define S3_MPU_THRESHOLD ((uint64_t)64 << 20)
 #define S3_MPU_PART_MIN ((uint64_t)16 << 20)
 #define S3_MPU_PARTS_MAX 10000
-#define S3_MPU_THREADS 8
 #define S3_ETAG_MAX 128
 #define S3_EMPTY_SHA256 \
 	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -83,7 +82,8 @@ struct dcr_s3_store {
 	pthread_mutex_t probe_lock;
 	int condput; /* 0 unknown, 1 If-None-Match honoured, -1 ignored */
 
-	struct dcr_wq *mpu_wq; /* multipart parts (dcr_wq_par_for), 7 workers */
+	struct dcr_wq *mpu_wq; /* multipart parts (dcr_wq_par_for), mpu_parts - 1 workers (at least 1) */
+	int mpu_parts;         /* parts of one upload in flight (dcr_store_cfg) */
 };
 
 static inline struct dcr_s3_store *to_s3(struct dcr_store *st)

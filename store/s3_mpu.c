@@ -117,7 +117,7 @@ int put_multipart(struct dcr_s3_store *s, const char *key,
 		goto err_abort;
 	}
 	pthread_mutex_init(&m.lock, NULL);
-	dcr_wq_par_for(s->mpu_wq, S3_MPU_THREADS, m.nparts, mpu_part_fn, &m);
+	dcr_wq_par_for(s->mpu_wq, s->mpu_parts, m.nparts, mpu_part_fn, &m);
 	pthread_mutex_destroy(&m.lock);
 	if ((ret = m.err))
 		goto err_abort;

@@ -33,7 +33,19 @@ struct dcr_store_cfg {
 	 * request, failures logged at debug level only (the caller falls
 	 * back to the store and logs once per incident). */
 	int mirror;
+	/* S3: parts of one multipart upload (objects over 64 MiB) in flight:
+	 * requests waiting on the network, not CPU work; 0 picks the
+	 * default, as the reader's fetch_threads does: the CPU budget
+	 * (core/cpus.h), at least DCR_S3_MPU_PARTS_DEFAULT, at most
+	 * DCR_S3_MPU_PARTS_MAX (larger values are capped). */
+	unsigned int mpu_parts;
 };
+
+/** The least default of dcr_store_cfg.mpu_parts: requests in flight
+ *  overlap the network's waits even on one CPU. */
+#define DCR_S3_MPU_PARTS_DEFAULT 8
+/** The most parts of one upload in flight. */
+#define DCR_S3_MPU_PARTS_MAX 64
 
 enum dcr_open_flags {
 	DCR_OPEN_CREATE = 1 << 0, /* create a local store directory if absent */

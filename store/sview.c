@@ -170,26 +170,42 @@ static void move(struct dcr_manifest *to, uint8_t *to_hash,
 	memset(from, 0, sizeof(*from));
 }
 
+const uint8_t *dcr_sview_encoding(const struct dcr_layout *l, uint64_t v)
+{
+	const struct dcr_layout_entry *e = dcr_layout_find(l, v);
+
+	return e ? e->mhash : NULL;
+}
+
+bool dcr_sview_same_encoding(const struct dcr_layout *l, uint64_t v,
+			     const uint8_t *now)
+{
+	const uint8_t *h = dcr_sview_encoding(l, v);
+
+	return h ? now && dcr_hash_eq(now, h) : !now;
+}
+
 const struct dcr_manifest *dcr_sview_manifest(struct dcr_sview *sv,
 					      struct dcr_sview_ver *x)
 {
 	if (x->state == 0) {
-		const struct dcr_layout_entry *e = dcr_layout_find(&sv->layout, x->v);
+		const uint8_t *h = dcr_sview_encoding(&sv->layout, x->v);
 		int ret = 0;
 
 		/* what an earlier layout left here is not fetched again */
-		if (e && x->old_state == 1 && dcr_hash_eq(x->old_hash, e->mhash)) {
+		if (h && x->old_state == 1 && dcr_hash_eq(x->old_hash, h)) {
 			move(&x->m, x->mhash, &x->old, x->old_hash);
 			x->old_state = 0;
-		} else if (!e && x->own_state == 1) {
+		} else if (!h && x->own_state == 1) {
 			move(&x->m, x->mhash, &x->own, x->own_hash);
 			x->own_state = 0;
 		} else {
-			ret = fetch(sv, x, e ? e->mhash : NULL, &x->m, x->mhash);
+			ret = fetch(sv, x, h, &x->m, x->mhash);
 		}
 		x->state = ret ? ret : 1;
-		x->compacted = e != NULL;
-		x->lparent = e ? e->lparent : x->m.parent;
+		x->compacted = h != NULL;
+		/* the lineage: the layout records the parent it was committed against */
+		x->lparent = h ? dcr_layout_find(&sv->layout, x->v)->lparent : x->m.parent;
 	}
 	return x->state == 1 ? &x->m : NULL;
 }
@@ -222,20 +238,19 @@ const struct dcr_manifest *dcr_sview_read_as(struct dcr_sview *sv,
 					     const struct dcr_layout *l,
 					     struct dcr_sview_ver *x, int *err)
 {
-	const struct dcr_layout_entry *e = dcr_layout_find(l, x->v);
-	const struct dcr_layout_entry *cur = dcr_layout_find(&sv->layout, x->v);
+	const uint8_t *h = dcr_sview_encoding(l, x->v);
 	const struct dcr_manifest *m;
 
-	if (!e || (cur && dcr_hash_eq(cur->mhash, e->mhash))) {
+	if (!h || dcr_sview_same_encoding(&sv->layout, x->v, h)) {
 		/* as committed, or as the view's layout encodes it */
-		m = e ? dcr_sview_manifest(sv, x) : dcr_sview_committed(sv, x, NULL);
+		m = h ? dcr_sview_manifest(sv, x) : dcr_sview_committed(sv, x, NULL);
 		*err = m ? 0 : dcr_sview_state(x);
 		return m;
 	}
 	if (x->old_state == 0 ||
-	    (x->old_state == 1 && !dcr_hash_eq(x->old_hash, e->mhash))) {
+	    (x->old_state == 1 && !dcr_hash_eq(x->old_hash, h))) {
 		dcr_manifest_free(&x->old);
-		int ret = fetch(sv, x, e->mhash, &x->old, x->old_hash);
+		int ret = fetch(sv, x, h, &x->old, x->old_hash);
 		x->old_state = ret ? ret : 1;
 	}
 	*err = x->old_state == 1 ? 0 : x->old_state;
@@ -254,14 +269,13 @@ int dcr_sview_reload_layout(struct dcr_sview *sv)
 	}
 	for (size_t i = 0; i < sv->nvs; i++) {
 		struct dcr_sview_ver *x = &sv->vs[i];
-		const struct dcr_layout_entry *e = dcr_layout_find(&nl, x->v);
 
 		if (x->state < 0) {
 			x->state = 0; /* met under the old layout */
 			continue;
 		}
 		if (x->state == 0 ||
-		    (e ? x->compacted && dcr_hash_eq(x->mhash, e->mhash) : !x->compacted))
+		    dcr_sview_same_encoding(&nl, x->v, x->compacted ? x->mhash : NULL))
 			continue; /* read the same way */
 		if (x->compacted) {
 			/* an older encoding: aside, for dcr_sview_read_as */

@@ -142,8 +142,27 @@ const struct dcr_manifest *dcr_sview_committed(struct dcr_sview *sv,
 					       const uint8_t **hash);
 
 /**
+ * dcr_sview_encoding - the layout rule, the one place it is coded: the
+ * SHA-256 of the manifests/<hash> that layout @l says version @v is read
+ * from (its encoding), or NULL: versions/<n>, as committed (no entry, or
+ * no layout). Whoever uses the encoding checks that it holds versions/<n>'s
+ * content (the reader does: read/rlayout.c). The store view, the reader
+ * and whatever maintenance reads through them resolve it here.
+ */
+const uint8_t *dcr_sview_encoding(const struct dcr_layout *l, uint64_t v);
+
+/**
+ * dcr_sview_same_encoding - whether version @v, read now from encoding
+ * @now (a manifests/<hash>'s SHA-256; NULL: versions/<n>), is read the
+ * same way under layout @l (dcr_sview_encoding): false means it is to be
+ * read again, re-encoded.
+ */
+bool dcr_sview_same_encoding(const struct dcr_layout *l, uint64_t v,
+			     const uint8_t *now);
+
+/**
  * dcr_sview_read_as - @x's manifest as layout @l (the view's or an
- * older one) encodes it: the layout rule, the one place it is coded.
+ * older one) encodes it (dcr_sview_encoding).
  * What the view holds already is not fetched again. NULL with *@err
  * set (logged) if it cannot be had.
  */

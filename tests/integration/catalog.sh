@@ -72,7 +72,13 @@ DBDIR=$(dirname "$DB")
 
 # check_rebuilt WHAT - mount, read everything, the catalog was set aside
 check_rebuilt() {
-	local before
+	local before s now
+	# the names of this second and the next 30 are taken (a set-aside
+	# of the same second as another): the catalog must pick its own
+	now=$(date +%s)
+	for ((s = now; s <= now + 30; s++)); do
+		[ -e "$DBDIR/catalog.db.corrupt-$s" ] || echo taken >"$DBDIR/catalog.db.corrupt-$s"
+	done
 	before=$(find "$DBDIR" -name 'catalog.db.corrupt-*' ! -name '*-wal' ! -name '*-shm' | wc -l)
 	mount_dcrfs "$STORE" "$MNT" "cache_dir=$CACHE,poll=1"
 	t cat "$MNT/v3/g" >/dev/null || fail "$1: cannot read v3/g"
@@ -83,8 +89,11 @@ check_rebuilt() {
 		fail "$1: no warning names the set-aside catalog: $(cat "$MOUNT_LOG")"
 	umount_dcrfs "$MNT" || fail "$1: dcrfs did not exit cleanly"
 	[ "$(find "$DBDIR" -name 'catalog.db.corrupt-*' ! -name '*-wal' ! -name '*-shm' | wc -l)" -gt "$before" ] ||
-		fail "$1: no catalog.db.corrupt-* file"
-	sleep 1 # distinct names (unix seconds)
+		fail "$1: no new catalog.db.corrupt-* file (one set aside in the same second as another needs its own name)"
+	for ((s = now; s <= now + 30; s++)); do
+		[ "$(cat "$DBDIR/catalog.db.corrupt-$s")" = taken ] ||
+			fail "$1: the set-aside overwrote catalog.db.corrupt-$s"
+	done
 }
 
 # 3. invalid rows: chunk size 0 (was: SIGFPE), parent = itself (was: a

@@ -8,10 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_SYNTH" "$DCRFS_CTL"
-if [ "${DCR_TEST_HOOKS:-no}" != yes ]; then
-	[ "${CI:-}" = true ] && fail "needs a build with configure --enable-test-hooks"
-	skip "needs a build with configure --enable-test-hooks (DCR_TEST_HOOKS=yes)"
-fi
+need_test_hooks
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 
 STORE=$T/store

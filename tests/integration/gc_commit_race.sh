@@ -22,10 +22,7 @@
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_CTL"
-if [ "${DCR_TEST_HOOKS:-no}" != yes ]; then
-	[ "${CI:-}" = true ] && fail "needs a build with configure --enable-test-hooks"
-	skip "needs a build with configure --enable-test-hooks (DCR_TEST_HOOKS=yes)"
-fi
+need_test_hooks
 ROUNDS=${DCR_GC_RACE_ROUNDS:-3}
 
 STORE=$T/store

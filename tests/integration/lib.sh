@@ -385,6 +385,38 @@ $s" "$f" "$@"
 
 stat_size() { t stat -c %s "$1"; }
 
+# need_test_hooks - the build has the test hooks (configure
+# --enable-test-hooks; make check exports DCR_TEST_HOOKS): else skip
+# (77), or fail under CI=true (HACKING, test hooks).
+need_test_hooks() {
+	if [ "${DCR_TEST_HOOKS:-no}" != yes ]; then
+		[ "${CI:-}" != true ] || fail "CI needs a build with configure --enable-test-hooks"
+		skip "needs a build with configure --enable-test-hooks (DCR_TEST_HOOKS=yes)"
+	fi
+}
+
+# mount_status MNT KEY... - a value of MNT/.dcrfs/status.json, as JSON
+# (a string keeps its quotes); copied to $T/status.json for messages.
+mount_status() {
+	local mnt=$1
+	shift
+	t cat "$mnt/.dcrfs/status.json" >"$T/status.json"
+	py "$T/status.json" 'v = d
+for k in sys.argv[2:]:
+    v = v[k]
+print(json.dumps(v))' "$@"
+}
+
+# need_passthrough MNT - the mount on MNT (mounted by mount_dcrfs) got
+# FUSE passthrough: skip (77) where the kernel does not offer it; fail
+# where it offers it and the mount did not get it.
+need_passthrough() {
+	[ "$(mount_status "$1" passthrough offered)" = true ] ||
+		skip "this kernel does not offer FUSE passthrough (CONFIG_FUSE_PASSTHROUGH, Linux >= 6.9)"
+	[ "$(mount_status "$1" passthrough active)" = true ] ||
+		fail "the kernel offers passthrough but the mount did not get it: $(grep -i passthrough "$MOUNT_LOG")"
+}
+
 # expect_status WANT OUTPUT_PATTERN CMD... - CMD exits WANT and its
 # output (stdout and stderr) contains OUTPUT_PATTERN (a grep -E regex)
 expect_status() {

@@ -34,14 +34,8 @@ flip_bytes "$T/tree.2/a.bin" 0.03 a2
 [ "$(commit "$STORE" "$T/tree.1" --chunk-size 1M)" = 1 ] || fail "commit 1"
 [ "$(commit "$STORE" "$T/tree.2")" = 2 ] || fail "commit 2"
 
-# status KEY... - a value of MNT/.dcrfs/status.json
-status() {
-	t cat "$MNT/.dcrfs/status.json" >"$T/status.json"
-	py "$T/status.json" 'v = d
-for k in sys.argv[2:]:
-    v = v[k]
-print(json.dumps(v))' "$@"
-}
+# status KEY... - a value of MNT/.dcrfs/status.json (lib.sh mount_status)
+status() { mount_status "$MNT" "$@"; }
 
 # mmap_cmp FILE REF - FILE read through mmap equals REF
 mmap_cmp() {
@@ -59,10 +53,7 @@ EOF
 # (parts 1-5: prefetch=none, so that files stay cold until read)
 mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,prefetch=none"
 [ "$(status prefetch mode)" = '"none"' ] || fail "prefetch=none is not honoured"
-[ "$(status passthrough offered)" = true ] ||
-	skip "this kernel does not offer FUSE passthrough (CONFIG_FUSE_PASSTHROUGH, Linux >= 6.9)"
-[ "$(status passthrough active)" = true ] ||
-	fail "the kernel offers passthrough but the mount did not get it: $(grep -i passthrough "$MOUNT_LOG")"
+need_passthrough "$MNT"
 for f in a.bin b.bin small empty; do
 	t cmp "$T/tree.1/$f" "$MNT/v1/$f" || fail "v1/$f differs on its cold read"
 done

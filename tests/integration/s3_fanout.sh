@@ -40,10 +40,7 @@ free_port() {
 # the fault proxy between the tier and the origin
 RULES=$T/rules.json
 echo '[]' >"$RULES"
-start_bg python3 "$DCR_SRCDIR/tests/integration/faultproxy.py" \
-	"$AWS_ENDPOINT_URL" "$RULES" "$T/proxy.port" "$T/faults.log"
-wait_for_file "$T/proxy.port" 20 || fail "the fault proxy did not start"
-PROXY=http://127.0.0.1:$(cat "$T/proxy.port")
+start_faultproxy "$AWS_ENDPOINT_URL" "$RULES" "$T/faults.log"
 
 # tier_start DIR - a tier in front of the proxy; sets TIER_URL.
 tier_start() {

@@ -33,12 +33,7 @@ echo '[]' >"$RULES"
 
 # start_proxy - (re)start the fault proxy; sets PROXY, PROXY_PID, P_OPTS
 start_proxy() {
-	rm -f "$T/proxy.port"
-	start_bg python3 "$DCR_SRCDIR/tests/integration/faultproxy.py" \
-		"$UPSTREAM" "$RULES" "$T/proxy.port" "$FLOG"
-	PROXY_PID=$BG_PID
-	wait_for_file "$T/proxy.port" 20 || fail "the fault proxy did not start"
-	PROXY=http://127.0.0.1:$(cat "$T/proxy.port")
+	start_faultproxy "$UPSTREAM" "$RULES" "$FLOG"
 	export AWS_ENDPOINT_URL=$PROXY
 	P_BASE="endpoint=$PROXY,region=$AWS_REGION,credentials=$S3_CREDS,path_style"
 	P_OPTS="$P_BASE,s3_timeout=$TO"
@@ -152,21 +147,6 @@ rules '[]'
 
 # 4. GETs answered with other bytes: right bytes or EIO, never others.
 FILES="a.bin nested/deep/c.bin b.txt run.sh added.2"
-read_check() {
-	local tag=$1 v=$2 f out
-	: >"$T/read.$tag"
-	for f in $FILES; do
-		out=$T/out.$tag.$(basename "$f")
-		if t cat "$T/mnt/v$v/$f" >"$out" 2>"$out.err"; then
-			cmp -s "$out" "$T/tree.$v/$f" || fail "$tag: v$v/$f: WRONG BYTES served"
-			echo ok >>"$T/read.$tag"
-		else
-			grep -q "Input/output error" "$out.err" ||
-				fail "$tag: v$v/$f: neither the bytes nor EIO: $(cat "$out.err")"
-			echo eio >>"$T/read.$tag"
-		fi
-	done
-}
 # One cold mount; each pack GET meets the next fault in the list (the
 # manifests' GETs before them give "other" their bytes to answer).
 rules '[{"method": "GET", "path": "/packs/", "fault": "other", "count": 2},
@@ -175,12 +155,12 @@ rules '[{"method": "GET", "path": "/packs/", "fault": "other", "count": 2},
 	{"method": "GET", "path": "/packs/", "fault": "huge_length", "count": 2},
 	{"method": "GET", "path": "/packs/", "fault": "garbage_xml", "count": 2}]'
 s3_mount "$STORE" "$T/mnt" "$P_OPTS,cache_dir=$T/cache.get,prefetch=none,fetch_ahead=0"
-read_check faults 2
+read_or_eio faults "$T/mnt" 2 "$T/tree.2"
 for fault in other shift:7 empty200 huge_length garbage_xml; do
 	injected "$fault" /packs/ || fail "$fault was never injected"
 done
 rules '[]'
-read_check faults.after 2
+read_or_eio faults.after "$T/mnt" 2 "$T/tree.2"
 grep -q eio "$T/read.faults.after" && fail "the mount did not heal"
 umount_dcrfs "$T/mnt" || fail "dcrfs did not exit cleanly after the faults"
 log "GET faults: $(sort "$T/read.faults" | uniq -c | tr -s ' \n' ' ')"
@@ -188,7 +168,7 @@ log "GET faults: $(sort "$T/read.faults" | uniq -c | tr -s ' \n' ' ')"
 rules '[{"method": "GET", "path": "/versions/0000000002", "fault": "other", "count": 1}]'
 s3_mount "$STORE" "$T/mnt" "$P_OPTS,cache_dir=$T/cache.man,prefetch=none"
 injected other /versions/0000000002 || fail "the manifest was never swapped"
-read_check manifest 2
+read_or_eio manifest "$T/mnt" 2 "$T/tree.2"
 grep -q eio "$T/read.manifest" && fail "v2 unreadable after its manifest was swapped once"
 umount_dcrfs "$T/mnt" || fail "dcrfs did not exit cleanly"
 

@@ -16,10 +16,8 @@ RULES=$T/rules.json
 FLOG=$T/faults.log
 : >"$FLOG"
 printf '%s\n' '[{"method": "GET", "path": "/packs/", "fault": "flip"}]' >"$RULES"
-start_bg python3 "$DCR_SRCDIR/tests/integration/faultproxy.py" \
-	"$AWS_ENDPOINT_URL" "$RULES" "$T/proxy.port" "$FLOG"
-wait_for_file "$T/proxy.port" 20 || fail "the fault proxy did not start"
-MIRROR=http://127.0.0.1:$(cat "$T/proxy.port")
+start_faultproxy "$AWS_ENDPOINT_URL" "$RULES" "$FLOG"
+MIRROR=$PROXY
 
 mkdir -p "$T/tree"
 N=16

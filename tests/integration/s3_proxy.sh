@@ -20,10 +20,7 @@ RULES=$T/rules.json
 FLOG=$T/faults.log
 : >"$FLOG"
 echo '[]' >"$RULES"
-start_bg python3 "$DCR_SRCDIR/tests/integration/faultproxy.py" \
-	"$UPSTREAM" "$RULES" "$T/proxy.port" "$FLOG"
-wait_for_file "$T/proxy.port" 20 || fail "the fault proxy did not start"
-PROXY=http://127.0.0.1:$(cat "$T/proxy.port")
+start_faultproxy "$UPSTREAM" "$RULES" "$FLOG"
 export AWS_ENDPOINT_URL=$PROXY
 P_OPTS="endpoint=$PROXY,region=$AWS_REGION,credentials=$S3_CREDS,path_style,s3_timeout=4"
 
@@ -38,24 +35,6 @@ make_src "$T/tree.1" 1
 [ "$(commit "$STORE" "$T/tree.1")" = 1 ] || fail "commit through the proxy failed"
 FILES="a.bin nested/deep/c.bin b.txt run.sh"
 
-# read_check TAG MNT V TREE - every file of vV is right or EIO, never
-# wrong; prints "ok" or "eio" per file into $T/read.TAG
-read_check() {
-	local tag=$1 mnt=$2 v=$3 tree=$4 f out
-	: >"$T/read.$tag"
-	for f in $FILES; do
-		out=$T/out.$tag.$(basename "$f")
-		if t cat "$mnt/v$v/$f" >"$out" 2>"$out.err"; then
-			cmp -s "$out" "$tree/$f" || fail "$tag: v$v/$f: WRONG BYTES served"
-			echo ok >>"$T/read.$tag"
-		else
-			grep -q "Input/output error" "$out.err" ||
-				fail "$tag: v$v/$f: neither the bytes nor EIO: $(cat "$out.err")"
-			echo eio >>"$T/read.$tag"
-		fi
-	done
-}
-
 # 1. Read faults that heal: each on a cold mount, then the same reads
 #    again once the fault is spent.
 k=0
@@ -64,10 +43,10 @@ for fault in status:503 status:500 status:429 reset truncate flip \
 	k=$((k + 1))
 	rules "[{\"method\": \"GET\", \"path\": \"/packs/\", \"fault\": \"$fault\", \"count\": 2}]"
 	s3_mount "$STORE" "$T/mnt" "$P_OPTS,cache_dir=$T/cache.$k,fetch_ahead=0"
-	read_check "$fault" "$T/mnt" 1 "$T/tree.1"
+	read_or_eio "$fault" "$T/mnt" 1 "$T/tree.1"
 	injected "$fault" /packs/ || fail "$fault was never injected"
 	rules '[]'
-	read_check "$fault.after" "$T/mnt" 1 "$T/tree.1"
+	read_or_eio "$fault.after" "$T/mnt" 1 "$T/tree.1"
 	grep -q eio "$T/read.$fault.after" && fail "$fault: the mount did not heal"
 	umount_dcrfs "$T/mnt" || fail "dcrfs did not exit cleanly after $fault"
 	log "$fault: $(sort "$T/read.$fault" | uniq -c | tr -s ' \n' ' ')"
@@ -94,7 +73,7 @@ for ((i = 0; i < 100; i++)); do
 	cat "$T/mnt/v1/a.bin" >/dev/null 2>&1 && break
 	sleep 0.1
 done
-read_check dead.after "$T/mnt" 1 "$T/tree.1"
+read_or_eio dead.after "$T/mnt" 1 "$T/tree.1"
 grep -q eio "$T/read.dead.after" && fail "the mount did not heal after the store did"
 
 # 3. A manifest damaged on the way: fetched again, the version shows.
@@ -106,7 +85,7 @@ s3_mount "$STORE" "$T/mnt" "$P_OPTS,cache_dir=$T/cache.m,poll=0.3"
 wait_for_file "$T/mnt/v2" 20 || fail "v2 never showed after one damaged GET of its manifest"
 injected flip /versions/0000000002 || fail "the manifest was never damaged"
 FILES="$FILES added.2"
-read_check manifest "$T/mnt" 2 "$T/tree.2"
+read_or_eio manifest "$T/mnt" 2 "$T/tree.2"
 grep -q eio "$T/read.manifest" && fail "v2 unreadable after a damaged manifest GET"
 
 # 4. Upload faults: a reset while a pack's body is sent and 503s are
@@ -120,7 +99,7 @@ for fault in reset_upload status:503; do
 	injected "$fault" /packs/ || fail "$fault was never injected"
 	FILES="$FILES added.$n"
 	wait_for_file "$T/mnt/v$v" 20 || fail "v$v never showed"
-	read_check "put-$fault" "$T/mnt" "$v" "$T/tree.$n"
+	read_or_eio "put-$fault" "$T/mnt" "$v" "$T/tree.$n"
 	grep -q eio "$T/read.put-$fault" && fail "v$v (committed through $fault) is unreadable"
 done
 # A store that answers pack PUTs 200 without storing them (a lying

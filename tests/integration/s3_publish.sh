@@ -20,10 +20,8 @@ RULES=$T/rules.json
 FLOG=$T/faults.log
 : >"$FLOG"
 echo '[]' >"$RULES"
-start_bg python3 "$DCR_SRCDIR/tests/integration/faultproxy.py" \
-	"$AWS_ENDPOINT_URL" "$RULES" "$T/proxy.port" "$FLOG"
-wait_for_file "$T/proxy.port" 20 || fail "the fault proxy did not start"
-export AWS_ENDPOINT_URL=http://127.0.0.1:$(cat "$T/proxy.port")
+start_faultproxy "$AWS_ENDPOINT_URL" "$RULES" "$FLOG"
+export AWS_ENDPOINT_URL=$PROXY
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
 
 # rules JSON - replace the proxy's rules (it rereads the file)

@@ -94,6 +94,39 @@ fault_rules() {
 	mv "$1.tmp" "$1"
 }
 
+# start_faultproxy UPSTREAM RULES LOG - a fault proxy on loopback
+# (tests/integration/faultproxy.py) in front of the S3 endpoint UPSTREAM,
+# applying the rules in file RULES (fault_rules replaces them) and
+# logging each fault to LOG; sets PROXY (its URL) and PROXY_PID. The
+# test's cleanup stops it (start_bg); a second call starts another.
+start_faultproxy() {
+	rm -f "$T/proxy.port"
+	start_bg python3 "$DCR_SRCDIR/tests/integration/faultproxy.py" \
+		"$1" "$2" "$T/proxy.port" "$3"
+	PROXY_PID=$BG_PID
+	wait_for_file "$T/proxy.port" 20 || fail "the fault proxy did not start"
+	PROXY=http://127.0.0.1:$(cat "$T/proxy.port")
+}
+
+# read_or_eio TAG MNT V TREE - every file of $FILES under MNT/vV is
+# TREE's bytes or fails with EIO, never other bytes; writes "ok" or "eio"
+# per file into $T/read.TAG
+read_or_eio() {
+	local tag=$1 mnt=$2 v=$3 tree=$4 f out
+	: >"$T/read.$tag"
+	for f in $FILES; do
+		out=$T/out.$tag.$(basename "$f")
+		if t cat "$mnt/v$v/$f" >"$out" 2>"$out.err"; then
+			cmp -s "$out" "$tree/$f" || fail "$tag: v$v/$f: WRONG BYTES served"
+			echo ok >>"$T/read.$tag"
+		else
+			grep -q "Input/output error" "$out.err" ||
+				fail "$tag: v$v/$f: neither the bytes nor EIO: $(cat "$out.err")"
+			echo eio >>"$T/read.$tag"
+		fi
+	done
+}
+
 # wait_for_file PATH SECONDS - until PATH exists; 1 if it never does.
 wait_for_file() {
 	local i

@@ -22,14 +22,8 @@ rand_file "$T/tree/a.bin" $((4 * MiB + 4321)) a
 rand_file "$T/tree/b.bin" $((4 * MiB)) b
 [ "$(commit "$STORE" "$T/tree" --chunk-size 1M)" = 1 ] || fail "commit"
 
-# status KEY... - a value of MNT/.dcrfs/status.json
-status() {
-	t cat "$MNT/.dcrfs/status.json" >"$T/status.json"
-	py "$T/status.json" 'v = d
-for k in sys.argv[2:]:
-    v = v[k]
-print(json.dumps(v))' "$@"
-}
+# status KEY... - a value of MNT/.dcrfs/status.json (lib.sh mount_status)
+status() { mount_status "$MNT" "$@"; }
 
 # rot_hold FILE REF CACHE WANT - open MNT/v1/FILE (passthrough) and map
 # it; flip a byte of its slab in CACHE (through the page cache, as any
@@ -78,10 +72,7 @@ EOF
 # below hold none of their chunks in memory: a repair must then build
 # the chunk from the store, never from the rotten copy in the cache.
 mount_dcrfs "$STORE" "$MNT" "cache_dir=$T/cache,prefetch=none,scrub=0"
-[ "$(status passthrough offered)" = true ] ||
-	skip "this kernel does not offer FUSE passthrough (CONFIG_FUSE_PASSTHROUGH, Linux >= 6.9)"
-[ "$(status passthrough active)" = true ] ||
-	fail "the kernel offers passthrough but the mount did not get it: $(grep -i passthrough "$MOUNT_LOG")"
+need_passthrough "$MNT"
 grep -q 'scrub: off' "$MOUNT_LOG" || fail "scrub=0 is not said"
 t cmp "$T/tree/a.bin" "$MNT/v1/a.bin" || fail "a.bin differs (cold read)"
 t cmp "$T/tree/b.bin" "$MNT/v1/b.bin" || fail "b.bin differs (cold read)"

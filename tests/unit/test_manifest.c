@@ -125,6 +125,48 @@ static void test_roundtrip(void **state)
 }
 
 /*
+ * Every path is found where it is, by its first @len bytes with find_n,
+ * within the first n files only; absent paths (before the first, between
+ * two, after the last, a prefix of one) are -1. The search is core/common.h
+ * dcr_partition_point, which the version arrays' helpers share.
+ */
+static void test_find(void **state)
+{
+	static const char *absent[] = { "", "0", "a/", "a/b/", "b", "empty0", "zz", "~" };
+	struct dcr_manifest m;
+
+	build(&m);
+	for (uint32_t i = 0; i < m.nfiles; i++) {
+		const char *p = m.files[i].path;
+		assert_int_equal(dcr_manifest_find(&m, p), i);
+		assert_int_equal(dcr_manifest_find_n(&m, m.nfiles, p, strlen(p)), i);
+		assert_int_equal(dcr_manifest_find_n(&m, i, p, strlen(p)), -1);
+		assert_int_equal(dcr_manifest_find_n(&m, i + 1, p, strlen(p)), i);
+	}
+	/* the first bytes of a longer string */
+	assert_int_equal(dcr_manifest_find_n(&m, m.nfiles, "a/bX", 3), 1);
+	assert_int_equal(dcr_manifest_find_n(&m, m.nfiles, "emptyz", 5), 3);
+	for (size_t i = 0; i < sizeof(absent) / sizeof(*absent); i++)
+		assert_int_equal(dcr_manifest_find(&m, absent[i]), -1);
+	/* the helpers over it: keys 10, 20, 20, 30; extents [0,4) [4,6) [9,10) */
+	const uint64_t k[] = { 10, 20, 20, 30 };
+	const uint64_t ext[][2] = { { 0, 4 }, { 4, 2 }, { 9, 1 } };
+	assert_int_equal(dcr_lower_bound_u64(k, 4, sizeof(*k), 0, 5), 0);
+	assert_int_equal(dcr_lower_bound_u64(k, 4, sizeof(*k), 0, 10), 0);
+	assert_int_equal(dcr_lower_bound_u64(k, 4, sizeof(*k), 0, 20), 1);
+	assert_int_equal(dcr_lower_bound_u64(k, 4, sizeof(*k), 0, 21), 3);
+	assert_int_equal(dcr_lower_bound_u64(k, 4, sizeof(*k), 0, 31), 4);
+	assert_int_equal(dcr_lower_bound_u64(k, 0, sizeof(*k), 0, 1), 0);
+	assert_int_equal(dcr_first_ending_after(ext, 3, sizeof(*ext), 0, 8, 0), 0);
+	assert_int_equal(dcr_first_ending_after(ext, 3, sizeof(*ext), 0, 8, 4), 1);
+	assert_int_equal(dcr_first_ending_after(ext, 3, sizeof(*ext), 0, 8, 6), 2);
+	assert_int_equal(dcr_first_ending_after(ext, 3, sizeof(*ext), 0, 8, 9), 2);
+	assert_int_equal(dcr_first_ending_after(ext, 3, sizeof(*ext), 0, 8, 10), 3);
+	dcr_manifest_free(&m);
+	(void)state;
+}
+
+/*
  * Format 1 (what dcrfs-commit wrote before check values): still encoded
  * on request and decoded, without frame hashes or check values; a reader
  * of format 2 does not accept a format it does not know.
@@ -556,6 +598,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_find),
 		cmocka_unit_test(test_format1),
 		cmocka_unit_test(test_file_digest),
 		cmocka_unit_test(test_file_hasher),
