@@ -5,7 +5,8 @@
 # the DaemonSet's surge and dcrfs --takeover, no privilege without a
 # mount), checked offline with Debian's python3-yaml (no cluster, no
 # kubeconform in bookworm); and layout B's helper, fuse-fd-helper.py,
-# mounts a store for a dcrfs without CAP_SYS_ADMIN on this machine.
+# mounts a store for a dcrfs without CAP_SYS_ADMIN on this machine, a
+# mount that --takeover cannot take over (README.md says so).
 . "$(dirname "$0")/lib.sh"
 python3 -c 'import yaml' 2>/dev/null || skip "python3-yaml missing (scripts/install-deps test)"
 EX=$DCR_SRCDIR/examples/k8s
@@ -37,6 +38,13 @@ capbnd=$(sed -n 's/^CapBnd:[[:space:]]*//p' "/proc/$BG_PID/status")
 [ $((0x$capbnd & (1 << 21))) = 0 ] || fail "dcrfs kept CAP_SYS_ADMIN (CapBnd $capbnd)"
 [ "$(readlink "/proc/$BG_PID/exe")" = "$(readlink -f "$DCRFS")" ] ||
 	fail "the helper did not exec dcrfs: $(readlink "/proc/$BG_PID/exe")"
+# README.md: no takeover of this layout (the daemon serves /dev/fd/N, its
+# handover socket is named after that); refused, the mount serves on
+rc=0
+t "$DCRFS" --takeover "$T/store" "$T/mnt" -f -o "cache_dir=$T/cache" >"$T/to.log" 2>&1 || rc=$?
+[ "$rc" != 0 ] && grep -q 'takeover: no dcrfs to take over from' "$T/to.log" ||
+	fail "a takeover of a /dev/fd/N mount: status $rc, $(cat "$T/to.log") (update examples/k8s/README.md)"
+t cmp "$T/tree/w.bin" "$T/mnt/latest/w.bin" || fail "the helper's mount after a refused takeover"
 t umount "$T/mnt" || fail "umount of the helper's mount"
 _wait_pid "$BG_PID" 10 || fail "dcrfs did not exit at unmount"
 # a mount point that is no directory: the helper says why, leaves nothing
