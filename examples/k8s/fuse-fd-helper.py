@@ -10,7 +10,7 @@ ARGS replaced by /dev/fd/N, the open descriptor, after dropping
 CAP_SYS_ADMIN from its bounding set (setpriv, util-linux). dcrfs takes
 such a mount point as given (dcrfs(8): a mount point /dev/fd/N):
 
-  fuse-fd-helper.py /mnt/dcr -- dcrfs s3://weights/run7 {fd} -f \\
+  fuse-fd-helper.py /dcr/mnt -- dcrfs s3://weights/run7 {fd} -f \\
       -o cache_dir=/var/cache/dcrfs
 
 This is layout B of examples/k8s/README.md: the privilege to mount is

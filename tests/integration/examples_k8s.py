@@ -6,6 +6,7 @@ DIR/README.md depends on hold. Prints one line per problem; exit 1 if
 any, 0 otherwise."""
 import glob
 import os
+import re
 import sys
 
 import yaml
@@ -85,6 +86,15 @@ def check_daemonset(where, obj, spec):
     if not any(m.get("mountPropagation") == "Bidirectional"
                for m in mounts.values()):
         say(where, "the mount is not shared with the host (Bidirectional)")
+    # dcrfs refuses a mount point that is a mount already, as the
+    # hostPath volume's own path is in the container: below it, then
+    mnt = re.search(r"\bMNT=(\S+)", argv(c))
+    if not mnt or not any(
+            m.get("mountPropagation") == "Bidirectional" and
+            mnt.group(1).startswith(m["mountPath"].rstrip("/") + "/")
+            for m in mounts.values()):
+        say(where, "the mount point (MNT=) is not below the Bidirectional "
+            "volume: %s" % (mnt.group(1) if mnt else "no MNT="))
     cache = [m for m in mounts.values()
              if m.get("mountPath") == "/var/cache/dcrfs"]
     if not cache or "hostPath" not in volume(spec, cache[0]["name"]):
@@ -104,6 +114,14 @@ def check_pod(where, name, spec):
             say(where, "the helper does not run dcrfs on {fd}")
         elif not privileged(helper[0]):
             say(where, "the helper is not privileged (mount(2))")
+        else:
+            a = [str(x) for x in helper[0].get("args") or []]
+            vols = [m["mountPath"].rstrip("/") + "/"
+                    for m in helper[0].get("volumeMounts") or []
+                    if m.get("mountPropagation") == "Bidirectional"]
+            if not a or not any(a[0].startswith(v) for v in vols):
+                say(where, "the helper's mount point is not below its "
+                    "Bidirectional volume: %r" % (a[:1],))
     elif name == "reader-pod.yaml":
         for c in cs:
             if privileged(c):
