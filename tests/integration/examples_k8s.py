@@ -32,6 +32,14 @@ def privileged(c):
     return bool((c.get("securityContext") or {}).get("privileged"))
 
 
+def strings(where, what, lst):
+    """a command line is a list of strings: a ': ' in a plain YAML
+    scalar makes a mapping of it, which Kubernetes refuses"""
+    for a in lst or []:
+        if not isinstance(a, str):
+            say(where, "%s: %r is not a string" % (what, a))
+
+
 def argv(c):
     return " ".join(str(a) for a in (c.get("command") or []) +
                     (c.get("args") or []))
@@ -49,6 +57,11 @@ def check_common(where, spec):
     (the API server refuses it otherwise); HostToContainer readers are
     not privileged; both on hostPath volumes."""
     for c in containers(spec):
+        strings(where, c["name"], (c.get("command") or []) +
+                (c.get("args") or []))
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            ex = (c.get(probe) or {}).get("exec") or {}
+            strings(where, "%s %s" % (c["name"], probe), ex.get("command"))
         for m in c.get("volumeMounts") or []:
             p = m.get("mountPropagation")
             if p is None:

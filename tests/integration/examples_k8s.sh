@@ -6,7 +6,9 @@
 # mount), checked offline with Debian's python3-yaml (no cluster, no
 # kubeconform in bookworm); and layout B's helper, fuse-fd-helper.py,
 # mounts a store for a dcrfs without CAP_SYS_ADMIN on this machine, a
-# mount that --takeover cannot take over (README.md says so).
+# mount that --takeover cannot take over (README.md says so); and the
+# DaemonSet's entrypoint and probe, run as an old and a surged pod, hand
+# the mount over under an open file.
 . "$(dirname "$0")/lib.sh"
 python3 -c 'import yaml' 2>/dev/null || skip "python3-yaml missing (scripts/install-deps test)"
 EX=$DCR_SRCDIR/examples/k8s
@@ -54,3 +56,47 @@ t python3 "$EX/fuse-fd-helper.py" "$T/tree/w.bin" -- "$DCRFS" "$T/store" '{fd}' 
 [ "$rc" = 1 ] && grep -q 'fuse-fd-helper: mount on' "$T/bad.log" ||
 	fail "a bad mount point: status $rc, $(cat "$T/bad.log")"
 log "ok: fuse-fd-helper.py mounts for a dcrfs without CAP_SYS_ADMIN"
+
+# layout A's upgrade for real: the DaemonSet's entrypoint and readiness
+# probe, as the manifest has them (paths moved here, a local store), run
+# as an old pod and a surged new one
+python3 - "$EX/node-daemonset.yaml" "$T/ds" <<'PY'
+import sys, yaml
+ds = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "DaemonSet"][0]
+c = ds["spec"]["template"]["spec"]["containers"][0]
+open(sys.argv[2] + ".entry", "w").write(c["args"][0])
+open(sys.argv[2] + ".probe", "w").write(c["readinessProbe"]["exec"]["command"][2])
+PY
+pod() { # NAME: the entrypoint of one pod (its own /run)
+	sed "s|/var/lib/dcrfs/mnt|$T/lib/mnt|g; s|/usr/bin/dcrfs|$DCRFS|g; s|/run/dcrfs.pid|$T/$1.pid|g" "$T/ds.entry"
+}
+ready() { # NAME: the pod's readiness probe passes
+	sh -c "$(sed "s|/var/lib/dcrfs/mnt|$T/lib/mnt|g; s|/run/dcrfs.pid|$T/$1.pid|g" "$T/ds.probe")"
+}
+export DCRFS_STORE=$T/store DCRFS_OPTIONS="ro,allow_other,cache_dir=$T/kcache,log=$T/dcrfs.ds.log"
+mkdir -p "$T/lib"
+start_bg sh -c "$(pod old)" >"$T/dcrfs.podold.log" 2>&1
+OLDPOD=$BG_PID
+register_mount "$T/lib/mnt"
+for ((i = 0; i < 100; i++)); do ready old 2>/dev/null && break; sleep 0.1; done
+ready old || fail "the first pod is not ready: $(tail -5 "$T/dcrfs.ds.log")"
+exec 9<"$T/lib/mnt/latest/w.bin"
+head -c 100 <&9 >"$T/ds.part1"
+start_bg sh -c "$(pod new)" 9<&- >"$T/dcrfs.podnew.log" 2>&1
+NEWPOD=$BG_PID
+for ((i = 0; i < 100; i++)); do ready new 2>/dev/null && break; sleep 0.1; done
+ready new || fail "the surged pod did not take over: $(tail -5 "$T/dcrfs.ds.log")"
+grep -q 'handover: took over' "$T/dcrfs.ds.log" || fail "no 'handover: took over' in the log"
+ready old 2>/dev/null && fail "the old pod is still ready after the takeover"
+kill -0 "$(cat "$T/old.pid")" 2>/dev/null && fail "the old pod's dcrfs serves on"
+kill -0 "$OLDPOD" || fail "the old pod's entrypoint exited after handing over (the kubelet would restart it)"
+cat <&9 >"$T/ds.part2" || fail "a reader's open file failed across the takeover"
+exec 9<&-
+cat "$T/ds.part1" "$T/ds.part2" | cmp - "$T/tree/w.bin" || fail "wrong bytes across the DaemonSet's takeover"
+kill -TERM "$OLDPOD"
+_wait_pid "$OLDPOD" 5 || fail "the old pod did not stop at SIGTERM"
+t cmp "$T/tree/w.bin" "$T/lib/mnt/latest/w.bin" || fail "the mount after the old pod's deletion"
+kill -TERM "$NEWPOD"
+_wait_pid "$NEWPOD" 10 || fail "the serving pod did not stop at SIGTERM"
+mountpoint -q "$T/lib/mnt" && fail "the serving pod's SIGTERM did not unmount"
+log "ok: the DaemonSet's entrypoint upgrades by --takeover, readers unharmed"
