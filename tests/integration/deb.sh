@@ -67,6 +67,7 @@ want_in "${debs[2]}" /usr/bin/dcrfs /usr/bin/dcrfs-commit /usr/bin/dcrfs-ctl /us
 	/usr/share/man/man1/dcrfs-commit.1.gz /usr/share/man/man1/dcrfs-synth.1.gz \
 	/usr/share/doc/dcrfs/examples/mnt-dcr.mount /usr/share/doc/dcrfs/examples/mnt-dcr.automount \
 	/usr/share/doc/dcrfs/examples/rollout_worker.py \
+	/usr/share/doc/dcrfs/examples/k8s/node-daemonset.yaml /usr/share/doc/dcrfs/examples/k8s/fuse-fd-helper.py \
 	/usr/share/bash-completion/completions/dcrfs /usr/share/bash-completion/completions/dcrfs-ctl
 want_in "${debs[3]}" "/usr/lib/$MA/libdcr.so.0.0.0"
 want_in "${debs[1]}" /usr/include/dcr.h "/usr/lib/$MA/pkgconfig/dcr.pc"
