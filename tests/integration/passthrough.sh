@@ -192,7 +192,11 @@ for i in 1 2; do
 	t cmp "$T/tree.2/a.bin" "$MNT/v2/a.bin" || fail "v2/a.bin differs (passthrough=off)"
 done
 [ "$(status opens passthrough)" = 0 ] || fail "passthrough=off opened with passthrough"
-[ "$(status opens fallbacks off)" -ge 2 ] || fail "passthrough=off opens not counted"
+# the second open joins the first when its RELEASE is still on the way
+off=$(status opens fallbacks off)
+mixed=$(status opens fallbacks open_normally)
+[ "$off" -ge 1 ] && [ $((off + mixed)) -ge 2 ] ||
+	fail "passthrough=off opens not counted: $(cat "$T/status.json")"
 [ "$(status passthrough active)" = false ] || fail "passthrough=off reports it active"
 umount_dcrfs "$MNT" || fail "dcrfs did not exit cleanly"
 
