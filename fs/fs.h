@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fs.h - internal declarations shared by the dcrfs FUSE daemon
- * (fs/main.c: options, mounting, daemonizing; fs/ops.c: the low-level
- * operations, dispatching on the inode's kind to tree.c, tags.c, ctl.c
- * and delta.c (node.h); fs/bg.c: the background poll and prefetch
+ * (fs/main.c: mounting, daemonizing; fs/args.c: options; fs/ops.c:
+ * the low-level operations, dispatching on the inode's kind to tree.c,
+ * tags.c, ctl.c and delta.c (node.h); fs/bg.c: the background poll and prefetch
  * threads; fs/state.c: the state's locks; fs/xattr.c: the provenance
  * extended attributes of the version trees).
  *

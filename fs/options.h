@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * options.h - dcrfs's -o values, checked and converted by one table
- * (main.c has it): per option, how its value is read (a parser and
+ * (args.c has it): per option, how its value is read (a parser and
  * bounds, or a list of words), the field it sets, its default and what
  * the error message says is valid. fuse_opt_parse collects the values
  * as strings first; dcrfs_opts_apply does the rest in one loop.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mount_opts.sh - dcrfs's -o values (fs/main.c's option table): each bad
+# mount_opts.sh - dcrfs's -o values (fs/args.c's option table): each bad
 # value is a usage error (exit 2) with its one message, naming the option,
 # the value and what is valid; the first bad one in table order is the one
 # reported; the values at each bound are accepted (checking goes on to
