@@ -279,12 +279,6 @@ static struct dview_node *node_of(struct dcrfs *fs, fuse_ino_t ino)
 	return nd;
 }
 
-bool dcrfs_delta_is_ino(fuse_ino_t ino)
-{
-	return ino == DCRFS_INO_DELTA ||
-	       (ino >= DCRFS_INO_DVIEW_BASE && ino <= DCRFS_INO_DVIEW_MAX);
-}
-
 /* ---------------------------------------------------------- the views */
 
 /* Drop @vf from the LRU (under the lock); the cache's reference goes. */

@@ -526,9 +526,6 @@ int dcrfs_delta_init(struct dcrfs *fs, const char *tmpdir, uint64_t budget);
  * nothing is open). NULL table accepted. */
 void dcrfs_delta_free(struct dcrfs *fs);
 
-/** Whether @ino is /delta or a node below it. */
-bool dcrfs_delta_is_ino(fuse_ino_t ino);
-
 /**
  * dcrfs_delta_stat - attributes of /delta or of a node below it, and how
  * long the kernel may keep them. A file's view is built if its size is
