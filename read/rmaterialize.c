@@ -755,12 +755,15 @@ static void build_place(struct batch *b, struct bchunk *c)
 {
 	struct dcr_cache_key k;
 	uint8_t *out;
+	int64_t t0;
 
 	if (!b->q.pagecache || b->q.rebuild || c->p->dst)
 		return;
 	cache_key(&k, c->p->w.rv, c->p->w.file, c->p->w.chunk, &c->p->ref);
+	t0 = dcr_mono_ns(); /* the place's pages: the write stage's work */
 	if (dcr_cache_build(b->r->cache, &k, &out, &c->slot) == 0)
 		c->out = out;
+	BUSY_ADD(b->r, busy_write, t0);
 }
 
 /*
@@ -772,9 +775,12 @@ static void build_place(struct batch *b, struct bchunk *c)
  */
 static void place_done(struct batch *b, struct bchunk *c)
 {
+	int64_t t0 = dcr_mono_ns();
+
 	if (!cent_unlist_alone(b->r, c->e))
 		memcpy(c->e->data, c->out, c->p->clen);
 	dcr_cache_build_end(b->r->cache, c->slot, true);
+	BUSY_ADD(b->r, busy_write, t0);
 	c->slot = NULL;
 	c->out = c->e->data;
 	cent_publish(b->r, c->e, 0, true);
