@@ -505,6 +505,31 @@ void dcr_cache_unpin(struct dcr_cache *c, struct dcr_cache_pin *pin)
 /* ------------------------------------------------------------ writes */
 
 /*
+ * Make @len bytes at @off of @s's mapping @m ready for stores: their
+ * blocks allocated, then their pages faulted in by the kernel
+ * (MADV_POPULATE_WRITE says what a store into a page it cannot fill
+ * would have raised as SIGBUS). 0; -errno of fallocate; or -EAGAIN when
+ * the kernel refused to populate (before Linux 5.14 it cannot: mappings
+ * are then off for this cache). What fallocate allocated reads as zeros
+ * and is not marked present.
+ */
+static int map_ready(struct dcr_cache *c, struct slab *s, uint8_t *m,
+		     uint64_t off, uint64_t len)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	if (fallocate(s->fd, 0, (off_t)off, (off_t)len) < 0)
+		return -errno;
+	if (madvise(m + off, DCR_ROUND_UP((size_t)len, page),
+		    MADV_POPULATE_WRITE) < 0) {
+		if (errno == EINVAL || errno == EPERM)
+			atomic_store(&c->no_map, true);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+/*
  * Write chunks @k[0..@n) (consecutive, held by the caller, none proven)
  * of @s from @data in one call: around the page cache with @direct
  * where the file system allows (whole blocks: past the last chunk's
@@ -518,7 +543,6 @@ static int write_run(struct dcr_cache *c, struct slab *s,
 {
 	const uint64_t off = k[0].chunk * (uint64_t)s->cs;
 	const uint64_t len = (uint64_t)(n - 1) * s->cs + k[n - 1].len;
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct iovec iov[DCR_CACHE_RUN_MAX];
 	int ret = 0, dfd = -1;
 	uint8_t *m;
@@ -528,21 +552,14 @@ static int write_run(struct dcr_cache *c, struct slab *s,
 		iov[j].iov_base = (void *)data[j];
 		iov[j].iov_len = k[j].len;
 	}
-	/* Into the mapping: its blocks allocated first and its pages
-	 * faulted in by the kernel (MADV_POPULATE_WRITE says what a
-	 * store into a page it cannot fill would have raised as SIGBUS),
+	/* Into the mapping, its pages made resident first (map_ready),
 	 * so the copies below cannot fault. Any refusal: write(2). */
 	if (map && !direct && (m = slab_map(c, s)) &&
-	    fallocate(s->fd, 0, (off_t)off, (off_t)len) == 0) {
-		if (madvise(m + off, DCR_ROUND_UP((size_t)len, page),
-			    MADV_POPULATE_WRITE) == 0) {
-			for (size_t j = 0; j < n; j++)
-				memcpy(m + off + (uint64_t)j * s->cs, data[j],
-				       k[j].len);
-			return 0;
-		}
-		if (errno == EINVAL || errno == EPERM)
-			atomic_store(&c->no_map, true); /* before Linux 5.14 */
+	    map_ready(c, s, m, off, len) == 0) {
+		for (size_t j = 0; j < n; j++)
+			memcpy(m + off + (uint64_t)j * s->cs, data[j],
+			       k[j].len);
+		return 0;
 	}
 	if (direct)
 		dfd = slab_dfd(c, s);
@@ -563,6 +580,21 @@ static int write_run(struct dcr_cache *c, struct slab *s,
 		for (size_t j = 0; j < n; j++)
 			punch(c, s, k[j].chunk);
 	return ret;
+}
+
+/* Chunk @chunk (@len bytes) of @s was written and proven: present,
+ * proven, counted once, the slab used now. Caller holds c->lock. */
+static void stored_locked(struct dcr_cache *c, struct slab *s,
+			  uint64_t chunk, uint32_t len)
+{
+	if (!bit(s->present, s->nbits, chunk) && !s->dead) {
+		s->bytes += alloc_len(len);
+		c->bytes += alloc_len(len);
+	}
+	bit_set(s->present, chunk, true);
+	bit_set(s->proven, chunk, true);
+	s->used_ms = DCR_MAX(s->used_ms, now_ms());
+	c->st.inserts++;
 }
 
 int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
@@ -622,18 +654,8 @@ int dcr_cache_put_run(struct dcr_cache *c, const struct dcr_cache_key *k,
 		if (ret)
 			break;
 		pthread_mutex_lock(&c->lock);
-		for (size_t x = j; x < e; x++) {
-			bool was = bit(s->present, s->nbits, first + x);
-
-			bit_set(s->present, first + x, true);
-			bit_set(s->proven, first + x, true);
-			if (!was && !s->dead) {
-				s->bytes += alloc_len(k[x].len);
-				c->bytes += alloc_len(k[x].len);
-			}
-		}
-		s->used_ms = DCR_MAX(s->used_ms, now_ms());
-		c->st.inserts += e - j;
+		for (size_t x = j; x < e; x++)
+			stored_locked(c, s, first + x, k[x].len);
 		pthread_mutex_unlock(&c->lock);
 	}
 	chunks_give(c, s, first, n);
@@ -674,7 +696,6 @@ struct dcr_cache_slot {
 int dcr_cache_build(struct dcr_cache *c, const struct dcr_cache_key *k,
 		    uint8_t **out, struct dcr_cache_slot **slot)
 {
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct dcr_cache_slot *x;
 	bool proven;
 	uint64_t off;
@@ -721,19 +742,12 @@ int dcr_cache_build(struct dcr_cache *c, const struct dcr_cache_key *k,
 	}
 	off = k->chunk * (uint64_t)s->cs;
 	sums_drop(c, s, k->chunk); /* none if unproven: hygiene */
-	/* Its blocks allocated and its pages resident first, so that the
-	 * stores of the build cannot fault into SIGBUS (see write_run). */
-	if (fallocate(s->fd, 0, (off_t)off, (off_t)k->len) < 0) {
-		ret = is_full(-errno) ? -errno : -EAGAIN;
-	} else if (madvise(m + off, DCR_ROUND_UP((size_t)k->len, page),
-			   MADV_POPULATE_WRITE) < 0) {
-		if (errno == EINVAL || errno == EPERM)
-			atomic_store(&c->no_map, true); /* before Linux 5.14 */
-		ret = -EAGAIN;
-	}
+	/* Resident first, so that the stores of the build cannot fault
+	 * into SIGBUS. */
+	ret = map_ready(c, s, m, off, k->len);
 	if (ret) {
-		/* Nothing was written: what fallocate allocated reads as
-		 * zeros and is not marked present. */
+		ret = is_full(ret) ? ret : -EAGAIN;
+		/* Nothing was written, nothing marked present. */
 		chunks_end(c, s, k->chunk);
 		slab_put(c, s);
 		free(x);
@@ -757,14 +771,7 @@ void dcr_cache_build_end(struct dcr_cache *c, struct dcr_cache_slot *x,
 	s = x->s;
 	if (ok) {
 		pthread_mutex_lock(&c->lock);
-		if (!bit(s->present, s->nbits, x->chunk) && !s->dead) {
-			s->bytes += alloc_len(x->len);
-			c->bytes += alloc_len(x->len);
-		}
-		bit_set(s->present, x->chunk, true);
-		bit_set(s->proven, x->chunk, true);
-		s->used_ms = DCR_MAX(s->used_ms, now_ms());
-		c->st.inserts++;
+		stored_locked(c, s, x->chunk, x->len);
 		pthread_mutex_unlock(&c->lock);
 		atomic_store(&c->fs_short, false); /* room to spare: no
 						      incident */
