@@ -8,8 +8,6 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_bins
-STORE=$T/store
-MNT=$T/mnt
 mkdir -p "$T/tree"
 printf 'a\n' >"$T/tree/a"
 [ "$(commit "$STORE" "$T/tree")" = 1 ] || fail "commit 1"

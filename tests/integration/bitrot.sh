@@ -10,10 +10,6 @@
 need_fuse
 need_bins
 
-STORE=$T/store
-MNT=$T/mnt
-CACHE=$T/cache
-
 mkdir -p "$T/tree.1" "$T/tree.2"
 rand_file "$T/tree.1/w.bin" $((2 * 1024 * 1024 + 4096)) w
 cp -a "$T/tree.1/w.bin" "$T/tree.2/w.bin"

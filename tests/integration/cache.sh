@@ -8,10 +8,6 @@
 need_fuse
 need_bins
 
-STORE=$T/store
-MNT=$T/mnt
-CACHE=$T/cache
-
 mkdir -p "$T/tree.1/nested"
 rand_file "$T/tree.1/a.bin" $((3 * 1024 * 1024 + 77)) a
 rand_file "$T/tree.1/nested/b.bin" $((1024 * 1024)) b

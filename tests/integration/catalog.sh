@@ -10,10 +10,6 @@ need_fuse
 need_bins
 command -v sqlite3 >/dev/null 2>&1 || skip "sqlite3(1) is missing"
 
-STORE=$T/store
-MNT=$T/mnt
-CACHE=$T/cache
-
 mkdir -p "$T/tree"
 rand_file "$T/tree/f.bin" 200000 f
 printf 'a\n' >"$T/tree/g"

@@ -7,8 +7,6 @@
 need_fuse
 need_bins "$DCRFS_SYNTH"
 
-STORE=$T/store
-MNT=$T/mnt
 N=6
 
 # tree.1: the first version

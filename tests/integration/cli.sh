@@ -5,8 +5,6 @@
 . "$(dirname "$0")/lib.sh"
 need_bins "$DCRFS_SYNTH"
 
-STORE=$T/store
-MNT=$T/mnt
 mkdir -p "$T/tree" "$MNT"
 printf 'x\n' >"$T/tree/x"
 

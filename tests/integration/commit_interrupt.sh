@@ -9,7 +9,6 @@
 CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$CTL"
 [ "${DCR_TEST_HOOKS:-}" = yes ] || skip "needs a build with --enable-test-hooks (DCR_TEST_HOOKS=yes)"
-STORE=$T/store
 mkdir -p "$T/tree"
 rand_file "$T/tree/s.bin" 10000 s
 commit "$STORE" "$T/tree" >/dev/null

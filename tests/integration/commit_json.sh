@@ -5,7 +5,6 @@
 # keeping the last one silently.
 . "$(dirname "$0")/lib.sh"
 need_bins "$DCR_BUILDDIR/dcrfs-ctl"
-STORE=$T/store
 mkdir -p "$T/tree"
 rand_file "$T/tree/w.bin" 200000 j
 t "$DCRFS_COMMIT" --init --quiet --store "$STORE" --cache-dir "$T/cc" "$T/tree" >/dev/null

@@ -12,7 +12,6 @@ need_bins "$DCRFS_CTL"
 need_test_hooks
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 
-STORE=$T/store
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
 nversions() { ctl log --json | py - 'print(len(d))'; }
 

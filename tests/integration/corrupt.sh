@@ -7,8 +7,6 @@
 need_fuse
 need_bins
 
-STORE=$T/store
-MNT=$T/mnt
 EIO="Input/output error"
 SIZE=$((2 * 1024 * 1024))
 

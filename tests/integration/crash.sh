@@ -8,8 +8,6 @@
 need_fuse
 need_bins "$DCRFS_SYNTH"
 
-STORE=$T/store
-MNT=$T/mnt
 CC=$T/commit-cache
 SIZE=${DCR_CRASH_SIZE:-128M}
 

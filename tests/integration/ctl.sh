@@ -12,9 +12,7 @@ DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_SYNTH" "$DCRFS_CTL"
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 
-STORE=$T/store
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
-
 
 # Three versions: an anchor, a step, a step that also adds a file.
 t "$DCRFS_SYNTH" init --size 3M --seed 1 --quiet "$T/s1"

@@ -5,7 +5,6 @@
 . "$(dirname "$0")/lib.sh"
 CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$CTL"
-STORE=$T/store
 mkdir -p "$T/tree"
 rand_file "$T/tree/w.bin" 100000 a
 t "$DCRFS_COMMIT" --init --quiet --store "$STORE" --cache-dir "$T/cc" "$T/tree" >/dev/null

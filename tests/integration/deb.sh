@@ -85,8 +85,6 @@ purge() {
 trap '_rc=$?; purge; (exit $_rc); _cleanup' EXIT
 t dpkg -i "${debs[@]}" >"$T/install.log" 2>&1 || fail "dpkg -i failed: $(tail -20 "$T/install.log")"
 
-STORE=$T/store
-MNT=$T/mnt
 mkdir -p "$T/tree" "$MNT"
 rand_file "$T/tree/model.bin" 1300000 deb
 printf 'config\n' >"$T/tree/config.json"

@@ -17,9 +17,6 @@ PY=/usr/bin/python3
 [ -x "$PY" ] || skip "Debian's /usr/bin/python3 is missing"
 "$PY" -c 'import numpy' 2>/dev/null || skip "python3-numpy is missing"
 
-STORE=$T/store
-MNT=$T/mnt
-
 # A subdirectory with a safetensors file that changes with each step.
 add_sub() {
 	mkdir -p "$T/s$1/sub"

@@ -11,7 +11,6 @@ need_bins "$DCRFS_SYNTH" "$DCRFS_CTL"
 need_test_hooks
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 
-STORE=$T/store
 CTL=("$DCRFS_CTL" --store "$STORE")
 
 # same_tree A B - the same paths, bytes and permission bits.

@@ -10,8 +10,6 @@ need_bins
 	skip "mount.fuse3 is missing"
 mount --help 2>&1 | grep -q -- '--fstab' || skip "mount(8) has no -T/--fstab"
 
-STORE=$T/store
-MNT=$T/mnt
 mkdir -p "$T/tree/sub" "$MNT"
 rand_file "$T/tree/model.bin" 1500000 m
 printf 'config\n' >"$T/tree/sub/config.json"

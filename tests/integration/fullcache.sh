@@ -19,7 +19,6 @@ need_fuse
 need_root
 need_bins "$DCRFS_SYNTH"
 
-STORE=$T/store
 SMALL=$T/small
 mkdir -p "$SMALL"
 t mount -t tmpfs -o size=1m tmpfs "$SMALL" || skip "cannot mount a tmpfs"

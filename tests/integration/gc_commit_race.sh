@@ -25,7 +25,6 @@ need_bins "$DCRFS_CTL"
 need_test_hooks
 ROUNDS=${DCR_GC_RACE_ROUNDS:-3}
 
-STORE=$T/store
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
 nintents() { find "$STORE/intents" -type f 2>/dev/null | wc -l; }
 

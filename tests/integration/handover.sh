@@ -16,8 +16,6 @@ need_fuse
 need_bins
 need_root
 
-STORE=$T/store
-MNT=$T/mnt
 MiB=$((1024 * 1024))
 N=${HANDOVERS:-20}
 

@@ -11,9 +11,6 @@ need_fuse
 need_bins
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 
-STORE=$T/store
-MNT=$T/mnt
-CACHE=$T/cache
 OPTS="cache_dir=$CACHE,poll=0.2,relist=1"
 
 # old.1 .. old.5: two files, a small edit per step

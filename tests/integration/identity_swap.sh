@@ -16,8 +16,6 @@ if [ "${DCR_TEST_HOOKS:-}" != yes ]; then
 	skip "needs a build with --enable-test-hooks (DCR_TEST_HOOKS=yes)"
 fi
 
-STORE=$T/store
-MNT=$T/mnt
 HOLD=$T/hold
 SIZE=$((4 * 1024 * 1024))
 

@@ -20,7 +20,6 @@ need_bins "$CTL"
 
 B=$T/build
 P=$T/prefix
-STORE=$T/store
 mkdir -p "$B"
 # -O0: this is about installed files, not speed; keeps the build short.
 (cd "$B" && DCR_TIMEOUT=300 t "$DCR_SRCDIR/configure" -q --prefix="$P" \

@@ -35,6 +35,12 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/dcrfs-$TEST_NAME.XXXXXX")
 T=$(cd "$T" && pwd -P)
 XDG_CACHE_HOME=$T/xdg-cache
 
+# Where most tests keep their store, mount point and cache (mount_dcrfs's
+# default cache_dir); a test with other places sets its own.
+STORE=$T/store
+MNT=$T/mnt
+CACHE=$T/cache
+
 _pids=()     # processes this test started
 _mounts=()   # mount points this test mounted
 _mount_pid=()  # the dcrfs PID of each entry of _mounts ("" if unknown)

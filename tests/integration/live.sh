@@ -6,8 +6,6 @@
 need_fuse
 need_bins
 
-STORE=$T/store
-MNT=$T/mnt
 POLL=1
 SIZE=$((2 * 1024 * 1024))
 

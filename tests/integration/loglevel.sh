@@ -12,7 +12,6 @@
 . "$(dirname "$0")/lib.sh"
 need_bins "$DCR_BUILDDIR/dcrfs-ctl"
 CTL=$DCR_BUILDDIR/dcrfs-ctl
-STORE=$T/store
 mkdir -p "$T/tree" "$T/empty"
 rand_file "$T/tree/w.bin" 300000 a
 

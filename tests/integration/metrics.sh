@@ -15,7 +15,6 @@ need_fuse
 need_bins "$DCR_BUILDDIR/dcrfs-ctl"
 command -v curl >/dev/null 2>&1 || skip "curl missing"
 CTL=$DCR_BUILDDIR/dcrfs-ctl
-STORE=$T/store
 mkdir -p "$T/tree"
 rand_file "$T/tree/w.bin" 3000000 m
 for i in 1 2 3 4; do

@@ -12,7 +12,6 @@
 need_fuse
 need_bins "$DCRFS_SYNTH"
 
-STORE=$T/store
 synth() { t "$DCRFS_SYNTH" "$@" --quiet; }
 
 synth init --size 3M --seed 4 "$T/s0"

@@ -20,8 +20,6 @@ need_fuse
 need_bins
 need_root
 
-STORE=$T/store
-MNT=$T/mnt
 MiB=$((1024 * 1024))
 
 mkdir -p "$T/tree.1" "$T/tree.2"

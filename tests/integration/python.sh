@@ -16,8 +16,6 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_python_libdcr
-STORE=$T/store
-MNT=$T/mnt
 
 # One script: commit, then (after the mount) compare. Phase in $1.
 cat >"$T/t.py" <<'PYEOF'

@@ -14,7 +14,6 @@ LIBDCR=$DCR_BUILDDIR/.libs/libdcr.so
 [ -e "$LIBDCR" ] || fail "$LIBDCR not built"
 export DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python
 py_sanitized "$LIBDCR"
-STORE=$T/store
 t "$PY" - "$STORE" "$T/cc" <<'PY' || fail "the Python part failed"
 import os, signal, sys
 import dcrfs

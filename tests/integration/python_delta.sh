@@ -31,8 +31,6 @@
 . "$(dirname "$0")/lib.sh"
 need_fuse
 need_python_libdcr "$DCR_SRCDIR/tests/integration"
-STORE=$T/store
-MNT=$T/mnt
 SCRIPT=$DCR_SRCDIR/tests/integration/python_delta.py
 
 t "$PY" "$SCRIPT" commit "$STORE" "$T/commit-cache"

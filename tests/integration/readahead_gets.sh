@@ -8,8 +8,6 @@
 need_fuse
 need_bins
 
-STORE=$T/store
-MNT=$T/mnt
 mkdir -p "$T/tree"
 # 64 chunks of 1 MiB of incompressible bytes: full frames of ~1 MiB,
 # neighbours in one pack; a read-ahead job is 4 of them (4 MiB).

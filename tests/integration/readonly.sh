@@ -8,8 +8,6 @@
 need_fuse
 need_bins
 
-STORE=$T/store
-MNT=$T/mnt
 EROFS="Read-only file system"
 
 mkdir -p "$T/tree/d"

@@ -7,10 +7,6 @@
 need_fuse
 need_bins
 
-STORE=$T/store
-MNT=$T/mnt
-CACHE=$T/cache
-
 # make_trees TAG - three versions of two files, seeded by TAG
 make_trees() {
 	mkdir -p "$T/$1.1"

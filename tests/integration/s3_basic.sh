@@ -34,7 +34,6 @@ skipped=$(grep -E '^\[  SKIPPED \] test_' "$T/test_s3.log" | sort -u || true)
 log "tests/unit/test_s3: $(grep -E 'PASSED|SKIPPED' "$T/test_s3.log" | tr '\n' ' ')"
 
 STORE=$(s3_url store)
-MNT=$T/mnt
 
 make_src "$T/tree.1" 1
 next_src 2

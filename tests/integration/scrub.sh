@@ -12,8 +12,6 @@ need_fuse
 need_bins
 need_root
 
-STORE=$T/store
-MNT=$T/mnt
 MiB=$((1024 * 1024))
 SCRUB=${SCRUB_TEST_OPT:-scrub=1}
 

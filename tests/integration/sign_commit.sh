@@ -18,7 +18,6 @@ DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_CTL"
 need_python_libdcr
 command -v openssl >/dev/null 2>&1 || skip "openssl(1) is missing"
-STORE=$T/store
 ctl() { t "$DCRFS_CTL" --store "$STORE" "$@"; }
 npacks() { find "$1/packs" -type f 2>/dev/null | wc -l; }
 nversions() { find "$1/versions" -type f 2>/dev/null | wc -l; }

@@ -14,8 +14,6 @@ DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_SYNTH" "$DCRFS_CTL"
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 
-STORE=$T/store
-MNT=$T/mnt
 S=$MNT/.dcrfs/status.json
 
 t "$DCRFS_SYNTH" init --size 2M --seed 1 --quiet "$T/s1"

@@ -12,8 +12,6 @@ need_bins "$DCRFS_SYNTH" "$DCRFS_CTL"
 command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
 command -v taskset >/dev/null 2>&1 || skip "taskset (util-linux) is missing"
 
-STORE=$T/store
-MNT=$T/mnt
 S=$MNT/.dcrfs/status.json
 
 t "$DCRFS_SYNTH" init --size 4M --shards 3 --seed 1 --quiet "$T/s1"

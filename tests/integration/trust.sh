@@ -21,9 +21,6 @@ need_fuse
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 PY=/usr/bin/python3
 
-STORE=$T/store
-MNT=$T/mnt
-
 # ci STORE CACHE DIR [ARGS...] - commit with a commit cache of its own
 ci() {
 	local store=$1 cache=$2 dir=$3

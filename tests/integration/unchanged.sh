@@ -8,7 +8,6 @@
 . "$(dirname "$0")/lib.sh"
 CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$CTL"
-STORE=$T/store
 mkdir -p "$T/tree/sub"
 rand_file "$T/tree/sub/w.bin" 300000 a
 echo hello >"$T/tree/r.txt"

@@ -35,7 +35,6 @@ register_mount "$T/mnt"
 exec 8<"$T/mnt/latest/w.bin"
 head -c 100 <&8 >"$T/part1"
 
-MNT=$T/mnt
 # shellcheck disable=SC1091
 . "$T/runbook.sh"
 [ -n "${pid:-}" ] && kill -0 "$pid" || fail "the page's pid= line found no daemon: '${pid:-}'"

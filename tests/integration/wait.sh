@@ -20,8 +20,6 @@ PY=${DCR_PYTHON:-/usr/bin/python3}
 export DCRFS_LIBDCR=$LIBDCR PYTHONPATH=$DCR_SRCDIR/python
 py_sanitized "$LIBDCR"
 
-STORE=$T/store
-MNT=$T/mnt
 tree() { # tree V: files a and b holding "vV"
 	mkdir -p "$T/t$1"
 	printf 'v%s' "$1" >"$T/t$1/a"
@@ -57,7 +55,6 @@ import dcrfs
 
 mnt, store, commit, T = sys.argv[1:]
 
-
 def do_commit(v):
     d = os.path.join(T, "t%d" % v)
     os.makedirs(d, exist_ok=True)
@@ -67,7 +64,6 @@ def do_commit(v):
     out = subprocess.run([commit, "--store", store, "--cache-dir", os.path.join(T, "commit-cache"),
                           "--quiet", d], check=True, stdout=subprocess.PIPE).stdout
     assert int(out) == v, (out, v)
-
 
 lf = os.path.join(mnt, ".dcrfs", "latest")
 fd = os.open(lf, os.O_RDONLY)

@@ -37,8 +37,6 @@ PY=${DCR_PYTHON:-/usr/bin/python3}
 	skip "getfattr/setfattr missing (apt-get install attr)"
 XP=("$PY" "$DCR_SRCDIR/tests/integration/xattr_prov.py")
 
-STORE=$T/store
-MNT=$T/mnt
 MiB=$((1024 * 1024))
 # What the reader shows as the signer of an unsigned version.
 SIGNER=unsigned
