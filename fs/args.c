@@ -54,6 +54,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("poll=%s", poll, 0),
 	OPT("relist=%s", relist, 0),
 	OPT("prefetch=%s", prefetch, 0),
+	OPT("delta_ahead=%s", delta_ahead, 0),
 	OPT("trust=%s", trust, 0),
 	OPT("passthrough=%s", passthrough, 0),
 	OPT("latest_wait=%s", latest_wait, 0),
@@ -158,6 +159,10 @@ void dcrfs_usage(FILE *f)
 "                           every older one) in the background so it is\n"
 "                           cached before latest moves to it (default\n"
 "                           latest)\n"
+"    -o delta_ahead=auto|on|off  build a new version's delta views when\n"
+"                           its prefetch ends, from the changes it saw\n"
+"                           (auto, the default: once this mount served a\n"
+"                           view; off: each at its first read)\n"
 "    -o trust=FILE          show only versions signed by a public key in\n"
 "                           FILE (dcrfs-ctl keygen's KEYFILE.pub; several\n"
 "                           keys: rotation); latest never goes back\n"
@@ -471,6 +476,10 @@ static const struct dcrfs_opt_word prefetch_words[] = {
 	{ "latest", DCRFS_PREFETCH_LATEST }, { "all", DCRFS_PREFETCH_ALL },
 	{ "none", DCRFS_PREFETCH_NONE }, { NULL, 0 },
 };
+static const struct dcrfs_opt_word delta_ahead_words[] = {
+	{ "auto", DCRFS_DELTA_AHEAD_AUTO }, { "on", DCRFS_DELTA_AHEAD_ON },
+	{ "off", DCRFS_DELTA_AHEAD_OFF }, { NULL, 0 },
+};
 static const struct dcrfs_opt_word passthrough_words[] = {
 	{ "off", DCRFS_PT_OFF }, { "auto", DCRFS_PT_AUTO }, { NULL, 0 },
 };
@@ -498,6 +507,9 @@ static const struct dcrfs_opt opt_table[] = {
 	{ "prefetch", GIVEN(prefetch), .words = prefetch_words,
 	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_PREFETCH_LATEST,
 	  TO_FS(bg.prefetch), .hint = "none, latest or all" },
+	{ "delta_ahead", GIVEN(delta_ahead), .words = delta_ahead_words,
+	  .flags = DCRFS_OPT_DEFAULT, .def = DCRFS_DELTA_AHEAD_AUTO,
+	  TO_FS(dv.ahead), .hint = "auto, on or off" },
 	{ "latest_wait", GIVEN(latest_wait), dcr_parse_ms,
 	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_DEFAULT,
 	  .def = LATEST_WAIT_DEFAULT * 1000, TO_FS(ver.latest_wait_ms),
@@ -602,7 +614,8 @@ int dcrfs_args_fuse(struct fuse_args *args, const struct dcrfs_args *o,
 void dcrfs_args_free(struct dcrfs_args *o)
 {
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
-			  &o->prefetch, &o->trust, &o->passthrough, &o->latest_wait,
+			  &o->prefetch, &o->delta_ahead, &o->trust, &o->passthrough,
+			  &o->latest_wait,
 			  &o->scrub, &o->scrub_rate,
 			  &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,

@@ -49,6 +49,7 @@ struct dcrfs_args {
 	char *poll;
 	char *relist;
 	char *prefetch;
+	char *delta_ahead;
 	char *trust;
 	char *passthrough;
 	char *latest_wait;

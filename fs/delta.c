@@ -186,6 +186,7 @@ void dcrfs_delta_counts(struct dcrfs *fs, struct dcrfs_delta_counts *c)
 	pthread_mutex_unlock(&d->lock);
 	if (rec)
 		dcr_dvrec_stats(rec, &c->rec);
+	c->ahead = dcr_dvrec_active(rec);
 }
 
 /* The node of the key, made (a new slot) if new. 0 or -errno. */
@@ -876,6 +877,22 @@ int dcrfs_delta_list(struct dcrfs *fs, fuse_ino_t ino, off_t off,
 
 /* ---------------------------------------------------------- files */
 
+/*
+ * -o delta_ahead=auto: a view is used on this mount, so the views of the
+ * versions that come next are built when their prefetch ends, from the
+ * changes it keeps from now on (read/dvrec.h). Said once.
+ */
+static void delta_in_use(struct dcrfs *fs)
+{
+	struct dcr_dvrec *rec = dcr_reader_dvrec(fs->r);
+
+	if (fs->dv.ahead == DCRFS_DELTA_AHEAD_AUTO && rec &&
+	    !dcr_dvrec_active(rec) && !dcr_dvrec_set_active(rec, true))
+		dcr_info("delta views are in use on this mount: each new "
+			 "version's views are built when its prefetch ends, "
+			 "from the next version on (delta_ahead=auto)");
+}
+
 int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 {
 	struct dcrfs_delta *d = fs->dv.tab;
@@ -892,6 +909,7 @@ int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 		return ret;
 	if (S_ISDIR(st.st_mode))
 		return -EISDIR;
+	delta_in_use(fs);
 	pthread_mutex_lock(&nd->build_lock);
 	/* While the node is open, a new open follows the file and mode of
 	 * the first (the kernel's rule; a file a failed check dropped is

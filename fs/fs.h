@@ -326,10 +326,19 @@ struct dcrfs_scr {
  * lock; its slots make the inode numbers below /delta, which depend on
  * this mount's memory), the cache directory for their files and their
  * budget, set before dcrfs_init_state and read-only afterwards. */
+/** -o delta_ahead: when the views of a new version are built ahead of
+ * their first read, from the changes its prefetch saw (read/dvrec.h). */
+enum dcrfs_delta_ahead {
+	DCRFS_DELTA_AHEAD_AUTO, /* once this mount served a view (default) */
+	DCRFS_DELTA_AHEAD_ON,   /* always */
+	DCRFS_DELTA_AHEAD_OFF,  /* never: each view is built at its first read */
+};
+
 struct dcrfs_dv {
 	struct dcrfs_delta *tab;
 	const char *tmpdir;
 	uint64_t budget;
+	enum dcrfs_delta_ahead ahead;
 };
 
 /** The opens of /.dcrfs/latest and their poll handles (latestfile.c):
@@ -611,6 +620,7 @@ struct dcrfs_delta_counts {
 	/* opens of view files through passthrough and not; READs served */
 	uint64_t pt_opens, normal_opens, reads;
 	struct dcr_dvrec_stats rec;   /* the records (zero when not kept) */
+	bool ahead;                   /* views built ahead now (delta_ahead) */
 };
 
 /** dcrfs_delta_counts - what /delta did since the mount, into @c.

@@ -703,7 +703,9 @@ int main(int argc, char *argv[])
 	/* The changes of the chunks the mount builds, from which /delta's
 	 * views of consecutive versions are assembled (read/dvrec.h): in
 	 * memory, within the views' budget and a sixteenth of the
-	 * machine's memory. */
+	 * machine's memory; none with -o delta_ahead=off, and with auto
+	 * (the default) only once a view is used: keeping them costs a
+	 * prefetch about as much CPU as building the chunks. */
 	{
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 		uint64_t rb = fs.dv.budget;
@@ -711,14 +713,13 @@ int main(int argc, char *argv[])
 		if (pages > 0 && psz > 0)
 			rb = DCR_MIN(rb, (uint64_t)pages * (uint64_t)psz / 16);
 		ret = 0;
-#ifdef DCR_TEST_HOOKS
-		/* Test hook (HACKING): DCRFS_TEST_DVREC_OFF=1 keeps no
-		 * records, so every view is built by comparison. */
-		if (getenv("DCRFS_TEST_DVREC_OFF"))
+		if (fs.dv.ahead == DCRFS_DELTA_AHEAD_OFF)
 			rb = 0;
-#endif
 		if (rb)
 			ret = dcr_reader_dvrec_enable(fs.r, rb);
+		/* auto: kept from the first open of a view (fs/delta.c) */
+		if (rb && ret == 0 && fs.dv.ahead == DCRFS_DELTA_AHEAD_AUTO)
+			dcr_dvrec_set_active(dcr_reader_dvrec(fs.r), false);
 		if (ret < 0) {
 			dcr_err("cannot keep the delta view's records: %s",
 				dcr_strerror(ret));

@@ -43,6 +43,12 @@ static const char *prefetch_name(enum dcrfs_prefetch p)
 	       p == DCRFS_PREFETCH_LATEST ? "latest" : "none";
 }
 
+static const char *delta_ahead_name(enum dcrfs_delta_ahead a)
+{
+	return a == DCRFS_DELTA_AHEAD_ON ? "on" :
+	       a == DCRFS_DELTA_AHEAD_OFF ? "off" : "auto";
+}
+
 /* Everything reported, gathered once per rendering. */
 struct snap {
 	struct dcr_reader_stats rs;
@@ -175,11 +181,13 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		PRIu64 ", \"tensor_bytes_skipped\": %" PRIu64 ", \"records\": "
 		"{\"chunks\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"kept\": %"
 		PRIu64 ", \"refused\": %" PRIu64 "}, \"opens\": {\"passthrough\": %"
-		PRIu64 ", \"normal\": %" PRIu64 "}, \"reads\": %" PRIu64 "}",
+		PRIu64 ", \"normal\": %" PRIu64 "}, \"reads\": %" PRIu64
+		", \"ahead\": \"%s\", \"ahead_now\": %s}",
 		s->dv.built, s->dv.built_bytes,
 		s->dv.cached_bytes, s->dv.ready, s->dv.compared, s->dv.recorded,
 		s->dv.skipped, s->dv.rec.chunks, s->dv.rec.bytes, s->dv.rec.kept,
-		s->dv.rec.refused, s->dv.pt_opens, s->dv.normal_opens, s->dv.reads);
+		s->dv.rec.refused, s->dv.pt_opens, s->dv.normal_opens, s->dv.reads,
+		delta_ahead_name(fs->dv.ahead), s->dv.ahead ? "true" : "false");
 	if (s->mirrors.n) {
 		fputs(",\n \"sources\": [", f);
 		for (size_t i = 0; i < s->mirrors.n; i++) {

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,7 @@ struct dvver {
 };
 
 struct dcr_dvrec {
+	atomic_bool active;          /* dcr_dvrec_set_active */
 	pthread_mutex_t lock;
 	uint64_t budget, bytes, chunks, kept, refused;
 	/* Records no longer used, whose memory the next ones reuse (pages
@@ -60,7 +62,18 @@ struct dcr_dvrec *dcr_dvrec_new(uint64_t budget)
 		return NULL;
 	}
 	d->budget = budget;
+	atomic_init(&d->active, true);
 	return d;
+}
+
+bool dcr_dvrec_active(const struct dcr_dvrec *d)
+{
+	return d && atomic_load_explicit(&d->active, memory_order_relaxed);
+}
+
+bool dcr_dvrec_set_active(struct dcr_dvrec *d, bool on)
+{
+	return atomic_exchange(&d->active, on);
 }
 
 /* Keep unused @r for reuse, or free it (under lock). */

@@ -23,8 +23,12 @@
  *   by comparison), and no local byte needs checking.
  * - Records are immutable once kept; a reader holds one by reference
  *   (dcr_dvrec_get / dcr_dvrec_put_ref), so a drop never frees one in use.
+ * - Keeping can be switched on and off (dcr_dvrec_set_active): a
+ *   reader asks dcr_dvrec_active before it lists a chunk's changes, so a
+ *   mount none of whose readers use delta views pays nothing for them
+ *   (fs/delta.c, -o delta_ahead=auto). A new store keeps.
  * - Thread-safe. Lock: one mutex, a leaf (nothing is called while it is
- *   held).
+ *   held); the switch is an atomic, read without it.
  */
 #ifndef DCR_DVREC_H
 #define DCR_DVREC_H
@@ -74,6 +78,14 @@ struct dcr_dvrec *dcr_dvrec_new(uint64_t budget);
 
 /** Free @d and its records (none may be held); NULL accepted. */
 void dcr_dvrec_free(struct dcr_dvrec *d);
+
+/** Whether @d keeps records now (a relaxed atomic: a chunk being built
+ * when it changes may or may not get one). NULL: false. */
+bool dcr_dvrec_active(const struct dcr_dvrec *d);
+
+/** Keep records from now on (@on) or not; returns whether @d kept them
+ * before. Records already kept stay. Thread-safe. */
+bool dcr_dvrec_set_active(struct dcr_dvrec *d, bool on);
 
 /** Whether a file at @path gets records (a *.safetensors name). */
 bool dcr_dvrec_wants(const char *path);

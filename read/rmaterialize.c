@@ -326,12 +326,12 @@ static bool chain_has_check(const struct dcr_reader *r,
  * The delta view's by-product (read/dvrec.h): whether the chunk at @w,
  * built by @ch, is made by its own version's delta frame from the same
  * chunk of its parent, in a file the view covers; then its changes are
- * worth listing.
+ * worth listing (while records are kept at all: dcr_dvrec_active).
  */
 static bool want_rec(const struct dcr_reader *r, const struct where *w,
 		     const struct chain *ch)
 {
-	return r->dvrec && ch->n && ch->s[0].rv == w->rv &&
+	return dcr_dvrec_active(r->dvrec) && ch->n && ch->s[0].rv == w->rv &&
 	       ch->s[0].ref.kind == DCR_CK_DELTA &&
 	       dcr_dvrec_wants(w->rv->m.files[w->file].path);
 }

@@ -39,8 +39,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 L = d["layouts"][0]
 assert L["shards"] == 2 and L["sha256_cpu_s"] > 0, L
-assert set(L["stages"]) == {"prefetch", "prefetch_warm", "delta_first_read", "cold_read",
-                            "delta_view", "verify_deep"}, L["stages"]
+assert set(L["stages"]) == {"prefetch", "prefetch_warm", "prefetch_warm_views",
+                            "delta_first_read", "cold_read", "delta_view",
+                            "verify_deep"}, L["stages"]
 for k, s in L["stages"].items():
     if k == "delta_first_read":  # a ready view: its read may take under a tick
         assert s["cpu_s"] >= 0 and s["files"] == 2 and 0 <= s["ready"] <= 2, (k, s)
@@ -49,8 +50,10 @@ for k, s in L["stages"].items():
         continue
     assert s["cpu_s"] > 0 and 0 < s["busiest"] <= 1 and s["threads_2pct"] >= 1, (k, s)
 assert L["stages"]["prefetch"]["threads_reported"] == 4, L["stages"]["prefetch"]
-assert L["stages"]["prefetch_warm"]["sha_ratio"] > 0, L["stages"]["prefetch_warm"]' \
+assert L["stages"]["prefetch_warm"]["sha_ratio"] > 0, L["stages"]["prefetch_warm"]
+assert L["stages"]["prefetch_warm_views"]["views_ready"] == 2, L["stages"]["prefetch_warm_views"]' \
 	"$out/bench-scale.json" || fail "bad $out/bench-scale.json"
 grep -qF '| prefetch |' "$out/bench-scale.md" || fail "no prefetch row in bench-scale.md"
 grep -qF 'prefetch on warm memory' "$out/bench-scale.md" || fail "no warm prefetch line in bench-scale.md"
+grep -qF 'delta views ahead' "$out/bench-scale.md" || fail "no views-ahead line in bench-scale.md"
 log "bench smoke ok: $(grep -c '^|' "$md") table rows, bench-delta $(grep -c '^|' "$out/bench-delta.md") rows"

@@ -172,7 +172,7 @@ grep -E 'ERROR|error' "$MOUNT_LOG" && fail "errors logged"
 # passthrough (the kernel reads the file) the open checks the whole
 # file; without, each read checks its blocks.
 for pt in auto off; do
-mount_dcrfs "$STORE" "$MNT" "poll=0,cache_dir=$T/cache3$pt,passthrough=$pt"
+mount_dcrfs "$STORE" "$MNT" "poll=0,cache_dir=$T/cache3$pt,passthrough=$pt,delta_ahead=on"
 ref=$T/view.v2_model.safetensors
 sz=$(stat -c %s "$MNT/delta/v2/model.safetensors") # built, not read
 "$PY" - "$MOUNT_PID" "$T/cache3" "$sz" <<'EOF2' || fail "no view file among the daemon's descriptors"

@@ -13,7 +13,8 @@
 # changed chunks have no record (fresh bytes: full frames), which waits
 # for its first read; a rollback span, an anchor
 # (full frames) and a version re-encoded by compaction fall back to the
-# comparison, with the same bytes.
+# comparison, with the same bytes. delta_ahead=auto (the default) keeps
+# records only once a view was opened, off never.
 . "$(dirname "$0")/lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS" "$DCRFS_CTL"
@@ -137,7 +138,7 @@ done
 # A mount that prefetches v3: its chunks are built from v2's by v3's
 # frames, whose changes are kept; the views are ready when it is done.
 M=$T/m
-mount_dcrfs "$S" "$M" "cache_dir=$T/c1,poll=0.2,prefetch=latest"
+mount_dcrfs "$S" "$M" "cache_dir=$T/c1,poll=0.2,prefetch=latest,delta_ahead=on"
 wait_latest "$M" 3
 check "$M" 2 3
 status "$M"
@@ -194,23 +195,18 @@ assert d["tensor_bytes_recorded"] == e["tensor_bytes_recorded"], (d, e)
 assert d["tensor_bytes_compared"] > e["tensor_bytes_compared"], (d, e)' "$T/st5a.json"
 umount_dcrfs "$M" || fail "dcrfs exited with an error"
 
-# The comparison's bytes: a mount that keeps no records (a test hook; a
-# new cache) builds delta/v4 by reading both versions.
-if [ "${DCR_TEST_HOOKS:-no}" = yes ]; then
-	DCRFS_TEST_DVREC_OFF=1 mount_dcrfs "$S" "$M" "cache_dir=$T/c2,poll=0,prefetch=none"
-	for f in $FILES; do
-		cmp -s "$M/delta/v4/$f" "$T/rec.$f" ||
-			fail "delta/v4/$f: records and comparison differ"
-	done
-	status "$M"
-	py "$T/st.json" 'd = d["delta"]
-assert d["tensor_bytes_recorded"] == 0 and d["tensor_bytes_compared"] > 0, d'
-	umount_dcrfs "$M" || fail "dcrfs exited with an error"
-elif [ "${CI:-}" = true ]; then
-	fail "built without --enable-test-hooks: DCRFS_TEST_DVREC_OFF is missing"
-else
-	log "built without test hooks: the comparison mount is left out"
-fi
+# The comparison's bytes: a mount that keeps no records (delta_ahead=off;
+# a new cache) builds delta/v4 by reading both versions.
+mount_dcrfs "$S" "$M" "cache_dir=$T/c2,poll=0,prefetch=none,delta_ahead=off"
+for f in $FILES; do
+	cmp -s "$M/delta/v4/$f" "$T/rec.$f" ||
+		fail "delta/v4/$f: records and comparison differ"
+done
+status "$M"
+py "$T/st.json" 'd = d["delta"]
+assert d["tensor_bytes_recorded"] == 0 and d["tensor_bytes_compared"] > 0, d
+assert d["ahead"] == "off" and not d["ahead_now"], d'
+umount_dcrfs "$M" || fail "dcrfs exited with an error"
 
 # Compaction re-encodes the chain (skip-deltas): v7, built on v6, is
 # rebased on v5 (the anchor), so a new mount prefetching v7 keeps
@@ -226,7 +222,7 @@ t "$DCRFS_CTL" --store "$S" compact --max-depth 2 >"$T/compact.out" 2>&1 ||
 	fail "compact: $(cat "$T/compact.out")"
 grep -q "rewrote version 7: built on version 6, now on version 5" "$T/compact.out" ||
 	fail "compact: $(cat "$T/compact.out")"
-mount_dcrfs "$S" "$M" "cache_dir=$T/c3,poll=0.2,prefetch=latest"
+mount_dcrfs "$S" "$M" "cache_dir=$T/c3,poll=0.2,prefetch=latest,delta_ahead=on"
 wait_latest "$M" 7
 check "$M" 5 7
 status "$M"
@@ -245,5 +241,36 @@ for f in $FILES; do
 done
 t ls "$M/delta" >"$T/ls" || fail "cannot list delta/"
 grep -qx v7 "$T/ls" || fail "delta/ does not list v7: $(cat "$T/ls")"
+umount_dcrfs "$M" || fail "dcrfs exited with an error"
+
+# delta_ahead=auto (the default): a mount none of whose readers opened a
+# view keeps no records, so its prefetch of v7 pays nothing for views;
+# the first open of a view (built by comparison) switches them on, said
+# once, and the views of v8, committed then, are ready when latest moves.
+mount_dcrfs "$S" "$M" "cache_dir=$T/c4,poll=0.2,prefetch=latest"
+wait_latest "$M" 7
+status "$M"
+py "$T/st.json" 'd = d["delta"]
+assert d["ahead"] == "auto" and not d["ahead_now"], d
+assert d["records"]["kept"] == 0 and d["views_ready"] == 0, d'
+check "$M" 6 7
+status "$M"
+cp "$T/st.json" "$T/st7a.json"
+py "$T/st7a.json" 'd = d["delta"]
+assert d["ahead_now"] and d["tensor_bytes_recorded"] == 0, d'
+gen 8
+[ "$(commit "$S" "$T/s8" --chunk-size "$CS" --allow-nonfinite)" = 8 ] || fail "s8 is not v8"
+wait_latest "$M" 8
+status "$M"
+cp "$T/st.json" "$T/st8a.json"
+py "$T/st8a.json" 'd = d["delta"]; import json
+e = json.load(open(sys.argv[2]))["delta"]
+assert d["records"]["kept"] > 0 and d["views_ready"] >= 6, d
+rec = d["tensor_bytes_recorded"] - e["tensor_bytes_recorded"]
+cmp = d["tensor_bytes_compared"] - e["tensor_bytes_compared"]
+assert rec > 4 * cmp, (d, e)' "$T/st7a.json"
+check "$M" 7 8
+n=$(grep -c "delta views are in use on this mount" "$MOUNT_LOG" || true)
+[ "$n" = 1 ] || fail "the switch to views ahead was said $n times: $(cat "$MOUNT_LOG")"
 umount_dcrfs "$M" || fail "dcrfs exited with an error"
 exit 0
