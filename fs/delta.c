@@ -64,6 +64,7 @@
 #include "common.h"
 #include "dview.h"
 #include "fs.h"
+#include "handover.h"
 
 /* A built view: its bytes in an unlinked file. */
 struct dview_file {
@@ -254,6 +255,9 @@ static int node_get(struct dcrfs *fs, uint64_t from, uint32_t ftree,
 	d->sorted[lo] = nd;
 	d->n++;
 	*out = nd;
+	pthread_mutex_unlock(&d->lock);
+	dcrfs_ho_hold_update(fs); /* a restart must know the new slot */
+	return 0;
 out:
 	pthread_mutex_unlock(&d->lock);
 	return ret;
