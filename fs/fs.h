@@ -465,6 +465,28 @@ ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out);
  */
 int dcrfs_backing_adopt(struct dcrfs *fs, const struct dcrfs_backing_rec *rec);
 
+/* -------------------------- handles of open state in memory (handles.c) */
+
+/**
+ * dcrfs_fh_put - a handle (fi->fh) for @p, the state of one open of a
+ * file of /.dcrfs or /delta: a slot with this process's generation,
+ * never a pointer, so that a daemon restarted after a crash knows the
+ * dead one's handles for strangers (handles.c). 0: out of memory.
+ */
+uint64_t dcrfs_fh_put(void *p);
+
+/** dcrfs_fh_get - the state of handle @fh, or NULL: not this process's
+ * (an open from before a restart). Thread-safe. */
+void *dcrfs_fh_get(uint64_t fh);
+
+/** dcrfs_fh_take - as dcrfs_fh_get, and @fh is free again (its
+ * release). Thread-safe. */
+void *dcrfs_fh_take(uint64_t fh);
+
+/** dcrfs_fh_stranger - say, once per process, that a handle of @what
+ * was a stranger's (answered EIO). */
+void dcrfs_fh_stranger(const char *what);
+
 /* ------------------------------------------------- the scrub (scrub.c) */
 
 /** The scrub's settings and what it found since the mount. */
@@ -643,8 +665,13 @@ void dcrfs_latestfile_read(fuse_req_t req, struct dcrfs *fs, size_t size,
 			   off_t off, struct fuse_file_info *fi);
 
 /** dcrfs_latestfile_release - free what dcrfs_latestfile_open made (a
- * pending poll handle too). Does not reply. Thread-safe. */
-void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi);
+ * pending poll handle too): @o, or (NULL) the state of @fi's handle; a
+ * handle of a daemon before a restart has none here. Does not reply.
+ * Thread-safe. Reads and polls of such a handle are served as a new
+ * open's: the number now; a poll says readable at once. */
+struct dcrfs_latest_open;
+void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi,
+			      struct dcrfs_latest_open *o);
 
 /**
  * dcrfs_ll_poll - FUSE poll. An open of /.dcrfs/latest is readable

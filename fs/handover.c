@@ -88,6 +88,7 @@ _Static_assert(sizeof(struct ho_init_out) == 64, "fuse_init_out");
  * <linux/fuse.h> predates it, so it is spelled out here.
  */
 #define HO_NOTIFY_RESEND 7
+#define HO_UNIQUE_RESEND (UINT64_C(1) << 63)
 
 /* ---------------------------------------------------------- the protocol */
 
@@ -154,6 +155,8 @@ static struct ho_init_out g_replay_rep;
 
 /* opens of files whose handles are pointers (not handed over) */
 static atomic_long g_ptr_opens;
+/* requests the kernel sent again after a restart (FUSE_UNIQUE_RESEND) */
+static atomic_long g_resent;
 
 /* the link to this mount's holder (-1: none), and what guards its
  * messages (they go whole, in the order the tables changed) */
@@ -224,9 +227,19 @@ void dcrfs_ho_note_request(const void *buf, size_t n)
 		memcpy(g_init_req, buf, g_init_req_len);
 		atomic_store(&g_init_unique, in->unique);
 		atomic_store(&g_have_req, 1);
-	} else if (in->opcode == HO_OP_RELEASE && ptr_kind(in->nodeid)) {
-		atomic_fetch_sub(&g_ptr_opens, 1);
+	} else if (in->opcode == HO_OP_RELEASE && ptr_kind(in->nodeid) &&
+		   n >= sizeof(*in) + sizeof(uint64_t)) {
+		uint64_t fh; /* fuse_release_in starts with it */
+
+		memcpy(&fh, (const char *)buf + sizeof(*in), sizeof(fh));
+		if (dcrfs_fh_get(fh)) /* not an open from before a restart */
+			atomic_fetch_sub(&g_ptr_opens, 1);
 	}
+	if ((in->unique & HO_UNIQUE_RESEND) &&
+	    atomic_fetch_add(&g_resent, 1) == 0)
+		dcr_info("restart: serving the requests the dead daemon had "
+			 "read, sent again (the first: opcode %u, inode %#"
+			 PRIx64 ")", in->opcode, in->nodeid);
 }
 
 static void copy_init_out(struct ho_init_out *dst, const struct iovec *iov,
@@ -819,29 +832,27 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
 	uint32_t type;
 	char *msg = NULL;
 	size_t len;
-	int ret, sock = connect_to(path, NULL), from_holder = 0;
+	int ret, sock = connect_to(path, NULL), from_holder = 0, h = 0;
 
 	*out = NULL;
 	if ((sock == -ECONNREFUSED || sock == -ENOENT) && hold_path) {
 		/* no daemon listens: it died; a holder may keep the mount */
-		int h = connect_to(hold_path, NULL);
-
+		h = connect_to(hold_path, NULL);
 		if (h >= 0) {
 			sock = h;
 			from_holder = 1;
-		} else if (h != -ENOENT && h != -ECONNREFUSED) {
-			sock = h;
 		}
 	}
 	if (sock < 0) {
 		fprintf(stderr, "dcrfs: takeover: no dcrfs to take over from "
-			"and no holder of the mount (%s: %s); is the mount "
-			"served by a dcrfs with this cache directory? A mount "
-			"whose dcrfs died with no holder (-o restart_wait=0, "
-			"or its wait ran out) is lost: unmount it "
-			"(fusermount3 -u) and mount again\n", path,
-			strerror(-sock));
-		return sock;
+			"and no holder of the mount (%s: %s; %s: %s); is the "
+			"mount served by a dcrfs with this cache directory? A "
+			"mount whose dcrfs died with no holder (-o "
+			"restart_wait=0, or its wait ran out) is lost: unmount "
+			"it (fusermount3 -u) and mount again\n", path,
+			strerror(-sock), hold_path ? hold_path : "no holder",
+			h < 0 ? strerror(-h) : "not asked");
+		return h < 0 && h != -ENOENT && h != -ECONNREFUSED ? h : sock;
 	}
 	ret = send_msg(sock, HO_HELLO, fixed, strlen(fixed), NULL, 0, -1);
 	if (ret == 0)
@@ -1266,9 +1277,24 @@ static void dcrfs_hold_syslog_sink(enum dcr_log_level lvl, const char *msg)
 	syslog(prio[lvl <= DCR_LOG_DEBUG ? lvl : DCR_LOG_DEBUG], "%s", msg);
 }
 
+/* The socket file this holder made (its inode): unlinked at exit only
+ * while it is still ours, not a newer holder's. */
+static dev_t g_hold_dev;
+static ino_t g_hold_ino;
+
+static void hold_unlink(const char *path)
+{
+	struct stat sb;
+
+	if (stat(path, &sb) == 0 && sb.st_dev == g_hold_dev &&
+	    sb.st_ino == g_hold_ino)
+		unlink(path);
+}
+
 /* Listen on @path (made afresh): the socket, or -errno. */
 static int hold_listen(const char *path)
 {
+	struct stat sb;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	int l;
 
@@ -1280,12 +1306,14 @@ static int hold_listen(const char *path)
 		return -errno;
 	unlink(path);
 	if (bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    chmod(path, 0600) < 0 || listen(l, 4) < 0) {
+	    chmod(path, 0600) < 0 || stat(path, &sb) < 0 || listen(l, 4) < 0) {
 		int ret = -errno;
 
 		close(l);
 		return ret;
 	}
+	g_hold_dev = sb.st_dev;
+	g_hold_ino = sb.st_ino;
 	return l;
 }
 
@@ -1338,7 +1366,7 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 	char *fixed = NULL, *st = NULL;
 	size_t stlen = 0;
 	unsigned int wait_ms;
-	int link = DCRFS_HOLD_LINK_FD, lsock = -1, restarts = 0;
+	int link = DCRFS_HOLD_LINK_FD, lsock, restarts = 0;
 	int64_t deadline = 0;
 
 	if (argc != 6)
@@ -1362,6 +1390,12 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 	signal(SIGINT, SIG_IGN); /* the daemon's terminal's: not ours */
 	signal(SIGHUP, SIG_IGN);
 	setsid();
+	/* Listening from the start, accepting only once the daemon is gone:
+	 * a restart that comes before we saw its end waits in the backlog. */
+	lsock = hold_listen(path);
+	if (lsock < 0)
+		dcr_err("cannot listen on %s (%s): if the dcrfs of %s dies, the "
+			"mount is lost", path, strerror(-lsock), mnt);
 	for (;;) {
 		struct pollfd p[2] = {
 			{ .fd = DCRFS_HOLD_FUSE_FD, .events = 0 },
@@ -1383,7 +1417,7 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 		if (r < 0)
 			break;
 		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
-			dcr_debug("the connection of %s is gone", mnt);
+			dcr_info("the connection of %s is gone (unmounted): exiting", mnt);
 			break; /* unmounted or aborted: nothing to hold */
 		}
 		if (link >= 0 && p[1].revents) {
@@ -1395,6 +1429,7 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 
 			if (ret == 0 && type == HO_RETIRE) {
 				free(msg);
+				dcr_debug("retired: exiting");
 				break;
 			}
 			if (ret == 0 && type == HO_HELLO && !fixed) {
@@ -1420,12 +1455,11 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 					"(fusermount3 -u %s)", mnt, mnt);
 				break;
 			}
-			lsock = hold_listen(path);
 			if (lsock < 0) {
 				dcr_err("the dcrfs of %s died and the holder "
-					"cannot listen on %s (%s): the mount is "
+					"does not listen on %s: the mount is "
 					"lost (fusermount3 -u %s)", mnt, path,
-					strerror(-lsock), mnt);
+					mnt);
 				break;
 			}
 			deadline = dcr_mono_ns() + (int64_t)wait_ms * 1000000;
@@ -1435,15 +1469,12 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 				 wait_ms / 1000);
 			continue;
 		}
-		if (lsock >= 0 && p[1].revents) {
+		if (link < 0 && lsock >= 0 && p[1].revents) {
 			int c = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
 
 			if (c < 0 || !hold_give(c, fixed, st, stlen))
 				continue;
 			link = c;
-			close(lsock);
-			lsock = -1;
-			unlink(path);
 			deadline = 0;
 			restarts++;
 			dcr_info("gave %s to a restarted dcrfs (restart %d)",
@@ -1452,7 +1483,7 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 	}
 	if (lsock >= 0) {
 		close(lsock);
-		unlink(path);
+		hold_unlink(path); /* a new holder's may have replaced it */
 	}
 	free(fixed);
 	free(st);
@@ -1464,4 +1495,9 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 int dcrfs_ho_restart(const struct dcrfs_ho_state *s)
 {
 	return s && s->from_holder;
+}
+
+long dcrfs_ho_resent(void)
+{
+	return atomic_load(&g_resent);
 }

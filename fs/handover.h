@@ -116,6 +116,10 @@ struct dcrfs_ho_state;
 int dcrfs_ho_connect(const char *path, const char *hold_path,
 		     const char *fixed, struct dcrfs_ho_state **out);
 
+/** dcrfs_ho_resent - how many requests the kernel sent again (a dead
+ * daemon had read them) since this daemon started. */
+long dcrfs_ho_resent(void);
+
 /** dcrfs_ho_restart - whether @s comes from a holder (the daemon died). */
 int dcrfs_ho_restart(const struct dcrfs_ho_state *s);
 

@@ -257,11 +257,28 @@ static void delta_lookup(fuse_req_t req, struct dcrfs *fs, fuse_ino_t parent,
 	fs_reply_entry(req, &st, ttl, 0);
 }
 
+/*
+ * Test hook (HACKING): DCRFS_TEST_REQ_DELAY_MS=N, each LOOKUP and each
+ * READ of a version file waits N ms first, so that a kill -9 finds
+ * requests in flight (tests/integration/restart.sh).
+ */
+static void test_req_delay(void)
+{
+#ifdef DCR_TEST_HOOKS
+	const char *d = getenv("DCRFS_TEST_REQ_DELAY_MS");
+
+	if (d)
+		usleep((useconds_t)atoi(d) * 1000);
+#endif
+}
+
 static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 			    const char *name)
 {
 	struct dcrfs *fs = fs_of(req);
 	struct dcrfs_node n;
+
+	test_req_delay();
 
 	dcrfs_ino_resolve(parent, &n);
 	switch (n.kind) {
@@ -744,6 +761,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
+	test_req_delay();
 	if (fi->fh & DCRFS_FH_PASSTHROUGH) /* the kernel should serve these */
 		atomic_fetch_add_explicit(&fs->bk.pt.reads_seen, 1,
 					  memory_order_relaxed);
@@ -779,7 +797,7 @@ static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 		fs_ctl_release(fi);
 		break;
 	case DCRFS_K_CTL_LATEST:
-		dcrfs_latestfile_release(fs_of(req), fi);
+		dcrfs_latestfile_release(fs_of(req), fi, NULL);
 		break;
 	case DCRFS_K_DELTA_DIR:
 	case DCRFS_K_DELTA_NODE:

@@ -8,10 +8,13 @@
 #     open and a file mapped (mmap) there; the same on a version whole in
 #     the cache (passthrough: its backing ids adopted from the holder);
 #     lookups of names never seen (each one reaches the daemon);
-#  2. N kill -9 + restarts (RESTARTS, default 10): 0 errors, 0 wrong
-#     bytes; the longest stall a reader saw, and each restart's start-up
+#  2. N kill -9 + restarts (RESTARTS, default 10), each after H
+#     handovers (HANDOVERS_EACH, default 2: 20 in all), which retire the
+#     holder and start a new one: 0 errors, 0 wrong bytes; the longest stall a reader saw, and each restart's start-up
 #     (the new daemon's start to its "took over"), are printed: the
 #     target is a stall <= 1 s + the start-up;
+#     files of /.dcrfs open across a restart: latest is served, a
+#     status snapshot answers EIO (said once), nothing crashes;
 #  3. what cannot be saved is said: no holder (-o restart_wait=0): the
 #     takeover says the mount is lost, and it is (ENOTCONN); a holder
 #     whose wait ran out says so and gives the mount up.
@@ -35,6 +38,10 @@ flip_bytes "$T/tree.2/a.bin" 0.05 a2
 
 # v2 stays "being prefetched" for the whole test (handover.sh)
 export DCRFS_TEST_PREFETCH_DELAY_MS=50
+# and each LOOKUP and READ that reaches a daemon takes 20 ms, so that
+# kills find some in flight, which the kernel must send again
+export DCRFS_TEST_REQ_DELAY_MS=20
+need_test_hooks
 OPTS="cache_dir=$T/cache,prefetch=latest"
 mount_dcrfs "$STORE" "$MNT" "$OPTS"
 OLD=$MOUNT_PID
@@ -65,12 +72,15 @@ try:
             got = want = b""
         elif mode == "reopen":
             with open(path, "rb") as g:
+                os.posix_fadvise(g.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
                 got = g.read()
         elif mode == "held":
+            # the kernel's cached pages dropped: the reads reach dcrfs
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             got = os.pread(f.fileno(), len(want) + 1, 0)
         else:
-            # drop the mapping's pages, so that they are read again
             m.madvise(mmap.MADV_DONTNEED)
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             got = m[:]
         worst = max(worst, time.monotonic() - t0)
         if got != want:
@@ -104,9 +114,38 @@ pt_opens() {
 }
 [ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough before the first kill"
 
-# --- 1, 2. N kill -9 + restarts under the readers
+
+# set_pid PID - the daemon of $MNT is PID now
+set_pid() {
+	for j in "${!_mounts[@]}"; do
+		[ "${_mounts[$j]}" = "$MNT" ] && _mount_pid[j]=$1
+	done
+	OLD=$1
+}
+
+# --- 1, 2. N x (H handovers, kill -9 + restart) under the readers: a
+# handover retires the holder and the new daemon starts its own
+H=${HANDOVERS_EACH:-2}
 : >"$T/startup"
 for ((i = 1; i <= N; i++)); do
+	for ((h = 1; h <= H; h++)); do
+		_nlog=$((_nlog + 1))
+		NEW_LOG=$T/dcrfs.$_nlog.log
+		"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
+		NEW=$!
+		_pids+=("$NEW")
+		_wait_pid "$OLD" 10 || { cat "$NEW_LOG" >&2; fail "handover $i.$h: the old daemon did not exit"; }
+		for ((k = 0; k < 500; k++)); do
+			grep -q 'restart: holder' "$NEW_LOG" && break
+			sleep 0.01
+		done
+		grep -q 'handover: took over' "$NEW_LOG" ||
+			{ cat "$NEW_LOG" >&2; fail "handover $i.$h: not taken over"; }
+		grep -q 'restart: holder' "$NEW_LOG" ||
+			{ cat "$NEW_LOG" >&2; fail "handover $i.$h: no holder"; }
+		set_pid "$NEW"
+		sleep 0.2
+	done
 	kill -KILL "$OLD"
 	wait "$OLD" 2>/dev/null || true
 	_nlog=$((_nlog + 1))
@@ -126,12 +165,12 @@ for ((i = 1; i <= N; i++)); do
 	grep -q 'restart: the kernel sends the requests' "$NEW_LOG" ||
 		{ cat "$NEW_LOG" >&2; fail "restart $i: no resend"; }
 	echo $(((t1 - t0) / 1000000)) >>"$T/startup"
-	for j in "${!_mounts[@]}"; do
-		[ "${_mounts[$j]}" = "$MNT" ] && _mount_pid[j]=$NEW
-	done
-	OLD=$NEW
+	set_pid "$NEW"
 	sleep 0.3
 done
+resent=$(cat "$T"/dcrfs.*.log | grep -c 'restart: serving the requests the dead daemon had read' || true)
+log "restarts in which the kernel sent requests in flight again: $resent of $N"
+[ "$N" -lt 5 ] || [ "$resent" -gt 0 ] || fail "no restart found a request in flight (DCRFS_TEST_REQ_DELAY_MS)"
 sort -n "$T/startup" >"$T/startup.sorted"
 log "restart start-up ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/startup.sorted"), max $(tail -1 "$T/startup.sorted")"
 
@@ -152,10 +191,62 @@ max_start=$(tail -1 "$T/startup.sorted")
 log "longest reader stall across $N kill -9 restarts: $worst ms (target <= 1000 + start-up, max start-up $max_start ms)"
 [ "$worst" -le $((1000 + max_start + 500)) ] ||
 	fail "a reader stalled $worst ms (start-up at most $max_start ms)"
-[ "$(grep -c 'gave .* to a restarted dcrfs' "$FIRST_LOG")" = "$N" ] ||
-	{ cat "$FIRST_LOG" >&2; fail "the holder did not give the mount $N times"; }
+[ "$(cat "$T"/dcrfs.*.log | grep -c 'gave .* to a restarted dcrfs')" = "$N" ] ||
+	fail "the holders did not give the mount $N times"
+[ "$(cat "$T"/dcrfs.*.log | grep -c 'handover: took over')" = $((N * H)) ] ||
+	fail "not $((N * H)) handovers"
 [ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough in the last daemon"
 cmp "$MNT/v2/a.bin" "$T/tree.2/a.bin" || fail "v2/a.bin after the restarts"
+
+# files whose open state was the dead daemon's: /.dcrfs/latest is served
+# as a new open; a status snapshot is gone (EIO), and said; the handles
+# never reach a dead daemon's memory
+cat >"$T/dcrfs_files.py" <<'PY'
+import errno, os, sys, time
+mnt, ready, go, out = sys.argv[1:5]
+st = os.open(mnt + "/.dcrfs/status.json", os.O_RDONLY)
+lt = os.open(mnt + "/.dcrfs/latest", os.O_RDONLY)
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.01)
+msg = "ok"
+try:
+    os.pread(st, 4096, 0)
+    msg = "status.json: read a dead daemon's snapshot"
+except OSError as e:
+    if e.errno != errno.EIO:
+        msg = "status.json: %s" % e
+got = os.pread(lt, 64, 0)
+if msg == "ok" and got != b"2\n":
+    msg = ".dcrfs/latest: %r" % got
+open(out, "w").write(msg + "\n")
+PY
+start_bg python3 "$T/dcrfs_files.py" "$MNT" "$T/files.ready" "$T/files.go" "$T/files.out"
+FPID=$BG_PID
+for ((k = 0; k < 500; k++)); do
+	[ -e "$T/files.ready" ] && break
+	sleep 0.01
+done
+kill -KILL "$OLD"
+wait "$OLD" 2>/dev/null || true
+_nlog=$((_nlog + 1))
+NEW_LOG=$T/dcrfs.$_nlog.log
+"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
+NEW=$!
+_pids+=("$NEW")
+for ((k = 0; k < 500; k++)); do
+	grep -q 'restart: took over' "$NEW_LOG" && break
+	sleep 0.01
+done
+set_pid "$NEW"
+: >"$T/files.go"
+wait "$FPID" || true
+[ "$(cat "$T/files.out")" = ok ] ||
+	fail "reads of /.dcrfs files opened before the restart: $(cat "$T/files.out")"
+grep -q '/.dcrfs status file: a handle this daemon did not give' "$NEW_LOG" ||
+	{ cat "$NEW_LOG" >&2; fail "the stranger's handle was not said"; }
+kill -0 "$NEW" || fail "the restarted daemon died"
+cmp "$MNT/v1/a.bin" "$T/tree.1/a.bin" || fail "v1/a.bin after the last restart"
 umount_dcrfs "$MNT" || fail "unmount after the restarts"
 # the holder goes with the mount
 for ((k = 0; k < 50; k++)); do
