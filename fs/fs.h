@@ -451,8 +451,11 @@ struct dcrfs_backing_rec {
 
 /**
  * dcrfs_backing_export - every entry of the open-files table into a
- * malloc'ed *@out (the caller frees it): the count, or -ENOMEM. Called
- * once the session loop ended (no open is deciding). Thread-safe.
+ * malloc'ed *@out (the caller frees it): the count, or -ENOMEM. A
+ * handover calls it once the session loop ended (no open is deciding);
+ * the holder's copy (fs/handover.h) at each change, while the session
+ * runs: an entry being decided is exported as it stands (its open
+ * counted, no backing id yet). Thread-safe.
  */
 ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out);
 

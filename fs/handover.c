@@ -160,7 +160,7 @@ static atomic_long g_resent;
 
 /* the link to this mount's holder (-1: none), and what guards its
  * messages (they go whole, in the order the tables changed) */
-static int g_hold = -1;
+static atomic_int g_hold = -1;
 static pthread_mutex_t g_hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_hold_said;
 

@@ -34,10 +34,10 @@
  * files whose pages are cached do not stall at all.
  *
  * What cannot be handed over is refused, the old daemon serving on:
- * open files of /.dcrfs and /delta (their handles are pointers into the
- * old daemon's memory), another store, mount point or fixed option, a
- * session io that was not installed. HACKING has the design of item 2
- * (a restart after the daemon died) that builds on this.
+ * open files of /.dcrfs and /delta (their open state lives in the old
+ * daemon's memory; fs/handles.c), another store, mount point or fixed
+ * option, a session io that was not installed. A restart after the
+ * daemon died builds on this (the holder, below; HACKING).
  *
  * One session per process. The hooks (dcrfs_ho_read, _note_*) are called
  * by passthrough.c's session io from any session thread.

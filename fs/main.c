@@ -826,8 +826,10 @@ int main(int argc, char *argv[])
 	}
 	if (ho_path[0])
 		dcrfs_ho_listen(&fs, ho_path, fixed); /* failing: logged */
-	/* A restart keeps the holder that gave it the mount. */
-	if (hold_path[0] && !restarted && o.restart_wait_ms)
+	/* A restart keeps the holder that gave it the mount; a mount on
+	 * /dev/fd/N cannot be restarted (--takeover needs its path). */
+	if (hold_path[0] && !restarted && o.restart_wait_ms &&
+	    strncmp(mountpoint, "/dev/fd/", 8) != 0)
 		dcrfs_ho_hold_start(&fs, hold_path, fixed, o.restart_wait_ms,
 				    log_path ? log_path :
 				    o.foreground ? "" : "syslog");
