@@ -258,11 +258,30 @@ grep -q '/.dcrfs status file: a handle this daemon did not give' "$NEW_LOG" ||
 kill -0 "$NEW" || fail "the restarted daemon died"
 cmp "$MNT/v1/a.bin" "$T/tree.1/a.bin" || fail "v1/a.bin after the last restart"
 umount_dcrfs "$MNT" || fail "unmount after the restarts"
-# the holder goes with the mount
+# hold_gone CACHE - the holder of the mount with that cache directory
+# has exited (its socket is gone), 5 s at most
+hold_gone() {
+	local k
+	for ((k = 0; k < 50; k++)); do
+		ls "$1"/hold-*.sock >/dev/null 2>&1 || return 0
+		sleep 0.1
+	done
+	return 1
+}
+# an unmount retires the holder...
+hold_gone "$T/cache" || fail "the holder outlived the unmount"
+# ...and so does an unmount while no daemon serves (POLLERR)
+mount_dcrfs "$STORE" "$MNT" "$OPTS"
+kill -KILL "$MOUNT_PID"
+_wait_pid "$MOUNT_PID" 10 || fail "dcrfs survived SIGKILL"
 for ((k = 0; k < 50; k++)); do
-	[ -e "$T/cache"/hold-*.sock ] || break
+	grep -q 'holding the mount for a restart' "$MOUNT_LOG" && break
 	sleep 0.1
 done
+t fusermount3 -u "$MNT" || fail "fusermount3 -u a held mount"
+_forget_mount "$MNT"
+hold_gone "$T/cache" || fail "the holder outlived the unmount"
+grep -q 'is gone (unmounted): exiting' "$MOUNT_LOG" || { cat "$MOUNT_LOG" >&2; fail "the holder did not say why it exits"; }
 
 # --- 3. what cannot be saved is said
 M2=$T/mnt2
