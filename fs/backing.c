@@ -184,8 +184,9 @@ void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino)
 	else if (--b->opens == 0)
 		drop(fs, b, true);
 	pthread_mutex_unlock(&fs->bk.lock);
-	if (b)
-		dcrfs_ho_hold_update(fs);
+	/* the holder hears of it after the reply (the caller's
+	 * dcrfs_ho_hold_update): a crash in between leaves its count one
+	 * too high, never too low (fs/handover.h) */
 }
 
 ssize_t dcrfs_backing_snapshot(struct dcrfs *fs, struct dcrfs_backed **out)

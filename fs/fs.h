@@ -420,7 +420,8 @@ static inline uint64_t dcrfs_latest(struct dcrfs *fs)
 int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		       uint32_t tree, uint32_t idx);
 
-/** dcrfs_backing_release - one open of @ino ended. Thread-safe. */
+/** dcrfs_backing_release - one open of @ino ended. Thread-safe. The
+ * caller tells the holder (dcrfs_ho_hold_update) after its reply. */
 void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino);
 
 /** dcrfs_backing_free - forget every entry (unmounted: the kernel has

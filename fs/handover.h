@@ -192,8 +192,9 @@ ssize_t dcrfs_ho_note_reply(const struct iovec *iov, int count);
  * reply, passthrough's state, the open-files table with its backing ids,
  * the tag and /delta slot tables. The daemon sends it the whole state
  * again at each change of those (an open or release of a version file, a
- * new slot), before it answers the kernel; a whole message replaces the
- * last. While the daemon lives, the holder only listens to it. At the
+ * new slot): an open and a slot before it answers the kernel, a release
+ * after (so that a crash leaves the count of opens too high, never too
+ * low); a whole message replaces the last. While the daemon lives, the holder only listens to it. At the
  * end of file of its link (the daemon died) it listens on the "hold"
  * socket for @wait_ms: a daemon started with --takeover that finds no
  * daemon there gets the descriptor and the state (dcrfs_ho_go,
@@ -220,7 +221,8 @@ int dcrfs_ho_hold_start(struct dcrfs *fs, const char *path, const char *fixed,
 
 /** dcrfs_ho_hold_update - send the holder @fs's state again (a table
  * changed); nothing without a holder. Thread-safe; call it with none of
- * @fs's locks held, before the reply that makes the change known. */
+ * @fs's locks held: before the reply for an open or a new slot, after
+ * it for a release. */
 void dcrfs_ho_hold_update(struct dcrfs *fs);
 
 /** dcrfs_ho_hold_main - the holder's program: main(@argc, @argv) of

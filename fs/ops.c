@@ -49,6 +49,7 @@
 #include "fileio.h"
 #include "manifest.h"
 #include "fs.h"
+#include "handover.h"
 #include "node.h"
 
 /* The longest name statfs reports. */
@@ -703,20 +704,24 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	if (ret > 0) {
 		fi->fh |= DCRFS_FH_PASSTHROUGH;
-		if (dcrfs_pt_open_reply(&fs->bk.pt, req, fi, ret) != 0)
+		if (dcrfs_pt_open_reply(&fs->bk.pt, req, fi, ret) != 0) {
 			dcrfs_backing_release(fs, ino); /* no RELEASE comes */
-		else
+			dcrfs_ho_hold_update(fs);
+		} else {
 			atomic_fetch_add_explicit(&fs->bk.pt.opens, 1,
 						  memory_order_relaxed);
+		}
 		return;
 	}
 	/* Immutable: pages survive close and reopen; never direct_io. */
 	fi->keep_cache = 1;
-	if (fuse_reply_open(req, fi) != 0)
+	if (fuse_reply_open(req, fi) != 0) {
 		dcrfs_backing_release(fs, ino);
-	else
+		dcrfs_ho_hold_update(fs);
+	} else {
 		atomic_fetch_add_explicit(&fs->bk.pt.normal_opens, 1,
 					  memory_order_relaxed);
+	}
 }
 
 static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
@@ -803,9 +808,16 @@ static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 	case DCRFS_K_DELTA_NODE:
 		dcrfs_delta_release(fs_of(req), fi->fh);
 		break;
-	default:
-		dcrfs_backing_release(fs_of(req), ino);
-		break;
+	default: {
+		struct dcrfs *fs = fs_of(req); /* @req is gone after its reply */
+
+		dcrfs_backing_release(fs, ino);
+		fuse_reply_err(req, 0);
+		/* after the reply: a crash before it gets the RELEASE sent
+		 * again, to a count the holder has not lowered yet */
+		dcrfs_ho_hold_update(fs);
+		return;
+	}
 	}
 	fuse_reply_err(req, 0);
 }
