@@ -29,6 +29,9 @@
 #define SCRUB_DEFAULT 60
 #define SCRUB_MIN_MS 1000
 #define SCRUB_RATE_DEFAULT ((uint64_t)128 << 20)
+/* -o restart_wait default, seconds: how long the holder keeps a mount
+ * whose daemon died for a restart (fs/handover.h) */
+#define RESTART_WAIT_DEFAULT 60
 #define READAHEAD_DEFAULT ((uint64_t)1 << 20)
 #define READAHEAD_MAX ((uint64_t)1 << 30)
 #define STR_(x) #x
@@ -60,6 +63,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("latest_wait=%s", latest_wait, 0),
 	OPT("scrub=%s", scrub, 0),
 	OPT("scrub_rate=%s", scrub_rate, 0),
+	OPT("restart_wait=%s", restart_wait, 0),
 	OPT("prefetch_pagecache", prefetch_pagecache, 1),
 	OPT("nosplice", no_splice, 1),
 	OPT("nonempty", nonempty, 1),
@@ -143,7 +147,9 @@ void dcrfs_usage(FILE *f)
 "    -d, -o debug           FUSE debug output (implies -f)\n"
 "    -s                     single-threaded session loop\n"
 "    --takeover             take MOUNTPOINT over from the dcrfs serving it,\n"
-"                           without an unmount (an upgrade; see dcrfs(8))\n"
+"                           without an unmount (an upgrade; see dcrfs(8)),\n"
+"                           or from the holder of a mount whose dcrfs died\n"
+"                           (a restart)\n"
 "\n"
 "dcrfs options:\n"
 "    -o cache_dir=DIR       chunk cache and catalog (default /var/cache/dcrfs\n"
@@ -174,6 +180,10 @@ void dcrfs_usage(FILE *f)
 "                           rotted (default %d; 0 = off)\n"
 "    -o scrub_rate=SIZE     bytes a second a scrub reads at most (default\n"
 "                           128M)\n"
+"    -o restart_wait=SECS   if dcrfs dies, a holder keeps the mount this\n"
+"                           long for dcrfs --takeover to restart it,\n"
+"                           readers waiting (default " STR(RESTART_WAIT_DEFAULT) "; 0: none,\n"
+"                           the mount dies with dcrfs)\n"
 "    -o latest_wait=SECS    with prefetch, /latest moves to a new version\n"
 "                           once it is prefetched, or after SECS (default\n"
 "                           %d; 0: at once)\n"
@@ -524,6 +534,10 @@ static const struct dcrfs_opt opt_table[] = {
 	{ "scrub_rate", GIVEN(scrub_rate), dcr_parse_size, .min = 1 << 20,
 	  .flags = DCRFS_OPT_DEFAULT, .def = SCRUB_RATE_DEFAULT,
 	  TO_FS(scr.rate), .hint = "bytes a second, 1M or more; e.g. 128M" },
+	{ "restart_wait", GIVEN(restart_wait), dcr_parse_ms, .min = 1000,
+	  .max = POLL_MAX * 1000ull, .flags = DCRFS_OPT_ZERO | DCRFS_OPT_DEFAULT,
+	  .def = RESTART_WAIT_DEFAULT * 1000, TO_OPTS(restart_wait_ms),
+	  .hint = "seconds, 0 (no holder) or 1 to " STR(POLL_MAX) },
 	{ "readahead", GIVEN(readahead), dcr_parse_size, .max = READAHEAD_MAX,
 	  .flags = DCRFS_OPT_DEFAULT, .def = READAHEAD_DEFAULT, .div = 1024,
 	  TO_FS(cfg.read_ahead_kb), .hint = "0 to 1G" },
@@ -616,7 +630,7 @@ void dcrfs_args_free(struct dcrfs_args *o)
 	char **strs[] = { &o->cache_dir, &o->cache_size, &o->poll, &o->relist,
 			  &o->prefetch, &o->delta_ahead, &o->trust, &o->passthrough,
 			  &o->latest_wait,
-			  &o->scrub, &o->scrub_rate,
+			  &o->scrub, &o->scrub_rate, &o->restart_wait,
 			  &o->readahead, &o->endpoint,
 			  &o->region, &o->profile, &o->credentials,
 			  &o->ca_bundle, &o->s3_timeout, &o->fetch_threads,

@@ -84,6 +84,8 @@ struct dcrfs_args {
 	unsigned int max_idle_threads;
 	unsigned int max_read;     /* also passed on to libfuse */
 	int takeover;              /* --takeover (fs/handover.h) */
+	char *restart_wait;        /* -o restart_wait=SECONDS */
+	unsigned int restart_wait_ms; /* converted; 0: no holder */
 	/* the rest of the command line */
 	int help;
 	int version;

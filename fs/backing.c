@@ -37,6 +37,7 @@
 
 #include "common.h"
 #include "fs.h"
+#include "handover.h"
 
 struct dcrfs_backing {
 	fuse_ino_t ino;
@@ -116,6 +117,7 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		pthread_mutex_unlock(&fs->bk.lock);
 		if (!id)
 			count_fallback(fs, DCRFS_PT_FB_MIXED);
+		dcrfs_ho_hold_update(fs);
 		return id;
 	}
 	b = insert(fs, ino);
@@ -127,6 +129,7 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 	if (!dcrfs_pt_usable(&fs->bk.pt)) {
 		pthread_mutex_unlock(&fs->bk.lock);
 		count_fallback(fs, DCRFS_PT_FB_OFF);
+		dcrfs_ho_hold_update(fs);
 		return 0;
 	}
 	b->deciding = true; /* nothing drops or joins it meanwhile */
@@ -165,6 +168,7 @@ int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 	b->pin = pin;
 	b->id = id;
 	pthread_mutex_unlock(&fs->bk.lock);
+	dcrfs_ho_hold_update(fs);
 	return id;
 }
 
@@ -180,6 +184,9 @@ void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino)
 	else if (--b->opens == 0)
 		drop(fs, b, true);
 	pthread_mutex_unlock(&fs->bk.lock);
+	/* the holder hears of it after the reply (the caller's
+	 * dcrfs_ho_hold_update): a crash in between leaves its count one
+	 * too high, never too low (fs/handover.h) */
 }
 
 ssize_t dcrfs_backing_snapshot(struct dcrfs *fs, struct dcrfs_backed **out)

@@ -106,10 +106,18 @@ void fs_ctl_open(fuse_req_t req, struct dcrfs *fs, enum dcrfs_kind kind,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fi->fh = (uint64_t)(uintptr_t)sn;
+	fi->fh = dcrfs_fh_put(sn);
+	if (!fi->fh) {
+		free(sn->text);
+		free(sn);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
 	fi->direct_io = 1; /* the size is not known before the read */
 	fi->keep_cache = 0;
+	fi->noflush = 1; /* nothing to flush: a close costs no request */
 	if (fuse_reply_open(req, fi) < 0) {
+		dcrfs_fh_take(fi->fh);
 		free(sn->text);
 		free(sn);
 	}
@@ -118,8 +126,13 @@ void fs_ctl_open(fuse_req_t req, struct dcrfs *fs, enum dcrfs_kind kind,
 void fs_ctl_read(fuse_req_t req, size_t size, off_t off,
 		 const struct fuse_file_info *fi)
 {
-	const struct status_snap *sn = (const struct status_snap *)(uintptr_t)fi->fh;
+	const struct status_snap *sn = dcrfs_fh_get(fi->fh);
 
+	if (!sn) { /* opened before a restart: that snapshot is gone */
+		dcrfs_fh_stranger("/.dcrfs status file");
+		fuse_reply_err(req, EIO);
+		return;
+	}
 	if (off < 0 || (uint64_t)off >= sn->len) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -129,8 +142,10 @@ void fs_ctl_read(fuse_req_t req, size_t size, off_t off,
 
 void fs_ctl_release(struct fuse_file_info *fi)
 {
-	struct status_snap *sn = (struct status_snap *)(uintptr_t)fi->fh;
+	struct status_snap *sn = dcrfs_fh_take(fi->fh);
 
+	if (!sn)
+		return; /* opened before a restart */
 	free(sn->text);
 	free(sn);
 }

@@ -64,6 +64,7 @@
 #include "common.h"
 #include "dview.h"
 #include "fs.h"
+#include "handover.h"
 
 /* A built view: its bytes in an unlinked file. */
 struct dview_file {
@@ -255,6 +256,9 @@ static int node_get(struct dcrfs *fs, uint64_t from, uint32_t ftree,
 	d->sorted[lo] = nd;
 	d->n++;
 	*out = nd;
+	pthread_mutex_unlock(&d->lock);
+	dcrfs_ho_hold_update(fs); /* a restart must know the new slot */
+	return 0;
 out:
 	pthread_mutex_unlock(&d->lock);
 	return ret;
@@ -893,6 +897,8 @@ static void delta_in_use(struct dcrfs *fs)
 			 "from the next version on (delta_ahead=auto)");
 }
 
+static void dcrfs_delta_release_file(struct dcrfs *fs, struct dview_file *vf);
+
 int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 {
 	struct dcrfs_delta *d = fs->dv.tab;
@@ -965,19 +971,27 @@ int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 		d->normal_opens++;
 	pthread_mutex_unlock(&d->lock);
 	pthread_mutex_unlock(&nd->build_lock);
-	*fh = (uint64_t)(uintptr_t)vf;
+	*fh = dcrfs_fh_put(vf);
+	if (!*fh) {
+		dcrfs_delta_release_file(fs, vf);
+		return DCR_ERR(-ENOMEM);
+	}
 	return pt ? vf->pt_id : 0;
 }
 
 ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 			 size_t size, off_t off)
 {
-	struct dview_file *vf = (struct dview_file *)(uintptr_t)fh;
+	struct dview_file *vf = dcrfs_fh_get(fh);
 	struct dcrfs_delta *d = fs->dv.tab;
 	uint64_t bad_off = 0;
 	bool first = false;
 	ssize_t n;
 
+	if (!vf) { /* opened before a restart: its view was that daemon's */
+		dcrfs_fh_stranger("/delta file");
+		return -EIO;
+	}
 	if (off < 0)
 		return -EINVAL;
 	pthread_mutex_lock(&d->lock);
@@ -996,7 +1010,14 @@ ssize_t dcrfs_delta_read(struct dcrfs *fs, uint64_t fh, void *buf,
 
 void dcrfs_delta_release(struct dcrfs *fs, uint64_t fh)
 {
-	struct dview_file *vf = (struct dview_file *)(uintptr_t)fh;
+	struct dview_file *vf = dcrfs_fh_take(fh);
+
+	if (vf) /* else opened before a restart: nothing of it here */
+		dcrfs_delta_release_file(fs, vf);
+}
+
+static void dcrfs_delta_release_file(struct dcrfs *fs, struct dview_file *vf)
+{
 	struct dview_node *nd = vf->node;
 
 	pthread_mutex_lock(&fs->dv.tab->lock);

@@ -429,7 +429,8 @@ static inline uint64_t dcrfs_latest(struct dcrfs *fs)
 int dcrfs_backing_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t v,
 		       uint32_t tree, uint32_t idx);
 
-/** dcrfs_backing_release - one open of @ino ended. Thread-safe. */
+/** dcrfs_backing_release - one open of @ino ended. Thread-safe. The
+ * caller tells the holder (dcrfs_ho_hold_update) after its reply. */
 void dcrfs_backing_release(struct dcrfs *fs, fuse_ino_t ino);
 
 /** dcrfs_backing_free - forget every entry (unmounted: the kernel has
@@ -460,8 +461,11 @@ struct dcrfs_backing_rec {
 
 /**
  * dcrfs_backing_export - every entry of the open-files table into a
- * malloc'ed *@out (the caller frees it): the count, or -ENOMEM. Called
- * once the session loop ended (no open is deciding). Thread-safe.
+ * malloc'ed *@out (the caller frees it): the count, or -ENOMEM. A
+ * handover calls it once the session loop ended (no open is deciding);
+ * the holder's copy (fs/handover.h) at each change, while the session
+ * runs: an entry being decided is exported as it stands (its open
+ * counted, no backing id yet). Thread-safe.
  */
 ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out);
 
@@ -473,6 +477,28 @@ ssize_t dcrfs_backing_export(struct dcrfs *fs, struct dcrfs_backing_rec **out);
  * logged). 0 or -errno. Before the session loop starts.
  */
 int dcrfs_backing_adopt(struct dcrfs *fs, const struct dcrfs_backing_rec *rec);
+
+/* -------------------------- handles of open state in memory (handles.c) */
+
+/**
+ * dcrfs_fh_put - a handle (fi->fh) for @p, the state of one open of a
+ * file of /.dcrfs or /delta: a slot with this process's generation,
+ * never a pointer, so that a daemon restarted after a crash knows the
+ * dead one's handles for strangers (handles.c). 0: out of memory.
+ */
+uint64_t dcrfs_fh_put(void *p);
+
+/** dcrfs_fh_get - the state of handle @fh, or NULL: not this process's
+ * (an open from before a restart). Thread-safe. */
+void *dcrfs_fh_get(uint64_t fh);
+
+/** dcrfs_fh_take - as dcrfs_fh_get, and @fh is free again (its
+ * release). Thread-safe. */
+void *dcrfs_fh_take(uint64_t fh);
+
+/** dcrfs_fh_stranger - say, once per process, that a handle of @what
+ * was a stranger's (answered EIO). */
+void dcrfs_fh_stranger(const char *what);
 
 /* ------------------------------------------------- the scrub (scrub.c) */
 
@@ -653,8 +679,13 @@ void dcrfs_latestfile_read(fuse_req_t req, struct dcrfs *fs, size_t size,
 			   off_t off, struct fuse_file_info *fi);
 
 /** dcrfs_latestfile_release - free what dcrfs_latestfile_open made (a
- * pending poll handle too). Does not reply. Thread-safe. */
-void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi);
+ * pending poll handle too): @o, or (NULL) the state of @fi's handle; a
+ * handle of a daemon before a restart has none here. Does not reply.
+ * Thread-safe. Reads and polls of such a handle are served as a new
+ * open's: the number now; a poll says readable at once. */
+struct dcrfs_latest_open;
+void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi,
+			      struct dcrfs_latest_open *o);
 
 /**
  * dcrfs_ll_poll - FUSE poll. An open of /.dcrfs/latest is readable

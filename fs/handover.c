@@ -35,6 +35,7 @@
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -87,6 +88,7 @@ _Static_assert(sizeof(struct ho_init_out) == 64, "fuse_init_out");
  * <linux/fuse.h> predates it, so it is spelled out here.
  */
 #define HO_NOTIFY_RESEND 7
+#define HO_UNIQUE_RESEND (UINT64_C(1) << 63)
 
 /* ---------------------------------------------------------- the protocol */
 
@@ -96,7 +98,11 @@ _Static_assert(sizeof(struct ho_init_out) == 64, "fuse_init_out");
 #define HO_GO_WAIT_MS 60000    /* the new daemon opens its store */
 #define HO_STATE_WAIT_MS 60000 /* the old one answers what it read */
 
-enum { HO_HELLO = 1, HO_YES, HO_NO, HO_GO, HO_STATE };
+/* HO_HSTATE: a holder's STATE (its socket stays open: the new daemon's
+ * link to the holder); HO_RETIRE: a daemon tells its holder to exit (the
+ * mount was handed over, or is being unmounted). Both are spoken only on
+ * the holder's socket and link, which builds without them never reach. */
+enum { HO_HELLO = 1, HO_YES, HO_NO, HO_GO, HO_STATE, HO_HSTATE, HO_RETIRE };
 
 struct ho_hdr {
 	uint32_t magic, type, len, pad;
@@ -114,9 +120,10 @@ struct ho_wire {
 
 struct dcrfs_ho_state {
 	int64_t t_hello, t_go, t_state, t_exit; /* mono ns, for the log */
-	int sock;      /* to the old daemon, until it exits */
+	int sock;      /* to the old daemon, until it exits, or the holder */
 	int fd;        /* /dev/fuse */
 	int adopted;
+	int from_holder; /* a restart: the daemon is dead, a holder kept it */
 	struct ho_wire w;
 	struct dcrfs_backing_rec *backs;
 	struct dcrfs_delta_key *keys;
@@ -148,6 +155,16 @@ static struct ho_init_out g_replay_rep;
 
 /* opens of files whose handles are pointers (not handed over) */
 static atomic_long g_ptr_opens;
+/* requests the kernel sent again after a restart (FUSE_UNIQUE_RESEND) */
+static atomic_long g_resent;
+
+/* the link to this mount's holder (-1: none), and what guards its
+ * messages (they go whole, in the order the tables changed) */
+static atomic_int g_hold = -1;
+static pthread_mutex_t g_hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_hold_said;
+
+static void hold_update_locked(struct dcrfs *fs);
 
 static _Thread_local uint32_t tl_op;
 static _Thread_local uint64_t tl_unique, tl_nodeid;
@@ -210,9 +227,19 @@ void dcrfs_ho_note_request(const void *buf, size_t n)
 		memcpy(g_init_req, buf, g_init_req_len);
 		atomic_store(&g_init_unique, in->unique);
 		atomic_store(&g_have_req, 1);
-	} else if (in->opcode == HO_OP_RELEASE && ptr_kind(in->nodeid)) {
-		atomic_fetch_sub(&g_ptr_opens, 1);
+	} else if (in->opcode == HO_OP_RELEASE && ptr_kind(in->nodeid) &&
+		   n >= sizeof(*in) + sizeof(uint64_t)) {
+		uint64_t fh; /* fuse_release_in starts with it */
+
+		memcpy(&fh, (const char *)buf + sizeof(*in), sizeof(fh));
+		if (dcrfs_fh_get(fh)) /* not an open from before a restart */
+			atomic_fetch_sub(&g_ptr_opens, 1);
 	}
+	if ((in->unique & HO_UNIQUE_RESEND) &&
+	    atomic_fetch_add(&g_resent, 1) == 0)
+		dcr_info("restart: serving the requests the dead daemon had "
+			 "read, sent again (the first: opcode %u, inode %#"
+			 PRIx64 ")", in->opcode, in->nodeid);
 }
 
 static void copy_init_out(struct ho_init_out *dst, const struct iovec *iov,
@@ -244,6 +271,8 @@ ssize_t dcrfs_ho_note_reply(const struct iovec *iov, int count)
 		if (h->error == 0) {
 			copy_init_out(&g_init_rep, iov, count);
 			atomic_store(&g_have_rep, 1);
+			if (g_fs) /* the holder can restart the mount now */
+				dcrfs_ho_hold_update(g_fs);
 		}
 	} else if (tl_op == HO_OP_OPEN && h->unique == tl_unique &&
 		   h->error == 0 && ptr_kind(tl_nodeid)) {
@@ -424,14 +453,14 @@ static int peer_ok(int sock, pid_t *pid)
 /* ------------------------------------------------------------ the texts */
 
 int dcrfs_ho_sock_path(const char *cache_dir, const char *mountpoint,
-		       char *buf, size_t len)
+		       const char *kind, char *buf, size_t len)
 {
 	uint64_t h = 1469598103934665603ULL; /* FNV-1a of the mount point */
 	int n;
 
 	for (const char *p = mountpoint; *p; p++)
 		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	n = snprintf(buf, len, "%s/handover-%016" PRIx64 ".sock", cache_dir, h);
+	n = snprintf(buf, len, "%s/%s-%016" PRIx64 ".sock", cache_dir, kind, h);
 	if (n < 0 || (size_t)n >= len || (size_t)n >= sizeof(g_path))
 		return DCR_ERR(-ENAMETOOLONG);
 	return 0;
@@ -698,6 +727,24 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 	return 0;
 }
 
+/* The whole STATE of @fs: the fixed part into @w, the rest into *@tail. */
+static int build_state(struct dcrfs *fs, struct ho_wire *w, char **tail,
+		       size_t *tlen)
+{
+	memset(w, 0, sizeof(*w));
+	w->init_req_len = g_init_req_len;
+	memcpy(w->init_req, g_init_req, sizeof(w->init_req));
+	w->init_rep = g_init_rep;
+	w->pt_offered = atomic_load(&fs->bk.pt.offered);
+	w->pt_enabled = atomic_load(&fs->bk.pt.enabled);
+	w->pt_disabled = atomic_load(&fs->bk.pt.disabled);
+	*tail = NULL;
+	*tlen = 0;
+	return state_tail(fs, w, tail, tlen);
+}
+
+static void hold_retire(void);
+
 int dcrfs_ho_send(struct dcrfs *fs)
 {
 	struct ho_wire w;
@@ -705,20 +752,14 @@ int dcrfs_ho_send(struct dcrfs *fs)
 	size_t tlen = 0;
 	int ret;
 
-	memset(&w, 0, sizeof(w));
-	w.init_req_len = g_init_req_len;
-	memcpy(w.init_req, g_init_req, sizeof(w.init_req));
-	w.init_rep = g_init_rep;
-	w.pt_offered = atomic_load(&fs->bk.pt.offered);
-	w.pt_enabled = atomic_load(&fs->bk.pt.enabled);
-	w.pt_disabled = atomic_load(&fs->bk.pt.disabled);
-	ret = state_tail(fs, &w, &tail, &tlen);
+	ret = build_state(fs, &w, &tail, &tlen);
 	if (ret == 0)
 		ret = send_msg(g_conn, HO_STATE, &w, sizeof(w), tail, tlen,
 			       fuse_session_fd(fs->se));
 	free(tail);
 	if (ret == 0) {
 		atomic_store(&g_handed_over, 1);
+		hold_retire(); /* the new daemon starts its own */
 		dcr_info("handover: handed %s over (%u open file(s), %u "
 			 "tag(s))", fs->mountpoint, w.nbacking, w.ntags);
 		return 0; /* g_conn stays open until we exit */
@@ -741,6 +782,8 @@ int dcrfs_ho_send(struct dcrfs *fs)
 void dcrfs_ho_stop(void)
 {
 	uint64_t one = 1;
+
+	hold_retire(); /* unmounting, or handed over */
 
 	if (g_thread_running) {
 		if (write(g_quit, &one, sizeof(one)) < 0)
@@ -782,21 +825,34 @@ static int connect_to(const char *path, pid_t *pid)
 	return s;
 }
 
-int dcrfs_ho_connect(const char *path, const char *fixed,
-		     struct dcrfs_ho_state **out)
+int dcrfs_ho_connect(const char *path, const char *hold_path,
+		     const char *fixed, struct dcrfs_ho_state **out)
 {
 	struct dcrfs_ho_state *s;
 	uint32_t type;
 	char *msg = NULL;
 	size_t len;
-	int ret, sock = connect_to(path, NULL);
+	int ret, sock = connect_to(path, NULL), from_holder = 0, h = 0;
 
 	*out = NULL;
+	if ((sock == -ECONNREFUSED || sock == -ENOENT) && hold_path) {
+		/* no daemon listens: it died; a holder may keep the mount */
+		h = connect_to(hold_path, NULL);
+		if (h >= 0) {
+			sock = h;
+			from_holder = 1;
+		}
+	}
 	if (sock < 0) {
 		fprintf(stderr, "dcrfs: takeover: no dcrfs to take over from "
-			"(%s: %s); is the mount served by a dcrfs with this "
-			"cache directory?\n", path, strerror(-sock));
-		return sock;
+			"and no holder of the mount (%s: %s; %s: %s); is the "
+			"mount served by a dcrfs with this cache directory? A "
+			"mount whose dcrfs died with no holder (-o "
+			"restart_wait=0, or its wait ran out) is lost: unmount "
+			"it (fusermount3 -u) and mount again\n", path,
+			strerror(-sock), hold_path ? hold_path : "no holder",
+			h < 0 ? strerror(-h) : "not asked");
+		return h < 0 && h != -ENOENT && h != -ECONNREFUSED ? h : sock;
 	}
 	ret = send_msg(sock, HO_HELLO, fixed, strlen(fixed), NULL, 0, -1);
 	if (ret == 0)
@@ -829,6 +885,7 @@ int dcrfs_ho_connect(const char *path, const char *fixed,
 	}
 	s->sock = sock;
 	s->fd = -1;
+	s->from_holder = from_holder;
 	s->t_hello = dcr_mono_ns();
 	*out = s;
 	return 0;
@@ -883,7 +940,8 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 		ret = recv_msg(s->sock, HO_STATE_WAIT_MS, &type, &msg, &len,
 			       &s->fd);
 	s->t_state = dcr_mono_ns();
-	if (ret == 0 && (type != HO_STATE || s->fd < 0))
+	if (ret == 0 && (type != (s->from_holder ? HO_HSTATE : HO_STATE) ||
+			 s->fd < 0))
 		ret = DCR_ERR(-EPROTO);
 	if (ret == 0)
 		ret = parse_state(s, msg, len);
@@ -899,6 +957,12 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 		fprintf(stderr, "dcrfs: takeover: receiving the connection: "
 			"%s\n", strerror(-ret));
 		return ret;
+	}
+	if (s->from_holder) {
+		/* the daemon is dead (its lock free); the socket stays: our
+		 * link to the holder (dcrfs_ho_adopt) */
+		s->t_exit = s->t_state;
+		return 0;
 	}
 	/* its end of file: the old daemon exited, its cache lock is free */
 	ret = recv_msg(s->sock, DCRFS_HO_EXIT_WAIT_MS, &type, &msg, &len, NULL);
@@ -923,7 +987,12 @@ void dcrfs_ho_state_free(struct dcrfs_ho_state *s)
 		return;
 	if (s->sock >= 0)
 		close(s->sock);
-	if (s->fd >= 0 && !s->adopted) {
+	if (s->fd >= 0 && !s->adopted && s->from_holder) {
+		/* the holder keeps it: our socket's end makes it wait again */
+		dcr_err("restart: failed after the holder gave the mount; it "
+			"holds it still: try again (dcrfs --takeover)");
+		close(s->fd);
+	} else if (s->fd >= 0 && !s->adopted) {
 		/* the old daemon is gone: nobody serves the connection now */
 		dcr_err("handover: failed after the old daemon handed the mount "
 			"over: the mount is lost (it answers \"Transport endpoint "
@@ -964,10 +1033,27 @@ static void compare_init(const struct ho_init_out *k,
  * read nothing yet), so here it only tells whether the kernel can, which
  * a restart after a crash needs (HACKING). Said once.
  */
-static void probe_resend(int fd)
+static void probe_resend(int fd, int restart)
 {
 	struct ho_out_header h = { sizeof(h), HO_NOTIFY_RESEND, 0 };
 
+	if (restart) {
+		/* The dead daemon's requests read and not answered come
+		 * back with FUSE_UNIQUE_RESEND in unique, which libfuse
+		 * echoes in the reply. */
+		if (write(fd, &h, sizeof(h)) == (ssize_t)sizeof(h))
+			dcr_info("restart: the kernel sends the requests the "
+				 "dead daemon had read again "
+				 "(FUSE_NOTIFY_RESEND)");
+		else
+			dcr_err("restart: the kernel cannot send the requests "
+				"the dead daemon had read again "
+				"(FUSE_NOTIFY_RESEND: %s; Linux >= 6.9): those "
+				"wait for an answer that never comes (their "
+				"readers hang until the unmount); every other "
+				"request is served", strerror(errno));
+		return;
+	}
 	if (write(fd, &h, sizeof(h)) == (ssize_t)sizeof(h))
 		dcr_info("handover: the kernel can send requests in flight "
 			 "again (FUSE_NOTIFY_RESEND): a restart after a crash "
@@ -1004,7 +1090,7 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 		return DCR_ERR(-EPROTO);
 	}
 	compare_init(&s->w.init_rep, &g_replay_rep);
-	probe_resend(fuse_session_fd(fs->se));
+	probe_resend(fuse_session_fd(fs->se), s->from_holder);
 	/* a later handover hands on what the kernel negotiated first */
 	memcpy(g_init_req, s->w.init_req, sizeof(g_init_req));
 	g_init_req_len = s->w.init_req_len;
@@ -1035,16 +1121,25 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 	for (uint32_t i = 0; i < s->w.ndelta && !ret; i++)
 		ret = dcrfs_delta_adopt(fs, &s->keys[i], i);
 	s->adopted = 1; /* the session holds the descriptor now */
+	if (s->from_holder) { /* the holder's link is ours now */
+		pthread_mutex_lock(&g_hold_lock);
+		g_hold = s->sock;
+		s->sock = -1;
+		g_fs = fs;
+		if (ret == 0)
+			hold_update_locked(fs);
+		pthread_mutex_unlock(&g_hold_lock);
+	}
 	if (ret < 0)
 		dcr_err("handover: adopting the old daemon's state: %s",
 			dcr_strerror(ret));
 	else
-		dcr_info("handover: took over (%u open file(s), %u /delta "
+		dcr_info("%s: took over (%u open file(s), %u /delta "
 			 "node(s), %u tag(s)); from the go: connection after "
 			 "%" PRId64 " ms, the old daemon's exit after %" PRId64
 			 " ms, ready after %" PRId64 " ms (the store opened "
 			 "in the %" PRId64 " ms before the go)",
-			 s->w.nbacking, s->w.ndelta, s->w.ntags,
+			 s->from_holder ? "restart" : "handover", s->w.nbacking, s->w.ndelta, s->w.ntags,
 			 (s->t_state - s->t_go) / 1000000,
 			 (s->t_exit - s->t_go) / 1000000,
 			 (dcr_mono_ns() - s->t_go) / 1000000,
@@ -1070,4 +1165,339 @@ void dcrfs_ho_unmount(const char *mountpoint)
 	if (posix_spawnp(&pid, "fusermount3", NULL, NULL, argv, environ) ||
 	    waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
 		dcr_warn("unmounting %s with fusermount3 failed", mountpoint);
+}
+
+/* ------------------------------------------------------------ the holder */
+
+/* The daemon's side: the holder gets the whole state at each change. */
+static void hold_update_locked(struct dcrfs *fs)
+{
+	struct ho_wire w;
+	char *tail = NULL;
+	size_t tlen = 0;
+	int ret;
+
+	if (g_hold < 0 || !atomic_load(&g_have_rep))
+		return;
+	ret = build_state(fs, &w, &tail, &tlen);
+	if (ret == 0)
+		ret = send_msg(g_hold, HO_STATE, &w, sizeof(w), tail, tlen, -1);
+	free(tail);
+	if (ret < 0 && !atomic_exchange(&g_hold_said, 1))
+		dcr_err("restart: telling the holder failed (%s): a crash of "
+			"this daemon now loses the mount", dcr_strerror(ret));
+}
+
+void dcrfs_ho_hold_update(struct dcrfs *fs)
+{
+	if (g_hold < 0) /* unlocked peek: set before the session loop */
+		return;
+	pthread_mutex_lock(&g_hold_lock);
+	hold_update_locked(fs);
+	pthread_mutex_unlock(&g_hold_lock);
+}
+
+static void hold_retire(void)
+{
+	pthread_mutex_lock(&g_hold_lock);
+	if (g_hold >= 0) {
+		send_msg(g_hold, HO_RETIRE, NULL, 0, NULL, 0, -1);
+		close(g_hold);
+		g_hold = -1;
+	}
+	pthread_mutex_unlock(&g_hold_lock);
+}
+
+int dcrfs_ho_hold_start(struct dcrfs *fs, const char *path, const char *fixed,
+			unsigned int wait_ms, const char *log)
+{
+	posix_spawn_file_actions_t fa;
+	char ms[16], *argv[7];
+	int sv[2], ret;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return DCR_ERR(-errno);
+	snprintf(ms, sizeof(ms), "%u", wait_ms);
+	argv[0] = "dcrfs-hold";
+	argv[1] = (char *)DCRFS_HOLD_ARG;
+	argv[2] = (char *)path;
+	argv[3] = ms;
+	argv[4] = (char *)(log ? log : "");
+	argv[5] = (char *)fs->mountpoint;
+	argv[6] = NULL;
+	ret = posix_spawn_file_actions_init(&fa);
+	if (ret == 0)
+		ret = posix_spawn_file_actions_adddup2(&fa,
+			fuse_session_fd(fs->se), DCRFS_HOLD_FUSE_FD);
+	if (ret == 0)
+		ret = posix_spawn_file_actions_adddup2(&fa, sv[1],
+						       DCRFS_HOLD_LINK_FD);
+	if (ret == 0)
+		ret = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO,
+						       "/dev/null", O_RDWR, 0);
+	if (ret == 0)
+		ret = posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO,
+						       "/dev/null", O_RDWR, 0);
+	/* its own program: a holder keeps no memory of the daemon's */
+	if (ret == 0)
+		ret = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv,
+				  environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(sv[1]);
+	if (ret == 0)
+		ret = send_msg(sv[0], HO_HELLO, fixed, strlen(fixed), NULL, 0,
+			       -1);
+	if (ret != 0) {
+		ret = ret > 0 ? -ret : ret;
+		close(sv[0]);
+		dcr_warn("restart: cannot start the holder of the mount (%s): "
+			 "if this daemon dies, the mount is lost",
+			 dcr_strerror(ret));
+		return ret;
+	}
+	pthread_mutex_lock(&g_hold_lock);
+	g_fs = fs;
+	g_hold = sv[0];
+	hold_update_locked(fs); /* a takeover knows its INIT already */
+	pthread_mutex_unlock(&g_hold_lock);
+	dcr_info("restart: holder %d keeps the mount for a restart after a "
+		 "crash (dcrfs --takeover), %u s at most", (int)pid,
+		 wait_ms / 1000);
+	return 0;
+}
+
+/* The holder's side. */
+
+static void dcrfs_hold_syslog_sink(enum dcr_log_level lvl, const char *msg)
+{
+	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO,
+				    LOG_DEBUG };
+
+	syslog(prio[lvl <= DCR_LOG_DEBUG ? lvl : DCR_LOG_DEBUG], "%s", msg);
+}
+
+/* The socket file this holder made (its inode): unlinked at exit only
+ * while it is still ours, not a newer holder's. */
+static dev_t g_hold_dev;
+static ino_t g_hold_ino;
+
+static void hold_unlink(const char *path)
+{
+	struct stat sb;
+
+	if (stat(path, &sb) == 0 && sb.st_dev == g_hold_dev &&
+	    sb.st_ino == g_hold_ino)
+		unlink(path);
+}
+
+/* Listen on @path (made afresh): the socket, or -errno. */
+static int hold_listen(const char *path)
+{
+	struct stat sb;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int l;
+
+	if (strlen(path) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(a.sun_path, path);
+	l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0)
+		return -errno;
+	unlink(path);
+	if (bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    chmod(path, 0600) < 0 || stat(path, &sb) < 0 || listen(l, 4) < 0) {
+		int ret = -errno;
+
+		close(l);
+		return ret;
+	}
+	g_hold_dev = sb.st_dev;
+	g_hold_ino = sb.st_ino;
+	return l;
+}
+
+/* Give the mount to the daemon on @c: 1 given (@c is the link now), 0
+ * not (closed). */
+static int hold_give(int c, const char *fixed, const char *st, size_t stlen)
+{
+	uint32_t type;
+	char *msg = NULL, *why;
+	size_t len;
+
+	if (peer_ok(c, NULL) < 0) {
+		dcr_warn("refused a peer of another user");
+		send_msg(c, HO_NO, "not your mount", 14, NULL, 0, -1);
+		close(c);
+		return 0;
+	}
+	if (recv_msg(c, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL) < 0 ||
+	    type != HO_HELLO) {
+		free(msg);
+		close(c);
+		return 0;
+	}
+	why = fixed_diff(fixed, msg);
+	free(msg);
+	msg = NULL;
+	if (why) {
+		dcr_info("refused a restart: %s", why);
+		send_msg(c, HO_NO, why, strlen(why), NULL, 0, -1);
+		free(why);
+		close(c);
+		return 0;
+	}
+	if (send_msg(c, HO_YES, NULL, 0, NULL, 0, -1) < 0 ||
+	    recv_msg(c, HO_GO_WAIT_MS, &type, &msg, &len, NULL) < 0 ||
+	    type != HO_GO ||
+	    send_msg(c, HO_HSTATE, st, stlen, NULL, 0, DCRFS_HOLD_FUSE_FD) < 0) {
+		free(msg);
+		dcr_info("a restarting daemon went away; holding on");
+		close(c);
+		return 0;
+	}
+	free(msg);
+	return 1;
+}
+
+int dcrfs_ho_hold_main(int argc, char **argv)
+{
+	const char *path, *mnt;
+	char *fixed = NULL, *st = NULL;
+	size_t stlen = 0;
+	unsigned int wait_ms;
+	int link = DCRFS_HOLD_LINK_FD, lsock, restarts = 0;
+	int64_t deadline = 0;
+
+	if (argc != 6)
+		return 2;
+	/* nothing of the daemon's but the two descriptors: not its cache
+	 * directory's lock above all */
+	for (int fd = DCRFS_HOLD_LINK_FD + 1; fd < 1024; fd++)
+		close(fd);
+	path = argv[2];
+	wait_ms = (unsigned int)strtoul(argv[3], NULL, 10);
+	mnt = argv[5];
+	dcr_log_set_prog("dcrfs-hold");
+	if (argv[4][0] == '/') {
+		if (dcr_log_to_file(argv[4]) == 0)
+			dcr_log_quiet_sink(true);
+	} else if (!strcmp(argv[4], "syslog")) {
+		openlog("dcrfs-hold", LOG_PID, LOG_DAEMON);
+		dcr_log_set_sink(dcrfs_hold_syslog_sink);
+	}
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGINT, SIG_IGN); /* the daemon's terminal's: not ours */
+	signal(SIGHUP, SIG_IGN);
+	setsid();
+	/* Listening from the start, accepting only once the daemon is gone:
+	 * a restart that comes before we saw its end waits in the backlog. */
+	lsock = hold_listen(path);
+	if (lsock < 0)
+		dcr_err("cannot listen on %s (%s): if the dcrfs of %s dies, the "
+			"mount is lost", path, strerror(-lsock), mnt);
+	for (;;) {
+		struct pollfd p[2] = {
+			{ .fd = DCRFS_HOLD_FUSE_FD, .events = 0 },
+			{ .fd = link >= 0 ? link : lsock, .events = POLLIN },
+		};
+		int64_t left = deadline ? (deadline - dcr_mono_ns()) / 1000000 : -1;
+		int r;
+
+		if (deadline && left <= 0) {
+			dcr_err("no dcrfs came back to %s within %u s: giving "
+				"the mount up (it answers \"Transport endpoint "
+				"is not connected\"; unmount it: fusermount3 -u "
+				"%s)", mnt, wait_ms / 1000, mnt);
+			break;
+		}
+		r = poll(p, 2, deadline ? (int)DCR_MIN(left, INT32_MAX) : -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			break;
+		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+			dcr_info("the connection of %s is gone (unmounted): exiting", mnt);
+			break; /* unmounted or aborted: nothing to hold */
+		}
+		if (link >= 0 && p[1].revents) {
+			uint32_t type;
+			char *msg = NULL;
+			size_t len;
+			int ret = recv_msg(link, HO_STATE_WAIT_MS, &type, &msg,
+					   &len, NULL);
+
+			if (ret == 0 && type == HO_RETIRE) {
+				free(msg);
+				dcr_debug("retired: exiting");
+				break;
+			}
+			if (ret == 0 && type == HO_HELLO && !fixed) {
+				fixed = msg;
+				continue;
+			}
+			if (ret == 0 && type == HO_STATE &&
+			    len >= sizeof(struct ho_wire)) {
+				free(st);
+				st = msg;
+				stlen = len;
+				continue;
+			}
+			free(msg);
+			/* the daemon died (or spoke nonsense): wait for the
+			 * next one, with the last whole state it sent */
+			close(link);
+			link = -1;
+			if (!fixed || !st) {
+				dcr_err("the dcrfs of %s died before it had "
+					"answered the kernel's INIT: nothing "
+					"to restart; the mount is lost "
+					"(fusermount3 -u %s)", mnt, mnt);
+				break;
+			}
+			if (lsock < 0) {
+				dcr_err("the dcrfs of %s died and the holder "
+					"does not listen on %s: the mount is "
+					"lost (fusermount3 -u %s)", mnt, path,
+					mnt);
+				break;
+			}
+			deadline = dcr_mono_ns() + (int64_t)wait_ms * 1000000;
+			dcr_warn("the dcrfs of %s died; holding the mount for "
+				 "a restart (dcrfs --takeover STORE %s) for %u "
+				 "s; readers wait meanwhile", mnt, mnt,
+				 wait_ms / 1000);
+			continue;
+		}
+		if (link < 0 && lsock >= 0 && p[1].revents) {
+			int c = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
+
+			if (c < 0 || !hold_give(c, fixed, st, stlen))
+				continue;
+			link = c;
+			deadline = 0;
+			restarts++;
+			dcr_info("gave %s to a restarted dcrfs (restart %d)",
+				 mnt, restarts);
+		}
+	}
+	if (lsock >= 0) {
+		close(lsock);
+		hold_unlink(path); /* a new holder's may have replaced it */
+	}
+	free(fixed);
+	free(st);
+	/* our descriptor closes with us: if nobody else holds it, the
+	 * connection ends */
+	return 0;
+}
+
+int dcrfs_ho_restart(const struct dcrfs_ho_state *s)
+{
+	return s && s->from_holder;
+}
+
+long dcrfs_ho_resent(void)
+{
+	return atomic_load(&g_resent);
 }

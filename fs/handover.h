@@ -34,10 +34,10 @@
  * files whose pages are cached do not stall at all.
  *
  * What cannot be handed over is refused, the old daemon serving on:
- * open files of /.dcrfs and /delta (their handles are pointers into the
- * old daemon's memory), another store, mount point or fixed option, a
- * session io that was not installed. HACKING has the design of item 2
- * (a restart after the daemon died) that builds on this.
+ * open files of /.dcrfs and /delta (their open state lives in the old
+ * daemon's memory; fs/handles.c), another store, mount point or fixed
+ * option, a session io that was not installed. A restart after the
+ * daemon died builds on this (the holder, below; HACKING).
  *
  * One session per process. The hooks (dcrfs_ho_read, _note_*) are called
  * by passthrough.c's session io from any session thread.
@@ -52,12 +52,14 @@
 struct dcrfs;
 
 /**
- * dcrfs_ho_sock_path - the handover socket of the mount on @mountpoint
- * whose cache directory is @cache_dir, into @buf of @len bytes.
- * 0, or -ENAMETOOLONG when it does not fit a Unix socket address.
+ * dcrfs_ho_sock_path - the socket @kind ("handover": the serving
+ * daemon's; "hold": its holder's, listening only while no daemon serves)
+ * of the mount on @mountpoint whose cache directory is @cache_dir, into
+ * @buf of @len bytes. 0, or -ENAMETOOLONG when it does not fit a Unix
+ * socket address.
  */
 int dcrfs_ho_sock_path(const char *cache_dir, const char *mountpoint,
-		       char *buf, size_t len);
+		       const char *kind, char *buf, size_t len);
 
 /**
  * dcrfs_ho_fixed - the text of what a mount fixes at mount time and a
@@ -104,13 +106,22 @@ struct dcrfs_ho_state;
 
 /**
  * dcrfs_ho_connect - ask the daemon listening on @path to hand its mount
- * over: say @fixed (this daemon's dcrfs_ho_fixed) and wait for its yes.
- * 0 with *@out set (the old daemon serves on until dcrfs_ho_go); -EPERM
- * with the old daemon's reason said on stderr; another -errno (said on
- * stderr).
+ * over, or, when none listens there (it died), the holder listening on
+ * @hold_path (a restart; NULL: none asked): say @fixed (this daemon's
+ * dcrfs_ho_fixed) and wait for its yes. 0 with *@out set (the old
+ * daemon serves on until dcrfs_ho_go); -EPERM with the reason said on
+ * stderr; another -errno (said on stderr: with no daemon and no holder,
+ * that the mount is lost).
  */
-int dcrfs_ho_connect(const char *path, const char *fixed,
-		     struct dcrfs_ho_state **out);
+int dcrfs_ho_connect(const char *path, const char *hold_path,
+		     const char *fixed, struct dcrfs_ho_state **out);
+
+/** dcrfs_ho_resent - how many requests the kernel sent again (a dead
+ * daemon had read them) since this daemon started. */
+long dcrfs_ho_resent(void);
+
+/** dcrfs_ho_restart - whether @s comes from a holder (the daemon died). */
+int dcrfs_ho_restart(const struct dcrfs_ho_state *s);
 
 /**
  * dcrfs_ho_go - once this daemon can serve (its store open): say go,
@@ -170,5 +181,52 @@ void dcrfs_ho_note_request(const void *buf, size_t n);
  * reply), else 0.
  */
 ssize_t dcrfs_ho_note_reply(const struct iovec *iov, int count);
+
+/* ------------------------------------------ restart after a crash: the holder */
+
+/*
+ * The holder (dcrfs-hold: this program, started again with
+ * DCRFS_HOLD_ARG) keeps a copy of the /dev/fuse descriptor, which it
+ * never reads, so that the connection outlives the daemon, and the
+ * daemon's state as a takeover's STATE carries it: the INIT request and
+ * reply, passthrough's state, the open-files table with its backing ids,
+ * the tag and /delta slot tables. The daemon sends it the whole state
+ * again at each change of those (an open or release of a version file, a
+ * new slot): an open and a slot before it answers the kernel, a release
+ * after (so that a crash leaves the count of opens too high, never too
+ * low); a whole message replaces the last. While the daemon lives, the holder only listens to it. At the
+ * end of file of its link (the daemon died) it listens on the "hold"
+ * socket for @wait_ms: a daemon started with --takeover that finds no
+ * daemon there gets the descriptor and the state (dcrfs_ho_go,
+ * dcrfs_ho_adopt, which also asks the kernel to send again what the dead
+ * daemon had read), and its socket becomes the holder's new link. The
+ * holder exits when told (HO_RETIRE: a handover, an unmount), when the
+ * connection is gone (POLLERR on the descriptor: unmounted or aborted),
+ * or when no daemon came back in time; its copy closes with it, so a
+ * connection nobody serves ends as it would have without it.
+ */
+#define DCRFS_HOLD_ARG "--hold-for-restart"
+#define DCRFS_HOLD_FUSE_FD 3
+#define DCRFS_HOLD_LINK_FD 4
+
+/**
+ * dcrfs_ho_hold_start - start the holder of @fs's connection, listening
+ * on @path when the daemon is gone, @wait_ms at most; its messages go to
+ * @log (a file's absolute path, "syslog", or "": stderr). @fixed is
+ * this mount's dcrfs_ho_fixed, which a restart must repeat. 0 or -errno
+ * (logged: a crash then loses the mount, as before).
+ */
+int dcrfs_ho_hold_start(struct dcrfs *fs, const char *path, const char *fixed,
+			unsigned int wait_ms, const char *log);
+
+/** dcrfs_ho_hold_update - send the holder @fs's state again (a table
+ * changed); nothing without a holder. Thread-safe; call it with none of
+ * @fs's locks held: before the reply for an open or a new slot, after
+ * it for a release. */
+void dcrfs_ho_hold_update(struct dcrfs *fs);
+
+/** dcrfs_ho_hold_main - the holder's program: main(@argc, @argv) of
+ * "dcrfs DCRFS_HOLD_ARG PATH WAIT_MS LOG MOUNTPOINT". */
+int dcrfs_ho_hold_main(int argc, char **argv);
 
 #endif /* DCRFS_HANDOVER_H */

@@ -77,19 +77,24 @@ void dcrfs_latestfile_open(fuse_req_t req, struct dcrfs *fs,
 		o->next->prev = o;
 	fs->watch.opens = o;
 	pthread_mutex_unlock(&fs->watch.lock);
-	fi->fh = (uint64_t)(uintptr_t)o;
+	fi->fh = dcrfs_fh_put(o);
+	if (!fi->fh) {
+		dcrfs_latestfile_release(fs, fi, o);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fi->noflush = 1; /* nothing to flush: a close costs no request */
 	fi->direct_io = 1; /* every read comes here: the number changes */
 	fi->keep_cache = 0;
 	fi->nonseekable = 0;
 	if (fuse_reply_open(req, fi) != 0)
-		dcrfs_latestfile_release(fs, fi); /* no RELEASE comes */
+		dcrfs_latestfile_release(fs, fi, NULL); /* no RELEASE comes */
 }
 
 void dcrfs_latestfile_read(fuse_req_t req, struct dcrfs *fs, size_t size,
 			   off_t off, struct fuse_file_info *fi)
 {
-	struct dcrfs_latest_open *o =
-		(struct dcrfs_latest_open *)(uintptr_t)fi->fh;
+	struct dcrfs_latest_open *o = dcrfs_fh_get(fi->fh), here;
 	char text[sizeof(o->text)];
 	size_t len = 0;
 
@@ -98,8 +103,12 @@ void dcrfs_latestfile_read(fuse_req_t req, struct dcrfs *fs, size_t size,
 		return;
 	}
 	pthread_mutex_lock(&fs->watch.lock);
-	if (off == 0)
+	if (!o) { /* opened before a restart: the number now, as an open */
+		o = &here;
 		take_number(fs, o);
+	} else if (off == 0) {
+		take_number(fs, o);
+	}
 	if ((uint64_t)off < o->len) {
 		len = DCR_MIN(size, o->len - (size_t)off);
 		memcpy(text, o->text + off, len);
@@ -108,13 +117,13 @@ void dcrfs_latestfile_read(fuse_req_t req, struct dcrfs *fs, size_t size,
 	fuse_reply_buf(req, text, len);
 }
 
-void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi)
+void dcrfs_latestfile_release(struct dcrfs *fs, struct fuse_file_info *fi,
+			      struct dcrfs_latest_open *o)
 {
-	struct dcrfs_latest_open *o =
-		(struct dcrfs_latest_open *)(uintptr_t)fi->fh;
-
 	if (!o)
-		return;
+		o = fi->fh ? dcrfs_fh_take(fi->fh) : NULL;
+	if (!o)
+		return; /* opened before a restart: nothing here */
 	pthread_mutex_lock(&fs->watch.lock);
 	if (o->prev)
 		o->prev->next = o->next;
@@ -144,7 +153,15 @@ void dcrfs_ll_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
 		fuse_reply_poll(req, POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM);
 		return;
 	}
-	o = (struct dcrfs_latest_open *)(uintptr_t)fi->fh;
+	o = dcrfs_fh_get(fi->fh);
+	if (!o) {
+		/* opened before a restart: wake the waiter, which reads the
+		 * number again (once more than needed at worst) */
+		if (ph)
+			fuse_pollhandle_destroy(ph);
+		fuse_reply_poll(req, POLLIN | POLLRDNORM | POLLPRI);
+		return;
+	}
 	pthread_mutex_lock(&fs->watch.lock);
 	if (dcrfs_latest(fs) != o->seen) {
 		revents = POLLIN | POLLRDNORM | POLLPRI;

@@ -467,6 +467,38 @@ static int run_loop(struct dcrfs *fs, const struct dcrfs_args *o)
 	return ret;
 }
 
+/* @path made absolute through its parent's realpath, without a stat of
+ * @path itself (malloc'ed; NULL with errno). */
+static char *resolve_under_parent(const char *path)
+{
+	char *dup = strdup(path), *slash, *parent, *out = NULL;
+	const char *base;
+
+	if (!dup)
+		return NULL;
+	while (strlen(dup) > 1 && dup[strlen(dup) - 1] == '/')
+		dup[strlen(dup) - 1] = '\0';
+	slash = strrchr(dup, '/');
+	if (!slash) {
+		parent = realpath(".", NULL);
+		base = dup;
+	} else {
+		*slash = '\0';
+		parent = realpath(slash == dup ? "/" : dup, NULL);
+		base = slash + 1;
+	}
+	if (parent && (!*base || !strcmp(base, ".") || !strcmp(base, ".."))) {
+		errno = EINVAL; /* name the mount point itself */
+	} else if (parent) {
+		out = dcr_path_join(parent, base);
+		if (!out)
+			errno = ENOMEM;
+	}
+	free(parent);
+	free(dup);
+	return out;
+}
+
 int main(int argc, char *argv[])
 {
 	int nargc = 0;
@@ -483,9 +515,14 @@ int main(int argc, char *argv[])
 	char *log_path = NULL;
 	/* --takeover, and the handover of this mount (fs/handover.h) */
 	struct dcrfs_ho_state *ho = NULL;
-	char ho_path[108] = "", devfd_path[32], *fixed = NULL;
+	char ho_path[108] = "", hold_path[108] = "", devfd_path[32];
+	char *fixed = NULL;
+	bool restarted = false;
 	bool taken_over = false, handed_over = false;
 
+	/* the holder of a mount for a restart (handover.h): nothing else */
+	if (argc > 1 && !strcmp(argv[1], DCRFS_HOLD_ARG))
+		return dcrfs_ho_hold_main(argc, argv);
 	malloc_setup();
 	sigset_t sigs, oldsigs;
 	uint64_t latest = 0;
@@ -538,6 +575,15 @@ int main(int argc, char *argv[])
 	/* Paths are resolved now: the daemon runs in "/". */
 	if (strncmp(o.mountpoint, "/dev/fd/", 8) == 0) {
 		mountpoint = strdup(o.mountpoint);
+	} else if (o.takeover) {
+		/* Its parent only: a mount whose daemon died waits for us,
+		 * and so would a stat of it. */
+		mountpoint = resolve_under_parent(o.mountpoint);
+		if (!mountpoint) {
+			fprintf(stderr, PROG ": bad mount point '%s': %s\n",
+				o.mountpoint, strerror(errno));
+			goto out_args;
+		}
 	} else {
 		struct stat sb;
 
@@ -639,12 +685,15 @@ int main(int argc, char *argv[])
 	}
 	/* What a takeover must repeat, and where this mount is asked. */
 	fixed = dcrfs_ho_fixed(&fs, store, mountpoint, args.argc, args.argv);
-	if (!fixed || dcrfs_ho_sock_path(cache_dir, mountpoint, ho_path,
-					 sizeof(ho_path)) < 0)
-		ho_path[0] = '\0';
+	if (!fixed || dcrfs_ho_sock_path(cache_dir, mountpoint, "handover",
+					 ho_path, sizeof(ho_path)) < 0 ||
+	    dcrfs_ho_sock_path(cache_dir, mountpoint, "hold", hold_path,
+			       sizeof(hold_path)) < 0)
+		ho_path[0] = hold_path[0] = '\0';
 	if (o.takeover && (!ho_path[0] ||
-			   dcrfs_ho_connect(ho_path, fixed, &ho) < 0))
+			   dcrfs_ho_connect(ho_path, hold_path, fixed, &ho) < 0))
 		goto out_session; /* said */
+	restarted = dcrfs_ho_restart(ho);
 
 	/*
 	 * Until the mount is in place, SIGINT, SIGTERM and SIGHUP end the
@@ -778,6 +827,13 @@ int main(int argc, char *argv[])
 	}
 	if (ho_path[0])
 		dcrfs_ho_listen(&fs, ho_path, fixed); /* failing: logged */
+	/* A restart keeps the holder that gave it the mount; a mount on
+	 * /dev/fd/N cannot be restarted (--takeover needs its path). */
+	if (hold_path[0] && !restarted && o.restart_wait_ms &&
+	    strncmp(mountpoint, "/dev/fd/", 8) != 0)
+		dcrfs_ho_hold_start(&fs, hold_path, fixed, o.restart_wait_ms,
+				    log_path ? log_path :
+				    o.foreground ? "" : "syslog");
 	if (latest)
 		dcr_info("mounted %s on %s, latest v%" PRIu64, store,
 			 mountpoint, latest);

@@ -49,6 +49,7 @@
 #include "fileio.h"
 #include "manifest.h"
 #include "fs.h"
+#include "handover.h"
 #include "node.h"
 
 /* The longest name statfs reports. */
@@ -257,11 +258,28 @@ static void delta_lookup(fuse_req_t req, struct dcrfs *fs, fuse_ino_t parent,
 	fs_reply_entry(req, &st, ttl, 0);
 }
 
+/*
+ * Test hook (HACKING): DCRFS_TEST_REQ_DELAY_MS=N, each LOOKUP and each
+ * READ of a version file waits N ms first, so that a kill -9 finds
+ * requests in flight (tests/integration/restart.sh).
+ */
+static void test_req_delay(void)
+{
+#ifdef DCR_TEST_HOOKS
+	const char *d = getenv("DCRFS_TEST_REQ_DELAY_MS");
+
+	if (d)
+		usleep((useconds_t)atoi(d) * 1000);
+#endif
+}
+
 static void dcrfs_ll_lookup(fuse_req_t req, fuse_ino_t parent,
 			    const char *name)
 {
 	struct dcrfs *fs = fs_of(req);
 	struct dcrfs_node n;
+
+	test_req_delay();
 
 	dcrfs_ino_resolve(parent, &n);
 	switch (n.kind) {
@@ -686,20 +704,24 @@ static void dcrfs_ll_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	if (ret > 0) {
 		fi->fh |= DCRFS_FH_PASSTHROUGH;
-		if (dcrfs_pt_open_reply(&fs->bk.pt, req, fi, ret) != 0)
+		if (dcrfs_pt_open_reply(&fs->bk.pt, req, fi, ret) != 0) {
 			dcrfs_backing_release(fs, ino); /* no RELEASE comes */
-		else
+			dcrfs_ho_hold_update(fs);
+		} else {
 			atomic_fetch_add_explicit(&fs->bk.pt.opens, 1,
 						  memory_order_relaxed);
+		}
 		return;
 	}
 	/* Immutable: pages survive close and reopen; never direct_io. */
 	fi->keep_cache = 1;
-	if (fuse_reply_open(req, fi) != 0)
+	if (fuse_reply_open(req, fi) != 0) {
 		dcrfs_backing_release(fs, ino);
-	else
+		dcrfs_ho_hold_update(fs);
+	} else {
 		atomic_fetch_add_explicit(&fs->bk.pt.normal_opens, 1,
 					  memory_order_relaxed);
+	}
 }
 
 static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
@@ -744,6 +766,7 @@ static void dcrfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	atomic_fetch_add_explicit(&fs->stats.reads, 1, memory_order_relaxed);
+	test_req_delay();
 	if (fi->fh & DCRFS_FH_PASSTHROUGH) /* the kernel should serve these */
 		atomic_fetch_add_explicit(&fs->bk.pt.reads_seen, 1,
 					  memory_order_relaxed);
@@ -779,15 +802,22 @@ static void dcrfs_ll_release(fuse_req_t req, fuse_ino_t ino,
 		fs_ctl_release(fi);
 		break;
 	case DCRFS_K_CTL_LATEST:
-		dcrfs_latestfile_release(fs_of(req), fi);
+		dcrfs_latestfile_release(fs_of(req), fi, NULL);
 		break;
 	case DCRFS_K_DELTA_DIR:
 	case DCRFS_K_DELTA_NODE:
 		dcrfs_delta_release(fs_of(req), fi->fh);
 		break;
-	default:
-		dcrfs_backing_release(fs_of(req), ino);
-		break;
+	default: {
+		struct dcrfs *fs = fs_of(req); /* @req is gone after its reply */
+
+		dcrfs_backing_release(fs, ino);
+		fuse_reply_err(req, 0);
+		/* after the reply: a crash before it gets the RELEASE sent
+		 * again, to a count the holder has not lowered yet */
+		dcrfs_ho_hold_update(fs);
+		return;
+	}
 	}
 	fuse_reply_err(req, 0);
 }

@@ -26,6 +26,7 @@
 
 #include "common.h"
 #include "fs.h"
+#include "handover.h"
 #include "node.h"
 
 void fs_tags_stat(struct dcrfs *fs, struct stat *st)
@@ -69,6 +70,9 @@ static int tag_slot(struct dcrfs *fs, const char *name, size_t *slot)
 		goto out;
 	}
 	*slot = fs->tags.n++;
+	pthread_mutex_unlock(&fs->tags.lock);
+	dcrfs_ho_hold_update(fs); /* a restart must know the new slot */
+	return 0;
 out:
 	pthread_mutex_unlock(&fs->tags.lock);
 	return ret;

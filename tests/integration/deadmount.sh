@@ -10,7 +10,7 @@ need_fuse
 mkdir -p "$T/tree"
 rand_file "$T/tree/w.bin" 100000 d
 commit "$T/store" "$T/tree" >/dev/null
-mount_dcrfs "$T/store" "$T/mnt"
+mount_dcrfs "$T/store" "$T/mnt" restart_wait=0 # no holder: the mount dies with dcrfs
 kill -KILL "$MOUNT_PID"
 _wait_pid "$MOUNT_PID" 10 || fail "dcrfs survived SIGKILL"
 stat "$T/mnt" >/dev/null 2>"$T/stat.err" && fail "the killed mount still answers"

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# restart.sh - a mount survives kill -9 of its dcrfs (fs/handover.h, the
+# holder): the holder keeps the connection, dcrfs --takeover started
+# again takes it back, has the kernel send again what was in flight
+# (FUSE_NOTIFY_RESEND) and serves every open file on:
+#  1. readers in loops, each compared with the committed bytes: reopen
+#     and read of a version being prefetched (normal path), a file held
+#     open and a file mapped (mmap) there; the same on a version whole in
+#     the cache (passthrough: its backing ids adopted from the holder);
+#     lookups of names never seen (each one reaches the daemon);
+#  2. N kill -9 + restarts (RESTARTS, default 10), each after H
+#     handovers (HANDOVERS_EACH, default 2: 20 in all), which retire the
+#     holder and start a new one: 0 errors, 0 wrong bytes; the longest stall a reader saw, and each restart's start-up
+#     (the new daemon's start to its "took over"), are printed: the
+#     target is a stall <= 1 s + the start-up;
+#     files of /.dcrfs open across a restart: latest is served, a
+#     status snapshot answers EIO (said once), nothing crashes;
+#  3. what cannot be saved is said: no holder (-o restart_wait=0): the
+#     takeover says the mount is lost, and it is (ENOTCONN); a holder
+#     whose wait ran out says so and gives the mount up.
+. "$(dirname "$0")/lib.sh"
+need_fuse
+need_bins
+need_root
+
+STORE=$T/store
+MNT=$T/mnt
+MiB=$((1024 * 1024))
+N=${RESTARTS:-10}
+
+mkdir -p "$T/tree.1" "$T/tree.2"
+rand_file "$T/tree.1/a.bin" $((8 * MiB + 12345)) a
+rand_file "$T/tree.1/b.bin" $((4 * MiB)) b
+cp -a "$T/tree.1/." "$T/tree.2/"
+flip_bytes "$T/tree.2/a.bin" 0.05 a2
+[ "$(commit "$STORE" "$T/tree.1" --chunk-size 1M)" = 1 ] || fail "commit 1"
+[ "$(commit "$STORE" "$T/tree.2" --chunk-size 1M)" = 2 ] || fail "commit 2"
+
+# v2 stays "being prefetched" for the whole test (handover.sh)
+export DCRFS_TEST_PREFETCH_DELAY_MS=50
+# and each LOOKUP and READ that reaches a daemon takes 20 ms, so that
+# kills find some in flight, which the kernel must send again
+export DCRFS_TEST_REQ_DELAY_MS=20
+need_test_hooks
+OPTS="cache_dir=$T/cache,prefetch=latest"
+mount_dcrfs "$STORE" "$MNT" "$OPTS"
+OLD=$MOUNT_PID
+FIRST_LOG=$MOUNT_LOG # the holder's messages go where the first daemon's went
+
+cat >"$T/reader.py" <<'PY'
+import mmap, os, sys, time
+mode, path, ref, stop, out = sys.argv[1:6]
+want = open(ref, "rb").read()
+n = 0
+worst = 0.0
+longs = []  # the lookups that waited (a restart's, a handover's)
+def bad(msg):
+    open(out, "w").write("%s %s: %s after %d rounds\n" % (mode, path, msg, n))
+    sys.exit(1)
+try:
+    if mode in ("held", "mmap"):
+        f = open(path, "rb")
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if mode == "mmap" else None
+    while not os.path.exists(stop):
+        t0 = time.monotonic()
+        if mode == "stall":
+            # a name never seen: each lookup reaches the daemon
+            try:
+                os.stat("%s/nothing-%d" % (path, n))
+                bad("a file that does not exist")
+            except FileNotFoundError:
+                pass
+            got = want = b""
+        elif mode == "reopen":
+            with open(path, "rb") as g:
+                os.posix_fadvise(g.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                got = g.read()
+        elif mode == "held":
+            # the kernel's cached pages dropped: the reads reach dcrfs
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            got = os.pread(f.fileno(), len(want) + 1, 0)
+        else:
+            m.madvise(mmap.MADV_DONTNEED)
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            got = m[:]
+        took = time.monotonic() - t0
+        worst = max(worst, took)
+        if mode == "stall" and took > 0.1:
+            longs.append(took)
+        if got != want:
+            bad("wrong bytes")
+        n += 1
+        time.sleep(0.01)
+except OSError as e:
+    bad("error %s" % e)
+open(out, "w").write("ok %s %s %d rounds, longest round %d ms\n" %
+                     (mode, path, n, worst * 1000))
+if mode == "stall":
+    open(out + ".long", "w").write("".join("%d\n" % (t * 1000) for t in longs))
+PY
+STOP=$T/stop
+reader() { # MODE FILE REF
+	local out=$T/r.$1.$(basename "$(dirname "$2")").$(basename "$2")
+	start_bg python3 "$T/reader.py" "$1" "$2" "$3" "$STOP" "$out"
+	RPIDS+=("$BG_PID")
+}
+RPIDS=()
+reader held "$MNT/v2/a.bin" "$T/tree.2/a.bin"
+reader mmap "$MNT/v2/b.bin" "$T/tree.2/b.bin"
+sleep 0.3
+reader reopen "$MNT/v2/a.bin" "$T/tree.2/a.bin"
+t cat "$MNT/v1/a.bin" "$MNT/v1/b.bin" >/dev/null
+reader reopen "$MNT/v1/b.bin" "$T/tree.1/b.bin"
+reader held "$MNT/v1/a.bin" "$T/tree.1/a.bin"
+reader mmap "$MNT/v1/b.bin" "$T/tree.1/b.bin"
+reader stall "$MNT/v1" /dev/null
+sleep 0.5
+pt_opens() {
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["opens"]["passthrough"])' "$MNT/.dcrfs/status.json"
+}
+[ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough before the first kill"
+
+
+# set_pid PID - the daemon of $MNT is PID now
+set_pid() {
+	for j in "${!_mounts[@]}"; do
+		[ "${_mounts[$j]}" = "$MNT" ] && _mount_pid[j]=$1
+	done
+	OLD=$1
+}
+
+# --- 1, 2. N x (H handovers, kill -9 + restart) under the readers: a
+# handover retires the holder and the new daemon starts its own
+H=${HANDOVERS_EACH:-2}
+: >"$T/startup"
+for ((i = 1; i <= N; i++)); do
+	for ((h = 1; h <= H; h++)); do
+		_nlog=$((_nlog + 1))
+		NEW_LOG=$T/dcrfs.$_nlog.log
+		"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
+		NEW=$!
+		_pids+=("$NEW")
+		_wait_pid "$OLD" 10 || { cat "$NEW_LOG" >&2; fail "handover $i.$h: the old daemon did not exit"; }
+		for ((k = 0; k < 500; k++)); do
+			grep -q 'restart: holder' "$NEW_LOG" && break
+			sleep 0.01
+		done
+		grep -q 'handover: took over' "$NEW_LOG" ||
+			{ cat "$NEW_LOG" >&2; fail "handover $i.$h: not taken over"; }
+		grep -q 'restart: holder' "$NEW_LOG" ||
+			{ cat "$NEW_LOG" >&2; fail "handover $i.$h: no holder"; }
+		set_pid "$NEW"
+		sleep 0.2
+	done
+	kill -KILL "$OLD"
+	wait "$OLD" 2>/dev/null || true
+	_nlog=$((_nlog + 1))
+	NEW_LOG=$T/dcrfs.$_nlog.log
+	t0=$(date +%s%N)
+	"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
+	NEW=$!
+	_pids+=("$NEW")
+	for ((k = 0; k < 5000; k++)); do
+		grep -q 'restart: took over' "$NEW_LOG" && break
+		kill -0 "$NEW" 2>/dev/null || break
+		sleep 0.002
+	done
+	t1=$(date +%s%N)
+	grep -q 'restart: took over' "$NEW_LOG" ||
+		{ cat "$NEW_LOG" >&2; fail "restart $i: the new daemon did not take over"; }
+	grep -q 'restart: the kernel sends the requests' "$NEW_LOG" ||
+		{ cat "$NEW_LOG" >&2; fail "restart $i: no resend"; }
+	echo $(((t1 - t0) / 1000000)) >>"$T/startup"
+	set_pid "$NEW"
+	sleep 0.3
+done
+resent=$(cat "$T"/dcrfs.*.log | grep -c 'restart: serving the requests the dead daemon had read' || true)
+log "restarts in which the kernel sent requests in flight again: $resent of $N"
+[ "$N" -lt 5 ] || [ "$resent" -gt 0 ] || fail "no restart found a request in flight (DCRFS_TEST_REQ_DELAY_MS)"
+sort -n "$T/startup" >"$T/startup.sorted"
+log "restart start-up ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/startup.sorted"), max $(tail -1 "$T/startup.sorted")"
+
+sleep 0.5
+: >"$STOP"
+for p in "${RPIDS[@]}"; do
+	wait "$p" || true
+done
+worst=0
+for f in "$T"/r.*; do
+	case $f in *.long) continue ;; esac
+	log "$(cat "$f")"
+	grep -q '^ok ' "$f" || fail "a reader failed: $(cat "$f")"
+	ms=$(sed -n 's/.*longest round \([0-9]*\) ms.*/\1/p' "$f")
+	[ "$ms" -gt "$worst" ] && worst=$ms
+done
+[ "$(ls "$T"/r.* | grep -vc '\.long$')" = 7 ] || fail "a reader left no result"
+max_start=$(tail -1 "$T/startup.sorted")
+sort -n "$T"/r.stall.*.long >"$T/stalls"
+ns=$(grep -c . "$T/stalls" || true)
+[ "$ns" -gt 0 ] && log "lookups that waited more than 100 ms: $ns ($N restarts, $((N * H)) handovers); median $(sed -n "$(((ns + 1) / 2))p" "$T/stalls") ms, max $(tail -1 "$T/stalls") ms"
+log "longest reader stall across $N kill -9 restarts: $worst ms (target <= 1000 + start-up, max start-up $max_start ms)"
+[ "$worst" -le $((1000 + max_start + 500)) ] ||
+	fail "a reader stalled $worst ms (start-up at most $max_start ms)"
+[ "$(cat "$T"/dcrfs.*.log | grep -c 'gave .* to a restarted dcrfs')" = "$N" ] ||
+	fail "the holders did not give the mount $N times"
+[ "$(cat "$T"/dcrfs.*.log | grep -c 'handover: took over')" = $((N * H)) ] ||
+	fail "not $((N * H)) handovers"
+[ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough in the last daemon"
+cmp "$MNT/v2/a.bin" "$T/tree.2/a.bin" || fail "v2/a.bin after the restarts"
+
+# files whose open state was the dead daemon's: /.dcrfs/latest is served
+# as a new open; a status snapshot is gone (EIO), and said; the handles
+# never reach a dead daemon's memory
+cat >"$T/dcrfs_files.py" <<'PY'
+import errno, os, sys, time
+mnt, ready, go, out = sys.argv[1:5]
+st = os.open(mnt + "/.dcrfs/status.json", os.O_RDONLY)
+lt = os.open(mnt + "/.dcrfs/latest", os.O_RDONLY)
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.01)
+msg = "ok"
+try:
+    os.pread(st, 4096, 0)
+    msg = "status.json: read a dead daemon's snapshot"
+except OSError as e:
+    if e.errno != errno.EIO:
+        msg = "status.json: %s" % e
+got = os.pread(lt, 64, 0)
+if msg == "ok" and got != b"2\n":
+    msg = ".dcrfs/latest: %r" % got
+open(out, "w").write(msg + "\n")
+PY
+start_bg python3 "$T/dcrfs_files.py" "$MNT" "$T/files.ready" "$T/files.go" "$T/files.out"
+FPID=$BG_PID
+for ((k = 0; k < 500; k++)); do
+	[ -e "$T/files.ready" ] && break
+	sleep 0.01
+done
+kill -KILL "$OLD"
+wait "$OLD" 2>/dev/null || true
+_nlog=$((_nlog + 1))
+NEW_LOG=$T/dcrfs.$_nlog.log
+"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
+NEW=$!
+_pids+=("$NEW")
+for ((k = 0; k < 500; k++)); do
+	grep -q 'restart: took over' "$NEW_LOG" && break
+	sleep 0.01
+done
+set_pid "$NEW"
+: >"$T/files.go"
+wait "$FPID" || true
+[ "$(cat "$T/files.out")" = ok ] ||
+	fail "reads of /.dcrfs files opened before the restart: $(cat "$T/files.out")"
+grep -q '/.dcrfs status file: a handle this daemon did not give' "$NEW_LOG" ||
+	{ cat "$NEW_LOG" >&2; fail "the stranger's handle was not said"; }
+kill -0 "$NEW" || fail "the restarted daemon died"
+cmp "$MNT/v1/a.bin" "$T/tree.1/a.bin" || fail "v1/a.bin after the last restart"
+umount_dcrfs "$MNT" || fail "unmount after the restarts"
+# hold_gone CACHE - the holder of the mount with that cache directory
+# has exited (its socket is gone), 5 s at most
+hold_gone() {
+	local k
+	for ((k = 0; k < 50; k++)); do
+		ls "$1"/hold-*.sock >/dev/null 2>&1 || return 0
+		sleep 0.1
+	done
+	return 1
+}
+# an unmount retires the holder...
+hold_gone "$T/cache" || fail "the holder outlived the unmount"
+# ...and so does an unmount while no daemon serves (POLLERR)
+mount_dcrfs "$STORE" "$MNT" "$OPTS"
+kill -KILL "$MOUNT_PID"
+_wait_pid "$MOUNT_PID" 10 || fail "dcrfs survived SIGKILL"
+for ((k = 0; k < 50; k++)); do
+	grep -q 'holding the mount for a restart' "$MOUNT_LOG" && break
+	sleep 0.1
+done
+t fusermount3 -u "$MNT" || fail "fusermount3 -u a held mount"
+_forget_mount "$MNT"
+hold_gone "$T/cache" || fail "the holder outlived the unmount"
+grep -q 'is gone (unmounted): exiting' "$MOUNT_LOG" || { cat "$MOUNT_LOG" >&2; fail "the holder did not say why it exits"; }
+
+# --- 3. what cannot be saved is said
+M2=$T/mnt2
+mount_dcrfs "$STORE" "$M2" "cache_dir=$T/cache2,restart_wait=0"
+kill -KILL "$MOUNT_PID"
+_wait_pid "$MOUNT_PID" 10 || fail "dcrfs survived SIGKILL"
+expect_status 1 "no dcrfs to take over from and no holder of the mount" \
+	"$DCRFS" --takeover "$STORE" "$M2" -f -o "cache_dir=$T/cache2"
+stat "$M2" >/dev/null 2>"$T/stat.err" && fail "a mount nobody held still answers"
+grep -q "Transport endpoint is not connected" "$T/stat.err" ||
+	fail "not a dead mount: $(cat "$T/stat.err")"
+t fusermount3 -u "$M2" || fail "fusermount3 -u the dead mount"
+_forget_mount "$M2"
+
+mount_dcrfs "$STORE" "$M2" "cache_dir=$T/cache2,restart_wait=1"
+LOG2=$MOUNT_LOG
+kill -KILL "$MOUNT_PID"
+_wait_pid "$MOUNT_PID" 10 || fail "dcrfs survived SIGKILL"
+for ((k = 0; k < 100; k++)); do
+	grep -q 'no dcrfs came back' "$LOG2" && break
+	sleep 0.1
+done
+grep -q "holding the mount for a restart" "$LOG2" || { cat "$LOG2" >&2; fail "the holder did not say it waits"; }
+grep -q "no dcrfs came back to $M2 within 1 s: giving the mount up" "$LOG2" ||
+	{ cat "$LOG2" >&2; fail "the holder did not give the mount up"; }
+for ((k = 0; k < 50; k++)); do
+	stat "$M2" >/dev/null 2>"$T/stat.err" || break
+	sleep 0.1
+done
+grep -q "Transport endpoint is not connected" "$T/stat.err" ||
+	fail "the given-up mount is not dead: $(cat "$T/stat.err")"
+t fusermount3 -u "$M2" || fail "fusermount3 -u the given-up mount"
+_forget_mount "$M2"
+log "ok"
