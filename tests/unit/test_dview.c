@@ -665,10 +665,10 @@ static void test_scratch_damage(void **state)
 	set_st(&f->v[2].f[0], b, 1);
 	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
 	reader_up(f);
-	setenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP", "1", 1);
+	setenv("DCRFS_TEST_DVIEW_FLIP", "1", 1);
 	log_reset();
 	struct view w = build(f, 1, 2, "m.safetensors");
-	unsetenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP");
+	unsetenv("DCRFS_TEST_DVIEW_FLIP");
 	assert_int_equal(w.ret, -EIO);
 	assert_non_null(strstr(log_last, "w.val read back differs"));
 	view_free(&w);
@@ -679,7 +679,7 @@ static void test_scratch_damage(void **state)
 	free_tts(b, 1);
 #else
 	(void)state;
-	tu_missing("needs the hook DCRFS_TEST_DVIEW_SCRATCH_FLIP "
+	tu_missing("needs the hook DCRFS_TEST_DVIEW_FLIP "
 		   "(configure --enable-test-hooks)");
 #endif
 }
