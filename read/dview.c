@@ -23,6 +23,7 @@
 #include "safetensors.h"
 #include "stwriter.h"
 #include "dview.h"
+#include "dview_out.h"
 #include "dvrec.h"
 
 /* Bytes of each tensor read from each version at once (a multiple of
@@ -631,40 +632,6 @@ static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 	return ret;
 }
 
-/* Copy [off, off+len) of @in to @out at *@pos. 0 or -errno. */
-static int copy_segment(int in, uint64_t off, uint64_t len, int out,
-			uint64_t *pos)
-{
-	loff_t src = (loff_t)off, dst = (loff_t)*pos;
-	static const size_t step = 64u << 20;
-
-	while (len) {
-		ssize_t n = copy_file_range(in, &src, out, &dst,
-					    (size_t)DCR_MIN(len, (uint64_t)step), 0);
-		if (n < 0 && (errno == EXDEV || errno == ENOSYS ||
-			      errno == EINVAL || errno == EOPNOTSUPP)) {
-			uint8_t buf[1u << 16];
-			size_t m = (size_t)DCR_MIN(len, (uint64_t)sizeof(buf));
-			int ret = dcr_pread_full(in, buf, m, (off_t)src);
-
-			if (ret == 0)
-				ret = dcr_pwrite_full(out, buf, m, (off_t)dst);
-			if (ret)
-				return ret;
-			n = (ssize_t)m;
-			src += (loff_t)m;
-			dst += (loff_t)m;
-		} else if (n < 0) {
-			return DCR_ERR(-errno);
-		} else if (n == 0) {
-			return DCR_ERR(-EIO);
-		}
-		len -= (uint64_t)n;
-	}
-	*pos = (uint64_t)dst;
-	return 0;
-}
-
 /* Tensor bytes of a unit: a multiple of BLOCK, so of every dtype's
  * width. */
 #define UNIT (2 * (uint64_t)BLOCK)
@@ -857,9 +824,9 @@ static void write_run(void *arg, size_t i)
 	int ret;
 
 	if (p->soff != NO_SCRATCH) {
-		ret = copy_segment(b->sfd, p->soff, p->n * ch->iw, b->out_fd, &oi);
+		ret = dcr_dview_copy(b->sfd, p->soff, p->n * ch->iw, b->out_fd, &oi);
 		if (!ret)
-			ret = copy_segment(b->sfd, p->soff + p->n * ch->iw,
+			ret = dcr_dview_copy(b->sfd, p->soff + p->n * ch->iw,
 					   p->n * ch->vw, b->out_fd, &ov);
 		u->rc = ret;
 		return;
@@ -973,141 +940,11 @@ static char *suffixed(const char *name, const char *suffix)
 	return s;
 }
 
-/* A piece of the output (the header, or a unit's indices or values)
- * and the hash it was produced with. */
-struct seg {
-	uint64_t off, len;
-	const uint8_t *want;
-	const char *name;
-};
-
-/* Blocks of the view's check values per unit of check_output. */
-#define CHECK_BLOCKS 64
-
-/* check_output's shared state: the output and what its units found. */
-struct check {
-	struct build *b;
-	int fd;
-	const struct seg *sg;
-	size_t nseg, nbu;    /* pieces; units of CHECK_BLOCKS blocks */
-	uint64_t size, nblk;
-	struct dcr_dview_sums *sums;
-	int *rc;              /* per unit: 0, -EIO (a segment differs) or -errno */
-};
-
-/* par_for body: the check values of CHECK_BLOCKS blocks (unit @i <
- * nbu), or the check of piece @i - nbu against its production hash. */
-static void check_unit(void *arg, size_t i)
-{
-	struct check *c = arg;
-	/* One block at a time: a buffer below the mmap threshold, reused
-	 * from the heap, not fresh pages faulted in per unit. */
-	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
-	int ret = buf ? 0 : DCR_ERR(-ENOMEM);
-
-	if (!ret && i < c->nbu) {
-		const uint64_t first = i * CHECK_BLOCKS;
-		const uint64_t off = first * DCR_DVIEW_BLOCK;
-		const size_t n = (size_t)DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
-						 c->size - off);
-
-		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++) {
-			const size_t m = DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p);
-
-			ret = dcr_pread_full(c->fd, buf, m, (off_t)(off + p));
-			if (!ret)
-				dcr_xxh128(buf, m, c->sums->blk[first + k]);
-		}
-	} else if (!ret) {
-		const struct seg *sg = &c->sg[i - c->nbu];
-		struct dcr_xxh_ctx *h = dcr_xxh_new();
-		uint64_t off = sg->off, left = sg->len;
-		uint8_t got[DCR_XXH_LEN];
-
-		ret = h ? 0 : DCR_ERR(-ENOMEM);
-		while (!ret && left) {
-			size_t n = (size_t)DCR_MIN(left, (uint64_t)DCR_DVIEW_BLOCK);
-
-			ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
-			if (!ret)
-				dcr_xxh_update(h, buf, n);
-			off += n;
-			left -= n;
-		}
-		if (!ret) {
-			dcr_xxh_final(h, got);
-			if (memcmp(got, sg->want, DCR_XXH_LEN))
-				ret = DCR_ERR(-EIO);
-		}
-		dcr_xxh_free(h);
-	}
-	free(buf);
-	c->rc[i] = ret;
-}
-
-/*
- * Read the output of @size bytes back: the pieces @sg[0..nseg) must
- * tile it in order, and each must hash to what it was produced with (a
- * byte changed on its way through the scratch file or the output's
- * page cache is caught here, EIO), and the per-block check values of
- * the view come from the bytes read. The pieces and runs of blocks are
- * read on the reader's threads (dcr_reader_par_for); the check values
- * come from the same page cache whose bytes the pieces' checks prove.
- */
-static int check_output(struct build *b, int fd, const struct seg *sg,
-			size_t nseg, uint64_t size, struct dcr_dview_sums *sums)
-{
-	const uint64_t nblk = (size + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK;
-	struct check c = { .b = b, .fd = fd, .sg = sg, .nseg = nseg,
-			   .size = size, .nblk = nblk, .sums = sums,
-			   .nbu = (size_t)((nblk + CHECK_BLOCKS - 1) / CHECK_BLOCKS) };
-	uint64_t pos = 0;
-	int ret = 0;
-
-	c.rc = calloc(c.nbu + nseg + 1, sizeof(*c.rc));
-	sums->blk = calloc(nblk ? nblk : 1, sizeof(*sums->blk));
-	if (!c.rc || !sums->blk) {
-		ret = DCR_ERR(-ENOMEM);
-		goto out;
-	}
-	for (size_t k = 0; k < nseg; k++) {
-		if (sg[k].off != pos)
-			break;
-		pos += sg[k].len;
-	}
-	if (pos != size) {
-		ret = DCR_ERR(-EIO); /* never: the pieces make the output */
-		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": its pieces do "
-			"not cover its %" PRIu64 " bytes (EIO)", b->a.v, b->b.v,
-			size);
-		goto out;
-	}
-	dcr_reader_par_for(b->r, c.nbu + nseg, check_unit, &c);
-	for (size_t i = 0; i < c.nbu + nseg && !ret; i++) {
-		ret = c.rc[i];
-		if (ret == -EIO && i >= c.nbu)
-			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s "
-				"read back differs from what was built at byte %"
-				PRIu64 " (EIO)", b->a.v, b->b.v,
-				sg[i - c.nbu].name, sg[i - c.nbu].off);
-		else if (ret && ret != -ENOMEM)
-			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": reading it "
-				"back: %s", b->a.v, b->b.v, strerror(-ret));
-	}
-	sums->n = nblk;
-	sums->size = size;
-out:
-	if (ret)
-		dcr_dview_sums_free(sums);
-	free(c.rc);
-	return ret;
-}
-
 /*
  * Write the view to b->out_fd: the header of the tensors of @cs[0..nc)
  * with changes (their counts known after pass 1: compare_all), which
  * places every tensor's segments and so every unit's pieces; then pass
- * 2 (write_all); then read it back (check_output). Fills info->size,
+ * 2 (write_all); then read it back (dcr_dview_check). Fills info->size,
  * ->changed and ->tensors.
  */
 static int assemble(struct build *b, struct change *cs, size_t nc,
@@ -1117,7 +954,7 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 	struct dcr_st_tensor *st = NULL;
 	uint64_t *shapes = NULL;
 	size_t *order = NULL, *kept = NULL;
-	struct seg *sg = NULL;
+	struct dcr_dview_piece *sg = NULL;
 	uint8_t hdr_hash[DCR_XXH_LEN];
 	char *hdr = NULL;
 	size_t hdr_len = 0;
@@ -1175,7 +1012,7 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 		pos += st[order[k]].len;
 	}
 	dcr_xxh128(hdr, hdr_len, hdr_hash);
-	sg[ns++] = (struct seg){ 0, hdr_len, hdr_hash, "its header" };
+	sg[ns++] = (struct dcr_dview_piece){ 0, hdr_len, hdr_hash, "its header" };
 	for (size_t k = 0; k < 2 * nk; k++) {
 		const struct change *c = &cs[kept[order[k] / 2]];
 		const bool is_idx = order[k] % 2 == 0;
@@ -1186,7 +1023,7 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 
 			if (!pl->n)
 				continue;
-			sg[ns++] = (struct seg){
+			sg[ns++] = (struct dcr_dview_piece){
 				(is_idx ? c->out_i : c->out_v) + pl->first * w,
 				pl->n * w, is_idx ? pl->ih : pl->vh,
 				is_idx ? c->iname : c->vname };
@@ -1211,7 +1048,8 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 		}
 	}
 #endif
-	ret = check_output(b, b->out_fd, sg, ns, pos, b->sums);
+	ret = dcr_dview_check(b->r, b->a.v, b->b.v, b->out_fd, sg, ns, pos,
+			      b->sums);
 	if (!ret)
 		b->info->size = pos;
 err_free:
@@ -1455,88 +1293,4 @@ err_free:
 	free(path_a);
 	pthread_mutex_destroy(&b.lock);
 	return ret;
-}
-
-void dcr_dview_sums_free(struct dcr_dview_sums *s)
-{
-	if (!s)
-		return;
-	free(s->blk);
-	memset(s, 0, sizeof(*s));
-}
-
-int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off)
-{
-	uint8_t *buf, got[DCR_XXH_LEN];
-	struct stat st;
-	int ret = 0;
-
-	if (fstat(fd, &st) < 0)
-		return DCR_ERR(-errno);
-	if ((uint64_t)st.st_size != s->size) {
-		*bad_off = s->size;
-		return DCR_ERR(-EIO);
-	}
-	/* one block's buffer: heap memory reused (dcr_dview_pread) */
-	buf = malloc(DCR_DVIEW_BLOCK);
-	if (!buf)
-		return DCR_ERR(-ENOMEM);
-	for (uint64_t o = 0; !ret && o < s->size; o += DCR_DVIEW_BLOCK) {
-		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, s->size - o);
-
-		ret = dcr_pread_full(fd, buf, n, (off_t)o);
-		if (ret == -ENODATA)
-			ret = DCR_ERR(-EIO);
-		if (!ret) {
-			dcr_xxh128(buf, n, got);
-			if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN))
-				ret = DCR_ERR(-EIO);
-		}
-		if (ret)
-			*bad_off = o;
-	}
-	free(buf);
-	return ret;
-}
-
-ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
-			size_t len, uint64_t off, uint64_t *bad_off)
-{
-	uint64_t end, first, last;
-	uint8_t *buf, got[DCR_XXH_LEN];
-	int ret;
-
-	if (off >= s->size || len == 0)
-		return 0;
-	end = off + DCR_MIN((uint64_t)len, s->size - off);
-	first = off / DCR_DVIEW_BLOCK * DCR_DVIEW_BLOCK;
-	last = DCR_MIN(s->size, (end + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK *
-				DCR_DVIEW_BLOCK);
-	/* Block by block through one block's buffer (below the mmap
-	 * threshold: heap memory reused, not pages faulted in per read);
-	 * each block is checked before its bytes are copied out, and a
-	 * failed block ends the read with its error. */
-	buf = malloc(DCR_DVIEW_BLOCK);
-	if (!buf)
-		return DCR_ERR(-ENOMEM);
-	for (uint64_t o = first; o < last; o += DCR_DVIEW_BLOCK) {
-		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, last - o);
-		const uint64_t a = DCR_MAX(o, off), z = DCR_MIN(o + n, end);
-
-		ret = dcr_pread_full(fd, buf, n, (off_t)o);
-		if (ret) {
-			*bad_off = o;
-			free(buf);
-			return ret == -ENODATA ? DCR_ERR(-EIO) : ret;
-		}
-		dcr_xxh128(buf, n, got);
-		if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN)) {
-			*bad_off = o;
-			free(buf);
-			return DCR_ERR(-EIO);
-		}
-		memcpy((uint8_t *)dst + (a - off), buf + (a - o), (size_t)(z - a));
-	}
-	free(buf);
-	return (ssize_t)(end - off);
 }
