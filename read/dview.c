@@ -266,6 +266,12 @@ struct build {
 	/* Scratch blocks (BLOCK bytes each, A's and B's) for the units
 	 * running at once, handed out under lock. */
 	pthread_mutex_t lock;
+	/* Held around each write to the scratch file (pass 1) or the
+	 * output (pass 2). Buffered writes to one file take its inode's
+	 * lock in the kernel one at a time whatever the threads, and a
+	 * writer that finds it taken spins while the holder copies
+	 * (optimistic spinning): CPU spent on nothing. Here it sleeps. */
+	pthread_mutex_t wlock;
 	uint8_t **scratch;
 	size_t nscratch;
 };
@@ -742,10 +748,12 @@ static int unit_keep(struct build *b, struct unit *u)
 
 	dcr_xxh128(u->oi.p, u->oi.n, p->ih);
 	dcr_xxh128(u->ov.p, u->ov.n, p->vh);
+	pthread_mutex_lock(&b->wlock);
 	ret = dcr_pwrite_full(b->sfd, u->oi.p, u->oi.n, (off_t)off);
 	if (!ret)
 		ret = dcr_pwrite_full(b->sfd, u->ov.p, u->ov.n,
 				      (off_t)(off + u->oi.n));
+	pthread_mutex_unlock(&b->wlock);
 	if (!ret)
 		p->soff = off;
 	return ret;
@@ -824,10 +832,12 @@ static void write_run(void *arg, size_t i)
 	int ret;
 
 	if (p->soff != NO_SCRATCH) {
+		pthread_mutex_lock(&b->wlock);
 		ret = dcr_dview_copy(b->sfd, p->soff, p->n * ch->iw, b->out_fd, &oi);
 		if (!ret)
 			ret = dcr_dview_copy(b->sfd, p->soff + p->n * ch->iw,
 					   p->n * ch->vw, b->out_fd, &ov);
+		pthread_mutex_unlock(&b->wlock);
 		u->rc = ret;
 		return;
 	}
@@ -844,10 +854,13 @@ static void write_run(void *arg, size_t i)
 	if (!ret) {
 		dcr_xxh128(u->oi.p, u->oi.n, p->ih);
 		dcr_xxh128(u->ov.p, u->ov.n, p->vh);
+		pthread_mutex_lock(&b->wlock);
 		ret = dcr_pwrite_full(b->out_fd, u->oi.p, u->oi.n, (off_t)oi);
+		if (!ret)
+			ret = dcr_pwrite_full(b->out_fd, u->ov.p, u->ov.n,
+					      (off_t)ov);
+		pthread_mutex_unlock(&b->wlock);
 	}
-	if (!ret)
-		ret = dcr_pwrite_full(b->out_fd, u->ov.p, u->ov.n, (off_t)ov);
 	u->rc = ret;
 }
 
@@ -1183,6 +1196,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	if (ret)
 		return ret;
 	pthread_mutex_init(&b.lock, NULL);
+	pthread_mutex_init(&b.wlock, NULL);
 	ret = stfile_load(r, to, idx, path, size_b, &fb);
 	if (ret)
 		goto err_free;
@@ -1292,5 +1306,6 @@ err_free:
 	free(path);
 	free(path_a);
 	pthread_mutex_destroy(&b.lock);
+	pthread_mutex_destroy(&b.wlock);
 	return ret;
 }
