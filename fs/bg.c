@@ -603,6 +603,7 @@ int dcrfs_bg_start(struct dcrfs *fs)
 	if (ret)
 		return -ret;
 	fs->bg.watcher_running = 1;
+	pthread_setname_np(fs->bg.watcher, "dcrfs-watcher");
 	if (fs->bg.prefetch != DCRFS_PREFETCH_NONE) {
 		ret = pthread_create(&fs->bg.prefetcher, NULL, prefetcher_main,
 				     fs);
@@ -611,6 +612,7 @@ int dcrfs_bg_start(struct dcrfs *fs)
 			return -ret;
 		}
 		fs->bg.prefetcher_running = 1;
+		pthread_setname_np(fs->bg.prefetcher, "dcrfs-prefetch");
 	}
 	return 0;
 }

@@ -23,13 +23,12 @@
 #include "safetensors.h"
 #include "stwriter.h"
 #include "dview.h"
+#include "dview_out.h"
 #include "dvrec.h"
 
 /* Bytes of each tensor read from each version at once (a multiple of
  * every dtype's width). */
 #define BLOCK (4u << 20)
-/* Buffered bytes of each scratch stream. */
-#define WBUF (1u << 20)
 
 /* A parsed, checked header: the tensors and, sorted by name, pointers. */
 struct stfile {
@@ -188,150 +187,93 @@ int dcr_dview_probe(struct dcr_reader *r, uint64_t v, uint32_t tree,
 
 /* ------------------------------------------------------------ output */
 
-/* An append-only scratch stream (an unlinked file) with a buffer. */
-struct stream {
-	int fd;
-	uint64_t pos;   /* bytes written to fd */
-	uint8_t *buf;
-	size_t n;
-	/* The XXH3-128 of the current segment, of buf[0..hashed) so far:
-	 * each segment's production hash, checked against what is read
-	 * back from the output (assemble). */
-	struct dcr_xxh_ctx *h;
-	size_t hashed;
-};
-
-static int stream_open(struct stream *s, const char *tmpdir)
+/* An unlinked scratch file in @tmpdir into *@fd. 0 or -errno (logged). */
+static int scratch_open(const char *tmpdir, int *fd)
 {
-	s->pos = 0;
-	s->n = s->hashed = 0;
-	s->buf = malloc(WBUF);
-	s->h = dcr_xxh_new();
-	if (!s->buf || !s->h) {
-		free(s->buf);
-		s->buf = NULL;
-		return DCR_ERR(-ENOMEM);
-	}
-	s->fd = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (s->fd < 0) {
+	*fd = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (*fd < 0) {
 		int e = -errno;
 
 		dcr_err("delta view: cannot make a scratch file in %s: %s",
 			tmpdir, strerror(-e));
-		free(s->buf);
-		s->buf = NULL;
 		return DCR_ERR(e);
 	}
 	return 0;
 }
 
-static void stream_close(struct stream *s)
-{
-	if (s->fd >= 0)
-		close(s->fd);
-	s->fd = -1;
-	free(s->buf);
-	s->buf = NULL;
-	dcr_xxh_free(s->h);
-	s->h = NULL;
-}
+/* Where a unit's pieces wait between the passes: nowhere (made again
+ * from the records in pass 2), or the scratch file. */
+#define NO_SCRATCH UINT64_MAX
 
-/* Hash what was appended since the last call into the segment's hash. */
-static void stream_hash(struct stream *s)
-{
-	dcr_xxh_update(s->h, s->buf + s->hashed, s->n - s->hashed);
-	s->hashed = s->n;
-}
-
-/* A segment starts at the next byte appended. */
-static void stream_seg_begin(struct stream *s)
-{
-	stream_hash(s); /* the previous segment's, already final: none */
-	dcr_xxh_reset(s->h);
-}
-
-/* The production hash of the segment begun last, into @out. */
-static void stream_seg_end(struct stream *s, uint8_t out[DCR_XXH_LEN])
-{
-	stream_hash(s);
-	dcr_xxh_final(s->h, out);
-}
-
-static int stream_flush(struct stream *s)
-{
-	int ret;
-
-	stream_hash(s);
-	ret = s->n ? dcr_pwrite_full(s->fd, s->buf, s->n, (off_t)s->pos) : 0;
-	if (ret)
-		return ret;
-	s->pos += s->n;
-	s->n = s->hashed = 0;
-	return 0;
-}
-
-/* Append @len (<= 8) bytes. */
-static inline int stream_put(struct stream *s, const void *p, size_t len)
-{
-	if (s->n + len > WBUF) {
-		int ret = stream_flush(s);
-
-		if (ret)
-			return ret;
-	}
-	memcpy(s->buf + s->n, p, len);
-	s->n += len;
-	return 0;
-}
-
-/* Append @len bytes, any number. */
-static int stream_write(struct stream *s, const uint8_t *p, size_t len)
-{
-	while (len) {
-		size_t m;
-
-		if (s->n == WBUF) {
-			int ret = stream_flush(s);
-
-			if (ret)
-				return ret;
-		}
-		m = DCR_MIN(len, WBUF - s->n);
-		memcpy(s->buf + s->n, p, m);
-		s->n += m;
-		p += m;
-		len -= m;
-	}
-	return 0;
-}
-
-/* Offset of the next byte appended. */
-static uint64_t stream_tell(const struct stream *s)
-{
-	return s->pos + s->n;
-}
-
-
-struct build {
-	struct dcr_reader *r;
-	struct dcr_dview_side a, b;
-	uint32_t ia, ib;             /* entries of the file in A and B */
-	struct stream si, sv;
-	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
-	struct dcr_dvrec *rec;       /* the reader's records of changes, or NULL */
-	struct dcr_dview_info *info;
-	struct dcr_dview_sums *sums;
-	/* Scratch blocks (BLOCK bytes each, A's and B's) for the units
-	 * running at once, handed out under lock. */
-	pthread_mutex_t lock;
-	uint8_t **scratch;
-	size_t nscratch;
+/*
+ * What pass 1 learnt of a unit, kept for every unit of the build (a few
+ * dozen bytes per UNIT bytes of tensor): its element count, where its
+ * elements start in its tensor's T.idx and T.val, and, for a unit whose
+ * bytes were compared, where its pieces (its indices, then its values)
+ * lie in the scratch file and their production hashes.
+ */
+struct place {
+	size_t c;                    /* its tensor's struct change */
+	uint64_t pos, end;           /* its bytes of the tensor */
+	uint64_t n;                  /* changed elements */
+	uint64_t first;              /* its tensor's elements before it */
+	uint64_t soff;               /* in the scratch file, or NO_SCRATCH */
+	uint8_t ih[DCR_XXH_LEN], vh[DCR_XXH_LEN]; /* its pieces' hashes */
 };
 
 /* A growable buffer of one unit's indices or values. */
 struct obuf {
 	uint8_t *p;
 	size_t n, cap;
+};
+
+/*
+ * A unit of the build, bytes [pos, end) of a changed-candidate tensor,
+ * being worked on by one thread into its own buffers (a window of them
+ * at once; the buffers are reused by the next window's units).
+ */
+struct unit {
+	const struct dcr_tensor *ta, *tb;
+	struct place *pl;
+	uint64_t pos, end;
+	/* Count the elements only (pass 1): compare_unit returns 1 where
+	 * the unit needs bytes read and compared. */
+	bool count_only;
+	struct obuf oi, ov;
+	uint64_t n, skipped, compared, recorded;
+	int rc;
+};
+
+struct build {
+	struct dcr_reader *r;
+	struct dcr_dview_side a, b;
+	uint32_t ia, ib;             /* entries of the file in A and B */
+	uint32_t cs;                 /* both versions' chunk size; 0 if not equal */
+	struct dcr_dvrec *rec;       /* the reader's records of changes, or NULL */
+	struct dcr_dview_info *info;
+	struct dcr_dview_sums *sums;
+	int out_fd;
+	/* The scratch file of compared units' pieces and its next free
+	 * byte (taken atomically: any order, each unit knows its place). */
+	int sfd;
+	uint64_t spos;
+	/* Every unit's place, in unit order (tensor, then offset). */
+	struct place *pl;
+	size_t npl;
+	/* The window of units at work and their buffers. */
+	struct unit *u;
+	size_t win;
+	/* Scratch blocks (BLOCK bytes each, A's and B's) for the units
+	 * running at once, handed out under lock. */
+	pthread_mutex_t lock;
+	/* Held around each write to the scratch file (pass 1) or the
+	 * output (pass 2). Buffered writes to one file take its inode's
+	 * lock in the kernel one at a time whatever the threads, and a
+	 * writer that finds it taken spins while the holder copies
+	 * (optimistic spinning): CPU spent on nothing. Here it sleeps. */
+	pthread_mutex_t wlock;
+	uint8_t **scratch;
+	size_t nscratch;
 };
 
 /* Room for @more bytes in @o. 0 or -ENOMEM. */
@@ -350,29 +292,14 @@ static int obuf_room(struct obuf *o, size_t more)
 	return 0;
 }
 
-/*
- * A unit of the build: bytes [pos, end) of a changed-candidate tensor,
- * compared on any thread into its own buffers; the units are appended
- * to the scratch streams in order, so the view's bytes do not depend
- * on the threads.
- */
-struct unit {
-	const struct dcr_tensor *ta, *tb;
-	size_t c;                    /* its tensor's struct change */
-	uint64_t pos, end;
-	struct obuf oi, ov;
-	uint64_t n, skipped, compared, recorded;
-	int rc;
-};
-
-/* A changed-candidate tensor's two segments in the scratch streams. */
+/* A changed-candidate tensor and its two segments in the output. */
 struct change {
 	const struct dcr_tensor *t; /* of B */
 	const struct dcr_tensor *ta; /* of A */
 	uint64_t n;                  /* changed elements */
 	unsigned iw, vw;             /* index and value widths */
-	uint64_t ioff, voff;         /* in the idx and val streams */
-	uint8_t ih[DCR_XXH_LEN], vh[DCR_XXH_LEN]; /* their production hashes */
+	size_t p0, np;               /* its units' places */
+	uint64_t out_i, out_v;       /* its T.idx and T.val in the output */
 	char *iname, *vname;
 };
 
@@ -380,7 +307,6 @@ struct change {
 struct window {
 	struct build *b;
 	struct change *cs;
-	struct unit *u;
 };
 
 /* Whether chunk @k has the same hash in A and B (then its bytes, at the
@@ -552,6 +478,7 @@ static void scratch_put(struct build *b, uint8_t *p)
  * file) from the record of the chunk @pos is in, if it has one that
  * lists them at the tensor's width (read/dvrec.h): 1 and *@n the bytes
  * covered; 0 when it has none (the caller compares them); -ENOMEM.
+ * With u->count_only the elements are counted, not emitted.
  * The record lists exactly the elements whose bytes differ from A's
  * (the decoder's own changes, values from the proven chunk), so the
  * output is what compare_unit's comparison emits for the same bytes.
@@ -588,12 +515,12 @@ static int rec_piece(struct build *b, struct unit *u, unsigned iw,
 		}
 		vo += cw;
 	}
-	if (m && (obuf_room(&u->oi, (size_t)m * iw) ||
-		  obuf_room(&u->ov, (size_t)m * w))) {
+	if (m && !u->count_only && (obuf_room(&u->oi, (size_t)m * iw) ||
+				    obuf_room(&u->ov, (size_t)m * w))) {
 		ret = DCR_ERR(-ENOMEM);
 		goto none;
 	}
-	for (size_t i = first, j = 0; j < m; i++, j++) {
+	for (size_t i = first, j = 0; !u->count_only && j < m; i++, j++) {
 		const uint64_t e = (co + (c->e[i] & DCR_REC_OFF_MASK) - tb->off) / w;
 		uint8_t le[8];
 
@@ -618,7 +545,9 @@ none:
  * (same dtype and shape) into @u's buffers. Where the tensor lies at the
  * same offset in both files, runs of chunks whose hashes are equal in
  * both manifests are not read, and chunks with a record of their
- * changes (rec_piece) are not either.
+ * changes (rec_piece) are not either. 0 or -errno; with u->count_only,
+ * 1 as soon as bytes would have to be read (the caller starts the unit
+ * again without it), else 0 with u->n counted and nothing emitted.
  */
 static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 {
@@ -626,11 +555,9 @@ static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 	const unsigned w = dcr_st_dtype_width(tb->dtype);
 	const bool skip = b->cs && ta->off == tb->off;
 	const bool recs = skip && b->rec && tb->off % w == 0;
-	uint8_t *ba = scratch_get(b), *bb = ba + BLOCK;
+	uint8_t *ba = NULL, *bb = NULL;
 	int ret = 0;
 
-	if (!ba)
-		return DCR_ERR(-ENOMEM);
 	for (uint64_t pos = u->pos; pos < u->end && !ret;) {
 		size_t n = (size_t)DCR_MIN((uint64_t)BLOCK, u->end - pos);
 		size_t k = 0;
@@ -672,6 +599,18 @@ static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 			pos += n;
 			continue;
 		}
+		if (u->count_only) {
+			ret = 1;
+			break;
+		}
+		if (!ba) {
+			ba = scratch_get(b);
+			if (!ba) {
+				ret = DCR_ERR(-ENOMEM);
+				break;
+			}
+			bb = ba + BLOCK;
+		}
 		ret = read_exact(b->r, b->a, b->ia, ta->off + pos, ba, n);
 		if (!ret)
 			ret = read_exact(b->r, b->b, b->ib, tb->off + pos, bb, n);
@@ -694,146 +633,258 @@ static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 		u->compared += n;
 		pos += n;
 	}
-	scratch_put(b, ba);
+	if (ba)
+		scratch_put(b, ba);
 	return ret;
 }
 
-/* dcr_reader_par_for body: unit @i of the window. */
-static void unit_run(void *arg, size_t i)
-{
-	struct window *wn = arg;
-	struct unit *u = &wn->u[i];
+/* Tensor bytes of a unit: a multiple of BLOCK, so of every dtype's
+ * width. */
+#define UNIT (2 * (uint64_t)BLOCK)
 
-	u->rc = compare_unit(wn->b, u, wn->cs[u->c].iw);
+static uint64_t unit_bytes(void)
+{
+#ifdef DCR_TEST_HOOKS
+	/* Test hook (HACKING): DCRFS_TEST_DVIEW_UNIT=N cuts units of N
+	 * bytes (a multiple of 8), so that small files have many. */
+	const char *e = getenv("DCRFS_TEST_DVIEW_UNIT");
+
+	if (e) {
+		unsigned long long n = strtoull(e, NULL, 10);
+
+		if (n >= 8 && n % 8 == 0)
+			return n;
+	}
+#endif
+	return UNIT;
+}
+
+/* The window's units and the scratch blocks' slots. 0 or -ENOMEM. */
+static int units_init(struct build *b)
+{
+	b->win = 2 * (size_t)dcr_reader_threads(b->r) + 2;
+	b->u = calloc(b->win, sizeof(*b->u));
+	b->scratch = calloc(b->win, sizeof(*b->scratch));
+	return b->u && b->scratch ? 0 : DCR_ERR(-ENOMEM);
+}
+
+static void units_free(struct build *b)
+{
+	for (size_t i = 0; b->u && i < b->win; i++) {
+		free(b->u[i].oi.p);
+		free(b->u[i].ov.p);
+	}
+	free(b->u);
+	b->u = NULL;
+	while (b->nscratch)
+		free(b->scratch[--b->nscratch]);
+	free(b->scratch);
+	b->scratch = NULL;
+	free(b->pl);
+	b->pl = NULL;
+}
+
+/* Set @x to work on place @p of change @ch, from the start; its
+ * buffers stay (memory faulted in once, not per unit). */
+static void unit_set(struct unit *x, const struct change *ch, struct place *p)
+{
+	struct obuf oi = { x->oi.p, 0, x->oi.cap };
+	struct obuf ov = { x->ov.p, 0, x->ov.cap };
+
+	memset(x, 0, sizeof(*x));
+	x->oi = oi;
+	x->ov = ov;
+	x->ta = ch->ta;
+	x->tb = ch->t;
+	x->pl = p;
+	x->pos = p->pos;
+	x->end = p->end;
 }
 
 /*
- * Compare the changed-candidate tensors @cs[0..nc) (B's and A's, same
- * dtype and shape) and append their changed elements, tensor by tensor,
- * to the scratch streams, each tensor's segments hashed as produced
- * (struct change). The tensors are cut into units of UNIT bytes, a
- * window of them compared at once on the reader's threads
- * (dcr_reader_par_for), then appended in order. 0 or -errno.
+ * Cut the changed-candidate tensors @cs[0..nc) into units (b->pl, in
+ * order: tensor, then offset); a unit's bounds are multiples of
+ * unit_bytes() into its tensor. 0 or -ENOMEM.
  */
-#define UNIT (2 * (uint64_t)BLOCK)
-static int compare_all(struct build *b, struct change *cs, size_t nc)
+static int places_cut(struct build *b, struct change *cs, size_t nc)
 {
-	const size_t win = 2 * (size_t)dcr_reader_threads(b->r) + 2;
-	struct unit *u = calloc(win, sizeof(*u));
-	struct window wn = { .b = b, .cs = cs, .u = u };
-	size_t c = 0;      /* tensor of the next unit to cut */
-	uint64_t pos = 0;  /* where in it */
-	int ret = 0;
+	const uint64_t ub = unit_bytes();
+	size_t n = 0;
 
-	b->scratch = calloc(win, sizeof(*b->scratch));
-	if (!u || !b->scratch) {
-		free(u);
+	for (size_t k = 0; k < nc; k++)
+		n += (size_t)((cs[k].t->len + ub - 1) / ub);
+	b->pl = calloc(n ? n : 1, sizeof(*b->pl));
+	if (!b->pl)
 		return DCR_ERR(-ENOMEM);
-	}
 	for (size_t k = 0; k < nc; k++) {
 		const unsigned w = dcr_st_dtype_width(cs[k].t->dtype);
 
 		cs[k].n = 0;
 		cs[k].vw = w;
 		cs[k].iw = dcr_dview_idx_width(cs[k].t->len / w);
-	}
-	while (c < nc && !ret) {
-		size_t nu = 0;
+		cs[k].p0 = b->npl;
+		for (uint64_t pos = 0; pos < cs[k].t->len; pos += ub) {
+			struct place *p = &b->pl[b->npl++];
 
-		/* Cut the next window; a unit's bounds are multiples of
-		 * BLOCK into its tensor (so of every dtype's width). */
-		while (nu < win && c < nc) {
-			struct unit *x = &u[nu++];
-			/* Its buffers stay: the next window's units reuse
-			 * them (memory faulted in once, not per unit). */
-			struct obuf oi = { x->oi.p, 0, x->oi.cap };
-			struct obuf ov = { x->ov.p, 0, x->ov.cap };
-
-			memset(x, 0, sizeof(*x));
-			x->oi = oi;
-			x->ov = ov;
-			x->ta = cs[c].ta;
-			x->tb = cs[c].t;
-			x->c = c;
-			x->pos = pos;
-			x->end = DCR_MIN(cs[c].t->len, pos + UNIT);
-			pos = x->end;
-			if (pos == cs[c].t->len) {
-				c++;
-				pos = 0;
-			}
+			p->c = k;
+			p->pos = pos;
+			p->end = DCR_MIN(cs[k].t->len, pos + ub);
+			p->soff = NO_SCRATCH;
 		}
-		dcr_reader_par_for(b->r, nu, unit_run, &wn);
+		cs[k].np = b->npl - cs[k].p0;
+	}
+	return 0;
+}
+
+/* Keep @u's pieces (its indices, then its values) in the scratch file
+ * at bytes taken for them, hashed as produced. 0 or -errno. */
+static int unit_keep(struct build *b, struct unit *u)
+{
+	struct place *p = u->pl;
+	const uint64_t off = __atomic_fetch_add(&b->spos,
+						(uint64_t)(u->oi.n + u->ov.n),
+						__ATOMIC_RELAXED);
+	int ret;
+
+	dcr_xxh128(u->oi.p, u->oi.n, p->ih);
+	dcr_xxh128(u->ov.p, u->ov.n, p->vh);
+	pthread_mutex_lock(&b->wlock);
+	ret = dcr_pwrite_full(b->sfd, u->oi.p, u->oi.n, (off_t)off);
+	if (!ret)
+		ret = dcr_pwrite_full(b->sfd, u->ov.p, u->ov.n,
+				      (off_t)(off + u->oi.n));
+	pthread_mutex_unlock(&b->wlock);
+	if (!ret)
+		p->soff = off;
+	return ret;
+}
+
+/* Pass 1's dcr_reader_par_for body: count unit @i of the window's
+ * elements from the records and equal chunks; where bytes must be
+ * compared, compare them and keep the pieces (unit_keep). */
+static void count_run(void *arg, size_t i)
+{
+	struct window *wn = arg;
+	struct build *b = wn->b;
+	struct unit *u = &b->u[i];
+	const struct change *ch = &wn->cs[u->pl->c];
+	int ret;
+
+	u->count_only = true;
+	ret = compare_unit(b, u, ch->iw);
+	if (ret == 1) {
+		unit_set(u, ch, u->pl);
+		ret = compare_unit(b, u, ch->iw);
+		if (!ret && u->n)
+			ret = unit_keep(b, u);
+	}
+	u->rc = ret;
+}
+
+/*
+ * Pass 1: every unit of the changed-candidate tensors @cs[0..nc) (B's
+ * and A's, same dtype and shape), a window at a time on the reader's
+ * threads (dcr_reader_par_for): its changed elements counted (into its
+ * place and its tensor's count), and the pieces of a unit whose bytes
+ * were compared kept in the scratch file. No byte of the view is
+ * handled on one thread. 0 or -errno.
+ */
+static int compare_all(struct build *b, struct change *cs, size_t nc)
+{
+	struct window wn = { .b = b, .cs = cs };
+	int ret = places_cut(b, cs, nc);
+
+	for (size_t p0 = 0; !ret && p0 < b->npl; p0 += b->win) {
+		const size_t nu = DCR_MIN(b->win, b->npl - p0);
+
+		for (size_t i = 0; i < nu; i++)
+			unit_set(&b->u[i], &cs[b->pl[p0 + i].c], &b->pl[p0 + i]);
+		dcr_reader_par_for(b->r, nu, count_run, &wn);
 		for (size_t i = 0; i < nu; i++) {
-			struct unit *x = &u[i];
-			struct change *ch = &cs[x->c];
+			struct unit *x = &b->u[i];
+			struct change *ch = &cs[x->pl->c];
 
 			if (!ret)
 				ret = x->rc;
-			if (!ret && x->pos == 0) {
-				ch->ioff = stream_tell(&b->si);
-				ch->voff = stream_tell(&b->sv);
-				stream_seg_begin(&b->si);
-				stream_seg_begin(&b->sv);
-			}
-			if (!ret)
-				ret = stream_write(&b->si, x->oi.p, x->oi.n);
-			if (!ret)
-				ret = stream_write(&b->sv, x->ov.p, x->ov.n);
+			x->pl->n = x->n;
+			x->pl->first = ch->n;
 			ch->n += x->n;
 			b->info->skipped += x->skipped;
 			b->info->compared += x->compared;
 			b->info->recorded += x->recorded;
-			if (!ret && x->end == ch->t->len) {
-				stream_seg_end(&b->si, ch->ih);
-				stream_seg_end(&b->sv, ch->vh);
-			}
 		}
 	}
-	for (size_t i = 0; i < win; i++) {
-		free(u[i].oi.p);
-		free(u[i].ov.p);
-	}
-	while (b->nscratch)
-		free(b->scratch[--b->nscratch]);
-	free(b->scratch);
-	b->scratch = NULL;
-	free(u);
 	return ret;
 }
 
-/* Copy [off, off+len) of @in to @out at *@pos. 0 or -errno. */
-static int copy_segment(int in, uint64_t off, uint64_t len, int out,
-			uint64_t *pos)
+/* Pass 2's dcr_reader_par_for body: write unit @i of the window's
+ * pieces at their offsets in the output: copied from the scratch file,
+ * or made again from the records (and equal chunks) and hashed. */
+static void write_run(void *arg, size_t i)
 {
-	loff_t src = (loff_t)off, dst = (loff_t)*pos;
-	static const size_t step = 64u << 20;
+	struct window *wn = arg;
+	struct build *b = wn->b;
+	struct unit *u = &b->u[i];
+	struct place *p = u->pl;
+	const struct change *ch = &wn->cs[p->c];
+	uint64_t oi = ch->out_i + p->first * ch->iw;
+	uint64_t ov = ch->out_v + p->first * ch->vw;
+	int ret;
 
-	while (len) {
-		ssize_t n = copy_file_range(in, &src, out, &dst,
-					    (size_t)DCR_MIN(len, (uint64_t)step), 0);
-		if (n < 0 && (errno == EXDEV || errno == ENOSYS ||
-			      errno == EINVAL || errno == EOPNOTSUPP)) {
-			uint8_t buf[1u << 16];
-			size_t m = (size_t)DCR_MIN(len, (uint64_t)sizeof(buf));
-			int ret = dcr_pread_full(in, buf, m, (off_t)src);
-
-			if (ret == 0)
-				ret = dcr_pwrite_full(out, buf, m, (off_t)dst);
-			if (ret)
-				return ret;
-			n = (ssize_t)m;
-			src += (loff_t)m;
-			dst += (loff_t)m;
-		} else if (n < 0) {
-			return DCR_ERR(-errno);
-		} else if (n == 0) {
-			return DCR_ERR(-EIO);
-		}
-		len -= (uint64_t)n;
+	if (p->soff != NO_SCRATCH) {
+		pthread_mutex_lock(&b->wlock);
+		ret = dcr_dview_copy(b->sfd, p->soff, p->n * ch->iw, b->out_fd, &oi);
+		if (!ret)
+			ret = dcr_dview_copy(b->sfd, p->soff + p->n * ch->iw,
+					   p->n * ch->vw, b->out_fd, &ov);
+		pthread_mutex_unlock(&b->wlock);
+		u->rc = ret;
+		return;
 	}
-	*pos = (uint64_t)dst;
-	return 0;
+	ret = compare_unit(b, u, ch->iw);
+	if (!ret && u->n != p->n) {
+		/* Never: records are immutable, and without one the same
+		 * elements come from the comparison. */
+		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s: bytes %"
+			PRIu64 "-%" PRIu64 " gave %" PRIu64 " changed elements, "
+			"counted %" PRIu64 " (EIO)", b->a.v, b->b.v, ch->t->name,
+			p->pos, p->end, u->n, p->n);
+		ret = DCR_ERR(-EIO);
+	}
+	if (!ret) {
+		dcr_xxh128(u->oi.p, u->oi.n, p->ih);
+		dcr_xxh128(u->ov.p, u->ov.n, p->vh);
+		pthread_mutex_lock(&b->wlock);
+		ret = dcr_pwrite_full(b->out_fd, u->oi.p, u->oi.n, (off_t)oi);
+		if (!ret)
+			ret = dcr_pwrite_full(b->out_fd, u->ov.p, u->ov.n,
+					      (off_t)ov);
+		pthread_mutex_unlock(&b->wlock);
+	}
+	u->rc = ret;
+}
+
+/* Pass 2: every unit with changes writes its pieces into the output at
+ * the offsets the header gives (struct change's out_i, out_v), a
+ * window at a time on the reader's threads. 0 or -errno. */
+static int write_all(struct build *b, struct change *cs)
+{
+	struct window wn = { .b = b, .cs = cs };
+	size_t i = 0;
+	int ret = 0;
+
+	while (!ret && i < b->npl) {
+		size_t nu = 0;
+
+		for (; i < b->npl && nu < b->win; i++)
+			if (b->pl[i].n)
+				unit_set(&b->u[nu++], &cs[b->pl[i].c], &b->pl[i]);
+		if (nu)
+			dcr_reader_par_for(b->r, nu, write_run, &wn);
+		for (size_t k = 0; k < nu && !ret; k++)
+			ret = b->u[k].rc;
+	}
+	return ret;
 }
 
 /* A compact JSON array of the @n strings @s (sorted by the caller). */
@@ -902,205 +953,122 @@ static char *suffixed(const char *name, const char *suffix)
 	return s;
 }
 
-/* A piece of the output and the hash it was produced with. */
-struct seg {
-	uint64_t len;
-	const uint8_t *want;
-	const char *name;
-};
-
-/* Blocks of the view's check values per unit of check_output. */
-#define CHECK_BLOCKS 64
-
-/* check_output's shared state: the output and what its units found. */
-struct check {
-	struct build *b;
-	int fd;
-	const struct seg *sg;
-	size_t nseg, nbu;    /* segments; units of CHECK_BLOCKS blocks */
-	uint64_t size, nblk;
-	const uint64_t *soff; /* each segment's offset in the output */
-	struct dcr_dview_sums *sums;
-	int *rc;              /* per unit: 0, -EIO (a segment differs) or -errno */
-};
-
-/* par_for body: the check values of CHECK_BLOCKS blocks (unit @i <
- * nbu), or the check of segment @i - nbu against its production hash. */
-static void check_unit(void *arg, size_t i)
-{
-	struct check *c = arg;
-	/* One block at a time: a buffer below the mmap threshold, reused
-	 * from the heap, not fresh pages faulted in per unit. */
-	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
-	int ret = buf ? 0 : DCR_ERR(-ENOMEM);
-
-	if (!ret && i < c->nbu) {
-		const uint64_t first = i * CHECK_BLOCKS;
-		const uint64_t off = first * DCR_DVIEW_BLOCK;
-		const size_t n = (size_t)DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
-						 c->size - off);
-
-		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++) {
-			const size_t m = DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p);
-
-			ret = dcr_pread_full(c->fd, buf, m, (off_t)(off + p));
-			if (!ret)
-				dcr_xxh128(buf, m, c->sums->blk[first + k]);
-		}
-	} else if (!ret) {
-		const struct seg *sg = &c->sg[i - c->nbu];
-		struct dcr_xxh_ctx *h = dcr_xxh_new();
-		uint64_t off = c->soff[i - c->nbu], left = sg->len;
-		uint8_t got[DCR_XXH_LEN];
-
-		ret = h ? 0 : DCR_ERR(-ENOMEM);
-		while (!ret && left) {
-			size_t n = (size_t)DCR_MIN(left, (uint64_t)DCR_DVIEW_BLOCK);
-
-			ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
-			if (!ret)
-				dcr_xxh_update(h, buf, n);
-			off += n;
-			left -= n;
-		}
-		if (!ret) {
-			dcr_xxh_final(h, got);
-			if (memcmp(got, sg->want, DCR_XXH_LEN))
-				ret = DCR_ERR(-EIO);
-		}
-		dcr_xxh_free(h);
-	}
-	free(buf);
-	c->rc[i] = ret;
-}
-
 /*
- * Read the output of @size bytes back: each segment must hash to what
- * it was produced with (a byte changed on its way through the scratch
- * files or the output's page cache is caught here, EIO), and the
- * per-block check values of the view come from the bytes read. The
- * segments and runs of blocks are read on the reader's threads
- * (dcr_reader_par_for); the check values come from the same page cache
- * whose bytes the segments' checks prove.
+ * Write the view to b->out_fd: the header of the tensors of @cs[0..nc)
+ * with changes (their counts known after pass 1: compare_all), which
+ * places every tensor's segments and so every unit's pieces; then pass
+ * 2 (write_all); then read it back (dcr_dview_check). Fills info->size,
+ * ->changed and ->tensors.
  */
-static int check_output(struct build *b, int fd, const struct seg *sg,
-			size_t nseg, uint64_t size, struct dcr_dview_sums *sums)
-{
-	const uint64_t nblk = (size + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK;
-	struct check c = { .b = b, .fd = fd, .sg = sg, .nseg = nseg,
-			   .size = size, .nblk = nblk, .sums = sums,
-			   .nbu = (size_t)((nblk + CHECK_BLOCKS - 1) / CHECK_BLOCKS) };
-	uint64_t *soff = calloc(nseg ? nseg : 1, sizeof(*soff)), pos = 0;
-	int ret = 0;
-
-	c.soff = soff;
-	c.rc = calloc(c.nbu + nseg + 1, sizeof(*c.rc));
-	sums->blk = calloc(nblk ? nblk : 1, sizeof(*sums->blk));
-	if (!soff || !c.rc || !sums->blk) {
-		ret = DCR_ERR(-ENOMEM);
-		goto out;
-	}
-	for (size_t k = 0; k < nseg; k++) {
-		soff[k] = pos;
-		pos += sg[k].len;
-	}
-	if (pos != size) {
-		ret = DCR_ERR(-EIO); /* never: the segments make the size */
-		goto out;
-	}
-	dcr_reader_par_for(b->r, c.nbu + nseg, check_unit, &c);
-	for (size_t i = 0; i < c.nbu + nseg && !ret; i++) {
-		ret = c.rc[i];
-		if (ret == -EIO && i >= c.nbu)
-			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": %s "
-				"read back differs from what was built (EIO)",
-				b->a.v, b->b.v, sg[i - c.nbu].name);
-		else if (ret && ret != -ENOMEM)
-			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": reading it "
-				"back: %s", b->a.v, b->b.v, strerror(-ret));
-	}
-	sums->n = nblk;
-	sums->size = size;
-out:
-	if (ret)
-		dcr_dview_sums_free(sums);
-	free(c.rc);
-	free(soff);
-	return ret;
-}
-
-/* Write the header and the segments of @cs[0..nc) to @out_fd, read it
- * back (check_output). */
 static int assemble(struct build *b, struct change *cs, size_t nc,
-		    const struct dcr_st_meta *meta, size_t nmeta, int out_fd)
+		    const struct dcr_st_meta *meta, size_t nmeta)
 {
-	struct dcr_st_tensor *st = calloc(2 * nc + 1, sizeof(*st));
-	uint64_t *shapes = calloc(2 * nc + 1, sizeof(*shapes));
-	size_t *order = calloc(2 * nc + 1, sizeof(*order));
-	struct seg *sg = calloc(2 * nc + 1, sizeof(*sg));
+	size_t nk = 0, npc = 0, ns = 0;
+	struct dcr_st_tensor *st = NULL;
+	uint64_t *shapes = NULL;
+	size_t *order = NULL, *kept = NULL;
+	struct dcr_dview_piece *sg = NULL;
 	uint8_t hdr_hash[DCR_XXH_LEN];
 	char *hdr = NULL;
 	size_t hdr_len = 0;
 	uint64_t pos;
-	int ret;
+	int ret = 0;
 
-	if (!st || !shapes || !order || !sg) {
+	for (size_t c = 0; c < nc; c++)
+		nk += cs[c].n != 0;
+	for (size_t p = 0; p < b->npl; p++)
+		npc += b->pl[p].n != 0;
+	st = calloc(2 * nk + 1, sizeof(*st));
+	shapes = calloc(2 * nk + 1, sizeof(*shapes));
+	order = calloc(2 * nk + 1, sizeof(*order));
+	kept = calloc(nk + 1, sizeof(*kept));
+	sg = calloc(2 * npc + 1, sizeof(*sg));
+	if (!st || !shapes || !order || !kept || !sg) {
 		ret = DCR_ERR(-ENOMEM);
 		goto err_free;
 	}
+	nk = 0;
 	for (size_t i = 0; i < nc; i++) {
 		struct change *c = &cs[i];
 
-		shapes[2 * i] = shapes[2 * i + 1] = c->n;
-		st[2 * i] = (struct dcr_st_tensor){
+		if (!c->n)
+			continue;
+		c->iname = suffixed(c->t->name, ".idx");
+		c->vname = suffixed(c->t->name, ".val");
+		if (!c->iname || !c->vname) {
+			ret = DCR_ERR(-ENOMEM);
+			goto err_free;
+		}
+		b->info->changed += c->n;
+		shapes[2 * nk] = shapes[2 * nk + 1] = c->n;
+		st[2 * nk] = (struct dcr_st_tensor){
 			.name = c->iname, .dtype = c->iw == 4 ? "I32" : "I64",
-			.shape = &shapes[2 * i], .ndim = 1,
+			.shape = &shapes[2 * nk], .ndim = 1,
 			.len = c->n * c->iw };
-		st[2 * i + 1] = (struct dcr_st_tensor){
+		st[2 * nk + 1] = (struct dcr_st_tensor){
 			.name = c->vname, .dtype = c->t->dtype,
-			.shape = &shapes[2 * i + 1], .ndim = 1,
+			.shape = &shapes[2 * nk + 1], .ndim = 1,
 			.len = c->n * c->vw };
+		kept[nk++] = i;
 	}
-	ret = dcr_safetensors_layout(st, 2 * nc, meta, nmeta, 0, &hdr,
+	b->info->tensors = nk;
+	ret = dcr_safetensors_layout(st, 2 * nk, meta, nmeta, 0, &hdr,
 				     &hdr_len, order);
 	if (ret)
 		goto err_free;
-	ret = dcr_pwrite_full(out_fd, hdr, hdr_len, 0);
+	/* Every segment's offset, then every piece's. */
+	pos = hdr_len;
+	for (size_t k = 0; k < 2 * nk; k++) {
+		struct change *c = &cs[kept[order[k] / 2]];
+
+		*(order[k] % 2 ? &c->out_v : &c->out_i) = pos;
+		pos += st[order[k]].len;
+	}
+	dcr_xxh128(hdr, hdr_len, hdr_hash);
+	sg[ns++] = (struct dcr_dview_piece){ 0, hdr_len, hdr_hash, "its header" };
+	for (size_t k = 0; k < 2 * nk; k++) {
+		const struct change *c = &cs[kept[order[k] / 2]];
+		const bool is_idx = order[k] % 2 == 0;
+		const unsigned w = is_idx ? c->iw : c->vw;
+
+		for (size_t p = c->p0; p < c->p0 + c->np; p++) {
+			const struct place *pl = &b->pl[p];
+
+			if (!pl->n)
+				continue;
+			sg[ns++] = (struct dcr_dview_piece){
+				(is_idx ? c->out_i : c->out_v) + pl->first * w,
+				pl->n * w, is_idx ? pl->ih : pl->vh,
+				is_idx ? c->iname : c->vname };
+		}
+	}
+	ret = dcr_pwrite_full(b->out_fd, hdr, hdr_len, 0);
+	if (!ret)
+		ret = write_all(b, cs);
 	if (ret)
 		goto err_free;
-	dcr_xxh128(hdr, hdr_len, hdr_hash);
-	sg[0] = (struct seg){ hdr_len, hdr_hash, "its header" };
 #ifdef DCR_TEST_HOOKS
-	/* Test hook (HACKING): DCRFS_TEST_DVIEW_SCRATCH_FLIP=1 changes the
-	 * first byte of the values' scratch file after it was written, as
-	 * local damage would, for the read-back check to find. */
-	if (getenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP") && nc) {
+	/* Test hook (HACKING): DCRFS_TEST_DVIEW_FLIP=1 changes the first
+	 * byte of the first values' piece in the output after it was
+	 * written, as local damage would, for the read-back check to find. */
+	if (getenv("DCRFS_TEST_DVIEW_FLIP") && nk) {
+		const off_t at = (off_t)cs[kept[0]].out_v;
 		uint8_t x;
 
-		if (dcr_pread_full(b->sv.fd, &x, 1, 0) == 0) {
+		if (dcr_pread_full(b->out_fd, &x, 1, at) == 0) {
 			x ^= 1;
-			(void)!dcr_pwrite_full(b->sv.fd, &x, 1, 0);
+			(void)!dcr_pwrite_full(b->out_fd, &x, 1, at);
 		}
 	}
 #endif
-	pos = hdr_len;
-	for (size_t k = 0; k < 2 * nc && !ret; k++) {
-		const struct change *c = &cs[order[k] / 2];
-		bool is_idx = order[k] % 2 == 0;
-
-		sg[k + 1] = (struct seg){ st[order[k]].len, is_idx ? c->ih : c->vh,
-					  st[order[k]].name };
-		ret = copy_segment(is_idx ? b->si.fd : b->sv.fd,
-				   is_idx ? c->ioff : c->voff,
-				   st[order[k]].len, out_fd, &pos);
-	}
-	if (!ret)
-		ret = check_output(b, out_fd, sg, 2 * nc + 1, pos, b->sums);
+	ret = dcr_dview_check(b->r, b->a.v, b->b.v, b->out_fd, sg, ns, pos,
+			      b->sums);
 	if (!ret)
 		b->info->size = pos;
 err_free:
 	free(sg);
 	free(hdr);
+	free(kept);
 	free(order);
 	free(shapes);
 	free(st);
@@ -1202,7 +1170,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 		    struct dcr_dview_sums *sums)
 {
 	struct build b = { .r = r, .a = from, .b = to, .ib = idx,
-			   .si = { .fd = -1 }, .sv = { .fd = -1 }, .info = info,
+			   .sfd = -1, .out_fd = out_fd, .info = info,
 			   .sums = sums, .rec = dcr_reader_dvrec(r) };
 	struct stfile fa = { 0 }, fb = { 0 };
 	struct dcr_file_meta ma = { 0 }, mb;
@@ -1228,6 +1196,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	if (ret)
 		return ret;
 	pthread_mutex_init(&b.lock, NULL);
+	pthread_mutex_init(&b.wlock, NULL);
 	ret = stfile_load(r, to, idx, path, size_b, &fb);
 	if (ret)
 		goto err_free;
@@ -1258,9 +1227,9 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	       !strcmp(dcr_file_digest_kind(ma.format),
 		       dcr_file_digest_kind(mb.format));
 	if (!same) {
-		ret = stream_open(&b.si, tmpdir);
+		ret = scratch_open(tmpdir, &b.sfd);
 		if (!ret)
-			ret = stream_open(&b.sv, tmpdir);
+			ret = units_init(&b);
 		if (ret)
 			goto err_free;
 	}
@@ -1291,31 +1260,10 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 			goto err_free;
 	}
 	if (!same) {
-		size_t kept = 0;
-
 		ret = compare_all(&b, cs, nc);
-		for (size_t c = 0; !ret && c < nc; c++)
-			if (cs[c].n)
-				cs[kept++] = cs[c];
-		nc = ret ? 0 : kept;
-		if (ret)
-			goto err_free;
-		ret = stream_flush(&b.si);
-		if (!ret)
-			ret = stream_flush(&b.sv);
 		if (ret)
 			goto err_free;
 	}
-	for (size_t c = 0; c < nc; c++) {
-		cs[c].iname = suffixed(cs[c].t->name, ".idx");
-		cs[c].vname = suffixed(cs[c].t->name, ".val");
-		if (!cs[c].iname || !cs[c].vname) {
-			ret = DCR_ERR(-ENOMEM);
-			goto err_free;
-		}
-		info->changed += cs[c].n;
-	}
-	info->tensors = nc;
 	j_added = json_list(added.s, added.n);
 	j_removed = json_list(removed.s, removed.n);
 	j_reshaped = json_list(reshaped.s, reshaped.n);
@@ -1337,7 +1285,7 @@ int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,
 	meta[7] = (struct dcr_st_meta){ "reshaped", j_reshaped };
 	meta[8] = (struct dcr_st_meta){ "to_digest", hex_b };
 	meta[9] = (struct dcr_st_meta){ "to_version", sv_b };
-	ret = assemble(&b, cs, nc, meta, DCR_ARRAY_SIZE(meta), out_fd);
+	ret = assemble(&b, cs, nc, meta, DCR_ARRAY_SIZE(meta));
 err_free:
 	for (size_t c = 0; cs && c < nc; c++) {
 		free(cs[c].iname);
@@ -1350,96 +1298,14 @@ err_free:
 	free(added.s);
 	free(removed.s);
 	free(reshaped.s);
-	stream_close(&b.si);
-	stream_close(&b.sv);
+	units_free(&b);
+	if (b.sfd >= 0)
+		close(b.sfd);
 	stfile_free(&fa);
 	stfile_free(&fb);
 	free(path);
 	free(path_a);
 	pthread_mutex_destroy(&b.lock);
+	pthread_mutex_destroy(&b.wlock);
 	return ret;
-}
-
-void dcr_dview_sums_free(struct dcr_dview_sums *s)
-{
-	if (!s)
-		return;
-	free(s->blk);
-	memset(s, 0, sizeof(*s));
-}
-
-int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off)
-{
-	uint8_t *buf, got[DCR_XXH_LEN];
-	struct stat st;
-	int ret = 0;
-
-	if (fstat(fd, &st) < 0)
-		return DCR_ERR(-errno);
-	if ((uint64_t)st.st_size != s->size) {
-		*bad_off = s->size;
-		return DCR_ERR(-EIO);
-	}
-	/* one block's buffer: heap memory reused (dcr_dview_pread) */
-	buf = malloc(DCR_DVIEW_BLOCK);
-	if (!buf)
-		return DCR_ERR(-ENOMEM);
-	for (uint64_t o = 0; !ret && o < s->size; o += DCR_DVIEW_BLOCK) {
-		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, s->size - o);
-
-		ret = dcr_pread_full(fd, buf, n, (off_t)o);
-		if (ret == -ENODATA)
-			ret = DCR_ERR(-EIO);
-		if (!ret) {
-			dcr_xxh128(buf, n, got);
-			if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN))
-				ret = DCR_ERR(-EIO);
-		}
-		if (ret)
-			*bad_off = o;
-	}
-	free(buf);
-	return ret;
-}
-
-ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
-			size_t len, uint64_t off, uint64_t *bad_off)
-{
-	uint64_t end, first, last;
-	uint8_t *buf, got[DCR_XXH_LEN];
-	int ret;
-
-	if (off >= s->size || len == 0)
-		return 0;
-	end = off + DCR_MIN((uint64_t)len, s->size - off);
-	first = off / DCR_DVIEW_BLOCK * DCR_DVIEW_BLOCK;
-	last = DCR_MIN(s->size, (end + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK *
-				DCR_DVIEW_BLOCK);
-	/* Block by block through one block's buffer (below the mmap
-	 * threshold: heap memory reused, not pages faulted in per read);
-	 * each block is checked before its bytes are copied out, and a
-	 * failed block ends the read with its error. */
-	buf = malloc(DCR_DVIEW_BLOCK);
-	if (!buf)
-		return DCR_ERR(-ENOMEM);
-	for (uint64_t o = first; o < last; o += DCR_DVIEW_BLOCK) {
-		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, last - o);
-		const uint64_t a = DCR_MAX(o, off), z = DCR_MIN(o + n, end);
-
-		ret = dcr_pread_full(fd, buf, n, (off_t)o);
-		if (ret) {
-			*bad_off = o;
-			free(buf);
-			return ret == -ENODATA ? DCR_ERR(-EIO) : ret;
-		}
-		dcr_xxh128(buf, n, got);
-		if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN)) {
-			*bad_off = o;
-			free(buf);
-			return DCR_ERR(-EIO);
-		}
-		memcpy((uint8_t *)dst + (a - off), buf + (a - o), (size_t)(z - a));
-	}
-	free(buf);
-	return (ssize_t)(end - off);
 }

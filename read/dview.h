@@ -17,30 +17,37 @@
  *   (dcr_safetensors_layout, the reference's order), so the bytes are a
  *   pure function of the two files: a rebuild gives the same bytes and
  *   the same size.
- * - Building is one pass: each tensor present in both files with equal
- *   dtype and shape is compared element by element at its dtype's width
- *   (8 bytes at a time, lanes looked at only where the word differs).
- *   The tensors are cut into units of a few MiB, compared a window at a
- *   time on the reader's threads (dcr_reader_par_for: the CPU budget or
- *   threads=N), each into its own buffers; the units' indices and values
- *   are appended in order to two unlinked scratch files, so the bytes do
- *   not depend on the threads. The result is the header followed by the
- *   segments copied in the header's order (copy_file_range). Memory is
- *   O(tensors + threads), not O(view): a 5 GB shard's 500 MB view never
- *   sits in memory.
+ * - Building is two passes over units, each on the reader's threads
+ *   (dcr_reader_par_for: the CPU budget or threads=N), a window of
+ *   units at a time, with no pass over the view's bytes on one thread.
+ *   Each tensor present in both files with equal dtype and shape is cut
+ *   into units of a few MiB. Pass 1 counts each unit's changed
+ *   elements: from the reader's records (read/dvrec.h) and chunks with
+ *   equal hashes, keeping nothing, or by comparing the tensor element
+ *   by element at its dtype's width (8 bytes at a time, lanes looked at
+ *   only where the word differs), keeping the unit's indices and values
+ *   in an unlinked scratch file. With every count known, the header is
+ *   laid out and every unit's place in the output follows; pass 2
+ *   writes each unit's indices and values there (made again from the
+ *   records, or copied from the scratch file: copy_file_range), so a
+ *   view from records is written once, straight into the output. The
+ *   bytes do not depend on the threads, the unit size or whether
+ *   records were used. Memory is O(tensors + units + window), not
+ *   O(view): a 5 GB shard's 500 MB view never sits in memory.
  *   Files whose digests are equal are not read beyond their headers;
  *   where a tensor lies at the same offset in both files, blocks whose
  *   chunks have equal hashes in both manifests are not read either
  *   (dcr_reader_chunk_hash), so a step that leaves layers untouched
  *   costs only the chunks it changed.
- * - Local bytes are checked like the chunk cache's: each segment of the
- *   output (the header, each T.idx, each T.val) is hashed (XXH3-128) in
- *   memory as it is produced; the finished output is read back once and
- *   every segment checked against its production hash (a byte changed
- *   in the scratch files or the output's pages fails the build, EIO),
- *   and from those proven bytes come the view's check values, one per
- *   DCR_DVIEW_BLOCK bytes (struct dcr_dview_sums); dcr_dview_pread
- *   serves a read only from whole blocks that match them.
+ * - Local bytes are checked like the chunk cache's: each piece of the
+ *   output (the header; each unit's indices, each unit's values) is
+ *   hashed (XXH3-128) in memory as it is produced; the finished output
+ *   is read back once and every piece checked against its production
+ *   hash (a byte changed in the scratch file or the output's pages
+ *   fails the build, EIO), and from those proven bytes come the view's
+ *   check values, one per DCR_DVIEW_BLOCK bytes (struct
+ *   dcr_dview_sums); dcr_dview_pread serves a read only from whole
+ *   blocks that match them.
  * - The build is not cached here: the caller keeps the output file
  *   (fs/delta.c keeps views within a budget and rebuilds evicted ones).
  *
@@ -155,7 +162,7 @@ int dcr_dview_coverage(struct dcr_reader *r, struct dcr_dview_side from,
  * empty, opened read-write; nothing else is written to it). @from.v
  * and @to.v differ, either way round (a rollback span has @from.v >
  * @to.v: the same view with from and to swapped; the caller checks
- * lineage). Scratch files are made
+ * lineage). A scratch file is made
  * unlinked (O_TMPFILE) in @tmpdir and closed before return.
  * Returns 0 with *@info filled; -EBADMSG if P in @to is not a file of
  * the view (dcr_dview_probe), -ESTALE if either version has another
@@ -166,7 +173,7 @@ int dcr_dview_coverage(struct dcr_reader *r, struct dcr_dview_side from,
  * safetensors file, every tensor of @to is "added" (and from_digest is
  * "" when absent). On success *@sums holds the output's check values
  * (the caller frees them with dcr_dview_sums_free); on failure it is
- * empty. A segment that reads back other than it was built is -EIO,
+ * empty. A piece that reads back other than it was built is -EIO,
  * logged.
  */
 int dcr_dview_build(struct dcr_reader *r, struct dcr_dview_side from,

@@ -665,10 +665,10 @@ static void test_scratch_damage(void **state)
 	set_st(&f->v[2].f[0], b, 1);
 	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
 	reader_up(f);
-	setenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP", "1", 1);
+	setenv("DCRFS_TEST_DVIEW_FLIP", "1", 1);
 	log_reset();
 	struct view w = build(f, 1, 2, "m.safetensors");
-	unsetenv("DCRFS_TEST_DVIEW_SCRATCH_FLIP");
+	unsetenv("DCRFS_TEST_DVIEW_FLIP");
 	assert_int_equal(w.ret, -EIO);
 	assert_non_null(strstr(log_last, "w.val read back differs"));
 	view_free(&w);
@@ -679,9 +679,124 @@ static void test_scratch_damage(void **state)
 	free_tts(b, 1);
 #else
 	(void)state;
-	tu_missing("needs the hook DCRFS_TEST_DVIEW_SCRATCH_FLIP "
+	tu_missing("needs the hook DCRFS_TEST_DVIEW_FLIP "
 		   "(configure --enable-test-hooks)");
 #endif
+}
+
+/* The reader of @f again, on a cache of its own (chunks decoded, not
+ * found cached), with @threads threads, keeping records of the changes
+ * it sees (read/dvrec.h) or not; with them, v@v read whole so that its
+ * chunks' records are made. */
+static void reader_again(struct fx *f, int threads, bool recs, uint64_t v)
+{
+	static int n;
+
+	dcr_reader_close(f->r);
+	f->r = NULL;
+	f->threads = threads;
+	snprintf(f->cache_dir, sizeof(f->cache_dir), "%s/cache%d/sub",
+		 f->root, ++n);
+	reader_up(f);
+	if (recs) {
+		assert_int_equal(dcr_reader_dvrec_enable(f->r, 64u << 20), 0);
+		check_version(f, v);
+	}
+}
+
+/* A build with @unit bytes per unit (0: the default). */
+static struct view build_unit(struct fx *f, uint64_t a, uint64_t b,
+			      const char *path, unsigned unit)
+{
+#ifdef DCR_TEST_HOOKS
+	char s[32];
+
+	snprintf(s, sizeof(s), "%u", unit);
+	if (unit)
+		setenv("DCRFS_TEST_DVIEW_UNIT", s, 1);
+#else
+	(void)unit;
+#endif
+	struct view w = build(f, a, b, path);
+	unsetenv("DCRFS_TEST_DVIEW_UNIT");
+	return w;
+}
+
+/*
+ * The same view, byte for byte, however it is built: from the records
+ * or by comparison, on 1 thread or 8, in units of 8 bytes, of a chunk
+ * and a bit, of three chunks, or of the default size (one per tensor
+ * here); a tensor changed in a few places (delta frames: records),
+ * one changed whole (full frames: compared) and one of 8-byte elements
+ * changed in a few (compared: its records are 1 byte wide). A byte of the output
+ * changed after a build from the records is caught by the read-back.
+ */
+static void test_same_bytes_all_ways(void **state)
+{
+	struct fx *f = *state;
+	struct tt a[3], b[3];
+	static const unsigned units[] = { 0, 8, CS + 8, 3 * CS };
+	struct view ref;
+
+	/* 1-byte elements: the fixture's frames are in byte mode, so
+	 * their records list changes 1 byte wide (read/dvrec.h). */
+	a[0] = mk("a", "U8", 30 * CS, 0, 1);
+	a[1] = mk("full", "F32", 12 * CS / 4, 0, 2);
+	a[2] = mk("small", "I64", 100, 0, 3);
+	b[0] = dup_t(&a[0]);
+	b[1] = mk("full", "F32", 12 * CS / 4, 0, 9);
+	b[2] = dup_t(&a[2]);
+	change(&b[0], 3000, 7, 2);
+	change(&b[2], 5, 11, 0);
+	f->v[1].v = 1;
+	add_file(&f->v[1], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[1].f[0], a, 3);
+	publish(f->st, &f->v[1], NULL, B_AUTO, 0);
+	f->v[2].v = 2;
+	add_file(&f->v[2], "m.safetensors", 0, 0, 0);
+	set_st(&f->v[2].f[0], b, 3);
+	publish(f->st, &f->v[2], &f->v[1], B_AUTO, 0);
+
+	reader_again(f, 1, false, 0);
+	ref = build(f, 1, 2, "m.safetensors");
+	assert_int_equal(ref.ret, 0);
+	assert_int_equal(ref.info.recorded, 0);
+	assert_int_equal(check_tensor(&ref, &a[0], &b[0], "a"), ref.info.changed -
+			 check_tensor(&ref, &a[1], &b[1], "full") -
+			 check_tensor(&ref, &a[2], &b[2], "small"));
+	assert_int_equal(ref.info.tensors, 3);
+	for (int recs = 0; recs < 2; recs++) {
+		for (int threads = 1; threads <= 8; threads += 7) {
+			reader_again(f, threads, recs, 2);
+			for (size_t k = 0; k < DCR_ARRAY_SIZE(units); k++) {
+				struct view w = build_unit(f, 1, 2, "m.safetensors",
+							   units[k]);
+
+				assert_int_equal(w.ret, 0);
+				if (recs)
+					assert_true(w.info.recorded > 0);
+				else
+					assert_int_equal(w.info.recorded, 0);
+				assert_int_equal(w.info.changed, ref.info.changed);
+				assert_int_equal(w.n, ref.n);
+				assert_memory_equal(w.p, ref.p, ref.n);
+				view_free(&w);
+			}
+		}
+	}
+#ifdef DCR_TEST_HOOKS
+	/* Pieces made again from the records, one byte changed. */
+	setenv("DCRFS_TEST_DVIEW_FLIP", "1", 1);
+	log_reset();
+	struct view w = build_unit(f, 1, 2, "m.safetensors", CS + 8);
+	unsetenv("DCRFS_TEST_DVIEW_FLIP");
+	assert_int_equal(w.ret, -EIO);
+	assert_non_null(strstr(log_last, ".val read back differs"));
+	view_free(&w);
+#endif
+	view_free(&ref);
+	free_tts(a, 3);
+	free_tts(b, 3);
 }
 
 static void test_idx_width(void **state)
@@ -813,6 +928,7 @@ int main(void)
 		T(test_moved_tensor),
 		T(test_read_checked),
 		T(test_scratch_damage),
+		T(test_same_bytes_all_ways),
 		cmocka_unit_test(test_idx_width),
 		T(test_hostile),
 		T(test_damaged_chunk),

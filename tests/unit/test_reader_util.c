@@ -366,6 +366,7 @@ void open_reader(struct fx *f, uint64_t budget)
 		.cache_dir = f->cache_dir,
 		.cache_size = budget,
 		.fetch_threads = f->fetch_threads,
+		.threads = f->threads,
 		.readahead = f->readahead ? f->readahead : -1,
 		.coalesce_max = f->coalesce_max ? f->coalesce_max : 1,
 		.retry_bad_ms = f->retry_bad_ms,

@@ -129,6 +129,7 @@ struct fx {
 	struct dcr_store *st;
 	struct dcr_reader *r;
 	int fetch_threads; /* for open_reader; 0 = default */
+	int threads;       /* for open_reader; 0 = the CPU budget */
 	/* For open_reader: 0 = off, so that the other tests can count one
 	 * GET per frame and no background fetch. */
 	int64_t readahead;
