@@ -242,6 +242,7 @@ static void test_put_if_absent_race(void **state)
 	dcr_store_close(st);
 }
 
+#ifdef DCR_TEST_HOOKS
 static void assert_holds(struct dcr_store *st, const char *key,
 			 const char *want)
 {
@@ -253,6 +254,7 @@ static void assert_holds(struct dcr_store *st, const char *key,
 	assert_memory_equal(b.data, want, b.len);
 	dcr_buf_free(&b);
 }
+#endif
 
 /*
  * A conditional PUT whose reply is lost after the server stored the
