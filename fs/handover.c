@@ -1212,20 +1212,22 @@ int dcrfs_ho_hold_start(struct dcrfs *fs, const char *path, const char *fixed,
 			unsigned int wait_ms, const char *log)
 {
 	posix_spawn_file_actions_t fa;
-	char ms[16], *argv[7];
+	char ms[16], lvl[8], *argv[8];
 	int sv[2], ret;
 	pid_t pid;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		return DCR_ERR(-errno);
 	snprintf(ms, sizeof(ms), "%u", wait_ms);
+	snprintf(lvl, sizeof(lvl), "%d", (int)dcr_log_get_level());
 	argv[0] = "dcrfs-hold";
 	argv[1] = (char *)DCRFS_HOLD_ARG;
 	argv[2] = (char *)path;
 	argv[3] = ms;
 	argv[4] = (char *)(log ? log : "");
 	argv[5] = (char *)fs->mountpoint;
-	argv[6] = NULL;
+	argv[6] = lvl; /* the daemon's -o log_level */
+	argv[7] = NULL;
 	ret = posix_spawn_file_actions_init(&fa);
 	if (ret == 0)
 		ret = posix_spawn_file_actions_adddup2(&fa,
@@ -1369,7 +1371,7 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 	int link = DCRFS_HOLD_LINK_FD, lsock, restarts = 0;
 	int64_t deadline = 0;
 
-	if (argc != 6)
+	if (argc != 7)
 		return 2;
 	/* nothing of the daemon's but the two descriptors: not its cache
 	 * directory's lock above all */
@@ -1379,6 +1381,7 @@ int dcrfs_ho_hold_main(int argc, char **argv)
 	wait_ms = (unsigned int)strtoul(argv[3], NULL, 10);
 	mnt = argv[5];
 	dcr_log_set_prog("dcrfs-hold");
+	dcr_log_set_level((enum dcr_log_level)atoi(argv[6]));
 	if (argv[4][0] == '/') {
 		if (dcr_log_to_file(argv[4]) == 0)
 			dcr_log_quiet_sink(true);

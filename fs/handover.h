@@ -226,7 +226,7 @@ int dcrfs_ho_hold_start(struct dcrfs *fs, const char *path, const char *fixed,
 void dcrfs_ho_hold_update(struct dcrfs *fs);
 
 /** dcrfs_ho_hold_main - the holder's program: main(@argc, @argv) of
- * "dcrfs DCRFS_HOLD_ARG PATH WAIT_MS LOG MOUNTPOINT". */
+ * "dcrfs DCRFS_HOLD_ARG PATH WAIT_MS LOG MOUNTPOINT LOG_LEVEL". */
 int dcrfs_ho_hold_main(int argc, char **argv);
 
 #endif /* DCRFS_HANDOVER_H */
