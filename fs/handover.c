@@ -536,6 +536,16 @@ static char *fixed_diff(const char *have, const char *got)
 
 /* ---------------------------------------------------- the serving side */
 
+/* Refuse the peer on @c: NO with @why (freed), logged after @who; @c is
+ * closed. */
+static void refuse_peer(int c, char *why, const char *who)
+{
+	dcr_info("%s: %s", who, why);
+	send_msg(c, HO_NO, why, strlen(why), NULL, 0, -1);
+	free(why);
+	close(c);
+}
+
 /* Why the mount cannot be handed over now (malloc'ed), or NULL. */
 static char *refusal(const char *hello)
 {
@@ -581,10 +591,7 @@ static int serve_one(int c)
 	why = refusal(msg);
 	free(msg);
 	if (why) {
-		dcr_info("handover: refused: %s", why);
-		send_msg(c, HO_NO, why, strlen(why), NULL, 0, -1);
-		free(why);
-		close(c);
+		refuse_peer(c, why, "handover: refused");
 		return 0;
 	}
 	if (send_msg(c, HO_YES, NULL, 0, NULL, 0, -1) < 0 ||
@@ -1343,10 +1350,7 @@ static int hold_give(int c, const char *fixed, const char *st, size_t stlen)
 	free(msg);
 	msg = NULL;
 	if (why) {
-		dcr_info("refused a restart: %s", why);
-		send_msg(c, HO_NO, why, strlen(why), NULL, 0, -1);
-		free(why);
-		close(c);
+		refuse_peer(c, why, "refused a restart");
 		return 0;
 	}
 	if (send_msg(c, HO_YES, NULL, 0, NULL, 0, -1) < 0 ||

@@ -13,9 +13,7 @@
 # of a view's local file changed after its build is EIO, never served.
 . "$(dirname "$0")/lib.sh"
 need_fuse
-PY=/usr/bin/python3
-[ -x "$PY" ] || skip "Debian's /usr/bin/python3 is missing"
-"$PY" -c 'import numpy' 2>/dev/null || skip "python3-numpy is missing"
+need_numpy
 
 # A subdirectory with a safetensors file that changes with each step.
 add_sub() {

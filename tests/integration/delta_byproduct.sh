@@ -19,9 +19,7 @@
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS" "$DCRFS_CTL"
 need_fuse
-PY=/usr/bin/python3
-[ -x "$PY" ] || skip "Debian's /usr/bin/python3 is missing"
-"$PY" -c 'import numpy' 2>/dev/null || skip "python3-numpy is missing"
+need_numpy
 export PYTHONPATH=$DCR_SRCDIR/tests/integration
 
 S=$T/store
@@ -130,6 +128,30 @@ wait_latest() {
 	fail "latest of $1 is $(readlink "$1/latest"), not v$2"
 }
 
+# step V [ARGS...] - s$V made and committed as vV (ARGS to the commit)
+# while $M is mounted; waits until $M's latest is vV, its status then in
+# $T/st$V.json.
+step() {
+	local v=$1
+	shift
+	gen "$v"
+	[ "$(commit "$S" "$T/s$v" --chunk-size "$CS" --allow-nonfinite "$@")" = "$v" ] ||
+		fail "s$v is not v$v"
+	wait_latest "$M" "$v"
+	status "$M"
+	cp "$T/st.json" "$T/st$v.json"
+}
+
+# compared_since OLD - $M's views built since status OLD (a file) were
+# compared, none taken from records
+compared_since() {
+	status "$M"
+	py "$T/st.json" 'd = d["delta"]; import json
+e = json.load(open(sys.argv[2]))["delta"]
+assert d["tensor_bytes_recorded"] == e["tensor_bytes_recorded"], (d, e)
+assert d["tensor_bytes_compared"] > e["tensor_bytes_compared"], (d, e)' "$1"
+}
+
 for v in 1 2 3; do
 	gen "$v"
 	[ "$(commit "$S" "$T/s$v" --chunk-size "$CS" --allow-nonfinite)" = "$v" ] || fail "s$v is not v$v"
@@ -165,11 +187,7 @@ fi
 # fresh.safetensors (records for a few of its changed chunks: its view
 # would be mostly compared), built at its first read.
 cp "$T/st.json" "$T/st3.json"
-gen 4
-[ "$(commit "$S" "$T/s4" --chunk-size "$CS" --allow-nonfinite)" = 4 ] || fail "s4 is not v4"
-wait_latest "$M" 4
-status "$M"
-cp "$T/st.json" "$T/st4.json"
+step 4
 py "$T/st4.json" 'd = d["delta"]; import json
 e = json.load(open(sys.argv[2]))["delta"]
 assert d["views_ready"] - e["views_ready"] == 6, (d, e)
@@ -182,17 +200,9 @@ assert d["views_built"] == e["views_built"] + 1, (d, e)' "$T/st4.json"
 # A rollback span: no record is made from v4 to v3; compared.
 check "$M" 4 3
 # An anchor: full frames, no records; compared.
-gen 5
-[ "$(commit "$S" "$T/s5" --chunk-size "$CS" --allow-nonfinite --full)" = 5 ] || fail "s5 is not v5"
-wait_latest "$M" 5
-status "$M"
-cp "$T/st.json" "$T/st5a.json"
+step 5 --full
 check "$M" 4 5
-status "$M"
-py "$T/st.json" 'd = d["delta"]; import json
-e = json.load(open(sys.argv[2]))["delta"]
-assert d["tensor_bytes_recorded"] == e["tensor_bytes_recorded"], (d, e)
-assert d["tensor_bytes_compared"] > e["tensor_bytes_compared"], (d, e)' "$T/st5a.json"
+compared_since "$T/st5.json"
 umount_dcrfs "$M" || fail "dcrfs exited with an error"
 
 # The comparison's bytes: a mount that keeps no records (delta_ahead=off;
@@ -230,11 +240,7 @@ cp "$T/st.json" "$T/st7.json"
 py "$T/st7.json" 'd = d["delta"]
 assert d["tensor_bytes_recorded"] > 4 * d["tensor_bytes_compared"], d'
 check "$M" 1 7
-status "$M"
-py "$T/st.json" 'd = d["delta"]; import json
-e = json.load(open(sys.argv[2]))["delta"]
-assert d["tensor_bytes_recorded"] == e["tensor_bytes_recorded"], (d, e)
-assert d["tensor_bytes_compared"] > e["tensor_bytes_compared"], (d, e)' "$T/st7.json"
+compared_since "$T/st7.json"
 check "$M" 6 7 "$T/v7"
 for f in $FILES; do
 	cmp -s "$M/delta/v6..v7/$f" "$T/v7.$f" || fail "delta/v6..v7/$f is not delta/v7/$f"
@@ -258,12 +264,8 @@ status "$M"
 cp "$T/st.json" "$T/st7a.json"
 py "$T/st7a.json" 'd = d["delta"]
 assert d["ahead_now"] and d["tensor_bytes_recorded"] == 0, d'
-gen 8
-[ "$(commit "$S" "$T/s8" --chunk-size "$CS" --allow-nonfinite)" = 8 ] || fail "s8 is not v8"
-wait_latest "$M" 8
-status "$M"
-cp "$T/st.json" "$T/st8a.json"
-py "$T/st8a.json" 'd = d["delta"]; import json
+step 8
+py "$T/st8.json" 'd = d["delta"]; import json
 e = json.load(open(sys.argv[2]))["delta"]
 assert d["records"]["kept"] > 0 and d["views_ready"] >= 6, d
 rec = d["tensor_bytes_recorded"] - e["tensor_bytes_recorded"]

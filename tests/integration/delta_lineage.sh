@@ -9,9 +9,7 @@
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS" "$DCRFS_CTL"
 need_fuse
-PY=/usr/bin/python3
-[ -x "$PY" ] || skip "Debian's /usr/bin/python3 is missing"
-"$PY" -c 'import numpy' 2>/dev/null || skip "python3-numpy is missing"
+need_numpy
 
 S=$T/store
 M=$T/mnt

@@ -12,20 +12,14 @@
 #     another store, another fixed option (passthrough), an open
 #     /.dcrfs file.
 . "$(dirname "$0")/lib.sh"
+. "$DCR_SRCDIR/tests/integration/readers.sh"
 need_fuse
 need_bins
 need_root
 
-MiB=$((1024 * 1024))
 N=${HANDOVERS:-20}
 
-mkdir -p "$T/tree.1" "$T/tree.2"
-rand_file "$T/tree.1/a.bin" $((8 * MiB + 12345)) a
-rand_file "$T/tree.1/b.bin" $((4 * MiB)) b
-cp -a "$T/tree.1/." "$T/tree.2/"
-flip_bytes "$T/tree.2/a.bin" 0.05 a2
-[ "$(commit "$STORE" "$T/tree.1" --chunk-size 1M)" = 1 ] || fail "commit 1"
-[ "$(commit "$STORE" "$T/tree.2" --chunk-size 1M)" = 2 ] || fail "commit 2"
+readers_store
 
 # v2 stays "being prefetched" for the whole test: each daemon's
 # prefetcher starts it again, a block every 50 ms (a longer delay would
@@ -35,69 +29,7 @@ OPTS="cache_dir=$T/cache,prefetch=latest"
 mount_dcrfs "$STORE" "$MNT" "$OPTS"
 OLD=$MOUNT_PID
 
-cat >"$T/reader.py" <<'PY'
-import mmap, os, sys, time
-mode, path, ref, stop, out = sys.argv[1:6]
-want = open(ref, "rb").read()
-n = 0
-worst = 0.0
-def bad(msg):
-    open(out, "w").write("%s %s: %s after %d rounds\n" % (mode, path, msg, n))
-    sys.exit(1)
-try:
-    if mode in ("held", "mmap"):
-        f = open(path, "rb")
-        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if mode == "mmap" else None
-    while not os.path.exists(stop):
-        if mode == "stall":
-            # a name never seen: each lookup reaches the daemon
-            t0 = time.monotonic()
-            try:
-                os.stat("%s/nothing-%d" % (path, n))
-                bad("a file that does not exist")
-            except FileNotFoundError:
-                pass
-            worst = max(worst, time.monotonic() - t0)
-            got = want = b""
-        elif mode == "reopen":
-            with open(path, "rb") as g:
-                got = g.read()
-        elif mode == "held":
-            got = os.pread(f.fileno(), len(want) + 1, 0)
-        else:
-            got = m[:]
-        if got != want:
-            bad("wrong bytes")
-        n += 1
-        time.sleep(0.01)
-except OSError as e:
-    bad("error %s" % e)
-open(out, "w").write("ok %s %s %d rounds%s\n" % (mode, path, n,
-    ", longest lookup %d ms" % (worst * 1000) if mode == "stall" else ""))
-PY
-STOP=$T/stop
-reader() { # MODE FILE REF
-	local out=$T/r.$1.$(basename "$(dirname "$2")").$(basename "$2")
-	start_bg python3 "$T/reader.py" "$1" "$2" "$3" "$STOP" "$out"
-	RPIDS+=("$BG_PID")
-}
-RPIDS=()
-# v2, being prefetched: opened cold and held, so that every open of it
-# takes the normal path (the kernel refuses mixed opens)
-reader held "$MNT/v2/a.bin" "$T/tree.2/a.bin"
-reader mmap "$MNT/v2/b.bin" "$T/tree.2/b.bin"
-sleep 0.3
-reader reopen "$MNT/v2/a.bin" "$T/tree.2/a.bin"
-# v1 whole in the cache: its opens go through passthrough
-t cat "$MNT/v1/a.bin" "$MNT/v1/b.bin" >/dev/null
-reader reopen "$MNT/v1/b.bin" "$T/tree.1/b.bin"
-reader held "$MNT/v1/a.bin" "$T/tree.1/a.bin"
-reader mmap "$MNT/v1/b.bin" "$T/tree.1/b.bin"
-reader stall "$MNT/v1" /dev/null
-sleep 0.5
-pt_opens() {
-	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["opens"]["passthrough"])' "$MNT/.dcrfs/status.json"
-}
+readers_start
 
 # takeover [ARGS...] - start a takeover in the background: sets NEW,
 # NEW_LOG
@@ -153,15 +85,7 @@ sort -n "$T/times" >"$T/times.sorted"
 log "handover ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/times.sorted"), max $(tail -1 "$T/times.sorted") (target 500)"
 
 sleep 0.5
-: >"$STOP"
-for p in "${RPIDS[@]}"; do
-	wait "$p" || true
-done
-for f in "$T"/r.*; do
-	log "$(cat "$f")"
-	grep -q '^ok ' "$f" || fail "a reader failed: $(cat "$f")"
-done
-[ "$(ls "$T"/r.* | wc -l)" = 7 ] || fail "a reader left no result"
+readers_stop
 [ "$(grep -l 'prefetching v2' "$T"/dcrfs.*.log | wc -l)" -ge "$N" ] ||
 	fail "v2 was not being prefetched by every daemon"
 grep -q 'handover: the kernel can\(not\)\? send requests in flight again' "$NEW_LOG" ||

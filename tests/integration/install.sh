@@ -12,9 +12,7 @@
 # /usr/local/lib/python3.X/dist-packages), that the module imported is
 # the installed one and that it loaded the installed libdcr.
 . "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-[ -x "$PY" ] || skip "$PY not found"
-"$PY" -c 'import numpy' 2>/dev/null || skip "$PY lacks numpy (apt-get install python3-numpy)"
+need_numpy
 CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$CTL"
 

@@ -86,6 +86,14 @@ py_sanitized() {
 	export ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
 }
 
+# need_numpy - Debian's python3 with numpy (PY), else skip.
+need_numpy() {
+	PY=/usr/bin/python3
+	[ -x "$PY" ] || skip "$PY not found"
+	"$PY" -c 'import numpy' 2>/dev/null ||
+		skip "$PY lacks numpy (apt-get install python3-numpy)"
+}
+
 # need_python_libdcr [PYTHONPATH...] - Debian's python3 with numpy and
 # torch (PY, or DCR_PYTHON) and the built libdcr (LIBDCR), else skip (77;
 # under CI, scripts/check fails the run on it); exports DCRFS_LIBDCR and

@@ -19,22 +19,14 @@
 #     takeover says the mount is lost, and it is (ENOTCONN); a holder
 #     whose wait ran out says so and gives the mount up.
 . "$(dirname "$0")/lib.sh"
+. "$DCR_SRCDIR/tests/integration/readers.sh"
 need_fuse
 need_bins
 need_root
 
-STORE=$T/store
-MNT=$T/mnt
-MiB=$((1024 * 1024))
 N=${RESTARTS:-10}
 
-mkdir -p "$T/tree.1" "$T/tree.2"
-rand_file "$T/tree.1/a.bin" $((8 * MiB + 12345)) a
-rand_file "$T/tree.1/b.bin" $((4 * MiB)) b
-cp -a "$T/tree.1/." "$T/tree.2/"
-flip_bytes "$T/tree.2/a.bin" 0.05 a2
-[ "$(commit "$STORE" "$T/tree.1" --chunk-size 1M)" = 1 ] || fail "commit 1"
-[ "$(commit "$STORE" "$T/tree.2" --chunk-size 1M)" = 2 ] || fail "commit 2"
+readers_store
 
 # v2 stays "being prefetched" for the whole test (handover.sh)
 export DCRFS_TEST_PREFETCH_DELAY_MS=50
@@ -47,79 +39,27 @@ mount_dcrfs "$STORE" "$MNT" "$OPTS"
 OLD=$MOUNT_PID
 FIRST_LOG=$MOUNT_LOG # the holder's messages go where the first daemon's went
 
-cat >"$T/reader.py" <<'PY'
-import mmap, os, sys, time
-mode, path, ref, stop, out = sys.argv[1:6]
-want = open(ref, "rb").read()
-n = 0
-worst = 0.0
-longs = []  # the lookups that waited (a restart's, a handover's)
-def bad(msg):
-    open(out, "w").write("%s %s: %s after %d rounds\n" % (mode, path, msg, n))
-    sys.exit(1)
-try:
-    if mode in ("held", "mmap"):
-        f = open(path, "rb")
-        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if mode == "mmap" else None
-    while not os.path.exists(stop):
-        t0 = time.monotonic()
-        if mode == "stall":
-            # a name never seen: each lookup reaches the daemon
-            try:
-                os.stat("%s/nothing-%d" % (path, n))
-                bad("a file that does not exist")
-            except FileNotFoundError:
-                pass
-            got = want = b""
-        elif mode == "reopen":
-            with open(path, "rb") as g:
-                os.posix_fadvise(g.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-                got = g.read()
-        elif mode == "held":
-            # the kernel's cached pages dropped: the reads reach dcrfs
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            got = os.pread(f.fileno(), len(want) + 1, 0)
-        else:
-            m.madvise(mmap.MADV_DONTNEED)
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            got = m[:]
-        took = time.monotonic() - t0
-        worst = max(worst, took)
-        if mode == "stall" and took > 0.1:
-            longs.append(took)
-        if got != want:
-            bad("wrong bytes")
-        n += 1
-        time.sleep(0.01)
-except OSError as e:
-    bad("error %s" % e)
-open(out, "w").write("ok %s %s %d rounds, longest round %d ms\n" %
-                     (mode, path, n, worst * 1000))
-if mode == "stall":
-    open(out + ".long", "w").write("".join("%d\n" % (t * 1000) for t in longs))
-PY
-STOP=$T/stop
-reader() { # MODE FILE REF
-	local out=$T/r.$1.$(basename "$(dirname "$2")").$(basename "$2")
-	start_bg python3 "$T/reader.py" "$1" "$2" "$3" "$STOP" "$out"
-	RPIDS+=("$BG_PID")
-}
-RPIDS=()
-reader held "$MNT/v2/a.bin" "$T/tree.2/a.bin"
-reader mmap "$MNT/v2/b.bin" "$T/tree.2/b.bin"
-sleep 0.3
-reader reopen "$MNT/v2/a.bin" "$T/tree.2/a.bin"
-t cat "$MNT/v1/a.bin" "$MNT/v1/b.bin" >/dev/null
-reader reopen "$MNT/v1/b.bin" "$T/tree.1/b.bin"
-reader held "$MNT/v1/a.bin" "$T/tree.1/a.bin"
-reader mmap "$MNT/v1/b.bin" "$T/tree.1/b.bin"
-reader stall "$MNT/v1" /dev/null
-sleep 0.5
-pt_opens() {
-	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["opens"]["passthrough"])' "$MNT/.dcrfs/status.json"
-}
+readers_start
 [ "$(pt_opens)" -gt 0 ] || fail "no open went through passthrough before the first kill"
 
+
+# takeover - start `dcrfs --takeover` on $MNT in the background: NEW,
+# its log NEW_LOG, the time it started T0 (ns)
+takeover() {
+	_nlog=$((_nlog + 1))
+	NEW_LOG=$T/dcrfs.$_nlog.log
+	T0=$(date +%s%N)
+	"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
+	NEW=$!
+	_pids+=("$NEW")
+}
+
+# kill_restart - kill -9 the daemon $OLD, then takeover
+kill_restart() {
+	kill -KILL "$OLD"
+	wait "$OLD" 2>/dev/null || true
+	takeover
+}
 
 # set_pid PID - the daemon of $MNT is PID now
 set_pid() {
@@ -135,11 +75,7 @@ H=${HANDOVERS_EACH:-2}
 : >"$T/startup"
 for ((i = 1; i <= N; i++)); do
 	for ((h = 1; h <= H; h++)); do
-		_nlog=$((_nlog + 1))
-		NEW_LOG=$T/dcrfs.$_nlog.log
-		"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
-		NEW=$!
-		_pids+=("$NEW")
+		takeover
 		_wait_pid "$OLD" 10 || { cat "$NEW_LOG" >&2; fail "handover $i.$h: the old daemon did not exit"; }
 		for ((k = 0; k < 500; k++)); do
 			grep -q 'restart: holder' "$NEW_LOG" && break
@@ -152,14 +88,7 @@ for ((i = 1; i <= N; i++)); do
 		set_pid "$NEW"
 		sleep 0.2
 	done
-	kill -KILL "$OLD"
-	wait "$OLD" 2>/dev/null || true
-	_nlog=$((_nlog + 1))
-	NEW_LOG=$T/dcrfs.$_nlog.log
-	t0=$(date +%s%N)
-	"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
-	NEW=$!
-	_pids+=("$NEW")
+	kill_restart
 	for ((k = 0; k < 5000; k++)); do
 		grep -q 'restart: took over' "$NEW_LOG" && break
 		kill -0 "$NEW" 2>/dev/null || break
@@ -170,7 +99,7 @@ for ((i = 1; i <= N; i++)); do
 		{ cat "$NEW_LOG" >&2; fail "restart $i: the new daemon did not take over"; }
 	grep -q 'restart: the kernel sends the requests' "$NEW_LOG" ||
 		{ cat "$NEW_LOG" >&2; fail "restart $i: no resend"; }
-	echo $(((t1 - t0) / 1000000)) >>"$T/startup"
+	echo $(((t1 - T0) / 1000000)) >>"$T/startup"
 	set_pid "$NEW"
 	sleep 0.3
 done
@@ -181,19 +110,8 @@ sort -n "$T/startup" >"$T/startup.sorted"
 log "restart start-up ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/startup.sorted"), max $(tail -1 "$T/startup.sorted")"
 
 sleep 0.5
-: >"$STOP"
-for p in "${RPIDS[@]}"; do
-	wait "$p" || true
-done
-worst=0
-for f in "$T"/r.*; do
-	case $f in *.long) continue ;; esac
-	log "$(cat "$f")"
-	grep -q '^ok ' "$f" || fail "a reader failed: $(cat "$f")"
-	ms=$(sed -n 's/.*longest round \([0-9]*\) ms.*/\1/p' "$f")
-	[ "$ms" -gt "$worst" ] && worst=$ms
-done
-[ "$(ls "$T"/r.* | grep -vc '\.long$')" = 7 ] || fail "a reader left no result"
+readers_stop
+worst=$READERS_WORST
 max_start=$(tail -1 "$T/startup.sorted")
 sort -n "$T"/r.stall.*.long >"$T/stalls"
 ns=$(grep -c . "$T/stalls" || true)
@@ -237,13 +155,7 @@ for ((k = 0; k < 500; k++)); do
 	[ -e "$T/files.ready" ] && break
 	sleep 0.01
 done
-kill -KILL "$OLD"
-wait "$OLD" 2>/dev/null || true
-_nlog=$((_nlog + 1))
-NEW_LOG=$T/dcrfs.$_nlog.log
-"$DCRFS" --takeover "$STORE" "$MNT" -f -o "$OPTS" >"$NEW_LOG" 2>&1 &
-NEW=$!
-_pids+=("$NEW")
+kill_restart
 for ((k = 0; k < 500; k++)); do
 	grep -q 'restart: took over' "$NEW_LOG" && break
 	sleep 0.01

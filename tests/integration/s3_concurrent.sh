@@ -7,9 +7,7 @@
 . "$DCR_SRCDIR/tests/integration/s3lib.sh"
 need_fuse
 need_bins
-s3_setup
-
-STORE=$(s3_url store)
+s3_store
 ROUNDS=3
 WRITERS=3
 

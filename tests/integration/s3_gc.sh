@@ -10,9 +10,7 @@
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_CTL"
 command -v aws >/dev/null 2>&1 || skip "the aws CLI is missing"
-s3_setup
-
-STORE=$(s3_url store)
+s3_store
 BUCKET=${STORE#s3://}
 BUCKET=${BUCKET%%/*}
 PREFIX=${STORE#s3://"$BUCKET"/}

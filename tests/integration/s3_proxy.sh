@@ -11,10 +11,7 @@
 . "$DCR_SRCDIR/tests/integration/s3lib.sh"
 need_fuse
 need_bins
-command -v python3 >/dev/null 2>&1 || skip "python3 is missing"
-s3_setup
-
-STORE=$(s3_url store)
+s3_store
 UPSTREAM=$AWS_ENDPOINT_URL
 RULES=$T/rules.json
 FLOG=$T/faults.log

@@ -13,9 +13,7 @@
 . "$DCR_SRCDIR/tests/integration/s3lib.sh"
 DCRFS_CTL=$DCR_BUILDDIR/dcrfs-ctl
 need_bins "$DCRFS_CTL"
-s3_setup
-
-STORE=$(s3_url store)
+s3_store
 RULES=$T/rules.json
 FLOG=$T/faults.log
 : >"$FLOG"

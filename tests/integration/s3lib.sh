@@ -62,6 +62,12 @@ s3_setup() {
 	S3_OPTS="endpoint=$AWS_ENDPOINT_URL,region=$AWS_REGION,credentials=$S3_CREDS,path_style"
 }
 
+# s3_store [KIND] - s3_setup, then STORE: this run's store "store".
+s3_store() {
+	s3_setup "$@"
+	STORE=$(s3_url store)
+}
+
 # s3_url NAME - a store URL private to this test run.
 s3_url() {
 	printf 's3://%s/%s/%s' "$DCR_S3_BUCKET" "$S3_RUN" "$1"
