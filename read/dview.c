@@ -736,6 +736,24 @@ static int places_cut(struct build *b, struct change *cs, size_t nc)
 	return 0;
 }
 
+/* Hash unit @u's indices and values into its place's production hashes
+ * and write them to @fd at @ioff and @voff (one writer of the build's
+ * files at a time: b->wlock). 0 or -errno. */
+static int unit_put(struct build *b, struct unit *u, int fd, uint64_t ioff,
+		    uint64_t voff)
+{
+	int ret;
+
+	dcr_xxh128(u->oi.p, u->oi.n, u->pl->ih);
+	dcr_xxh128(u->ov.p, u->ov.n, u->pl->vh);
+	pthread_mutex_lock(&b->wlock);
+	ret = dcr_pwrite_full(fd, u->oi.p, u->oi.n, (off_t)ioff);
+	if (!ret)
+		ret = dcr_pwrite_full(fd, u->ov.p, u->ov.n, (off_t)voff);
+	pthread_mutex_unlock(&b->wlock);
+	return ret;
+}
+
 /* Keep @u's pieces (its indices, then its values) in the scratch file
  * at bytes taken for them, hashed as produced. 0 or -errno. */
 static int unit_keep(struct build *b, struct unit *u)
@@ -744,16 +762,8 @@ static int unit_keep(struct build *b, struct unit *u)
 	const uint64_t off = __atomic_fetch_add(&b->spos,
 						(uint64_t)(u->oi.n + u->ov.n),
 						__ATOMIC_RELAXED);
-	int ret;
+	int ret = unit_put(b, u, b->sfd, off, off + u->oi.n);
 
-	dcr_xxh128(u->oi.p, u->oi.n, p->ih);
-	dcr_xxh128(u->ov.p, u->ov.n, p->vh);
-	pthread_mutex_lock(&b->wlock);
-	ret = dcr_pwrite_full(b->sfd, u->oi.p, u->oi.n, (off_t)off);
-	if (!ret)
-		ret = dcr_pwrite_full(b->sfd, u->ov.p, u->ov.n,
-				      (off_t)(off + u->oi.n));
-	pthread_mutex_unlock(&b->wlock);
 	if (!ret)
 		p->soff = off;
 	return ret;
@@ -851,16 +861,8 @@ static void write_run(void *arg, size_t i)
 			p->pos, p->end, u->n, p->n);
 		ret = DCR_ERR(-EIO);
 	}
-	if (!ret) {
-		dcr_xxh128(u->oi.p, u->oi.n, p->ih);
-		dcr_xxh128(u->ov.p, u->ov.n, p->vh);
-		pthread_mutex_lock(&b->wlock);
-		ret = dcr_pwrite_full(b->out_fd, u->oi.p, u->oi.n, (off_t)oi);
-		if (!ret)
-			ret = dcr_pwrite_full(b->out_fd, u->ov.p, u->ov.n,
-					      (off_t)ov);
-		pthread_mutex_unlock(&b->wlock);
-	}
+	if (!ret)
+		ret = unit_put(b, u, b->out_fd, oi, ov);
 	u->rc = ret;
 }
 
