@@ -905,7 +905,7 @@ int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 	struct dview_node *nd = node_of(fs, ino);
 	struct dview_file *vf = NULL;
 	struct stat st;
-	bool pt, first;
+	bool pt, first, built = false;
 	int ret;
 
 	if (!nd)
@@ -929,20 +929,22 @@ int dcrfs_delta_open(struct dcrfs *fs, fuse_ino_t ino, uint64_t *fh)
 	pt = first || nd->open_pt;
 	pthread_mutex_unlock(&d->lock);
 	if (!vf) {
-		ret = view_get_locked(fs, nd, &vf, NULL);
+		ret = view_get_locked(fs, nd, &vf, &built);
 		if (ret < 0) {
 			pthread_mutex_unlock(&nd->build_lock);
 			return ret;
 		}
 	}
-	if (first && vf->pt_id >= 0 && dcrfs_pt_usable(d->pt)) {
+	if (first && !built && vf->pt_id >= 0 && dcrfs_pt_usable(d->pt)) {
 		/* The kernel will read the file unchecked: the whole of it is
 		 * checked first, at each first open of the node, as a read
 		 * checks its blocks (a version file's passthrough open checks
-		 * its file too: backing.c). */
+		 * its file too: backing.c). A view this open built was read
+		 * back whole a moment ago, its check values made from those
+		 * pages (dview_out.h): checked already. */
 		uint64_t bad_off = 0;
 
-		ret = dcr_dview_verify(vf->fd, &vf->sums, &bad_off);
+		ret = dcr_dview_verify(fs->r, vf->fd, &vf->sums, &bad_off);
 		if (ret < 0) {
 			if (ret != -ENOMEM)
 				file_drop(fs, vf, bad_off, ret);
@@ -1031,12 +1033,47 @@ static void dcrfs_delta_release_file(struct dcrfs *fs, struct dview_file *vf)
 
 /* ---------------------------------------------------------- readiness */
 
+/* dcrfs_delta_ready's files, built on the reader's threads. */
+struct ready_all {
+	struct dcrfs *fs;
+	const struct dview_node *top;
+	uint64_t v;
+	const uint32_t *idx;
+	size_t made;     /* views built; atomic */
+	uint64_t bytes;  /* their bytes; atomic */
+};
+
+/* dcr_reader_par_for body: the view of file @i of @arg's, built if it
+ * is not ready yet. */
+static void ready_one(void *arg, size_t i)
+{
+	struct ready_all *ra = arg;
+	struct dcrfs *fs = ra->fs;
+	struct dview_node *nd;
+	struct dview_file *vf;
+	bool built = false;
+
+	if (dcr_dview_probe(fs->r, ra->v, ra->top->ttree, ra->idx[i]) < 0 ||
+	    node_get(fs, ra->top->from, ra->top->ftree, ra->v, ra->top->ttree,
+		     ra->idx[i], &nd) < 0 ||
+	    view_get(fs, nd, &vf, &built) < 0)
+		return;
+	if (built) {
+		pthread_mutex_lock(&fs->dv.tab->lock);
+		fs->dv.tab->ready++;
+		pthread_mutex_unlock(&fs->dv.tab->lock);
+		__atomic_add_fetch(&ra->made, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&ra->bytes, vf->size, __ATOMIC_RELAXED);
+	}
+	file_put(fs, vf);
+}
+
 void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 {
+	struct ready_all ra;
 	struct dcr_dvrec *rec = dcr_reader_dvrec(fs->r);
 	const struct dcr_version_info *vi;
-	struct dview_node *top, *nd;
-	struct dview_file *vf;
+	struct dview_node *top;
 	uint32_t *idx = NULL;
 	size_t n = 0, made = 0;
 	uint64_t bytes = 0, changed, recorded;
@@ -1090,21 +1127,14 @@ void dcrfs_delta_ready(struct dcrfs *fs, uint64_t v)
 			n = 0;
 		}
 	}
-	for (size_t i = 0; i < n; i++) {
-		bool built = false;
-
-		if (dcr_dview_probe(fs->r, v, top->ttree, idx[i]) < 0 ||
-		    node_get(fs, top->from, top->ftree, v, top->ttree, idx[i],
-			     &nd) < 0 ||
-		    view_get(fs, nd, &vf, &built) < 0)
-			continue;
-		pthread_mutex_lock(&fs->dv.tab->lock);
-		fs->dv.tab->ready += built;
-		pthread_mutex_unlock(&fs->dv.tab->lock);
-		made += built;
-		bytes += built ? vf->size : 0;
-		file_put(fs, vf);
-	}
+	/* The files' builds at once, each on the threads the others leave
+	 * idle (a build's own work is a dcr_reader_par_for too): a
+	 * sharded version's views are not built one after another. */
+	ra = (struct ready_all){ .fs = fs, .top = top, .v = v, .idx = idx };
+	if (n)
+		dcr_reader_par_for(fs->r, n, ready_one, &ra);
+	made = ra.made;
+	bytes = ra.bytes;
 	free(idx);
 	if (made)
 		dcr_info("v%" PRIu64 ": %zu delta view(s) from v%" PRIu64 " ready, "

@@ -253,6 +253,8 @@ struct build {
 	struct dcr_dview_info *info;
 	struct dcr_dview_sums *sums;
 	int out_fd;
+	/* The output's shared mapping, from its layout on (dview_out.h). */
+	uint8_t *map;
 	/* The scratch file of compared units' pieces and its next free
 	 * byte (taken atomically: any order, each unit knows its place). */
 	int sfd;
@@ -266,11 +268,12 @@ struct build {
 	/* Scratch blocks (BLOCK bytes each, A's and B's) for the units
 	 * running at once, handed out under lock. */
 	pthread_mutex_t lock;
-	/* Held around each write to the scratch file (pass 1) or the
-	 * output (pass 2). Buffered writes to one file take its inode's
-	 * lock in the kernel one at a time whatever the threads, and a
-	 * writer that finds it taken spins while the holder copies
-	 * (optimistic spinning): CPU spent on nothing. Here it sleeps. */
+	/* Held around each write to the scratch file (pass 1). Buffered
+	 * writes to one file take its inode's lock in the kernel one at a
+	 * time whatever the threads, and a writer that finds it taken
+	 * spins while the holder copies (optimistic spinning): CPU spent
+	 * on nothing. Here it sleeps. (Pass 2 stores into the output's
+	 * mapping, which takes no such lock.) */
 	pthread_mutex_t wlock;
 	uint8_t **scratch;
 	size_t nscratch;
@@ -737,19 +740,19 @@ static int places_cut(struct build *b, struct change *cs, size_t nc)
 }
 
 /* Hash unit @u's indices and values into its place's production hashes
- * and write them to @fd at @ioff and @voff (one writer of the build's
- * files at a time: b->wlock). 0 or -errno. */
-static int unit_put(struct build *b, struct unit *u, int fd, uint64_t ioff,
-		    uint64_t voff)
+ * and write them to the scratch file at @off (one writer of it at a
+ * time: b->wlock). 0 or -errno. */
+static int unit_put(struct build *b, struct unit *u, uint64_t off)
 {
 	int ret;
 
 	dcr_xxh128(u->oi.p, u->oi.n, u->pl->ih);
 	dcr_xxh128(u->ov.p, u->ov.n, u->pl->vh);
 	pthread_mutex_lock(&b->wlock);
-	ret = dcr_pwrite_full(fd, u->oi.p, u->oi.n, (off_t)ioff);
+	ret = dcr_pwrite_full(b->sfd, u->oi.p, u->oi.n, (off_t)off);
 	if (!ret)
-		ret = dcr_pwrite_full(fd, u->ov.p, u->ov.n, (off_t)voff);
+		ret = dcr_pwrite_full(b->sfd, u->ov.p, u->ov.n,
+				      (off_t)(off + u->oi.n));
 	pthread_mutex_unlock(&b->wlock);
 	return ret;
 }
@@ -762,7 +765,7 @@ static int unit_keep(struct build *b, struct unit *u)
 	const uint64_t off = __atomic_fetch_add(&b->spos,
 						(uint64_t)(u->oi.n + u->ov.n),
 						__ATOMIC_RELAXED);
-	int ret = unit_put(b, u, b->sfd, off, off + u->oi.n);
+	int ret = unit_put(b, u, off);
 
 	if (!ret)
 		p->soff = off;
@@ -827,9 +830,10 @@ static int compare_all(struct build *b, struct change *cs, size_t nc)
 	return ret;
 }
 
-/* Pass 2's dcr_reader_par_for body: write unit @i of the window's
- * pieces at their offsets in the output: copied from the scratch file,
- * or made again from the records (and equal chunks) and hashed. */
+/* Pass 2's dcr_reader_par_for body: store unit @i of the window's
+ * pieces at their offsets in the output's mapping: read from the
+ * scratch file, or made again from the records (and equal chunks),
+ * hashed and copied. */
 static void write_run(void *arg, size_t i)
 {
 	struct window *wn = arg;
@@ -837,21 +841,24 @@ static void write_run(void *arg, size_t i)
 	struct unit *u = &b->u[i];
 	struct place *p = u->pl;
 	const struct change *ch = &wn->cs[p->c];
-	uint64_t oi = ch->out_i + p->first * ch->iw;
-	uint64_t ov = ch->out_v + p->first * ch->vw;
-	int ret;
+	const uint64_t oi = ch->out_i + p->first * ch->iw;
+	const uint64_t ov = ch->out_v + p->first * ch->vw;
+	const uint64_t ni = p->n * ch->iw, nv = p->n * ch->vw;
+	int ret = dcr_dview_out_ready(b->out_fd, b->map, oi, ni);
 
-	if (p->soff != NO_SCRATCH) {
-		pthread_mutex_lock(&b->wlock);
-		ret = dcr_dview_copy(b->sfd, p->soff, p->n * ch->iw, b->out_fd, &oi);
+	if (!ret)
+		ret = dcr_dview_out_ready(b->out_fd, b->map, ov, nv);
+	if (!ret && p->soff != NO_SCRATCH) {
+		ret = dcr_pread_full(b->sfd, b->map + oi, (size_t)ni,
+				     (off_t)p->soff);
 		if (!ret)
-			ret = dcr_dview_copy(b->sfd, p->soff + p->n * ch->iw,
-					   p->n * ch->vw, b->out_fd, &ov);
-		pthread_mutex_unlock(&b->wlock);
-		u->rc = ret;
+			ret = dcr_pread_full(b->sfd, b->map + ov, (size_t)nv,
+					     (off_t)(p->soff + ni));
+		u->rc = ret == -ENODATA ? DCR_ERR(-EIO) : ret;
 		return;
 	}
-	ret = compare_unit(b, u, ch->iw);
+	if (!ret)
+		ret = compare_unit(b, u, ch->iw);
 	if (!ret && u->n != p->n) {
 		/* Never: records are immutable, and without one the same
 		 * elements come from the comparison. */
@@ -861,8 +868,12 @@ static void write_run(void *arg, size_t i)
 			p->pos, p->end, u->n, p->n);
 		ret = DCR_ERR(-EIO);
 	}
-	if (!ret)
-		ret = unit_put(b, u, b->out_fd, oi, ov);
+	if (!ret) {
+		dcr_xxh128(u->oi.p, u->oi.n, p->ih);
+		dcr_xxh128(u->ov.p, u->ov.n, p->vh);
+		memcpy(b->map + oi, u->oi.p, u->oi.n);
+		memcpy(b->map + ov, u->ov.p, u->ov.n);
+	}
 	u->rc = ret;
 }
 
@@ -973,7 +984,7 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 	uint8_t hdr_hash[DCR_XXH_LEN];
 	char *hdr = NULL;
 	size_t hdr_len = 0;
-	uint64_t pos;
+	uint64_t pos = 0;
 	int ret = 0;
 
 	for (size_t c = 0; c < nc; c++)
@@ -1044,9 +1055,17 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 				is_idx ? c->iname : c->vname };
 		}
 	}
-	ret = dcr_pwrite_full(b->out_fd, hdr, hdr_len, 0);
+	ret = dcr_dview_out_map(b->out_fd, pos, &b->map);
 	if (!ret)
-		ret = write_all(b, cs);
+		ret = dcr_dview_out_ready(b->out_fd, b->map, 0, hdr_len);
+	if (ret) {
+		dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": cannot make its "
+			"file of %" PRIu64 " bytes: %s", b->a.v, b->b.v, pos,
+			strerror(-ret));
+		goto err_free;
+	}
+	memcpy(b->map, hdr, hdr_len);
+	ret = write_all(b, cs);
 	if (ret)
 		goto err_free;
 #ifdef DCR_TEST_HOOKS
@@ -1063,11 +1082,13 @@ static int assemble(struct build *b, struct change *cs, size_t nc,
 		}
 	}
 #endif
-	ret = dcr_dview_check(b->r, b->a.v, b->b.v, b->out_fd, sg, ns, pos,
+	ret = dcr_dview_check(b->r, b->a.v, b->b.v, b->map, sg, ns, pos,
 			      b->sums);
 	if (!ret)
 		b->info->size = pos;
 err_free:
+	dcr_dview_out_unmap(b->map, pos);
+	b->map = NULL;
 	free(sg);
 	free(hdr);
 	free(kept);

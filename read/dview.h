@@ -28,9 +28,11 @@
  *   only where the word differs), keeping the unit's indices and values
  *   in an unlinked scratch file. With every count known, the header is
  *   laid out and every unit's place in the output follows; pass 2
- *   writes each unit's indices and values there (made again from the
- *   records, or copied from the scratch file: copy_file_range), so a
- *   view from records is written once, straight into the output. The
+ *   stores each unit's indices and values there, through a shared
+ *   mapping of the output (read/dview_out.h: no inode lock taken per
+ *   write, so the units' stores run at once), made again from the
+ *   records or read from the scratch file, so a view from records is
+ *   written once, straight into the output. The
  *   bytes do not depend on the threads, the unit size or whether
  *   records were used. Memory is O(tensors + units + window), not
  *   O(view): a 5 GB shard's 500 MB view never sits in memory.
@@ -124,11 +126,14 @@ ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
 /**
  * dcr_dview_verify - check the whole view in @fd against @s: its size,
  * then every block, as dcr_dview_pread would before serving it (for a
- * file handed to the kernel to read: FUSE passthrough). 0, or -EIO
- * (*@bad_off: the first block that differs, or @s->size when the size
- * does), -ENOMEM, or pread's -errno. Nothing is logged. Thread-safe.
+ * file handed to the kernel to read: FUSE passthrough), runs of blocks
+ * on @r's threads (dcr_reader_par_for), through a read-only mapping of
+ * the file (a page the kernel cannot give back is -EIO, never SIGBUS).
+ * 0, or -EIO (*@bad_off: the first block that differs, or @s->size when
+ * the size does), or mmap's -errno. Nothing is logged. Thread-safe.
  */
-int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off);
+int dcr_dview_verify(struct dcr_reader *r, int fd,
+		     const struct dcr_dview_sums *s, uint64_t *bad_off);
 
 /**
  * dcr_dview_probe - whether entry @idx of tree @tree of version @v is a

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,36 +21,60 @@
 #include "dview.h"
 #include "dview_out.h"
 
-int dcr_dview_copy(int in, uint64_t off, uint64_t len, int out, uint64_t *pos)
+int dcr_dview_out_map(int fd, uint64_t size, uint8_t **map)
 {
-	loff_t src = (loff_t)off, dst = (loff_t)*pos;
-	static const size_t step = 64u << 20;
+	void *m;
 
-	while (len) {
-		ssize_t n = copy_file_range(in, &src, out, &dst,
-					    (size_t)DCR_MIN(len, (uint64_t)step), 0);
-		if (n < 0 && (errno == EXDEV || errno == ENOSYS ||
-			      errno == EINVAL || errno == EOPNOTSUPP)) {
-			uint8_t buf[1u << 16];
-			size_t m = (size_t)DCR_MIN(len, (uint64_t)sizeof(buf));
-			int ret = dcr_pread_full(in, buf, m, (off_t)src);
-
-			if (ret == 0)
-				ret = dcr_pwrite_full(out, buf, m, (off_t)dst);
-			if (ret)
-				return ret;
-			n = (ssize_t)m;
-			src += (loff_t)m;
-			dst += (loff_t)m;
-		} else if (n < 0) {
-			return DCR_ERR(-errno);
-		} else if (n == 0) {
-			return DCR_ERR(-EIO);
-		}
-		len -= (uint64_t)n;
-	}
-	*pos = (uint64_t)dst;
+	*map = NULL;
+	if (size == 0)
+		return 0;
+	if (ftruncate(fd, (off_t)size) < 0)
+		return DCR_ERR(-errno);
+	m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return DCR_ERR(-errno);
+	*map = m;
 	return 0;
+}
+
+void dcr_dview_out_unmap(uint8_t *map, uint64_t size)
+{
+	if (map)
+		munmap(map, (size_t)size);
+}
+
+/* [@off, @off+@len) of a mapping @map widened to whole pages. */
+static void page_span(const uint8_t *map, uint64_t off, uint64_t len,
+		      uint8_t **p, size_t *n)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	const uint64_t a = off / page * page;
+
+	*p = (uint8_t *)map + a;
+	*n = (size_t)(DCR_ROUND_UP(off + len, page) - a);
+}
+
+int dcr_dview_out_ready(int fd, uint8_t *map, uint64_t off, uint64_t len)
+{
+	uint8_t *p;
+	size_t n;
+	int e;
+
+	if (len == 0)
+		return 0;
+	page_span(map, off, len, &p, &n);
+	if (madvise(p, n, MADV_POPULATE_WRITE) == 0)
+		return 0;
+	e = errno;
+	if (e != EINVAL && e != EPERM && e != EFAULT)
+		return DCR_ERR(-e);
+	/* A kernel that cannot populate (before 5.14), or a page the
+	 * kernel could not fill (EFAULT: a store there would have raised
+	 * SIGBUS): blocks allocated for the range make the stores safe, or
+	 * say why not (ENOSPC). */
+	if (fallocate(fd, 0, (off_t)off, (off_t)len) < 0)
+		return DCR_ERR(-errno);
+	return e == EFAULT ? DCR_ERR(-EIO) : 0;
 }
 
 /* Blocks of the view's check values per unit of dcr_dview_check. */
@@ -57,7 +82,7 @@ int dcr_dview_copy(int in, uint64_t off, uint64_t len, int out, uint64_t *pos)
 
 /* dcr_dview_check's shared state: the output and what its units found. */
 struct check {
-	int fd;
+	const uint8_t *map;
 	const struct dcr_dview_piece *sg;
 	size_t nseg, nbu;    /* pieces; units of CHECK_BLOCKS blocks */
 	uint64_t size, nblk;
@@ -65,62 +90,60 @@ struct check {
 	int *rc;              /* per unit: 0, -EIO (a piece differs) or -errno */
 };
 
+/* Make [@off, @off+@len) of @map resident for reading: -EFAULT where
+ * the kernel could not fill a page (where a load would have raised
+ * SIGBUS), else 0 (a kernel that cannot populate: the loads fault the
+ * pages in themselves). */
+static int resident(const uint8_t *map, uint64_t off, uint64_t len)
+{
+	uint8_t *p;
+	size_t n;
+
+	page_span(map, off, len, &p, &n);
+	if (len && madvise(p, n, MADV_POPULATE_READ) < 0 && errno == EFAULT)
+		return DCR_ERR(-EFAULT);
+	return 0;
+}
+
 /* par_for body: the check values of CHECK_BLOCKS blocks (unit @i <
- * nbu), or the check of piece @i - nbu against its production hash. */
+ * nbu), or the check of piece @i - nbu against its production hash;
+ * hashed from the output's own page cache through its mapping. */
 static void check_unit(void *arg, size_t i)
 {
 	struct check *c = arg;
-	/* One block at a time: a buffer below the mmap threshold, reused
-	 * from the heap, not fresh pages faulted in per unit. */
-	uint8_t *buf = malloc(DCR_DVIEW_BLOCK);
-	int ret = buf ? 0 : DCR_ERR(-ENOMEM);
+	uint8_t got[DCR_XXH_LEN];
+	int ret;
 
-	if (!ret && i < c->nbu) {
+	if (i < c->nbu) {
 		const uint64_t first = i * CHECK_BLOCKS;
 		const uint64_t off = first * DCR_DVIEW_BLOCK;
-		const size_t n = (size_t)DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
-						 c->size - off);
+		const uint64_t n = DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
+					   c->size - off);
 
-		for (size_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++) {
-			const size_t m = DCR_MIN((size_t)DCR_DVIEW_BLOCK, n - p);
-
-			ret = dcr_pread_full(c->fd, buf, m, (off_t)(off + p));
-			if (!ret)
-				dcr_xxh128(buf, m, c->sums->blk[first + k]);
-		}
-	} else if (!ret) {
+		ret = resident(c->map, off, n);
+		for (uint64_t p = 0, k = 0; !ret && p < n; p += DCR_DVIEW_BLOCK, k++)
+			dcr_xxh128(c->map + off + p,
+				   (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, n - p),
+				   c->sums->blk[first + k]);
+	} else {
 		const struct dcr_dview_piece *sg = &c->sg[i - c->nbu];
-		struct dcr_xxh_ctx *h = dcr_xxh_new();
-		uint64_t off = sg->off, left = sg->len;
-		uint8_t got[DCR_XXH_LEN];
 
-		ret = h ? 0 : DCR_ERR(-ENOMEM);
-		while (!ret && left) {
-			size_t n = (size_t)DCR_MIN(left, (uint64_t)DCR_DVIEW_BLOCK);
-
-			ret = dcr_pread_full(c->fd, buf, n, (off_t)off);
-			if (!ret)
-				dcr_xxh_update(h, buf, n);
-			off += n;
-			left -= n;
-		}
+		ret = resident(c->map, sg->off, sg->len);
 		if (!ret) {
-			dcr_xxh_final(h, got);
+			dcr_xxh128(c->map + sg->off, (size_t)sg->len, got);
 			if (memcmp(got, sg->want, DCR_XXH_LEN))
 				ret = DCR_ERR(-EIO);
 		}
-		dcr_xxh_free(h);
 	}
-	free(buf);
 	c->rc[i] = ret;
 }
 
 int dcr_dview_check(struct dcr_reader *r, uint64_t from_v, uint64_t to_v,
-		    int fd, const struct dcr_dview_piece *sg, size_t nseg,
-		    uint64_t size, struct dcr_dview_sums *sums)
+		    const uint8_t *map, const struct dcr_dview_piece *sg,
+		    size_t nseg, uint64_t size, struct dcr_dview_sums *sums)
 {
 	const uint64_t nblk = (size + DCR_DVIEW_BLOCK - 1) / DCR_DVIEW_BLOCK;
-	struct check c = { .fd = fd, .sg = sg, .nseg = nseg,
+	struct check c = { .map = map, .sg = sg, .nseg = nseg,
 			   .size = size, .nblk = nblk, .sums = sums,
 			   .nbu = (size_t)((nblk + CHECK_BLOCKS - 1) / CHECK_BLOCKS) };
 	uint64_t pos = 0;
@@ -152,9 +175,13 @@ int dcr_dview_check(struct dcr_reader *r, uint64_t from_v, uint64_t to_v,
 				"read back differs from what was built at byte %"
 				PRIu64 " (EIO)", from_v, to_v,
 				sg[i - c.nbu].name, sg[i - c.nbu].off);
-		else if (ret && ret != -ENOMEM)
+		else if (ret == -EFAULT)
 			dcr_err("delta view v%" PRIu64 "..v%" PRIu64 ": reading it "
-				"back: %s", from_v, to_v, strerror(-ret));
+				"back: the kernel could not give its pages back "
+				"(an I/O error of its local file?) (EIO)", from_v,
+				to_v);
+		if (ret == -EFAULT)
+			ret = -EIO;
 	}
 	sums->n = nblk;
 	sums->size = size;
@@ -173,11 +200,53 @@ void dcr_dview_sums_free(struct dcr_dview_sums *s)
 	memset(s, 0, sizeof(*s));
 }
 
-int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off)
+/* dcr_dview_verify's shared state. */
+struct verify {
+	const uint8_t *map;
+	const struct dcr_dview_sums *s;
+	uint64_t bad;   /* the first block found bad; atomic (min) */
+	int err;        /* -EIO, or -EFAULT (a page not given back) */
+};
+
+/* par_for body: blocks [@i * CHECK_BLOCKS, +CHECK_BLOCKS) against their
+ * check values; the first that differs lowers v->bad. */
+static void verify_unit(void *arg, size_t i)
 {
-	uint8_t *buf, got[DCR_XXH_LEN];
+	struct verify *v = arg;
+	const uint64_t off = (uint64_t)i * CHECK_BLOCKS * DCR_DVIEW_BLOCK;
+	const uint64_t n = DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
+				   v->s->size - off);
+	uint8_t got[DCR_XXH_LEN];
+	uint64_t bad = UINT64_MAX, cur;
+	int err = resident(v->map, off, n);
+
+	if (err)
+		bad = off;
+	for (uint64_t p = 0; !err && p < n; p += DCR_DVIEW_BLOCK) {
+		dcr_xxh128(v->map + off + p,
+			   (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, n - p), got);
+		if (memcmp(got, v->s->blk[(off + p) / DCR_DVIEW_BLOCK],
+			   DCR_XXH_LEN)) {
+			bad = off + p;
+			err = DCR_ERR(-EIO);
+		}
+	}
+	if (!err)
+		return;
+	cur = __atomic_load_n(&v->bad, __ATOMIC_RELAXED);
+	while (bad < cur &&
+	       !__atomic_compare_exchange_n(&v->bad, &cur, bad, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	__atomic_store_n(&v->err, err, __ATOMIC_RELAXED);
+}
+
+int dcr_dview_verify(struct dcr_reader *r, int fd,
+		     const struct dcr_dview_sums *s, uint64_t *bad_off)
+{
+	struct verify v = { .s = s, .bad = UINT64_MAX };
 	struct stat st;
-	int ret = 0;
+	void *m;
 
 	if (fstat(fd, &st) < 0)
 		return DCR_ERR(-errno);
@@ -185,26 +254,20 @@ int dcr_dview_verify(int fd, const struct dcr_dview_sums *s, uint64_t *bad_off)
 		*bad_off = s->size;
 		return DCR_ERR(-EIO);
 	}
-	/* one block's buffer: heap memory reused (dcr_dview_pread) */
-	buf = malloc(DCR_DVIEW_BLOCK);
-	if (!buf)
-		return DCR_ERR(-ENOMEM);
-	for (uint64_t o = 0; !ret && o < s->size; o += DCR_DVIEW_BLOCK) {
-		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, s->size - o);
-
-		ret = dcr_pread_full(fd, buf, n, (off_t)o);
-		if (ret == -ENODATA)
-			ret = DCR_ERR(-EIO);
-		if (!ret) {
-			dcr_xxh128(buf, n, got);
-			if (memcmp(got, s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN))
-				ret = DCR_ERR(-EIO);
-		}
-		if (ret)
-			*bad_off = o;
+	if (s->size == 0)
+		return 0;
+	m = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return DCR_ERR(-errno);
+	v.map = m;
+	dcr_reader_par_for(r, (size_t)((s->n + CHECK_BLOCKS - 1) / CHECK_BLOCKS),
+			   verify_unit, &v);
+	munmap(m, (size_t)s->size);
+	if (v.err) {
+		*bad_off = v.bad;
+		return DCR_ERR(-EIO);
 	}
-	free(buf);
-	return ret;
+	return 0;
 }
 
 ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
