@@ -221,10 +221,12 @@ struct place {
 	uint8_t ih[DCR_XXH_LEN], vh[DCR_XXH_LEN]; /* its pieces' hashes */
 };
 
-/* A growable buffer of one unit's indices or values. */
+/* A growable buffer of one unit's indices or values; or, @fixed, its
+ * place in the output's mapping, which never grows. */
 struct obuf {
 	uint8_t *p;
 	size_t n, cap;
+	bool fixed;
 };
 
 /*
@@ -282,6 +284,8 @@ struct build {
 /* Room for @more bytes in @o. 0 or -ENOMEM. */
 static int obuf_room(struct obuf *o, size_t more)
 {
+	if (o->n + more > o->cap && o->fixed)
+		return -EAGAIN; /* more than counted, or reserved with slack */
 	if (o->n + more > o->cap) {
 		size_t cap = DCR_MAX(o->cap * 2, DCR_MAX(o->n + more,
 							 (size_t)64 << 10));
@@ -410,8 +414,12 @@ static inline int emit_word(struct unit *u, unsigned iw, uint64_t d,
 			    uint64_t at, const uint8_t *pb, unsigned w)
 {
 	/* Room for the word's elements: 8 / w of them at most. */
-	if (obuf_room(&u->oi, 64) || obuf_room(&u->ov, 8))
-		return DCR_ERR(-ENOMEM);
+	int ret = obuf_room(&u->oi, 64);
+
+	if (!ret)
+		ret = obuf_room(&u->ov, 8);
+	if (ret)
+		return ret;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	const uint64_t mask = w >= 8 ? UINT64_MAX : (UINT64_C(1) << (8 * w)) - 1;
 	struct obuf *si = &u->oi, *sv = &u->ov;
@@ -475,6 +483,19 @@ static void scratch_put(struct build *b, uint8_t *p)
 	pthread_mutex_unlock(&b->lock);
 }
 
+/* A record's entries before a chunk offset, for dcr_partition_point. */
+struct entry_key {
+	const struct dcr_dvrec_chunk *c;
+	uint32_t off;
+};
+
+static bool entry_before(const void *arg, size_t i)
+{
+	const struct entry_key *k = arg;
+
+	return (k->c->e[i] & DCR_REC_OFF_MASK) < k->off;
+}
+
 /*
  * Emit the changed elements of bytes [@pos, end of its chunk or u->end)
  * of tensor u->tb (at the same offset in A, element-aligned in the
@@ -500,6 +521,18 @@ static int rec_piece(struct build *b, struct unit *u, unsigned iw,
 	if (!c)
 		return 0;
 	f1 = DCR_MIN(tb->off + u->end, co + c->clen);
+	if (c->w == w) {
+		/* Every entry one element at the tensor's width on its grid
+		 * (the tensor, its units and the chunk start on it): those in
+		 * [f0, f1) are a run found by two binary searches. */
+		const struct entry_key lo = { c, (uint32_t)(f0 - co) };
+		const struct entry_key hi = { c, (uint32_t)(f1 - co) };
+
+		first = dcr_partition_point(c->n, entry_before, &lo);
+		m = dcr_partition_point(c->n, entry_before, &hi) - first;
+		vfirst = first * w; /* the values before it, all w wide */
+		goto found;
+	}
 	/* The entries in [f0, f1): each one element of the tensor. */
 	for (size_t i = 0; i < c->n; i++) {
 		const uint64_t f = co + (c->e[i] & DCR_REC_OFF_MASK);
@@ -518,20 +551,33 @@ static int rec_piece(struct build *b, struct unit *u, unsigned iw,
 		}
 		vo += cw;
 	}
-	if (m && !u->count_only && (obuf_room(&u->oi, (size_t)m * iw) ||
-				    obuf_room(&u->ov, (size_t)m * w))) {
-		ret = DCR_ERR(-ENOMEM);
-		goto none;
+found:
+	if (m && !u->count_only) {
+		ret = obuf_room(&u->oi, (size_t)m * iw);
+		if (!ret)
+			ret = obuf_room(&u->ov, (size_t)m * w);
+		if (ret)
+			goto none;
 	}
-	for (size_t i = first, j = 0; !u->count_only && j < m; i++, j++) {
-		const uint64_t e = (co + (c->e[i] & DCR_REC_OFF_MASK) - tb->off) / w;
-		uint8_t le[8];
+	if (m && !u->count_only) {
+		/* The entries' element numbers (w is a power of two), then
+		 * their values: contiguous in the record, one copy. */
+		const uint64_t base = co - tb->off;
+		const unsigned sh = (unsigned)__builtin_ctz(w);
+		const uint32_t *e = c->e + first;
+		uint8_t *pi = u->oi.p + u->oi.n;
 
-		dcr_put_le64(le, e);
-		memcpy(u->oi.p + u->oi.n, le, iw);
-		u->oi.n += iw;
-		memcpy(u->ov.p + u->ov.n, c->val + vfirst + j * w, w);
-		u->ov.n += w;
+		if (iw == 4)
+			for (uint64_t j = 0; j < m; j++)
+				dcr_put_le32(pi + 4 * j, (uint32_t)((base +
+					(e[j] & DCR_REC_OFF_MASK)) >> sh));
+		else
+			for (uint64_t j = 0; j < m; j++)
+				dcr_put_le64(pi + 8 * j,
+					     (base + (e[j] & DCR_REC_OFF_MASK)) >> sh);
+		u->oi.n += (size_t)m * iw;
+		memcpy(u->ov.p + u->ov.n, c->val + vfirst, (size_t)m * w);
+		u->ov.n += (size_t)m * w;
 	}
 	u->n += m;
 	u->recorded += f1 - f0;
@@ -628,9 +674,10 @@ static int compare_unit(struct build *b, struct unit *u, unsigned iw)
 		for (; !ret && k < n; k += w) { /* a tail shorter than 8 bytes */
 			if (!memcmp(ba + k, bb + k, w))
 				continue;
-			if (obuf_room(&u->oi, 8) || obuf_room(&u->ov, 8))
-				ret = DCR_ERR(-ENOMEM);
-			else
+			ret = obuf_room(&u->oi, 8);
+			if (!ret)
+				ret = obuf_room(&u->ov, 8);
+			if (!ret)
 				emit(u, iw, (pos + k) / w, bb + k, w);
 		}
 		u->compared += n;
@@ -691,8 +738,8 @@ static void units_free(struct build *b)
  * buffers stay (memory faulted in once, not per unit). */
 static void unit_set(struct unit *x, const struct change *ch, struct place *p)
 {
-	struct obuf oi = { x->oi.p, 0, x->oi.cap };
-	struct obuf ov = { x->ov.p, 0, x->ov.cap };
+	struct obuf oi = { x->oi.p, 0, x->oi.cap, false };
+	struct obuf ov = { x->ov.p, 0, x->ov.cap, false };
 
 	memset(x, 0, sizeof(*x));
 	x->oi = oi;
@@ -857,8 +904,29 @@ static void write_run(void *arg, size_t i)
 		u->rc = ret == -ENODATA ? DCR_ERR(-EIO) : ret;
 		return;
 	}
-	if (!ret)
+	if (!ret) {
+		/* Made again from the records straight into its places in
+		 * the output (the unit's own buffers stay for the next). */
+		const struct obuf bi = u->oi, bv = u->ov;
+
+		u->oi = (struct obuf){ b->map + oi, 0, (size_t)ni, true };
+		u->ov = (struct obuf){ b->map + ov, 0, (size_t)nv, true };
 		ret = compare_unit(b, u, ch->iw);
+		if (!ret && (u->oi.n != ni || u->ov.n != nv))
+			ret = -EAGAIN;
+		u->oi = bi;
+		u->ov = bv;
+	}
+	if (ret == -EAGAIN) {
+		/* A record gone since pass 1 (a newer version's took its
+		 * room): the unit compared in its own buffers, then copied. */
+		unit_set(u, ch, p);
+		ret = compare_unit(b, u, ch->iw);
+		if (!ret && u->n == p->n) {
+			memcpy(b->map + oi, u->oi.p, u->oi.n);
+			memcpy(b->map + ov, u->ov.p, u->ov.n);
+		}
+	}
 	if (!ret && u->n != p->n) {
 		/* Never: records are immutable, and without one the same
 		 * elements come from the comparison. */
@@ -869,10 +937,9 @@ static void write_run(void *arg, size_t i)
 		ret = DCR_ERR(-EIO);
 	}
 	if (!ret) {
-		dcr_xxh128(u->oi.p, u->oi.n, p->ih);
-		dcr_xxh128(u->ov.p, u->ov.n, p->vh);
-		memcpy(b->map + oi, u->oi.p, u->oi.n);
-		memcpy(b->map + ov, u->ov.p, u->ov.n);
+		/* hashed where they were made, in the output's pages */
+		dcr_xxh128(b->map + oi, (size_t)ni, p->ih);
+		dcr_xxh128(b->map + ov, (size_t)nv, p->vh);
 	}
 	u->rc = ret;
 }

@@ -127,10 +127,9 @@ ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,
  * dcr_dview_verify - check the whole view in @fd against @s: its size,
  * then every block, as dcr_dview_pread would before serving it (for a
  * file handed to the kernel to read: FUSE passthrough), runs of blocks
- * on @r's threads (dcr_reader_par_for), through a read-only mapping of
- * the file (a page the kernel cannot give back is -EIO, never SIGBUS).
- * 0, or -EIO (*@bad_off: the first block that differs, or @s->size when
- * the size does), or mmap's -errno. Nothing is logged. Thread-safe.
+ * on @r's threads (dcr_reader_par_for). 0, or -EIO (*@bad_off: the
+ * first block that differs, or @s->size when the size does), -ENOMEM,
+ * or pread's -errno. Nothing is logged. Thread-safe.
  */
 int dcr_dview_verify(struct dcr_reader *r, int fd,
 		     const struct dcr_dview_sums *s, uint64_t *bad_off);

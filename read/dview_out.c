@@ -202,35 +202,40 @@ void dcr_dview_sums_free(struct dcr_dview_sums *s)
 
 /* dcr_dview_verify's shared state. */
 struct verify {
-	const uint8_t *map;
+	int fd;
 	const struct dcr_dview_sums *s;
 	uint64_t bad;   /* the first block found bad; atomic (min) */
-	int err;        /* -EIO, or -EFAULT (a page not given back) */
+	int err;        /* the first error found; atomic */
 };
 
-/* par_for body: blocks [@i * CHECK_BLOCKS, +CHECK_BLOCKS) against their
- * check values; the first that differs lowers v->bad. */
+/* par_for body: blocks [@i * CHECK_BLOCKS, +CHECK_BLOCKS) read (pread:
+ * a fresh mapping's page tables cost more than the copy) and checked
+ * against their check values; the first that differs lowers v->bad. */
 static void verify_unit(void *arg, size_t i)
 {
 	struct verify *v = arg;
 	const uint64_t off = (uint64_t)i * CHECK_BLOCKS * DCR_DVIEW_BLOCK;
-	const uint64_t n = DCR_MIN((uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
-				   v->s->size - off);
-	uint8_t got[DCR_XXH_LEN];
-	uint64_t bad = UINT64_MAX, cur;
-	int err = resident(v->map, off, n);
+	const uint64_t end = DCR_MIN(off + (uint64_t)CHECK_BLOCKS * DCR_DVIEW_BLOCK,
+				     v->s->size);
+	/* one block's buffer: heap memory reused (dcr_dview_pread) */
+	uint8_t *buf = malloc(DCR_DVIEW_BLOCK), got[DCR_XXH_LEN];
+	uint64_t bad = off, cur;
+	int err = buf ? 0 : DCR_ERR(-ENOMEM);
 
-	if (err)
-		bad = off;
-	for (uint64_t p = 0; !err && p < n; p += DCR_DVIEW_BLOCK) {
-		dcr_xxh128(v->map + off + p,
-			   (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, n - p), got);
-		if (memcmp(got, v->s->blk[(off + p) / DCR_DVIEW_BLOCK],
-			   DCR_XXH_LEN)) {
-			bad = off + p;
+	for (uint64_t o = off; !err && o < end; o += DCR_DVIEW_BLOCK) {
+		const size_t n = (size_t)DCR_MIN((uint64_t)DCR_DVIEW_BLOCK, end - o);
+
+		bad = o;
+		err = dcr_pread_full(v->fd, buf, n, (off_t)o);
+		if (err == -ENODATA)
 			err = DCR_ERR(-EIO);
+		if (!err) {
+			dcr_xxh128(buf, n, got);
+			if (memcmp(got, v->s->blk[o / DCR_DVIEW_BLOCK], DCR_XXH_LEN))
+				err = DCR_ERR(-EIO);
 		}
 	}
+	free(buf);
 	if (!err)
 		return;
 	cur = __atomic_load_n(&v->bad, __ATOMIC_RELAXED);
@@ -238,15 +243,15 @@ static void verify_unit(void *arg, size_t i)
 	       !__atomic_compare_exchange_n(&v->bad, &cur, bad, false,
 					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		;
-	__atomic_store_n(&v->err, err, __ATOMIC_RELAXED);
+	__atomic_compare_exchange_n(&v->err, &(int){ 0 }, err, false,
+				    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 int dcr_dview_verify(struct dcr_reader *r, int fd,
 		     const struct dcr_dview_sums *s, uint64_t *bad_off)
 {
-	struct verify v = { .s = s, .bad = UINT64_MAX };
+	struct verify v = { .fd = fd, .s = s, .bad = UINT64_MAX };
 	struct stat st;
-	void *m;
 
 	if (fstat(fd, &st) < 0)
 		return DCR_ERR(-errno);
@@ -254,20 +259,11 @@ int dcr_dview_verify(struct dcr_reader *r, int fd,
 		*bad_off = s->size;
 		return DCR_ERR(-EIO);
 	}
-	if (s->size == 0)
-		return 0;
-	m = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, fd, 0);
-	if (m == MAP_FAILED)
-		return DCR_ERR(-errno);
-	v.map = m;
 	dcr_reader_par_for(r, (size_t)((s->n + CHECK_BLOCKS - 1) / CHECK_BLOCKS),
 			   verify_unit, &v);
-	munmap(m, (size_t)s->size);
-	if (v.err) {
+	if (v.err)
 		*bad_off = v.bad;
-		return DCR_ERR(-EIO);
-	}
-	return 0;
+	return v.err;
 }
 
 ssize_t dcr_dview_pread(int fd, const struct dcr_dview_sums *s, void *dst,

@@ -232,6 +232,7 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 	struct rec *r, *prev;
 	struct dvver *s;
 	uint8_t *val;
+	unsigned w1 = fr->n ? dcr_rec_width(fr->e[0]) : 0;
 	int ret;
 
 	for (size_t i = 0; i < fr->n; i++) {
@@ -240,6 +241,8 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 
 		if ((uint64_t)o + w > clen)
 			return DCR_ERR(-EINVAL);
+		if (w != w1 || o % w1)
+			w1 = 0;
 		vbytes += w;
 	}
 	bytes = sizeof(*r) + fr->n * sizeof(uint32_t) + vbytes;
@@ -278,7 +281,7 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 					 .base_file = base_file, .clen = clen,
 					 .n = fr->n,
 					 .e = (const uint32_t *)(void *)r->data,
-					 .val = val };
+					 .val = val, .w = w1 };
 	r->refs = 1;
 	r->bytes = bytes;
 

@@ -58,6 +58,9 @@ struct dcr_dvrec_chunk {
 	uint32_t base_tree;   /* as indexed with this tree */
 	uint32_t base_file;   /* its manifest file */
 	uint32_t clen;        /* the chunk's bytes */
+	uint32_t w;           /* every entry's width, when they all have the
+				 same and every offset is a multiple of it;
+				 else 0 (dview.c then looks entry by entry) */
 	size_t n;             /* changed elements */
 	const uint32_t *e;    /* their entries (frame.h, DCR_REC_*), increasing */
 	const uint8_t *val;   /* their new values, each its width, in order */
