@@ -75,6 +75,7 @@ struct dcrfs_ho_state {
 	int adopted;
 	int from_holder; /* a restart: the daemon is dead, a holder kept it */
 	struct ho_wire w;
+	struct ho_counts counts; /* zero from a build without them */
 	struct dcrfs_backing_rec *backs;
 	struct dcrfs_delta_key *keys;
 	char **tags;
@@ -107,6 +108,8 @@ static struct ho_init_out g_replay_rep;
 static atomic_long g_ptr_opens;
 /* requests the kernel sent again after a restart (FUSE_UNIQUE_RESEND) */
 static atomic_long g_resent;
+/* the mount's counts before this daemon (the STATE it adopted) */
+static struct ho_counts g_before;
 
 static _Thread_local uint32_t tl_op;
 static _Thread_local uint64_t tl_unique, tl_nodeid;
@@ -423,7 +426,8 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 		return nb < 0 ? (int)nb : (int)nd;
 	}
 	pthread_mutex_lock(&fs->tags.lock);
-	cap = (size_t)nb * sizeof(*recs) + (size_t)nd * sizeof(*keys) + 1;
+	cap = (size_t)nb * sizeof(*recs) + (size_t)nd * sizeof(*keys) +
+	      sizeof(struct ho_counts);
 	for (size_t i = 0; i < fs->tags.n; i++)
 		cap += strlen(fs->tags.names[i]) + 1;
 	p = malloc(cap);
@@ -438,6 +442,16 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 			memcpy(p + pos, fs->tags.names[i], l);
 			pos += l;
 		}
+		struct dcrfs_ho_counts c;
+		struct ho_counts hc = { .magic = HO_COUNTS_MAGIC,
+					.len = sizeof(hc) };
+
+		dcrfs_ho_counts(&c);
+		hc.handovers = c.handovers;
+		hc.restarts = c.restarts;
+		hc.resent = c.resent;
+		memcpy(p + pos, &hc, sizeof(hc));
+		pos += sizeof(hc);
 		w->ntags = (uint32_t)fs->tags.n;
 		*len = pos;
 	}
@@ -648,6 +662,17 @@ static int parse_state(struct dcrfs_ho_state *s, const char *p, size_t len)
 			return DCR_ERR(-ENOMEM);
 		pos += l + 1;
 	}
+	/* the counts, from a build that sends them (ho_wire.h) */
+	if (len - pos >= 2 * sizeof(uint32_t)) {
+		struct ho_counts c = { 0 };
+
+		memcpy(&c, p + pos, DCR_MIN(len - pos, sizeof(c)));
+		if (c.magic == HO_COUNTS_MAGIC && c.len <= len - pos) {
+			memset((char *)&c + DCR_MIN(c.len, sizeof(c)), 0,
+			       sizeof(c) - DCR_MIN(c.len, sizeof(c)));
+			s->counts = c;
+		}
+	}
 	return 0;
 }
 
@@ -845,6 +870,11 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 	for (uint32_t i = 0; i < s->w.ndelta && !ret; i++)
 		ret = dcrfs_delta_adopt(fs, &s->keys[i], i);
 	s->adopted = 1; /* the session holds the descriptor now */
+	g_before = s->counts; /* this daemon's adoption counts below */
+	if (s->from_holder)
+		g_before.restarts++;
+	else
+		g_before.handovers++;
 	if (s->from_holder) { /* the holder's link is ours now */
 		g_fs = fs;
 		ho_hold_relink(fs, s->sock, ret == 0);
@@ -895,4 +925,12 @@ int dcrfs_ho_restart(const struct dcrfs_ho_state *s)
 long dcrfs_ho_resent(void)
 {
 	return atomic_load(&g_resent);
+}
+
+void dcrfs_ho_counts(struct dcrfs_ho_counts *c)
+{
+	c->handovers = g_before.handovers;
+	c->restarts = g_before.restarts;
+	c->resent = g_before.resent + (uint64_t)atomic_load(&g_resent);
+	c->keeper = ho_hold_kept() ? "holder" : "none";
 }

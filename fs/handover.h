@@ -46,6 +46,7 @@
 #define DCRFS_HANDOVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -119,6 +120,24 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
 /** dcrfs_ho_resent - how many requests the kernel sent again (a dead
  * daemon had read them) since this daemon started. */
 long dcrfs_ho_resent(void);
+
+/** The mount's handovers and restarts, over all its daemons. */
+struct dcrfs_ho_counts {
+	uint64_t handovers; /* daemons that took the mount over by a handover */
+	uint64_t restarts;  /* daemons that restarted it from a keeper */
+	uint64_t resent;    /* requests the kernel sent again after a crash */
+	const char *keeper; /* who keeps a copy of the connection now for a
+			     * restart: "holder", "systemd" (its fd store)
+			     * or "none" (a crash loses the mount) */
+};
+
+/**
+ * dcrfs_ho_counts - the counts into @c (status.json and metrics). A
+ * daemon adds its own to those of the STATE it adopted; a daemon killed
+ * loses the requests sent again after its keeper's last copy of its
+ * state. Thread-safe.
+ */
+void dcrfs_ho_counts(struct dcrfs_ho_counts *c);
 
 /** dcrfs_ho_restart - whether @s comes from a holder (the daemon died). */
 int dcrfs_ho_restart(const struct dcrfs_ho_state *s);

@@ -73,14 +73,27 @@ struct ho_hdr {
 };
 
 /* The STATE payload: this, then nbacking records (struct
- * dcrfs_backing_rec), ndelta keys (struct dcrfs_delta_key), then ntags
- * names (each NUL-terminated). */
+ * dcrfs_backing_rec), ndelta keys (struct dcrfs_delta_key), ntags names
+ * (each NUL-terminated), then struct ho_counts. */
 struct ho_wire {
 	uint32_t init_req_len;            /* bytes of init_req */
 	uint8_t init_req[sizeof(struct ho_in_header) + HO_INIT_IN_MAX];
 	struct ho_init_out init_rep;      /* as the kernel got it */
 	int32_t pt_offered, pt_enabled, pt_disabled;
 	uint32_t nbacking, ndelta, ntags, pad;
+};
+
+/*
+ * The mount's counts, after the tag names: a trailer that builds before
+ * it neither send nor read (they parse the tables and ignore what
+ * follows; a STATE without it counts from 0), so adding it needed no new
+ * HO_MAGIC. Fields are only ever appended (@len says how many came).
+ */
+#define HO_COUNTS_MAGIC 0x44434331u /* "DCC1" */
+struct ho_counts {
+	uint32_t magic, len;           /* HO_COUNTS_MAGIC, sizeof */
+	uint64_t handovers, restarts;  /* of this mount, before this STATE */
+	uint64_t resent;               /* requests the kernel sent again */
 };
 
 /* ------------------------------------------- messages (ho_wire.c) */
@@ -132,6 +145,9 @@ int ho_state_build(struct dcrfs *fs, struct ho_wire *w, char **tail,
 		   size_t *tlen);
 
 /* ------------------------- what handover.c asks of the holder */
+
+/** ho_hold_kept - whether a holder keeps a copy of the connection now. */
+int ho_hold_kept(void);
 
 /** ho_hold_retire - tell this mount's holder to exit (a handover sent,
  * or an unmount) and forget it; nothing without one. Thread-safe. */

@@ -82,6 +82,11 @@ void ho_hold_relink(struct dcrfs *fs, int sock, int tell)
 	pthread_mutex_unlock(&g_hold_lock);
 }
 
+int ho_hold_kept(void)
+{
+	return atomic_load(&g_hold) >= 0;
+}
+
 void ho_hold_init_answered(void)
 {
 	if (g_hold_fs)

@@ -15,6 +15,8 @@
 #     target is a stall <= 1 s + the start-up;
 #     files of /.dcrfs open across a restart: latest is served, a
 #     status snapshot answers EIO (said once), nothing crashes;
+#     status.json and metrics count the restarts, the handovers and the
+#     requests sent again over the mount's daemons;
 #  3. what cannot be saved is said: no holder (-o restart_wait=0): the
 #     takeover says the mount is lost, and it is (ENOTCONN); a holder
 #     whose wait ran out says so and gives the mount up.
@@ -109,6 +111,21 @@ log "restarts in which the kernel sent requests in flight again: $resent of $N"
 sort -n "$T/startup" >"$T/startup.sorted"
 log "restart start-up ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/startup.sorted"), max $(tail -1 "$T/startup.sorted")"
 
+# the mount's counts (status.json "handover"), carried by every STATE:
+# through the holder's copy across a kill -9
+[ "$(mount_status "$MNT" handover restarts)" = "$N" ] ||
+	fail "status.json does not count $N restarts: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover handovers)" = $((N * H)) ] ||
+	fail "status.json does not count $((N * H)) handovers: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover keeper)" = '"holder"' ] ||
+	fail "a restarted daemon names no keeper: $(cat "$T/status.json")"
+if [ "$resent" -gt 0 ]; then
+	[ "$(mount_status "$MNT" handover resent)" -gt 0 ] ||
+		fail "requests were sent again and status.json counts none: $(cat "$T/status.json")"
+fi
+grep -qx "dcrfs_restarts_total $N" "$MNT/.dcrfs/metrics" ||
+	fail "metrics: no dcrfs_restarts_total $N"
+log "status.json: $(mount_status "$MNT" handover)"
 sleep 0.5
 readers_stop
 worst=$READERS_WORST
