@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fdstore.h"
 #include "fileio.h"
 #include "fs.h"
 #include "handover.h"
@@ -73,7 +74,10 @@ struct dcrfs_ho_state {
 	int sock;      /* to the old daemon, until it exits, or the holder */
 	int fd;        /* /dev/fuse */
 	int adopted;
-	int from_holder; /* a restart: the daemon is dead, a holder kept it */
+	int from_holder; /* a restart: the daemon is dead, a keeper kept it */
+	int from_store;  /* ... and the keeper was systemd's fd store */
+	int state_fd;    /* the fd store's state file (-1: none) */
+	char *state_name; /* its FDNAME */
 	struct ho_wire w;
 	struct ho_counts counts; /* zero from a build without them */
 	struct dcrfs_backing_rec *backs;
@@ -110,6 +114,14 @@ static atomic_long g_ptr_opens;
 static atomic_long g_resent;
 /* the mount's counts before this daemon (the STATE it adopted) */
 static struct ho_counts g_before;
+/* what systemd's fd store held of the mount when this daemon adopted
+ * it (dcrfs_ho_store_take) */
+static struct {
+	int fd;         /* the state file passed at a restart, or -1 */
+	char *name;
+	int stored;     /* the connection is in the store */
+	char old[48];   /* the previous daemon's state file, to drop */
+} g_store = { .fd = -1 };
 
 static _Thread_local uint32_t tl_op;
 static _Thread_local uint64_t tl_unique, tl_nodeid;
@@ -450,6 +462,9 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 		hc.handovers = c.handovers;
 		hc.restarts = c.restarts;
 		hc.resent = c.resent;
+		if (ho_fdstate_name())
+			snprintf(hc.fdstate, sizeof(hc.fdstate), "%s",
+				 ho_fdstate_name());
 		memcpy(p + pos, &hc, sizeof(hc));
 		pos += sizeof(hc);
 		w->ntags = (uint32_t)fs->tags.n;
@@ -497,7 +512,7 @@ int dcrfs_ho_send(struct dcrfs *fs)
 	free(tail);
 	if (ret == 0) {
 		atomic_store(&g_handed_over, 1);
-		ho_hold_retire(); /* the new daemon starts its own */
+		ho_hold_retire(0); /* the new daemon starts its own */
 		dcr_info("handover: handed %s over (%u open file(s), %u "
 			 "tag(s))", fs->mountpoint, w.nbacking, w.ntags);
 		return 0; /* g_conn stays open until we exit */
@@ -521,7 +536,8 @@ void dcrfs_ho_stop(void)
 {
 	uint64_t one = 1;
 
-	ho_hold_retire(); /* unmounting, or handed over */
+	ho_hold_retire(!atomic_load(&g_handed_over)); /* unmounting, or
+							 * handed over */
 
 	if (g_thread_running) {
 		if (write(g_quit, &one, sizeof(one)) < 0)
@@ -623,8 +639,90 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
 	}
 	s->sock = sock;
 	s->fd = -1;
+	s->state_fd = -1;
 	s->from_holder = from_holder;
 	s->t_hello = dcr_mono_ns();
+	*out = s;
+	return 0;
+}
+
+static int parse_state(struct dcrfs_ho_state *s, const char *p, size_t len);
+
+/* Is @fd /dev/fuse (char 10:229)? */
+static int is_dev_fuse(int fd)
+{
+	struct stat sb;
+
+	return fstat(fd, &sb) == 0 && S_ISCHR(sb.st_mode) &&
+	       major(sb.st_rdev) == 10 && minor(sb.st_rdev) == 229;
+}
+
+int dcrfs_ho_from_store(int fuse_fd, int state_fd, char *state_name,
+			const char *fixed, struct dcrfs_ho_state **out)
+{
+	struct dcrfs_ho_state *s = calloc(1, sizeof(*s));
+	char *rec = NULL, *why = NULL, *had;
+	uint32_t flen = 0;
+	size_t len = 0;
+	int ret;
+
+	*out = NULL;
+	if (!s) {
+		close(fuse_fd);
+		close(state_fd);
+		free(state_name);
+		return DCR_ERR(-ENOMEM);
+	}
+	s->sock = -1;
+	s->fd = fuse_fd;
+	s->state_fd = state_fd;
+	s->state_name = state_name;
+	s->from_holder = s->from_store = 1;
+	s->t_hello = dcr_mono_ns();
+	ret = is_dev_fuse(fuse_fd) ? dcrfs_fdstate_read(state_fd, &rec, &len) :
+	      DCR_ERR(-EPROTO);
+	if (ret == 0 && len >= sizeof(flen))
+		memcpy(&flen, rec, sizeof(flen));
+	if (ret == 0 && (len < sizeof(flen) || flen > len - sizeof(flen)))
+		ret = DCR_ERR(-EBADMSG);
+	if (ret < 0) {
+		fprintf(stderr, "dcrfs: restart from systemd's fd store: %s: %s "
+			"(the mount cannot be restarted: stop the unit, unmount "
+			"it with fusermount3 -u and start it again)\n",
+			ret == -ENODATA ? "the daemon died before it answered "
+			"the kernel's INIT" : "its state file is unreadable",
+			strerror(-ret));
+		free(rec);
+		s->adopted = 1; /* nothing to say again at the free */
+		close(s->fd);
+		s->fd = -1;
+		dcrfs_ho_state_free(s);
+		return ret;
+	}
+	had = strndup(rec + sizeof(flen), flen);
+	why = had ? ho_fixed_diff(had, fixed) : NULL;
+	if (!had)
+		ret = DCR_ERR(-ENOMEM);
+	else if (why) {
+		fprintf(stderr, "dcrfs: restart from systemd's fd store refused: "
+			"%s (the unit's command line changed while the mount "
+			"waited: restore it, or stop the unit to unmount)\n",
+			why);
+		ret = DCR_ERR(-EPERM);
+	} else {
+		ret = parse_state(s, rec + sizeof(flen) + flen,
+				  len - sizeof(flen) - flen);
+	}
+	free(had);
+	free(why);
+	free(rec);
+	if (ret < 0) {
+		if (ret != -EPERM)
+			fprintf(stderr, "dcrfs: restart from systemd's fd store: "
+				"its state: %s\n", strerror(-ret));
+		dcrfs_ho_state_free(s);
+		return ret;
+	}
 	*out = s;
 	return 0;
 }
@@ -684,6 +782,10 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 	int ret;
 
 	s->t_go = dcr_mono_ns();
+	if (s->from_store) { /* read already; the daemon is dead */
+		s->t_state = s->t_exit = s->t_go;
+		return 0;
+	}
 	ret = ho_msg_send(s->sock, HO_GO, NULL, 0, NULL, 0, -1);
 	if (ret == 0)
 		ret = ho_msg_recv(s->sock, HO_STATE_WAIT_MS, &type, &msg, &len,
@@ -695,13 +797,8 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 	if (ret == 0)
 		ret = parse_state(s, msg, len);
 	free(msg);
-	if (ret == 0) {
-		struct stat sb; /* /dev/fuse is char 10:229 */
-
-		if (fstat(s->fd, &sb) < 0 || !S_ISCHR(sb.st_mode) ||
-		    major(sb.st_rdev) != 10 || minor(sb.st_rdev) != 229)
-			ret = DCR_ERR(-EPROTO);
-	}
+	if (ret == 0 && !is_dev_fuse(s->fd))
+		ret = DCR_ERR(-EPROTO);
 	if (ret < 0) {
 		fprintf(stderr, "dcrfs: takeover: receiving the connection: "
 			"%s\n", strerror(-ret));
@@ -736,7 +833,16 @@ void dcrfs_ho_state_free(struct dcrfs_ho_state *s)
 		return;
 	if (s->sock >= 0)
 		close(s->sock);
-	if (s->fd >= 0 && !s->adopted && s->from_holder) {
+	if (s->state_fd >= 0)
+		close(s->state_fd);
+	free(s->state_name);
+	if (s->fd >= 0 && !s->adopted && s->from_store) {
+		/* systemd keeps it: it starts dcrfs again (Restart=) */
+		dcr_err("restart: failed after systemd passed the mount; its fd "
+			"store holds it still (the unit's Restart= starts "
+			"dcrfs again)");
+		close(s->fd);
+	} else if (s->fd >= 0 && !s->adopted && s->from_holder) {
 		/* the holder keeps it: our socket's end makes it wait again */
 		dcr_err("restart: failed after the holder gave the mount; it "
 			"holds it still: try again (dcrfs --takeover)");
@@ -875,11 +981,20 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 		g_before.restarts++;
 	else
 		g_before.handovers++;
-	if (s->from_holder) { /* the holder's link is ours now */
+	if (s->from_holder && s->sock >= 0) { /* the holder's link is ours now */
 		g_fs = fs;
 		ho_hold_relink(fs, s->sock, ret == 0);
 		s->sock = -1;
 	}
+	/* what systemd's fd store holds of the mount already */
+	g_store.fd = s->state_fd;
+	g_store.name = s->state_name;
+	s->state_fd = -1;
+	s->state_name = NULL;
+	g_store.stored = s->from_store || s->counts.fdstate[0];
+	if (!s->from_store)
+		memcpy(g_store.old, s->counts.fdstate, sizeof(g_store.old));
+	g_store.old[sizeof(g_store.old) - 1] = '\0';
 	if (ret < 0)
 		dcr_err("handover: adopting the old daemon's state: %s",
 			dcr_strerror(ret));
@@ -889,7 +1004,8 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 			 "%" PRId64 " ms, the old daemon's exit after %" PRId64
 			 " ms, ready after %" PRId64 " ms (the store opened "
 			 "in the %" PRId64 " ms before the go)",
-			 s->from_holder ? "restart" : "handover", s->w.nbacking, s->w.ndelta, s->w.ntags,
+			 s->from_holder ? "restart" : "handover", s->w.nbacking,
+			 s->w.ndelta, s->w.ntags,
 			 (s->t_state - s->t_go) / 1000000,
 			 (s->t_exit - s->t_go) / 1000000,
 			 (dcr_mono_ns() - s->t_go) / 1000000,
@@ -932,5 +1048,16 @@ void dcrfs_ho_counts(struct dcrfs_ho_counts *c)
 	c->handovers = g_before.handovers;
 	c->restarts = g_before.restarts;
 	c->resent = g_before.resent + (uint64_t)atomic_load(&g_resent);
-	c->keeper = ho_hold_kept() ? "holder" : "none";
+	c->keeper = ho_keeper();
+}
+
+void dcrfs_ho_store_take(int *state_fd, char **state_name, int *stored,
+			 char old[48])
+{
+	*state_fd = g_store.fd;
+	*state_name = g_store.name;
+	*stored = g_store.stored;
+	memcpy(old, g_store.old, 48);
+	g_store.fd = -1;
+	g_store.name = NULL;
 }

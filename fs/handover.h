@@ -117,6 +117,42 @@ struct dcrfs_ho_state;
 int dcrfs_ho_connect(const char *path, const char *hold_path,
 		     const char *fixed, struct dcrfs_ho_state **out);
 
+/**
+ * dcrfs_ho_from_store - a restart from systemd's fd store (fdstore.h):
+ * the connection @fuse_fd and the state file @state_fd named @state_name
+ * (malloc'ed), all three taken (closed and freed on failure), passed by
+ * systemd (dcrfs_sd_listen). The state's fixed text must be @fixed (this
+ * daemon's dcrfs_ho_fixed). 0 with *@out set (dcrfs_ho_go returns at
+ * once, dcrfs_ho_adopt adopts as a holder's restart), or -errno, said on
+ * stderr: -EPERM when the fixed text differs.
+ */
+int dcrfs_ho_from_store(int fuse_fd, int state_fd, char *state_name,
+			const char *fixed, struct dcrfs_ho_state **out);
+
+/**
+ * dcrfs_ho_store_take - after dcrfs_ho_adopt, what systemd's fd store
+ * holds of the mount already: the state file passed at a restart from
+ * it (*@state_fd and *@state_name, the caller's now; -1 and NULL when
+ * none), whether the connection is there (*@stored: a restart from it,
+ * or a handover from a daemon it kept), and that daemon's state file to
+ * drop once ours is stored (@old, "" when none). Nothing (-1, NULL, 0,
+ * "") for a first mount.
+ */
+void dcrfs_ho_store_take(int *state_fd, char **state_name, int *stored,
+			 char old[48]);
+
+/**
+ * dcrfs_ho_fdstore_start - make systemd's fd store the keeper of @fs's
+ * connection (fdstore.h; instead of a holder): write the state (with
+ * @fixed) into @state_fd (-1: a new state file, stored with FDSTORE=1),
+ * store the connection unless @fuse_stored, then drop @old (a previous
+ * daemon's state file; NULL or "": none). 0 or -errno (logged: a crash
+ * then loses the mount).
+ */
+int dcrfs_ho_fdstore_start(struct dcrfs *fs, const char *fixed,
+			   int state_fd, const char *state_name,
+			   int fuse_stored, const char *old);
+
 /** dcrfs_ho_resent - how many requests the kernel sent again (a dead
  * daemon had read them) since this daemon started. */
 long dcrfs_ho_resent(void);

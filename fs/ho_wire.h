@@ -12,6 +12,9 @@
  * either needs a new HO_MAGIC, and an upgrade across it a remount (both
  * ends say so).
  *
+ * systemd's fd store keeps the STATE in a file (fdstore.h) instead of a
+ * holder's memory: the same bytes, after the fixed text.
+ *
  * Order (handover.h): HELLO (the new daemon's dcrfs_ho_fixed) -> YES, or
  * NO with a reason -> GO -> STATE with the descriptor; from a holder the
  * same with HSTATE, after which the socket stays open as the restarted
@@ -94,6 +97,9 @@ struct ho_counts {
 	uint32_t magic, len;           /* HO_COUNTS_MAGIC, sizeof */
 	uint64_t handovers, restarts;  /* of this mount, before this STATE */
 	uint64_t resent;               /* requests the kernel sent again */
+	char fdstate[48];              /* the sender's state file in
+					* systemd's fd store (FDNAME), which
+					* holds the connection too; "": none */
 };
 
 /* ------------------------------------------- messages (ho_wire.c) */
@@ -146,12 +152,19 @@ int ho_state_build(struct dcrfs *fs, struct ho_wire *w, char **tail,
 
 /* ------------------------- what handover.c asks of the holder */
 
-/** ho_hold_kept - whether a holder keeps a copy of the connection now. */
-int ho_hold_kept(void);
+/** ho_keeper - what keeps a copy of the connection now: "holder",
+ * "systemd" (its fd store) or "none". */
+const char *ho_keeper(void);
+
+/** ho_fdstate_name - the FDNAME of this daemon's state file in systemd's
+ * fd store, or NULL (not in one). */
+const char *ho_fdstate_name(void);
 
 /** ho_hold_retire - tell this mount's holder to exit (a handover sent,
- * or an unmount) and forget it; nothing without one. Thread-safe. */
-void ho_hold_retire(void);
+ * or an unmount) and forget it; with systemd's fd store, stop writing
+ * its state, and at an unmount (@unmount) take both descriptors out of
+ * the store. Nothing without a keeper. Thread-safe. */
+void ho_hold_retire(int unmount);
 
 /** ho_hold_relink - a restart: @sock (the socket on which the holder
  * gave the mount) is the link to the holder now (it closes at the exit);

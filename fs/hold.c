@@ -29,20 +29,40 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fdstore.h"
 #include "fs.h"
 #include "handover.h"
 #include "ho_wire.h"
 
 extern char **environ;
 
-/* the link to this mount's holder (-1: none), and what guards its
- * messages (they go whole, in the order the tables changed) */
+/* The keepers of this mount's connection, one at a time: the link to
+ * its holder (-1: none), or systemd's fd store, whose state file is
+ * g_fdstate (-1: none). g_hold_lock guards their messages (they go
+ * whole, in the order the tables changed). */
 static atomic_int g_hold = -1;
+static atomic_int g_fdstate = -1;
+static char *g_fdstate_name;    /* its FDNAME */
+static char *g_fdstate_fixed;   /* the text a restart must repeat */
 static pthread_mutex_t g_hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_hold_said;
-static struct dcrfs *g_hold_fs; /* whose state it keeps */
+static struct dcrfs *g_hold_fs; /* whose state they keep */
 
-/* The daemon's side: the holder gets the whole state at each change. */
+/* The fd store's record: the fixed text's length, the text, the STATE
+ * (fdstore.h). */
+static int fdstate_put(int fd, const struct ho_wire *w, const char *tail,
+		       size_t tlen)
+{
+	uint32_t flen = (uint32_t)strlen(g_fdstate_fixed);
+	struct iovec iov[4] = {
+		{ &flen, sizeof(flen) }, { g_fdstate_fixed, flen },
+		{ (void *)w, sizeof(*w) }, { (void *)tail, tlen },
+	};
+
+	return dcrfs_fdstate_write(fd, iov, 4);
+}
+
+/* The daemon's side: the keeper gets the whole state at each change. */
 static void hold_update_locked(struct dcrfs *fs)
 {
 	struct ho_wire w;
@@ -50,22 +70,26 @@ static void hold_update_locked(struct dcrfs *fs)
 	size_t tlen = 0;
 	int ret;
 
-	if (g_hold < 0)
+	if (g_hold < 0 && g_fdstate < 0)
 		return;
 	ret = ho_state_build(fs, &w, &tail, &tlen);
 	if (ret == -EAGAIN)
 		return; /* sent once the kernel's INIT is answered */
-	if (ret == 0)
+	if (ret == 0 && g_hold >= 0)
 		ret = ho_msg_send(g_hold, HO_STATE, &w, sizeof(w), tail, tlen, -1);
+	else if (ret == 0)
+		ret = fdstate_put(g_fdstate, &w, tail, tlen);
 	free(tail);
 	if (ret < 0 && !atomic_exchange(&g_hold_said, 1))
-		dcr_err("restart: telling the holder failed (%s): a crash of "
-			"this daemon now loses the mount", dcr_strerror(ret));
+		dcr_err("restart: telling the %s failed (%s): a crash of "
+			"this daemon now loses the mount", g_hold >= 0 ?
+			"holder" : "fd store's state file", dcr_strerror(ret));
 }
 
 void dcrfs_ho_hold_update(struct dcrfs *fs)
 {
-	if (g_hold < 0) /* unlocked peek: set before the session loop */
+	/* unlocked peek: set before the session loop */
+	if (g_hold < 0 && g_fdstate < 0)
 		return;
 	pthread_mutex_lock(&g_hold_lock);
 	hold_update_locked(fs);
@@ -82,9 +106,15 @@ void ho_hold_relink(struct dcrfs *fs, int sock, int tell)
 	pthread_mutex_unlock(&g_hold_lock);
 }
 
-int ho_hold_kept(void)
+const char *ho_keeper(void)
 {
-	return atomic_load(&g_hold) >= 0;
+	return atomic_load(&g_hold) >= 0 ? "holder" :
+	       atomic_load(&g_fdstate) >= 0 ? "systemd" : "none";
+}
+
+const char *ho_fdstate_name(void)
+{
+	return g_fdstate_name;
 }
 
 void ho_hold_init_answered(void)
@@ -93,9 +123,87 @@ void ho_hold_init_answered(void)
 		dcrfs_ho_hold_update(g_hold_fs);
 }
 
-void ho_hold_retire(void)
+int dcrfs_ho_fdstore_start(struct dcrfs *fs, const char *fixed,
+			   int state_fd, const char *state_name,
+			   int fuse_stored, const char *old_name)
 {
+	char name[64], msg[128];
+	int fds[1], ret = 0;
+
+	if (state_fd < 0) {
+		snprintf(name, sizeof(name), DCRFS_FDNAME_STATE "%ld",
+			 (long)getpid());
+		state_name = name;
+		state_fd = dcrfs_fdstate_create(name);
+		if (state_fd < 0) {
+			dcr_err("restart: cannot make the fd store's state "
+				"file (%s): if this daemon dies, the mount is "
+				"lost", dcr_strerror(state_fd));
+			return state_fd;
+		}
+	}
 	pthread_mutex_lock(&g_hold_lock);
+	g_fdstate_fixed = strdup(fixed);
+	g_fdstate_name = strdup(state_name);
+	if (!g_fdstate_fixed || !g_fdstate_name) {
+		pthread_mutex_unlock(&g_hold_lock);
+		close(state_fd);
+		return DCR_ERR(-ENOMEM);
+	}
+	g_hold_fs = fs;
+	g_fdstate = state_fd;
+	hold_update_locked(fs); /* a takeover knows its INIT already */
+	pthread_mutex_unlock(&g_hold_lock);
+	/* systemd keeps what it has: a restart from the store stores
+	 * nothing again; a takeover stores its state, then drops the old
+	 * daemon's (a crash between the two leaves both: the restart takes
+	 * the newer, fdstore.h) */
+	if (state_name == name) {
+		fds[0] = state_fd;
+		snprintf(msg, sizeof(msg), "FDSTORE=1\nFDNAME=%s", name);
+		ret = dcrfs_sd_notify(msg, fds, 1);
+	}
+	if (ret >= 0 && !fuse_stored) {
+		fds[0] = fuse_session_fd(fs->se);
+		ret = dcrfs_sd_notify("FDSTORE=1\nFDNAME=" DCRFS_FDNAME_FUSE,
+				      fds, 1);
+	}
+	if (ret >= 0 && old_name && old_name[0] && strcmp(old_name,
+							   state_name)) {
+		snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s",
+			 old_name);
+		ret = dcrfs_sd_notify(msg, NULL, 0);
+	}
+	if (ret < 0) {
+		dcr_err("restart: cannot store the connection in systemd's fd "
+			"store (%s): if this daemon dies, the mount is lost",
+			dcr_strerror(ret));
+		return ret;
+	}
+	dcr_info("restart: systemd's fd store keeps the mount for a restart "
+		 "after a crash (%s, %s; FileDescriptorStoreMax= of the unit "
+		 "must be 2 or more)", DCRFS_FDNAME_FUSE, state_name);
+	return 0;
+}
+
+void ho_hold_retire(int unmount)
+{
+	char msg[128];
+
+	pthread_mutex_lock(&g_hold_lock);
+	if (g_fdstate >= 0) {
+		/* a handover: the new daemon replaces the state, which stays
+		 * until then; an unmount: nothing to keep */
+		if (unmount) {
+			dcrfs_sd_notify("FDSTOREREMOVE=1\nFDNAME="
+					DCRFS_FDNAME_FUSE, NULL, 0);
+			snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s",
+				 g_fdstate_name);
+			dcrfs_sd_notify(msg, NULL, 0);
+		}
+		close(g_fdstate);
+		g_fdstate = -1;
+	}
 	if (g_hold >= 0) {
 		ho_msg_send(g_hold, HO_RETIRE, NULL, 0, NULL, 0, -1);
 		close(g_hold);
