@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -82,8 +83,24 @@ int dcrfs_sd_notify(const char *text, const int *fds, int nfds)
 
 #define SD_LISTEN_FDS_START 3
 
-int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name)
+/* The sequence of the state in @fd (0: none or unreadable). */
+static uint64_t fdstate_seq(int fd)
 {
+	char *rec = NULL;
+	size_t len;
+	uint64_t seq = 0;
+
+	if (dcrfs_fdstate_read(fd, &rec, &len) == 0)
+		seq = dcrfs_fdstate_seq_of(fd);
+	free(rec);
+	return seq;
+}
+
+int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name,
+		    char **stale_name)
+{
+	int sfd[2] = { -1, -1 };
+	char *sname[2] = { NULL, NULL };
 	const char *pid = getenv("LISTEN_PID"), *nfd = getenv("LISTEN_FDS");
 	const char *names = getenv("LISTEN_FDNAMES");
 	char *list = NULL, *save = NULL, *name;
@@ -91,7 +108,7 @@ int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name)
 	int ret = 0, states = 0;
 
 	*fuse_fd = *state_fd = -1;
-	*state_name = NULL;
+	*state_name = *stale_name = NULL;
 	if (!pid || !nfd || strtol(pid, NULL, 10) != (long)getpid())
 		return 0;
 	n = strtol(nfd, NULL, 10);
@@ -106,9 +123,9 @@ int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name)
 			*fuse_fd = fd;
 		} else if (name && !strncmp(name, DCRFS_FDNAME_STATE,
 					    strlen(DCRFS_FDNAME_STATE)) &&
-			   !states++) {
-			*state_fd = fd;
-			*state_name = strdup(name);
+			   states < 2) {
+			sfd[states] = fd;
+			sname[states++] = strdup(name);
 		} else {
 			close(fd); /* not ours: an fd store holds only these */
 		}
@@ -116,27 +133,44 @@ int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name)
 		name = strtok_r(NULL, ":", &save);
 	}
 	free(list);
+	/* Two states: a takeover's daemon died between storing its own and
+	 * dropping its predecessor's; the newer whole one is the mount's. */
+	if (states == 2 && fdstate_seq(sfd[1]) > fdstate_seq(sfd[0])) {
+		int f = sfd[0];
+		char *fname = sname[0];
+
+		sfd[0] = sfd[1];
+		sname[0] = sname[1];
+		sfd[1] = f;
+		sname[1] = fname;
+	}
+	*state_fd = sfd[0];
+	*state_name = sname[0];
+	if (states == 2) {
+		close(sfd[1]);
+		*stale_name = sname[1]; /* NULL (no memory): not dropped */
+	}
 	unsetenv("LISTEN_PID");
 	unsetenv("LISTEN_FDS");
 	unsetenv("LISTEN_FDNAMES");
 	if (*fuse_fd < 0 && *state_fd < 0)
 		return 0;
-	if (*fuse_fd < 0 || *state_fd < 0 || states > 1 || !*state_name) {
+	if (*fuse_fd < 0 || *state_fd < 0 || !*state_name) {
 		fprintf(stderr, "dcrfs: systemd passed %s%s%s: not a mount to "
-			"restart (the unit's fd store holds one connection and "
-			"one state)\n", *fuse_fd < 0 ? "no connection" :
-			"a connection", *state_fd < 0 ? " and no state" :
-			states > 1 ? " and several states" : "",
+			"restart (the unit's fd store holds a connection and "
+			"its state)\n", *fuse_fd < 0 ? "no connection" :
+			"a connection", *state_fd < 0 ? " and no state" : "",
 			*state_name || *state_fd < 0 ? "" : " (no memory)");
-		ret = *fuse_fd < 0 || *state_fd < 0 || states > 1 ?
-		      DCR_ERR(-EBADF) : DCR_ERR(-ENOMEM);
+		ret = *fuse_fd < 0 || *state_fd < 0 ? DCR_ERR(-EBADF) :
+		      DCR_ERR(-ENOMEM);
 		if (*fuse_fd >= 0)
 			close(*fuse_fd);
 		if (*state_fd >= 0)
 			close(*state_fd);
 		free(*state_name);
+		free(*stale_name);
 		*fuse_fd = *state_fd = -1;
-		*state_name = NULL;
+		*state_name = *stale_name = NULL;
 		return ret;
 	}
 	return 1;
@@ -184,6 +218,13 @@ static int read_hdr(int fd, struct fdstate_hdr *h)
 	return 0;
 }
 
+uint64_t dcrfs_fdstate_seq_of(int fd)
+{
+	struct fdstate_hdr h;
+
+	return read_hdr(fd, &h) == 0 ? h.seq : 0;
+}
+
 int dcrfs_fdstate_write(int fd, const struct iovec *iov, int n)
 {
 	struct fdstate_hdr h;
@@ -223,7 +264,17 @@ int dcrfs_fdstate_write(int fd, const struct iovec *iov, int n)
 	}
 	dcr_xxh128(buf, len, h.check);
 	free(buf);
-	h.seq++;
+	/* increasing across the files of one boot (two daemons' states:
+	 * dcrfs_sd_listen keeps the newer) */
+	{
+		struct timespec ts;
+		uint64_t now = 0;
+
+		if (clock_gettime(CLOCK_BOOTTIME, &ts) == 0)
+			now = (uint64_t)ts.tv_sec * 1000000000u +
+			      (uint64_t)ts.tv_nsec;
+		h.seq = now > h.seq ? now : h.seq + 1;
+	}
 	h.off = off;
 	h.len = len;
 	/* the switch: one write within the first page */

@@ -18,7 +18,8 @@
  * The state file is rewritten in place at every change, safe against a
  * kill at any point: one memfd, its first page a header (magic, a
  * sequence number, where the record is, its length, its check value),
- * records elsewhere. A new record is written where it does not overlap
+ * records elsewhere (the sequence is CLOCK_BOOTTIME's, so that two
+ * daemons' files compare). A new record is written where it does not overlap
  * the live one, then the header, with one pwrite(2) of 48 bytes within
  * the first page, which a kill cannot tear (tmpfs copies a page in one
  * step; a fatal signal is checked between pages). A daemon killed while
@@ -60,10 +61,15 @@ int dcrfs_sd_managed(void);
  * (LISTEN_PID is ours) named DCRFS_FDNAME_FUSE and DCRFS_FDNAME_STATE*:
  * 1 with *@fuse_fd, *@state_fd and *@state_name (malloc'ed) set, 0 when
  * none was passed (a first start), or -errno when only one of the two
- * was, or two states (said on stderr). The LISTEN_* variables are
- * removed (not for the children); other descriptors passed are closed.
+ * was (said on stderr). Two states (a daemon that took over died
+ * between storing its state and dropping its predecessor's): the one
+ * whose whole record is newer is taken, the other closed and its name
+ * given in *@stale_name (malloc'ed; NULL: none) to drop from the store.
+ * The LISTEN_* variables are removed (not for the children); other
+ * descriptors passed are closed.
  */
-int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name);
+int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name,
+		    char **stale_name);
 
 /**
  * dcrfs_fdstate_create - a new, empty state file (a memfd named @name):
@@ -77,6 +83,10 @@ int dcrfs_fdstate_create(const char *name);
  * -errno (the previous state stays). One writer at a time.
  */
 int dcrfs_fdstate_write(int fd, const struct iovec *iov, int n);
+
+/** dcrfs_fdstate_seq_of - the sequence of the last record written to
+ * @fd (increasing within a boot, across files), 0: none. */
+uint64_t dcrfs_fdstate_seq_of(int fd);
 
 /**
  * dcrfs_fdstate_read - the state last written to @fd, whole and checked:

@@ -78,6 +78,7 @@ struct dcrfs_ho_state {
 	int from_store;  /* ... and the keeper was systemd's fd store */
 	int state_fd;    /* the fd store's state file (-1: none) */
 	char *state_name; /* its FDNAME */
+	char stale[48];   /* another daemon's state passed with it */
 	struct ho_wire w;
 	struct ho_counts counts; /* zero from a build without them */
 	struct dcrfs_backing_rec *backs;
@@ -658,7 +659,8 @@ static int is_dev_fuse(int fd)
 }
 
 int dcrfs_ho_from_store(int fuse_fd, int state_fd, char *state_name,
-			const char *fixed, struct dcrfs_ho_state **out)
+			char *stale_name, const char *fixed,
+			struct dcrfs_ho_state **out)
 {
 	struct dcrfs_ho_state *s = calloc(1, sizeof(*s));
 	char *rec = NULL, *why = NULL, *had;
@@ -671,8 +673,12 @@ int dcrfs_ho_from_store(int fuse_fd, int state_fd, char *state_name,
 		close(fuse_fd);
 		close(state_fd);
 		free(state_name);
+		free(stale_name);
 		return DCR_ERR(-ENOMEM);
 	}
+	if (stale_name) /* dropped once ours is kept (dcrfs_ho_store_take) */
+		snprintf(s->stale, sizeof(s->stale), "%s", stale_name);
+	free(stale_name);
 	s->sock = -1;
 	s->fd = fuse_fd;
 	s->state_fd = state_fd;
@@ -992,8 +998,8 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 	s->state_fd = -1;
 	s->state_name = NULL;
 	g_store.stored = s->from_store || s->counts.fdstate[0];
-	if (!s->from_store)
-		memcpy(g_store.old, s->counts.fdstate, sizeof(g_store.old));
+	memcpy(g_store.old, s->from_store ? s->stale : s->counts.fdstate,
+	       sizeof(g_store.old));
 	g_store.old[sizeof(g_store.old) - 1] = '\0';
 	if (ret < 0)
 		dcr_err("handover: adopting the old daemon's state: %s",

@@ -121,13 +121,16 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
  * dcrfs_ho_from_store - a restart from systemd's fd store (fdstore.h):
  * the connection @fuse_fd and the state file @state_fd named @state_name
  * (malloc'ed), all three taken (closed and freed on failure), passed by
- * systemd (dcrfs_sd_listen). The state's fixed text must be @fixed (this
+ * systemd (dcrfs_sd_listen), with @stale_name (malloc'ed, taken; NULL:
+ * none), another state the store holds, to drop once this daemon's state
+ * is kept there. The state's fixed text must be @fixed (this
  * daemon's dcrfs_ho_fixed). 0 with *@out set (dcrfs_ho_go returns at
  * once, dcrfs_ho_adopt adopts as a holder's restart), or -errno, said on
  * stderr: -EPERM when the fixed text differs.
  */
 int dcrfs_ho_from_store(int fuse_fd, int state_fd, char *state_name,
-			const char *fixed, struct dcrfs_ho_state **out);
+			char *stale_name, const char *fixed,
+			struct dcrfs_ho_state **out);
 
 /**
  * dcrfs_ho_store_take - after dcrfs_ho_adopt, what systemd's fd store

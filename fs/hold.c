@@ -168,6 +168,24 @@ int dcrfs_ho_fdstore_start(struct dcrfs *fs, const char *fixed,
 		ret = dcrfs_sd_notify("FDSTORE=1\nFDNAME=" DCRFS_FDNAME_FUSE,
 				      fds, 1);
 	}
+#ifdef DCR_TEST_HOOKS
+	/* Test hook (HACKING): a takeover's daemon killed between storing
+	 * its state and dropping its predecessor's (tests/integration/
+	 * fdstore.sh); one-shot: the file is removed. */
+	{
+		const char *die = getenv("DCRFS_TEST_FDSTORE_DIE_BEFORE_DROP");
+
+		if (ret >= 0 && die && old_name && old_name[0] &&
+		    unlink(die) == 0) {
+			/* after systemd saw the reload end (a main process
+			 * dying within it can be taken for a clean stop) */
+			sleep(1);
+			dcr_info("test hook: killed before dropping %s",
+				 old_name);
+			raise(SIGKILL);
+		}
+	}
+#endif
 	if (ret >= 0 && old_name && old_name[0] && strcmp(old_name,
 							   state_name)) {
 		snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s",
@@ -182,7 +200,9 @@ int dcrfs_ho_fdstore_start(struct dcrfs *fs, const char *fixed,
 	}
 	dcr_info("restart: systemd's fd store keeps the mount for a restart "
 		 "after a crash (%s, %s; FileDescriptorStoreMax= of the unit "
-		 "must be 2 or more)", DCRFS_FDNAME_FUSE, state_name);
+		 "must be 2 or more)%s%s", DCRFS_FDNAME_FUSE, state_name,
+		 old_name && old_name[0] ? "; dropped " : "",
+		 old_name && old_name[0] ? old_name : "");
 	return 0;
 }
 

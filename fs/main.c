@@ -522,7 +522,7 @@ int main(int argc, char *argv[])
 	bool taken_over = false, handed_over = false;
 	/* a restart from systemd's fd store (fs/fdstore.h) */
 	int sd_fuse = -1, sd_state = -1;
-	char *sd_name = NULL;
+	char *sd_name = NULL, *sd_stale = NULL;
 	bool from_store = false;
 
 	/* the holder of a mount for a restart (handover.h): nothing else */
@@ -578,7 +578,7 @@ int main(int argc, char *argv[])
 	exit_code = 1;
 	/* systemd passed the connection and the state of a mount whose
 	 * daemon died: restart it as --takeover restarts from a holder */
-	ret = dcrfs_sd_listen(&sd_fuse, &sd_state, &sd_name);
+	ret = dcrfs_sd_listen(&sd_fuse, &sd_state, &sd_name, &sd_stale);
 	if (ret < 0)
 		goto out_args; /* said */
 	from_store = ret > 0;
@@ -704,10 +704,10 @@ int main(int argc, char *argv[])
 	if (from_store) {
 		if (!fixed)
 			goto out_session;
-		ret = dcrfs_ho_from_store(sd_fuse, sd_state, sd_name, fixed,
-					  &ho); /* takes them */
+		ret = dcrfs_ho_from_store(sd_fuse, sd_state, sd_name, sd_stale,
+					  fixed, &ho); /* takes them */
 		sd_fuse = sd_state = -1;
-		sd_name = NULL;
+		sd_name = sd_stale = NULL;
 		if (ret < 0)
 			goto out_session; /* said */
 	} else if (o.takeover && (!ho_path[0] ||
@@ -954,6 +954,7 @@ out_args:
 	if (sd_state >= 0)
 		close(sd_state);
 	free(sd_name);
+	free(sd_stale);
 	free(fixed);
 	if (ready_fd >= 0)
 		close(ready_fd); /* the parent sees EOF and our exit status */

@@ -15,7 +15,10 @@
 #     -9 of the main process, which systemd restarts with the fd store's
 #     descriptors (LISTEN_FDS): 0 errors, 0 wrong bytes, the longest
 #     stall and each restart's time printed; status.json counts them and
-#     names systemd as the keeper; `systemctl stop` unmounts.
+#     names systemd as the keeper; a reload refused (a fixed option
+#     changed) fails and the daemon serves on; a reload's daemon killed
+#     between storing its state and dropping the old one (test hook):
+#     the restart takes the newer; `systemctl stop` unmounts.
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 . "$(dirname "$0")/lib.sh"
 command -v systemd-analyze >/dev/null 2>&1 || skip "systemd-analyze missing (scripts/install-deps)"
@@ -36,6 +39,9 @@ if [ -z "${DCRFS_FDSTORE_INNER:-}" ]; then
 	[ "$(sed -n 's/^FileDescriptorStoreMax=//p' "$UNIT")" -ge 2 ] || fail "FileDescriptorStoreMax= below 2"
 	grep -q '^ExecReload=/usr/bin/dcrfs --takeover ' "$UNIT" || fail "ExecReload= is not dcrfs --takeover"
 	grep -q 'dcrfs@\.service' "$DCR_SRCDIR/man/dcrfs.8" || fail "dcrfs(8) does not document the service unit"
+	# the runbook's upgrade is the reload this test runs
+	sed -n '/^\.Ss Upgrading many nodes/,/^\.S[hs] /p' "$DCR_SRCDIR/man/dcrfs.8" |
+		grep -x 'systemctl reload dcrfs@mnt-dcr' >/dev/null || fail "dcrfs(8) Upgrading many nodes lacks 'systemctl reload dcrfs@mnt-dcr'"
 	log "unit verifies"
 fi
 
@@ -88,7 +94,10 @@ mount -t tmpfs tmpfs /run/systemd
 mkdir /run/systemd/system
 export XDG_RUNTIME_DIR=$T/run XDG_CONFIG_HOME=$T/config
 mkdir -m 700 -p "$XDG_RUNTIME_DIR" "$XDG_CONFIG_HOME/systemd/user"
-"$SD" --user --log-target=console --log-level=notice >"$T/systemd.log" 2>&1 &
+# its log target "console" is /dev/console: a file of this test here
+: >"$T/systemd.log"
+mount --bind "$T/systemd.log" /dev/console
+"$SD" --user --log-target=console --log-level=${DCRFS_SD_LOG_LEVEL:-notice} >"$T/systemd.log" 2>&1 &
 _pids+=("$!")
 SDPID=$!
 for ((k = 0; k < 200; k++)); do
@@ -112,8 +121,15 @@ sed "s|/usr/bin/dcrfs|$DCRFS|g; s|^EnvironmentFile=.*|EnvironmentFile=$T/dcrfs.e
 sed "s|^DCRFS_STORE=.*|DCRFS_STORE=$STORE|; s|^DCRFS_OPTIONS=.*|DCRFS_OPTIONS=ro,cache_dir=$T/cache,prefetch=latest,log=$LOGF|" \
 	"$DCR_SRCDIR/examples/systemd/mnt-dcr.env" >"$T/dcrfs.env"
 printf 'DCRFS_TEST_PREFETCH_DELAY_MS=50\nDCRFS_TEST_REQ_DELAY_MS=20\n' >>"$T/dcrfs.env"
+# no journald here: the service's own output (what dcrfs says on stderr
+# before its log is open) goes to a file
+mkdir -p "$XDG_CONFIG_HOME/systemd/user/dcrfs@.service.d"
+printf '[Service]\nStandardOutput=append:%s\nStandardError=append:%s\n' \
+	"$T/svc.out" "$T/svc.out" >"$XDG_CONFIG_HOME/systemd/user/dcrfs@.service.d/out.conf"
 sc daemon-reload
 register_mount "$MNT"
+# say - what the service said and how it stands, for a failure
+say() { cat "$T/svc.out" >&2; sc status "$U" >&2 || true; }
 sc start "$U" || { cat "$T/systemd.log" "$LOGF" >&2; fail "systemctl start $U"; }
 mountpoint -q "$MNT" || fail "the service did not mount $MNT"
 main_pid() { sc show -p MainPID --value "$U"; }
@@ -178,6 +194,42 @@ max_start=$(tail -1 "$T/startup.sorted")
 log "longest reader stall across $N kill -9 restarts by systemd and $((N * H)) reloads: $READERS_WORST ms (target <= 1000 + start-up, max kill-to-active $max_start ms)"
 [ "$READERS_WORST" -le $((1000 + max_start + 500)) ] || fail "a reader stalled $READERS_WORST ms"
 cmp "$MNT/v2/a.bin" "$T/tree.2/a.bin" || fail "v2/a.bin after the restarts"
+
+# a reload that cannot hand over (an option fixed at mount changed in the
+# env file) fails, the daemon serving on and the unit active
+old=$(main_pid)
+cp "$T/dcrfs.env" "$T/dcrfs.env.good"
+sed -i 's|^DCRFS_OPTIONS=.*|&,passthrough=off|' "$T/dcrfs.env"
+sc reload "$U" 2>"$T/reload.err" && fail "a reload with another fixed option succeeded"
+grep -q 'handover: refused: passthrough differs' "$LOGF" || { tail -5 "$LOGF" >&2; fail "the refusal is not said"; }
+[ "$(main_pid)" = "$old" ] || fail "a refused reload changed the main process"
+[ "$(sc show -p ActiveState --value "$U")" = active ] || fail "a refused reload stopped the unit"
+cp "$T/dcrfs.env.good" "$T/dcrfs.env"
+# a reload's daemon killed between storing its state and dropping its
+# predecessor's (the test hook, once): systemd restarts the unit with
+# both states; the restart takes the newer (its counts have that
+# handover) and drops the other
+printf 'DCRFS_TEST_FDSTORE_DIE_BEFORE_DROP=%s\n' "$T/die" >>"$T/dcrfs.env"
+: >"$T/die"
+old=$(main_pid)
+sc reload "$U" || fail "the reload before the hook's kill"
+for ((k = 0; k < 1000; k++)); do
+	[ "$(grep -c 'restart: took over' "$LOGF")" = $((N + 1)) ] &&
+		[ "$(sc show -p ActiveState --value "$U")" = active ] && break
+	sleep 0.01
+done
+grep -q 'test hook: killed before dropping' "$LOGF" || fail "the hook did not kill the reload's daemon"
+[ "$(grep -c 'restart: took over' "$LOGF")" = $((N + 1)) ] || { say; fail "no restart after the kill between the two states"; }
+grep -q "restart: systemd's fd store keeps the mount .*; dropped dcrfs-state-" "$LOGF" || fail "the stale state was not dropped"
+[ "$(mount_status "$MNT" handover handovers)" = $((N * H + 1)) ] ||
+	fail "the restart took the older state: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover restarts)" = $((N + 1)) ] || fail "status.json restarts: $(cat "$T/status.json")"
+for ((k = 0; k < 100; k++)); do [ "$(nstore)" = 2 ] && break; sleep 0.05; done
+[ "$(nstore)" = 2 ] || fail "the fd store holds $(nstore) descriptors after the double state"
+cp "$T/dcrfs.env.good" "$T/dcrfs.env"
+log "a kill between the two states: the newer taken, the other dropped"
+cmp "$MNT/v1/a.bin" "$T/tree.1/a.bin" || fail "v1/a.bin after the double state"
+cmp "$MNT/v2/b.bin" "$T/tree.2/b.bin" || fail "v2/b.bin after the double state"
 
 sc stop "$U" || fail "systemctl stop"
 for ((k = 0; k < 100; k++)); do mountpoint -q "$MNT" || break; sleep 0.05; done
