@@ -17,7 +17,8 @@
 #     status snapshot answers EIO (said once), nothing crashes;
 #     status.json and metrics count the restarts, the handovers and the
 #     requests sent again over the mount's daemons;
-#  3. what cannot be saved is said: no holder (-o restart_wait=0): the
+#  3. what cannot be saved is said: -o clone_fd is refused with a keeper
+#     (and mounts with restart_wait=0); no holder (-o restart_wait=0): the
 #     takeover says the mount is lost, and it is (ENOTCONN); a holder
 #     whose wait ran out says so and gives the mount up.
 . "$(dirname "$0")/lib.sh"
@@ -214,6 +215,15 @@ grep -q 'is gone (unmounted): exiting' "$MOUNT_LOG" || { cat "$MOUNT_LOG" >&2; f
 
 # --- 3. what cannot be saved is said
 M2=$T/mnt2
+# -o clone_fd: its threads' descriptors die with the daemon, so it is
+# refused with a keeper, and mounts without one (restart_wait=0)
+mkdir -p "$M2"
+expect_status 2 "clone_fd is refused with a restart after a crash" \
+	"$DCRFS" "$STORE" "$M2" -f -o "cache_dir=$T/cache2,clone_fd"
+mountpoint -q "$M2" && fail "a refused clone_fd mounted"
+mount_dcrfs "$STORE" "$M2" "cache_dir=$T/cache2,clone_fd,restart_wait=0"
+cmp "$M2/v1/a.bin" "$T/tree.1/a.bin" || fail "v1/a.bin with clone_fd"
+umount_dcrfs "$M2" || fail "unmount of the clone_fd mount"
 mount_dcrfs "$STORE" "$M2" "cache_dir=$T/cache2,restart_wait=0"
 kill -KILL "$MOUNT_PID"
 _wait_pid "$MOUNT_PID" 10 || fail "dcrfs survived SIGKILL"
