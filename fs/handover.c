@@ -65,6 +65,9 @@ struct ho_out_header {
  * <linux/fuse.h> predates it, so it is spelled out here.
  */
 #define HO_NOTIFY_RESEND 7
+/* how long a takeover asks again a socket nobody listens on (a daemon
+ * that took the mount over and does not listen yet) */
+#define HO_CONNECT_WAIT_MS 5000
 #define HO_UNIQUE_RESEND (UINT64_C(1) << 63)
 
 /* ---------------------------------------------------- what a takeover got */
@@ -533,6 +536,14 @@ int dcrfs_ho_send(struct dcrfs *fs)
 	return ret;
 }
 
+void dcrfs_ho_release(void)
+{
+	if (g_conn >= 0 && atomic_load(&g_handed_over)) {
+		close(g_conn);
+		g_conn = -1;
+	}
+}
+
 void dcrfs_ho_stop(void)
 {
 	uint64_t one = 1;
@@ -587,16 +598,27 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
 	uint32_t type;
 	char *msg = NULL;
 	size_t len;
-	int ret, sock = connect_to(path, NULL), from_holder = 0, h = 0;
+	int ret, sock, from_holder = 0, h = 0;
+	int64_t until = dcr_mono_ns() + (int64_t)HO_CONNECT_WAIT_MS * 1000000;
 
 	*out = NULL;
-	if ((sock == -ECONNREFUSED || sock == -ENOENT) && hold_path) {
-		/* no daemon listens: it died; a holder may keep the mount */
-		h = connect_to(hold_path, NULL);
-		if (h >= 0) {
-			sock = h;
-			from_holder = 1;
+	for (;;) {
+		sock = connect_to(path, NULL);
+		if ((sock == -ECONNREFUSED || sock == -ENOENT) && hold_path) {
+			/* no daemon listens: it died; a holder may keep it */
+			h = connect_to(hold_path, NULL);
+			if (h >= 0) {
+				sock = h;
+				from_holder = 1;
+			}
 		}
+		/* The socket is there and nobody listens, nor a holder: a
+		 * daemon that took the mount over a moment ago and does not
+		 * listen yet (its predecessor's socket file), or a dead one.
+		 * Ask again for a while before saying it is lost. */
+		if (sock != -ECONNREFUSED || dcr_mono_ns() >= until)
+			break;
+		usleep(50 * 1000);
 	}
 	if (sock < 0) {
 		fprintf(stderr, "dcrfs: takeover: no dcrfs to take over from "
@@ -816,13 +838,14 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 		s->t_exit = s->t_state;
 		return 0;
 	}
-	/* its end of file: the old daemon exited, its cache lock is free */
+	/* its end of file: the old daemon closed its cache (its lock is
+	 * free: dcrfs_ho_release) or exited */
 	ret = ho_msg_recv(s->sock, DCRFS_HO_EXIT_WAIT_MS, &type, &msg, &len, NULL);
 	free(msg);
 	s->t_exit = dcr_mono_ns();
 	if (ret != -ECONNRESET)
-		dcr_warn("handover: the old daemon did not exit within %d ms",
-			 DCRFS_HO_EXIT_WAIT_MS);
+		dcr_warn("handover: the old daemon did not close its cache "
+			 "within %d ms", DCRFS_HO_EXIT_WAIT_MS);
 	close(s->sock);
 	s->sock = -1;
 	return 0;
@@ -1007,7 +1030,7 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 	else
 		dcr_info("%s: took over (%u open file(s), %u /delta "
 			 "node(s), %u tag(s)); from the go: connection after "
-			 "%" PRId64 " ms, the old daemon's exit after %" PRId64
+			 "%" PRId64 " ms, the old daemon's cache closed after %" PRId64
 			 " ms, ready after %" PRId64 " ms (the store opened "
 			 "in the %" PRId64 " ms before the go)",
 			 s->from_holder ? "restart" : "handover", s->w.nbacking,

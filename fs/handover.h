@@ -96,6 +96,15 @@ int dcrfs_ho_requested(void);
  */
 int dcrfs_ho_send(struct dcrfs *fs);
 
+/**
+ * dcrfs_ho_release - after a handover, once this daemon no longer touches
+ * its cache directory (its reader closed, which frees the directory's
+ * lock): tell the new daemon, which waits for it before it opens the
+ * cache (the end of file of its socket); the rest of this daemon's exit
+ * runs meanwhile. Nothing without a handover.
+ */
+void dcrfs_ho_release(void);
+
 /** dcrfs_ho_stop - stop listening; unlink the socket unless the mount
  * was handed over (the new daemon's is there). */
 void dcrfs_ho_stop(void);
@@ -112,7 +121,9 @@ struct dcrfs_ho_state;
  * dcrfs_ho_fixed) and wait for its yes. 0 with *@out set (the old
  * daemon serves on until dcrfs_ho_go); -EPERM with the reason said on
  * stderr; another -errno (said on stderr: with no daemon and no holder,
- * that the mount is lost).
+ * that the mount is lost). A socket nobody listens on is asked again for
+ * a few seconds first: a daemon that has just taken the mount over
+ * listens only once it serves.
  */
 int dcrfs_ho_connect(const char *path, const char *hold_path,
 		     const char *fixed, struct dcrfs_ho_state **out);

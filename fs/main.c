@@ -520,6 +520,8 @@ int main(int argc, char *argv[])
 	char *fixed = NULL;
 	bool restarted = false;
 	bool taken_over = false, handed_over = false;
+	/* the exit's phases after a handover, for the log */
+	int64_t t_stop = 0, t_threads = 0, t_close = 0;
 	/* a restart from systemd's fd store (fs/fdstore.h) */
 	int sd_fuse = -1, sd_state = -1;
 	char *sd_name = NULL, *sd_stale = NULL;
@@ -902,6 +904,7 @@ int main(int argc, char *argv[])
 		fuse_session_reset(fs.se);
 	}
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	t_stop = dcr_mono_ns();
 	if (!handed_over)
 		dcrfs_sd_notify("STOPPING=1", NULL, 0);
 	dcrfs_ho_stop();
@@ -924,6 +927,7 @@ int main(int argc, char *argv[])
 	dcrfs_scrub_stop(&fs);
 	dcrfs_bg_stop(&fs);
 	dcrfs_backing_free(&fs);
+	t_threads = dcr_mono_ns();
 #ifdef DCR_TEST_HOOKS
 	/* Test hook (HACKING): a daemon slow to exit after its unmount,
 	 * still holding its cache directory (tests/integration/remount.sh). */
@@ -940,7 +944,19 @@ out_signals:
 out_metrics:
 	dcrfs_metrics_stop(metrics);
 out_reader:
+	t_close = dcr_mono_ns();
 	dcr_reader_close(fs.r);
+	if (handed_over) {
+		/* the new daemon may open the cache now: the rest of the exit
+		 * runs while it does */
+		dcrfs_ho_release();
+		dcr_info("handover: the cache closed %" PRId64 " ms after the "
+			 "session loop (threads stopped after %" PRId64 " ms, "
+			 "the reader's close began after %" PRId64 " ms)",
+			 (dcr_mono_ns() - t_stop) / 1000000,
+			 (t_threads - t_stop) / 1000000,
+			 (t_close - t_stop) / 1000000);
+	}
 out_store:
 	dcr_store_close(fs.st);
 out_session:
