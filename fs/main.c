@@ -125,6 +125,12 @@ static int check_mountpoint(const char *mnt, int nonempty)
 	if (snprintf(parent, sizeof(parent), "%s/..", mnt) >=
 	    (int)sizeof(parent) || stat(mnt, &sb) < 0 ||
 	    stat(parent, &psb) < 0) {
+		/* realpath(3) may resolve a dead mount without asking it
+		 * (readlink needs no daemon); stat does */
+		if (errno == ENOTCONN) {
+			say_dead_mount(mnt);
+			return -1;
+		}
 		fprintf(stderr, PROG ": mount point %s: %s\n", mnt,
 			strerror(errno ? errno : ENAMETOOLONG));
 		return -1;
