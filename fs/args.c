@@ -204,7 +204,8 @@ void dcrfs_usage(FILE *f)
 "                           1M, 0 = kernel default; raising it needs root)\n"
 "    -o max_threads=N       session worker threads (default %d)\n"
 "    -o max_idle_threads=N  idle worker threads kept\n"
-"    -o clone_fd            one /dev/fuse descriptor per thread\n"
+"    -o clone_fd            one /dev/fuse descriptor per thread (needs\n"
+"                           -o restart_wait=0)\n"
 "\n"
 "S3 options (no secrets: use credentials files or AWS_* variables):\n"
 "    -o endpoint=URL  -o region=NAME  -o profile=NAME\n"
@@ -567,6 +568,20 @@ int dcrfs_args_check(struct dcrfs_args *o, struct dcrfs *fs,
 		return -1;
 	if (o->log_level)
 		dcr_log_set_level(o->log_lvl);
+	/* A keeper resends what a dead daemon had read; a thread's cloned
+	 * descriptor dies with it, and the kernel ends what was read on it
+	 * (ECONNABORTED): readers would see errors a restart is there to
+	 * spare them. */
+	if (o->clone_fd && o->restart_wait_ms) {
+		fprintf(stderr, PROG ": -o clone_fd is refused with a restart "
+			"after a crash (-o restart_wait, default %d s): each "
+			"thread's cloned /dev/fuse descriptor dies with the "
+			"daemon, and the kernel fails the requests read on it "
+			"(ECONNABORTED) instead of sending them again; drop "
+			"clone_fd, or add -o restart_wait=0 (a crash then loses "
+			"the mount)\n", RESTART_WAIT_DEFAULT);
+		return -1;
+	}
 	if (o->s3_timeout)
 		cfg->read_timeout_ms = ropts->read_timeout_ms;
 	fs->cfg.max_read = o->max_read;

@@ -5,11 +5,8 @@
  * of /dev/fuse, and the replay of the INIT into the new daemon's libfuse.
  * What it does and in which order is in handover.h.
  *
- * The socket speaks messages of a 16-byte header (magic, type, payload
- * length) and a payload; the STATE message carries the /dev/fuse
- * descriptor (SCM_RIGHTS). The magic names the protocol: changing a
- * message or struct ho_wire needs a new one (HO_MAGIC), and an upgrade
- * across it a remount (both ends say so).
+ * The messages and the STATE they carry are ho_wire.h's (ho_wire.c);
+ * the holder of a mount for a restart after a crash is hold.c.
  *
  * Locks: none of its own. The hooks use relaxed atomics and the
  * thread-local request of the session thread (passthrough.c's contract:
@@ -35,13 +32,14 @@
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "fdstore.h"
 #include "fileio.h"
 #include "fs.h"
 #include "handover.h"
+#include "ho_wire.h"
 
 extern char **environ;
 
@@ -54,32 +52,11 @@ extern char **environ;
 #define HO_INIT_EXT (1u << 30)
 #define HO_INIT2_PASSTHROUGH (1u << 5)
 
-struct ho_in_header {
-	uint32_t len, opcode;
-	uint64_t unique, nodeid;
-	uint32_t uid, gid, pid;
-	uint16_t total_extlen, padding;
-};
-_Static_assert(sizeof(struct ho_in_header) == 40, "fuse_in_header");
-
 struct ho_out_header {
 	uint32_t len;
 	int32_t error;
 	uint64_t unique;
 };
-
-/* fuse_init_out, 64 bytes (passthrough.c's pt_init_out) */
-struct ho_init_out {
-	uint32_t major, minor, max_readahead, flags;
-	uint16_t max_background, congestion_threshold;
-	uint32_t max_write, time_gran;
-	uint16_t max_pages, map_alignment;
-	uint32_t flags2, max_stack_depth;
-	uint32_t unused[6];
-};
-_Static_assert(sizeof(struct ho_init_out) == 64, "fuse_init_out");
-
-#define HO_INIT_IN_MAX 64 /* fuse_init_in as of 7.36 */
 
 /*
  * FUSE_NOTIFY_RESEND (Linux 6.9, protocol 7.40): the kernel puts every
@@ -88,43 +65,25 @@ _Static_assert(sizeof(struct ho_init_out) == 64, "fuse_init_out");
  * <linux/fuse.h> predates it, so it is spelled out here.
  */
 #define HO_NOTIFY_RESEND 7
+/* how long a takeover asks again a socket nobody listens on (a daemon
+ * that took the mount over and does not listen yet) */
+#define HO_CONNECT_WAIT_MS 5000
 #define HO_UNIQUE_RESEND (UINT64_C(1) << 63)
 
-/* ---------------------------------------------------------- the protocol */
-
-#define HO_MAGIC 0x44434831u /* "DCH1" */
-#define HO_MSG_MAX (64u << 20)
-#define HO_HELLO_WAIT_MS 5000
-#define HO_GO_WAIT_MS 60000    /* the new daemon opens its store */
-#define HO_STATE_WAIT_MS 60000 /* the old one answers what it read */
-
-/* HO_HSTATE: a holder's STATE (its socket stays open: the new daemon's
- * link to the holder); HO_RETIRE: a daemon tells its holder to exit (the
- * mount was handed over, or is being unmounted). Both are spoken only on
- * the holder's socket and link, which builds without them never reach. */
-enum { HO_HELLO = 1, HO_YES, HO_NO, HO_GO, HO_STATE, HO_HSTATE, HO_RETIRE };
-
-struct ho_hdr {
-	uint32_t magic, type, len, pad;
-};
-
-/* The STATE payload: this, then nbacking records, ndelta keys, then
- * ntags names (each NUL-terminated). */
-struct ho_wire {
-	uint32_t init_req_len;            /* bytes of init_req */
-	uint8_t init_req[sizeof(struct ho_in_header) + HO_INIT_IN_MAX];
-	struct ho_init_out init_rep;      /* as the kernel got it */
-	int32_t pt_offered, pt_enabled, pt_disabled;
-	uint32_t nbacking, ndelta, ntags, pad;
-};
+/* ---------------------------------------------------- what a takeover got */
 
 struct dcrfs_ho_state {
 	int64_t t_hello, t_go, t_state, t_exit; /* mono ns, for the log */
 	int sock;      /* to the old daemon, until it exits, or the holder */
 	int fd;        /* /dev/fuse */
 	int adopted;
-	int from_holder; /* a restart: the daemon is dead, a holder kept it */
+	int from_holder; /* a restart: the daemon is dead, a keeper kept it */
+	int from_store;  /* ... and the keeper was systemd's fd store */
+	int state_fd;    /* the fd store's state file (-1: none) */
+	char *state_name; /* its FDNAME */
+	char stale[48];   /* another daemon's state passed with it */
 	struct ho_wire w;
+	struct ho_counts counts; /* zero from a build without them */
 	struct dcrfs_backing_rec *backs;
 	struct dcrfs_delta_key *keys;
 	char **tags;
@@ -157,14 +116,16 @@ static struct ho_init_out g_replay_rep;
 static atomic_long g_ptr_opens;
 /* requests the kernel sent again after a restart (FUSE_UNIQUE_RESEND) */
 static atomic_long g_resent;
-
-/* the link to this mount's holder (-1: none), and what guards its
- * messages (they go whole, in the order the tables changed) */
-static atomic_int g_hold = -1;
-static pthread_mutex_t g_hold_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int g_hold_said;
-
-static void hold_update_locked(struct dcrfs *fs);
+/* the mount's counts before this daemon (the STATE it adopted) */
+static struct ho_counts g_before;
+/* what systemd's fd store held of the mount when this daemon adopted
+ * it (dcrfs_ho_store_take) */
+static struct {
+	int fd;         /* the state file passed at a restart, or -1 */
+	char *name;
+	int stored;     /* the connection is in the store */
+	char old[48];   /* the previous daemon's state file, to drop */
+} g_store = { .fd = -1 };
 
 static _Thread_local uint32_t tl_op;
 static _Thread_local uint64_t tl_unique, tl_nodeid;
@@ -271,183 +232,13 @@ ssize_t dcrfs_ho_note_reply(const struct iovec *iov, int count)
 		if (h->error == 0) {
 			copy_init_out(&g_init_rep, iov, count);
 			atomic_store(&g_have_rep, 1);
-			if (g_fs) /* the holder can restart the mount now */
-				dcrfs_ho_hold_update(g_fs);
+			ho_hold_init_answered(); /* it can restart it now */
 		}
 	} else if (tl_op == HO_OP_OPEN && h->unique == tl_unique &&
 		   h->error == 0 && ptr_kind(tl_nodeid)) {
 		atomic_fetch_add(&g_ptr_opens, 1);
 	}
 	return 0;
-}
-
-/* -------------------------------------------------------------- messages */
-
-/* Wait for @fd to be readable, @ms at most: 0, -ETIMEDOUT or -errno. */
-static int wait_in(int fd, int ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int r;
-
-	do
-		r = poll(&p, 1, ms);
-	while (r < 0 && errno == EINTR);
-	if (r < 0)
-		return -errno;
-	return r ? 0 : -ETIMEDOUT;
-}
-
-static int send_msg(int sock, uint32_t type, const void *a, size_t alen,
-		    const void *b, size_t blen, int pass_fd)
-{
-	struct ho_hdr h = { HO_MAGIC, type, (uint32_t)(alen + blen), 0 };
-	struct iovec iov[3] = { { &h, sizeof(h) }, { (void *)a, alen },
-				{ (void *)b, blen } };
-	union {
-		struct cmsghdr c;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} u;
-	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 3 };
-	size_t left = sizeof(h) + alen + blen;
-
-	if (alen + blen > HO_MSG_MAX)
-		return DCR_ERR(-EMSGSIZE);
-	if (pass_fd >= 0) {
-		memset(&u, 0, sizeof(u));
-		m.msg_control = u.buf;
-		m.msg_controllen = sizeof(u.buf);
-		u.c.cmsg_level = SOL_SOCKET;
-		u.c.cmsg_type = SCM_RIGHTS;
-		u.c.cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(&u.c), &pass_fd, sizeof(int));
-	}
-	while (left) {
-		ssize_t n = sendmsg(sock, &m, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : DCR_ERR(-EPIPE);
-		left -= (size_t)n;
-		m.msg_control = NULL; /* the descriptor went with the first */
-		m.msg_controllen = 0;
-		while (n > 0 && m.msg_iovlen) {
-			size_t k = DCR_MIN((size_t)n, m.msg_iov->iov_len);
-
-			m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + k;
-			m.msg_iov->iov_len -= k;
-			n -= (ssize_t)k;
-			if (!m.msg_iov->iov_len) {
-				m.msg_iov++;
-				m.msg_iovlen--;
-			}
-		}
-	}
-	return 0;
-}
-
-/* Receive one message within @ms: its type, its payload (malloc'ed,
- * NUL-terminated, *@len bytes) and a descriptor passed with it (*@fd,
- * -1: none; NULL: one is refused). 0, -ECONNRESET at end of file, or
- * -errno. */
-static int recv_msg(int sock, int ms, uint32_t *type, char **payload,
-		    size_t *len, int *fd)
-{
-	struct ho_hdr h;
-	union {
-		struct cmsghdr c;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} u;
-	struct iovec iov = { &h, sizeof(h) };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = u.buf,
-			    .msg_controllen = sizeof(u.buf) };
-	size_t got = 0;
-	char *p;
-	int ret, rfd = -1;
-
-	*payload = NULL;
-	if (fd)
-		*fd = -1;
-	while (got < sizeof(h)) {
-		ssize_t n;
-
-		ret = wait_in(sock, ms);
-		if (ret < 0)
-			return ret;
-		iov.iov_base = (char *)&h + got;
-		iov.iov_len = sizeof(h) - got;
-		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -ECONNRESET;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c;
-		     c = CMSG_NXTHDR(&m, c))
-			if (c->cmsg_level == SOL_SOCKET &&
-			    c->cmsg_type == SCM_RIGHTS && rfd < 0)
-				memcpy(&rfd, CMSG_DATA(c), sizeof(int));
-		m.msg_control = NULL;
-		m.msg_controllen = 0;
-		got += (size_t)n;
-	}
-	if (h.magic != HO_MAGIC) {
-		ret = DCR_ERR(-EPROTONOSUPPORT); /* another build's protocol */
-		goto fail;
-	}
-	if (h.len > HO_MSG_MAX) {
-		ret = DCR_ERR(-EPROTO);
-		goto fail;
-	}
-	p = malloc((size_t)h.len + 1);
-	if (!p) {
-		ret = DCR_ERR(-ENOMEM);
-		goto fail;
-	}
-	for (got = 0; got < h.len;) {
-		ssize_t n;
-
-		ret = wait_in(sock, ms);
-		if (ret < 0) {
-			free(p);
-			goto fail;
-		}
-		n = read(sock, p + got, h.len - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -ECONNRESET;
-			free(p);
-			goto fail;
-		}
-		got += (size_t)n;
-	}
-	p[h.len] = '\0';
-	*type = h.type;
-	*payload = p;
-	*len = h.len;
-	if (fd)
-		*fd = rfd;
-	else if (rfd >= 0)
-		close(rfd);
-	return 0;
-fail:
-	if (rfd >= 0)
-		close(rfd);
-	return ret;
-}
-
-/* The peer is us or root. */
-static int peer_ok(int sock, pid_t *pid)
-{
-	struct ucred cr;
-	socklen_t l = sizeof(cr);
-
-	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0)
-		return -errno;
-	if (pid)
-		*pid = cr.pid;
-	return cr.uid == geteuid() || cr.uid == 0 ? 0 : -EACCES;
 }
 
 /* ------------------------------------------------------------ the texts */
@@ -491,62 +282,8 @@ char *dcrfs_ho_fixed(const struct dcrfs *fs, const char *store,
 		fs->bk.pt.mode == DCRFS_PT_OFF ? "off" : "auto");
 	return s;
 }
-
-/* The first line of @want that @got does not have, as a reason. */
-static char *fixed_diff(const char *have, const char *got)
-{
-	const char *l = have;
-
-	while (*l) {
-		const char *e = strchr(l, '\n'), *eq = strchr(l, '=');
-		size_t n = e ? (size_t)(e - l) + 1 : strlen(l);
-		const char *g = got;
-		int found = 0;
-
-		for (; *g; g += strcspn(g, "\n") + (g[strcspn(g, "\n")] != 0)) {
-			if (!strncmp(g, l, n)) {
-				found = 1;
-				break;
-			}
-		}
-		if (!found && eq) {
-			char *r = NULL, *theirs = NULL;
-			size_t kl = (size_t)(eq - l) + 1;
-
-			for (g = got; *g; g += strcspn(g, "\n") +
-					  (g[strcspn(g, "\n")] != 0))
-				if (!strncmp(g, l, kl)) {
-					theirs = strndup(g + kl,
-							 strcspn(g + kl, "\n"));
-					break;
-				}
-			if (asprintf(&r, "%.*s differs (this mount: '%.*s', "
-				     "the new daemon: '%s'); it is fixed while "
-				     "mounted", (int)(kl - 1), l,
-				     (int)(n - kl - (e ? 1 : 0)), eq + 1,
-				     theirs ? theirs : "") < 0)
-				r = NULL;
-			free(theirs);
-			return r ? r : strdup("the options differ");
-		}
-		l += n;
-	}
-	return NULL;
-}
-
 /* ---------------------------------------------------- the serving side */
 
-/* Refuse the peer on @c: NO with @why (freed), logged after @who; @c is
- * closed. */
-static void refuse_peer(int c, char *why, const char *who)
-{
-	dcr_info("%s: %s", who, why);
-	send_msg(c, HO_NO, why, strlen(why), NULL, 0, -1);
-	free(why);
-	close(c);
-}
-
-/* Why the mount cannot be handed over now (malloc'ed), or NULL. */
 static char *refusal(const char *hello)
 {
 	char *r = NULL;
@@ -560,7 +297,7 @@ static char *refusal(const char *hello)
 				"open; their handles are not handed over (close "
 				"them and try again)", ptr) >= 0)
 		return r;
-	return fixed_diff(g_fixed, hello);
+	return ho_fixed_diff(g_fixed, hello);
 }
 
 /* Talk to one new daemon. 1: it said go, 0: not (closed). */
@@ -569,19 +306,19 @@ static int serve_one(int c)
 	uint32_t type;
 	char *msg = NULL, *why = NULL;
 	size_t len;
-	int ret = peer_ok(c, NULL);
+	int ret = ho_peer_ok(c, NULL);
 
 	if (ret < 0) {
 		dcr_warn("handover: refused a peer of another user");
-		send_msg(c, HO_NO, "not your mount", 14, NULL, 0, -1);
+		ho_msg_send(c, HO_NO, "not your mount", 14, NULL, 0, -1);
 		close(c);
 		return 0;
 	}
-	ret = recv_msg(c, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL);
+	ret = ho_msg_recv(c, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL);
 	if (ret == -EPROTONOSUPPORT) {
 		dcr_info("handover: refused a dcrfs that speaks another "
 			 "handover protocol");
-		send_msg(c, HO_NO, "another protocol", 16, NULL, 0, -1);
+		ho_msg_send(c, HO_NO, "another protocol", 16, NULL, 0, -1);
 	}
 	if (ret < 0 || type != HO_HELLO) {
 		free(msg);
@@ -591,11 +328,11 @@ static int serve_one(int c)
 	why = refusal(msg);
 	free(msg);
 	if (why) {
-		refuse_peer(c, why, "handover: refused");
+		ho_refuse_peer(c, why, "handover: refused");
 		return 0;
 	}
-	if (send_msg(c, HO_YES, NULL, 0, NULL, 0, -1) < 0 ||
-	    recv_msg(c, HO_GO_WAIT_MS, &type, &msg, &len, NULL) < 0 ||
+	if (ho_msg_send(c, HO_YES, NULL, 0, NULL, 0, -1) < 0 ||
+	    ho_msg_recv(c, HO_GO_WAIT_MS, &type, &msg, &len, NULL) < 0 ||
 	    type != HO_GO) {
 		free(msg);
 		dcr_info("handover: the new daemon went away before it was "
@@ -705,7 +442,8 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 		return nb < 0 ? (int)nb : (int)nd;
 	}
 	pthread_mutex_lock(&fs->tags.lock);
-	cap = (size_t)nb * sizeof(*recs) + (size_t)nd * sizeof(*keys) + 1;
+	cap = (size_t)nb * sizeof(*recs) + (size_t)nd * sizeof(*keys) +
+	      sizeof(struct ho_counts);
 	for (size_t i = 0; i < fs->tags.n; i++)
 		cap += strlen(fs->tags.names[i]) + 1;
 	p = malloc(cap);
@@ -720,6 +458,19 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 			memcpy(p + pos, fs->tags.names[i], l);
 			pos += l;
 		}
+		struct dcrfs_ho_counts c;
+		struct ho_counts hc = { .magic = HO_COUNTS_MAGIC,
+					.len = sizeof(hc) };
+
+		dcrfs_ho_counts(&c);
+		hc.handovers = c.handovers;
+		hc.restarts = c.restarts;
+		hc.resent = c.resent;
+		if (ho_fdstate_name())
+			snprintf(hc.fdstate, sizeof(hc.fdstate), "%s",
+				 ho_fdstate_name());
+		memcpy(p + pos, &hc, sizeof(hc));
+		pos += sizeof(hc);
 		w->ntags = (uint32_t)fs->tags.n;
 		*len = pos;
 	}
@@ -734,10 +485,11 @@ static int state_tail(struct dcrfs *fs, struct ho_wire *w, char **out,
 	return 0;
 }
 
-/* The whole STATE of @fs: the fixed part into @w, the rest into *@tail. */
-static int build_state(struct dcrfs *fs, struct ho_wire *w, char **tail,
-		       size_t *tlen)
+int ho_state_build(struct dcrfs *fs, struct ho_wire *w, char **tail,
+		   size_t *tlen)
 {
+	if (!atomic_load(&g_have_rep))
+		return -EAGAIN; /* nothing to restart from yet */
 	memset(w, 0, sizeof(*w));
 	w->init_req_len = g_init_req_len;
 	memcpy(w->init_req, g_init_req, sizeof(w->init_req));
@@ -750,8 +502,6 @@ static int build_state(struct dcrfs *fs, struct ho_wire *w, char **tail,
 	return state_tail(fs, w, tail, tlen);
 }
 
-static void hold_retire(void);
-
 int dcrfs_ho_send(struct dcrfs *fs)
 {
 	struct ho_wire w;
@@ -759,14 +509,14 @@ int dcrfs_ho_send(struct dcrfs *fs)
 	size_t tlen = 0;
 	int ret;
 
-	ret = build_state(fs, &w, &tail, &tlen);
+	ret = ho_state_build(fs, &w, &tail, &tlen);
 	if (ret == 0)
-		ret = send_msg(g_conn, HO_STATE, &w, sizeof(w), tail, tlen,
+		ret = ho_msg_send(g_conn, HO_STATE, &w, sizeof(w), tail, tlen,
 			       fuse_session_fd(fs->se));
 	free(tail);
 	if (ret == 0) {
 		atomic_store(&g_handed_over, 1);
-		hold_retire(); /* the new daemon starts its own */
+		ho_hold_retire(0); /* the new daemon starts its own */
 		dcr_info("handover: handed %s over (%u open file(s), %u "
 			 "tag(s))", fs->mountpoint, w.nbacking, w.ntags);
 		return 0; /* g_conn stays open until we exit */
@@ -786,11 +536,20 @@ int dcrfs_ho_send(struct dcrfs *fs)
 	return ret;
 }
 
+void dcrfs_ho_release(void)
+{
+	if (g_conn >= 0 && atomic_load(&g_handed_over)) {
+		close(g_conn);
+		g_conn = -1;
+	}
+}
+
 void dcrfs_ho_stop(void)
 {
 	uint64_t one = 1;
 
-	hold_retire(); /* unmounting, or handed over */
+	ho_hold_retire(!atomic_load(&g_handed_over)); /* unmounting, or
+							 * handed over */
 
 	if (g_thread_running) {
 		if (write(g_quit, &one, sizeof(one)) < 0)
@@ -824,7 +583,7 @@ static int connect_to(const char *path, pid_t *pid)
 		close(s);
 		return ret;
 	}
-	ret = peer_ok(s, pid);
+	ret = ho_peer_ok(s, pid);
 	if (ret < 0) {
 		close(s);
 		return ret;
@@ -839,16 +598,27 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
 	uint32_t type;
 	char *msg = NULL;
 	size_t len;
-	int ret, sock = connect_to(path, NULL), from_holder = 0, h = 0;
+	int ret, sock, from_holder = 0, h = 0;
+	int64_t until = dcr_mono_ns() + (int64_t)HO_CONNECT_WAIT_MS * 1000000;
 
 	*out = NULL;
-	if ((sock == -ECONNREFUSED || sock == -ENOENT) && hold_path) {
-		/* no daemon listens: it died; a holder may keep the mount */
-		h = connect_to(hold_path, NULL);
-		if (h >= 0) {
-			sock = h;
-			from_holder = 1;
+	for (;;) {
+		sock = connect_to(path, NULL);
+		if ((sock == -ECONNREFUSED || sock == -ENOENT) && hold_path) {
+			/* no daemon listens: it died; a holder may keep it */
+			h = connect_to(hold_path, NULL);
+			if (h >= 0) {
+				sock = h;
+				from_holder = 1;
+			}
 		}
+		/* The socket is there and nobody listens, nor a holder: a
+		 * daemon that took the mount over a moment ago and does not
+		 * listen yet (its predecessor's socket file), or a dead one.
+		 * Ask again for a while before saying it is lost. */
+		if (sock != -ECONNREFUSED || dcr_mono_ns() >= until)
+			break;
+		usleep(50 * 1000);
 	}
 	if (sock < 0) {
 		fprintf(stderr, "dcrfs: takeover: no dcrfs to take over from "
@@ -861,9 +631,9 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
 			h < 0 ? strerror(-h) : "not asked");
 		return h < 0 && h != -ENOENT && h != -ECONNREFUSED ? h : sock;
 	}
-	ret = send_msg(sock, HO_HELLO, fixed, strlen(fixed), NULL, 0, -1);
+	ret = ho_msg_send(sock, HO_HELLO, fixed, strlen(fixed), NULL, 0, -1);
 	if (ret == 0)
-		ret = recv_msg(sock, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL);
+		ret = ho_msg_recv(sock, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL);
 	if (ret == -EPROTONOSUPPORT) {
 		fprintf(stderr, "dcrfs: takeover refused: the serving dcrfs "
 			"speaks another handover protocol (another build); "
@@ -892,8 +662,95 @@ int dcrfs_ho_connect(const char *path, const char *hold_path,
 	}
 	s->sock = sock;
 	s->fd = -1;
+	s->state_fd = -1;
 	s->from_holder = from_holder;
 	s->t_hello = dcr_mono_ns();
+	*out = s;
+	return 0;
+}
+
+static int parse_state(struct dcrfs_ho_state *s, const char *p, size_t len);
+
+/* Is @fd /dev/fuse (char 10:229)? */
+static int is_dev_fuse(int fd)
+{
+	struct stat sb;
+
+	return fstat(fd, &sb) == 0 && S_ISCHR(sb.st_mode) &&
+	       major(sb.st_rdev) == 10 && minor(sb.st_rdev) == 229;
+}
+
+int dcrfs_ho_from_store(int fuse_fd, int state_fd, char *state_name,
+			char *stale_name, const char *fixed,
+			struct dcrfs_ho_state **out)
+{
+	struct dcrfs_ho_state *s = calloc(1, sizeof(*s));
+	char *rec = NULL, *why = NULL, *had;
+	uint32_t flen = 0;
+	size_t len = 0;
+	int ret;
+
+	*out = NULL;
+	if (!s) {
+		close(fuse_fd);
+		close(state_fd);
+		free(state_name);
+		free(stale_name);
+		return DCR_ERR(-ENOMEM);
+	}
+	if (stale_name) /* dropped once ours is kept (dcrfs_ho_store_take) */
+		snprintf(s->stale, sizeof(s->stale), "%s", stale_name);
+	free(stale_name);
+	s->sock = -1;
+	s->fd = fuse_fd;
+	s->state_fd = state_fd;
+	s->state_name = state_name;
+	s->from_holder = s->from_store = 1;
+	s->t_hello = dcr_mono_ns();
+	ret = is_dev_fuse(fuse_fd) ? dcrfs_fdstate_read(state_fd, &rec, &len) :
+	      DCR_ERR(-EPROTO);
+	if (ret == 0 && len >= sizeof(flen))
+		memcpy(&flen, rec, sizeof(flen));
+	if (ret == 0 && (len < sizeof(flen) || flen > len - sizeof(flen)))
+		ret = DCR_ERR(-EBADMSG);
+	if (ret < 0) {
+		fprintf(stderr, "dcrfs: restart from systemd's fd store: %s: %s "
+			"(the mount cannot be restarted: stop the unit, unmount "
+			"it with fusermount3 -u and start it again)\n",
+			ret == -ENODATA ? "the daemon died before it answered "
+			"the kernel's INIT" : "its state file is unreadable",
+			strerror(-ret));
+		free(rec);
+		s->adopted = 1; /* nothing to say again at the free */
+		close(s->fd);
+		s->fd = -1;
+		dcrfs_ho_state_free(s);
+		return ret;
+	}
+	had = strndup(rec + sizeof(flen), flen);
+	why = had ? ho_fixed_diff(had, fixed) : NULL;
+	if (!had)
+		ret = DCR_ERR(-ENOMEM);
+	else if (why) {
+		fprintf(stderr, "dcrfs: restart from systemd's fd store refused: "
+			"%s (the unit's command line changed while the mount "
+			"waited: restore it, or stop the unit to unmount)\n",
+			why);
+		ret = DCR_ERR(-EPERM);
+	} else {
+		ret = parse_state(s, rec + sizeof(flen) + flen,
+				  len - sizeof(flen) - flen);
+	}
+	free(had);
+	free(why);
+	free(rec);
+	if (ret < 0) {
+		if (ret != -EPERM)
+			fprintf(stderr, "dcrfs: restart from systemd's fd store: "
+				"its state: %s\n", strerror(-ret));
+		dcrfs_ho_state_free(s);
+		return ret;
+	}
 	*out = s;
 	return 0;
 }
@@ -931,6 +788,17 @@ static int parse_state(struct dcrfs_ho_state *s, const char *p, size_t len)
 			return DCR_ERR(-ENOMEM);
 		pos += l + 1;
 	}
+	/* the counts, from a build that sends them (ho_wire.h) */
+	if (len - pos >= 2 * sizeof(uint32_t)) {
+		struct ho_counts c = { 0 };
+
+		memcpy(&c, p + pos, DCR_MIN(len - pos, sizeof(c)));
+		if (c.magic == HO_COUNTS_MAGIC && c.len <= len - pos) {
+			memset((char *)&c + DCR_MIN(c.len, sizeof(c)), 0,
+			       sizeof(c) - DCR_MIN(c.len, sizeof(c)));
+			s->counts = c;
+		}
+	}
 	return 0;
 }
 
@@ -942,9 +810,13 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 	int ret;
 
 	s->t_go = dcr_mono_ns();
-	ret = send_msg(s->sock, HO_GO, NULL, 0, NULL, 0, -1);
+	if (s->from_store) { /* read already; the daemon is dead */
+		s->t_state = s->t_exit = s->t_go;
+		return 0;
+	}
+	ret = ho_msg_send(s->sock, HO_GO, NULL, 0, NULL, 0, -1);
 	if (ret == 0)
-		ret = recv_msg(s->sock, HO_STATE_WAIT_MS, &type, &msg, &len,
+		ret = ho_msg_recv(s->sock, HO_STATE_WAIT_MS, &type, &msg, &len,
 			       &s->fd);
 	s->t_state = dcr_mono_ns();
 	if (ret == 0 && (type != (s->from_holder ? HO_HSTATE : HO_STATE) ||
@@ -953,13 +825,8 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 	if (ret == 0)
 		ret = parse_state(s, msg, len);
 	free(msg);
-	if (ret == 0) {
-		struct stat sb; /* /dev/fuse is char 10:229 */
-
-		if (fstat(s->fd, &sb) < 0 || !S_ISCHR(sb.st_mode) ||
-		    major(sb.st_rdev) != 10 || minor(sb.st_rdev) != 229)
-			ret = DCR_ERR(-EPROTO);
-	}
+	if (ret == 0 && !is_dev_fuse(s->fd))
+		ret = DCR_ERR(-EPROTO);
 	if (ret < 0) {
 		fprintf(stderr, "dcrfs: takeover: receiving the connection: "
 			"%s\n", strerror(-ret));
@@ -971,13 +838,14 @@ int dcrfs_ho_go(struct dcrfs_ho_state *s)
 		s->t_exit = s->t_state;
 		return 0;
 	}
-	/* its end of file: the old daemon exited, its cache lock is free */
-	ret = recv_msg(s->sock, DCRFS_HO_EXIT_WAIT_MS, &type, &msg, &len, NULL);
+	/* its end of file: the old daemon closed its cache (its lock is
+	 * free: dcrfs_ho_release) or exited */
+	ret = ho_msg_recv(s->sock, DCRFS_HO_EXIT_WAIT_MS, &type, &msg, &len, NULL);
 	free(msg);
 	s->t_exit = dcr_mono_ns();
 	if (ret != -ECONNRESET)
-		dcr_warn("handover: the old daemon did not exit within %d ms",
-			 DCRFS_HO_EXIT_WAIT_MS);
+		dcr_warn("handover: the old daemon did not close its cache "
+			 "within %d ms", DCRFS_HO_EXIT_WAIT_MS);
 	close(s->sock);
 	s->sock = -1;
 	return 0;
@@ -994,7 +862,16 @@ void dcrfs_ho_state_free(struct dcrfs_ho_state *s)
 		return;
 	if (s->sock >= 0)
 		close(s->sock);
-	if (s->fd >= 0 && !s->adopted && s->from_holder) {
+	if (s->state_fd >= 0)
+		close(s->state_fd);
+	free(s->state_name);
+	if (s->fd >= 0 && !s->adopted && s->from_store) {
+		/* systemd keeps it: it starts dcrfs again (Restart=) */
+		dcr_err("restart: failed after systemd passed the mount; its fd "
+			"store holds it still (the unit's Restart= starts "
+			"dcrfs again)");
+		close(s->fd);
+	} else if (s->fd >= 0 && !s->adopted && s->from_holder) {
 		/* the holder keeps it: our socket's end makes it wait again */
 		dcr_err("restart: failed after the holder gave the mount; it "
 			"holds it still: try again (dcrfs --takeover)");
@@ -1128,25 +1005,36 @@ int dcrfs_ho_adopt(struct dcrfs *fs, struct dcrfs_ho_state *s)
 	for (uint32_t i = 0; i < s->w.ndelta && !ret; i++)
 		ret = dcrfs_delta_adopt(fs, &s->keys[i], i);
 	s->adopted = 1; /* the session holds the descriptor now */
-	if (s->from_holder) { /* the holder's link is ours now */
-		pthread_mutex_lock(&g_hold_lock);
-		g_hold = s->sock;
-		s->sock = -1;
+	g_before = s->counts; /* this daemon's adoption counts below */
+	if (s->from_holder)
+		g_before.restarts++;
+	else
+		g_before.handovers++;
+	if (s->from_holder && s->sock >= 0) { /* the holder's link is ours now */
 		g_fs = fs;
-		if (ret == 0)
-			hold_update_locked(fs);
-		pthread_mutex_unlock(&g_hold_lock);
+		ho_hold_relink(fs, s->sock, ret == 0);
+		s->sock = -1;
 	}
+	/* what systemd's fd store holds of the mount already */
+	g_store.fd = s->state_fd;
+	g_store.name = s->state_name;
+	s->state_fd = -1;
+	s->state_name = NULL;
+	g_store.stored = s->from_store || s->counts.fdstate[0];
+	memcpy(g_store.old, s->from_store ? s->stale : s->counts.fdstate,
+	       sizeof(g_store.old));
+	g_store.old[sizeof(g_store.old) - 1] = '\0';
 	if (ret < 0)
 		dcr_err("handover: adopting the old daemon's state: %s",
 			dcr_strerror(ret));
 	else
 		dcr_info("%s: took over (%u open file(s), %u /delta "
 			 "node(s), %u tag(s)); from the go: connection after "
-			 "%" PRId64 " ms, the old daemon's exit after %" PRId64
+			 "%" PRId64 " ms, the old daemon's cache closed after %" PRId64
 			 " ms, ready after %" PRId64 " ms (the store opened "
 			 "in the %" PRId64 " ms before the go)",
-			 s->from_holder ? "restart" : "handover", s->w.nbacking, s->w.ndelta, s->w.ntags,
+			 s->from_holder ? "restart" : "handover", s->w.nbacking,
+			 s->w.ndelta, s->w.ntags,
 			 (s->t_state - s->t_go) / 1000000,
 			 (s->t_exit - s->t_go) / 1000000,
 			 (dcr_mono_ns() - s->t_go) / 1000000,
@@ -1174,331 +1062,6 @@ void dcrfs_ho_unmount(const char *mountpoint)
 		dcr_warn("unmounting %s with fusermount3 failed", mountpoint);
 }
 
-/* ------------------------------------------------------------ the holder */
-
-/* The daemon's side: the holder gets the whole state at each change. */
-static void hold_update_locked(struct dcrfs *fs)
-{
-	struct ho_wire w;
-	char *tail = NULL;
-	size_t tlen = 0;
-	int ret;
-
-	if (g_hold < 0 || !atomic_load(&g_have_rep))
-		return;
-	ret = build_state(fs, &w, &tail, &tlen);
-	if (ret == 0)
-		ret = send_msg(g_hold, HO_STATE, &w, sizeof(w), tail, tlen, -1);
-	free(tail);
-	if (ret < 0 && !atomic_exchange(&g_hold_said, 1))
-		dcr_err("restart: telling the holder failed (%s): a crash of "
-			"this daemon now loses the mount", dcr_strerror(ret));
-}
-
-void dcrfs_ho_hold_update(struct dcrfs *fs)
-{
-	if (g_hold < 0) /* unlocked peek: set before the session loop */
-		return;
-	pthread_mutex_lock(&g_hold_lock);
-	hold_update_locked(fs);
-	pthread_mutex_unlock(&g_hold_lock);
-}
-
-static void hold_retire(void)
-{
-	pthread_mutex_lock(&g_hold_lock);
-	if (g_hold >= 0) {
-		send_msg(g_hold, HO_RETIRE, NULL, 0, NULL, 0, -1);
-		close(g_hold);
-		g_hold = -1;
-	}
-	pthread_mutex_unlock(&g_hold_lock);
-}
-
-int dcrfs_ho_hold_start(struct dcrfs *fs, const char *path, const char *fixed,
-			unsigned int wait_ms, const char *log)
-{
-	posix_spawn_file_actions_t fa;
-	char ms[16], lvl[8], *argv[8];
-	int sv[2], ret;
-	pid_t pid;
-
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-		return DCR_ERR(-errno);
-	snprintf(ms, sizeof(ms), "%u", wait_ms);
-	snprintf(lvl, sizeof(lvl), "%d", (int)dcr_log_get_level());
-	argv[0] = "dcrfs-hold";
-	argv[1] = (char *)DCRFS_HOLD_ARG;
-	argv[2] = (char *)path;
-	argv[3] = ms;
-	argv[4] = (char *)(log ? log : "");
-	argv[5] = (char *)fs->mountpoint;
-	argv[6] = lvl; /* the daemon's -o log_level */
-	argv[7] = NULL;
-	ret = posix_spawn_file_actions_init(&fa);
-	if (ret == 0)
-		ret = posix_spawn_file_actions_adddup2(&fa,
-			fuse_session_fd(fs->se), DCRFS_HOLD_FUSE_FD);
-	if (ret == 0)
-		ret = posix_spawn_file_actions_adddup2(&fa, sv[1],
-						       DCRFS_HOLD_LINK_FD);
-	if (ret == 0)
-		ret = posix_spawn_file_actions_addopen(&fa, STDIN_FILENO,
-						       "/dev/null", O_RDWR, 0);
-	if (ret == 0)
-		ret = posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO,
-						       "/dev/null", O_RDWR, 0);
-	/* its own program: a holder keeps no memory of the daemon's */
-	if (ret == 0)
-		ret = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv,
-				  environ);
-	posix_spawn_file_actions_destroy(&fa);
-	close(sv[1]);
-	if (ret == 0)
-		ret = send_msg(sv[0], HO_HELLO, fixed, strlen(fixed), NULL, 0,
-			       -1);
-	if (ret != 0) {
-		ret = ret > 0 ? -ret : ret;
-		close(sv[0]);
-		dcr_warn("restart: cannot start the holder of the mount (%s): "
-			 "if this daemon dies, the mount is lost",
-			 dcr_strerror(ret));
-		return ret;
-	}
-	pthread_mutex_lock(&g_hold_lock);
-	g_fs = fs;
-	g_hold = sv[0];
-	hold_update_locked(fs); /* a takeover knows its INIT already */
-	pthread_mutex_unlock(&g_hold_lock);
-	dcr_info("restart: holder %d keeps the mount for a restart after a "
-		 "crash (dcrfs --takeover), %u s at most", (int)pid,
-		 wait_ms / 1000);
-	return 0;
-}
-
-/* The holder's side. */
-
-static void dcrfs_hold_syslog_sink(enum dcr_log_level lvl, const char *msg)
-{
-	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO,
-				    LOG_DEBUG };
-
-	syslog(prio[lvl <= DCR_LOG_DEBUG ? lvl : DCR_LOG_DEBUG], "%s", msg);
-}
-
-/* The socket file this holder made (its inode): unlinked at exit only
- * while it is still ours, not a newer holder's. */
-static dev_t g_hold_dev;
-static ino_t g_hold_ino;
-
-static void hold_unlink(const char *path)
-{
-	struct stat sb;
-
-	if (stat(path, &sb) == 0 && sb.st_dev == g_hold_dev &&
-	    sb.st_ino == g_hold_ino)
-		unlink(path);
-}
-
-/* Listen on @path (made afresh): the socket, or -errno. */
-static int hold_listen(const char *path)
-{
-	struct stat sb;
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int l;
-
-	if (strlen(path) >= sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(a.sun_path, path);
-	l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (l < 0)
-		return -errno;
-	unlink(path);
-	if (bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    chmod(path, 0600) < 0 || stat(path, &sb) < 0 || listen(l, 4) < 0) {
-		int ret = -errno;
-
-		close(l);
-		return ret;
-	}
-	g_hold_dev = sb.st_dev;
-	g_hold_ino = sb.st_ino;
-	return l;
-}
-
-/* Give the mount to the daemon on @c: 1 given (@c is the link now), 0
- * not (closed). */
-static int hold_give(int c, const char *fixed, const char *st, size_t stlen)
-{
-	uint32_t type;
-	char *msg = NULL, *why;
-	size_t len;
-
-	if (peer_ok(c, NULL) < 0) {
-		dcr_warn("refused a peer of another user");
-		send_msg(c, HO_NO, "not your mount", 14, NULL, 0, -1);
-		close(c);
-		return 0;
-	}
-	if (recv_msg(c, HO_HELLO_WAIT_MS, &type, &msg, &len, NULL) < 0 ||
-	    type != HO_HELLO) {
-		free(msg);
-		close(c);
-		return 0;
-	}
-	why = fixed_diff(fixed, msg);
-	free(msg);
-	msg = NULL;
-	if (why) {
-		refuse_peer(c, why, "refused a restart");
-		return 0;
-	}
-	if (send_msg(c, HO_YES, NULL, 0, NULL, 0, -1) < 0 ||
-	    recv_msg(c, HO_GO_WAIT_MS, &type, &msg, &len, NULL) < 0 ||
-	    type != HO_GO ||
-	    send_msg(c, HO_HSTATE, st, stlen, NULL, 0, DCRFS_HOLD_FUSE_FD) < 0) {
-		free(msg);
-		dcr_info("a restarting daemon went away; holding on");
-		close(c);
-		return 0;
-	}
-	free(msg);
-	return 1;
-}
-
-int dcrfs_ho_hold_main(int argc, char **argv)
-{
-	const char *path, *mnt;
-	char *fixed = NULL, *st = NULL;
-	size_t stlen = 0;
-	unsigned int wait_ms;
-	int link = DCRFS_HOLD_LINK_FD, lsock, restarts = 0;
-	int64_t deadline = 0;
-
-	if (argc != 7)
-		return 2;
-	/* nothing of the daemon's but the two descriptors: not its cache
-	 * directory's lock above all */
-	for (int fd = DCRFS_HOLD_LINK_FD + 1; fd < 1024; fd++)
-		close(fd);
-	path = argv[2];
-	wait_ms = (unsigned int)strtoul(argv[3], NULL, 10);
-	mnt = argv[5];
-	dcr_log_set_prog("dcrfs-hold");
-	dcr_log_set_level((enum dcr_log_level)atoi(argv[6]));
-	if (argv[4][0] == '/') {
-		if (dcr_log_to_file(argv[4]) == 0)
-			dcr_log_quiet_sink(true);
-	} else if (!strcmp(argv[4], "syslog")) {
-		openlog("dcrfs-hold", LOG_PID, LOG_DAEMON);
-		dcr_log_set_sink(dcrfs_hold_syslog_sink);
-	}
-	signal(SIGPIPE, SIG_IGN);
-	signal(SIGINT, SIG_IGN); /* the daemon's terminal's: not ours */
-	signal(SIGHUP, SIG_IGN);
-	setsid();
-	/* Listening from the start, accepting only once the daemon is gone:
-	 * a restart that comes before we saw its end waits in the backlog. */
-	lsock = hold_listen(path);
-	if (lsock < 0)
-		dcr_err("cannot listen on %s (%s): if the dcrfs of %s dies, the "
-			"mount is lost", path, strerror(-lsock), mnt);
-	for (;;) {
-		struct pollfd p[2] = {
-			{ .fd = DCRFS_HOLD_FUSE_FD, .events = 0 },
-			{ .fd = link >= 0 ? link : lsock, .events = POLLIN },
-		};
-		int64_t left = deadline ? (deadline - dcr_mono_ns()) / 1000000 : -1;
-		int r;
-
-		if (deadline && left <= 0) {
-			dcr_err("no dcrfs came back to %s within %u s: giving "
-				"the mount up (it answers \"Transport endpoint "
-				"is not connected\"; unmount it: fusermount3 -u "
-				"%s)", mnt, wait_ms / 1000, mnt);
-			break;
-		}
-		r = poll(p, 2, deadline ? (int)DCR_MIN(left, INT32_MAX) : -1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			break;
-		if (p[0].revents & (POLLERR | POLLHUP | POLLNVAL)) {
-			dcr_info("the connection of %s is gone (unmounted): exiting", mnt);
-			break; /* unmounted or aborted: nothing to hold */
-		}
-		if (link >= 0 && p[1].revents) {
-			uint32_t type;
-			char *msg = NULL;
-			size_t len;
-			int ret = recv_msg(link, HO_STATE_WAIT_MS, &type, &msg,
-					   &len, NULL);
-
-			if (ret == 0 && type == HO_RETIRE) {
-				free(msg);
-				dcr_debug("retired: exiting");
-				break;
-			}
-			if (ret == 0 && type == HO_HELLO && !fixed) {
-				fixed = msg;
-				continue;
-			}
-			if (ret == 0 && type == HO_STATE &&
-			    len >= sizeof(struct ho_wire)) {
-				free(st);
-				st = msg;
-				stlen = len;
-				continue;
-			}
-			free(msg);
-			/* the daemon died (or spoke nonsense): wait for the
-			 * next one, with the last whole state it sent */
-			close(link);
-			link = -1;
-			if (!fixed || !st) {
-				dcr_err("the dcrfs of %s died before it had "
-					"answered the kernel's INIT: nothing "
-					"to restart; the mount is lost "
-					"(fusermount3 -u %s)", mnt, mnt);
-				break;
-			}
-			if (lsock < 0) {
-				dcr_err("the dcrfs of %s died and the holder "
-					"does not listen on %s: the mount is "
-					"lost (fusermount3 -u %s)", mnt, path,
-					mnt);
-				break;
-			}
-			deadline = dcr_mono_ns() + (int64_t)wait_ms * 1000000;
-			dcr_warn("the dcrfs of %s died; holding the mount for "
-				 "a restart (dcrfs --takeover STORE %s) for %u "
-				 "s; readers wait meanwhile", mnt, mnt,
-				 wait_ms / 1000);
-			continue;
-		}
-		if (link < 0 && lsock >= 0 && p[1].revents) {
-			int c = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
-
-			if (c < 0 || !hold_give(c, fixed, st, stlen))
-				continue;
-			link = c;
-			deadline = 0;
-			restarts++;
-			dcr_info("gave %s to a restarted dcrfs (restart %d)",
-				 mnt, restarts);
-		}
-	}
-	if (lsock >= 0) {
-		close(lsock);
-		hold_unlink(path); /* a new holder's may have replaced it */
-	}
-	free(fixed);
-	free(st);
-	/* our descriptor closes with us: if nobody else holds it, the
-	 * connection ends */
-	return 0;
-}
-
 int dcrfs_ho_restart(const struct dcrfs_ho_state *s)
 {
 	return s && s->from_holder;
@@ -1507,4 +1070,23 @@ int dcrfs_ho_restart(const struct dcrfs_ho_state *s)
 long dcrfs_ho_resent(void)
 {
 	return atomic_load(&g_resent);
+}
+
+void dcrfs_ho_counts(struct dcrfs_ho_counts *c)
+{
+	c->handovers = g_before.handovers;
+	c->restarts = g_before.restarts;
+	c->resent = g_before.resent + (uint64_t)atomic_load(&g_resent);
+	c->keeper = ho_keeper();
+}
+
+void dcrfs_ho_store_take(int *state_fd, char **state_name, int *stored,
+			 char old[48])
+{
+	*state_fd = g_store.fd;
+	*state_name = g_store.name;
+	*stored = g_store.stored;
+	memcpy(old, g_store.old, 48);
+	g_store.fd = -1;
+	g_store.name = NULL;
 }

@@ -46,6 +46,7 @@
 #define DCRFS_HANDOVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -95,6 +96,15 @@ int dcrfs_ho_requested(void);
  */
 int dcrfs_ho_send(struct dcrfs *fs);
 
+/**
+ * dcrfs_ho_release - after a handover, once this daemon no longer touches
+ * its cache directory (its reader closed, which frees the directory's
+ * lock): tell the new daemon, which waits for it before it opens the
+ * cache (the end of file of its socket); the rest of this daemon's exit
+ * runs meanwhile. Nothing without a handover.
+ */
+void dcrfs_ho_release(void);
+
 /** dcrfs_ho_stop - stop listening; unlink the socket unless the mount
  * was handed over (the new daemon's is there). */
 void dcrfs_ho_stop(void);
@@ -111,14 +121,73 @@ struct dcrfs_ho_state;
  * dcrfs_ho_fixed) and wait for its yes. 0 with *@out set (the old
  * daemon serves on until dcrfs_ho_go); -EPERM with the reason said on
  * stderr; another -errno (said on stderr: with no daemon and no holder,
- * that the mount is lost).
+ * that the mount is lost). A socket nobody listens on is asked again for
+ * a few seconds first: a daemon that has just taken the mount over
+ * listens only once it serves.
  */
 int dcrfs_ho_connect(const char *path, const char *hold_path,
 		     const char *fixed, struct dcrfs_ho_state **out);
 
+/**
+ * dcrfs_ho_from_store - a restart from systemd's fd store (fdstore.h):
+ * the connection @fuse_fd and the state file @state_fd named @state_name
+ * (malloc'ed), all three taken (closed and freed on failure), passed by
+ * systemd (dcrfs_sd_listen), with @stale_name (malloc'ed, taken; NULL:
+ * none), another state the store holds, to drop once this daemon's state
+ * is kept there. The state's fixed text must be @fixed (this
+ * daemon's dcrfs_ho_fixed). 0 with *@out set (dcrfs_ho_go returns at
+ * once, dcrfs_ho_adopt adopts as a holder's restart), or -errno, said on
+ * stderr: -EPERM when the fixed text differs.
+ */
+int dcrfs_ho_from_store(int fuse_fd, int state_fd, char *state_name,
+			char *stale_name, const char *fixed,
+			struct dcrfs_ho_state **out);
+
+/**
+ * dcrfs_ho_store_take - after dcrfs_ho_adopt, what systemd's fd store
+ * holds of the mount already: the state file passed at a restart from
+ * it (*@state_fd and *@state_name, the caller's now; -1 and NULL when
+ * none), whether the connection is there (*@stored: a restart from it,
+ * or a handover from a daemon it kept), and that daemon's state file to
+ * drop once ours is stored (@old, "" when none). Nothing (-1, NULL, 0,
+ * "") for a first mount.
+ */
+void dcrfs_ho_store_take(int *state_fd, char **state_name, int *stored,
+			 char old[48]);
+
+/**
+ * dcrfs_ho_fdstore_start - make systemd's fd store the keeper of @fs's
+ * connection (fdstore.h; instead of a holder): write the state (with
+ * @fixed) into @state_fd (-1: a new state file, stored with FDSTORE=1),
+ * store the connection unless @fuse_stored, then drop @old (a previous
+ * daemon's state file; NULL or "": none). 0 or -errno (logged: a crash
+ * then loses the mount).
+ */
+int dcrfs_ho_fdstore_start(struct dcrfs *fs, const char *fixed,
+			   int state_fd, const char *state_name,
+			   int fuse_stored, const char *old);
+
 /** dcrfs_ho_resent - how many requests the kernel sent again (a dead
  * daemon had read them) since this daemon started. */
 long dcrfs_ho_resent(void);
+
+/** The mount's handovers and restarts, over all its daemons. */
+struct dcrfs_ho_counts {
+	uint64_t handovers; /* daemons that took the mount over by a handover */
+	uint64_t restarts;  /* daemons that restarted it from a keeper */
+	uint64_t resent;    /* requests the kernel sent again after a crash */
+	const char *keeper; /* who keeps a copy of the connection now for a
+			     * restart: "holder", "systemd" (its fd store)
+			     * or "none" (a crash loses the mount) */
+};
+
+/**
+ * dcrfs_ho_counts - the counts into @c (status.json and metrics). A
+ * daemon adds its own to those of the STATE it adopted; a daemon killed
+ * loses the requests sent again after its keeper's last copy of its
+ * state. Thread-safe.
+ */
+void dcrfs_ho_counts(struct dcrfs_ho_counts *c);
 
 /** dcrfs_ho_restart - whether @s comes from a holder (the daemon died). */
 int dcrfs_ho_restart(const struct dcrfs_ho_state *s);

@@ -56,6 +56,7 @@
 #include "mirror.h"
 #include "store.h"
 #include "fs.h"
+#include "fdstore.h"
 #include "handover.h"
 #include "sign.h"
 #include "args.h"
@@ -124,6 +125,12 @@ static int check_mountpoint(const char *mnt, int nonempty)
 	if (snprintf(parent, sizeof(parent), "%s/..", mnt) >=
 	    (int)sizeof(parent) || stat(mnt, &sb) < 0 ||
 	    stat(parent, &psb) < 0) {
+		/* realpath(3) may resolve a dead mount without asking it
+		 * (readlink needs no daemon); stat does */
+		if (errno == ENOTCONN) {
+			say_dead_mount(mnt);
+			return -1;
+		}
 		fprintf(stderr, PROG ": mount point %s: %s\n", mnt,
 			strerror(errno ? errno : ENAMETOOLONG));
 		return -1;
@@ -519,6 +526,12 @@ int main(int argc, char *argv[])
 	char *fixed = NULL;
 	bool restarted = false;
 	bool taken_over = false, handed_over = false;
+	/* the exit's phases after a handover, for the log */
+	int64_t t_stop = 0, t_threads = 0, t_close = 0;
+	/* a restart from systemd's fd store (fs/fdstore.h) */
+	int sd_fuse = -1, sd_state = -1;
+	char *sd_name = NULL, *sd_stale = NULL;
+	bool from_store = false;
 
 	/* the holder of a mount for a restart (handover.h): nothing else */
 	if (argc > 1 && !strcmp(argv[1], DCRFS_HOLD_ARG))
@@ -571,11 +584,17 @@ int main(int argc, char *argv[])
 	if (o.debug)
 		dcr_log_set_level(DCR_LOG_DEBUG);
 	exit_code = 1;
+	/* systemd passed the connection and the state of a mount whose
+	 * daemon died: restart it as --takeover restarts from a holder */
+	ret = dcrfs_sd_listen(&sd_fuse, &sd_state, &sd_name, &sd_stale);
+	if (ret < 0)
+		goto out_args; /* said */
+	from_store = ret > 0;
 
 	/* Paths are resolved now: the daemon runs in "/". */
 	if (strncmp(o.mountpoint, "/dev/fd/", 8) == 0) {
 		mountpoint = strdup(o.mountpoint);
-	} else if (o.takeover) {
+	} else if (o.takeover || from_store) {
 		/* Its parent only: a mount whose daemon died waits for us,
 		 * and so would a stat of it. */
 		mountpoint = resolve_under_parent(o.mountpoint);
@@ -604,7 +623,7 @@ int main(int argc, char *argv[])
 		}
 	}
 	if (strncmp(mountpoint, "/dev/fd/", 8) != 0 && !o.takeover &&
-	    check_mountpoint(mountpoint, o.nonempty) < 0)
+	    !from_store && check_mountpoint(mountpoint, o.nonempty) < 0)
 		goto out_args;
 	if (has_scheme(o.store)) {
 		store = strdup(o.store);
@@ -639,7 +658,7 @@ int main(int argc, char *argv[])
 	 */
 	if (dcrfs_args_fuse(&args, &o, store) < 0)
 		goto out_args;
-	if (o.takeover && !strncmp(mountpoint, "/dev/fd/", 8)) {
+	if ((o.takeover || from_store) && !strncmp(mountpoint, "/dev/fd/", 8)) {
 		fprintf(stderr, PROG ": --takeover needs the mount point, not "
 			"%s\n", mountpoint);
 		goto out_args;
@@ -690,9 +709,19 @@ int main(int argc, char *argv[])
 	    dcrfs_ho_sock_path(cache_dir, mountpoint, "hold", hold_path,
 			       sizeof(hold_path)) < 0)
 		ho_path[0] = hold_path[0] = '\0';
-	if (o.takeover && (!ho_path[0] ||
-			   dcrfs_ho_connect(ho_path, hold_path, fixed, &ho) < 0))
+	if (from_store) {
+		if (!fixed)
+			goto out_session;
+		ret = dcrfs_ho_from_store(sd_fuse, sd_state, sd_name, sd_stale,
+					  fixed, &ho); /* takes them */
+		sd_fuse = sd_state = -1;
+		sd_name = sd_stale = NULL;
+		if (ret < 0)
+			goto out_session; /* said */
+	} else if (o.takeover && (!ho_path[0] ||
+			   dcrfs_ho_connect(ho_path, hold_path, fixed, &ho) < 0)) {
 		goto out_session; /* said */
+	}
 	restarted = dcrfs_ho_restart(ho);
 
 	/*
@@ -808,6 +837,17 @@ int main(int argc, char *argv[])
 			goto out_unmount; /* logged */
 	}
 
+	/* A service manager follows this daemon from here on: before the
+	 * parent of a detached takeover (a unit's ExecReload) exits, so that
+	 * systemd, whose main process (the old daemon) is gone, knows it. */
+	if (dcrfs_sd_managed()) {
+		char msg[32];
+
+		snprintf(msg, sizeof(msg), "MAINPID=%ld", (long)getpid());
+		if (dcrfs_sd_notify(msg, NULL, 0) < 0)
+			dcr_warn("cannot tell the service manager this "
+				 "daemon's pid (NOTIFY_SOCKET)");
+	}
 	/* From here on, messages go to syslog unless -f. */
 	if (ready_fd >= 0) {
 		detach_finish(ready_fd, log_path != NULL);
@@ -827,13 +867,26 @@ int main(int argc, char *argv[])
 	}
 	if (ho_path[0])
 		dcrfs_ho_listen(&fs, ho_path, fixed); /* failing: logged */
-	/* A restart keeps the holder that gave it the mount; a mount on
-	 * /dev/fd/N cannot be restarted (--takeover needs its path). */
-	if (hold_path[0] && !restarted && o.restart_wait_ms &&
-	    strncmp(mountpoint, "/dev/fd/", 8) != 0)
+	/* One keeper of the connection for a restart after a crash: under
+	 * a service manager its fd store, else a holder. A restart keeps the
+	 * holder that gave it the mount; a mount on /dev/fd/N cannot be
+	 * restarted (--takeover needs its path). */
+	if (!hold_path[0] || !o.restart_wait_ms ||
+	    !strncmp(mountpoint, "/dev/fd/", 8)) {
+		/* no keeper */
+	} else if (dcrfs_sd_managed() && !(restarted && !from_store)) {
+		int sfd, stored;
+		char *sname, old[48];
+
+		dcrfs_ho_store_take(&sfd, &sname, &stored, old);
+		dcrfs_ho_fdstore_start(&fs, fixed, sfd, sname ? sname : "",
+				       stored, old); /* failing: logged */
+		free(sname);
+	} else if (!restarted) {
 		dcrfs_ho_hold_start(&fs, hold_path, fixed, o.restart_wait_ms,
 				    log_path ? log_path :
 				    o.foreground ? "" : "syslog");
+	}
 	if (latest)
 		dcr_info("mounted %s on %s, latest v%" PRIu64, store,
 			 mountpoint, latest);
@@ -841,6 +894,9 @@ int main(int argc, char *argv[])
 		dcr_info("mounted %s on %s, no versions yet", store,
 			 mountpoint);
 
+	if (dcrfs_sd_notify("READY=1\nSTATUS=serving", NULL, 0) < 0)
+		dcr_warn("cannot tell the service manager that the mount is "
+			 "ready (NOTIFY_SOCKET)");
 	pthread_sigmask(SIG_SETMASK, &oldsigs, NULL);
 	for (;;) {
 		ret = run_loop(&fs, &o);
@@ -854,6 +910,9 @@ int main(int argc, char *argv[])
 		fuse_session_reset(fs.se);
 	}
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	t_stop = dcr_mono_ns();
+	if (!handed_over)
+		dcrfs_sd_notify("STOPPING=1", NULL, 0);
 	dcrfs_ho_stop();
 	if (ret < 0)
 		dcr_err("session loop failed: %s", dcr_strerror(ret));
@@ -874,6 +933,7 @@ int main(int argc, char *argv[])
 	dcrfs_scrub_stop(&fs);
 	dcrfs_bg_stop(&fs);
 	dcrfs_backing_free(&fs);
+	t_threads = dcr_mono_ns();
 #ifdef DCR_TEST_HOOKS
 	/* Test hook (HACKING): a daemon slow to exit after its unmount,
 	 * still holding its cache directory (tests/integration/remount.sh). */
@@ -890,7 +950,19 @@ out_signals:
 out_metrics:
 	dcrfs_metrics_stop(metrics);
 out_reader:
+	t_close = dcr_mono_ns();
 	dcr_reader_close(fs.r);
+	if (handed_over) {
+		/* the new daemon may open the cache now: the rest of the exit
+		 * runs while it does */
+		dcrfs_ho_release();
+		dcr_info("handover: the cache closed %" PRId64 " ms after the "
+			 "session loop (threads stopped after %" PRId64 " ms, "
+			 "the reader's close began after %" PRId64 " ms)",
+			 (dcr_mono_ns() - t_stop) / 1000000,
+			 (t_threads - t_stop) / 1000000,
+			 (t_close - t_stop) / 1000000);
+	}
 out_store:
 	dcr_store_close(fs.st);
 out_session:
@@ -899,6 +971,12 @@ out_state:
 	dcrfs_free_state(&fs);
 out_args:
 	dcrfs_ho_state_free(ho);
+	if (sd_fuse >= 0)
+		close(sd_fuse);
+	if (sd_state >= 0)
+		close(sd_state);
+	free(sd_name);
+	free(sd_stale);
 	free(fixed);
 	if (ready_fd >= 0)
 		close(ready_fd); /* the parent sees EOF and our exit status */

@@ -20,6 +20,7 @@
 #include "common.h"
 #include "json.h"
 #include "fs.h"
+#include "handover.h"
 #include "sign.h"
 #include "mirror.h"
 
@@ -62,6 +63,7 @@ struct snap {
 	uint64_t pt_fb[DCRFS_PT_FB_COUNT];
 	int pt_on, pt_offered;
 	struct dcrfs_scrub_stats scrub;
+	struct dcrfs_ho_counts ho; /* handovers and restarts of the mount */
 	double uptime, hit_rate;
 };
 
@@ -103,6 +105,7 @@ static void snap_take(struct dcrfs *fs, struct snap *s)
 	if (dcr_mirror_get_stats(fs->st, &s->mirrors))
 		s->mirrors.n = 0;
 	dcrfs_delta_counts(fs, &s->dv);
+	dcrfs_ho_counts(&s->ho);
 	s->rss = rss_bytes();
 	s->uptime = (double)(dcr_now_ns() - fs->cfg.mount_ns) / 1e9;
 	uint64_t lookups = s->rs.chunk_hits + s->rs.chunk_misses;
@@ -188,6 +191,9 @@ static void render_json(struct dcrfs *fs, const struct snap *s, FILE *f)
 		s->dv.skipped, s->dv.rec.chunks, s->dv.rec.bytes, s->dv.rec.kept,
 		s->dv.rec.refused, s->dv.pt_opens, s->dv.normal_opens, s->dv.reads,
 		delta_ahead_name(fs->dv.ahead), s->dv.ahead ? "true" : "false");
+	fprintf(f, ",\n \"handover\": {\"handovers\": %" PRIu64 ", \"restarts\": %"
+		PRIu64 ", \"resent\": %" PRIu64 ", \"keeper\": \"%s\"}",
+		s->ho.handovers, s->ho.restarts, s->ho.resent, s->ho.keeper);
 	if (s->mirrors.n) {
 		fputs(",\n \"sources\": [", f);
 		for (size_t i = 0; i < s->mirrors.n; i++) {
@@ -351,6 +357,18 @@ static void render_metrics(struct dcrfs *fs, const struct snap *s, FILE *f)
 		  (double)s->dv.compared },
 		{ "delta_record_bytes", false,
 		  "Bytes of the records of changes kept now.", (double)s->dv.rec.bytes },
+		{ "handovers_total", true,
+		  "Daemons that took the mount over from a running one "
+		  "(dcrfs --takeover).", (double)s->ho.handovers },
+		{ "restarts_total", true,
+		  "Daemons that restarted the mount after its daemon died, from "
+		  "the holder or systemd's fd store.", (double)s->ho.restarts },
+		{ "requests_resent_total", true,
+		  "Requests a dead daemon had read that the kernel sent again.",
+		  (double)s->ho.resent },
+		{ "connection_kept", false,
+		  "1 when a holder or systemd's fd store keeps the connection "
+		  "for a restart after a crash.", strcmp(s->ho.keeper, "none") ? 1.0 : 0.0 },
 	};
 
 	fputs("# HELP dcrfs_info The mounted store.\n# TYPE dcrfs_info gauge\n"

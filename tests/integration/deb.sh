@@ -66,6 +66,7 @@ want_in "${debs[2]}" /usr/bin/dcrfs /usr/bin/dcrfs-commit /usr/bin/dcrfs-ctl /us
 	/usr/share/man/man8/dcrfs.8.gz /usr/share/man/man8/dcrfs-ctl.8.gz \
 	/usr/share/man/man1/dcrfs-commit.1.gz /usr/share/man/man1/dcrfs-synth.1.gz \
 	/usr/share/doc/dcrfs/examples/mnt-dcr.mount /usr/share/doc/dcrfs/examples/mnt-dcr.automount \
+	/usr/share/doc/dcrfs/examples/dcrfs@.service /usr/share/doc/dcrfs/examples/mnt-dcr.env \
 	/usr/share/doc/dcrfs/examples/rollout_worker.py \
 	/usr/share/doc/dcrfs/examples/k8s/node-daemonset.yaml /usr/share/doc/dcrfs/examples/k8s/fuse-fd-helper.py \
 	/usr/share/bash-completion/completions/dcrfs /usr/share/bash-completion/completions/dcrfs-ctl
@@ -121,7 +122,9 @@ cc -o "$T/c" "$T/c.c" $(pkg-config --cflags --libs dcr) 2>"$T/cc.log" ||
 "$T/c" || fail "a program linked with the installed libdcr does not run"
 
 if command -v systemd-analyze >/dev/null 2>&1; then
-	(cd /usr/share/doc/dcrfs/examples && t systemd-analyze verify ./mnt-dcr.mount ./mnt-dcr.automount) \
+	# the service with its own ExecStart= (/usr/bin/dcrfs, installed)
+	(cd /usr/share/doc/dcrfs/examples && t systemd-analyze verify ./mnt-dcr.mount ./mnt-dcr.automount \
+		./dcrfs@mnt-dcr.service) \
 		>"$T/verify.log" 2>&1 || fail "systemd-analyze verify: $(cat "$T/verify.log")"
 fi
 

@@ -8,6 +8,7 @@
 #     the committed bytes;
 #  2. N handovers (HANDOVERS, default 20), each timed from the new
 #     daemon's start to the old one's exit (target 0.5 s; printed);
+#     status.json and metrics count them over the mount's daemons;
 #  3. what cannot be handed over is refused, the old daemon serving on:
 #     another store, another fixed option (passthrough), an open
 #     /.dcrfs file.
@@ -60,6 +61,11 @@ exec 7<"$MNT/.dcrfs/status.json"
 refused "of /.dcrfs or /delta are open" "$STORE" "$MNT" -o "$OPTS"
 exec 7<&-
 log "refusals: ok"
+# the mount's counts (status.json "handover"): none yet, a holder keeps it
+[ "$(mount_status "$MNT" handover handovers)" = 0 ] ||
+	fail "handovers before any: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover keeper)" = '"holder"' ] ||
+	fail "no keeper named: $(cat "$T/status.json")"
 
 # --- 1, 2. N handovers under the readers
 : >"$T/times"
@@ -84,6 +90,17 @@ done
 sort -n "$T/times" >"$T/times.sorted"
 log "handover ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/times.sorted"), max $(tail -1 "$T/times.sorted") (target 500)"
 
+# counted over the mount's daemons, each adding its own to the STATE's
+[ "$(mount_status "$MNT" handover handovers)" = "$N" ] ||
+	fail "status.json does not count $N handovers: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover restarts)" = 0 ] ||
+	fail "restarts counted without a crash: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover keeper)" = '"holder"' ] ||
+	fail "the last daemon names no keeper: $(cat "$T/status.json")"
+grep -qx "dcrfs_handovers_total $N" "$MNT/.dcrfs/metrics" ||
+	fail "metrics: no dcrfs_handovers_total $N: $(grep handover "$MNT/.dcrfs/metrics")"
+grep -qx "dcrfs_connection_kept 1" "$MNT/.dcrfs/metrics" ||
+	fail "metrics: the connection is not said kept"
 sleep 0.5
 readers_stop
 [ "$(grep -l 'prefetching v2' "$T"/dcrfs.*.log | wc -l)" -ge "$N" ] ||

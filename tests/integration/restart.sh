@@ -15,7 +15,10 @@
 #     target is a stall <= 1 s + the start-up;
 #     files of /.dcrfs open across a restart: latest is served, a
 #     status snapshot answers EIO (said once), nothing crashes;
-#  3. what cannot be saved is said: no holder (-o restart_wait=0): the
+#     status.json and metrics count the restarts, the handovers and the
+#     requests sent again over the mount's daemons;
+#  3. what cannot be saved is said: -o clone_fd is refused with a keeper
+#     (and mounts with restart_wait=0); no holder (-o restart_wait=0): the
 #     takeover says the mount is lost, and it is (ENOTCONN); a holder
 #     whose wait ran out says so and gives the mount up.
 . "$(dirname "$0")/lib.sh"
@@ -109,6 +112,21 @@ log "restarts in which the kernel sent requests in flight again: $resent of $N"
 sort -n "$T/startup" >"$T/startup.sorted"
 log "restart start-up ms over $N: median $(sed -n "$(((N + 1) / 2))p" "$T/startup.sorted"), max $(tail -1 "$T/startup.sorted")"
 
+# the mount's counts (status.json "handover"), carried by every STATE:
+# through the holder's copy across a kill -9
+[ "$(mount_status "$MNT" handover restarts)" = "$N" ] ||
+	fail "status.json does not count $N restarts: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover handovers)" = $((N * H)) ] ||
+	fail "status.json does not count $((N * H)) handovers: $(cat "$T/status.json")"
+[ "$(mount_status "$MNT" handover keeper)" = '"holder"' ] ||
+	fail "a restarted daemon names no keeper: $(cat "$T/status.json")"
+if [ "$resent" -gt 0 ]; then
+	[ "$(mount_status "$MNT" handover resent)" -gt 0 ] ||
+		fail "requests were sent again and status.json counts none: $(cat "$T/status.json")"
+fi
+grep -qx "dcrfs_restarts_total $N" "$MNT/.dcrfs/metrics" ||
+	fail "metrics: no dcrfs_restarts_total $N"
+log "status.json: $(mount_status "$MNT" handover)"
 sleep 0.5
 readers_stop
 worst=$READERS_WORST
@@ -197,6 +215,15 @@ grep -q 'is gone (unmounted): exiting' "$MOUNT_LOG" || { cat "$MOUNT_LOG" >&2; f
 
 # --- 3. what cannot be saved is said
 M2=$T/mnt2
+# -o clone_fd: its threads' descriptors die with the daemon, so it is
+# refused with a keeper, and mounts without one (restart_wait=0)
+mkdir -p "$M2"
+expect_status 2 "clone_fd is refused with a restart after a crash" \
+	"$DCRFS" "$STORE" "$M2" -f -o "cache_dir=$T/cache2,clone_fd"
+mountpoint -q "$M2" && fail "a refused clone_fd mounted"
+mount_dcrfs "$STORE" "$M2" "cache_dir=$T/cache2,clone_fd,restart_wait=0"
+cmp "$M2/v1/a.bin" "$T/tree.1/a.bin" || fail "v1/a.bin with clone_fd"
+umount_dcrfs "$M2" || fail "unmount of the clone_fd mount"
 mount_dcrfs "$STORE" "$M2" "cache_dir=$T/cache2,restart_wait=0"
 kill -KILL "$MOUNT_PID"
 _wait_pid "$MOUNT_PID" 10 || fail "dcrfs survived SIGKILL"
