@@ -78,6 +78,12 @@ fi
 # Inside the namespaces: this shell is PID 1 of its PID namespace, in the
 # cgroup namespace's root.
 mount --make-rprivate /
+# This namespace began with a copy of every FUSE mount up outside (other
+# tests' mounts, under a parallel make check). A copy keeps its
+# connection alive: the other test's unmount would never reach its
+# daemon, which then never exits. Detach the copies here.
+awk '$3 ~ /^fuse/ { print $2 }' /proc/self/mounts | sort -r |
+	while read -r m; do umount -l "$(printf '%b' "$m")" 2>/dev/null || true; done
 mount -t tmpfs tmpfs /sys/fs/cgroup
 case $DCRFS_FDSTORE_INNER in
 /sys/fs/cgroup/systemd/*)
