@@ -266,16 +266,24 @@ int dcr_dvrec_keep(struct dcr_dvrec *d, const struct dcr_dvrec_key *k,
 	/* The values from the proven chunk, not from the decoder. */
 	memcpy(r->data, fr->e, fr->n * sizeof(uint32_t));
 	val = r->data + fr->n * sizeof(uint32_t);
-	for (size_t i = 0, p = 0; i < fr->n; i++) {
-		const uint8_t *src = chunk + (fr->e[i] & DCR_REC_OFF_MASK);
+	/* fixed-size copies (inlined), not a memcpy call per element; one
+	 * loop per width where all entries have one (the common case) */
+	if (w1 == 2)
+		for (size_t i = 0; i < fr->n; i++)
+			memcpy(val + 2 * i, chunk + (fr->e[i] & DCR_REC_OFF_MASK), 2);
+	else if (w1 == 4)
+		for (size_t i = 0; i < fr->n; i++)
+			memcpy(val + 4 * i, chunk + (fr->e[i] & DCR_REC_OFF_MASK), 4);
+	else
+		for (size_t i = 0, p = 0; i < fr->n; i++) {
+			const uint8_t *src = chunk + (fr->e[i] & DCR_REC_OFF_MASK);
 
-		/* fixed-size copies (inlined), not a memcpy call per element */
-		switch (dcr_rec_width(fr->e[i])) {
-		case 1: val[p++] = *src; break;
-		case 2: memcpy(val + p, src, 2); p += 2; break;
-		default: memcpy(val + p, src, 4); p += 4; break;
+			switch (dcr_rec_width(fr->e[i])) {
+			case 1: val[p++] = *src; break;
+			case 2: memcpy(val + p, src, 2); p += 2; break;
+			default: memcpy(val + p, src, 4); p += 4; break;
+			}
 		}
-	}
 	r->c = (struct dcr_dvrec_chunk){ .base_v = base_v,
 					 .base_tree = base_tree,
 					 .base_file = base_file, .clen = clen,
