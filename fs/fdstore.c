@@ -27,6 +27,7 @@
 
 #include "common.h"
 #include "fdstore.h"
+#include "fileio.h"
 #include "hash.h"
 
 /* ------------------------------------------------------------ sd_notify */
@@ -121,15 +122,16 @@ int dcrfs_sd_listen(int *fuse_fd, int *state_fd, char **state_name,
 
 		if (name && !strcmp(name, DCRFS_FDNAME_FUSE) && *fuse_fd < 0) {
 			*fuse_fd = fd;
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
 		} else if (name && !strncmp(name, DCRFS_FDNAME_STATE,
 					    strlen(DCRFS_FDNAME_STATE)) &&
 			   states < 2) {
 			sfd[states] = fd;
 			sname[states++] = strdup(name);
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
 		} else {
 			close(fd); /* not ours: an fd store holds only these */
 		}
-		fcntl(fd, F_SETFD, FD_CLOEXEC);
 		name = strtok_r(NULL, ":", &save);
 	}
 	free(list);
@@ -254,13 +256,10 @@ int dcrfs_fdstate_write(int fd, const struct iovec *iov, int n)
 	else
 		off = (h.off + h.len + FDSTATE_PAGE - 1) / FDSTATE_PAGE *
 		      FDSTATE_PAGE;
-	for (size_t done = 0; done < len; done += (size_t)w) {
-		w = pwrite(fd, buf + done, len - done, (off_t)(off + done));
-		if (w <= 0) {
-			ret = w < 0 ? -errno : DCR_ERR(-EIO);
-			free(buf);
-			return ret;
-		}
+	ret = dcr_pwrite_full(fd, buf, len, off);
+	if (ret < 0) {
+		free(buf);
+		return ret;
 	}
 	dcr_xxh128(buf, len, h.check);
 	free(buf);
@@ -302,16 +301,10 @@ int dcrfs_fdstate_read(int fd, char **out, size_t *len)
 	buf = malloc(h.len + 1);
 	if (!buf)
 		return DCR_ERR(-ENOMEM);
-	for (size_t got = 0; got < h.len;) {
-		ssize_t r = pread(fd, buf + got, h.len - got,
-				  (off_t)(h.off + got));
-
-		if (r <= 0) {
-			ret = r < 0 ? -errno : DCR_ERR(-EBADMSG);
-			free(buf);
-			return ret;
-		}
-		got += (size_t)r;
+	ret = dcr_pread_full(fd, buf, h.len, h.off);
+	if (ret < 0) {
+		free(buf);
+		return ret == -ENODATA ? DCR_ERR(-EBADMSG) : ret;
 	}
 	dcr_xxh128(buf, h.len, check);
 	if (memcmp(check, h.check, sizeof(check))) {
