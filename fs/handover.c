@@ -386,26 +386,23 @@ static int start_thread(void)
 
 int dcrfs_ho_listen(struct dcrfs *fs, const char *path, const char *fixed)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	int ret;
 
-	if (strlen(path) >= sizeof(a.sun_path))
+	if (strlen(path) >= sizeof(g_path))
 		return DCR_ERR(-ENAMETOOLONG);
-	strcpy(a.sun_path, path);
 	strcpy(g_path, path);
 	g_fs = fs;
 	g_fixed = fixed;
 	g_stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	g_quit = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	g_lsock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (g_stop_efd < 0 || g_quit < 0 || g_lsock < 0) {
+	if (g_stop_efd < 0 || g_quit < 0) {
 		ret = -errno;
 		goto fail;
 	}
-	unlink(path); /* ours: the path names this mount point */
-	if (bind(g_lsock, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    chmod(path, 0600) < 0 || listen(g_lsock, 4) < 0) {
-		ret = -errno;
+	/* made afresh: the path names this mount point, ours */
+	g_lsock = ho_listen(path, NULL);
+	if (g_lsock < 0) {
+		ret = g_lsock;
 		goto fail;
 	}
 	ret = start_thread();

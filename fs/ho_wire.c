@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -173,6 +175,30 @@ fail:
 	if (rfd >= 0)
 		close(rfd);
 	return ret;
+}
+
+int ho_listen(const char *path, struct stat *sb)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct stat st;
+	int l;
+
+	if (strlen(path) >= sizeof(a.sun_path))
+		return DCR_ERR(-ENAMETOOLONG);
+	strcpy(a.sun_path, path);
+	l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0)
+		return -errno;
+	unlink(path);
+	if (bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    chmod(path, 0600) < 0 || stat(path, sb ? sb : &st) < 0 ||
+	    listen(l, 4) < 0) {
+		int ret = -errno;
+
+		close(l);
+		return ret;
+	}
+	return l;
 }
 
 /* The peer is us or root. */

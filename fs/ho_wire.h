@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/stat.h>
 
 struct dcrfs;
 
@@ -123,6 +124,13 @@ int ho_msg_send(int sock, uint32_t type, const void *a, size_t alen,
  */
 int ho_msg_recv(int sock, int ms, uint32_t *type, char **payload,
 		size_t *len, int *fd);
+
+/**
+ * ho_listen - a Unix stream socket listening on @path, made afresh (a
+ * file left there is unlinked), mode 0600; the file's identity in *@sb
+ * unless NULL. The socket, or -errno (nothing left open).
+ */
+int ho_listen(const char *path, struct stat *sb);
 
 /** ho_peer_ok - 0 when the peer of @sock is this user or root (its pid
  * in *@pid unless NULL), -EACCES when not, or -errno. */

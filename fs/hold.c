@@ -321,25 +321,12 @@ static void hold_unlink(const char *path)
 static int hold_listen(const char *path)
 {
 	struct stat sb;
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int l;
+	int l = ho_listen(path, &sb);
 
-	if (strlen(path) >= sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(a.sun_path, path);
-	l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (l < 0)
-		return -errno;
-	unlink(path);
-	if (bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    chmod(path, 0600) < 0 || stat(path, &sb) < 0 || listen(l, 4) < 0) {
-		int ret = -errno;
-
-		close(l);
-		return ret;
+	if (l >= 0) {
+		g_hold_dev = sb.st_dev;
+		g_hold_ino = sb.st_ino;
 	}
-	g_hold_dev = sb.st_dev;
-	g_hold_ino = sb.st_ino;
 	return l;
 }
 
